@@ -1,0 +1,206 @@
+"""The `memprobe` command line. Thin: parse, build a request, call one core function, print.
+
+User errors are one line and a non-zero exit: 1 for a failed scan or bad file, 2 for bad usage or
+no CUDA device, 130 for Ctrl-C (after writing what finished).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+from tabulate import tabulate
+
+from .registry import RegistryError, Workload, load_registry, select
+from .units import gib, parse_size
+
+EXIT_NO_GPU = 2
+EXIT_INTERRUPTED = 130
+
+
+class NoGPUExit(click.ClickException):
+    exit_code = EXIT_NO_GPU
+
+
+def _registry(models: str | None) -> dict[str, Workload]:
+    try:
+        return load_registry(models)
+    except RegistryError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+def _int_list(text: str | None, what: str) -> list[int]:
+    if not text:
+        return []
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise click.BadParameter(f"expected comma-separated integers, got '{text}'", param_hint=what) from None
+    if any(v < 1 for v in values):
+        raise click.BadParameter("batch sizes must be at least 1", param_hint=what)
+    return values
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="memprobe")
+def main() -> None:
+    """memprobe: the exact largest batch that trains on your GPU, and how fast it trains there.
+
+    Start with `memprobe list` (the workloads), `memprobe device` (the GPU), then
+    `memprobe scan --model bert-large`.
+    """
+
+
+@main.command("list")
+@click.option("--models", "models_file", type=click.Path(dir_okay=False), help="Registry file (default: the packaged models.yaml).")
+@click.option("--all", "show_all", is_flag=True, help="Include test-only workloads.")
+def list_cmd(models_file: str | None, show_all: bool) -> None:
+    """List the workloads memprobe can scan."""
+    registry = _registry(models_file)
+    rows = [
+        [w.name, w.family, w.unit, w.optimizer.get("name"), ", ".join(f"{k}={v}" for k, v in w.params.items()), w.description]
+        for w in registry.values() if show_all or not w.test_only
+    ]
+    click.echo(tabulate(rows, headers=["name", "family", "unit", "optimizer", "params", "description"], tablefmt="github"))
+
+
+@main.command("device")
+def device_cmd() -> None:
+    """Show the GPUs: memory, driver, CUDA and torch versions, and other processes holding memory."""
+    from .device import NoGPUError, gpus, host_environment
+
+    env = host_environment()
+    try:
+        found = gpus()
+    except NoGPUError as exc:
+        raise NoGPUExit(f"no CUDA GPU: {exc}") from None
+    rows = [[g.index, g.name, gib(g.total_bytes), gib(g.free_bytes), gib(g.used_bytes), len(g.processes)] for g in found]
+    click.echo(tabulate(rows, headers=["index", "name", "total GiB", "free GiB", "used GiB", "processes"], tablefmt="github"))
+    torch_cuda = _torch_cuda_version()
+    click.echo(f"driver {env.get('driver')}, CUDA (driver) {env.get('cuda_driver')}, "
+               f"torch {env['versions'].get('torch')} (CUDA runtime {torch_cuda})")
+    click.echo(f"PYTORCH_CUDA_ALLOC_CONF={env.get('PYTORCH_CUDA_ALLOC_CONF') or '(unset)'}")
+    for g in found:
+        for p in g.processes:
+            click.echo(f"warning: GPU {g.index}: process {p.pid} {p.name} holds {gib(p.used_bytes, 2)} GiB; "
+                       "a scan's max batch will be lower while it runs", err=True)
+        if not g.processes and g.used_bytes > 1 << 30:
+            click.echo(f"warning: GPU {g.index}: {gib(g.used_bytes)} GiB in use by processes NVML cannot list", err=True)
+
+
+def _torch_cuda_version() -> str:
+    try:
+        import torch
+    except ImportError:
+        return "torch not installed"
+    return torch.version.cuda or "none (CPU build)"
+
+
+class _ProgressPrinter:
+    """Live progress on stderr: one line per trial, finished in place when the trial ends."""
+
+    def precision_start(self, workload: str, precision: str) -> None:
+        click.echo(f"[{workload} {precision}] starting (building the model in a trial process)", err=True)
+
+    def trial_start(self, workload: str, precision: str, index: int, batch: int, fresh: bool) -> None:
+        where = "fresh process" if fresh else "search"
+        click.echo(f"[{workload} {precision}] trial {index} ({where}): batch {batch} ... ", err=True, nl=False)
+
+    def trial_end(self, attempt) -> None:
+        peak = f", peak {gib(attempt.peak_reserved, 2)} GiB" if attempt.peak_reserved else ""
+        detail = f" ({attempt.message[:120]})" if attempt.message and not attempt.fits else ""
+        click.echo(f"{attempt.outcome}{peak}, {attempt.seconds:.1f}s{detail}", err=True)
+
+    def note(self, text: str) -> None:
+        click.echo(f"  {text}", err=True)
+
+
+@main.command("scan")
+@click.option("--model", "-m", "model", required=True, help="Workload name(s), comma-separated; wildcards and 'all' work.")
+@click.option("--precision", "-p", default="fp32,fp16,bf16", show_default=True,
+              help="Comma-separated: fp32 (TF32 off), tf32, fp16 (autocast + GradScaler), bf16 (autocast).")
+@click.option("--mode", type=click.Choice(["train", "infer"]), default="train", show_default=True,
+              help="train: forward, loss, backward, optimizer step. infer: forward only.")
+@click.option("--batch", "batches", help="Also measure throughput at these batch sizes (an OOM there is reported).")
+@click.option("--out", "out_dir", default="reports", show_default=True, type=click.Path(file_okay=False),
+              help="Folder for the result file.")
+@click.option("--models", "models_file", type=click.Path(dir_okay=False), help="Registry file (default: the packaged models.yaml).")
+@click.option("--steps", default=3, show_default=True, type=click.IntRange(3), help="Steps per trial: 1 warm-up + K >= 2.")
+@click.option("--warmup", default=3, show_default=True, type=click.IntRange(0), help="Warm-up steps before timing.")
+@click.option("--timed-steps", default=10, show_default=True, type=click.IntRange(1), help="Timed steps for throughput.")
+@click.option("--max-batch", default=65536, show_default=True, type=click.IntRange(1), help="Largest batch the search tries.")
+@click.option("--max-trials", default=40, show_default=True, type=click.IntRange(2), help="Most in-process trials per precision.")
+@click.option("--no-throughput", is_flag=True, help="Only find the max batch; skip timing.")
+@click.option("--cudnn-benchmark", is_flag=True, help="Let cuDNN pick algorithms by timing (changes memory near the edge).")
+@click.option("--device", "device", type=click.Choice(["cuda", "cpu"]), default="cuda", show_default=True,
+              help="cpu runs the same code path with a fake allocator (for tests and demos; needs --cpu-memory-budget).")
+@click.option("--cpu-memory-budget", help="With --device cpu: the memory budget, e.g. 64MiB.")
+def scan_cmd(model: str, precision: str, mode: str, batches: str | None, out_dir: str, models_file: str | None,
+             steps: int, warmup: int, timed_steps: int, max_batch: int, max_trials: int, no_throughput: bool,
+             cudnn_benchmark: bool, device: str, cpu_memory_budget: str | None) -> None:
+    """Find the exact max batch of each model and precision on this GPU, then measure throughput there.
+
+    For each precision: a memory-guided search in one trial process, the final pair (B fits, B+1
+    does not) re-checked in fresh processes, then timed steps at B with utilization sampled.
+    One result file per model is written (atomically, after every precision) under --out.
+    """
+    from .scan import NoCudaError, ScanOptions, scan_workload
+    from .report import scan_table
+
+    registry = _registry(models_file)
+    try:
+        workloads = select(registry, model)
+    except RegistryError as exc:
+        raise click.ClickException(str(exc)) from None
+    budget = None
+    if device == "cpu":
+        if not cpu_memory_budget:
+            raise click.UsageError("--device cpu needs --cpu-memory-budget (the CPU has no allocator limit to find)")
+        try:
+            budget = parse_size(cpu_memory_budget)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--cpu-memory-budget") from None
+    try:
+        opts = ScanOptions(precisions=[p.strip() for p in precision.split(",") if p.strip()], mode=mode, steps=steps,
+                           warmup=warmup, timed_steps=timed_steps, batches=_int_list(batches, "--batch"),
+                           max_batch=max_batch, max_trials=max_trials, measure=not no_throughput, device=device,
+                           cpu_budget_bytes=budget, cudnn_benchmark=cudnn_benchmark)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--precision/--mode") from None
+    if device == "cuda":
+        _require_gpu()
+
+    progress = _ProgressPrinter()
+    finished = []
+    failed = False
+    for workload in workloads:
+        try:
+            result, path = scan_workload(workload, opts, out_dir, progress)
+        except NoCudaError as exc:
+            raise NoGPUExit(f"no CUDA device: {exc}") from None
+        except KeyboardInterrupt:
+            click.echo("\ninterrupted: finished precisions were kept in the result file (marked partial)", err=True)
+            sys.exit(EXIT_INTERRUPTED)
+        finished.append(result)
+        failed |= any(p.status == "error" for p in result.precisions.values())
+        click.echo(f"wrote {path}", err=True)
+    click.echo(scan_table(finished))
+    if failed:
+        sys.exit(1)
+
+
+def _require_gpu() -> None:
+    from .device import NoGPUError, visible_gpu
+
+    try:
+        gpu = visible_gpu()
+    except NoGPUError as exc:
+        raise NoGPUExit(f"no CUDA GPU: {exc}") from None
+    for p in gpu.processes:
+        click.echo(f"warning: process {p.pid} {p.name} holds {gib(p.used_bytes, 2)} GiB on {gpu.name}; "
+                   "the max batch found will be lower than on an idle card", err=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,167 @@
+"""Facts about the machine: GPUs through NVML (no torch needed), and torch's view of the device.
+
+`gpus()` and `other_processes()` use nvidia-ml-py only, so the parent process (CLI, scan
+orchestration) never initialises CUDA: a CUDA context in the parent would take memory from the
+trial process it is measuring. `torch_environment()` imports torch and runs in the trial process.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import socket
+from dataclasses import asdict, dataclass, field
+from importlib import metadata
+from typing import Any
+
+from . import __version__
+
+
+class NoGPUError(RuntimeError):
+    """No usable CUDA device: no NVIDIA driver, no GPU, or a torch build without CUDA."""
+
+
+@dataclass
+class GPUProcess:
+    pid: int
+    used_bytes: int | None
+    name: str = ""
+
+
+@dataclass
+class GPUInfo:
+    index: int
+    name: str
+    uuid: str
+    total_bytes: int
+    free_bytes: int
+    used_bytes: int
+    processes: list[GPUProcess] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def nvml_driver() -> dict[str, Any]:
+    """Driver version and the CUDA version the driver supports. Raises NoGPUError without NVML."""
+    import pynvml
+
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError as exc:
+        raise NoGPUError(f"no NVIDIA GPU driver found (NVML: {exc})") from exc
+    cuda = pynvml.nvmlSystemGetCudaDriverVersion()
+    return {"driver": _text(pynvml.nvmlSystemGetDriverVersion()), "cuda_driver": f"{cuda // 1000}.{(cuda % 1000) // 10}"}
+
+
+def gpus() -> list[GPUInfo]:
+    """Every GPU NVML sees, with memory and the processes holding memory on it.
+
+    Raises NoGPUError when there is no driver or no GPU.
+    """
+    import pynvml
+
+    nvml_driver()
+    count = pynvml.nvmlDeviceGetCount()
+    if count == 0:
+        raise NoGPUError("the NVIDIA driver reports no GPU")
+    found = []
+    for index in range(count):
+        handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+        mem = pynvml.nvmlDeviceGetMemoryInfo(handle)
+        found.append(GPUInfo(index, _text(pynvml.nvmlDeviceGetName(handle)), _text(pynvml.nvmlDeviceGetUUID(handle)),
+                             int(mem.total), int(mem.free), int(mem.used), _processes(handle)))
+    return found
+
+
+def _processes(handle) -> list[GPUProcess]:
+    import pynvml
+
+    procs: dict[int, GPUProcess] = {}
+    for getter in ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses"):
+        try:
+            running = getattr(pynvml, getter)(handle)
+        except (pynvml.NVMLError, AttributeError):
+            continue
+        for p in running:
+            used = getattr(p, "usedGpuMemory", None)
+            name = ""
+            try:
+                name = _text(pynvml.nvmlSystemGetProcessName(p.pid))
+            except pynvml.NVMLError:
+                pass
+            procs[p.pid] = GPUProcess(int(p.pid), int(used) if used is not None else None, name)
+    return list(procs.values())
+
+
+def visible_gpu() -> GPUInfo:
+    """The GPU a trial process will use (the first of CUDA_VISIBLE_DEVICES, else index 0)."""
+    all_gpus = gpus()
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
+    if visible:
+        for g in all_gpus:
+            if visible in (str(g.index), g.uuid):
+                return g
+    return all_gpus[0]
+
+
+def host_environment() -> dict[str, Any]:
+    """What the parent can say without torch: host, Python, library versions, driver, env vars."""
+    def version(pkg: str) -> str | None:
+        try:
+            return metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            return None
+
+    env: dict[str, Any] = {
+        "memprobe": __version__,
+        "hostname": socket.gethostname(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "cpu": platform.processor() or platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "versions": {pkg: version(pkg) for pkg in ("torch", "transformers", "timm", "nvidia-ml-py", "lightning")},
+        "PYTORCH_CUDA_ALLOC_CONF": os.environ.get("PYTORCH_CUDA_ALLOC_CONF"),
+        "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES"),
+    }
+    try:
+        env.update(nvml_driver())
+    except NoGPUError as exc:
+        env["driver"] = None
+        env["driver_error"] = str(exc)
+    return env
+
+
+def torch_environment(device) -> dict[str, Any]:
+    """torch's view: versions, device properties and the numeric flags that change memory or speed."""
+    import torch
+
+    env: dict[str, Any] = {
+        "torch": torch.__version__,
+        "cuda_runtime": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
+        "device_type": device.type,
+        "flags": {
+            "matmul_allow_tf32": torch.backends.cuda.matmul.allow_tf32,
+            "cudnn_allow_tf32": torch.backends.cudnn.allow_tf32,
+            "cudnn_benchmark": torch.backends.cudnn.benchmark,
+            "cudnn_deterministic": torch.backends.cudnn.deterministic,
+            "float32_matmul_precision": torch.get_float32_matmul_precision(),
+        },
+    }
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        env["gpu"] = {
+            "name": props.name,
+            "total_bytes": int(props.total_memory),
+            "compute_capability": f"{props.major}.{props.minor}",
+            "multiprocessors": props.multi_processor_count,
+            "uuid": str(getattr(props, "uuid", "")),
+        }
+    else:
+        env["gpu"] = {"name": "cpu", "total_bytes": None}
+    return env

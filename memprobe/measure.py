@@ -1,0 +1,150 @@
+"""Throughput timing and utilization sampling during the timed steps.
+
+Step times come from CUDA events around each step (no host synchronisation inside the timed
+region); on the CPU from a host clock. Utilization is sampled on a background thread from NVML
+(GPU %, memory-controller %, memory used, power, SM clock, temperature) and from /proc for the
+trial process itself (CPU %, RSS), and summarised as mean and max.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import threading
+import time
+from typing import Any, Callable
+
+import torch
+
+_NVML_FIELDS = ("gpu_util_pct", "mem_util_pct", "mem_used_bytes", "power_w", "sm_clock_mhz", "temperature_c")
+
+
+def time_steps(step: Callable[[], Any], n: int, device: torch.device) -> list[float]:
+    """Run `step` n times and return each step's seconds."""
+    if device.type == "cuda":
+        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(n)]
+        for start, end in events:
+            start.record()
+            step()
+            end.record()
+        torch.cuda.synchronize(device)
+        return [start.elapsed_time(end) / 1000.0 for start, end in events]
+    times = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - t0)
+    return times
+
+
+def summarize_times(times: list[float]) -> dict[str, float]:
+    """Median, spread and extremes of step times, in seconds."""
+    ordered = sorted(times)
+
+    def pct(q: float) -> float:
+        return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
+
+    return {
+        "steps": len(times),
+        "median_s": statistics.median(times),
+        "mean_s": statistics.fmean(times),
+        "min_s": ordered[0],
+        "max_s": ordered[-1],
+        "p10_s": pct(0.10),
+        "p90_s": pct(0.90),
+        "stdev_s": statistics.stdev(times) if len(times) > 1 else 0.0,
+    }
+
+
+def _nvml_handle(device: torch.device):
+    """The NVML handle of the torch device (matched by UUID, so CUDA_VISIBLE_DEVICES is respected)."""
+    import pynvml
+
+    pynvml.nvmlInit()
+    props = torch.cuda.get_device_properties(device)
+    uuid = str(getattr(props, "uuid", "") or "")
+    if uuid:
+        for candidate in (uuid, f"GPU-{uuid}"):
+            try:
+                return pynvml.nvmlDeviceGetHandleByUUID(candidate)
+            except pynvml.NVMLError:
+                pass
+    return pynvml.nvmlDeviceGetHandleByIndex(device.index or 0)
+
+
+def _read_nvml(handle) -> dict[str, float | None]:
+    import pynvml
+
+    def safe(fn: Callable[[], float]) -> float | None:
+        try:
+            return float(fn())
+        except pynvml.NVMLError:
+            return None
+
+    util = None
+    try:
+        util = pynvml.nvmlDeviceGetUtilizationRates(handle)
+    except pynvml.NVMLError:
+        pass
+    return {
+        "gpu_util_pct": float(util.gpu) if util else None,
+        "mem_util_pct": float(util.memory) if util else None,
+        "mem_used_bytes": safe(lambda: pynvml.nvmlDeviceGetMemoryInfo(handle).used),
+        "power_w": safe(lambda: pynvml.nvmlDeviceGetPowerUsage(handle) / 1000.0),
+        "sm_clock_mhz": safe(lambda: pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM)),
+        "temperature_c": safe(lambda: pynvml.nvmlDeviceGetTemperature(handle, pynvml.NVML_TEMPERATURE_GPU)),
+    }
+
+
+def _rss_bytes() -> float | None:
+    try:
+        with open("/proc/self/statm") as handle:
+            return float(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+class UtilizationSampler:
+    """Samples NVML and host counters every `interval` seconds on a thread between start() and stop()."""
+
+    def __init__(self, device: torch.device, interval: float = 0.1) -> None:
+        self.interval = interval
+        self.samples: list[dict[str, float | None]] = []
+        self.nvml_error = ""
+        self._handle = None
+        if device.type == "cuda":
+            try:
+                self._handle = _nvml_handle(device)
+            except Exception as exc:  # noqa: BLE001 - utilization is optional; say why it is missing
+                self.nvml_error = f"{type(exc).__name__}: {exc}"
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        last_cpu, last_wall = sum(os.times()[:2]), time.perf_counter()
+        while not self._stop.wait(self.interval):
+            cpu, wall = sum(os.times()[:2]), time.perf_counter()
+            sample: dict[str, float | None] = {
+                "host_cpu_pct": 100.0 * (cpu - last_cpu) / max(wall - last_wall, 1e-9),
+                "host_rss_bytes": _rss_bytes(),
+            }
+            last_cpu, last_wall = cpu, wall
+            if self._handle is not None:
+                sample.update(_read_nvml(self._handle))
+            self.samples.append(sample)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> dict[str, Any]:
+        """Stop sampling and return {metric: {mean, max}} plus the sample count and interval."""
+        self._stop.set()
+        self._thread.join()
+        summary: dict[str, Any] = {"samples": len(self.samples), "interval_s": self.interval}
+        keys = ("host_cpu_pct", "host_rss_bytes") + (_NVML_FIELDS if self._handle is not None else ())
+        for key in keys:
+            values = [s[key] for s in self.samples if s.get(key) is not None]
+            summary[key] = {"mean": statistics.fmean(values), "max": max(values)} if values else None
+        if self.nvml_error:
+            summary["nvml_error"] = self.nvml_error
+        return summary

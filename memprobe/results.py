@@ -1,0 +1,145 @@
+"""Result files: what a scan found, with the environment it ran in, as versioned JSON.
+
+No torch here, so reports can be built on any machine. Files are written atomically (temp file in
+the same folder, fsync, rename) so a crash or Ctrl-C never leaves half a file behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+SCHEMA = "memprobe.scan"
+SCHEMA_VERSION = 1
+
+
+class ResultFileError(ValueError):
+    """A result file cannot be read: missing, not JSON, not a memprobe result, or a newer schema."""
+
+
+@dataclass
+class PrecisionResult:
+    """Everything measured for one workload in one precision.
+
+    max_batch is the answer (0: batch 1 does not train); proof holds the fresh-process pair
+    (fits, fails, agreed, verified, checks); attempts lists every in-process trial in order.
+    """
+
+    precision: str
+    status: str = "pending"  # pending | done | error | interrupted
+    max_batch: int | None = None
+    stop: str = ""
+    proof: dict[str, Any] = field(default_factory=dict)
+    attempts: list[dict[str, Any]] = field(default_factory=list)
+    memory_model: dict[str, Any] = field(default_factory=dict)
+    capacity_bytes: int | None = None
+    settings: dict[str, Any] = field(default_factory=dict)
+    search_seconds: float | None = None
+    throughput: dict[str, Any] | None = None
+    extra_batches: list[dict[str, Any]] = field(default_factory=list)
+    error: str = ""
+
+
+@dataclass
+class ScanResult:
+    """One scan of one workload on one GPU: the file memprobe writes and reads back."""
+
+    workload: dict[str, Any]
+    environment: dict[str, Any]
+    settings: dict[str, Any]
+    precisions: dict[str, PrecisionResult] = field(default_factory=dict)
+    status: str = "partial"  # partial until every precision finished; then complete
+    created: str = field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
+    schema: str = SCHEMA
+    schema_version: int = SCHEMA_VERSION
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        # schema fields first so a reader sees what the file is before anything else
+        return {"schema": data.pop("schema"), "schema_version": data.pop("schema_version"), **data}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "ScanResult":
+        fields = PrecisionResult.__dataclass_fields__
+        precisions = {
+            name: PrecisionResult(**{k: v for k, v in p.items() if k in fields})
+            for name, p in data.get("precisions", {}).items()
+        }
+        return cls(
+            workload=data["workload"],
+            environment=data["environment"],
+            settings=data.get("settings", {}),
+            precisions=precisions,
+            status=data.get("status", "partial"),
+            created=data.get("created", ""),
+            schema=data["schema"],
+            schema_version=data["schema_version"],
+        )
+
+
+def slug(text: str) -> str:
+    """Lower-case text reduced to letters, digits and single dashes, for file names."""
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "unknown"
+
+
+def result_filename(gpu_name: str, workload: str, mode: str, when: datetime | None = None) -> str:
+    """A file name that tells GPU, model, mode and time, e.g. nvidia-h100-80gb-hbm3_bert-large_train_20261121-171500.json."""
+    when = when or datetime.now(timezone.utc)
+    return f"{slug(gpu_name)}_{slug(workload)}_{mode}_{when.strftime('%Y%m%d-%H%M%S')}.json"
+
+
+def write_result(result: ScanResult, path: str | Path) -> Path:
+    """Write the result atomically: a temp file in the target folder, fsync, then rename over."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            json.dump(result.to_dict(), handle, indent=1, sort_keys=False)
+            handle.write("\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def read_result(path: str | Path) -> ScanResult:
+    """Read a result file. Raises ResultFileError (one line, naming the file) when it cannot."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ResultFileError(f"{path}: cannot read ({exc.strerror or exc})") from exc
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ResultFileError(f"{path}: not a JSON file ({exc})") from exc
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+        raise ResultFileError(f"{path}: not a memprobe result file (no '{SCHEMA}' schema field)")
+    version = data.get("schema_version")
+    if not isinstance(version, int) or version > SCHEMA_VERSION:
+        raise ResultFileError(
+            f"{path}: schema version {version!r} is newer than this memprobe reads ({SCHEMA_VERSION}); upgrade memprobe"
+        )
+    try:
+        return ScanResult.from_dict(data)
+    except (KeyError, TypeError) as exc:
+        raise ResultFileError(f"{path}: incomplete result file (missing {exc})") from exc
+
+
+def find_result_files(paths: list[str | Path]) -> list[Path]:
+    """Expand files and folders (searched recursively for *.json) into a sorted list of files."""
+    found: list[Path] = []
+    for p in map(Path, paths):
+        if p.is_dir():
+            found.extend(sorted(q for q in p.rglob("*.json") if not q.name.startswith(".")))
+        else:
+            found.append(p)
+    return found

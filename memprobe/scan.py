@@ -1,0 +1,285 @@
+"""Scan one workload in each precision: search the max batch, prove it fresh, measure throughput.
+
+No torch here: all GPU work happens in trial processes (runner.Worker). The result file is
+rewritten atomically after every precision, so an interrupted scan keeps what it finished.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Protocol
+
+from .device import host_environment
+from .errors import CRASH, ERROR, OOM, OUTCOMES, TIMEOUT
+from .registry import Workload
+from .results import PrecisionResult, ScanResult, result_filename, write_result
+from .runner import Worker, WorkerError, WorkerFactory, WorkerSpec
+from .search import Attempt, EdgeCheck, SearchResult, confirm_edge, find_max_batch, fit_memory_model
+
+PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
+MODES = ("train", "infer")
+
+
+class NoCudaError(RuntimeError):
+    """The trial process found no usable CUDA device."""
+
+
+@dataclass
+class ScanOptions:
+    """How to scan. `steps` is the whole trial: one warm-up step + K >= 2 more."""
+
+    precisions: list[str]
+    mode: str = "train"
+    steps: int = 3
+    warmup: int = 3
+    timed_steps: int = 10
+    batches: list[int] = field(default_factory=list)
+    max_batch: int = 65536
+    max_trials: int = 40
+    fresh_checks: int = 6
+    measure: bool = True
+    device: str = "cuda"
+    cpu_budget_bytes: int | None = None
+    cudnn_benchmark: bool = False
+    timeout_s: float = 1800.0
+
+    def __post_init__(self) -> None:
+        if self.steps < 3:
+            raise ValueError("a trial needs a warm-up step and at least 2 more (steps >= 3)")
+        unknown = [p for p in self.precisions if p not in PRECISIONS]
+        if unknown or not self.precisions:
+            raise ValueError(f"unknown precision {', '.join(unknown) or '(none)'}; choose from {', '.join(PRECISIONS)}")
+        if self.mode not in MODES:
+            raise ValueError(f"unknown mode '{self.mode}'; choose train or infer")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k != "precisions"} | {"precisions": list(self.precisions)}
+
+
+class Progress(Protocol):
+    def precision_start(self, workload: str, precision: str) -> None: ...
+    def trial_start(self, workload: str, precision: str, index: int, batch: int, fresh: bool) -> None: ...
+    def trial_end(self, attempt: Attempt) -> None: ...
+    def note(self, text: str) -> None: ...
+
+
+class _InProcessTrials:
+    """try_batch for the search: trials in one long-lived process, replaced after a crash."""
+
+    def __init__(self, factory: WorkerFactory, spec: WorkerSpec, worker: Worker, steps: int,
+                 announce: Callable[[int, bool], None]) -> None:
+        self.factory, self.spec, self.worker, self.steps, self.announce = factory, spec, worker, steps, announce
+
+    def __call__(self, batch: int) -> Attempt:
+        self.announce(batch, False)
+        if self.worker is None:
+            try:
+                self.worker = self.factory.fresh(self.spec)
+            except WorkerError as exc:
+                return Attempt(batch, ERROR, message=f"could not restart the trial process: {exc}")
+        attempt = self.worker.trial(batch, self.steps)
+        if attempt.outcome in (CRASH, TIMEOUT):
+            self.close()  # the context is unusable; the next trial gets a new process
+        return attempt
+
+    def close(self) -> None:
+        if self.worker is not None:
+            self.worker.close()
+            self.worker = None
+
+
+class _FreshChecks:
+    """check(n) for confirm_edge: each batch in a new process; the last fitting one is kept for timing."""
+
+    def __init__(self, factory: WorkerFactory, spec: WorkerSpec, steps: int,
+                 announce: Callable[[int, bool], None]) -> None:
+        self.factory, self.spec, self.steps, self.announce = factory, spec, steps, announce
+        self.held: Worker | None = None
+        self.held_batch: int | None = None
+
+    def release(self) -> None:
+        if self.held is not None:
+            self.held.close()
+        self.held, self.held_batch = None, None
+
+    def __call__(self, batch: int) -> Attempt:
+        self.release()  # nothing else may hold GPU memory during a fresh check
+        self.announce(batch, True)
+        try:
+            worker = self.factory.fresh(self.spec)
+        except WorkerError as exc:
+            outcome = exc.kind if exc.kind in OUTCOMES else ERROR
+            return Attempt(batch, outcome, message=str(exc))
+        attempt = worker.trial(batch, self.steps)
+        if attempt.fits:
+            self.held, self.held_batch = worker, batch
+        else:
+            worker.close()
+        return attempt
+
+    def worker_for(self, batch: int) -> Worker:
+        """A process for timing at `batch`: the one that just proved it fits, else a new one."""
+        if self.held is not None and self.held_batch == batch:
+            return self.held
+        self.release()
+        self.held, self.held_batch = self.factory.fresh(self.spec), batch
+        return self.held
+
+
+def memory_models(attempts: list[Attempt]) -> dict[str, Any]:
+    """Static and per-sample bytes fitted on every successful trial, by allocated and reserved peaks."""
+    models = {}
+    for basis in ("peak_allocated", "peak_reserved"):
+        model = fit_memory_model(attempts, basis=basis)
+        if model is not None:
+            models[basis] = model.to_dict()
+    return models
+
+
+def _proof(edge: EdgeCheck, found: SearchResult) -> dict[str, Any]:
+    return {
+        "in_process": {"fits": found.max_batch, "fails": found.first_failure},
+        "fits": edge.fits,
+        "fails": edge.fails,
+        "fail_outcome": next((a.outcome for a in edge.checks if a.batch == edge.fails), None),
+        "agreed": edge.agreed,
+        "verified": edge.verified,
+        "checks": [a.to_dict() for a in edge.checks],
+    }
+
+
+def scan_precision(workload: Workload, precision: str, opts: ScanOptions, factory: WorkerFactory,
+                   progress: Progress, on_environment: Callable[[dict[str, Any]], None]) -> PrecisionResult:
+    """Search, prove and measure one precision. Raises NoCudaError when there is no CUDA device."""
+    result = PrecisionResult(precision, status="running")
+    spec = WorkerSpec(workload, precision, opts.mode, opts.device, opts.cpu_budget_bytes,
+                      {"cudnn_benchmark": opts.cudnn_benchmark}, opts.timeout_s)
+    counter = {"n": 0}
+
+    def announce(batch: int, fresh: bool) -> None:
+        counter["n"] += 1
+        progress.trial_start(workload.name, precision, counter["n"], batch, fresh)
+
+    started = time.perf_counter()
+    try:
+        worker = factory.fresh(spec)
+    except WorkerError as exc:
+        if exc.kind == "no_cuda":
+            raise NoCudaError(str(exc)) from exc
+        if exc.kind == OOM:  # the model itself does not fit: batch 1 cannot train
+            result.status, result.max_batch, result.stop = "done", 0, "nothing-fits"
+            result.error = str(exc)
+            return result
+        result.status, result.error = "error", str(exc)
+        return result
+    on_environment(worker.info["environment"])
+    result.capacity_bytes = worker.info.get("capacity_bytes")
+    result.settings = {"task": worker.info.get("task", {}), "flags": worker.info["environment"].get("flags", {}),
+                       "weights_bytes": worker.info.get("weights_bytes"), "build_seconds": worker.info.get("build_seconds")}
+
+    trials = _InProcessTrials(factory, spec, worker, opts.steps, announce)
+    try:
+        found = find_max_batch(trials, result.capacity_bytes, opts.max_batch, opts.max_trials,
+                               on_attempt=progress.trial_end)
+    finally:
+        trials.close()
+    result.search_seconds = round(time.perf_counter() - started, 2)
+    result.attempts = [a.to_dict() for a in found.attempts]
+    result.memory_model = memory_models(found.attempts)
+    result.stop = found.stop
+    if found.stop == "error":
+        result.status, result.error, result.max_batch = "error", found.error, None
+        return result
+
+    checks = _FreshChecks(factory, spec, opts.steps, announce)
+    try:
+        edge = confirm_edge(lambda n: _reported(checks(n), progress), found, opts.fresh_checks, opts.max_batch)
+        result.max_batch = edge.max_batch
+        result.proof = _proof(edge, found)
+        result.proof["seconds"] = round(time.perf_counter() - started - result.search_seconds, 2)
+        if not edge.agreed:
+            progress.note(f"fresh-process check moved the edge: in-process {found.max_batch}, fresh {edge.max_batch}"
+                          + ("" if edge.verified else " (not verified within the check limit)"))
+        if opts.measure and edge.max_batch > 0:
+            progress.note(f"timing {opts.timed_steps} steps at batch {edge.max_batch}")
+            result.throughput = checks.worker_for(edge.max_batch).measure(edge.max_batch, opts.warmup, opts.timed_steps)
+        checks.release()
+        for batch in opts.batches:
+            progress.note(f"timing {opts.timed_steps} steps at requested batch {batch}")
+            result.extra_batches.append(_measure_fresh(factory, spec, batch, opts))
+    finally:
+        checks.release()
+    result.status = "done"
+    return result
+
+
+def _reported(attempt: Attempt, progress: Progress) -> Attempt:
+    attempt.fresh = True
+    progress.trial_end(attempt)
+    return attempt
+
+
+def _measure_fresh(factory: WorkerFactory, spec: WorkerSpec, batch: int, opts: ScanOptions) -> dict[str, Any]:
+    try:
+        worker = factory.fresh(spec)
+    except WorkerError as exc:
+        return {"batch": batch, "outcome": exc.kind, "error": str(exc)}
+    try:
+        return worker.measure(batch, opts.warmup, opts.timed_steps)
+    finally:
+        worker.close()
+
+
+def scan_workload(workload: Workload, opts: ScanOptions, out_dir: str | Path, progress: Progress) -> tuple[ScanResult, Path]:
+    """Scan every requested precision of one workload, writing the result file after each.
+
+    Returns the result and its path. Raises NoCudaError (nothing written) when there is no CUDA
+    device; on KeyboardInterrupt writes what finished, marked partial, and re-raises.
+    """
+    result = ScanResult(workload=workload.to_dict(), environment=host_environment(), settings=opts.to_dict())
+    factory = WorkerFactory(workload)
+    state: dict[str, Any] = {"path": None, "env_seen": False}
+
+    def on_environment(env: dict[str, Any]) -> None:
+        if not state["env_seen"]:
+            state["env_seen"] = True
+            result.environment.update(env)
+
+    def save() -> None:
+        if state["path"] is None:
+            gpu = result.environment.get("gpu", {}).get("name") or _nvml_gpu_name(opts.device)
+            state["path"] = Path(out_dir) / result_filename(gpu, workload.name, opts.mode)
+        write_result(result, state["path"])
+
+    try:
+        for precision in opts.precisions:
+            progress.precision_start(workload.name, precision)
+            result.precisions[precision] = PrecisionResult(precision, status="running")
+            result.precisions[precision] = scan_precision(workload, precision, opts, factory, progress, on_environment)
+            save()
+        result.status = "complete"
+    except KeyboardInterrupt:
+        for p in result.precisions.values():
+            if p.status == "running":
+                p.status = "interrupted"
+        result.settings["interrupted"] = True
+        raise
+    finally:
+        factory.close()
+        if any(p.status in ("done", "error") for p in result.precisions.values()):
+            save()
+    return result, state["path"]
+
+
+def _nvml_gpu_name(device: str) -> str:
+    """The GPU's name from NVML, for file names when no trial process reported one."""
+    if device == "cpu":
+        return "cpu"
+    try:
+        from .device import visible_gpu
+
+        return visible_gpu().name
+    except Exception:  # noqa: BLE001 - only a file name is at stake
+        return "unknown-gpu"

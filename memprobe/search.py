@@ -1,0 +1,287 @@
+"""Find the exact largest batch that fits, over an abstract `try_batch(n) -> Attempt`.
+
+Pure arithmetic, no torch: the GPU side lives in the trial worker, so this module can be tested
+against fake trial functions and reused for any resource with a monotone "fits" predicate.
+
+Strategy (see DESIGN.md, "Finding the max batch in few trials"):
+1. try batch 1 and 2 and fit peak(b) = static + per_sample * b to their measured peaks;
+2. jump to the batch that model predicts for the usable memory;
+3. walk from there towards the edge with steps 1, 2, 4, ... (refitting on the largest successes
+   after each fit), so a prediction off by d costs O(log d) trials;
+4. once the edge is bracketed, bisect. Without a capacity figure the jump is replaced by doubling.
+Batch and trial count are bounded, so the worst case stays logarithmic in the cap.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Callable, Iterable
+
+from .errors import ERROR, FIT
+
+MAX_GROWTH = 8  # largest jump, as a multiple of the largest batch known to fit, before a failure is seen
+
+
+@dataclass
+class Attempt:
+    """One trial: a batch size, what happened, the peak memory it reached, and how long it took."""
+
+    batch: int
+    outcome: str
+    peak_allocated: int | None = None
+    peak_reserved: int | None = None
+    seconds: float = 0.0
+    message: str = ""
+    fresh: bool = False  # True when it ran in a process that had run nothing else (a proof check)
+
+    @property
+    def fits(self) -> bool:
+        return self.outcome == FIT
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Attempt":
+        return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
+
+
+@dataclass
+class MemoryModel:
+    """Linear model of peak memory: peak(b) = static_bytes + per_sample_bytes * b."""
+
+    static_bytes: float
+    per_sample_bytes: float
+    basis: str  # which measured peak it was fitted to: "peak_reserved" or "peak_allocated"
+    points: int  # number of distinct batch sizes it was fitted on
+    max_residual_bytes: float = 0.0
+
+    def predict(self, batch: float) -> float:
+        return self.static_bytes + self.per_sample_bytes * batch
+
+    def max_batch_for(self, capacity_bytes: float) -> int:
+        """The largest batch whose predicted peak stays within capacity (0 if none)."""
+        if self.per_sample_bytes <= 0:
+            raise ValueError("memory model has no per-sample cost")
+        return max(0, math.floor((capacity_bytes - self.static_bytes) / self.per_sample_bytes))
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def fit_memory_model(
+    attempts: Iterable[Attempt], basis: str = "peak_reserved", largest: int | None = None
+) -> MemoryModel | None:
+    """Least-squares fit of peak memory against batch over the successful attempts.
+
+    `largest` keeps only that many of the largest distinct batch sizes (the curve near the edge is
+    what matters for prediction). Returns None with fewer than two distinct batches or a non-positive
+    slope. Repeated batch sizes are averaged.
+    """
+    by_batch: dict[int, list[float]] = {}
+    for a in attempts:
+        value = getattr(a, basis)
+        if a.fits and value is not None:
+            by_batch.setdefault(a.batch, []).append(float(value))
+    batches = sorted(by_batch)
+    if largest is not None:
+        batches = batches[-largest:]
+    if len(batches) < 2:
+        return None
+    xs = [float(b) for b in batches]
+    ys = [sum(by_batch[b]) / len(by_batch[b]) for b in batches]
+    n = len(xs)
+    mx, my = sum(xs) / n, sum(ys) / n
+    sxx = sum((x - mx) ** 2 for x in xs)
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
+    if slope <= 0:
+        return None
+    static = my - slope * mx
+    residual = max(abs(y - (static + slope * x)) for x, y in zip(xs, ys))
+    return MemoryModel(static, slope, basis, n, residual)
+
+
+@dataclass
+class SearchResult:
+    """Outcome of the in-process search. `max_batch` fits; `first_failure` (= max_batch + 1 when
+    `stop == "edge"`) does not."""
+
+    max_batch: int
+    first_failure: int | None
+    stop: str  # "edge" | "nothing-fits" | "cap" | "trial-limit" | "error"
+    attempts: list[Attempt] = field(default_factory=list)
+    error: str = ""
+
+    @property
+    def trials(self) -> int:
+        return len(self.attempts)
+
+
+class _Stop(Exception):
+    pass
+
+
+def find_max_batch(
+    try_batch: Callable[[int], Attempt],
+    capacity_bytes: float | None = None,
+    max_batch: int = 65536,
+    max_trials: int = 40,
+    on_attempt: Callable[[Attempt], None] | None = None,
+) -> SearchResult:
+    """Search the largest batch n with try_batch(n).fits, assuming fits is monotone in n.
+
+    capacity_bytes: memory the workload may use, in the same terms as the attempts' peaks
+    (peak_reserved, else peak_allocated); without it the search doubles until the first failure.
+    A trial whose outcome is ERROR stops the search (retrying at another batch will not help);
+    every other non-fit outcome bounds the edge from above. Never raises for trial outcomes.
+    """
+    if max_batch < 1:
+        raise ValueError("max_batch must be at least 1")
+    attempts: list[Attempt] = []
+    lo, hi = 0, max_batch + 1  # invariant: lo fits (0 = nothing known), hi does not (cap+1 = unknown)
+    state = {"lo": lo, "hi": hi}
+
+    def run(batch: int) -> Attempt:
+        if len(attempts) >= max_trials:
+            raise _Stop("trial-limit")
+        attempt = try_batch(batch)
+        attempts.append(attempt)
+        if on_attempt is not None:
+            on_attempt(attempt)
+        if attempt.outcome == ERROR:
+            raise _Stop("error")
+        if attempt.fits:
+            state["lo"] = max(state["lo"], batch)
+        else:
+            state["hi"] = min(state["hi"], batch)
+        return attempt
+
+    def predict() -> int | None:
+        if capacity_bytes is None:
+            return None
+        basis = "peak_reserved" if any(a.peak_reserved for a in attempts if a.fits) else "peak_allocated"
+        model = fit_memory_model(attempts, basis=basis, largest=3)
+        return None if model is None else model.max_batch_for(capacity_bytes)
+
+    stop = "edge"
+    try:
+        if not run(1).fits:
+            return SearchResult(0, 1, "nothing-fits", attempts)
+        if max_batch >= 2:
+            run(2)
+        step = base_step = 1
+        direction = 0  # +1 walking up from a fit, -1 walking down from a failure, 0 not walking
+        bracketed_by_walk = False
+        while state["hi"] - state["lo"] > 1:
+            lo, hi = state["lo"], state["hi"]
+            guess = predict()
+            stepped = False
+            if bracketed_by_walk or (guess is None and hi <= max_batch):
+                candidate = (lo + hi) // 2
+            elif guess is None:
+                candidate = 2 * lo  # no model: double until a failure
+            elif direction == 0:
+                candidate = guess  # the jump
+                # After the jump, try b+1 (or b-1) first; if the model was off, the walk grows from
+                # ~0.4% of the batch, so large batches do not crawl by one.
+                step, base_step = 1, max(1, guess // 256)
+            elif direction > 0:
+                stepped = lo + step > guess
+                candidate = max(lo + step, guess)
+            else:
+                stepped = hi - step < guess
+                candidate = min(hi - step, guess)
+            capped = hi > max_batch and candidate > lo * MAX_GROWTH
+            if capped:
+                # A fit from tiny batches can be far off (allocator rounding dominates), so never
+                # go more than MAX_GROWTH x past a known fit before the model is refitted there.
+                candidate = lo * MAX_GROWTH
+            candidate = min(max(candidate, lo + 1), hi - 1)
+            attempt = run(candidate)
+            if capped and attempt.fits and direction == 0:
+                continue  # still approaching the predicted edge: the next step is a new jump
+            new_direction = 1 if attempt.fits else -1
+            if direction != 0 and new_direction != direction:
+                bracketed_by_walk = True  # the walk overshot: the edge lies inside a known interval
+            # Steps grow only while the model keeps lagging behind the walk.
+            if direction != 0:
+                step = max(step * 2, base_step) if stepped and new_direction == direction else max(1, step // 2)
+            direction = new_direction
+        if state["lo"] >= max_batch:
+            stop = "cap"
+    except _Stop as reason:
+        stop = str(reason)
+    lo, hi = state["lo"], state["hi"]
+    error = attempts[-1].message if stop == "error" else ""
+    return SearchResult(lo, hi if hi <= max_batch else None, stop, attempts, error)
+
+
+@dataclass
+class EdgeCheck:
+    """The proof pair re-checked in fresh processes: `fits` fits and `fails` does not."""
+
+    max_batch: int
+    fits: int | None
+    fails: int | None
+    agreed: bool  # True when the fresh checks confirmed the in-process answer unchanged
+    verified: bool  # True when both halves of the pair were seen in fresh processes
+    checks: list[Attempt] = field(default_factory=list)
+
+
+def confirm_edge(
+    check: Callable[[int], Attempt],
+    found: SearchResult,
+    max_checks: int = 6,
+    max_batch: int = 65536,
+) -> EdgeCheck:
+    """Re-check the search's answer in fresh processes and move it if the fresh edge differs.
+
+    `check(n)` must run batch n in a process that ran nothing else. The pair is checked failure-side
+    first (B+1), then B, so that the last fresh process is the one that proved B fits (the caller
+    can measure throughput in it). If the edge moved, walk by one in the direction the checks say,
+    at most `max_checks` checks in all.
+    """
+    checks: list[Attempt] = []
+
+    def run(batch: int) -> Attempt:
+        attempt = check(batch)
+        attempt.fresh = True
+        checks.append(attempt)
+        return attempt
+
+    claimed = found.max_batch
+    if found.stop == "error":
+        return EdgeCheck(claimed, None, None, False, False, checks)
+    if claimed >= max_batch:  # everything fit up to the cap: only B can be checked
+        ok = run(claimed).fits
+        return EdgeCheck(claimed, claimed if ok else None, None, ok, ok, checks)
+
+    fit_at: int | None = None
+    fail_at: int | None = None
+    upper = run(claimed + 1)
+    if upper.fits:
+        fit_at = claimed + 1
+        batch = claimed + 2
+        while len(checks) < max_checks and batch <= max_batch:
+            if run(batch).fits:
+                fit_at = batch
+                batch += 1
+            else:
+                fail_at = batch
+                break
+    else:
+        fail_at = claimed + 1
+        batch = claimed
+        while len(checks) < max_checks and batch >= 1:
+            if run(batch).fits:
+                fit_at = batch
+                break
+            fail_at = batch
+            batch -= 1
+        if fit_at is None and fail_at == 1:
+            fit_at = 0  # batch 1 does not fit in a fresh process either
+    verified = fit_at is not None and fail_at is not None and fail_at == fit_at + 1
+    agreed = verified and fit_at == claimed
+    best = fit_at if fit_at is not None else claimed
+    return EdgeCheck(best, fit_at, fail_at, agreed, verified, checks)

@@ -1,0 +1,94 @@
+"""Run training (or inference) steps at one batch size and report what happened.
+
+One trial = one warm-up step + K more (K >= 2: optimizer state exists from the first step on, and
+the allocator has seen the steady state). Peak memory comes from the CUDA caching allocator's
+statistics (or the CPU fake allocator). Errors are classified (errors.classify_error) and memory is
+released *after* leaving the except block: the exception's traceback keeps tensors alive.
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+from typing import Any
+
+import torch
+
+from .cpu_memory import LiveBytes
+from .errors import CRASH, FIT, classify_error
+from .workloads.base import Amp, TrainTask
+
+
+class Memory:
+    """Peak-memory bookkeeping for a device: CUDA allocator stats, or the CPU fake allocator."""
+
+    def __init__(self, device: torch.device, cpu_tracker: LiveBytes | None = None) -> None:
+        self.device = device
+        self.cpu = cpu_tracker
+
+    def reset(self) -> None:
+        gc.collect()
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats(self.device)
+        elif self.cpu is not None:
+            self.cpu.reset_peak()
+
+    def synchronize(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def peaks(self) -> tuple[int | None, int | None]:
+        """(peak allocated, peak reserved) bytes since the last reset."""
+        if self.device.type == "cuda":
+            return torch.cuda.max_memory_allocated(self.device), torch.cuda.max_memory_reserved(self.device)
+        if self.cpu is not None:
+            return self.cpu.peak, self.cpu.peak
+        return None, None
+
+
+def run_steps(task: TrainTask, amp: Amp, batch: Any, steps: int, mode: str) -> None:
+    """Run `steps` training steps (or forward passes in infer mode) on one prepared batch."""
+    for _ in range(steps):
+        if mode == "train":
+            task.train_step(batch, amp)
+        else:
+            task.infer_step(batch, amp)
+
+
+def run_trial(task: TrainTask, precision: str, mode: str, batch_size: int, steps: int, memory: Memory) -> dict:
+    """Run one trial and return an Attempt as a dict (batch, outcome, peaks, seconds, message).
+
+    Never raises for errors inside the step; a CRASH outcome means the caller's process must end.
+    """
+    memory.reset()
+    started = time.perf_counter()
+    outcome, message = FIT, ""
+    try:
+        if mode == "train":
+            task.start()
+        amp = Amp(precision, task.device)
+        inputs = task.make_batch(batch_size)
+        run_steps(task, amp, inputs, steps, mode)
+        memory.synchronize()
+    except Exception as exc:  # noqa: BLE001 - every failure is classified, none is a fit
+        outcome = classify_error(type(exc).__name__, str(exc))
+        message = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:500]
+        # Keep nothing from the exception: its traceback holds the step's tensors.
+        del exc
+    seconds = time.perf_counter() - started
+    # Cleanup outside the except block, so the traceback's frames are gone before memory is freed.
+    inputs = amp = None  # noqa: F841
+    peak_allocated, peak_reserved = memory.peaks()
+    if outcome != CRASH:
+        task.stop()
+        memory.reset()
+    return {
+        "batch": batch_size,
+        "outcome": outcome,
+        "peak_allocated": peak_allocated,
+        "peak_reserved": peak_reserved,
+        "seconds": round(seconds, 4),
+        "message": message,
+    }

@@ -1,0 +1,182 @@
+"""The trial process: builds one workload on the device and runs trials on request.
+
+Started by runner.Worker as `python -m memprobe.worker --preload MODULE`. It speaks JSON lines:
+one request per line on stdin, one answer per line on the protocol pipe (the original stdout;
+fd 1 is redirected to stderr so library prints cannot corrupt the protocol). It imports torch and
+the workload's module at start but touches CUDA only at `setup`, so a spare worker can wait,
+pre-imported, while another process is being measured.
+
+Requests: setup, trial, measure, exit. After a CRASH outcome the process answers and exits: a
+corrupted CUDA context cannot run another trial.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import signal
+import sys
+import time
+from typing import Any
+
+import torch
+
+from .cpu_memory import LiveBytes
+from .device import torch_environment
+from .errors import CRASH, classify_error
+from .measure import UtilizationSampler, summarize_times, time_steps
+from .registry import FAMILIES
+from .trial import Memory, run_steps, run_trial
+from .workloads.base import Amp
+
+EXIT_AFTER_CRASH = 3
+
+
+def apply_precision_flags(precision: str, cudnn_benchmark: bool) -> None:
+    """fp32 is true FP32 (TF32 off everywhere); tf32 turns TF32 on; fp16/bf16 keep PyTorch's defaults."""
+    if precision == "fp32":
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+    elif precision == "tf32":
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+    torch.backends.cudnn.benchmark = cudnn_benchmark
+
+
+class Session:
+    """State of one worker: the built task, its device and memory bookkeeping."""
+
+    def __init__(self) -> None:
+        self.task = None
+        self.precision = ""
+        self.mode = "train"
+        self.memory: Memory | None = None
+
+    def setup(self, req: dict[str, Any]) -> dict[str, Any]:
+        device = torch.device(req.get("device", "cuda"))
+        if device.type == "cuda" and not torch.cuda.is_available():
+            reason = "torch was built without CUDA" if torch.version.cuda is None else "torch sees no CUDA device"
+            return {"ok": False, "kind": "no_cuda", "message": reason}
+        if device.type == "cuda" and device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
+        settings = req.get("settings", {})
+        self.precision, self.mode = req["precision"], req.get("mode", "train")
+        apply_precision_flags(self.precision, bool(settings.get("cudnn_benchmark", False)))
+        tracker = None
+        if device.type == "cpu":
+            tracker = LiveBytes(req.get("cpu_budget_bytes"))
+            tracker.__enter__()  # stays active for the life of this process
+        self.memory = Memory(device, tracker)
+        workload = req["workload"]
+        module_name, func = FAMILIES[workload["family"]].split(":")
+        builder = getattr(importlib.import_module(module_name), func)
+        started = time.perf_counter()
+        torch.manual_seed(0)
+        try:
+            self.task = builder(workload["params"], workload["optimizer"], device)
+        except Exception as exc:  # noqa: BLE001 - a model that cannot be built fits no batch
+            kind = classify_error(type(exc).__name__, str(exc))
+            return {"ok": False, "kind": kind, "message": f"building {workload['name']}: {type(exc).__name__}: {exc}"[:500]}
+        self.memory.synchronize()
+        build_seconds = time.perf_counter() - started
+        if device.type == "cuda":
+            free, _total = torch.cuda.mem_get_info(device)
+            capacity = free + torch.cuda.memory_reserved(device)
+            weights = torch.cuda.memory_allocated(device)
+        else:
+            capacity = req.get("cpu_budget_bytes")
+            weights = tracker.current if tracker else None
+        return {
+            "ok": True,
+            "environment": torch_environment(device),
+            "capacity_bytes": capacity,
+            "weights_bytes": weights,
+            "build_seconds": round(build_seconds, 3),
+            "task": self.task.describe(),
+            "unit": self.task.unit,
+        }
+
+    def trial(self, req: dict[str, Any]) -> dict[str, Any]:
+        return {"attempt": run_trial(self.task, self.precision, self.mode, int(req["batch"]), int(req["steps"]), self.memory)}
+
+    def measure(self, req: dict[str, Any]) -> dict[str, Any]:
+        """Warm up, then time steps with utilization sampling. Errors are classified, not raised."""
+        n, warmup, steps = int(req["batch"]), int(req["warmup"]), int(req["steps"])
+        task, memory = self.task, self.memory
+        memory.reset()
+        result: dict[str, Any] = {"batch": n, "warmup_steps": warmup}
+        failure = None
+        try:
+            if self.mode == "train":
+                task.start()
+            amp = Amp(self.precision, task.device)
+            inputs = task.make_batch(n)
+            run_steps(task, amp, inputs, warmup, self.mode)
+            memory.synchronize()
+            sampler = UtilizationSampler(task.device, float(req.get("sample_interval", 0.1)))
+            sampler.start()
+            try:
+                times = time_steps(lambda: run_steps(task, amp, inputs, 1, self.mode), steps, task.device)
+            finally:
+                utilization = sampler.stop()
+        except Exception as exc:  # noqa: BLE001
+            failure = (classify_error(type(exc).__name__, str(exc)), f"{type(exc).__name__}: {exc}"[:500])
+            del exc
+        inputs = amp = None  # noqa: F841 - free the batch before reading peaks and cleaning up
+        result["peak_allocated"], result["peak_reserved"] = memory.peaks()
+        if failure is not None:
+            result.update(outcome=failure[0], error=failure[1])
+            if failure[0] != CRASH:
+                task.stop()
+                memory.reset()
+            return result
+        task.stop()
+        memory.reset()
+        stats = summarize_times(times)
+        units = n * task.units_per_sample
+        result.update(outcome="fit", step_time=stats, unit=task.unit,
+                      samples_per_s=n / stats["median_s"], units_per_s=units / stats["median_s"],
+                      utilization=utilization)
+        return result
+
+
+def _serve(protocol) -> int:
+    session = Session()
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        req = json.loads(line)
+        op = req.get("op")
+        if op == "exit":
+            return 0
+        handler = {"setup": session.setup, "trial": session.trial, "measure": session.measure}.get(op)
+        if handler is None:
+            answer: dict[str, Any] = {"ok": False, "kind": "error", "message": f"unknown op {op!r}"}
+        else:
+            answer = handler(req)
+        protocol.write(json.dumps(answer) + "\n")
+        protocol.flush()
+        crashed = answer.get("attempt", {}).get("outcome") == CRASH or answer.get("outcome") == CRASH
+        if crashed:
+            return EXIT_AFTER_CRASH
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--preload", action="append", default=[], help="module to import before setup")
+    args = parser.parse_args(argv)
+    # The parent decides when to stop; Ctrl-C in the terminal must not kill a trial halfway.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    protocol = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    for module in args.preload:
+        importlib.import_module(module)
+    return _serve(protocol)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

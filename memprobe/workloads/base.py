@@ -1,0 +1,131 @@
+"""What every workload provides to the trial runner: a model on a device, synthetic inputs, one step.
+
+A training step is forward, loss, backward, optimizer step, zero_grad(set_to_none=True), run under
+the precision's autocast and GradScaler. Workloads with more than one optimizer (GANs) override
+`train_step`; everything else only says how to make a batch and compute the loss.
+"""
+
+from __future__ import annotations
+
+from contextlib import nullcontext
+from typing import Any
+
+import torch
+
+AUTOCAST_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+class Amp:
+    """The precision's autocast context and loss scaling. fp32/tf32 run without autocast.
+
+    fp16 uses a GradScaler (one per trial, shared by all optimizers of a step), as mixed-precision
+    training needs; bf16 does not need one.
+    """
+
+    def __init__(self, precision: str, device: torch.device) -> None:
+        self.precision = precision
+        self.device = device
+        self.dtype = AUTOCAST_DTYPES.get(precision)
+        use_scaler = precision == "fp16"
+        self.scaler = torch.amp.GradScaler(device.type) if use_scaler else None
+
+    def autocast(self):
+        if self.dtype is None:
+            return nullcontext()
+        return torch.autocast(device_type=self.device.type, dtype=self.dtype)
+
+    def backward(self, loss: torch.Tensor) -> None:
+        (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
+
+    def step(self, optimizer: torch.optim.Optimizer) -> None:
+        if self.scaler is not None:
+            self.scaler.step(optimizer)
+        else:
+            optimizer.step()
+
+    def update(self) -> None:
+        if self.scaler is not None:
+            self.scaler.update()
+
+
+def make_optimizer(params, spec: dict[str, Any], device: torch.device) -> torch.optim.Optimizer:
+    """Build the optimizer a careful user would: fused kernels on CUDA, foreach elsewhere.
+
+    Raises ValueError for an unknown optimizer name (the registry validates names first).
+    """
+    name = spec["name"]
+    lr = float(spec.get("lr", 1e-3))
+    fast = {"fused": True} if device.type == "cuda" else {"foreach": True}
+    if name == "adamw":
+        return torch.optim.AdamW(params, lr=lr, betas=tuple(spec.get("betas", (0.9, 0.999))),
+                                 weight_decay=float(spec.get("weight_decay", 0.01)), **fast)
+    if name == "adam":
+        return torch.optim.Adam(params, lr=lr, betas=tuple(spec.get("betas", (0.9, 0.999))), **fast)
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=lr, momentum=float(spec.get("momentum", 0.9)),
+                               weight_decay=float(spec.get("weight_decay", 0.0)), **fast)
+    raise ValueError(f"unknown optimizer '{name}'")
+
+
+class TrainTask:
+    """A model built on a device with its synthetic inputs. Subclasses implement make_batch and loss."""
+
+    unit = "samples"
+
+    def __init__(self, model: torch.nn.Module, optimizer_spec: dict[str, Any], device: torch.device,
+                 units_per_sample: float = 1.0) -> None:
+        self.model = model
+        self.optimizer_spec = optimizer_spec
+        self.device = device
+        self.units_per_sample = units_per_sample
+        self.optimizers: list[torch.optim.Optimizer] = []
+
+    # -- to implement -------------------------------------------------------------------------
+    def make_batch(self, n: int) -> Any:
+        """Synthetic worst-case inputs for batch n, on the device."""
+        raise NotImplementedError
+
+    def loss(self, batch: Any) -> torch.Tensor:
+        """Forward pass and loss (called inside autocast)."""
+        raise NotImplementedError
+
+    def infer(self, batch: Any) -> Any:
+        """Forward pass only, for --mode infer."""
+        raise NotImplementedError
+
+    # -- shared -------------------------------------------------------------------------------
+    def start(self) -> None:
+        """Create fresh optimizer state for a trial (it appears at the first optimizer step)."""
+        self.model.train()
+        self.optimizers = [make_optimizer(self.model.parameters(), self.optimizer_spec, self.device)]
+
+    def stop(self) -> None:
+        """Drop optimizer state and gradients so the next trial starts from the weights alone."""
+        self.optimizers = []
+        for p in self.model.parameters():
+            p.grad = None
+
+    def train_step(self, batch: Any, amp: Amp) -> torch.Tensor:
+        (optimizer,) = self.optimizers
+        with amp.autocast():
+            loss = self.loss(batch)
+        amp.backward(loss)
+        amp.step(optimizer)
+        amp.update()
+        optimizer.zero_grad(set_to_none=True)
+        return loss.detach()
+
+    def infer_step(self, batch: Any, amp: Amp) -> Any:
+        self.model.eval()
+        with torch.inference_mode(), amp.autocast():
+            return self.infer(batch)
+
+    def describe(self) -> dict[str, Any]:
+        """Settings that affect memory or speed, recorded in the result."""
+        opt = self.optimizers[0] if self.optimizers else None
+        return {
+            "parameters": sum(p.numel() for p in self.model.parameters()),
+            "optimizer": type(opt).__name__ if opt else self.optimizer_spec["name"],
+            "optimizer_fused": bool(opt.defaults.get("fused")) if opt else self.device.type == "cuda",
+            "units_per_sample": self.units_per_sample,
+        }
