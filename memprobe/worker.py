@@ -102,32 +102,41 @@ class Session:
         return {"attempt": run_trial(self.task, self.precision, self.mode, int(req["batch"]), int(req["steps"]), self.memory)}
 
     def measure(self, req: dict[str, Any]) -> dict[str, Any]:
-        """Warm up, then time steps with utilization sampling. Errors are classified, not raised."""
+        """Warm up, then time steps with utilization sampling. Errors are classified, not raised;
+        `failed_at_step` says which step (1-based, warm-up included) failed."""
         n, warmup, steps = int(req["batch"]), int(req["warmup"]), int(req["steps"])
         task, memory = self.task, self.memory
         memory.reset()
         result: dict[str, Any] = {"batch": n, "warmup_steps": warmup}
+        done = {"steps": 0}
         failure = None
         try:
             if self.mode == "train":
                 task.start()
             amp = Amp(self.precision, task.device)
             inputs = task.make_batch(n)
-            run_steps(task, amp, inputs, warmup, self.mode)
+
+            def step() -> None:
+                done["steps"] += 1
+                run_steps(task, amp, inputs, 1, self.mode)
+
+            for _ in range(warmup):
+                step()
             memory.synchronize()
             sampler = UtilizationSampler(task.device, float(req.get("sample_interval", 0.1)))
             sampler.start()
             try:
-                times = time_steps(lambda: run_steps(task, amp, inputs, 1, self.mode), steps, task.device)
+                times = time_steps(step, steps, task.device)
             finally:
                 utilization = sampler.stop()
         except Exception as exc:  # noqa: BLE001
             failure = (classify_error(type(exc).__name__, str(exc)), f"{type(exc).__name__}: {exc}"[:500])
             del exc
-        inputs = amp = None  # noqa: F841 - free the batch before reading peaks and cleaning up
+        inputs = amp = step = None  # noqa: F841 - free the batch before reading peaks and cleaning up
         result["peak_allocated"], result["peak_reserved"] = memory.peaks()
         if failure is not None:
-            result.update(outcome=failure[0], error=failure[1])
+            # Steps run asynchronously on CUDA: the failing one is at most the last one started.
+            result.update(outcome=failure[0], error=failure[1], failed_at_step=done["steps"])
             if failure[0] != CRASH:
                 task.stop()
                 memory.reset()

@@ -67,6 +67,22 @@ def make_optimizer(params, spec: dict[str, Any], device: torch.device) -> torch.
     raise ValueError(f"unknown optimizer '{name}'")
 
 
+def materialize(model: torch.nn.Module, device: torch.device, init) -> None:
+    """Give a model built on the meta device real storage on `device` and initialise it there.
+
+    Initialising hundreds of millions of parameters on the host takes ~10 s per process, and every
+    fresh-process check pays it; on the GPU it takes a fraction of a second. `init` must set every
+    parameter and buffer (transformers' init_weights does). Raises RuntimeError if any parameter is
+    left non-finite.
+    """
+    model.to_empty(device=device)
+    with torch.no_grad():
+        init()
+    bad = [name for name, p in model.named_parameters() if p.is_floating_point() and not torch.isfinite(p).all()]
+    if bad:
+        raise RuntimeError(f"initialisation left non-finite parameters: {', '.join(bad[:3])}")
+
+
 class TrainTask:
     """A model built on a device with its synthetic inputs. Subclasses implement make_batch and loss."""
 

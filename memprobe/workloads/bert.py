@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from .base import TrainTask
+from .base import TrainTask, materialize
 
 
 def _config(params: dict[str, Any]):
@@ -35,10 +35,10 @@ class BertPretrainingTask(TrainTask):
         from transformers import BertForPreTraining
 
         config = _config(params)
-        # Build directly on the device: initialising 335 M parameters on the CPU takes seconds.
-        with device:
+        with torch.device("meta"):
             model = BertForPreTraining._from_config(config, attn_implementation="sdpa")
-        super().__init__(model.to(device), optimizer, device)
+        materialize(model, device, model.init_weights)
+        super().__init__(model, optimizer, device)
         self.seq_len = int(params["seq_len"])
         self.vocab = int(params["vocab"])
         self.mlm_probability = float(params.get("mlm_probability", 0.15))

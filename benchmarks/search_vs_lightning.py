@@ -1,0 +1,190 @@
+"""Benchmark: memprobe's max-batch search against Lightning's batch-size finder, on one GPU.
+
+For each precision, in one process tree and one after another (never two on the GPU at once):
+1. `memprobe scan --no-throughput` as a user runs it (a subprocess; wall time from start to answer,
+   imports, model build and the fresh-process proof included);
+2. Lightning's `Tuner.scale_batch_size(mode="binsearch")` (defaults: init 2, 3 steps per trial) on
+   the same model, optimizer, precision and synthetic inputs (a subprocess of this script, timed
+   the same way; the tuner call alone is reported too);
+3. the truth for each answer A: A fits and A+1 does not, each checked in a fresh memprobe trial
+   process (warm-up step + 2 more, as memprobe defines a fit).
+Prints a table and writes JSON. Run: python benchmarks/search_vs_lightning.py --out FILE.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+LIGHTNING_PRECISION = {"fp32": "32-true", "fp16": "16-mixed", "bf16": "bf16-mixed"}
+
+
+def lightning_child(model: str, precision: str) -> None:
+    """Run Lightning's binsearch finder on the workload and print one JSON line with the answer."""
+    started = time.perf_counter()
+    import torch
+    import lightning as L
+    from lightning.pytorch.tuner import Tuner
+
+    from memprobe.registry import FAMILIES, load_registry
+    from memprobe.workloads.base import make_optimizer
+    from memprobe.worker import apply_precision_flags
+    import importlib
+
+    apply_precision_flags(precision, cudnn_benchmark=False)
+    workload = load_registry()[model]
+    module, func = FAMILIES[workload.family].split(":")
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")  # cpu: only to test this script
+    task = getattr(importlib.import_module(module), func)(workload.params, workload.optimizer, device)
+
+    class Indices(torch.utils.data.Dataset):
+        def __len__(self) -> int:
+            return 10**7
+
+        def __getitem__(self, i: int) -> int:
+            return i
+
+    class Wrapped(L.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = task.model
+            self.batch_size = 2
+            self.seen: list[int] = []
+
+        def train_dataloader(self):
+            return torch.utils.data.DataLoader(Indices(), batch_size=self.batch_size)
+
+        def training_step(self, idx, _):
+            n = int(idx.shape[0])
+            if not self.seen or self.seen[-1] != n:
+                self.seen.append(n)
+            return task.loss(task.make_batch(n))  # same synthetic on-device inputs as memprobe
+
+        def configure_optimizers(self):
+            return make_optimizer(self.model.parameters(), workload.optimizer, device)
+
+    wrapped = Wrapped()
+    trainer = L.Trainer(accelerator="gpu" if device.type == "cuda" else "cpu", devices=1, precision=LIGHTNING_PRECISION[precision], max_epochs=1,
+                        logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, default_root_dir=tempfile.mkdtemp())
+    tuner_started = time.perf_counter()
+    answer = Tuner(trainer).scale_batch_size(wrapped, mode="binsearch")
+    tuner_seconds = time.perf_counter() - tuner_started
+    print(json.dumps({"answer": answer, "trials": len(wrapped.seen), "tried": wrapped.seen,
+                      "tuner_seconds": round(tuner_seconds, 2),
+                      "child_seconds": round(time.perf_counter() - started, 2)}), flush=True)
+
+
+def run_memprobe(model: str, precision: str, out_dir: str) -> dict:
+    started = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "memprobe", "scan", "--model", model, "--precision", precision,
+                           "--no-throughput", "--out", out_dir], capture_output=True, text=True)
+    wall = time.perf_counter() - started
+    if proc.returncode != 0:
+        return {"error": proc.stderr.strip().splitlines()[-1:] or proc.returncode, "wall_seconds": round(wall, 2)}
+    from memprobe.results import read_result
+
+    newest = max(Path(out_dir).glob("*.json"), key=os.path.getmtime)
+    p = read_result(newest).precisions[precision]
+    return {"answer": p.max_batch, "trials": len(p.attempts) + len(p.proof.get("checks", [])),
+            "in_process_trials": len(p.attempts), "fresh_checks": len(p.proof.get("checks", [])),
+            "tried": [a["batch"] for a in p.attempts] + [f"{c['batch']}*" for c in p.proof.get("checks", [])],
+            "agreed": p.proof.get("agreed"), "wall_seconds": round(wall, 2), "result_file": newest.name}
+
+
+def run_lightning(model: str, precision: str) -> dict:
+    started = time.perf_counter()
+    proc = subprocess.run([sys.executable, __file__, "--lightning-child", "--model", model, "--precision", precision],
+                          capture_output=True, text=True)
+    wall = time.perf_counter() - started
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
+        return {"error": " | ".join(tail), "wall_seconds": round(wall, 2)}
+    # Lightning >= 2.5 lowers its search result by a safety margin (5% by default) and logs both.
+    margin = re.search(r"reducing batch size from (\d+) to (\d+)", proc.stdout + proc.stderr)
+    before = int(margin.group(1)) if margin else None
+    return {**json.loads(lines[-1]), "before_margin": before, "wall_seconds": round(wall, 2)}
+
+
+def truth(model: str, precision: str, answer: int) -> dict:
+    """Whether `answer` is the true edge: it fits and answer+1 does not, each in a fresh process."""
+    from memprobe.registry import FAMILIES, load_registry
+    from memprobe.runner import Worker, WorkerSpec
+
+    workload = load_registry()[model]
+    outcomes = {}
+    for batch in (answer, answer + 1):
+        worker = Worker(FAMILIES[workload.family].split(":")[0])
+        try:
+            worker.setup(WorkerSpec(workload, precision))
+            attempt = worker.trial(batch, 3)
+            outcomes[batch] = attempt.outcome
+        finally:
+            worker.close()
+    return {"fits": outcomes[answer], "next": outcomes[answer + 1],
+            "is_edge": outcomes[answer] == "fit" and outcomes[answer + 1] != "fit"}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="bert-large")
+    parser.add_argument("--precision", default="fp32,fp16")
+    parser.add_argument("--out", default="search_vs_lightning.json")
+    parser.add_argument("--lightning-child", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.lightning_child:
+        lightning_child(args.model, args.precision)
+        return 0
+    try:
+        import lightning  # noqa: F401
+        has_lightning = True
+    except ImportError:
+        has_lightning = False
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for precision in args.precision.split(","):
+            row = {"model": args.model, "precision": precision, "memprobe": run_memprobe(args.model, precision, tmp)}
+            if has_lightning:
+                row["lightning"] = run_lightning(args.model, precision)
+            for tool in ("memprobe", "lightning"):
+                if tool in row and "answer" in row[tool]:
+                    row[tool]["truth"] = truth(args.model, precision, int(row[tool]["answer"]))
+            if row.get("lightning", {}).get("before_margin"):
+                before = row["lightning"]["before_margin"]
+                row["lightning"]["truth_before_margin"] = truth(args.model, precision, before)
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    Path(args.out).write_text(json.dumps({"rows": rows, "lightning_available": has_lightning}, indent=1) + "\n")
+    from tabulate import tabulate
+
+    table = []
+    for row in rows:
+        for tool in ("memprobe", "lightning"):
+            r = row.get(tool)
+            if r is None:
+                continue
+            t = r.get("truth", {})
+            answer = r.get("answer", r.get("error"))
+            if r.get("before_margin"):
+                answer = f"{answer} ({r['before_margin']} before its 5% margin)"
+            table.append([row["model"], row["precision"], tool, answer, r.get("trials"),
+                          r.get("wall_seconds"), r.get("tuner_seconds", "-"),
+                          f"{t.get('is_edge')} ({t.get('fits')}, +1 {t.get('next')})" if t else "-"])
+    print(tabulate(table, headers=["model", "precision", "tool", "answer", "trials", "wall s", "tuner-only s",
+                                   "true edge? (A, A+1 fresh)"], tablefmt="github"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
