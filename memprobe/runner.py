@@ -165,26 +165,35 @@ class Worker:
 
 
 class WorkerFactory:
-    """Hands out fresh, set-up workers, keeping one spare pre-imported process ready."""
+    """Hands out fresh, set-up workers, keeping `spares` pre-imported processes ready.
 
-    def __init__(self, workload: Workload) -> None:
+    A proof needs two fresh processes back to back; with two spares both skip the imports.
+    Spares never touch the GPU before their own setup, so they cannot disturb a measurement.
+    """
+
+    def __init__(self, workload: Workload, spares: int = 2) -> None:
         self.preload = FAMILIES[workload.family].split(":")[0]
-        self._spare: Worker | None = None
+        self.spares = spares
+        self._spare: list[Worker] = []
+
+    def _top_up(self) -> None:
+        self._spare = [w for w in self._spare if w.alive]
+        while len(self._spare) < self.spares:
+            self._spare.append(Worker(self.preload))
 
     def fresh(self, spec: WorkerSpec) -> Worker:
         """A new process with the workload built. Raises WorkerError when setup fails."""
-        worker = self._spare if self._spare is not None and self._spare.alive else Worker(self.preload)
-        self._spare = None
+        self._spare = [w for w in self._spare if w.alive]
+        worker = self._spare.pop(0) if self._spare else Worker(self.preload)
+        self._top_up()  # start the next ones' imports while this one sets up
         try:
             worker.setup(spec)
         except BaseException:
             worker.close()
             raise
-        # Start the next one's imports now; it stays off the GPU until its own setup.
-        self._spare = Worker(self.preload)
         return worker
 
     def close(self) -> None:
-        if self._spare is not None:
-            self._spare.close()
-            self._spare = None
+        for worker in self._spare:
+            worker.close()
+        self._spare = []

@@ -180,7 +180,8 @@ def scan_precision(workload: Workload, precision: str, opts: ScanOptions, factor
     on_environment(worker.info["environment"])
     result.capacity_bytes = worker.info.get("capacity_bytes")
     result.settings = {"task": worker.info.get("task", {}), "flags": worker.info["environment"].get("flags", {}),
-                       "weights_bytes": worker.info.get("weights_bytes"), "build_seconds": worker.info.get("build_seconds")}
+                       "weights_bytes": worker.info.get("weights_bytes"), "build_seconds": worker.info.get("build_seconds"),
+                       "cuda_init_seconds": worker.info.get("cuda_init_seconds")}
 
     trials = _InProcessTrials(factory, spec, worker, opts.steps, announce)
     try:

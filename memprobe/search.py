@@ -161,7 +161,9 @@ def find_max_batch(
         if capacity_bytes is None:
             return None
         basis = "peak_reserved" if any(a.peak_reserved for a in attempts if a.fits) else "peak_allocated"
-        model = fit_memory_model(attempts, basis=basis, largest=3)
+        # The two largest fits: the line through them is what extrapolates to the edge; batch 1
+        # carries fixed costs (workspaces, rounding) that bend a least-squares line through it.
+        model = fit_memory_model(attempts, basis=basis, largest=2)
         return None if model is None else model.max_batch_for(capacity_bytes)
 
     stop = "edge"

@@ -9,13 +9,14 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+# Imported at module load, not in the builder: the trial process preloads this module before setup,
+# so a spare process pays transformers' import (seconds) while another process is being measured.
+from transformers import BertConfig, BertForPreTraining
 
 from .base import TrainTask, materialize
 
 
-def _config(params: dict[str, Any]):
-    from transformers import BertConfig
-
+def _config(params: dict[str, Any]) -> BertConfig:
     return BertConfig(
         vocab_size=int(params["vocab"]),
         hidden_size=int(params["hidden"]),
@@ -32,8 +33,6 @@ class BertPretrainingTask(TrainTask):
     unit = "sequences"
 
     def __init__(self, params: dict[str, Any], optimizer: dict[str, Any], device: torch.device) -> None:
-        from transformers import BertForPreTraining
-
         config = _config(params)
         with torch.device("meta"):
             model = BertForPreTraining._from_config(config, attn_implementation="sdpa")
