@@ -145,7 +145,7 @@ def scan_cmd(model: str, precision: str, mode: str, batches: str | None, out_dir
     does not) re-checked in fresh processes, then timed steps at B with utilization sampled.
     One result file per model is written (atomically, after every precision) under --out.
     """
-    from .scan import NoCudaError, ScanOptions, scan_workload
+    from .scan import NoCudaError, ScanInterrupted, ScanOptions, scan_workload
     from .report import scan_table
 
     registry = _registry(models_file)
@@ -179,8 +179,10 @@ def scan_cmd(model: str, precision: str, mode: str, batches: str | None, out_dir
             result, path = scan_workload(workload, opts, out_dir, progress)
         except NoCudaError as exc:
             raise NoGPUExit(f"no CUDA device: {exc}") from None
-        except KeyboardInterrupt:
-            click.echo("\ninterrupted: finished precisions were kept in the result file (marked partial)", err=True)
+        except ScanInterrupted as stop:
+            kept = (f"the finished precisions are in {stop.path} (marked partial)" if stop.path
+                    else f"no precision of {workload.name} had finished, so no result file was written")
+            click.echo(f"\ninterrupted: {kept}", err=True)
             sys.exit(EXIT_INTERRUPTED)
         finished.append(result)
         failed |= any(p.status == "error" for p in result.precisions.values())

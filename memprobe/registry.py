@@ -80,10 +80,18 @@ def load_registry(path: str | Path | None = None) -> dict[str, Workload]:
         raise RegistryError(f"{path}:{where}: malformed YAML: {problem}") from exc
     if not isinstance(data, dict) or not data:
         raise RegistryError(f"{path}: expected a mapping of workload names to definitions")
-    lines = {node.value: node.start_mark.line + 1 for node, _ in root.value}
+    seen: dict[str, int] = {}
+    for node, _ in root.value:
+        line = node.start_mark.line + 1
+        if node.value in seen:
+            raise RegistryError(f"{path}: line {line}: duplicate entry '{node.value}' (first at line {seen[node.value]})")
+        seen[node.value] = line
+    # Without duplicates the composed nodes and the loaded mapping are in the same order, so each
+    # entry gets its line even when YAML reads its name as a number or a boolean.
+    lines = [node.start_mark.line + 1 for node, _ in root.value]
     return {
-        str(name): _validate(str(name), entry, f"{path}: entry '{name}' (line {lines.get(name, '?')})")
-        for name, entry in data.items()
+        str(name): _validate(str(name), entry, f"{path}: entry '{name}' (line {line})")
+        for (name, entry), line in zip(data.items(), lines)
     }
 
 
@@ -106,8 +114,11 @@ def _validate(name: str, entry: Any, where: str) -> Workload:
     if not isinstance(optimizer, dict) or optimizer.get("name") not in OPTIMIZERS:
         raise RegistryError(f"{where}: optimizer must be a mapping whose name is one of {', '.join(OPTIMIZERS)}")
     version = entry.get("version", 1)
-    if not isinstance(version, int):
+    if not isinstance(version, int) or isinstance(version, bool):
         raise RegistryError(f"{where}: version must be an integer")
+    test_only = entry.get("test_only", False)
+    if not isinstance(test_only, bool):
+        raise RegistryError(f"{where}: test_only must be true or false")
     return Workload(
         name=name,
         family=family,
@@ -115,7 +126,7 @@ def _validate(name: str, entry: Any, where: str) -> Workload:
         unit=unit,
         params=params,
         optimizer=optimizer,
-        test_only=bool(entry.get("test_only", False)),
+        test_only=test_only,
         version=version,
     )
 

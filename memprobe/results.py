@@ -128,10 +128,16 @@ def read_result(path: str | Path) -> ScanResult:
         raise ResultFileError(
             f"{path}: schema version {version!r} is newer than this memprobe reads ({SCHEMA_VERSION}); upgrade memprobe"
         )
+    for key, kind in (("workload", dict), ("environment", dict), ("precisions", dict)):
+        if not isinstance(data.get(key), kind):
+            raise ResultFileError(f"{path}: malformed result file ('{key}' must be a {kind.__name__})")
+    bad = [name for name, p in data["precisions"].items() if not isinstance(p, dict)]
+    if bad:
+        raise ResultFileError(f"{path}: malformed result file (precision '{bad[0]}' is not a mapping)")
     try:
         return ScanResult.from_dict(data)
     except (KeyError, TypeError) as exc:
-        raise ResultFileError(f"{path}: incomplete result file (missing {exc})") from exc
+        raise ResultFileError(f"{path}: incomplete result file ({type(exc).__name__}: {exc})") from exc
 
 
 def find_result_files(paths: list[str | Path]) -> list[Path]:

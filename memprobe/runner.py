@@ -176,14 +176,19 @@ class WorkerFactory:
         self.spares = spares
         self._spare: list[Worker] = []
 
-    def _top_up(self) -> None:
+    def _drop_dead(self) -> None:
+        for worker in [w for w in self._spare if not w.alive]:
+            worker.close()  # removes its log and closes its pipes
         self._spare = [w for w in self._spare if w.alive]
+
+    def _top_up(self) -> None:
+        self._drop_dead()
         while len(self._spare) < self.spares:
             self._spare.append(Worker(self.preload))
 
     def fresh(self, spec: WorkerSpec) -> Worker:
         """A new process with the workload built. Raises WorkerError when setup fails."""
-        self._spare = [w for w in self._spare if w.alive]
+        self._drop_dead()
         worker = self._spare.pop(0) if self._spare else Worker(self.preload)
         self._top_up()  # start the next ones' imports while this one sets up
         try:

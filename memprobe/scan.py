@@ -26,6 +26,14 @@ class NoCudaError(RuntimeError):
     """The trial process found no usable CUDA device."""
 
 
+class ScanInterrupted(KeyboardInterrupt):
+    """Ctrl-C during a scan. `path` is the partial result file written, or None if none finished."""
+
+    def __init__(self, path: Path | None) -> None:
+        super().__init__()
+        self.path = path
+
+
 @dataclass
 class ScanOptions:
     """How to scan. `steps` is the whole trial: one warm-up step + K >= 2 more."""
@@ -263,16 +271,18 @@ def scan_workload(workload: Workload, opts: ScanOptions, out_dir: str | Path, pr
             result.precisions[precision] = scan_precision(workload, precision, opts, factory, progress, on_environment)
             save()
         result.status = "complete"
+        save()
     except KeyboardInterrupt:
         for p in result.precisions.values():
             if p.status == "running":
                 p.status = "interrupted"
         result.settings["interrupted"] = True
-        raise
-    finally:
         factory.close()
         if any(p.status in ("done", "error") for p in result.precisions.values()):
             save()
+        raise ScanInterrupted(state["path"]) from None
+    finally:
+        factory.close()
     return result, state["path"]
 
 

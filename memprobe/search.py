@@ -242,7 +242,8 @@ def confirm_edge(
     `check(n)` must run batch n in a process that ran nothing else. The pair is checked failure-side
     first (B+1), then B, so that the last fresh process is the one that proved B fits (the caller
     can measure throughput in it). If the edge moved, walk by one in the direction the checks say,
-    at most `max_checks` checks in all.
+    at most `max_checks` checks in all. When no fresh check fits, `max_batch` is the bound below
+    the lowest fresh failure and `verified` is False.
     """
     checks: list[Attempt] = []
 
@@ -259,31 +260,39 @@ def confirm_edge(
         ok = run(claimed).fits
         return EdgeCheck(claimed, claimed if ok else None, None, ok, ok, checks)
 
+    # Walk from the claimed pair towards the fresh edge with steps 1, 1, 2, 4, ... and bisect once
+    # a fresh fit and a fresh failure bracket it: an edge that moved by one costs one extra check.
     fit_at: int | None = None
     fail_at: int | None = None
-    upper = run(claimed + 1)
-    if upper.fits:
-        fit_at = claimed + 1
-        batch = claimed + 2
-        while len(checks) < max_checks and batch <= max_batch:
-            if run(batch).fits:
-                fit_at = batch
-                batch += 1
-            else:
-                fail_at = batch
+    walked = 0
+    batch = claimed + 1
+    while len(checks) < max_checks:
+        if run(batch).fits:
+            fit_at = batch if fit_at is None else max(fit_at, batch)
+        else:
+            fail_at = batch if fail_at is None else min(fail_at, batch)
+        if fit_at is not None and fail_at is not None:
+            if fail_at - fit_at == 1:
                 break
-    else:
-        fail_at = claimed + 1
-        batch = claimed
-        while len(checks) < max_checks and batch >= 1:
-            if run(batch).fits:
-                fit_at = batch
+            batch = (fit_at + fail_at) // 2
+            continue
+        step = 1 if walked < 2 else 2 ** (walked - 1)
+        walked += 1
+        if fail_at is None:  # everything checked so far fits: walk up
+            batch = min(fit_at + step, max_batch)
+            if batch == fit_at:
+                break  # the cap itself fits
+        else:  # everything checked so far fails: walk down
+            if fail_at == 1:
+                fit_at = 0  # batch 1 does not train in a fresh process either
                 break
-            fail_at = batch
-            batch -= 1
-        if fit_at is None and fail_at == 1:
-            fit_at = 0  # batch 1 does not fit in a fresh process either
+            batch = max(1, fail_at - step)
     verified = fit_at is not None and fail_at is not None and fail_at == fit_at + 1
     agreed = verified and fit_at == claimed
-    best = fit_at if fit_at is not None else claimed
+    if fit_at is not None:
+        best = fit_at
+    else:
+        # No fresh process fitted within the check limit: all that is known is that nothing from
+        # `fail_at` up trains, so report the bound below it, unverified.
+        best = fail_at - 1
     return EdgeCheck(best, fit_at, fail_at, agreed, verified, checks)

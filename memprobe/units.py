@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from decimal import Decimal
 
 _UNITS = {
     "": 1, "b": 1,
@@ -17,7 +18,8 @@ def parse_size(text: str) -> int:
     match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", text or "")
     if not match or match.group(2).lower() not in _UNITS:
         raise ValueError(f"not a size: '{text}' (examples: 24GiB, 11GB, 512MiB)")
-    return int(float(match.group(1)) * _UNITS[match.group(2).lower()])
+    # Decimal, not float: "4.1GB" must be 4100000000 bytes, not 4099999999.
+    return int(Decimal(match.group(1)) * _UNITS[match.group(2).lower()])
 
 
 def gib(value: float | int | None, digits: int = 1) -> str:
