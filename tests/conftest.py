@@ -1,0 +1,52 @@
+"""Shared fixtures and fakes for memprobe's CPU-only tests."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from memprobe.registry import default_registry_path, load_registry
+
+
+def has_nvidia_gpu() -> bool:
+    """True when NVML sees a GPU (then the 'no GPU' tests do not apply to this machine)."""
+    try:
+        from memprobe.device import gpus
+
+        return bool(gpus())
+    except Exception:  # noqa: BLE001 - no driver, no library, no GPU: all mean "no GPU"
+        return False
+
+
+class RecordingProgress:
+    """A scan Progress that records every call, to check what the scan announced."""
+
+    def __init__(self) -> None:
+        self.precisions: list[tuple[str, str]] = []
+        self.starts: list[tuple[int, int, bool]] = []  # (index, batch, fresh)
+        self.ends: list = []
+        self.notes: list[str] = []
+
+    def precision_start(self, workload: str, precision: str) -> None:
+        self.precisions.append((workload, precision))
+
+    def trial_start(self, workload: str, precision: str, index: int, batch: int, fresh: bool) -> None:
+        self.starts.append((index, batch, fresh))
+
+    def trial_end(self, attempt) -> None:
+        self.ends.append(attempt)
+
+    def note(self, text: str) -> None:
+        self.notes.append(text)
+
+
+@pytest.fixture(scope="session")
+def packaged_models() -> Path:
+    return default_registry_path()
+
+
+@pytest.fixture(scope="session")
+def toy():
+    """The test-only toy workload from the packaged registry."""
+    return load_registry()["toy"]

@@ -1,0 +1,301 @@
+"""scan_precision / scan_workload orchestration against fake trial processes (no torch, no subprocess).
+
+The fake factory hands out workers whose edge can differ between the first trial of a process
+(fresh) and later ones (in-process), and whose timed run can fail where the trial fitted, so the
+search -> fresh proof -> throughput pipeline is checked cheaply and deterministically.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+import memprobe.scan
+from memprobe.results import read_result
+from memprobe.runner import WorkerError
+from memprobe.scan import NoCudaError, ScanOptions, scan_precision, scan_workload
+from memprobe.search import Attempt
+
+from conftest import RecordingProgress
+
+STATIC, PER_SAMPLE = 1_000_000, 10_000
+
+
+class World:
+    """What the fake processes see. Edges are the largest batch that fits."""
+
+    def __init__(self, inproc_edge=75, fresh_edge=None, measure_edge=None, setup_error=None, outcomes=None,
+                 capacity="exact"):
+        self.inproc_edge = inproc_edge
+        self.fresh_edge = inproc_edge if fresh_edge is None else fresh_edge
+        self.measure_edge = self.fresh_edge if measure_edge is None else measure_edge
+        self.setup_error = setup_error  # a WorkerError kind raised by every fresh()
+        self.outcomes = outcomes or {}  # batch -> forced in-process outcome
+        self.capacity = STATIC + PER_SAMPLE * inproc_edge if capacity == "exact" else capacity
+        self.workers: list[FakeWorker] = []
+        self.log: list[tuple] = []
+
+
+class FakeWorker:
+    def __init__(self, world: World, number: int) -> None:
+        self.world, self.number = world, number
+        self.ran = 0
+        self.closed = False
+        self.info = {"ok": True, "capacity_bytes": world.capacity, "weights_bytes": STATIC, "build_seconds": 0.0,
+                     "task": {"parameters": 1}, "unit": "samples",
+                     "environment": {"device_type": "cpu", "gpu": {"name": "Fake GPU 9000"}, "flags": {"x": 1}}}
+
+    @property
+    def alive(self) -> bool:
+        return not self.closed
+
+    def trial(self, batch: int, steps: int) -> Attempt:
+        assert not self.closed
+        edge = self.world.fresh_edge if self.ran == 0 else self.world.inproc_edge
+        self.ran += 1
+        self.world.log.append(("trial", self.number, batch))
+        if self.ran > 1 and batch in self.world.outcomes:
+            return Attempt(batch, self.world.outcomes[batch], message=f"forced {self.world.outcomes[batch]}")
+        if batch > edge:
+            return Attempt(batch, "oom", message="OutOfMemoryError: fake")
+        peak = STATIC + PER_SAMPLE * batch
+        return Attempt(batch, "fit", peak, peak, 0.01)
+
+    def measure(self, batch: int, warmup: int, steps: int) -> dict:
+        assert not self.closed
+        self.world.log.append(("measure", self.number, batch, self.ran))
+        peak = STATIC + PER_SAMPLE * batch
+        if batch > self.world.measure_edge:
+            return {"batch": batch, "warmup_steps": warmup, "peak_allocated": peak + 5, "peak_reserved": peak + 7,
+                    "outcome": "oom", "error": "OutOfMemoryError: fragmentation", "failed_at_step": warmup + 2}
+        return {"batch": batch, "warmup_steps": warmup, "peak_allocated": peak + 1, "peak_reserved": peak + 2,
+                "outcome": "fit", "step_time": {"steps": steps, "median_s": 0.5}, "unit": "samples",
+                "samples_per_s": batch / 0.5, "units_per_s": batch / 0.5, "utilization": {}}
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class FakeFactory:
+    def __init__(self, world: World) -> None:
+        self.world = world
+        self.counter = itertools.count(1)
+        self.closed = False
+
+    def fresh(self, spec) -> FakeWorker:
+        if self.world.setup_error:
+            raise WorkerError(self.world.setup_error, f"setup failed: {self.world.setup_error}")
+        worker = FakeWorker(self.world, next(self.counter))
+        self.world.workers.append(worker)
+        return worker
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def run_scan(world: World, **options):
+    opts = ScanOptions(precisions=["fp32"], device="cpu", cpu_budget_bytes=world.capacity, **options)
+    progress = RecordingProgress()
+    envs = []
+    result = scan_precision(_toy(), "fp32", opts, FakeFactory(world), progress, envs.append)
+    return result, progress, envs
+
+
+def _toy():
+    from memprobe.registry import load_registry
+
+    return load_registry()["toy"]
+
+
+def checks_of(result):
+    return [(c["batch"], c["outcome"]) for c in result.proof["checks"]]
+
+
+def assert_all_closed(world: World):
+    assert all(w.closed for w in world.workers), [w.number for w in world.workers if not w.closed]
+
+
+# --- the agreed case -----------------------------------------------------------------------
+
+def test_scan_precision_agreed():
+    world = World(75)
+    result, progress, envs = run_scan(world)
+    assert result.status == "done" and result.stop == "edge"
+    assert result.max_batch == 75
+    assert result.proof["agreed"] is True and result.proof["verified"] is True
+    assert (result.proof["fits"], result.proof["fails"], result.proof["fail_outcome"]) == (75, 76, "oom")
+    assert checks_of(result) == [(76, "oom"), (75, "fit")]
+    assert result.capacity_bytes == world.capacity
+    assert result.settings["weights_bytes"] == STATIC and result.settings["flags"] == {"x": 1}
+    assert envs == [world.workers[0].info["environment"]]
+    # the search ran in one process; each check in its own new one
+    assert [w.number for w in world.workers] == [1, 2, 3]
+    search_trials = [e for e in world.log if e[0] == "trial" and e[1] == 1]
+    assert len(search_trials) == len(result.attempts)
+    assert_all_closed(world)
+
+
+def test_throughput_comes_from_the_process_that_proved_b():
+    world = World(75)
+    result, _, _ = run_scan(world, warmup=2, timed_steps=4)
+    measures = [e for e in world.log if e[0] == "measure"]
+    # B was timed once, in the fresh process right after its trial; no extra process for timing
+    assert measures == [("measure", 3, 75, 1)]
+    assert result.throughput["batch"] == 75
+    assert result.throughput["outcome"] == "fit"
+    assert result.throughput["samples_per_s"] == 150.0
+    assert result.throughput["step_time"]["steps"] == 4
+    assert len(world.workers) == 3
+    # the proof's fit carries the larger peak of the trial and the timed run
+    fit_check = result.proof["checks"][1]
+    assert fit_check["peak_allocated"] == STATIC + PER_SAMPLE * 75 + 1
+    assert fit_check["peak_reserved"] == STATIC + PER_SAMPLE * 75 + 2
+    assert "then 2 warm-up + 4 timed steps" in result.proof["fit_check"]
+
+
+def test_no_throughput_means_no_timed_runs():
+    world = World(75, measure_edge=10)
+    result, _, _ = run_scan(world, measure=False)
+    assert result.max_batch == 75 and result.proof["agreed"] is True
+    assert result.throughput is None
+    assert not [e for e in world.log if e[0] == "measure"]
+    assert "timed" not in result.proof["fit_check"]
+
+
+# --- the fresh edge differs -------------------------------------------------------------------
+
+def test_fresh_edge_one_higher():
+    world = World(75, fresh_edge=76)
+    result, progress, _ = run_scan(world)
+    assert result.max_batch == 76
+    assert result.proof["agreed"] is False and result.proof["verified"] is True
+    assert result.proof["in_process"] == {"fits": 75, "fails": 76}
+    assert checks_of(result) == [(76, "fit"), (77, "oom")]
+    assert result.throughput["batch"] == 76
+    assert any("moved the edge" in n for n in progress.notes)
+    assert_all_closed(world)
+
+
+def test_fresh_edge_one_lower():
+    world = World(75, fresh_edge=74)
+    result, _, _ = run_scan(world)
+    assert result.max_batch == 74
+    assert checks_of(result) == [(76, "oom"), (75, "oom"), (74, "fit")]
+    assert result.proof["verified"] is True and result.proof["agreed"] is False
+    assert result.throughput["batch"] == 74
+
+
+def test_timed_run_failure_at_b_lowers_the_answer():
+    # the H100 case: B completes the 3-step trial fresh, then runs out of memory in the timed run
+    world = World(75, measure_edge=74)
+    result, _, _ = run_scan(world, warmup=3, timed_steps=10)
+    assert result.max_batch == 74
+    assert checks_of(result) == [(76, "oom"), (75, "oom"), (74, "fit")]
+    failed = result.proof["checks"][1]
+    assert "failed at step 5 of the 13-step timed run" in failed["message"]
+    assert "fragmentation" in failed["message"]
+    assert failed["peak_reserved"] == STATIC + PER_SAMPLE * 75 + 7
+    assert result.proof["fails"] == 75 and result.proof["fail_outcome"] == "oom"
+    assert result.throughput["batch"] == 74 and result.throughput["outcome"] == "fit"
+    assert_all_closed(world)
+
+
+def test_cap_reached_is_checked_and_timed():
+    world = World(10**6, capacity=None)
+    result, _, _ = run_scan(world, max_batch=50)
+    assert result.stop == "cap" and result.max_batch == 50
+    assert checks_of(result) == [(50, "fit")]
+    assert result.proof["fails"] is None and result.proof["verified"] is True
+    assert result.throughput["batch"] == 50
+
+
+# --- failures before or during the search -----------------------------------------------------
+
+def test_model_that_does_not_fit_at_all():
+    result, _, _ = run_scan(World(75, setup_error="oom"))
+    assert result.status == "done"
+    assert result.max_batch == 0 and result.stop == "nothing-fits"
+    assert "setup failed" in result.error
+
+
+def test_no_cuda_raises():
+    with pytest.raises(NoCudaError):
+        run_scan(World(75, setup_error="no_cuda"))
+
+
+def test_setup_error_is_an_error_result():
+    result, _, _ = run_scan(World(75, setup_error="error"))
+    assert result.status == "error" and result.max_batch is None
+    assert "setup failed" in result.error
+
+
+def test_error_during_search_is_an_error_result():
+    world = World(75, outcomes={16: "error"})
+    result, _, _ = run_scan(world)
+    assert result.status == "error" and result.stop == "error"
+    assert result.max_batch is None
+    assert result.error == "forced error"
+    assert result.proof == {}
+    assert len(world.workers) == 1, "no fresh checks after an error"
+    assert_all_closed(world)
+
+
+def test_crash_replaces_the_search_process():
+    world = World(75, outcomes={b: "crash" for b in range(76, 200)})
+    result, _, _ = run_scan(world)
+    assert result.max_batch == 75 and result.proof["agreed"] is True
+    crashes = [a for a in result.attempts if a["outcome"] == "crash"]
+    assert crashes
+    # every crash ended its process: the trial after it ran in a new one
+    search_workers = {e[1] for e in world.log if e[0] == "trial"} - {w.number for w in world.workers[-2:]}
+    assert len(search_workers) == 1 + len(crashes) - (1 if result.attempts[-1]["outcome"] == "crash" else 0)
+    assert_all_closed(world)
+
+
+def test_requested_batches_are_timed_in_fresh_processes():
+    world = World(75)
+    result, progress, _ = run_scan(world, batches=[8, 500])
+    assert [(e["batch"], e["outcome"]) for e in result.extra_batches] == [(8, "fit"), (500, "oom")]
+    measures = [e for e in world.log if e[0] == "measure" and e[2] in (8, 500)]
+    assert [e[3] for e in measures] == [0, 0], "timed in processes that ran nothing before"
+    assert sum("requested batch" in n for n in progress.notes) == 2
+    assert_all_closed(world)
+
+
+# --- scan_workload with the fake factory ------------------------------------------------------
+
+def test_scan_workload_writes_after_each_precision(monkeypatch, tmp_path):
+    world = World(75)
+    factories = []
+
+    def make_factory(workload):
+        factories.append(FakeFactory(world))
+        return factories[-1]
+
+    saved = []
+    real_write = memprobe.scan.write_result
+    monkeypatch.setattr(memprobe.scan, "WorkerFactory", make_factory)
+    monkeypatch.setattr(memprobe.scan, "write_result",
+                        lambda result, path: saved.append(sorted(result.precisions)) or real_write(result, path))
+    opts = ScanOptions(precisions=["fp32", "bf16"], device="cpu", cpu_budget_bytes=world.capacity)
+    progress = RecordingProgress()
+    result, path = scan_workload(_toy(), opts, tmp_path, progress)
+    assert saved[:2] == [["fp32"], ["bf16", "fp32"]]
+    assert path.name.startswith("fake-gpu-9000_toy_train_")
+    assert list(tmp_path.iterdir()) == [path]
+    data = read_result(path)
+    assert data.status == "complete"
+    assert {k: p.max_batch for k, p in data.precisions.items()} == {"fp32": 75, "bf16": 75}
+    assert data.environment["gpu"]["name"] == "Fake GPU 9000"  # the trial process's view was merged in
+    assert "hostname" in data.environment  # next to the host's
+    assert progress.precisions == [("toy", "fp32"), ("toy", "bf16")]
+    assert factories[0].closed
+
+
+def test_scan_workload_no_cuda_writes_nothing(monkeypatch, tmp_path):
+    monkeypatch.setattr(memprobe.scan, "WorkerFactory", lambda workload: FakeFactory(World(75, setup_error="no_cuda")))
+    opts = ScanOptions(precisions=["fp32"], device="cpu", cpu_budget_bytes=1)
+    with pytest.raises(NoCudaError):
+        scan_workload(_toy(), opts, tmp_path, RecordingProgress())
+    assert list(tmp_path.iterdir()) == []

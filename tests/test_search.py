@@ -1,0 +1,448 @@
+"""find_max_batch, confirm_edge and fit_memory_model against fake trial functions (no torch)."""
+
+from __future__ import annotations
+
+import math
+import random
+from typing import Callable
+
+import pytest
+
+from memprobe.search import Attempt, MemoryModel, SearchResult, confirm_edge, find_max_batch, fit_memory_model
+
+
+class FakeTrials:
+    """try_batch(n): fits iff n <= edge; a fit reports peak(n) (optionally with random noise)."""
+
+    def __init__(self, edge: int, peak: Callable[[int], float], fail: str = "oom", noise: float = 0.0,
+                 seed: int = 0, outcomes: dict[int, str] | None = None) -> None:
+        self.edge, self.peak, self.fail, self.noise = edge, peak, fail, noise
+        self.rng = random.Random(seed)
+        self.outcomes = outcomes or {}
+        self.calls: list[int] = []
+
+    def __call__(self, batch: int) -> Attempt:
+        self.calls.append(batch)
+        if batch in self.outcomes:
+            return Attempt(batch, self.outcomes[batch], message=f"forced {self.outcomes[batch]} at {batch}")
+        if batch > self.edge:
+            return Attempt(batch, self.fail, message="fake failure")
+        value = self.peak(batch)
+        if self.noise:
+            value += self.rng.uniform(-self.noise, self.noise)
+        value = int(value)
+        return Attempt(batch, "fit", peak_allocated=value, peak_reserved=value)
+
+
+def linear(static: float = 1_000_000, per_sample: float = 10_000) -> Callable[[int], float]:
+    return lambda b: static + per_sample * b
+
+
+def check_invariants(result: SearchResult, edge: int, cap: int = 65536) -> None:
+    """What every result must satisfy, whatever the fake."""
+    tried = [a.batch for a in result.attempts]
+    assert len(tried) == len(set(tried)), f"a batch was tried twice: {tried}"
+    assert all(1 <= b <= cap for b in tried), tried
+    by_batch = {a.batch: a for a in result.attempts}
+    if result.max_batch > 0:
+        assert by_batch[result.max_batch].fits
+    if result.first_failure is not None:
+        assert not by_batch[result.first_failure].fits
+    # nothing that fit lies above a failure, nothing that failed below a fit
+    assert all(not a.fits or a.batch <= edge for a in result.attempts)
+
+
+# --- linear memory ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("edge", [1, 2, 3, 5, 75, 100, 1000, 4097, 30000, 65535])
+def test_linear_exact_capacity_finds_exact_edge(edge):
+    peak = linear()
+    fake = FakeTrials(edge, peak)
+    result = find_max_batch(fake, capacity_bytes=peak(edge))
+    assert result.max_batch == edge
+    assert result.first_failure == edge + 1
+    assert result.stop == "edge"
+    assert fake.calls == [a.batch for a in result.attempts]
+    check_invariants(result, edge)
+    # the memory-guided jump: a handful of trials, far fewer than doubling + bisection
+    assert result.trials <= 8, [a.batch for a in result.attempts]
+
+
+def test_linear_edge_75_takes_at_most_7_trials():
+    peak = linear(static=3e9, per_sample=2e8)
+    result = find_max_batch(FakeTrials(75, peak), capacity_bytes=peak(75) + 1e8)  # capacity inside (75, 76)
+    assert (result.max_batch, result.first_failure, result.stop) == (75, 76, "edge")
+    assert result.trials <= 7, [a.batch for a in result.attempts]
+
+
+def test_search_starts_with_batch_1_then_2():
+    result = find_max_batch(FakeTrials(75, linear()), capacity_bytes=linear()(75))
+    assert [a.batch for a in result.attempts[:2]] == [1, 2]
+
+
+def test_on_attempt_sees_every_attempt_in_order():
+    seen = []
+    result = find_max_batch(FakeTrials(75, linear()), capacity_bytes=linear()(75), on_attempt=seen.append)
+    assert seen == result.attempts
+
+
+def test_peak_allocated_only_is_used_when_reserved_is_missing():
+    peak = linear()
+
+    def try_batch(b):
+        return Attempt(b, "fit", peak_allocated=int(peak(b))) if b <= 300 else Attempt(b, "oom")
+
+    result = find_max_batch(try_batch, capacity_bytes=peak(300))
+    assert (result.max_batch, result.stop) == (300, "edge")
+    assert result.trials <= 8
+
+
+# --- curved and noisy memory -----------------------------------------------------------------
+
+@pytest.mark.parametrize("edge", [75, 1000, 4097])
+@pytest.mark.parametrize("shape", ["quadratic", "concave"])
+def test_curved_memory_still_exact(edge, shape):
+    if shape == "quadratic":  # activations that grow faster than linearly (e.g. attention)
+        peak = lambda b: 1e8 + 1e5 * b + 2e3 * b * b  # noqa: E731
+    else:  # per-sample cost that shrinks with batch (allocator rounding, shared workspaces)
+        peak = lambda b: 1e8 + 1e6 * math.sqrt(b)  # noqa: E731
+    fake = FakeTrials(edge, peak)
+    result = find_max_batch(fake, capacity_bytes=peak(edge))
+    assert (result.max_batch, result.first_failure, result.stop) == (edge, edge + 1, "edge")
+    check_invariants(result, edge)
+    assert result.trials <= 2 * math.log2(edge) + 6, [a.batch for a in result.attempts]
+
+
+@pytest.mark.parametrize("seed", range(8))
+@pytest.mark.parametrize("edge", [75, 1000, 4097])
+def test_noisy_peaks_deterministic_edge_still_exact(edge, seed):
+    peak = linear(static=2e8, per_sample=1e6)
+    fake = FakeTrials(edge, peak, noise=0.01 * peak(edge), seed=seed)  # +-1% of the capacity
+    result = find_max_batch(fake, capacity_bytes=peak(edge))
+    assert (result.max_batch, result.first_failure, result.stop) == (edge, edge + 1, "edge")
+    check_invariants(result, edge)
+    assert result.trials <= 2 * math.log2(edge) + 6
+
+
+# --- boundaries: nothing fits, everything fits ----------------------------------------------
+
+@pytest.mark.parametrize("capacity", [None, 1e9])
+def test_nothing_fits(capacity):
+    fake = FakeTrials(0, linear())
+    result = find_max_batch(fake, capacity_bytes=capacity)
+    assert result.max_batch == 0
+    assert result.first_failure == 1
+    assert result.stop == "nothing-fits"
+    assert fake.calls == [1]
+
+
+@pytest.mark.parametrize("capacity", [None, 1e18])
+@pytest.mark.parametrize("cap", [1, 2, 3, 100, 1000, 65536])
+def test_everything_fits_up_to_the_cap(cap, capacity):
+    fake = FakeTrials(10**9, linear())
+    result = find_max_batch(fake, capacity_bytes=capacity, max_batch=cap)
+    assert result.max_batch == cap
+    assert result.first_failure is None
+    assert result.stop == "cap"
+    assert max(fake.calls) == cap
+    check_invariants(result, 10**9, cap)
+    assert result.trials <= 2 * math.log2(cap) + 6
+
+
+def test_edge_just_below_cap_is_an_edge_not_the_cap():
+    fake = FakeTrials(99, linear())
+    result = find_max_batch(fake, capacity_bytes=linear()(99), max_batch=100)
+    assert (result.max_batch, result.first_failure, result.stop) == (99, 100, "edge")
+
+
+def test_max_batch_below_1_is_rejected():
+    with pytest.raises(ValueError):
+        find_max_batch(FakeTrials(5, linear()), max_batch=0)
+
+
+# --- without a capacity figure, or with a wrong one ------------------------------------------
+
+@pytest.mark.parametrize("edge", [1, 2, 3, 75, 1000, 4097, 65535])
+def test_no_capacity_doubles_then_bisects(edge):
+    fake = FakeTrials(edge, linear())
+    result = find_max_batch(fake, capacity_bytes=None)
+    assert (result.max_batch, result.first_failure, result.stop) == (edge, edge + 1, "edge")
+    check_invariants(result, edge)
+    tried = [a.batch for a in result.attempts]
+    # doubling until the first failure ...
+    first_fail = next(i for i, a in enumerate(result.attempts) if not a.fits)
+    assert tried[:first_fail + 1] == [2**i for i in range(first_fail + 1)]
+    # ... then bisection: logarithmic overall
+    assert result.trials <= 2 * math.log2(edge + 1) + 2
+
+
+def test_no_peaks_reported_falls_back_to_doubling():
+    def try_batch(b):
+        return Attempt(b, "fit" if b <= 300 else "oom")
+
+    result = find_max_batch(try_batch, capacity_bytes=1e9)
+    assert (result.max_batch, result.stop) == (300, "edge")
+    assert [a.batch for a in result.attempts[:5]] == [1, 2, 4, 8, 16]
+
+
+@pytest.mark.parametrize("factor", [0.9, 1.1])
+@pytest.mark.parametrize("edge", [75, 1000, 4097, 30000])
+@pytest.mark.parametrize("static_share", [0.1, 0.5])
+def test_capacity_off_by_10_percent_still_exact(edge, factor, static_share):
+    per_sample = 1e6
+    static = static_share * per_sample * edge  # the model's share of the memory at the edge
+    peak = linear(static, per_sample)
+    fake = FakeTrials(edge, peak)
+    result = find_max_batch(fake, capacity_bytes=peak(edge) * factor)
+    assert (result.max_batch, result.first_failure, result.stop) == (edge, edge + 1, "edge")
+    check_invariants(result, edge)
+    assert result.trials <= 2 * math.log2(edge) + 6, [a.batch for a in result.attempts]
+
+
+# --- outcomes other than fit / oom ------------------------------------------------------------
+
+def test_error_outcome_stops_the_search():
+    fake = FakeTrials(75, linear(), outcomes={16: "error"})
+    result = find_max_batch(fake, capacity_bytes=linear()(75))
+    assert result.stop == "error"
+    assert result.attempts[-1].batch == 16 and result.attempts[-1].outcome == "error"
+    assert fake.calls[-1] == 16, "no trial may follow an ERROR"
+    assert result.error == "forced error at 16"
+    assert result.max_batch == 2  # the largest batch seen to fit before the error
+    assert result.first_failure is None
+
+
+def test_error_at_batch_1():
+    fake = FakeTrials(75, linear(), outcomes={1: "error"})
+    result = find_max_batch(fake, capacity_bytes=linear()(75))
+    assert (result.max_batch, result.stop, fake.calls) == (0, "error", [1])
+    assert result.error
+
+
+@pytest.mark.parametrize("outcome", ["limit", "crash", "timeout"])
+def test_non_memory_failures_bound_the_edge_like_oom(outcome):
+    fake = FakeTrials(75, linear(), fail=outcome)
+    result = find_max_batch(fake, capacity_bytes=linear()(75))
+    assert (result.max_batch, result.first_failure, result.stop) == (75, 76, "edge")
+    assert {a.batch: a.outcome for a in result.attempts}[76] == outcome
+
+
+def test_crash_in_the_middle_counts_as_not_fitting():
+    # a crash at 500 (far above the edge) then OOMs elsewhere: the crash is a failure, not a fit
+    fake = FakeTrials(300, linear(), outcomes={500: "crash"})
+    result = find_max_batch(fake, capacity_bytes=None)
+    assert (result.max_batch, result.first_failure, result.stop) == (300, 301, "edge")
+    assert not any(a.fits for a in result.attempts if a.outcome == "crash")
+
+
+def test_a_crash_below_the_true_edge_lowers_the_answer():
+    # the search trusts a non-fit: a crash at 40 means 40 does not train, so the answer is below it
+    fake = FakeTrials(75, linear(), outcomes={b: "crash" for b in range(40, 76)})
+    result = find_max_batch(fake, capacity_bytes=None)
+    assert (result.max_batch, result.first_failure) == (39, 40)
+    assert {a.batch: a.outcome for a in result.attempts}[40] == "crash"
+
+
+@pytest.mark.parametrize("max_trials", [1, 2, 3, 4, 5])
+@pytest.mark.parametrize("capacity", [None, "exact"])
+def test_max_trials_is_respected(max_trials, capacity):
+    peak = linear()
+    fake = FakeTrials(4097, peak)
+    result = find_max_batch(fake, capacity_bytes=None if capacity is None else peak(4097), max_trials=max_trials)
+    assert result.trials <= max_trials
+    assert len(fake.calls) == result.trials
+    assert result.stop == "trial-limit"
+    assert result.max_batch >= 1
+    assert all(a.fits for a in result.attempts if a.batch <= result.max_batch)
+
+
+def test_trial_limit_not_reported_when_the_edge_is_found_within_it():
+    peak = linear()
+    result = find_max_batch(FakeTrials(75, peak), capacity_bytes=peak(75), max_trials=40)
+    assert result.stop == "edge"
+
+
+# --- confirm_edge ----------------------------------------------------------------------------
+
+class FreshChecks:
+    """check(n) for confirm_edge: fits iff n <= fresh_edge; records the order of checks."""
+
+    def __init__(self, fresh_edge: int) -> None:
+        self.fresh_edge = fresh_edge
+        self.calls: list[int] = []
+
+    def __call__(self, batch: int) -> Attempt:
+        self.calls.append(batch)
+        return Attempt(batch, "fit" if batch <= self.fresh_edge else "oom", peak_reserved=batch)
+
+
+def searched(edge: int = 75) -> SearchResult:
+    result = find_max_batch(FakeTrials(edge, linear()), capacity_bytes=linear()(edge))
+    assert result.max_batch == edge
+    return result
+
+
+def test_confirm_edge_agreed():
+    check = FreshChecks(75)
+    edge = confirm_edge(check, searched(75))
+    assert (edge.max_batch, edge.fits, edge.fails) == (75, 75, 76)
+    assert edge.agreed and edge.verified
+    assert check.calls == [76, 75], "failure side (B+1) first, then B"
+    assert [a.batch for a in edge.checks] == [76, 75]
+    assert all(a.fresh for a in edge.checks)
+
+
+def test_confirm_edge_fresh_edge_one_higher():
+    check = FreshChecks(76)
+    edge = confirm_edge(check, searched(75))
+    assert (edge.max_batch, edge.fits, edge.fails) == (76, 76, 77)
+    assert edge.agreed is False
+    assert edge.verified is True
+    assert check.calls == [76, 77]
+
+
+def test_confirm_edge_fresh_edge_one_lower():
+    check = FreshChecks(74)
+    edge = confirm_edge(check, searched(75))
+    assert (edge.max_batch, edge.fits, edge.fails) == (74, 74, 75)
+    assert edge.agreed is False
+    assert edge.verified is True
+    assert check.calls == [76, 75, 74]
+
+
+@pytest.mark.parametrize("fresh_edge", [78, 72])
+def test_confirm_edge_walks_several_steps(fresh_edge):
+    edge = confirm_edge(FreshChecks(fresh_edge), searched(75))
+    assert (edge.max_batch, edge.fits, edge.fails) == (fresh_edge, fresh_edge, fresh_edge + 1)
+    assert edge.verified and not edge.agreed
+
+
+@pytest.mark.parametrize("fresh_edge", [300, 40])
+def test_confirm_edge_respects_max_checks(fresh_edge):
+    check = FreshChecks(fresh_edge)
+    edge = confirm_edge(check, searched(75), max_checks=4)
+    assert len(check.calls) == len(edge.checks) <= 4
+    assert edge.verified is False and edge.agreed is False
+
+
+def test_confirm_edge_unverified_upward_keeps_the_largest_fresh_fit():
+    check = FreshChecks(300)
+    edge = confirm_edge(check, searched(75), max_checks=4)
+    # the walk goes up by 1, 1, then doubling steps
+    assert check.calls == [76, 77, 78, 80]
+    assert (edge.max_batch, edge.fits, edge.fails, edge.verified) == (80, 80, None, False)
+
+
+def test_confirm_edge_never_reports_a_batch_the_fresh_checks_saw_fail():
+    # The fresh edge (40) lies further below than max_checks can walk: 76, 75, 74, 72 all fail in
+    # fresh processes. The answer must not stay at 75, which a fresh process showed does not train.
+    check = FreshChecks(40)
+    edge = confirm_edge(check, searched(75), max_checks=4)
+    assert check.calls == [76, 75, 74, 72]
+    assert edge.fails == 72
+    assert (edge.max_batch, edge.fits, edge.verified, edge.agreed) == (71, None, False, False), (
+        f"max_batch {edge.max_batch} reported although batch {edge.fails} failed in a fresh process")
+
+
+def test_confirm_edge_far_move_is_bisected_after_the_walk_brackets_it():
+    # fresh edge 66, in-process 75: walk down 76, 75, 74, 72, 68, 60 (fit), then bisect 64, 66, 67
+    check = FreshChecks(66)
+    edge = confirm_edge(check, searched(75), max_checks=12)
+    assert check.calls == [76, 75, 74, 72, 68, 60, 64, 66, 67]
+    assert (edge.max_batch, edge.fits, edge.fails, edge.verified, edge.agreed) == (66, 66, 67, True, False)
+
+
+def test_confirm_edge_nothing_fits_confirmed():
+    found = find_max_batch(FakeTrials(0, linear()))
+    check = FreshChecks(0)
+    edge = confirm_edge(check, found)
+    assert check.calls == [1]
+    assert (edge.max_batch, edge.fits, edge.fails, edge.agreed, edge.verified) == (0, 0, 1, True, True)
+
+
+def test_confirm_edge_nothing_fits_in_process_but_fresh_batch_fits():
+    found = find_max_batch(FakeTrials(0, linear()))
+    edge = confirm_edge(FreshChecks(2), found)
+    assert (edge.max_batch, edge.fits, edge.fails, edge.agreed, edge.verified) == (2, 2, 3, False, True)
+
+
+def test_confirm_edge_at_the_cap_checks_only_b():
+    found = find_max_batch(FakeTrials(10**9, linear()), max_batch=100)
+    assert found.stop == "cap"
+    check = FreshChecks(10**9)
+    edge = confirm_edge(check, found, max_batch=100)
+    assert check.calls == [100]
+    assert (edge.max_batch, edge.fits, edge.fails, edge.agreed, edge.verified) == (100, 100, None, True, True)
+
+
+def test_confirm_edge_after_error_checks_nothing():
+    found = find_max_batch(FakeTrials(75, linear(), outcomes={16: "error"}), capacity_bytes=linear()(75))
+    check = FreshChecks(75)
+    edge = confirm_edge(check, found)
+    assert check.calls == []
+    assert edge.agreed is False and edge.verified is False
+    assert edge.fits is None and edge.fails is None
+
+
+# --- fit_memory_model ------------------------------------------------------------------------
+
+def test_fit_memory_model_recovers_a_linear_fake_exactly():
+    static, per_sample = 123_456_789, 4_321
+    attempts = [Attempt(b, "fit", static + per_sample * b, static + per_sample * b + 1000) for b in (1, 2, 16, 128, 1000)]
+    attempts.append(Attempt(1001, "oom"))
+    model = fit_memory_model(attempts, basis="peak_allocated")
+    assert model.static_bytes == pytest.approx(static, rel=1e-12)
+    assert model.per_sample_bytes == pytest.approx(per_sample, rel=1e-12)
+    assert model.basis == "peak_allocated"
+    assert model.points == 5
+    assert model.max_residual_bytes == pytest.approx(0, abs=1e-3)
+    reserved = fit_memory_model(attempts)  # default basis: reserved
+    assert reserved.basis == "peak_reserved"
+    assert reserved.static_bytes == pytest.approx(static + 1000, rel=1e-12)
+    assert reserved.per_sample_bytes == pytest.approx(per_sample, rel=1e-12)
+
+
+def test_fit_memory_model_largest_keeps_the_largest_batches():
+    curved = [Attempt(b, "fit", b * b, b * b) for b in (1, 2, 3, 10, 11)]
+    model = fit_memory_model(curved, largest=2)
+    assert model.points == 2
+    assert model.per_sample_bytes == pytest.approx(121 - 100)
+
+
+def test_fit_memory_model_averages_repeated_batches():
+    attempts = [Attempt(1, "fit", 100, 100), Attempt(1, "fit", 120, 120), Attempt(3, "fit", 310, 310)]
+    model = fit_memory_model(attempts)
+    assert model.points == 2
+    assert model.predict(1) == pytest.approx(110)
+    assert model.predict(3) == pytest.approx(310)
+
+
+@pytest.mark.parametrize("attempts", [
+    [],
+    [Attempt(5, "fit", 100, 100)],
+    [Attempt(5, "fit", 100, 100), Attempt(5, "fit", 110, 110)],  # one distinct batch, twice
+    [Attempt(5, "fit", 100, 100), Attempt(9, "oom", 900, 900)],  # failures do not count
+    [Attempt(5, "fit", None, None), Attempt(9, "fit", None, None)],  # no peaks
+])
+def test_fit_memory_model_needs_two_distinct_successful_batches(attempts):
+    assert fit_memory_model(attempts) is None
+
+
+def test_fit_memory_model_rejects_a_non_positive_slope():
+    assert fit_memory_model([Attempt(1, "fit", 100, 100), Attempt(2, "fit", 100, 100)]) is None
+    assert fit_memory_model([Attempt(1, "fit", 200, 200), Attempt(2, "fit", 100, 100)]) is None
+
+
+def test_memory_model_max_batch_for():
+    model = MemoryModel(static_bytes=1000, per_sample_bytes=100, basis="peak_reserved", points=2)
+    assert model.max_batch_for(1000 + 100 * 75) == 75
+    assert model.max_batch_for(1000 + 100 * 75 + 99) == 75
+    assert model.max_batch_for(500) == 0
+    with pytest.raises(ValueError):
+        MemoryModel(1000, 0, "peak_reserved", 2).max_batch_for(10**6)
+
+
+def test_attempt_dict_round_trip():
+    a = Attempt(7, "oom", 1, 2, 0.5, "boom", True)
+    assert Attempt.from_dict({**a.to_dict(), "unknown": 1}) == a
+    assert a.fits is False and Attempt(7, "fit").fits is True

@@ -1,0 +1,339 @@
+"""The real trial runner on the CPU with the toy workload and the fake allocator (memprobe.cpu_memory).
+
+In-process through memprobe.worker.Session, as a subprocess through memprobe.runner.Worker, and a
+whole scan through memprobe.scan.scan_workload. Each worker process costs seconds (it imports
+torch), so the expensive pieces are module-scoped.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from memprobe.cpu_memory import LiveBytes  # noqa: E402
+from memprobe.results import read_result  # noqa: E402
+from memprobe.runner import Worker, WorkerError, WorkerSpec  # noqa: E402
+from memprobe.scan import ScanOptions, scan_workload  # noqa: E402
+from memprobe.worker import Session  # noqa: E402
+
+from conftest import RecordingProgress  # noqa: E402
+
+BUDGET = 8 * 2**20  # 8 MiB: the toy MLP's edge is in the hundreds
+HUGE = 200_000  # ~50 MB of inputs alone: far over the budget
+TOY_MODULE = "memprobe.workloads.toy"
+
+
+def worker_children() -> list[int]:
+    """Live child processes of this test process that run memprobe.worker."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            if int(fields[1]) != os.getpid() or fields[0] == "Z":
+                continue
+            cmdline = (stat.parent / "cmdline").read_bytes().replace(b"\0", b" ")
+        except (OSError, IndexError, ValueError):
+            continue
+        if b"memprobe.worker" in cmdline:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def worker_logs() -> set[str]:
+    return {p.name for p in Path(tempfile.gettempdir()).glob("memprobe-worker-*.log")}
+
+
+# --- in-process: memprobe.worker.Session ---------------------------------------------------------
+
+@pytest.fixture
+def session(toy):
+    s = Session()
+    info = s.setup({"op": "setup", "workload": toy.to_dict(), "precision": "fp32", "mode": "train",
+                    "device": "cpu", "cpu_budget_bytes": BUDGET, "settings": {}})
+    assert info["ok"] is True, info
+    s.info = info
+    yield s
+    # Session.setup enters the fake allocator for the life of the process; leave it here.
+    s.memory.cpu.__exit__(None, None, None)
+
+
+def trial(session, batch, steps=3):
+    return session.trial({"op": "trial", "batch": batch, "steps": steps})["attempt"]
+
+
+def test_session_setup_reports_the_cpu_environment(session):
+    info = session.info
+    assert info["capacity_bytes"] == BUDGET
+    assert 0 < info["weights_bytes"] < BUDGET
+    assert info["environment"]["device_type"] == "cpu"
+    assert info["environment"]["gpu"]["name"] == "cpu"
+    assert info["environment"]["flags"]["matmul_allow_tf32"] is False  # fp32 means TF32 off
+    assert info["task"]["parameters"] > 0
+    assert info["unit"] == "samples"
+
+
+def test_small_batch_fits_with_peaks(session):
+    a = trial(session, 16)
+    assert a["outcome"] == "fit", a
+    assert a["batch"] == 16
+    assert a["message"] == ""
+    assert a["peak_allocated"] == a["peak_reserved"]
+    # at least weights + grads + two AdamW moments, and within the budget
+    assert 4 * session.info["weights_bytes"] <= a["peak_allocated"] <= BUDGET
+    assert a["seconds"] >= 0
+
+
+def test_peak_grows_with_batch(session):
+    small, large = trial(session, 16), trial(session, 600)
+    assert small["outcome"] == large["outcome"] == "fit"
+    assert large["peak_allocated"] > small["peak_allocated"]
+
+
+def test_huge_batch_is_an_oom_from_the_fake_allocator(session):
+    a = trial(session, HUGE)
+    assert a["outcome"] == "oom", a
+    assert "memprobe fake allocator" in a["message"]
+    assert a["message"].startswith("OutOfMemoryError")
+    assert a["peak_allocated"] > BUDGET
+
+
+def test_after_an_oom_a_small_batch_fits_with_the_same_peak(session):
+    before = trial(session, 16)
+    live_before = session.memory.cpu.current
+    assert trial(session, HUGE)["outcome"] == "oom"
+    after = trial(session, 16)
+    assert after["outcome"] == "fit", after
+    assert after["peak_allocated"] == pytest.approx(before["peak_allocated"], rel=0.03)
+    # nothing from the failed trial stays alive (the exception's traceback held its tensors)
+    session.memory.reset()
+    assert session.memory.cpu.current == pytest.approx(live_before, rel=0.03)
+
+
+def test_repeated_trials_are_deterministic(session):
+    peaks = [trial(session, 300)["peak_allocated"] for _ in range(2)]
+    assert peaks[0] == peaks[1]
+
+
+def test_session_measure(session):
+    m = session.measure({"op": "measure", "batch": 32, "warmup": 1, "steps": 3})
+    assert m["outcome"] == "fit", m
+    assert m["samples_per_s"] > 0 and m["units_per_s"] == pytest.approx(m["samples_per_s"])
+    assert m["step_time"]["steps"] == 3
+    assert m["step_time"]["min_s"] <= m["step_time"]["median_s"] <= m["step_time"]["max_s"]
+    assert m["unit"] == "samples"
+
+
+def test_session_measure_oom_is_reported_not_raised(session):
+    m = session.measure({"op": "measure", "batch": HUGE, "warmup": 1, "steps": 2})
+    assert m["outcome"] == "oom"
+    assert "memprobe fake allocator" in m["error"]
+    assert trial(session, 16)["outcome"] == "fit"
+
+
+def test_live_bytes_counts_and_frees_storage():
+    with LiveBytes(budget_bytes=None) as tracker:
+        start = tracker.current
+        x = torch.empty(1000, dtype=torch.float32)
+        assert tracker.current - start == 4000
+        del x
+        tracker.reset_peak()
+        assert tracker.current == start
+        assert tracker.peak == start
+
+
+def test_live_bytes_raises_oom_above_budget():
+    with LiveBytes(budget_bytes=10_000) as tracker:
+        torch.empty(1000)  # 4000 bytes: fine
+        with pytest.raises(torch.OutOfMemoryError, match="memprobe fake allocator"):
+            keep = [torch.empty(1000) for _ in range(4)]  # noqa: F841
+        assert tracker.peak > 10_000
+
+
+# --- a real worker subprocess: memprobe.runner.Worker ---------------------------------------------
+
+@pytest.fixture(scope="module")
+def toy_spec(toy):
+    return WorkerSpec(toy, "fp32", "train", "cpu", BUDGET, {}, timeout_s=120)
+
+
+@pytest.fixture(scope="module")
+def worker(toy_spec):
+    w = Worker(TOY_MODULE)
+    if not torch.cuda.is_available():
+        # a setup the process refuses leaves it usable for the next setup
+        with pytest.raises(WorkerError) as info:
+            w.setup(WorkerSpec(toy_spec.workload, "fp32", device="cuda", timeout_s=120))
+        assert info.value.kind == "no_cuda"
+    w.setup(toy_spec)
+    yield w
+    w.close()
+
+
+def test_worker_setup(worker):
+    assert worker.alive
+    assert worker.info["ok"] is True
+    assert worker.info["capacity_bytes"] == BUDGET
+    assert worker.info["environment"]["device_type"] == "cpu"
+
+
+def test_worker_trial_fit_and_oom(worker):
+    fit = worker.trial(16, 3)
+    assert fit.outcome == "fit" and fit.fits
+    assert fit.batch == 16 and fit.peak_allocated and fit.peak_reserved
+    assert fit.fresh is False
+    oom = worker.trial(HUGE, 3)
+    assert oom.outcome == "oom"
+    assert "memprobe fake allocator" in oom.message
+    again = worker.trial(16, 3)
+    assert again.fits and again.peak_allocated == pytest.approx(fit.peak_allocated, rel=0.03)
+    assert worker.alive
+
+
+def test_worker_measure(worker):
+    m = worker.measure(64, 1, 3)
+    assert m["outcome"] == "fit", m
+    assert m["batch"] == 64
+    assert m["samples_per_s"] > 0
+    assert m["step_time"]["steps"] == 3 and m["step_time"]["median_s"] > 0
+
+
+def test_worker_unknown_op(worker):
+    answer = worker.request({"op": "dance"}, 30)
+    assert answer == {"ok": False, "kind": "error", "message": "unknown op 'dance'"}
+    assert worker.alive
+
+
+def test_dead_and_hung_workers_become_crash_and_timeout(toy_spec):
+    dead = Worker(TOY_MODULE)
+    dead.kill()
+    with pytest.raises(WorkerError) as info:
+        dead.setup(toy_spec)
+    assert info.value.kind == "crash"
+    attempt = dead.trial(4, 3)
+    assert attempt.outcome == "crash" and "died" in attempt.message
+    assert dead.measure(4, 1, 2)["outcome"] == "crash"
+    dead.close()
+    assert not Path(dead.log.name).exists()
+
+    slow = Worker(TOY_MODULE)
+    try:
+        slow.setup(WorkerSpec(toy_spec.workload, "fp32", "train", "cpu", None, {}, timeout_s=120))
+        slow.spec.timeout_s = 0.05  # far below one trial at this batch
+        attempt = slow.trial(20_000, 3)
+        assert attempt.outcome == "timeout"
+        assert not slow.alive, "a trial past its time limit must be killed"
+    finally:
+        slow.close()
+    assert not slow.alive
+
+
+# --- the whole scan on the CPU: memprobe.scan.scan_workload -------------------------------------
+
+@pytest.fixture(scope="module")
+def scanned(toy, tmp_path_factory):
+    out = tmp_path_factory.mktemp("scan-out")
+    progress = RecordingProgress()
+    opts = ScanOptions(precisions=["fp32"], device="cpu", cpu_budget_bytes=BUDGET, timed_steps=2)
+    logs_before, children_before = worker_logs(), set(worker_children())
+    started = time.monotonic()
+    result, path = scan_workload(toy, opts, out, progress)
+    return SimpleNamespace(result=result, path=path, out=out, progress=progress, opts=opts,
+                           seconds=time.monotonic() - started, new_logs=worker_logs() - logs_before,
+                           new_children=set(worker_children()) - children_before)
+
+
+def test_scan_writes_one_result_file(scanned):
+    assert scanned.path is not None and scanned.path.exists()
+    assert list(scanned.out.iterdir()) == [scanned.path]
+    assert scanned.path.name.startswith("cpu_toy_train_") and scanned.path.suffix == ".json"
+    on_disk = read_result(scanned.path)
+    assert on_disk.to_dict() == scanned.result.to_dict()
+    assert on_disk.status == "complete"
+    assert on_disk.workload["name"] == "toy"
+    assert on_disk.environment["device_type"] == "cpu"
+    assert on_disk.environment["gpu"]["name"] == "cpu"
+    assert on_disk.settings["cpu_budget_bytes"] == BUDGET
+    assert on_disk.settings["precisions"] == ["fp32"]
+
+
+def test_scan_precision_is_done_and_proved(scanned):
+    p = scanned.result.precisions["fp32"]
+    assert list(scanned.result.precisions) == ["fp32"]
+    assert p.status == "done", p.error
+    assert p.stop == "edge"
+    assert p.error == ""
+    proof = p.proof
+    assert proof["verified"] is True
+    assert proof["agreed"] is True
+    assert p.max_batch == proof["fits"]
+    assert proof["fails"] == proof["fits"] + 1
+    assert proof["fail_outcome"] == "oom"
+    assert proof["in_process"] == {"fits": p.max_batch, "fails": p.max_batch + 1}
+    checks = proof["checks"]
+    assert [c["batch"] for c in checks] == [p.max_batch + 1, p.max_batch]
+    assert [c["outcome"] for c in checks] == ["oom", "fit"]
+    assert all(c["fresh"] for c in checks)
+    assert 10 < p.max_batch < 100_000
+
+
+def test_scan_attempts_bracket_the_edge(scanned):
+    p = scanned.result.precisions["fp32"]
+    attempts = {a["batch"]: a for a in p.attempts}
+    assert attempts[p.max_batch]["outcome"] == "fit"
+    assert attempts[p.max_batch + 1]["outcome"] == "oom"
+    assert all(a["outcome"] == ("fit" if a["batch"] <= p.max_batch else "oom") for a in p.attempts)
+    assert not any(a["fresh"] for a in p.attempts)
+    assert len(p.attempts) <= scanned.opts.max_trials
+    assert p.search_seconds is not None and p.search_seconds > 0
+
+
+def test_scan_memory_model_and_capacity(scanned):
+    p = scanned.result.precisions["fp32"]
+    assert p.capacity_bytes == BUDGET
+    for basis in ("peak_allocated", "peak_reserved"):
+        model = p.memory_model[basis]
+        assert model["basis"] == basis
+        assert model["per_sample_bytes"] > 0
+        assert model["points"] >= 2
+    assert p.settings["weights_bytes"] > 0
+    assert p.settings["task"]["parameters"] > 0
+
+
+def test_scan_throughput_at_the_max_batch(scanned):
+    p = scanned.result.precisions["fp32"]
+    t = p.throughput
+    assert t["outcome"] == "fit", t
+    assert t["batch"] == p.max_batch
+    assert t["samples_per_s"] > 0
+    assert t["step_time"]["steps"] == 2
+    assert t["warmup_steps"] == scanned.opts.warmup
+
+
+def test_scan_edge_is_exact_in_process(scanned, session):
+    # the same workload and budget in this process: the answer fits, one more does not
+    b = scanned.result.precisions["fp32"].max_batch
+    assert trial(session, b)["outcome"] == "fit"
+    assert trial(session, b + 1)["outcome"] == "oom"
+
+
+def test_scan_reports_progress(scanned):
+    p = scanned.result.precisions["fp32"]
+    progress = scanned.progress
+    assert progress.precisions == [("toy", "fp32")]
+    n_search, n_fresh = len(p.attempts), len(p.proof["checks"])
+    assert [i for i, _, _ in progress.starts] == list(range(1, n_search + n_fresh + 1))
+    assert [fresh for _, _, fresh in progress.starts] == [False] * n_search + [True] * n_fresh
+    assert [b for _, b, _ in progress.starts] == [a["batch"] for a in p.attempts] + [c["batch"] for c in p.proof["checks"]]
+    assert len(progress.ends) == n_search + n_fresh
+
+
+def test_scan_leaves_no_worker_processes_or_logs(scanned):
+    assert scanned.new_children == set()
+    assert scanned.new_logs == set()
