@@ -105,6 +105,10 @@ def write_result(result: ScanResult, path: str | Path) -> Path:
             handle.write("\n")
             handle.flush()
             os.fsync(handle.fileno())
+        # mkstemp creates 0600; a result file is meant to be shared, so honour the umask instead.
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -274,3 +274,15 @@ def test_gib():
     assert gib(None) == "-"
     assert gib(3 * 2**29) == "1.5"
     assert gib(2**30, 2) == "1.00"
+
+
+def test_written_result_file_is_readable_by_others_under_the_umask(tmp_path):
+    import os
+    import stat
+
+    old = os.umask(0o022)
+    try:
+        path = write_result(sample_result(), tmp_path / "r.json")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o644
