@@ -1,9 +1,11 @@
 """Parent-side handle on trial processes: spawn, talk JSON lines, detect crashes, clean up.
 
-No torch here. Each Worker is one `python -m memprobe.worker` process. A crash (the process
-dies, or reports a CRASH outcome) becomes an Attempt with outcome CRASH, and the scan carries on
-in a new process. `WorkerFactory` keeps one spare process pre-imported (torch, transformers) but
-CUDA-free, so a fresh-process check costs CUDA start-up and model build, not Python imports.
+No torch here. Each Worker is one trial process (memprobe.worker). A crash (the process dies, or
+reports a CRASH outcome) becomes an Attempt with outcome CRASH, and the scan carries on in a new
+process. Fresh processes are cheap: `WorkerFactory` starts a fork server (Zygote) that imports torch
+and the workload's module once, off the GPU, and forks each trial process from it, so a
+fresh-process check costs CUDA start-up and the model build, not Python imports. Where fork is not
+available (or MEMPROBE_FORKSERVER=0), trial processes are exec'd, with spares started ahead.
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ from __future__ import annotations
 import json
 import os
 import select
+import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -55,23 +59,145 @@ class WorkerSpec:
         }
 
 
-class Worker:
-    """One trial process. Not set up until `setup()`; closed by `close()` (also on garbage collection)."""
+class ZygoteError(RuntimeError):
+    """The fork server is gone or did not answer; the caller falls back to exec'd processes."""
 
-    def __init__(self, preload: str) -> None:
-        self.log = tempfile.NamedTemporaryFile(prefix="memprobe-worker-", suffix=".log", delete=False)
+
+def _worker_env() -> dict[str, str]:
+    return {**os.environ, "PYTHONUNBUFFERED": "1"}
+
+
+class _ExecProcess:
+    """A trial process started by exec: `python -m memprobe.worker --preload MODULE`."""
+
+    def __init__(self, preload: str, log) -> None:
         # A new session: Ctrl-C in the terminal reaches the parent only, which then ends this process.
-        self.proc = subprocess.Popen(
+        self.popen = subprocess.Popen(
             [sys.executable, "-m", "memprobe.worker", "--preload", preload],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log,
-            text=True, start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
+            text=True, start_new_session=True, env=_worker_env(),
         )
+        self.stdin, self.stdout = self.popen.stdin, self.popen.stdout
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def wait(self, timeout: float) -> None:
+        self.popen.wait(timeout=timeout)
+
+    def kill(self) -> None:
+        if self.alive():
+            self.popen.kill()
+        self.popen.wait()
+
+
+class _ForkedProcess:
+    """A trial process forked by the Zygote: not our child, so liveness comes from /proc."""
+
+    def __init__(self, pid: int, stdin, stdout) -> None:
+        self.pid, self.stdin, self.stdout = pid, stdin, stdout
+
+    def alive(self) -> bool:
+        try:
+            with open(f"/proc/{self.pid}/stat", encoding="ascii") as handle:
+                return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
+        except (OSError, IndexError):
+            return False
+
+    def wait(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while self.alive():
+            if time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(str(self.pid), timeout)
+            time.sleep(0.02)
+
+    def kill(self) -> None:
+        try:
+            os.kill(self.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        # The next fresh check must not start before this process's GPU memory is released.
+        self.wait(timeout=60)
+
+
+class Zygote:
+    """The fork server: one `python -m memprobe.worker --zygote-fd FD` process per scan.
+
+    Raises ZygoteError from spawn() when the server is gone or does not answer.
+    """
+
+    def __init__(self, preload: str, answer_timeout_s: float = 600.0) -> None:
+        self.log = tempfile.NamedTemporaryFile(prefix="memprobe-zygote-", suffix=".log", delete=False)
+        self.answer_timeout_s = answer_timeout_s
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "memprobe.worker", "--zygote-fd", str(theirs.fileno()), "--preload", preload],
+            stdin=subprocess.DEVNULL, stdout=self.log, stderr=self.log, pass_fds=[theirs.fileno()],
+            start_new_session=True, env=_worker_env(),
+        )
+        theirs.close()
+        self.control = ours
+
+    def spawn(self, log) -> _ForkedProcess:
+        """Fork a trial process that reads requests from a new pipe and answers on another."""
+        child_stdin, our_stdin = os.pipe()
+        our_stdout, child_stdout = os.pipe()
+        try:
+            # The first answer can wait for the server's imports; later ones come in milliseconds.
+            self.control.settimeout(self.answer_timeout_s)
+            socket.send_fds(self.control, [b"spawn"], [child_stdin, child_stdout, log.fileno()])
+            reply = b""
+            while not reply.endswith(b"\n"):
+                chunk = self.control.recv(64)
+                if not chunk:
+                    raise ZygoteError("the fork server ended")
+                reply += chunk
+            pid = int(reply)
+        except (OSError, ValueError) as exc:
+            for fd in (our_stdin, our_stdout):
+                os.close(fd)
+            raise ZygoteError(f"the fork server did not fork a trial process ({exc})") from exc
+        finally:
+            os.close(child_stdin)
+            os.close(child_stdout)
+        return _ForkedProcess(pid, os.fdopen(our_stdin, "w"), os.fdopen(our_stdout, "r"))
+
+    def close(self) -> None:
+        """Close the control socket (the server exits on EOF) and remove its log."""
+        self.control.close()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.log.close()
+        try:
+            os.unlink(self.log.name)
+        except OSError:
+            pass
+
+
+class Worker:
+    """One trial process. Not set up until `setup()`; ended by `close()`.
+
+    Forked from `zygote` when one is given, else exec'd (which costs the Python imports).
+    Raises ZygoteError when the zygote cannot fork.
+    """
+
+    def __init__(self, preload: str, zygote: Zygote | None = None) -> None:
+        self.log = tempfile.NamedTemporaryFile(prefix="memprobe-worker-", suffix=".log", delete=False)
+        try:
+            self.proc = zygote.spawn(self.log) if zygote is not None else _ExecProcess(preload, self.log)
+        except BaseException:
+            self.log.close()
+            os.unlink(self.log.name)
+            raise
         self.spec: WorkerSpec | None = None
         self.info: dict[str, Any] = {}
 
     @property
     def alive(self) -> bool:
-        return self.proc.poll() is None
+        return self.proc.alive()
 
     def log_tail(self, lines: int = 5) -> str:
         try:
@@ -138,9 +264,7 @@ class Worker:
         return answer
 
     def kill(self) -> None:
-        if self.alive:
-            self.proc.kill()
-        self.proc.wait()
+        self.proc.kill()
 
     def close(self) -> None:
         """End the process (politely, then by force) and remove its log."""
@@ -148,7 +272,7 @@ class Worker:
             try:
                 self.proc.stdin.write(json.dumps({"op": "exit"}) + "\n")
                 self.proc.stdin.flush()
-                self.proc.wait(timeout=10)
+                self.proc.wait(10)
             except (BrokenPipeError, OSError, subprocess.TimeoutExpired):
                 pass
         self.kill()
@@ -164,41 +288,63 @@ class Worker:
             pass
 
 
-class WorkerFactory:
-    """Hands out fresh, set-up workers, keeping `spares` pre-imported processes ready.
+def forkserver_available() -> bool:
+    """Fork server on by default where the OS has fork and descriptor passing; MEMPROBE_FORKSERVER=0 turns it off."""
+    return (os.environ.get("MEMPROBE_FORKSERVER", "1") != "0" and hasattr(os, "fork")
+            and hasattr(socket, "send_fds") and os.path.isdir("/proc"))
 
-    A proof needs two fresh processes back to back; with two spares both skip the imports.
-    Spares never touch the GPU before their own setup, so they cannot disturb a measurement.
+
+class WorkerFactory:
+    """Hands out fresh, set-up trial processes for one workload.
+
+    With the fork server (default), each is forked pre-imported from one Zygote started here, so
+    its imports overlap whatever the parent does next. Without it, `spares` exec'd processes are
+    kept importing ahead. Either way nothing touches the GPU before its own setup, so a waiting
+    process cannot disturb a measurement.
     """
 
-    def __init__(self, workload: Workload, spares: int = 2) -> None:
+    def __init__(self, workload: Workload, spares: int = 2, forkserver: bool | None = None) -> None:
         self.preload = FAMILIES[workload.family].split(":")[0]
         self.spares = spares
         self._spare: list[Worker] = []
+        use_forkserver = forkserver_available() if forkserver is None else forkserver
+        self._zygote: Zygote | None = Zygote(self.preload) if use_forkserver else None
 
     def _drop_dead(self) -> None:
         for worker in [w for w in self._spare if not w.alive]:
             worker.close()  # removes its log and closes its pipes
         self._spare = [w for w in self._spare if w.alive]
 
-    def _top_up(self) -> None:
-        self._drop_dead()
-        while len(self._spare) < self.spares:
-            self._spare.append(Worker(self.preload))
+    def _new_worker(self) -> Worker:
+        if self._zygote is not None:
+            try:
+                return Worker(self.preload, self._zygote)
+            except ZygoteError:
+                # Keep scanning with exec'd processes: slower to start, same measurements.
+                self._zygote.close()
+                self._zygote = None
+        return Worker(self.preload)
 
     def fresh(self, spec: WorkerSpec) -> Worker:
         """A new process with the workload built. Raises WorkerError when setup fails."""
         self._drop_dead()
-        worker = self._spare.pop(0) if self._spare else Worker(self.preload)
-        self._top_up()  # start the next ones' imports while this one sets up
+        worker = self._spare.pop(0) if self._spare else self._new_worker()
         try:
             worker.setup(spec)
         except BaseException:
             worker.close()
             raise
+        if self._zygote is None:
+            # Spares start after this setup, not during it: on the H100, three processes importing
+            # torch and transformers at once took ~24 s for the first one.
+            while len(self._spare) < self.spares:
+                self._spare.append(Worker(self.preload))
         return worker
 
     def close(self) -> None:
         for worker in self._spare:
             worker.close()
         self._spare = []
+        if self._zygote is not None:
+            self._zygote.close()
+            self._zygote = None

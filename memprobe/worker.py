@@ -8,6 +8,11 @@ pre-imported, while another process is being measured.
 
 Requests: setup, trial, measure, exit. After a CRASH outcome the process answers and exits: a
 corrupted CUDA context cannot run another trial.
+
+With `--zygote-fd FD` the process is a fork server instead: it imports once, never touches CUDA,
+and for each request on the Unix socket FD (carrying the child's stdin, protocol and log file
+descriptors) forks a trial process that starts with everything imported. Forking before CUDA is
+initialised is safe; the child creates its own CUDA context at setup.
 """
 
 from __future__ import annotations
@@ -17,8 +22,10 @@ import importlib
 import json
 import os
 import signal
+import socket
 import sys
 import time
+import traceback
 from typing import Any
 
 import torch
@@ -179,17 +186,79 @@ def _serve(protocol) -> int:
     return 0
 
 
+def _reap(*_: Any) -> None:
+    """SIGCHLD handler of the fork server: collect finished trial processes at once, so the parent
+    sees them gone (and their GPU memory released) as soon as they exit."""
+    while True:
+        try:
+            pid, _status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def _forked_child(control: socket.socket, fds: list[int]) -> None:
+    """Become a trial process on the descriptors the parent sent: stdin, protocol, log. Never returns."""
+    code = 1
+    try:
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        control.close()
+        os.setsid()  # its own session, like an exec'd worker: the parent alone decides when it ends
+        stdin_fd, protocol_fd, log_fd = fds
+        os.dup2(stdin_fd, 0)
+        os.dup2(log_fd, 1)
+        os.dup2(log_fd, 2)
+        os.close(stdin_fd)
+        os.close(log_fd)
+        sys.stdin = os.fdopen(0, "r")
+        sys.stdout = sys.stderr = os.fdopen(2, "w", buffering=1)
+        code = _serve(os.fdopen(protocol_fd, "w", buffering=1))
+    except BaseException:  # noqa: BLE001 - whatever happens, the child must not return into the server loop
+        traceback.print_exc()
+    finally:
+        os._exit(code)
+
+
+def _zygote(fd: int) -> int:
+    """Serve fork requests on the Unix socket `fd` until the parent closes it."""
+    control = socket.socket(fileno=fd)
+    signal.signal(signal.SIGCHLD, _reap)
+    while True:
+        try:
+            message, fds, _flags, _addr = socket.recv_fds(control, 64, 3)
+        except OSError:
+            return 0
+        if not message:
+            return 0  # the parent closed the socket: the scan is over
+        if len(fds) != 3:
+            for descriptor in fds:
+                os.close(descriptor)
+            control.sendall(b"error: expected 3 descriptors\n")
+            continue
+        pid = os.fork()
+        if pid == 0:
+            _forked_child(control, fds)
+        for descriptor in fds:
+            os.close(descriptor)
+        control.sendall(f"{pid}\n".encode())
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--preload", action="append", default=[], help="module to import before setup")
+    parser.add_argument("--zygote-fd", type=int, help="serve fork requests on this Unix socket instead")
     args = parser.parse_args(argv)
     # The parent decides when to stop; Ctrl-C in the terminal must not kill a trial halfway.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    protocol = os.fdopen(os.dup(1), "w", buffering=1)
-    os.dup2(2, 1)
-    sys.stdout = sys.stderr
+    if args.zygote_fd is None:
+        protocol = os.fdopen(os.dup(1), "w", buffering=1)
+        os.dup2(2, 1)
+        sys.stdout = sys.stderr
     for module in args.preload:
         importlib.import_module(module)
+    if args.zygote_fd is not None:
+        return _zygote(args.zygote_fd)
     return _serve(protocol)
 
 

@@ -47,7 +47,9 @@ def worker_children() -> list[int]:
 
 
 def worker_logs() -> set[str]:
-    return {p.name for p in Path(tempfile.gettempdir()).glob("memprobe-worker-*.log")}
+    """Trial-process and fork-server logs in the temp folder this process uses."""
+    folder = Path(tempfile.gettempdir())
+    return {p.name for pattern in ("memprobe-worker-*.log", "memprobe-zygote-*.log") for p in folder.glob(pattern)}
 
 
 # --- in-process: memprobe.worker.Session ---------------------------------------------------------
@@ -241,11 +243,18 @@ def scanned(toy, tmp_path_factory):
     out = tmp_path_factory.mktemp("scan-out")
     progress = RecordingProgress()
     opts = ScanOptions(precisions=["fp32"], device="cpu", cpu_budget_bytes=BUDGET, timed_steps=2)
-    logs_before, children_before = worker_logs(), set(worker_children())
-    started = time.monotonic()
-    result, path = scan_workload(toy, opts, out, progress)
+    # A private temp folder: other processes on the machine may be writing worker logs to /tmp.
+    private = tmp_path_factory.mktemp("tmp")
+    saved, tempfile.tempdir = tempfile.tempdir, str(private)
+    try:
+        logs_before, children_before = worker_logs(), set(worker_children())
+        started = time.monotonic()
+        result, path = scan_workload(toy, opts, out, progress)
+        new_logs = worker_logs() - logs_before
+    finally:
+        tempfile.tempdir = saved
     return SimpleNamespace(result=result, path=path, out=out, progress=progress, opts=opts,
-                           seconds=time.monotonic() - started, new_logs=worker_logs() - logs_before,
+                           seconds=time.monotonic() - started, new_logs=new_logs,
                            new_children=set(worker_children()) - children_before)
 
 

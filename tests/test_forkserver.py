@@ -1,0 +1,89 @@
+"""The fork server (runner.Zygote): trial processes forked pre-imported, crashes seen, fallback to exec."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+
+from memprobe.registry import load_registry
+from memprobe.runner import Worker, WorkerFactory, WorkerSpec, Zygote, ZygoteError, _ExecProcess, _ForkedProcess
+
+BUDGET = 8 << 20
+
+
+@pytest.fixture(scope="module")
+def toy_spec():
+    return WorkerSpec(load_registry()["toy"], "fp32", "train", "cpu", BUDGET, {}, timeout_s=120)
+
+
+@pytest.fixture(scope="module")
+def factory(toy_spec):
+    made = WorkerFactory(toy_spec.workload, forkserver=True)
+    yield made
+    made.close()
+
+
+def test_forked_workers_run_trials_and_start_without_imports(factory, toy_spec):
+    first = factory.fresh(toy_spec)  # waits for the server's imports
+    assert isinstance(first.proc, _ForkedProcess)
+    assert first.trial(16, 3).fits
+    first.close()
+    assert not first.alive
+
+    started = time.monotonic()
+    second = factory._new_worker()
+    spawn_seconds = time.monotonic() - started
+    try:
+        # exec'ing python and importing torch takes seconds; a fork takes milliseconds
+        assert spawn_seconds < 1.0, spawn_seconds
+        second.setup(toy_spec)
+        assert second.info["ok"] and second.info["capacity_bytes"] == BUDGET
+        assert second.trial(10**6, 3).outcome == "oom"
+        assert second.trial(16, 3).fits  # usable after an OOM
+        assert second.proc.pid != first.proc.pid
+    finally:
+        second.close()
+
+
+def test_killed_forked_worker_is_a_crash(factory, toy_spec):
+    worker = factory.fresh(toy_spec)
+    os.kill(worker.proc.pid, signal.SIGKILL)
+    attempt = worker.trial(4, 3)
+    assert attempt.outcome == "crash" and "died" in attempt.message
+    worker.close()
+    assert not worker.alive
+
+
+def test_factory_falls_back_to_exec_when_the_server_is_gone(toy_spec):
+    made = WorkerFactory(toy_spec.workload, forkserver=True)
+    try:
+        made._zygote.proc.kill()
+        made._zygote.proc.wait()
+        worker = made.fresh(toy_spec)
+        try:
+            assert isinstance(worker.proc, _ExecProcess)
+            assert worker.trial(16, 3).fits
+        finally:
+            worker.close()
+        assert made._zygote is None
+    finally:
+        made.close()
+
+
+def test_spawn_from_a_closed_server_raises(toy_spec):
+    zygote = Zygote("memprobe.workloads.toy")
+    zygote.close()
+    with pytest.raises(ZygoteError):
+        Worker("memprobe.workloads.toy", zygote)
+
+
+def test_environment_switch_turns_the_fork_server_off(monkeypatch, toy_spec):
+    monkeypatch.setenv("MEMPROBE_FORKSERVER", "0")
+    made = WorkerFactory(toy_spec.workload)
+    try:
+        assert made._zygote is None
+    finally:
+        made.close()
