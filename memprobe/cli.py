@@ -204,5 +204,101 @@ def _require_gpu() -> None:
                    "the max batch found will be lower than on an idle card", err=True)
 
 
+_FORMATS = ("github", "plain", "csv", "json")
+
+
+def _load_results(paths: tuple[str, ...]) -> list:
+    """(path, result) pairs. A file named explicitly must be a result file (one-line error otherwise);
+    a .json found under a folder that is not one is skipped with a warning (e.g. benchmark outputs)."""
+    from .results import ResultFileError, find_result_files, read_result
+
+    loaded = []
+    for arg in paths:
+        path = Path(arg)
+        if path.is_dir():
+            for found in find_result_files([path]):
+                try:
+                    loaded.append((found, read_result(found)))
+                except ResultFileError as exc:
+                    click.echo(f"warning: skipped {exc}", err=True)
+        else:
+            try:
+                loaded.append((path, read_result(path)))
+            except ResultFileError as exc:
+                raise click.ClickException(str(exc)) from None
+    return loaded
+
+
+def _precision_list(text: str | None) -> list[str] | None:
+    from .catalog import PRECISIONS
+
+    if not text:
+        return None
+    chosen = [p.strip() for p in text.split(",") if p.strip()]
+    unknown = [p for p in chosen if p not in PRECISIONS]
+    if unknown:
+        raise click.BadParameter(f"unknown precision(s) {', '.join(unknown)} (known: {', '.join(PRECISIONS)})",
+                                 param_hint="--precision")
+    return chosen
+
+
+@main.command("report")
+@click.argument("paths", nargs=-1, required=True, type=click.Path())
+@click.option("--reference", help="GPU that throughput is normalized to (catalog or device name). "
+                                  "Default: Quadro RTX 8000 where present, else the first GPU given.")
+@click.option("--precision", "-p", "precision", help="Comma-separated precisions to show (default: all found).")
+@click.option("--format", "fmt", type=click.Choice(_FORMATS), default="github", show_default=True,
+              help="github (markdown), plain, csv or json.")
+@click.option("--with-published", is_flag=True,
+              help="Add published figures (2020 study, 2023-2025 PyTorch catalog) for the workloads that have them, "
+                   "marked (pub).")
+@click.option("--charts", "charts_dir", type=click.Path(file_okay=False),
+              help="Also write PNG and SVG charts into this folder.")
+def report_cmd(paths: tuple[str, ...], reference: str | None, precision: str | None, fmt: str, with_published: bool,
+               charts_dir: str | None) -> None:
+    """Compare result files from any number of machines.
+
+    PATHS are result files or folders (searched for *.json; other JSON files there are skipped with a
+    warning). Prints max batch, throughput with MFU, throughput relative to a reference GPU (OOM = 0),
+    the mixed-precision gain over fp32 and utilization. Cells memprobe did not measure are marked.
+    """
+    from .report import ReportError, comparison_report
+
+    loaded = _load_results(paths)
+    if not loaded and not with_published:
+        raise click.ClickException(f"no memprobe result files in {', '.join(paths)}")
+    try:
+        text, comparison, relative = comparison_report(loaded, reference=reference, precisions=_precision_list(precision),
+                                                       fmt=fmt, with_published=with_published)
+    except ReportError as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(text, nl=False)
+    if charts_dir:
+        from .charts import write_charts
+
+        for written in write_charts(comparison, relative, loaded, charts_dir):
+            click.echo(f"wrote {written}", err=True)
+
+
+@main.command("guide")
+@click.argument("paths", nargs=-1, type=click.Path())
+@click.option("--budget", type=click.FloatRange(min=0), help="Only cards whose typical price (USD) is at most this.")
+@click.option("--format", "fmt", type=click.Choice(_FORMATS), default="github", show_default=True,
+              help="github (markdown), plain, csv or json.")
+def guide_cmd(paths: tuple[str, ...], budget: float | None, fmt: str) -> None:
+    """GPU purchase guidance from result files: the max batch predicted on every catalog card.
+
+    Uses each scan's fitted memory model (static + per-sample bytes) and the memory overhead measured on
+    the scanned card; adds throughput per 1000 USD and per watt where measured or published, and a
+    one-line verdict per card. Without PATHS it shows the catalog and the published figures only.
+    """
+    from .guide import guide_report
+
+    loaded = _load_results(paths)
+    if paths and not loaded:
+        raise click.ClickException(f"no memprobe result files in {', '.join(paths)}")
+    click.echo(guide_report(loaded, budget=budget, fmt=fmt), nl=False)
+
+
 if __name__ == "__main__":
     main()

@@ -79,10 +79,15 @@ def test_list_shows_bert_large(run):
 
 
 def test_list_hides_test_only_unless_all(run, packaged_models):
-    assert "toy" not in table_names(run("list", "--models", packaged_models).output)
+    from memprobe.registry import load_registry
+
+    registry = load_registry(packaged_models)
+    shown = table_names(run("list", "--models", packaged_models).output)
+    assert shown == [name for name, w in registry.items() if not w.test_only]
+    assert "bert-large" in shown and "toy" not in shown
     result = run("list", "--all", "--models", packaged_models)
     assert result.exit_code == 0
-    assert table_names(result.output) == ["bert-large", "toy"]
+    assert table_names(result.output) == list(registry)
 
 
 # --- user errors ------------------------------------------------------------------------------

@@ -1,0 +1,360 @@
+"""`memprobe guide`: which cards train these workloads, at what batch, and what a dollar and a watt buy.
+
+No torch here. For every workload and precision in the result files, the memory model fitted during the scan
+(peak reserved bytes = static + per_sample x batch) predicts the max batch on every catalog card. The memory
+a process cannot use (driver reservation, CUDA context, runtime) is not assumed: it is carried over from the
+measured card (its datasheet memory minus the allocator capacity the scan recorded). Throughput per 1000 USD and
+per watt is given only where throughput was measured or published; verdicts per card follow one stated rule.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+from .catalog import Card, Catalog, default_catalog
+from .report import (
+    MEASURED, PREDICTED, Cell, Comparison, ReportError, Table, batch_unit, build_comparison, fmt_number,
+    render, workload_labels,
+)
+from .results import PrecisionResult, ScanResult
+from .units import gib
+
+# A batch is "roomy" on a card when it is at least this fraction of the largest batch any catalog card reaches for
+# that workload (1/8: three halvings below the biggest card). Relative, so that a workload that trains at batch 1-2
+# even on 80 GB cards (Pix2PixHD) and one that reaches hundreds (ResNet-50) are judged alike.
+ROOMY_FRACTION = 1 / 8
+VERDICT_ALL = "trains all the large models"
+VERDICT_MOST = "trains most, with small batches"
+VERDICT_NO = "not a good fit"
+VERDICT_RULE = (
+    "Verdict rule: for each workload, take the card's largest batch over the precisions it supports (measured on the "
+    "card the file comes from, predicted elsewhere). The workload trains when that batch >= 1, and trains roomily when "
+    "it is >= 1/8 of the largest batch any catalog card reaches for it (at least 1). "
+    f"'{VERDICT_ALL}': every workload trains roomily; '{VERDICT_MOST}': at least half of the workloads train; "
+    f"'{VERDICT_NO}': fewer than half train."
+)
+
+
+@dataclass(frozen=True)
+class Overhead:
+    """Memory of the measured card that the allocator could not use, carried over to every other card.
+
+    bytes = datasheet memory of the measured card - capacity_bytes (free + reserved after the model was built).
+    When the catalog does not know the measured card, it falls back to total_bytes - capacity_bytes, which misses
+    the driver's reservation (said in `describe`).
+    """
+
+    bytes: int
+    gpu: str
+    capacity_bytes: int
+    total_bytes: int | None
+    nominal_bytes: int | None
+
+    def describe(self) -> str:
+        """One sentence: the overhead and where it comes from."""
+        if self.nominal_bytes is not None:
+            parts = [f"{gib(self.nominal_bytes, 2)} GiB datasheet memory - {gib(self.capacity_bytes, 2)} GiB that the "
+                     f"scan's allocator could use = {gib(self.bytes, 2)} GiB"]
+            if self.total_bytes is not None:
+                parts.append(f"{gib(self.nominal_bytes - self.total_bytes, 2)} GiB the driver does not expose + "
+                             f"{gib(self.total_bytes - self.capacity_bytes, 2)} GiB CUDA context and runtime")
+            return f"measured on {self.gpu}: " + " (".join(parts) + (")" if len(parts) > 1 else "")
+        return (f"measured on {self.gpu} (not in the catalog): total {gib(self.total_bytes, 2)} GiB - capacity "
+                f"{gib(self.capacity_bytes, 2)} GiB = {gib(self.bytes, 2)} GiB; the driver's own reservation is unknown "
+                "and not included")
+
+
+@dataclass(frozen=True)
+class MemoryModel:
+    """peak reserved bytes = static_bytes + per_sample_bytes x batch, fitted in one scan, with its provenance."""
+
+    workload: str
+    precision: str
+    static_bytes: float
+    per_sample_bytes: float
+    batch_unit: str
+    source: str
+    gpu: str
+    measured_max_batch: int | None
+    overhead: Overhead
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """The max batch of one workload and precision on one catalog card.
+
+    batch None: the card cannot run this precision. origin is MEASURED on the card the model was fitted on
+    (batch is the measured answer there, predicted_batch the model's), PREDICTED elsewhere.
+    """
+
+    card: Card
+    workload: str
+    precision: str
+    batch: int | None
+    predicted_batch: int | None
+    origin: str
+
+
+@dataclass
+class Verdict:
+    """A card's verdict, and the best batch per workload it rests on: workload -> (batch, precision, origin)."""
+
+    card: Card
+    verdict: str
+    trains: int
+    roomy: int
+    total: int
+    best: dict[str, tuple[int, str, str]] = field(default_factory=dict)
+
+
+def predict_max_batch(static_bytes: float, per_sample_bytes: float, usable_bytes: float) -> int:
+    """The largest batch b with static + per_sample x b <= usable; 0 when not even batch 1 fits.
+
+    Raises ValueError for a per-sample size that is not positive (no prediction can be made from it).
+    """
+    if not per_sample_bytes > 0:
+        raise ValueError(f"per-sample bytes must be positive, got {per_sample_bytes}")
+    return max(0, math.floor((usable_bytes - static_bytes) / per_sample_bytes))
+
+
+def overhead_for(result: ScanResult, p: PrecisionResult, catalog: Catalog) -> Overhead | None:
+    """The non-allocatable memory of the card a result was measured on, or None without a recorded capacity."""
+    if not p.capacity_bytes:
+        return None
+    gpu_env = result.environment.get("gpu", {})
+    device = str(gpu_env.get("name", "?"))
+    total = gpu_env.get("total_bytes")
+    card = catalog.find(device)
+    if card is not None:
+        return Overhead(card.memory_bytes - p.capacity_bytes, card.name, p.capacity_bytes, total, card.memory_bytes)
+    if total is None:
+        return None
+    return Overhead(int(total) - p.capacity_bytes, device, p.capacity_bytes, int(total), None)
+
+
+def memory_models(loaded: Sequence[tuple[Path, ScanResult]], catalog: Catalog | None = None) -> tuple[list[MemoryModel], list[str]]:
+    """The usable memory models in the files, one per workload label and precision (the first given), and notes."""
+    catalog = catalog or default_catalog()
+    labels, notes = workload_labels([r for _, r in loaded])
+    models: dict[tuple[str, str], MemoryModel] = {}
+    for (path, result), label in zip(loaded, labels):
+        for name, p in result.precisions.items():
+            fit = (p.memory_model or {}).get("peak_reserved") or {}
+            static, per_sample = fit.get("static_bytes"), fit.get("per_sample_bytes")
+            where = f"{label} {name} ({Path(path).name})"
+            if p.status != "done" or static is None or not per_sample or per_sample <= 0:
+                notes.append(f"{where}: no usable memory model (status {p.status}); no predictions for it.")
+                continue
+            overhead = overhead_for(result, p, catalog)
+            if overhead is None:
+                notes.append(f"{where}: no recorded allocator capacity, so the overhead cannot be derived; no predictions.")
+                continue
+            if (label, name) in models:
+                notes.append(f"{where}: another memory model for {label} {name} was given first "
+                             f"({Path(models[(label, name)].source).name}); predictions use that one.")
+                continue
+            models[(label, name)] = MemoryModel(
+                workload=label, precision=name, static_bytes=float(static), per_sample_bytes=float(per_sample),
+                batch_unit=batch_unit(result, p), source=str(path), gpu=overhead.gpu,
+                measured_max_batch=p.max_batch, overhead=overhead)
+    return list(models.values()), notes
+
+
+def predictions(models: Sequence[MemoryModel], cards: Sequence[Card]) -> list[Prediction]:
+    """Every model on every card: usable memory = card memory - the model's carried-over overhead."""
+    out = []
+    for m in models:
+        for card in cards:
+            if not card.supports(m.precision):
+                out.append(Prediction(card, m.workload, m.precision, None, None, PREDICTED))
+                continue
+            predicted = predict_max_batch(m.static_bytes, m.per_sample_bytes, card.memory_bytes - m.overhead.bytes)
+            if card.name == m.gpu and m.measured_max_batch is not None:
+                out.append(Prediction(card, m.workload, m.precision, int(m.measured_max_batch), predicted, MEASURED))
+            else:
+                out.append(Prediction(card, m.workload, m.precision, predicted, predicted, PREDICTED))
+    return out
+
+
+def verdicts(preds: Sequence[Prediction], cards: Sequence[Card]) -> list[Verdict]:
+    """One verdict per card by VERDICT_RULE. `preds` must cover the whole catalog (the roomy threshold uses it)."""
+    workloads = list(dict.fromkeys(p.workload for p in preds))
+    best: dict[tuple[str, str], tuple[int, str, str]] = {}
+    for p in preds:
+        if p.batch is None:
+            continue
+        key = (p.card.name, p.workload)
+        if key not in best or p.batch > best[key][0]:
+            best[key] = (p.batch, p.precision, p.origin)
+    largest = {w: max((b[0] for (c, ww), b in best.items() if ww == w), default=0) for w in workloads}
+    threshold = {w: max(1, math.ceil(largest[w] * ROOMY_FRACTION)) for w in workloads}
+    out = []
+    for card in cards:
+        mine = {w: best[(card.name, w)] for w in workloads if (card.name, w) in best}
+        trains = sum(1 for w, b in mine.items() if b[0] >= 1)
+        roomy = sum(1 for w, b in mine.items() if b[0] >= threshold[w])
+        total = len(workloads)
+        if total and roomy == total:
+            verdict = VERDICT_ALL
+        elif total and trains * 2 >= total and trains > 0:
+            verdict = VERDICT_MOST
+        else:
+            verdict = VERDICT_NO
+        out.append(Verdict(card, verdict, trains, roomy, total, mine))
+    return out
+
+
+def roomy_thresholds(preds: Sequence[Prediction]) -> dict[str, int]:
+    """Per workload, the batch from which a card counts as roomy (printed with the rule)."""
+    best: dict[str, int] = {}
+    for p in preds:
+        if p.batch is not None:
+            best[p.workload] = max(best.get(p.workload, 0), p.batch)
+    return {w: max(1, math.ceil(b * ROOMY_FRACTION)) for w, b in best.items()}
+
+
+# --- tables ---------------------------------------------------------------------------------------
+
+def _price_text(card: Card) -> str:
+    price = card.price
+    return "-" if price is None else f"{price.usd:,.0f} ({price.date}, {price.source})"
+
+
+def catalog_table(cards: Sequence[Card]) -> Table:
+    """The catalog rows shown (datasheet values and sourced prices; nothing here is measured)."""
+    columns = ["card", "arch", "memory GiB", "peak TFLOP/s fp32/tf32/fp16/bf16", "bandwidth GB/s", "TDP W",
+               "price USD (date, source)", "spec source"]
+    rows = []
+    for c in cards:
+        peaks = "/".join(fmt_number(v) if v is not None else "-" for v in c.peak_tflops.values())
+        rows.append([c.name, c.architecture, fmt_number(c.memory_bytes / 2**30), peaks,
+                     fmt_number(c.bandwidth_gb_s) if c.bandwidth_gb_s else "-",
+                     fmt_number(c.tdp_w) if c.tdp_w else "-", _price_text(c), c.spec_source])
+    notes = ["Datasheet figures and published prices from memprobe/data/gpus.yaml (sources listed there); "
+             "'-' = not sourced, left empty rather than guessed. Peaks are dense (no sparsity); fp16/bf16 with FP32 "
+             "accumulate."]
+    return Table("catalog", "GPU catalog (datasheets and published prices, not measured)", columns, rows, notes)
+
+
+def prediction_table(preds: Sequence[Prediction], cards: Sequence[Card], models: Sequence[MemoryModel]) -> Table:
+    """Predicted max batch per card (rows) and workload/precision (columns), and how many workloads train."""
+    cols = [(m.workload, m.precision) for m in models]
+    by = {(p.card.name, p.workload, p.precision): p for p in preds}
+    workloads = list(dict.fromkeys(m.workload for m in models))
+    columns = ["card", "memory GiB"] + [f"{w} {p}" for w, p in cols] + ["trains (workloads)"]
+    rows = []
+    for card in cards:
+        row: list[Any] = [card.name, fmt_number(card.memory_bytes / 2**30)]
+        for w, pr in cols:
+            p = by.get((card.name, w, pr))
+            if p is None or p.batch is None:
+                row.append(f"n/a (no {pr})")
+            elif p.batch == 0:
+                row.append(Cell("OOM" + (" (pred)" if p.origin == PREDICTED else ""), 0.0, p.origin))
+            else:
+                row.append(Cell(str(p.batch) + (" (pred)" if p.origin == PREDICTED else ""), float(p.batch), p.origin))
+        batches = [(w, by[(card.name, w, pr)].batch) for w, pr in cols if (card.name, w, pr) in by]
+        trains = len({w for w, b in batches if b})
+        row.append(f"{trains}/{len(workloads)}")
+        rows.append(row)
+    notes = []
+    for m in models:
+        notes.append(f"{m.workload} {m.precision}: peak reserved = {gib(m.static_bytes, 2)} GiB + "
+                     f"{gib(m.per_sample_bytes, 3)} GiB x batch ({m.batch_unit}), fitted in {Path(m.source).name}.")
+    overheads = {m.overhead.describe() for m in models}
+    notes += [f"Usable memory = card memory - overhead; the overhead is carried over from the measured card, "
+              f"not measured on the others: {o}." for o in sorted(overheads)]
+    checks = [f"{m.workload} {m.precision} predicted {p.predicted_batch}, measured {p.batch}"
+              for m in models for p in preds
+              if p.origin == MEASURED and p.workload == m.workload and p.precision == m.precision]
+    if checks:
+        notes.append("Check on the measured card(s): " + "; ".join(checks) + ". The linear model ignores allocator "
+                     "fragmentation near the edge, so a prediction can be 1-2 above the true maximum.")
+    notes.append("Other cards run other kernels and library workspaces (cuDNN, cuBLAS), so their true maxima can "
+                 "differ by a few samples; 'n/a' = the card has no such precision (tf32/bf16 need Ampere or newer).")
+    return Table("predicted", "Max batch on every catalog card (predicted from the fitted memory model)", columns,
+                 rows, notes)
+
+
+def value_table(comparison: Comparison | None, cards: Sequence[Card], workloads: Sequence[str] | None) -> Table:
+    """Throughput per 1000 USD and per watt, where throughput is measured (on the file's card) or published."""
+    allowed = {c.name: c for c in cards}
+    columns = ["workload", "precision", "card", "throughput", "unit", "price USD", "per 1000 USD", "TDP W",
+               "per W (TDP)", "per W (measured power)"]
+    rows = []
+    points = [] if comparison is None else [
+        p for p in comparison.points
+        if p.throughput and p.gpu in allowed and (workloads is None or p.workload in workloads)]
+    points.sort(key=lambda p: (p.workload, p.precision, -(p.throughput or 0)))
+    for p in points:
+        card = allowed[p.gpu]
+        mark = "" if p.origin == MEASURED else " (pub)"
+        price = card.price.usd if card.price else None
+        per_usd = Cell(f"{p.throughput / price * 1000:.2f}{mark}", p.throughput / price * 1000, p.origin) if price else "-"
+        per_w = Cell(f"{p.throughput / card.tdp_w:.3f}{mark}", p.throughput / card.tdp_w, p.origin) if card.tdp_w else "-"
+        power = ((p.utilization or {}).get("power_w") or {}).get("mean")
+        per_power = Cell(f"{p.throughput / power:.3f}", p.throughput / power, MEASURED) if power else "-"
+        rows.append([p.workload, p.precision, card.name, Cell(fmt_number(p.throughput) + mark, p.throughput, p.origin),
+                     p.unit, f"{price:,.0f}" if price else "-", per_usd,
+                     fmt_number(card.tdp_w) if card.tdp_w else "-", per_w, per_power])
+    notes = ["Prices and TDP are the catalog's (gpus.yaml: datasheet TDP, published prices with their dates); "
+             "throughput is memprobe's on the card a file was measured on, or published (pub). Card-only prices: "
+             "a host, power and cooling are not included."]
+    return Table("value", "Throughput per 1000 USD and per watt", columns, rows, notes)
+
+
+def verdict_table(verdicts_: Sequence[Verdict]) -> Table:
+    """One line per card: the verdict and the best batch per workload it rests on."""
+    rows = []
+    for v in verdicts_:
+        basis = "; ".join(f"{w} {b} ({pr}{', pred' if origin == PREDICTED else ''})" for w, (b, pr, origin) in v.best.items())
+        rows.append([v.card.name, fmt_number(v.card.memory_bytes / 2**30), _price_text(v.card), v.verdict,
+                     f"{v.trains}/{v.total} train, {v.roomy}/{v.total} roomy", basis or "-"])
+    return Table("verdicts", "Verdicts", ["card", "memory GiB", "price USD", "verdict", "count", "best batch per workload"],
+                 rows, [VERDICT_RULE])
+
+
+def guide_report(loaded: Sequence[tuple[Path, ScanResult]], budget: float | None = None, fmt: str = "github",
+                 catalog: Catalog | None = None) -> str:
+    """Build and render `memprobe guide`. Raises ValueError for an unknown format or a negative budget."""
+    if budget is not None and budget < 0:
+        raise ValueError(f"--budget must be >= 0, got {budget}")
+    catalog = catalog or default_catalog()
+    all_cards = list(catalog.cards)
+    shown = all_cards if budget is None else [c for c in all_cards if c.price and c.price.usd <= budget]
+    notes: list[str] = []
+    if budget is not None:
+        unpriced = sum(1 for c in all_cards if not c.price)
+        notes.append(f"--budget {budget:,.0f} USD: {len(shown)} of {len(all_cards)} cards; {unpriced} cards without a "
+                     "sourced price are left out.")
+    models, model_notes = memory_models(loaded, catalog)
+    notes += model_notes
+    preds = predictions(models, all_cards)
+    tables = [catalog_table(shown)]
+    names = {c.name for c in shown}
+    if models:
+        tables.append(prediction_table([p for p in preds if p.card.name in names], shown, models))
+    try:
+        comparison = build_comparison(loaded, with_published=True, catalog=catalog)
+    except ReportError:
+        comparison = None
+    measured_workloads = list(dict.fromkeys(m.workload for m in models)) or None
+    if loaded and measured_workloads is None:
+        measured_workloads = list(dict.fromkeys(workload_labels([r for _, r in loaded])[0]))
+    tables.append(value_table(comparison, shown, measured_workloads))
+    if models:
+        vs = [v for v in verdicts(preds, all_cards) if v.card.name in names]
+        table = verdict_table(vs)
+        thresholds = roomy_thresholds(preds)
+        table.notes.append("Roomy from: " + ", ".join(f"{w} batch {t}" for w, t in thresholds.items())
+                           + f" (1/8 of the largest over {len(all_cards)} catalog cards, whatever the budget).")
+        tables.append(table)
+    else:
+        notes.append("No memory model in the inputs: give result files (memprobe scan output) for predictions and verdicts.")
+    title = f"memprobe guide: {len(loaded)} result file(s), {len(shown)} card(s)"
+    legend = ("Legend: unmarked = measured by memprobe; (pred) = predicted from the fitted memory model; "
+              "(pub) = published figure from elsewhere; catalog values are datasheet figures.")
+    return render(tables, fmt, title, [legend] + notes)
