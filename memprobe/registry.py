@@ -18,6 +18,10 @@ import yaml
 FAMILIES: dict[str, str] = {
     "toy-mlp": "memprobe.workloads.toy:build",
     "bert-pretraining": "memprobe.workloads.bert:build_pretraining",
+    "bert-squad": "memprobe.workloads.bert:build_squad",
+    "transformer-translation": "memprobe.workloads.translation:build",
+    "timm-classifier": "memprobe.workloads.vision:build",
+    "pix2pixhd": "memprobe.workloads.pix2pixhd:build",
 }
 
 UNITS = ("images", "sequences", "tokens", "samples")

@@ -2,6 +2,8 @@
 
 bert-large: BertForPreTraining (MLM + NSP heads) at full sequence length with scaled-dot-product
 attention, the standard pre-training objective: 15% of positions carry MLM labels.
+bert-large-squad: BertForQuestionAnswering (SQuAD fine-tuning: start/end span heads, cross entropy
+over positions) at seq 384 with scaled-dot-product attention.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from typing import Any
 import torch
 # Imported at module load, not in the builder: the trial process preloads this module before setup,
 # so a spare process pays transformers' import (seconds) while another process is being measured.
-from transformers import BertConfig, BertForPreTraining
+from transformers import BertConfig, BertForPreTraining, BertForQuestionAnswering
 
 from .base import TrainTask, materialize
 
@@ -74,3 +76,62 @@ class BertPretrainingTask(TrainTask):
 
 def build_pretraining(params: dict[str, Any], optimizer: dict[str, Any], device: torch.device) -> BertPretrainingTask:
     return BertPretrainingTask(params, optimizer, device)
+
+
+class BertSquadTask(TrainTask):
+    """SQuAD-style fine-tuning: question + passage packed to the full sequence length, a start and an
+    end position per sequence, loss = mean of the two cross entropies over positions."""
+
+    unit = "sequences"
+
+    def __init__(self, params: dict[str, Any], optimizer: dict[str, Any], device: torch.device) -> None:
+        config = _config(params)
+        with torch.device("meta"):
+            model = BertForQuestionAnswering._from_config(config, attn_implementation="sdpa")
+        if device.type != "meta":  # on meta (parameter and FLOP counts) there is nothing to initialise
+            materialize(model, device, model.init_weights)
+        super().__init__(model, optimizer, device)
+        self.seq_len = int(params["seq_len"])
+        self.vocab = int(params["vocab"])
+        self.question_len = int(params.get("question_len", 64))
+        if not 0 < self.question_len < self.seq_len:
+            raise ValueError(f"question_len must be between 1 and seq_len - 1, got {self.question_len}")
+
+    def make_batch(self, n: int) -> dict[str, torch.Tensor]:
+        shape = (n, self.seq_len)
+        token_type = torch.zeros(shape, dtype=torch.long, device=self.device)
+        token_type[:, self.question_len:] = 1  # segment B: the passage
+        # answers lie in the passage
+        start = torch.randint(self.question_len, self.seq_len, (n,), device=self.device)
+        end = torch.minimum(start + torch.randint(0, 30, (n,), device=self.device),
+                            torch.full_like(start, self.seq_len - 1))
+        # No attention_mask: every position is a real token (the worst case), and transformers drops
+        # an all-ones mask anyway after checking it with .all() (a host sync each step, and a value
+        # the meta device, used to count FLOPs, cannot produce).
+        return {
+            "input_ids": torch.randint(0, self.vocab, shape, device=self.device),
+            "token_type_ids": token_type,
+            "start_positions": start,
+            "end_positions": end,
+        }
+
+    def loss(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        return self.model(**batch).loss
+
+    def infer(self, batch: dict[str, torch.Tensor]) -> Any:
+        inputs = {k: v for k, v in batch.items() if k not in ("start_positions", "end_positions")}
+        out = self.model(**inputs)
+        return out.start_logits, out.end_logits
+
+    def describe(self) -> dict[str, Any]:
+        info = super().describe()
+        info["attention"] = self.model.config._attn_implementation
+        info["seq_len"] = self.seq_len
+        info["head"] = "question answering (start/end span)"
+        return info
+
+
+def build_squad(params: dict[str, Any], optimizer: dict[str, Any], device: torch.device) -> BertSquadTask:
+    """BERT question answering on `device` (cpu, cuda, or meta for counting). Raises ValueError for a
+    question_len that leaves no passage."""
+    return BertSquadTask(params, optimizer, device)

@@ -1,0 +1,434 @@
+"""Pix2PixHD (Wang et al., CVPR 2018), label map -> photo, written here from the paper's description.
+
+One training step is a generator update followed by a discriminator update, both losses computed
+from one forward pass (so the generator's graph, three discriminator passes and the VGG pass are
+alive together, which is what makes this model famous for needing ~21 GB at batch 1 in FP32):
+
+- generator G = G1 (global generator at half resolution: 7x7 conv, 4 stride-2 downsamplings to
+  1024 channels, 9 residual blocks, 4 transposed-conv upsamplings) + G2 (one local enhancer at full
+  resolution: 7x7 conv to ngf, one stride-2 conv, element-wise sum with G1's last feature map,
+  3 residual blocks, one upsampling, 7x7 conv to RGB, tanh). Instance norm, ReLU, reflection pad.
+- discriminator D = three 70x70-style PatchGANs (4x4 convs, ndf 64, 3 strided layers, LeakyReLU 0.2,
+  instance norm) on the image at 1, 1/2 and 1/4 scale; each returns its intermediate features.
+- losses: LSGAN; discriminator feature matching (x10); VGG19 perceptual loss (x10) with a VGG19
+  written here with random frozen weights (no torchvision, no download).
+- Adam(0.5, 0.999) for G and D, one GradScaler shared by both optimizers under fp16.
+
+The input is 35 one-hot label channels plus one instance-boundary channel (Cityscapes at 2048x1024).
+"""
+
+from __future__ import annotations
+
+from contextlib import nullcontext
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .base import Amp, TrainTask, make_optimizer
+
+# VGG19's convolution stack ('features'): numbers are conv output widths, "M" a 2x2 max-pool.
+VGG19_LAYOUT: tuple[int | str, ...] = (64, 64, "M", 128, 128, "M", 256, 256, 256, 256, "M",
+                                       512, 512, 512, 512, "M", 512, 512, 512, 512, "M")
+VGG_TAPS = 5  # the perceptual loss compares relu1_1, relu2_1, relu3_1, relu4_1 and relu5_1
+
+
+# --- generator ---------------------------------------------------------------------------------
+
+def _conv_in_relu(cin: int, cout: int, kernel: int, stride: int = 1) -> list[nn.Module]:
+    """A conv + instance norm + ReLU; 7x7 convs use reflection padding, strided 3x3 convs zero padding."""
+    if kernel == 7:
+        return [nn.ReflectionPad2d(3), nn.Conv2d(cin, cout, 7), nn.InstanceNorm2d(cout), nn.ReLU(True)]
+    return [nn.Conv2d(cin, cout, kernel, stride=stride, padding=kernel // 2), nn.InstanceNorm2d(cout), nn.ReLU(True)]
+
+
+def _up_in_relu(cin: int, cout: int) -> list[nn.Module]:
+    """A transposed conv that doubles the resolution exactly, + instance norm + ReLU."""
+    return [nn.ConvTranspose2d(cin, cout, 3, stride=2, padding=1, output_padding=1), nn.InstanceNorm2d(cout),
+            nn.ReLU(True)]
+
+
+def _to_rgb(cin: int, out_channels: int) -> list[nn.Module]:
+    return [nn.ReflectionPad2d(3), nn.Conv2d(cin, out_channels, 7), nn.Tanh()]
+
+
+class ResidualBlock(nn.Module):
+    """Two reflection-padded 3x3 convs with instance norm, added to the input (Johnson et al. 2016)."""
+
+    def __init__(self, channels: int) -> None:
+        super().__init__()
+        self.body = nn.Sequential(
+            nn.ReflectionPad2d(1), nn.Conv2d(channels, channels, 3), nn.InstanceNorm2d(channels), nn.ReLU(True),
+            nn.ReflectionPad2d(1), nn.Conv2d(channels, channels, 3), nn.InstanceNorm2d(channels),
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.body(x)
+
+
+class GlobalGenerator(nn.Module):
+    """G1: downsample `downsamplings` times (doubling the width each time), residual blocks, upsample back.
+
+    With `to_rgb` False it stops at the last upsampling and returns the feature map a local enhancer adds
+    to its own (the paper drops G1's output layer when G2 is attached).
+    """
+
+    def __init__(self, in_channels: int, out_channels: int, ngf: int, downsamplings: int, blocks: int,
+                 to_rgb: bool) -> None:
+        super().__init__()
+        layers = _conv_in_relu(in_channels, ngf, 7)
+        for i in range(downsamplings):
+            layers += _conv_in_relu(ngf * 2**i, ngf * 2**(i + 1), 3, stride=2)
+        top = ngf * 2**downsamplings
+        layers += [ResidualBlock(top) for _ in range(blocks)]
+        for i in range(downsamplings, 0, -1):
+            layers += _up_in_relu(ngf * 2**i, ngf * 2**(i - 1))
+        if to_rgb:
+            layers += _to_rgb(ngf, out_channels)
+        self.net = nn.Sequential(*layers)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+
+class LocalEnhancer(nn.Module):
+    """G2: a full-resolution front end (7x7 conv to ngf, stride-2 conv to 2 ngf) whose output is summed
+    with the coarser generator's features, then residual blocks and one upsampling back to ngf."""
+
+    def __init__(self, in_channels: int, out_channels: int, ngf: int, blocks: int, to_rgb: bool) -> None:
+        super().__init__()
+        self.front = nn.Sequential(*_conv_in_relu(in_channels, ngf, 7), *_conv_in_relu(ngf, 2 * ngf, 3, stride=2))
+        back = [ResidualBlock(2 * ngf) for _ in range(blocks)] + _up_in_relu(2 * ngf, ngf)
+        if to_rgb:
+            back += _to_rgb(ngf, out_channels)
+        self.back = nn.Sequential(*back)
+
+    def forward(self, x: torch.Tensor, coarse: torch.Tensor) -> torch.Tensor:
+        return self.back(self.front(x) + coarse)
+
+
+def _half(x: torch.Tensor) -> torch.Tensor:
+    """Halve the resolution with a 3x3 average (borders average only real pixels)."""
+    return F.avg_pool2d(x, 3, stride=2, padding=1, count_include_pad=False)
+
+
+class Generator(nn.Module):
+    """G1 with `local_enhancers` local enhancers (the paper's 2048x1024 setting uses one, ngf 32, so G1
+    runs at 1024x512 with 64 base channels)."""
+
+    def __init__(self, in_channels: int, out_channels: int, ngf: int, local_enhancers: int,
+                 global_downsamplings: int, global_blocks: int, local_blocks: int) -> None:
+        super().__init__()
+        self.local_enhancers = local_enhancers
+        self.global_g = GlobalGenerator(in_channels, out_channels, ngf * 2**local_enhancers, global_downsamplings,
+                                        global_blocks, to_rgb=local_enhancers == 0)
+        # coarsest first: enhancer i works at 1 / 2**(local_enhancers - 1 - i) of the full resolution
+        self.enhancers = nn.ModuleList(
+            LocalEnhancer(in_channels, out_channels, ngf * 2**(local_enhancers - 1 - i), local_blocks,
+                          to_rgb=i == local_enhancers - 1)
+            for i in range(local_enhancers)
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        pyramid = [x]
+        for _ in range(self.local_enhancers):
+            pyramid.append(_half(pyramid[-1]))
+        out = self.global_g(pyramid[-1])
+        for i, enhancer in enumerate(self.enhancers):
+            out = enhancer(pyramid[self.local_enhancers - 1 - i], out)
+        return out
+
+
+# --- discriminator ------------------------------------------------------------------------------
+
+class PatchDiscriminator(nn.Module):
+    """A PatchGAN: 4x4 convs, `layers` stride-2 stages (width doubling up to 512) then one stride-1
+    stage, LeakyReLU 0.2, instance norm after the first; a 1-channel real/fake map at the end.
+
+    forward returns every stage's output: the feature-matching loss compares them, the last is the
+    prediction.
+    """
+
+    def __init__(self, in_channels: int, ndf: int, layers: int) -> None:
+        super().__init__()
+        # padding 2 = ceil((4 - 1) / 2): stride-1 stages do not shrink the map at small scales
+        stages = [nn.Sequential(nn.Conv2d(in_channels, ndf, 4, stride=2, padding=2), nn.LeakyReLU(0.2, True))]
+        width = ndf
+        for i in range(1, layers + 1):
+            nxt = min(width * 2, 512)
+            stride = 2 if i < layers else 1
+            stages.append(nn.Sequential(nn.Conv2d(width, nxt, 4, stride=stride, padding=2), nn.InstanceNorm2d(nxt),
+                                        nn.LeakyReLU(0.2, True)))
+            width = nxt
+        stages.append(nn.Sequential(nn.Conv2d(width, 1, 4, stride=1, padding=2)))
+        self.stages = nn.ModuleList(stages)
+
+    def forward(self, x: torch.Tensor) -> list[torch.Tensor]:
+        feats = []
+        for stage in self.stages:
+            x = stage(x)
+            feats.append(x)
+        return feats
+
+
+class MultiscaleDiscriminator(nn.Module):
+    """`scales` PatchGANs of the same architecture on the input at 1, 1/2, 1/4 ... resolution."""
+
+    def __init__(self, in_channels: int, ndf: int, layers: int, scales: int) -> None:
+        super().__init__()
+        self.ds = nn.ModuleList(PatchDiscriminator(in_channels, ndf, layers) for _ in range(scales))
+
+    def forward(self, x: torch.Tensor) -> list[list[torch.Tensor]]:
+        out = []
+        for i, d in enumerate(self.ds):
+            if i:
+                x = _half(x)
+            out.append(d(x))
+        return out
+
+
+# --- VGG19 for the perceptual loss --------------------------------------------------------------
+
+class VGG19Features(nn.Module):
+    """VGG19's conv stack up to relu5_1 (the deepest layer the perceptual loss reads; the three convs
+    after it would be dead weight), returning the five relu_1 activations. `width` scales every conv
+    width (64 = the real VGG19) so test variants stay small."""
+
+    def __init__(self, width: int = 64) -> None:
+        super().__init__()
+        scale = width / 64
+        slices: list[nn.Sequential] = []
+        current: list[nn.Module] = []
+        cin, first_in_block = 3, True
+        for item in VGG19_LAYOUT:
+            if item == "M":
+                current.append(nn.MaxPool2d(2))
+                first_in_block = True
+                continue
+            cout = max(1, int(item * scale))
+            current += [nn.Conv2d(cin, cout, 3, padding=1), nn.ReLU(True)]
+            cin = cout
+            if first_in_block:
+                slices.append(nn.Sequential(*current))
+                current, first_in_block = [], False
+                if len(slices) == VGG_TAPS:
+                    break
+        self.slices = nn.ModuleList(slices)
+
+    def forward(self, x: torch.Tensor) -> list[torch.Tensor]:
+        feats = []
+        for s in self.slices:
+            x = s(x)
+            feats.append(x)
+        return feats
+
+
+# --- the whole model and the training step ------------------------------------------------------
+
+class Pix2PixHD(nn.Module):
+    """G, D and the frozen VGG in one module, so that .train(), .to() and parameter counts see all."""
+
+    def __init__(self, p: dict[str, Any]) -> None:
+        super().__init__()
+        in_channels = p["label_nc"] + (1 if p["instance_edges"] else 0)
+        self.generator = Generator(in_channels, p["output_nc"], p["ngf"], p["local_enhancers"],
+                                   p["global_downsamplings"], p["global_blocks"], p["local_blocks"])
+        # D sees the label map and the image stacked (a conditional GAN)
+        self.discriminator = MultiscaleDiscriminator(in_channels + p["output_nc"], p["ndf"], p["d_layers"],
+                                                     p["d_scales"])
+        self.vgg = VGG19Features(p["vgg_width"])
+        self.vgg.requires_grad_(False)
+
+    def train(self, mode: bool = True) -> "Pix2PixHD":
+        super().train(mode)
+        self.vgg.eval()  # a fixed feature extractor, never in training mode
+        return self
+
+
+DEFAULTS: dict[str, Any] = {
+    "width": 2048, "height": 1024, "label_nc": 35, "instance_edges": True, "output_nc": 3,
+    "ngf": 32, "local_enhancers": 1, "global_downsamplings": 4, "global_blocks": 9, "local_blocks": 3,
+    "ndf": 64, "d_layers": 3, "d_scales": 3, "vgg_width": 64,
+    "lambda_feat": 10.0, "lambda_vgg": 10.0, "edge_density": 0.05, "channels_last": True,
+}
+
+
+def _params(params: dict[str, Any]) -> dict[str, Any]:
+    """Defaults filled in, types fixed. Raises ValueError for a resolution the generator cannot halve
+    down to its bottleneck, or an unknown key."""
+    unknown = set(params) - set(DEFAULTS)
+    if unknown:
+        raise ValueError(f"pix2pixhd: unknown parameter(s) {', '.join(sorted(unknown))}")
+    p = {**DEFAULTS, **params}
+    for key in ("width", "height", "label_nc", "output_nc", "ngf", "local_enhancers", "global_downsamplings",
+                "global_blocks", "local_blocks", "ndf", "d_layers", "d_scales", "vgg_width"):
+        p[key] = int(p[key])
+    for key in ("lambda_feat", "lambda_vgg", "edge_density"):
+        p[key] = float(p[key])
+    p["instance_edges"], p["channels_last"] = bool(p["instance_edges"]), bool(p["channels_last"])
+    factor = 2 ** (p["local_enhancers"] + p["global_downsamplings"])
+    if p["width"] % factor or p["height"] % factor:
+        raise ValueError(f"pix2pixhd: {p['width']}x{p['height']} must be divisible by {factor} "
+                         f"(2^(local_enhancers + global_downsamplings))")
+    # reflection padding of 1 needs a bottleneck of at least 2x2
+    if p["width"] // factor < 2 or p["height"] // factor < 2:
+        raise ValueError(f"pix2pixhd: {p['width']}x{p['height']} leaves a bottleneck smaller than 2x2")
+    return p
+
+
+def init_weights(model: nn.Module) -> None:
+    """N(0, 0.02) conv weights and zero biases (the DCGAN/pix2pix convention the paper builds on);
+    He init for the VGG so its random features neither vanish nor explode over 13 layers."""
+    with torch.no_grad():
+        for name, m in model.named_modules():
+            if isinstance(m, (nn.Conv2d, nn.ConvTranspose2d)):
+                if name.startswith("vgg."):
+                    nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
+                else:
+                    nn.init.normal_(m.weight, 0.0, 0.02)
+                nn.init.zeros_(m.bias)
+
+
+def _lsgan(preds: list[list[torch.Tensor]], target: float) -> torch.Tensor:
+    """Least-squares GAN loss summed over the discriminator scales (the last stage is the prediction)."""
+    return sum(F.mse_loss(feats[-1], torch.full_like(feats[-1], target)) for feats in preds)
+
+
+class Pix2PixHDTask(TrainTask):
+    unit = "images"
+
+    def __init__(self, params: dict[str, Any], optimizer: dict[str, Any], device: torch.device) -> None:
+        p = _params(params)
+        # Built directly on the device (on CUDA the init runs there in milliseconds; on the meta
+        # device nothing is allocated, for parameter and FLOP counts at full size).
+        with device:
+            model = Pix2PixHD(p)
+            init_weights(model)
+        self.channels_last = p["channels_last"] and device.type == "cuda"
+        if self.channels_last:
+            model = model.to(memory_format=torch.channels_last)
+        super().__init__(model, optimizer, device)
+        self.p = p
+        self.in_channels = p["label_nc"] + (1 if p["instance_edges"] else 0)
+        self.g_params = list(model.generator.parameters())
+        self.d_params = list(model.discriminator.parameters())
+
+    # -- inputs -----------------------------------------------------------------------------------
+    def _format(self, x: torch.Tensor) -> torch.Tensor:
+        return x.contiguous(memory_format=torch.channels_last) if self.channels_last else x
+
+    def make_batch(self, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(label map, real photo): 35 one-hot label channels + an instance-boundary channel, and an
+        RGB image in tanh's range, all at full resolution."""
+        h, w, d = self.p["height"], self.p["width"], self.device
+        ids = torch.randint(0, self.p["label_nc"], (n, 1, h, w), device=d)
+        labels = torch.zeros(n, self.p["label_nc"], h, w, device=d).scatter_(1, ids, 1.0)
+        if self.p["instance_edges"]:
+            edges = (torch.rand(n, 1, h, w, device=d) < self.p["edge_density"]).float()
+            labels = torch.cat([labels, edges], dim=1)
+        real = torch.rand(n, self.p["output_nc"], h, w, device=d) * 2 - 1
+        return self._format(labels), self._format(real)
+
+    # -- losses -----------------------------------------------------------------------------------
+    def losses(self, batch: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """(generator loss, discriminator loss) from one forward pass (called inside autocast).
+
+        The generator loss does not reach D's weights through `fake.detach()`, but it does through
+        D(label, fake): `backward_and_step` restricts that backward to G's parameters.
+        """
+        label, real = batch
+        model = self.model
+        fake = model.generator(label)
+        pred_real = model.discriminator(torch.cat([label, real], dim=1))
+        pred_fake_d = model.discriminator(torch.cat([label, fake.detach()], dim=1))
+        pred_fake_g = model.discriminator(torch.cat([label, fake], dim=1))
+        loss_d = 0.5 * (_lsgan(pred_real, 1.0) + _lsgan(pred_fake_d, 0.0))
+
+        gan = _lsgan(pred_fake_g, 1.0)
+        # feature matching: every stage but the prediction, real features as fixed targets
+        fm = sum(F.l1_loss(f, r.detach())
+                 for fs, rs in zip(pred_fake_g, pred_real, strict=True) for f, r in zip(fs[:-1], rs[:-1], strict=True))
+        with torch.no_grad():
+            vgg_real = model.vgg(real)
+        vgg = sum(F.l1_loss(f, r) for f, r in zip(model.vgg(fake), vgg_real, strict=True))
+        loss_g = gan + self.p["lambda_feat"] * fm + self.p["lambda_vgg"] * vgg
+        return loss_g, loss_d
+
+    def loss(self, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        """Both losses summed: a single number for callers that want one (the step uses them apart)."""
+        loss_g, loss_d = self.losses(batch)
+        return loss_g + loss_d
+
+    def _backward(self, loss: torch.Tensor, params: list[torch.Tensor], amp: Amp | None) -> None:
+        scaled = amp.scaler.scale(loss) if amp is not None and amp.scaler is not None else loss
+        scaled.backward(inputs=params)
+
+    def forward_backward(self, batch: tuple[torch.Tensor, torch.Tensor], amp: Amp | None = None
+                         ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Forward and both backward passes without optimizer steps (what flops.py counts)."""
+        with amp.autocast() if amp is not None else nullcontext():
+            loss_g, loss_d = self.losses(batch)
+        self._backward(loss_g, self.g_params, amp)
+        self._backward(loss_d, self.d_params, amp)
+        return loss_g.detach(), loss_d.detach()
+
+    def start(self) -> None:
+        """Fresh Adam state for G and for D (it appears at the first step)."""
+        self.model.train()
+        self.optimizers = [make_optimizer(self.g_params, self.optimizer_spec, self.device),
+                           make_optimizer(self.d_params, self.optimizer_spec, self.device)]
+
+    def train_step(self, batch: tuple[torch.Tensor, torch.Tensor], amp: Amp) -> torch.Tensor:
+        """Generator update, then discriminator update; one GradScaler (amp) serves both optimizers
+        and is updated once per step. Returns the generator's loss."""
+        opt_g, opt_d = self.optimizers
+        with amp.autocast():
+            loss_g, loss_d = self.losses(batch)
+        # D's weights get no gradient from G's loss: the backward is restricted to G's parameters
+        # (a careful user's choice; the alternative computes D weight gradients only to discard them).
+        self._backward(loss_g, self.g_params, amp)
+        amp.step(opt_g)
+        self._backward(loss_d, self.d_params, amp)
+        amp.step(opt_d)
+        amp.update()
+        opt_g.zero_grad(set_to_none=True)
+        opt_d.zero_grad(set_to_none=True)
+        return loss_g.detach()
+
+    def infer(self, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        """Synthesis: the generator alone."""
+        return self.model.generator(batch[0])
+
+    def describe(self) -> dict[str, Any]:
+        info = super().describe()
+        count = lambda m: sum(q.numel() for q in m.parameters())  # noqa: E731
+        info.update(
+            parameters=count(self.model.generator) + count(self.model.discriminator),
+            generator_parameters=count(self.model.generator),
+            discriminator_parameters=count(self.model.discriminator),
+            vgg_parameters_frozen=count(self.model.vgg),
+            resolution=f"{self.p['width']}x{self.p['height']}",
+            input_channels=self.in_channels,
+            channels_last=self.channels_last,
+            norm="instance",
+            optimizers=2,
+            step="G update then D update, losses from one forward",
+        )
+        return info
+
+
+def build(params: dict[str, Any], optimizer: dict[str, Any], device: torch.device) -> Pix2PixHDTask:
+    """The Pix2PixHD task on `device` (cpu, cuda or meta). Raises ValueError for bad parameters."""
+    return Pix2PixHDTask(params, optimizer, device)
+
+
+def generator_parameters(params: dict[str, Any] | None = None) -> int:
+    """Parameter count of the generator for `params` (defaults: the paper's 2048x1024 setting),
+    counted on the meta device without allocating."""
+    p = _params(params or {})
+    with torch.device("meta"):
+        g = Generator(p["label_nc"] + (1 if p["instance_edges"] else 0), p["output_nc"], p["ngf"],
+                      p["local_enhancers"], p["global_downsamplings"], p["global_blocks"], p["local_blocks"])
+    return sum(q.numel() for q in g.parameters())
+
