@@ -254,6 +254,13 @@ class Worker:
                            message=f"no answer within {self.spec.timeout_s:.0f} s")
         return Attempt.from_dict(answer["attempt"])
 
+    def flops(self) -> dict[str, Any]:
+        """FLOPs per sample of one step, counted in the process ({"flops_per_sample": None, "error": ...} on failure)."""
+        answer = self.request({"op": "flops", "batch": 2}, self.spec.timeout_s)
+        if answer is None or answer.get("timeout"):
+            return {"flops_per_sample": None, "error": f"trial process died while counting FLOPs: {self.log_tail()}"}
+        return answer
+
     def measure(self, batch: int, warmup: int, steps: int) -> dict[str, Any]:
         answer = self.request({"op": "measure", "batch": batch, "warmup": warmup, "steps": steps},
                               self.spec.timeout_s)

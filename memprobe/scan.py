@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
+from .catalog import peak_tflops
 from .device import host_environment
 from .errors import CRASH, ERROR, FIT, OOM, OUTCOMES, TIMEOUT
 from .registry import Workload
@@ -191,6 +192,10 @@ def scan_precision(workload: Workload, precision: str, opts: ScanOptions, factor
                        "weights_bytes": worker.info.get("weights_bytes"), "build_seconds": worker.info.get("build_seconds"),
                        "cuda_init_seconds": worker.info.get("cuda_init_seconds")}
 
+    flops = worker.flops() if opts.measure else {}
+    result.settings["flops_per_sample"] = flops.get("flops_per_sample")
+    if flops.get("error"):
+        result.settings["flops_error"] = flops["error"]
     trials = _InProcessTrials(factory, spec, worker, opts.steps, announce)
     try:
         found = find_max_batch(trials, result.capacity_bytes, opts.max_batch, opts.max_trials,
@@ -222,8 +227,27 @@ def scan_precision(workload: Workload, precision: str, opts: ScanOptions, factor
     for batch in opts.batches:
         progress.note(f"timing {opts.timed_steps} steps at requested batch {batch}")
         result.extra_batches.append(_measure_fresh(factory, spec, batch, opts))
+    gpu = worker.info["environment"].get("gpu", {}).get("name", "")
+    for measured in [result.throughput, *result.extra_batches]:
+        add_mfu(measured, result.settings["flops_per_sample"], gpu, precision)
     result.status = "done"
     return result
+
+
+def add_mfu(measured: dict[str, Any] | None, flops_per_sample: float | None, gpu: str, precision: str) -> None:
+    """Add achieved TFLOP/s and MFU (against the catalog's dense peak for this GPU and precision) to a
+    timed run, in place. Without a FLOP count or a known peak, `mfu` is None and `mfu_note` says why."""
+    if not measured or measured.get("outcome") != FIT:
+        return
+    if not flops_per_sample:
+        measured.update(mfu=None, mfu_note="no FLOP count for this workload")
+        return
+    achieved = flops_per_sample * measured["samples_per_s"] / 1e12
+    peak = peak_tflops(gpu, precision)
+    measured.update(flops_per_sample=flops_per_sample, achieved_tflops=achieved, peak_tflops=peak,
+                    mfu=achieved / peak if peak else None)
+    if not peak:
+        measured["mfu_note"] = f"no dense {precision} peak for '{gpu}' in memprobe's GPU catalog"
 
 
 def _reported(attempt: Attempt, progress: Progress) -> Attempt:

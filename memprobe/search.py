@@ -34,6 +34,7 @@ class Attempt:
     seconds: float = 0.0
     message: str = ""
     fresh: bool = False  # True when it ran in a process that had run nothing else (a proof check)
+    steps: int | None = None  # steps the trial ran (more than asked when fp16 loss scaling skipped updates)
 
     @property
     def fits(self) -> bool:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import gc
 import time
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -57,20 +57,53 @@ def run_steps(task: TrainTask, amp: Amp, batch: Any, steps: int, mode: str) -> N
             task.infer_step(batch, amp)
 
 
+# How many steps beyond the requested ones a trial may run while the GradScaler skips updates.
+MAX_SKIPPED_STEPS = 32
+
+
+class NoOptimizerStepError(RuntimeError):
+    """fp16 loss scaling skipped every optimizer update: the trial never saw optimizer state."""
+
+
+def run_until_state(step: Callable[[], Any], amp: Amp, steps: int, mode: str) -> int:
+    """Call `step` at least `steps` times, and in training until steps - 1 calls began with optimizer state.
+
+    A step that the GradScaler skips creates no optimizer state, so without this an fp16 trial could
+    "fit" without ever holding Adam's moments. Returns the number of steps run; raises
+    NoOptimizerStepError when no update was applied within MAX_SKIPPED_STEPS extra steps.
+    """
+    if mode != "train":
+        for _ in range(steps):
+            step()
+        return steps
+    amp.track = True
+    done = with_state = 0
+    while done < steps or with_state < steps - 1:
+        if done >= steps + MAX_SKIPPED_STEPS:
+            raise NoOptimizerStepError(f"loss scaling skipped {amp.skipped} of {done} optimizer updates")
+        had_state = amp.applied > 0
+        step()
+        done += 1
+        with_state += had_state
+    amp.track = False
+    return done
+
+
 def run_trial(task: TrainTask, precision: str, mode: str, batch_size: int, steps: int, memory: Memory) -> dict:
-    """Run one trial and return an Attempt as a dict (batch, outcome, peaks, seconds, message).
+    """Run one trial and return an Attempt as a dict (batch, outcome, peaks, seconds, message, steps).
 
     Never raises for errors inside the step; a CRASH outcome means the caller's process must end.
     """
     memory.reset()
     started = time.perf_counter()
     outcome, message = FIT, ""
+    ran = None
     try:
         if mode == "train":
             task.start()
         amp = Amp(precision, task.device)
         inputs = task.make_batch(batch_size)
-        run_steps(task, amp, inputs, steps, mode)
+        ran = run_until_state(lambda: run_steps(task, amp, inputs, 1, mode), amp, steps, mode)
         memory.synchronize()
     except Exception as exc:  # noqa: BLE001 - every failure is classified, none is a fit
         outcome = classify_error(type(exc).__name__, str(exc))
@@ -91,4 +124,5 @@ def run_trial(task: TrainTask, precision: str, mode: str, batch_size: int, steps
         "peak_reserved": peak_reserved,
         "seconds": round(seconds, 4),
         "message": message,
+        "steps": ran,
     }

@@ -35,7 +35,7 @@ from .device import torch_environment
 from .errors import CRASH, classify_error
 from .measure import UtilizationSampler, summarize_times, time_steps
 from .registry import FAMILIES
-from .trial import Memory, run_steps, run_trial
+from .trial import Memory, run_steps, run_trial, run_until_state
 from .workloads.base import Amp
 
 EXIT_AFTER_CRASH = 3
@@ -114,6 +114,19 @@ class Session:
     def trial(self, req: dict[str, Any]) -> dict[str, Any]:
         return {"attempt": run_trial(self.task, self.precision, self.mode, int(req["batch"]), int(req["steps"]), self.memory)}
 
+    def flops(self, req: dict[str, Any]) -> dict[str, Any]:
+        """FLOPs per sample of one step (forward + backward, or forward in infer mode), counted once."""
+        from .flops import flops_per_sample
+
+        try:
+            value = flops_per_sample(self.task, int(req.get("batch", 2)), self.mode)
+        except Exception as exc:  # noqa: BLE001 - MFU is optional; say why it is missing
+            return {"flops_per_sample": None, "error": f"{type(exc).__name__}: {exc}"[:300]}
+        finally:
+            self.task.stop()
+            self.memory.reset()
+        return {"flops_per_sample": value}
+
     def measure(self, req: dict[str, Any]) -> dict[str, Any]:
         """Warm up, then time steps with utilization sampling. Errors are classified, not raised;
         `failed_at_step` says which step (1-based, warm-up included) failed."""
@@ -133,8 +146,8 @@ class Session:
                 done["steps"] += 1
                 run_steps(task, amp, inputs, 1, self.mode)
 
-            for _ in range(warmup):
-                step()
+            # Warm-up also runs until optimizer state exists (fp16 loss scaling may skip updates).
+            result["warmup_steps"] = run_until_state(step, amp, max(warmup, 1), self.mode)
             memory.synchronize()
             sampler = UtilizationSampler(task.device, float(req.get("sample_interval", 0.1)))
             sampler.start()
@@ -173,7 +186,8 @@ def _serve(protocol) -> int:
         op = req.get("op")
         if op == "exit":
             return 0
-        handler = {"setup": session.setup, "trial": session.trial, "measure": session.measure}.get(op)
+        handler = {"setup": session.setup, "trial": session.trial, "measure": session.measure,
+                   "flops": session.flops}.get(op)
         if handler is None:
             answer: dict[str, Any] = {"ok": False, "kind": "error", "message": f"unknown op {op!r}"}
         else:

@@ -26,8 +26,10 @@ class World:
     """What the fake processes see. Edges are the largest batch that fits."""
 
     def __init__(self, inproc_edge=75, fresh_edge=None, measure_edge=None, setup_error=None, outcomes=None,
-                 capacity="exact"):
+                 capacity="exact", gpu="Fake GPU 9000", flops_per_sample=None):
         self.inproc_edge = inproc_edge
+        self.gpu = gpu
+        self.flops_per_sample = flops_per_sample
         self.fresh_edge = inproc_edge if fresh_edge is None else fresh_edge
         self.measure_edge = self.fresh_edge if measure_edge is None else measure_edge
         self.setup_error = setup_error  # a WorkerError kind raised by every fresh()
@@ -44,7 +46,7 @@ class FakeWorker:
         self.closed = False
         self.info = {"ok": True, "capacity_bytes": world.capacity, "weights_bytes": STATIC, "build_seconds": 0.0,
                      "task": {"parameters": 1}, "unit": "samples",
-                     "environment": {"device_type": "cpu", "gpu": {"name": "Fake GPU 9000"}, "flags": {"x": 1}}}
+                     "environment": {"device_type": "cpu", "gpu": {"name": world.gpu}, "flags": {"x": 1}}}
 
     @property
     def alive(self) -> bool:
@@ -72,6 +74,9 @@ class FakeWorker:
         return {"batch": batch, "warmup_steps": warmup, "peak_allocated": peak + 1, "peak_reserved": peak + 2,
                 "outcome": "fit", "step_time": {"steps": steps, "median_s": 0.5}, "unit": "samples",
                 "samples_per_s": batch / 0.5, "units_per_s": batch / 0.5, "utilization": {}}
+
+    def flops(self) -> dict:
+        return {"flops_per_sample": self.world.flops_per_sample}
 
     def close(self) -> None:
         self.closed = True
@@ -299,3 +304,24 @@ def test_scan_workload_no_cuda_writes_nothing(monkeypatch, tmp_path):
     with pytest.raises(NoCudaError):
         scan_workload(_toy(), opts, tmp_path, RecordingProgress())
     assert list(tmp_path.iterdir()) == []
+
+
+def test_mfu_against_the_catalog_peak_of_a_known_gpu():
+    from memprobe.catalog import peak_tflops
+
+    world = World(gpu="NVIDIA H100 80GB HBM3", flops_per_sample=1e12)
+    result, _, _ = run_scan(world)
+    t = result.throughput
+    assert result.settings["flops_per_sample"] == 1e12
+    # the fake timed run: batch 75 at a 0.5 s median step -> 150 samples/s -> 150 TFLOP/s achieved
+    assert t["achieved_tflops"] == pytest.approx(150.0)
+    assert t["peak_tflops"] == peak_tflops("NVIDIA H100 80GB HBM3", "fp32") == pytest.approx(67.0)
+    assert t["mfu"] == pytest.approx(150.0 / 67.0)
+
+
+def test_mfu_absent_with_a_reason_for_an_unknown_gpu_or_no_flop_count():
+    result, _, _ = run_scan(World(flops_per_sample=1e9))
+    assert result.throughput["mfu"] is None
+    assert "Fake GPU 9000" in result.throughput["mfu_note"]
+    result, _, _ = run_scan(World(gpu="NVIDIA H100 80GB HBM3"))
+    assert result.throughput["mfu"] is None and "no FLOP count" in result.throughput["mfu_note"]

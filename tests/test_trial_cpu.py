@@ -346,3 +346,46 @@ def test_scan_reports_progress(scanned):
 def test_scan_leaves_no_worker_processes_or_logs(scanned):
     assert scanned.new_children == set()
     assert scanned.new_logs == set()
+
+
+# --- fp16 loss scaling: a trial must see optimizer state ---------------------------------------
+
+class _SkippingAmp:
+    """Counts like workloads.base.Amp with tracking: the first `skips` updates are skipped."""
+
+    def __init__(self, skips: int) -> None:
+        self.skips, self.applied, self.skipped, self.track = skips, 0, 0, False
+
+    def step(self) -> None:
+        assert self.track, "updates must be tracked during a trial"
+        if self.skipped < self.skips:
+            self.skipped += 1
+        else:
+            self.applied += 1
+
+
+def test_trial_runs_until_k_steps_had_optimizer_state():
+    from memprobe.trial import run_until_state
+
+    amp = _SkippingAmp(skips=0)
+    assert run_until_state(amp.step, amp, 3, "train") == 3  # no skips: warm-up + 2, as before
+    amp = _SkippingAmp(skips=5)
+    # 5 skipped, the 6th applies (state appears), then 2 steps that begin with state
+    assert run_until_state(amp.step, amp, 3, "train") == 8
+    assert amp.applied == 3 and amp.track is False
+
+
+def test_trial_gives_up_when_loss_scaling_skips_every_update():
+    from memprobe.trial import MAX_SKIPPED_STEPS, NoOptimizerStepError, run_until_state
+
+    amp = _SkippingAmp(skips=10**9)
+    with pytest.raises(NoOptimizerStepError, match="skipped"):
+        run_until_state(amp.step, amp, 3, "train")
+    assert amp.skipped == 3 + MAX_SKIPPED_STEPS
+
+
+def test_infer_mode_runs_exactly_the_steps():
+    from memprobe.trial import run_until_state
+
+    calls = []
+    assert run_until_state(lambda: calls.append(1), None, 3, "infer") == 3 and len(calls) == 3

@@ -28,6 +28,12 @@ class Amp:
         self.dtype = AUTOCAST_DTYPES.get(precision)
         use_scaler = precision == "fp16"
         self.scaler = torch.amp.GradScaler(device.type) if use_scaler else None
+        # While `track` is on, count the steps whose optimizer update was applied or skipped: the
+        # GradScaler skips updates (and so creates no optimizer state) while it backs off from its
+        # initial scale. Tracking reads the scale back, a host sync, so timed steps leave it off.
+        self.track = False
+        self.applied = 0
+        self.skipped = 0
 
     def autocast(self):
         if self.dtype is None:
@@ -44,8 +50,17 @@ class Amp:
             optimizer.step()
 
     def update(self) -> None:
-        if self.scaler is not None:
-            self.scaler.update()
+        """End a step: update the loss scale; with `track`, count the step as applied or skipped."""
+        if self.scaler is None:
+            self.applied += 1
+            return
+        before = self.scaler.get_scale() if self.track else 0.0
+        self.scaler.update()
+        if self.track:
+            if self.scaler.get_scale() < before:
+                self.skipped += 1
+            else:
+                self.applied += 1
 
 
 def make_optimizer(params, spec: dict[str, Any], device: torch.device) -> torch.optim.Optimizer:
