@@ -1,0 +1,187 @@
+"""Benchmark: does memprobe's timing cost throughput? A plain PyTorch loop against memprobe, same batch.
+
+For each workload: a hand-written training loop, as a careful user writes it (autocast + GradScaler
+for fp16, fused optimizer on CUDA, channels_last for CNNs, sdpa attention, synthetic inputs made
+once), built straight from transformers / timm, NOT through memprobe's task code; and memprobe's
+timed run (`Worker.measure`, the code behind `memprobe scan`'s throughput) at the same batch. Each
+runs in its own fresh process, alternating plain, memprobe, plain, memprobe, so drift shows up.
+Prints samples/s of each run and the ratio memprobe / plain (the issue asks for >= 0.97).
+
+GPU: python benchmarks/plain_loop_vs_memprobe.py --out FILE.json
+     (defaults: bert-large-squad fp16 at 112 and resnet50 fp16 at 1280, the published batch sizes)
+CPU smoke test of the script itself: ... --smoke (tiny models, CPU, a few steps). Its ratio means
+nothing: on the CPU memprobe's trial process runs under the fake allocator (cpu_memory.LiveBytes),
+which inspects every operator; on CUDA there is no such layer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+DEFAULT_CASES = ["bert-large-squad:fp16:112", "resnet50:fp16:1280"]
+SMOKE_CASES = ["toy-bert-squad:fp32:4", "toy-resnet:fp32:4"]
+
+
+def plain_child(model: str, precision: str, batch: int, warmup: int, steps: int, device: str) -> None:
+    """The hand-written loop. Prints one JSON line: samples/s from the median step."""
+    import torch
+
+    from memprobe.registry import load_registry
+
+    params = load_registry()[model].params  # the same architecture as memprobe's workload
+    dev = torch.device(device)
+    if precision == "fp32":
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+    dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(precision)
+    if "bert" in model:
+        from transformers import BertConfig, BertForQuestionAnswering
+
+        config = BertConfig(vocab_size=params["vocab"], hidden_size=params["hidden"],
+                            num_hidden_layers=params["layers"], num_attention_heads=params["heads"],
+                            intermediate_size=params["ffn"], max_position_embeddings=max(512, params["seq_len"]))
+        with dev:
+            net = BertForQuestionAnswering._from_config(config, attn_implementation="sdpa")
+        seq = params["seq_len"]
+        inputs = {"input_ids": torch.randint(0, params["vocab"], (batch, seq), device=dev),
+                  "start_positions": torch.randint(0, seq, (batch,), device=dev),
+                  "end_positions": torch.randint(0, seq, (batch,), device=dev)}
+        optimizer = torch.optim.AdamW(net.parameters(), lr=3e-5, **({"fused": True} if dev.type == "cuda" else {}))
+
+        def loss_fn():
+            return net(**inputs).loss
+    else:
+        import timm
+
+        with dev:
+            net = timm.create_model(params["model"], pretrained=False, num_classes=params["classes"],
+                                    **params.get("kwargs", {}))
+        size = params["image_size"]
+        images = torch.randn(batch, 3, size, size, device=dev)
+        if dev.type == "cuda":
+            net = net.to(memory_format=torch.channels_last)
+            images = images.contiguous(memory_format=torch.channels_last)
+        labels = torch.randint(0, params["classes"], (batch,), device=dev)
+        optimizer = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9,
+                                    **({"fused": True} if dev.type == "cuda" else {}))
+
+        def loss_fn():
+            return torch.nn.functional.cross_entropy(net(images), labels)
+
+    scaler = torch.amp.GradScaler(dev.type) if precision == "fp16" else None
+    net.train()
+
+    def step():
+        with torch.autocast(dev.type, dtype=dtype, enabled=dtype is not None):
+            loss = loss_fn()
+        if scaler is not None:
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+        else:
+            loss.backward()
+            optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    for _ in range(warmup):
+        step()
+    times = []
+    for _ in range(steps):
+        if dev.type == "cuda":
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            step()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end) / 1000)
+        else:
+            t0 = time.perf_counter()
+            step()
+            times.append(time.perf_counter() - t0)
+    median = statistics.median(times)
+    print(json.dumps({"samples_per_s": batch / median, "median_s": median}), flush=True)
+
+
+def run_plain(model: str, precision: str, batch: int, warmup: int, steps: int, device: str) -> dict:
+    proc = subprocess.run([sys.executable, __file__, "--plain-child", f"{model}:{precision}:{batch}",
+                           "--warmup", str(warmup), "--steps", str(steps), "--device", device],
+                          capture_output=True, text=True)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        return {"error": " | ".join((proc.stderr or proc.stdout).strip().splitlines()[-3:])}
+    return json.loads(lines[-1])
+
+
+def run_memprobe(model: str, precision: str, batch: int, warmup: int, steps: int, device: str) -> dict:
+    from memprobe.registry import FAMILIES, load_registry
+    from memprobe.runner import Worker, WorkerSpec
+
+    workload = load_registry()[model]
+    worker = Worker(FAMILIES[workload.family].split(":")[0])
+    try:
+        worker.setup(WorkerSpec(workload, precision, device=device))
+        measured = worker.measure(batch, warmup, steps)
+    finally:
+        worker.close()
+    if measured.get("outcome") != "fit":
+        return {"error": measured.get("error", measured.get("outcome"))}
+    return {"samples_per_s": measured["samples_per_s"], "median_s": measured["step_time"]["median_s"]}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--case", action="append", help="MODEL:PRECISION:BATCH (repeatable)")
+    parser.add_argument("--rounds", type=int, default=2, help="alternating plain/memprobe pairs per case")
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--smoke", action="store_true", help="tiny models on the CPU, to test this script")
+    parser.add_argument("--out", default="plain_loop_vs_memprobe.json")
+    parser.add_argument("--plain-child", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.plain_child:
+        model, precision, batch = args.plain_child.split(":")
+        plain_child(model, precision, int(batch), args.warmup, args.steps, args.device)
+        return 0
+    if args.smoke:
+        args.device, args.warmup, args.steps, args.rounds = "cpu", 1, 2, 1
+    cases = args.case or (SMOKE_CASES if args.smoke else DEFAULT_CASES)
+    rows = []
+    for case in cases:
+        model, precision, batch = case.split(":")
+        runs = {"plain": [], "memprobe": []}
+        for _ in range(args.rounds):
+            runs["plain"].append(run_plain(model, precision, int(batch), args.warmup, args.steps, args.device))
+            runs["memprobe"].append(run_memprobe(model, precision, int(batch), args.warmup, args.steps, args.device))
+        rates = {k: [r["samples_per_s"] for r in v if "samples_per_s" in r] for k, v in runs.items()}
+        ratio = (statistics.median(rates["memprobe"]) / statistics.median(rates["plain"])
+                 if rates["plain"] and rates["memprobe"] else None)
+        row = {"model": model, "precision": precision, "batch": int(batch), "device": args.device,
+               "runs": runs, "ratio_memprobe_over_plain": ratio}
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    Path(args.out).write_text(json.dumps({"rows": rows}, indent=1) + "\n")
+    from tabulate import tabulate
+
+    print(tabulate([[r["model"], r["precision"], r["batch"],
+                     " / ".join(f"{x['samples_per_s']:.1f}" if "samples_per_s" in x else x.get("error", "?")[:40]
+                                for x in r["runs"]["plain"]),
+                     " / ".join(f"{x['samples_per_s']:.1f}" if "samples_per_s" in x else x.get("error", "?")[:40]
+                                for x in r["runs"]["memprobe"]),
+                     f"{r['ratio_memprobe_over_plain']:.3f}" if r["ratio_memprobe_over_plain"] else "-"] for r in rows],
+                   headers=["model", "precision", "batch", "plain loop samples/s", "memprobe samples/s",
+                            "memprobe / plain"], tablefmt="github"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
