@@ -16,6 +16,8 @@ from typing import Any
 
 import yaml
 
+from .memcap import is_emulated
+
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
 # TF32 and BF16 tensor cores arrived with Ampere (compute capability 8.0).
 _NEEDS_AMPERE = ("tf32", "bf16")
@@ -80,7 +82,12 @@ class Catalog:
     sources: dict[str, str]
 
     def find(self, name: str) -> Card | None:
-        """The card a device, catalog or published name refers to, or None. Exact names win over patterns."""
+        """The card a device, catalog or published name refers to, or None. Exact names win over patterns.
+
+        An emulated card (scan --memory-cap) is no catalog card, whatever chip it ran on.
+        """
+        if is_emulated(name):
+            return None
         folded = name.strip().casefold()
         for card in self.cards:
             if folded == card.name.casefold() or any(folded == a.casefold() for a in card.aliases):

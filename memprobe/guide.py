@@ -126,7 +126,8 @@ def overhead_for(result: ScanResult, p: PrecisionResult, catalog: Catalog) -> Ov
         return None
     gpu_env = result.environment.get("gpu", {})
     device = str(gpu_env.get("name", "?"))
-    total = gpu_env.get("total_bytes")
+    # An emulated card (scan --memory-cap) has the cap as its memory, not the real card's.
+    total = gpu_env.get("emulated_total_bytes") or gpu_env.get("total_bytes")
     card = catalog.find(device)
     if card is not None:
         return Overhead(card.memory_bytes - p.capacity_bytes, card.name, p.capacity_bytes, total, card.memory_bytes)

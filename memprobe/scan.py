@@ -13,6 +13,7 @@ from typing import Any, Callable, Protocol
 
 from .catalog import peak_tflops
 from .device import host_environment
+from .memcap import emulated_name
 from .errors import CRASH, ERROR, FIT, OOM, OUTCOMES, TIMEOUT
 from .registry import Workload
 from .results import PrecisionResult, ScanResult, result_filename, write_result
@@ -53,6 +54,7 @@ class ScanOptions:
     cpu_budget_bytes: int | None = None
     cudnn_benchmark: bool = False
     timeout_s: float = 1800.0
+    memory_cap_bytes: int | None = None  # emulate a card of this size (CUDA only)
 
     def __post_init__(self) -> None:
         if self.steps < 3:
@@ -62,6 +64,8 @@ class ScanOptions:
             raise ValueError(f"unknown precision {', '.join(unknown) or '(none)'}; choose from {', '.join(PRECISIONS)}")
         if self.mode not in MODES:
             raise ValueError(f"unknown mode '{self.mode}'; choose train or infer")
+        if self.memory_cap_bytes is not None and self.device != "cuda":
+            raise ValueError("--memory-cap emulates a smaller GPU: it needs --device cuda")
 
     def to_dict(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if k != "precisions"} | {"precisions": list(self.precisions)}
@@ -167,7 +171,8 @@ def scan_precision(workload: Workload, precision: str, opts: ScanOptions, factor
     """Search, prove and measure one precision. Raises NoCudaError when there is no CUDA device."""
     result = PrecisionResult(precision, status="running")
     spec = WorkerSpec(workload, precision, opts.mode, opts.device, opts.cpu_budget_bytes,
-                      {"cudnn_benchmark": opts.cudnn_benchmark}, opts.timeout_s)
+                      {"cudnn_benchmark": opts.cudnn_benchmark, "memory_cap_bytes": opts.memory_cap_bytes},
+                      opts.timeout_s)
     counter = {"n": 0}
 
     def announce(batch: int, fresh: bool) -> None:
@@ -186,11 +191,13 @@ def scan_precision(workload: Workload, precision: str, opts: ScanOptions, factor
             return result
         result.status, result.error = "error", str(exc)
         return result
-    on_environment(worker.info["environment"])
+    emulation = worker.info.get("emulation")
+    on_environment({**worker.info["environment"], "emulation": emulation} if emulation else worker.info["environment"])
     result.capacity_bytes = worker.info.get("capacity_bytes")
     result.settings = {"task": worker.info.get("task", {}), "flags": worker.info["environment"].get("flags", {}),
                        "weights_bytes": worker.info.get("weights_bytes"), "build_seconds": worker.info.get("build_seconds"),
-                       "cuda_init_seconds": worker.info.get("cuda_init_seconds")}
+                       "cuda_init_seconds": worker.info.get("cuda_init_seconds"),
+                       "emulation": worker.info.get("emulation")}
 
     flops = worker.flops() if opts.measure else {}
     result.settings["flops_per_sample"] = flops.get("flops_per_sample")
@@ -281,6 +288,13 @@ def scan_workload(workload: Workload, opts: ScanOptions, out_dir: str | Path, pr
         if not state["env_seen"]:
             state["env_seen"] = True
             result.environment.update(env)
+            emulation = env.get("emulation")
+            if emulation:
+                # Label the card as what it emulates, so no report takes it for the real card.
+                gpu = result.environment["gpu"] = dict(result.environment["gpu"])  # not the worker's dict
+                gpu["real_name"] = gpu["name"]
+                gpu["name"] = emulated_name(gpu["name"], emulation["memory_cap_bytes"])
+                gpu["emulated_total_bytes"] = emulation["memory_cap_bytes"]
 
     def save() -> None:
         if state["path"] is None:

@@ -89,16 +89,20 @@ def run_until_state(step: Callable[[], Any], amp: Amp, steps: int, mode: str) ->
     return done
 
 
-def run_trial(task: TrainTask, precision: str, mode: str, batch_size: int, steps: int, memory: Memory) -> dict:
+def run_trial(task: TrainTask, precision: str, mode: str, batch_size: int, steps: int, memory: Memory,
+              before: Callable[[], Any] | None = None) -> dict:
     """Run one trial and return an Attempt as a dict (batch, outcome, peaks, seconds, message, steps).
 
-    Never raises for errors inside the step; a CRASH outcome means the caller's process must end.
+    `before` runs after the memory reset and before the steps (the --memory-cap re-cap). Never raises
+    for errors inside the step; a CRASH outcome means the caller's process must end.
     """
     memory.reset()
     started = time.perf_counter()
     outcome, message = FIT, ""
     ran = None
     try:
+        if before is not None:
+            before()
         if mode == "train":
             task.start()
         amp = Amp(precision, task.device)

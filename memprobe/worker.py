@@ -34,6 +34,7 @@ from .cpu_memory import LiveBytes
 from .device import torch_environment
 from .errors import CRASH, classify_error
 from .measure import UtilizationSampler, summarize_times, time_steps
+from .memcap import CapPlan, MemoryCapError, plan_cap
 from .registry import FAMILIES
 from .trial import Memory, run_steps, run_trial, run_until_state
 from .workloads.base import Amp
@@ -60,6 +61,18 @@ class Session:
         self.precision = ""
         self.mode = "train"
         self.memory: Memory | None = None
+        self.cap_bytes: int | None = None
+
+    def apply_cap(self) -> CapPlan | None:
+        """With --memory-cap, re-cap the allocator for the memory now held outside it (kernels load
+        lazily). Called after memory.reset(), so only live tensors are in PyTorch's reserved bytes."""
+        if self.cap_bytes is None:
+            return None
+        device = self.task.device
+        free, total = torch.cuda.mem_get_info(device)
+        plan = plan_cap(self.cap_bytes, total, free, torch.cuda.memory_reserved(device))
+        torch.cuda.set_per_process_memory_fraction(plan.fraction, device)
+        return plan
 
     def setup(self, req: dict[str, Any]) -> dict[str, Any]:
         device = torch.device(req.get("device", "cuda"))
@@ -93,10 +106,21 @@ class Session:
             return {"ok": False, "kind": kind, "message": f"building {workload['name']}: {type(exc).__name__}: {exc}"[:500]}
         self.memory.synchronize()
         build_seconds = time.perf_counter() - started
+        emulation = None
         if device.type == "cuda":
             free, _total = torch.cuda.mem_get_info(device)
             capacity = free + torch.cuda.memory_reserved(device)
             weights = torch.cuda.memory_allocated(device)
+            cap = settings.get("memory_cap_bytes")
+            if cap:
+                self.cap_bytes = int(cap)
+                try:
+                    plan = self.apply_cap()
+                except MemoryCapError as exc:
+                    return {"ok": False, "kind": "error", "message": str(exc)}
+                emulation = {"memory_cap_bytes": plan.cap_bytes, "outside_allocator_bytes_at_setup": plan.outside_bytes,
+                             "allocator_limit_bytes_at_setup": plan.limit_bytes}
+                capacity = min(capacity, plan.limit_bytes)
         else:
             capacity = req.get("cpu_budget_bytes")
             weights = tracker.current if tracker else None
@@ -109,10 +133,12 @@ class Session:
             "cuda_init_seconds": round(cuda_init_seconds, 3),
             "task": self.task.describe(),
             "unit": self.task.unit,
+            "emulation": emulation,
         }
 
     def trial(self, req: dict[str, Any]) -> dict[str, Any]:
-        return {"attempt": run_trial(self.task, self.precision, self.mode, int(req["batch"]), int(req["steps"]), self.memory)}
+        return {"attempt": run_trial(self.task, self.precision, self.mode, int(req["batch"]), int(req["steps"]),
+                                     self.memory, before=self.apply_cap)}
 
     def flops(self, req: dict[str, Any]) -> dict[str, Any]:
         """FLOPs per sample of one step (forward + backward, or forward in infer mode), counted once."""
@@ -133,6 +159,7 @@ class Session:
         n, warmup, steps = int(req["batch"]), int(req["warmup"]), int(req["steps"])
         task, memory = self.task, self.memory
         memory.reset()
+        self.apply_cap()
         result: dict[str, Any] = {"batch": n, "warmup_steps": warmup}
         done = {"steps": 0}
         failure = None

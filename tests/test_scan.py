@@ -26,7 +26,8 @@ class World:
     """What the fake processes see. Edges are the largest batch that fits."""
 
     def __init__(self, inproc_edge=75, fresh_edge=None, measure_edge=None, setup_error=None, outcomes=None,
-                 capacity="exact", gpu="Fake GPU 9000", flops_per_sample=None):
+                 capacity="exact", gpu="Fake GPU 9000", flops_per_sample=None, emulation=None):
+        self.emulation = emulation
         self.inproc_edge = inproc_edge
         self.gpu = gpu
         self.flops_per_sample = flops_per_sample
@@ -45,7 +46,7 @@ class FakeWorker:
         self.ran = 0
         self.closed = False
         self.info = {"ok": True, "capacity_bytes": world.capacity, "weights_bytes": STATIC, "build_seconds": 0.0,
-                     "task": {"parameters": 1}, "unit": "samples",
+                     "task": {"parameters": 1}, "unit": "samples", "emulation": world.emulation,
                      "environment": {"device_type": "cpu", "gpu": {"name": world.gpu}, "flags": {"x": 1}}}
 
     @property
@@ -325,3 +326,19 @@ def test_mfu_absent_with_a_reason_for_an_unknown_gpu_or_no_flop_count():
     assert "Fake GPU 9000" in result.throughput["mfu_note"]
     result, _, _ = run_scan(World(gpu="NVIDIA H100 80GB HBM3"))
     assert result.throughput["mfu"] is None and "no FLOP count" in result.throughput["mfu_note"]
+
+
+def test_an_emulated_scan_is_labelled_and_keeps_the_real_chip_for_mfu(tmp_path, monkeypatch):
+    world = World(gpu="NVIDIA H100 80GB HBM3", flops_per_sample=1e12,
+                  emulation={"memory_cap_bytes": 24 * 2**30, "outside_allocator_bytes_at_setup": 2**29,
+                             "allocator_limit_bytes_at_setup": 24 * 2**30 - 2**29})
+    monkeypatch.setattr(memprobe.scan, "WorkerFactory", lambda workload: FakeFactory(world))
+    monkeypatch.setattr(memprobe.scan, "host_environment", lambda: {"driver": "fake"})
+    opts = ScanOptions(precisions=["fp32"], device="cpu", cpu_budget_bytes=world.capacity)
+    result, path = memprobe.scan.scan_workload(_toy(), opts, tmp_path, RecordingProgress())
+    gpu = result.environment["gpu"]
+    assert gpu["name"] == "NVIDIA H100 80GB HBM3 [emulated 24 GiB cap]"
+    assert gpu["real_name"] == "NVIDIA H100 80GB HBM3" and gpu["emulated_total_bytes"] == 24 * 2**30
+    assert result.environment["emulation"]["memory_cap_bytes"] == 24 * 2**30
+    assert "emulated-24-gib-cap" in path.name
+    assert result.precisions["fp32"].throughput["peak_tflops"] == pytest.approx(67.0)  # the H100's own peak
