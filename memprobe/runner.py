@@ -59,6 +59,9 @@ class WorkerSpec:
         }
 
 
+PING_TIMEOUT_S = 60.0  # a forked process answers in milliseconds; one that hangs is replaced by exec
+
+
 class ZygoteError(RuntimeError):
     """The fork server is gone or did not answer; the caller falls back to exec'd processes."""
 
@@ -194,6 +197,11 @@ class Worker:
             raise
         self.spec: WorkerSpec | None = None
         self.info: dict[str, Any] = {}
+        if zygote is not None:
+            answer = self.request({"op": "ping"}, PING_TIMEOUT_S)
+            if not answer or not answer.get("ok"):
+                self.close()
+                raise ZygoteError(f"a forked trial process did not answer a ping within {PING_TIMEOUT_S:.0f} s")
 
     @property
     def alive(self) -> bool:

@@ -213,6 +213,13 @@ def _serve(protocol) -> int:
         op = req.get("op")
         if op == "exit":
             return 0
+        if op == "ping":
+            # Runs a small multithreaded CPU op: a process forked with broken thread state hangs
+            # here, and the parent falls back to exec'd processes instead of waiting on a setup.
+            value = float(torch.ones(1 << 16).add_(1).sum())
+            protocol.write(json.dumps({"ok": value == 2.0 * (1 << 16), "pid": os.getpid()}) + "\n")
+            protocol.flush()
+            continue
         handler = {"setup": session.setup, "trial": session.trial, "measure": session.measure,
                    "flops": session.flops}.get(op)
         if handler is None:

@@ -87,3 +87,35 @@ def test_environment_switch_turns_the_fork_server_off(monkeypatch, toy_spec):
         assert made._zygote is None
     finally:
         made.close()
+
+
+def test_a_forked_process_that_does_not_answer_the_ping_makes_the_factory_fall_back(toy_spec, monkeypatch):
+    import memprobe.runner as runner
+
+    made = WorkerFactory(toy_spec.workload, forkserver=True)
+    try:
+        real_request = runner.Worker.request
+
+        def hang_on_ping(self, payload, timeout_s):
+            if payload.get("op") == "ping":
+                return None  # as if the forked child never answered
+            return real_request(self, payload, timeout_s)
+
+        monkeypatch.setattr(runner.Worker, "request", hang_on_ping)
+        worker = made.fresh(toy_spec)
+        try:
+            assert isinstance(worker.proc, _ExecProcess), "a silent forked process must not be used"
+            assert worker.trial(16, 3).fits
+        finally:
+            worker.close()
+        assert made._zygote is None
+    finally:
+        made.close()
+
+
+def test_ping_answers_from_a_forked_process(factory):
+    worker = factory._new_worker()
+    try:
+        assert worker.request({"op": "ping"}, 30) == {"ok": True, "pid": worker.proc.pid}
+    finally:
+        worker.close()
