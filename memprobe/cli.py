@@ -1,7 +1,8 @@
 """The `memprobe` command line. Thin: parse, build a request, call one core function, print.
 
 User errors are one line and a non-zero exit: 1 for a failed scan or bad file, 2 for bad usage or
-no CUDA device, 130 for Ctrl-C (after writing what finished).
+no CUDA device (unless `scan --predict-if-no-gpu` predicted instead: 0), 130 for Ctrl-C (after
+writing what finished).
 """
 
 from __future__ import annotations
@@ -17,6 +18,9 @@ from .units import gib, parse_size
 
 EXIT_NO_GPU = 2
 EXIT_INTERRUPTED = 130
+# Card sizes a no-GPU scan offers to predict for: 11 GB (GTX 1080 Ti / RTX 2080 Ti class), 24 GB (RTX 3090/4090),
+# 48 GB (RTX A6000 / L40S), 80 GB (A100 / H100).
+COMMON_CARD_SIZES = "11GiB,24GiB,48GiB,80GiB"
 
 
 class NoGPUExit(click.ClickException):
@@ -136,9 +140,12 @@ class _ProgressPrinter:
 @click.option("--device", "device", type=click.Choice(["cuda", "cpu"]), default="cuda", show_default=True,
               help="cpu runs the same code path with a fake allocator (for tests and demos; needs --cpu-memory-budget).")
 @click.option("--cpu-memory-budget", help="With --device cpu: the memory budget, e.g. 64MiB.")
+@click.option("--predict-if-no-gpu", is_flag=True,
+              help=f"With no CUDA device, predict the max batch for {COMMON_CARD_SIZES} instead of failing "
+                   "(memprobe predict; a prediction, not a measurement; exit 0).")
 def scan_cmd(model: str, precision: str, mode: str, batches: str | None, out_dir: str, models_file: str | None,
              steps: int, warmup: int, timed_steps: int, max_batch: int, max_trials: int, no_throughput: bool,
-             cudnn_benchmark: bool, device: str, cpu_memory_budget: str | None) -> None:
+             cudnn_benchmark: bool, device: str, cpu_memory_budget: str | None, predict_if_no_gpu: bool) -> None:
     """Find the exact max batch of each model and precision on this GPU, then measure throughput there.
 
     For each precision: a memory-guided search in one trial process, the final pair (B fits, B+1
@@ -169,7 +176,11 @@ def scan_cmd(model: str, precision: str, mode: str, batches: str | None, out_dir
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--precision/--mode") from None
     if device == "cuda":
-        _require_gpu()
+        try:
+            _require_gpu()
+        except NoGPUExit as exc:
+            _no_gpu(exc.message, workloads, opts, mode, out_dir, predict_if_no_gpu)
+            return
 
     progress = _ProgressPrinter()
     finished = []
@@ -178,7 +189,8 @@ def scan_cmd(model: str, precision: str, mode: str, batches: str | None, out_dir
         try:
             result, path = scan_workload(workload, opts, out_dir, progress)
         except NoCudaError as exc:
-            raise NoGPUExit(f"no CUDA device: {exc}") from None
+            _no_gpu(f"no CUDA device: {exc}", workloads, opts, mode, out_dir, predict_if_no_gpu)
+            return
         except ScanInterrupted as stop:
             kept = (f"the finished precisions are in {stop.path} (marked partial)" if stop.path
                     else f"no precision of {workload.name} had finished, so no result file was written")
@@ -202,6 +214,103 @@ def _require_gpu() -> None:
     for p in gpu.processes:
         click.echo(f"warning: process {p.pid} {p.name} holds {gib(p.used_bytes, 2)} GiB on {gpu.name}; "
                    "the max batch found will be lower than on an idle card", err=True)
+
+
+def _no_gpu(message: str, workloads: list[Workload], opts, mode: str, out_dir: str, predict_instead: bool) -> None:
+    """No CUDA device for a scan: exit 2 offering `memprobe predict`, or (predict_instead) predict and return.
+
+    The prediction subtracts the overhead measured in the result files under --out, when there are any.
+    """
+    names = ",".join(w.name for w in workloads)
+    if not predict_instead:
+        raise NoGPUExit(f"{message}. Without a GPU, `memprobe predict --model {names} --memory {COMMON_CARD_SIZES}` "
+                        "predicts the max batch on those card sizes (or rerun this scan with --predict-if-no-gpu)")
+    if mode != "train":
+        raise NoGPUExit(f"{message}; --predict-if-no-gpu predicts training steps only (--mode train)")
+    click.echo(f"{message}: predicting instead of measuring (memprobe predict; nothing is measured and no result "
+               "file is written)", err=True)
+    _predict_and_print(workloads, opts.precisions, COMMON_CARD_SIZES, (out_dir,), opts.steps, None)
+
+
+def _memory_list(text: str) -> list[tuple[str, int]]:
+    sizes = []
+    for item in (t.strip() for t in text.split(",")):
+        if not item:
+            continue
+        try:
+            sizes.append((item, parse_size(item)))
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--memory") from None
+    if not sizes:
+        raise click.BadParameter("give at least one memory size, e.g. 24GiB", param_hint="--memory")
+    return sizes
+
+
+def _predict_and_print(workloads: list[Workload], precisions: list[str], memory: str, overhead_from: tuple[str, ...],
+                       steps: int, compare: str | None) -> None:
+    from .predict import PredictError, measured_overhead, memory_sizes, predict, render
+
+    labels = _memory_list(memory)
+    overhead, source = measured_overhead(overhead_from)
+    try:
+        sizes = memory_sizes(labels, overhead)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--memory") from None
+    compare_with = None
+    if compare:
+        from .results import ResultFileError, read_result
+
+        try:
+            compare_with = (compare, read_result(compare))
+        except ResultFileError as exc:
+            raise click.ClickException(str(exc)) from None
+        if compare_with[1].workload.get("name") not in {w.name for w in workloads}:
+            raise click.ClickException(f"{compare} is a scan of {compare_with[1].workload.get('name')}, "
+                                       f"not of {', '.join(w.name for w in workloads)}")
+    for workload in workloads:
+        click.echo(f"[{workload.name}] tracing on fake tensors (no GPU used) ...", err=True)
+        try:
+            prediction = predict(workload, precisions, sizes, overhead, source, steps=steps,
+                                 compare_with=compare_with if compare_with and
+                                 compare_with[1].workload.get("name") == workload.name else None)
+        except PredictError as exc:
+            raise click.ClickException(str(exc)) from None
+        click.echo(render(prediction))
+
+
+@main.command("predict")
+@click.option("--model", "-m", "model", required=True, help="Workload name(s), comma-separated; wildcards work.")
+@click.option("--memory", default=COMMON_CARD_SIZES, show_default=True,
+              help="Comma-separated memory sizes of the cards to predict for (datasheet sizes: 24GiB, 80GiB, 11GB).")
+@click.option("--precision", "-p", default="fp32,fp16,bf16", show_default=True,
+              help="Comma-separated: fp32, tf32, fp16, bf16 (as in scan).")
+@click.option("--models", "models_file", type=click.Path(dir_okay=False), help="Registry file (default: the packaged models.yaml).")
+@click.option("--overhead-from", "overhead_from", multiple=True, type=click.Path(), default=("reports",),
+              show_default=True,
+              help="Scan result file(s) or folder(s): the memory a real card's allocator could not use (CUDA context, "
+                   "driver) is measured there and subtracted from each size, as `memprobe guide` does.")
+@click.option("--compare", type=click.Path(exists=True, dir_okay=False),
+              help="A scan result file of this workload: also print predicted vs measured peaks for its trials, and "
+                   "the predicted max batch at its allocator capacity beside the measured one.")
+@click.option("--steps", default=3, show_default=True, type=click.IntRange(3), help="Steps per trial: 1 warm-up + K >= 2.")
+def predict_cmd(model: str, memory: str, precision: str, models_file: str | None, overhead_from: tuple[str, ...],
+                compare: str | None, steps: int) -> None:
+    """Predict the max batch for any memory size, with no GPU (labelled predicted, not measured).
+
+    Runs the scan's trial (1 warm-up + K steps, optimizer state included) on fake tensors with the
+    CUDA code paths of an H100 (fused attention, fused dropout and optimizers, CUDA autocast),
+    records every allocation and replays it through a model of the CUDA caching allocator. Takes
+    seconds to a minute on a CPU. Needs torch, but no GPU.
+    """
+    registry = _registry(models_file)
+    try:
+        workloads = select(registry, model)
+    except RegistryError as exc:
+        raise click.ClickException(str(exc)) from None
+    precisions = _precision_list(precision) or []
+    if not precisions:
+        raise click.BadParameter("give at least one precision", param_hint="--precision")
+    _predict_and_print(workloads, precisions, memory, overhead_from, steps, compare)
 
 
 _FORMATS = ("github", "plain", "csv", "json")

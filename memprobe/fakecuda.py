@@ -1,0 +1,514 @@
+"""Run a workload's training step on fake tensors the way it would run on an NVIDIA GPU, with no GPU.
+
+`memprobe predict` needs every tensor a CUDA training step would allocate, with its size, on a
+machine that may have no GPU and a CPU-only torch build. Fake tensors (FakeTensorMode) give sizes
+without data. They cannot live on a fake "cuda" device here: on a CPU-only build the autograd
+engine asks for the accelerator's current stream when a gradient reaches a CUDA tensor and fails
+("Cannot access accelerator device when none is available"), and Python-level indexing and
+`.to("cuda")` need a CUDA device guard the build does not have. So the tensors are fake tensors on
+the CPU device, and the places where PyTorch's own code takes a different path on CUDA than on the
+CPU are made to take the CUDA path while the emulation is active:
+
+- autocast: the CPU autocast kernels are replaced by the CUDA autocast policy (the op lists of
+  ATen/autocast_mode.h: lower-precision, fp32, fp32_set_opt_dtype, fp32_append_dtype, promote), with
+  the CUDA cache of low-precision weight copies; CPU-only entries (cross_entropy_loss, cat, stack,
+  ...) fall through as they do on CUDA. fp16 autocast keeps fp16 copies of the weights, as on CUDA.
+- dropout: CUDA runs the fused native_dropout (a 1-byte bool mask); the CPU composite draws a mask
+  in the input's dtype. The emulation calls native_dropout, as `is_fused_kernel_acceptable` does on CUDA.
+- scaled_dot_product_attention: on the CPU (and the meta device) it takes the math path and
+  materializes the attention matrix; on an Ampere-or-newer GPU it runs flash attention (fp16/bf16)
+  or memory-efficient attention (fp32, or with a mask), whose memory is O(sequence): output plus
+  log-sum-exp. The emulation selects the backend as sdp_utils.cpp does on sm80+ and calls that kernel.
+- softmax / log_softmax of fp16 input with dtype=float32: CUDA computes it in one kernel
+  (half_to_float) instead of first making an fp32 copy of the input.
+- kernel workspaces that never show up as tensors: the cuBLAS workspace (32 MiB on sm90, allocated
+  through the caching allocator at the first GEMM) and the temporaries inside the flash and
+  memory-efficient attention backward kernels (`kernel_workspaces`).
+- optimizers: `make_optimizer` builds the fused kernels on CUDA (foreach on the CPU, whose
+  temporaries are as large as the parameters); `cuda_optimizers` rebuilds them fused.
+
+Fake tensors cannot answer data-dependent questions; FakeCudaMode answers them the way synthetic,
+well-formed inputs would (`.all()` True, `.any()` False, other scalar reads 0, data-dependent
+shapes at their worst case) and counts what it answered, so the prediction can say so.
+"""
+
+from __future__ import annotations
+
+import math
+import weakref
+from collections import Counter
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.utils._python_dispatch import TorchDispatchMode
+
+aten = torch.ops.aten
+
+
+class EmulationError(RuntimeError):
+    """The step cannot be run on fake tensors (e.g. a shape that depends on tensor values)."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """The GPU whose kernels are emulated: kernel choices and workspaces depend on the architecture."""
+
+    name: str = "NVIDIA H100 (sm90)"
+    compute_capability: tuple[int, int] = (9, 0)
+
+    @property
+    def cublas_workspace_bytes(self) -> int:
+        """cuBLAS workspace per handle and stream (CublasHandlePool.cpp parseChosenWorkspaceSize: ":4096:8" =
+        32 MiB on sm90 and newer, ":4096:2:16:8" before). cuBLASLt shares it (unified workspaces, the
+        default outside fbcode), so one allocation serves both."""
+        if self.compute_capability[0] >= 9:
+            return 4096 * 8 * 1024
+        return 4096 * 1024 * 2 + 16 * 1024 * 8
+
+
+H100 = Target()
+
+# --- the CUDA autocast policy (torch 2.13 ATen/autocast_mode.h, AT_FORALL_* lists) ---------------
+LOWER_PRECISION_FP = (
+    "_convolution.deprecated", "_convolution", "conv1d", "conv2d", "conv3d", "conv_tbc", "conv_transpose1d",
+    "conv_transpose2d.input", "conv_transpose3d.input", "convolution", "prelu", "addmm", "addmv", "addr", "matmul",
+    "einsum", "mm", "mv", "linalg_vecdot", "linear", "addbmm", "baddbmm", "bmm", "chain_matmul", "linalg_multi_dot",
+    "_thnn_fused_lstm_cell", "_thnn_fused_gru_cell", "lstm_cell", "gru_cell", "rnn_tanh_cell", "rnn_relu_cell",
+    "_scaled_dot_product_flash_attention", "scaled_dot_product_attention",
+    # autocast_mode.cpp registers these two for CUDA besides the list
+    "cudnn_convolution", "cudnn_convolution_transpose",
+)
+FP32 = (
+    "acos", "asin", "cosh", "erfinv", "exp", "expm1", "log", "log10", "log2", "log1p", "reciprocal", "rsqrt", "sinh",
+    "tan", "pow.Tensor_Scalar", "pow.Tensor_Tensor", "pow.Scalar", "softplus", "layer_norm", "native_layer_norm",
+    "rms_norm", "group_norm", "frobenius_norm.dim", "nuclear_norm", "nuclear_norm.dim", "cosine_similarity",
+    "poisson_nll_loss", "cosine_embedding_loss", "nll_loss", "nll_loss2d", "hinge_embedding_loss", "kl_div",
+    "l1_loss", "smooth_l1_loss", "huber_loss", "mse_loss", "margin_ranking_loss", "multilabel_margin_loss",
+    "soft_margin_loss", "triplet_margin_loss", "multi_margin_loss", "binary_cross_entropy_with_logits", "dist",
+    "pdist", "cdist", "renorm", "logsumexp", "upsample_nearest1d", "_upsample_nearest_exact1d", "upsample_nearest2d",
+    "_upsample_nearest_exact2d", "upsample_nearest3d", "_upsample_nearest_exact3d", "upsample_linear1d",
+    "upsample_bilinear2d", "_upsample_bilinear2d_aa", "upsample_trilinear3d", "upsample_bicubic2d",
+    "_upsample_bicubic2d_aa",
+)
+FP32_SET_OPT_DTYPE = (
+    "prod", "prod.dim_int", "softmax.int", "log_softmax.int", "cumprod", "cumsum", "linalg_vector_norm",
+    "linalg_matrix_norm", "linalg_matrix_norm.str_ord", "sum", "sum.dim_IntList",
+)
+FP32_APPEND_DTYPE = {"norm.Scalar": "ScalarOpt_dtype", "norm.ScalarOpt_dim": "ScalarOpt_dim_dtype"}
+PROMOTE = ("addcdiv", "addcmul", "atan2", "bilinear", "cross", "dot", "vdot", "grid_sampler", "index_put",
+           "tensordot", "scatter_add")
+BANNED = ("binary_cross_entropy",)
+
+# Ops that run a cuBLAS GEMM on CUDA (the first one allocates the cuBLAS workspace).
+CUBLAS_OPS = frozenset({
+    aten.mm.default, aten.addmm.default, aten.bmm.default, aten.baddbmm.default, aten.addmv.default,
+    aten.mv.default, aten.dot.default, aten._addmm_activation.default, aten.addbmm.default,
+})
+
+
+def _policies() -> dict[str, str]:
+    table = {name: "lower" for name in LOWER_PRECISION_FP}
+    table.update({name: "fp32" for name in FP32})
+    table.update({name: "fp32_set_opt_dtype" for name in FP32_SET_OPT_DTYPE})
+    table.update({name: "fp32_append_dtype" for name in FP32_APPEND_DTYPE})
+    table.update({name: "promote" for name in PROMOTE})
+    table.update({name: "banned" for name in BANNED})
+    return table
+
+
+def _overload(name: str):
+    base, _, overload = name.partition(".")
+    return getattr(getattr(aten, base), overload or "default")
+
+
+def _eligible(t: Any) -> bool:
+    # is_eligible in autocast_mode.h, with our CPU-device fake tensors standing in for CUDA ones.
+    return isinstance(t, torch.Tensor) and t.is_floating_point() and t.dtype != torch.float64
+
+
+_AUTOCAST_CPU = torch._C.DispatchKeySet(torch._C.DispatchKey.AutocastCPU)
+
+
+class CudaBehaviour:
+    """Dispatcher overrides that make CPU-device (fake) tensors take CUDA's code paths. Use as a context.
+
+    Registers Python kernels through torch.library for the duration; closing restores the native ones.
+    `notes` lists what was emulated and anything the emulation could not map.
+    """
+
+    def __init__(self, target: Target = H100) -> None:
+        self.target = target
+        self.notes: list[str] = []
+        self._cache: dict[int, tuple[weakref.ref, torch.Tensor]] = {}
+        self._depth = 0
+        self.sdpa_choices: Counter = Counter()
+        self._lib: torch.library.Library | None = None
+
+    # -- lifetime -----------------------------------------------------------------------------
+    def __enter__(self) -> "CudaBehaviour":
+        import warnings
+
+        self._lib = torch.library.Library("aten", "IMPL")
+        with warnings.catch_warnings():
+            # Overriding registered kernels is the point; torch warns about it once.
+            warnings.simplefilter("ignore")
+            self._register_autocast()
+            self._lib.impl("dropout", self._dropout, "CompositeImplicitAutograd")
+            self._lib.impl("scaled_dot_product_attention", self._sdpa, "CompositeImplicitAutograd")
+            self._lib.impl("softmax.int", self._softmax, "CompositeImplicitAutograd")
+            self._lib.impl("log_softmax.int", self._log_softmax, "CompositeImplicitAutograd")
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._lib is not None:
+            self._lib._destroy()
+            self._lib = None
+        self._cache.clear()
+
+    @contextmanager
+    def autocast(self, dtype: torch.dtype) -> Iterator[None]:
+        """Autocast for the emulated CUDA device (what `torch.autocast("cuda", dtype)` is on the GPU).
+
+        Clears the cache of low-precision weight copies when the outermost region ends, as
+        torch.autocast's exit clears the native cache.
+        """
+        with torch.autocast("cpu", dtype=dtype):
+            self._depth += 1
+            try:
+                yield
+            finally:
+                self._depth -= 1
+                if self._depth == 0:
+                    self._cache.clear()
+
+    # -- autocast -----------------------------------------------------------------------------
+    def _register_autocast(self) -> None:
+        table = _policies()
+        cuda_ops = {n.removeprefix("aten::") for n in torch._C._dispatch_get_registrations_for_dispatch_key("AutocastCUDA")
+                    if n.startswith("aten::")}
+        cpu_ops = {n.removeprefix("aten::") for n in torch._C._dispatch_get_registrations_for_dispatch_key("AutocastCPU")
+                   if n.startswith("aten::")}
+        unknown = sorted(cuda_ops - set(table))
+        if unknown:
+            self.notes.append("CUDA autocast kernels with no known policy (left as on the CPU): " + ", ".join(unknown))
+        for name in sorted(cpu_ops | set(table)):
+            if name in cuda_ops and name in table:
+                self._lib.impl(name, self._autocast_kernel(_overload(name), table[name]), "AutocastCPU")
+            elif name in cpu_ops and name not in cuda_ops:
+                # CPU-only autocast entries (cross_entropy_loss, cat, stack, ...): not autocast on CUDA.
+                self._lib.impl(name, torch.library.fallthrough_kernel, "AutocastCPU")
+
+    def _cached_cast(self, to_type: torch.dtype, arg: Any) -> Any:
+        # cached_cast in autocast_mode.cpp: cache lower-precision copies of fp32 leaf weights.
+        if isinstance(arg, torch.Tensor):
+            if not _eligible(arg) or arg.dtype == to_type:
+                return arg
+            lower = torch.get_autocast_dtype("cpu")
+            if (to_type == lower and arg.dtype == torch.float32 and arg.requires_grad and arg.is_leaf
+                    and not arg._is_view() and torch.is_autocast_cache_enabled()):
+                hit = self._cache.get(id(arg))
+                if hit is not None and hit[0]() is arg:
+                    return hit[1]
+                cast = arg.to(to_type)
+                self._cache[id(arg)] = (weakref.ref(arg), cast)
+                return cast
+            return arg.to(to_type)
+        if isinstance(arg, (list, tuple)) and any(isinstance(a, torch.Tensor) for a in arg):
+            return type(arg)(self._cached_cast(to_type, a) for a in arg)
+        return arg
+
+    def _autocast_kernel(self, op, policy: str):
+        schema_args = op._schema.arguments
+        dtype_index = next((i for i, a in enumerate(schema_args) if a.name == "dtype"), None)
+        dtype_kwarg_only = dtype_index is not None and schema_args[dtype_index].kwarg_only
+
+        def kernel(*args, **kwargs):
+            with torch._C._ExcludeDispatchKeyGuard(_AUTOCAST_CPU):
+                if policy == "lower":
+                    to = torch.get_autocast_dtype("cpu")
+                    return op(*[self._cached_cast(to, a) for a in args],
+                              **{k: self._cached_cast(to, v) for k, v in kwargs.items()})
+                if policy == "fp32":
+                    return op(*[self._cached_cast(torch.float32, a) for a in args],
+                              **{k: self._cached_cast(torch.float32, v) for k, v in kwargs.items()})
+                if policy == "fp32_set_opt_dtype":
+                    if args and _eligible(args[0]):
+                        args = list(args)
+                        if not dtype_kwarg_only and dtype_index is not None and len(args) > dtype_index:
+                            if args[dtype_index] is None:
+                                args[dtype_index] = torch.float32
+                        elif kwargs.get("dtype") is None:
+                            kwargs["dtype"] = torch.float32
+                    return op(*args, **kwargs)
+                if policy == "fp32_append_dtype":
+                    first = args[0]
+                    out_type = torch.float32 if _eligible(first) else first.dtype
+                    target = getattr(aten.norm, FP32_APPEND_DTYPE[f"norm.{op._overloadname}"])
+                    rest = list(args[1:]) or [2]
+                    if op._overloadname == "ScalarOpt_dim" and len(rest) == 2:
+                        rest.append(kwargs.pop("keepdim", False))  # the dtype overload has no keepdim default
+                    return target(first, *rest, **kwargs, dtype=out_type)
+                if policy == "promote":
+                    lower = torch.get_autocast_dtype("cpu")
+                    widest = lower
+                    for a in [*args, *kwargs.values()]:
+                        for t in (a if isinstance(a, (list, tuple)) else [a]):
+                            if _eligible(t) and (widest == torch.float32 or t.dtype == torch.float32):
+                                widest = torch.float32
+                    return op(*[self._cached_cast(widest, a) for a in args],
+                              **{k: self._cached_cast(widest, v) for k, v in kwargs.items()})
+                raise RuntimeError(f"{op} is unsafe to autocast (banned on CUDA: use the *_with_logits variant)")
+
+        return kernel
+
+    # -- composite ops whose CUDA path differs --------------------------------------------------
+    @staticmethod
+    def _dropout(input, p, train):
+        # at::native::dropout: is_fused_kernel_acceptable (input.is_cuda(), 0 < p < 1, numel > 0)
+        # -> native_dropout, whose mask is bool; otherwise _dropout_impl.
+        if train and 0 < p < 1 and input.numel() > 0:
+            return aten.native_dropout.default(input, p, train)[0]
+        if p == 0 or not train or input.numel() == 0:
+            return input
+        return input.mul(torch.zeros((), dtype=input.dtype, device=input.device))
+
+    @staticmethod
+    def _softmax(input, dim, dtype=None):
+        # at::native::softmax: on CUDA, fp16 input with dtype=float runs _softmax(half_to_float=True).
+        if input.dtype == torch.float16 and dtype == torch.float32:
+            return aten._softmax.default(input, dim, True)
+        converted = input.to(dtype) if dtype is not None else input
+        return aten._softmax.default(converted, dim, False)
+
+    @staticmethod
+    def _log_softmax(input, dim, dtype=None):
+        # at::native::log_softmax: same half_to_float shortcut as softmax on CUDA.
+        if input.dtype == torch.float16 and dtype == torch.float32:
+            return aten._log_softmax.default(input, dim, True)
+        converted = input.to(dtype) if dtype is not None else input
+        return aten._log_softmax.default(converted, dim, False)
+
+    def sdpa_backend(self, query, key, value, attn_mask, dropout_p, is_causal, enable_gqa) -> str:
+        """The backend select_sdp_backend (sdp_utils.cpp) picks on the target: flash, efficient or math.
+
+        Priority flash > efficient > math (cuDNN attention comes last in the default order). Honours
+        torch.backends.cuda.enable_{flash,mem_efficient,math}_sdp.
+        """
+        backends = torch.backends.cuda
+        sm80 = self.target.compute_capability >= (8, 0)
+        dims_ok = query.dim() == 4 and key.dim() == 4 and value.dim() == 4
+        head = query.size(-1)
+        same_head = head == key.size(-1) == value.size(-1)
+        half = query.dtype in (torch.float16, torch.bfloat16)
+        if (backends.flash_sdp_enabled() and sm80 and dims_ok and half and attn_mask is None and same_head
+                and head <= 256 and query.dtype == key.dtype == value.dtype):
+            return "flash"
+        # mem-efficient: fp32, fp16 (sm50+), bf16 (sm80+); last dims aligned for the GEMMs
+        # (minimum_gemm_alignment: 4 elements for fp32, 8 for half on tensor-core GPUs).
+        align = 8 if half else 4
+        eff_dtype = query.dtype in (torch.float32, torch.float16) or (query.dtype == torch.bfloat16 and sm80)
+        gqa_ok = not enable_gqa or query.size(-3) == key.size(-3)
+        if (backends.mem_efficient_sdp_enabled() and dims_ok and eff_dtype and gqa_ok and head % align == 0
+                and value.size(-1) % align == 0):
+            return "efficient"
+        return "math"
+
+    def _sdpa(self, query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, *, scale=None,
+              enable_gqa=False):
+        backend = self.sdpa_backend(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa)
+        self.sdpa_choices[(backend, str(query.dtype).removeprefix("torch."))] += 1
+        if backend == "flash":
+            # attention.cpp: pad the head dim to a multiple of 8, scale from the original head dim.
+            head = query.size(-1)
+            og_scale = scale if scale is not None else 1.0 / math.sqrt(head)
+            pad = (-head) % 8
+            q, k, v = (torch.nn.functional.pad(t, (0, pad)) if pad else t for t in (query, key, value))
+            out = aten._scaled_dot_product_flash_attention.default(q, k, v, dropout_p, is_causal, False,
+                                                                     scale=og_scale)[0]
+            return out[..., :head] if pad else out
+        if backend == "efficient":
+            bias = attn_mask
+            if bias is not None:
+                if bias.dtype == torch.bool:  # convert_boolean_attn_mask: where(mask, 0, -inf) in the query's dtype
+                    bias = torch.where(bias, 0.0, torch.scalar_tensor(float("-inf"), dtype=query.dtype,
+                                                                      device=bias.device))
+                # preprocess_mask (attention.cpp): pad_bias<8> unless the bias is aligned, then expand to 4-D.
+                aligned = all(bias.stride(i) % 8 == 0 for i in range(bias.dim() - 1)) and bias.stride(-1) == 1
+                if not aligned:
+                    last = bias.size(-1)
+                    bias = torch.nn.functional.pad(bias, (0, 8 - last % 8))[..., :last]
+                bias = bias.expand(query.size(0), query.size(1), query.size(2), key.size(2))
+            compute_lse = torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value))
+            return aten._scaled_dot_product_efficient_attention.default(
+                query, key, value, bias, compute_lse, dropout_p, is_causal, scale=scale)[0]
+        return aten._scaled_dot_product_attention_math.default(
+            query, key, value, attn_mask, dropout_p, is_causal, None, scale=scale, enable_gqa=enable_gqa)[0]
+
+
+def kernel_workspaces(func, args: tuple, out: Any) -> list[int]:
+    """Bytes that the CUDA kernel of `func` allocates for itself and frees before returning.
+
+    These never appear as tensors on fake tensors. Sources:
+    - flash attention backward (flash_api.cpp mha_bwd): softmax_d (B, H, round128(M)) fp32 and
+      dq_accum (B, round128(M), H, round32(K)) fp32;
+    - memory-efficient attention backward (attention_backward.cu): for fp32, where the kernel does not
+      compute delta itself, (grad_out.float() * out.float()) (B, M, H, K) and its sum (B, H, M) fp32.
+    """
+    if func is aten._scaled_dot_product_flash_attention_backward.default:
+        q = args[1]
+        b, h, m, k = q.shape
+        m128 = -(-m // 128) * 128
+        k32 = -(-k // 32) * 32 if k <= 192 else 256
+        return [b * h * m128 * 4, b * m128 * h * k32 * 4]
+    if func is aten._scaled_dot_product_efficient_attention_backward.default:
+        q, out_t = args[1], args[5]
+        if q.dtype == torch.float32:  # kKernelComputesDelta is false for fp32 kernels
+            b, h, m, _ = q.shape
+            return [out_t.numel() * 4, b * h * m * 4]
+    return []
+
+
+def cuda_optimizers(task) -> None:
+    """Replace the task's optimizers (made by TrainTask.start on the CPU: foreach) with what
+    make_optimizer builds on CUDA (fused), over the same parameters."""
+    from .workloads.base import make_optimizer
+
+    rebuilt = []
+    for opt in task.optimizers:
+        params = [p for group in opt.param_groups for p in group["params"]]
+        rebuilt.append(make_optimizer(params, task.optimizer_spec, torch.device("cuda")))
+    task.optimizers = rebuilt
+
+
+# --- fake tensors ------------------------------------------------------------------------------
+
+_PRIM_DEVICE = torch.ops.prim.device.default
+_BOOL_INDEX_OPS = frozenset({aten.index.Tensor, aten.index_put.default, aten.index_put_.default,
+                             aten._index_put_impl_.default, aten._unsafe_index.Tensor})
+
+
+class FakeCudaMode(TorchDispatchMode):
+    """Above FakeTensorMode: answers what fake tensors cannot, and lets a subclass watch every op.
+
+    Data-dependent values: `.all()` -> True, `.any()` -> False (synthetic inputs are well formed: masks
+    all ones, no NaN), any other scalar read -> 0. Data-dependent shapes (nonzero, boolean-mask
+    indexing, masked_select) take their worst case, every element selected. `answers` counts them.
+    Subclasses override `observe(func, args, kwargs, out)`.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.answers: Counter = Counter()
+        self._made_by: dict[int, tuple[weakref.ref, str]] = {}
+
+    def observe(self, func, args, kwargs, out) -> None:
+        """Called after every op with its result."""
+
+    def before_swap(self, t1: torch.Tensor, t2: torch.Tensor) -> None:
+        """torch.utils.swap_tensors(t1, t2) is about to run: drop any weak reference to them (it refuses those)."""
+
+    def after_swap(self, t1: torch.Tensor, t2: torch.Tensor) -> None:
+        """torch.utils.swap_tensors(t1, t2) has run."""
+
+    def _scalar(self, t: torch.Tensor):
+        made = self._made_by.get(id(t))
+        producer = made[1] if made is not None and made[0]() is t else None
+        if t.dtype == torch.bool:
+            value = producer != "any"
+        elif t.is_floating_point():
+            value = 0.0
+        else:
+            value = 0
+        self.answers[(producer or "value", value)] += 1
+        return value
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func is _PRIM_DEVICE:  # asked for every `tensor.device`: the most frequent call by far
+            return func(*args)
+        kwargs = kwargs or {}
+        if func is aten._local_scalar_dense.default:
+            return self._scalar(args[0])
+        if func in _BOOL_INDEX_OPS and any(i is not None and i.dtype in (torch.bool, torch.uint8) for i in args[1]):
+            indices = []
+            for i in args[1]:
+                if i is not None and i.dtype in (torch.bool, torch.uint8):
+                    self.answers[("boolean index", "all selected")] += 1
+                    indices += [torch.empty(i.numel(), dtype=torch.long, device=i.device) for _ in range(i.dim())]
+                else:
+                    indices.append(i)
+            args = (args[0], indices, *args[2:])
+        if func is aten.nonzero.default:
+            t = args[0]
+            self.answers[("nonzero", "all selected")] += 1
+            out = torch.empty((t.numel(), t.dim()), dtype=torch.long, device=t.device)
+        elif func is aten.masked_select.default:
+            t, mask = args
+            self.answers[("masked_select", "all selected")] += 1
+            out = torch.empty(torch.broadcast_shapes(t.shape, mask.shape).numel(), dtype=t.dtype, device=t.device)
+        else:
+            try:
+                out = func(*args, **kwargs)
+            except torch._subclasses.fake_tensor.DynamicOutputShapeException as exc:
+                raise EmulationError(f"{func} has an output shape that depends on tensor values; "
+                                     "the step cannot be predicted on fake tensors") from exc
+        if func in (aten.all.default, aten.all.dim, aten.any.default, aten.any.dim) and isinstance(out, torch.Tensor):
+            self._made_by[id(out)] = (weakref.ref(out), "all" if func in (aten.all.default, aten.all.dim) else "any")
+        self.observe(func, args, kwargs, out)
+        return out
+
+
+@contextmanager
+def fake_session(target: Target = H100) -> Iterator[tuple[FakeTensorMode, CudaBehaviour]]:
+    """Fake tensors plus the CUDA emulation, for building a workload and running its steps.
+
+    Inside, tensor creation yields fake tensors (no memory, no compute). Module.to_empty/.to swap a
+    fake parameter's contents (swap_tensors), which refuses tensors with weak references; the fake
+    mode's converter memo holds one for every Parameter made from a fake tensor, so the memo is
+    cleared before each swap (it only maps real tensors to fakes, and there are no real tensors here),
+    and active FakeCudaModes are told to drop theirs (before_swap / after_swap).
+    """
+    fake = FakeTensorMode()
+    original_swap = torch.utils.swap_tensors
+
+    def swap(t1, t2):
+        from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+
+        watchers = [m for m in _get_current_dispatch_mode_stack() if isinstance(m, FakeCudaMode)]
+        for m in watchers:
+            m.before_swap(t1, t2)
+        fake.fake_tensor_converter.meta_converter.tensor_memo.clear()
+        original_swap(t1, t2)
+        for m in watchers:
+            m.after_swap(t1, t2)
+
+    torch.utils.swap_tensors = swap
+    restore = _treat_fakes_as_eager()
+    try:
+        with CudaBehaviour(target) as behaviour, fake:
+            yield fake, behaviour
+    finally:
+        torch.utils.swap_tensors = original_swap
+        for module, name, value in restore:
+            setattr(module, name, value)
+
+
+def _treat_fakes_as_eager() -> list[tuple[Any, str, Any]]:
+    """Make libraries that take fake tensors for graph tracing treat them as eager tensors.
+
+    transformers (is_tracing -> is_fake_tensor) keeps an all-ones attention mask when it sees a fake
+    tensor, instead of checking `mask.all()` and dropping it as it does in eager mode on a GPU; a kept
+    mask forces memory-efficient attention with a (batch, 1, seq, seq) bias saved in every layer. The
+    fake tensors here stand for eager CUDA tensors, and FakeCudaMode answers `.all()`. Returns what to
+    restore.
+    """
+    import sys
+
+    restore = []
+    utils = sys.modules.get("transformers.utils.import_utils")
+    if utils is not None and hasattr(utils, "is_fake_tensor"):
+        restore.append((utils, "is_fake_tensor", utils.is_fake_tensor))
+        utils.is_fake_tensor = lambda x: False
+    return restore
