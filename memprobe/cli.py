@@ -140,12 +140,16 @@ class _ProgressPrinter:
 @click.option("--device", "device", type=click.Choice(["cuda", "cpu"]), default="cuda", show_default=True,
               help="cpu runs the same code path with a fake allocator (for tests and demos; needs --cpu-memory-budget).")
 @click.option("--cpu-memory-budget", help="With --device cpu: the memory budget, e.g. 64MiB.")
+@click.option("--memory-cap", help="Emulate a card with this much memory (e.g. 24GiB) on a bigger one: the allocator is "
+                                  "capped at it minus the memory measured outside PyTorch (context, kernels); "
+                                  "results are labelled emulated.")
 @click.option("--predict-if-no-gpu", is_flag=True,
               help=f"With no CUDA device, predict the max batch for {COMMON_CARD_SIZES} instead of failing "
                    "(memprobe predict; a prediction, not a measurement; exit 0).")
 def scan_cmd(model: str, precision: str, mode: str, batches: str | None, out_dir: str, models_file: str | None,
              steps: int, warmup: int, timed_steps: int, max_batch: int, max_trials: int, no_throughput: bool,
-             cudnn_benchmark: bool, device: str, cpu_memory_budget: str | None, predict_if_no_gpu: bool) -> None:
+             cudnn_benchmark: bool, device: str, cpu_memory_budget: str | None, memory_cap: str | None,
+             predict_if_no_gpu: bool) -> None:
     """Find the exact max batch of each model and precision on this GPU, then measure throughput there.
 
     For each precision: a memory-guided search in one trial process, the final pair (B fits, B+1
@@ -168,13 +172,19 @@ def scan_cmd(model: str, precision: str, mode: str, batches: str | None, out_dir
             budget = parse_size(cpu_memory_budget)
         except ValueError as exc:
             raise click.BadParameter(str(exc), param_hint="--cpu-memory-budget") from None
+    cap = None
+    if memory_cap:
+        try:
+            cap = parse_size(memory_cap)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--memory-cap") from None
     try:
         opts = ScanOptions(precisions=[p.strip() for p in precision.split(",") if p.strip()], mode=mode, steps=steps,
                            warmup=warmup, timed_steps=timed_steps, batches=_int_list(batches, "--batch"),
                            max_batch=max_batch, max_trials=max_trials, measure=not no_throughput, device=device,
-                           cpu_budget_bytes=budget, cudnn_benchmark=cudnn_benchmark)
+                           cpu_budget_bytes=budget, cudnn_benchmark=cudnn_benchmark, memory_cap_bytes=cap)
     except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="--precision/--mode") from None
+        raise click.UsageError(str(exc)) from None
     if device == "cuda":
         try:
             _require_gpu()

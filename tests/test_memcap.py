@@ -56,3 +56,18 @@ def test_guide_overhead_of_an_emulated_card_uses_the_cap():
     overhead = overhead_for(result, result.precisions["fp16"], default_catalog())
     assert overhead.bytes == 1 * GiB  # 24 GiB cap - 23 GiB capacity, not 80 - 23
     assert overhead.gpu == name
+
+
+def test_cli_memory_cap_needs_a_cuda_device_and_a_size():
+    from click.testing import CliRunner
+
+    from memprobe.cli import main
+
+    runner = CliRunner()
+    cpu = ["scan", "--model", "toy", "--device", "cpu", "--cpu-memory-budget", "8MiB"]
+    result = runner.invoke(main, cpu + ["--memory-cap", "24GiB"])
+    assert result.exit_code == 2 and isinstance(result.exception, SystemExit)
+    assert "--memory-cap emulates a smaller GPU" in result.output
+    result = runner.invoke(main, cpu + ["--memory-cap", "banana"])
+    assert result.exit_code == 2 and "not a size" in result.output
+    assert "--memory-cap" in runner.invoke(main, ["scan", "--help"]).output
