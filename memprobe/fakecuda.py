@@ -276,20 +276,21 @@ class CudaBehaviour:
         return input.mul(torch.zeros((), dtype=input.dtype, device=input.device))
 
     @staticmethod
-    def _softmax(input, dim, dtype=None):
-        # at::native::softmax: on CUDA, fp16 input with dtype=float runs _softmax(half_to_float=True).
+    def _half_to_float(op, input, dim, dtype):
+        # at::native::softmax / log_softmax: on CUDA, fp16 input with dtype=float runs the kernel with
+        # half_to_float=True (one fp32 output, no fp32 copy of the input).
         if input.dtype == torch.float16 and dtype == torch.float32:
-            return aten._softmax.default(input, dim, True)
+            return op(input, dim, True)
         converted = input.to(dtype) if dtype is not None else input
-        return aten._softmax.default(converted, dim, False)
+        return op(converted, dim, False)
+
+    @staticmethod
+    def _softmax(input, dim, dtype=None):
+        return CudaBehaviour._half_to_float(aten._softmax.default, input, dim, dtype)
 
     @staticmethod
     def _log_softmax(input, dim, dtype=None):
-        # at::native::log_softmax: same half_to_float shortcut as softmax on CUDA.
-        if input.dtype == torch.float16 and dtype == torch.float32:
-            return aten._log_softmax.default(input, dim, True)
-        converted = input.to(dtype) if dtype is not None else input
-        return aten._log_softmax.default(converted, dim, False)
+        return CudaBehaviour._half_to_float(aten._log_softmax.default, input, dim, dtype)
 
     def sdpa_backend(self, query, key, value, attn_mask, dropout_p, is_causal, enable_gqa) -> str:
         """The backend select_sdp_backend (sdp_utils.cpp) picks on the target: flash, efficient or math.

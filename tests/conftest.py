@@ -50,3 +50,18 @@ def packaged_models() -> Path:
 def toy():
     """The test-only toy workload from the packaged registry."""
     return load_registry()["toy"]
+
+
+@pytest.fixture
+def run():
+    """Invoke the memprobe CLI through click's CliRunner: run("scan", "--model", "toy", ...)."""
+    from click.testing import CliRunner
+
+    from memprobe.cli import main
+
+    runner = CliRunner()
+
+    def invoke(*args):
+        return runner.invoke(main, [str(a) for a in args])
+
+    return invoke

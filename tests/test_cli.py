@@ -5,10 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from click.testing import CliRunner
 
 import memprobe.scan
-from memprobe.cli import main
 from memprobe.results import PrecisionResult, read_result
 from memprobe.scan import ScanOptions, scan_workload
 
@@ -16,16 +14,6 @@ from conftest import RecordingProgress, has_nvidia_gpu
 
 BUDGET = "8MiB"
 no_gpu_only = pytest.mark.skipif(has_nvidia_gpu(), reason="checks the behaviour on a machine without an NVIDIA GPU")
-
-
-@pytest.fixture
-def run():
-    runner = CliRunner()
-
-    def invoke(*args):
-        return runner.invoke(main, [str(a) for a in args])
-
-    return invoke
 
 
 def assert_clean_failure(result, code=None):

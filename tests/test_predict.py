@@ -11,12 +11,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
 torch = pytest.importorskip("torch")
 
 from memprobe.allocator import ALLOC, FREE, MARK  # noqa: E402
-from memprobe.cli import main  # noqa: E402
 from memprobe.cpu_memory import LiveBytes  # noqa: E402
 from memprobe.fakecuda import FakeCudaMode, fake_session  # noqa: E402
 from memprobe.predict import (  # noqa: E402
@@ -203,16 +201,6 @@ def test_no_overhead_without_a_result(tmp_path):
 
 
 # --- the command line ------------------------------------------------------------------------------
-
-@pytest.fixture
-def run():
-    runner = CliRunner()
-
-    def invoke(*args):
-        return runner.invoke(main, [str(a) for a in args])
-
-    return invoke
-
 
 def error_lines(result):
     return [line for line in result.output.splitlines() if line.startswith("Error")]
