@@ -329,23 +329,12 @@ _FORMATS = ("github", "plain", "csv", "json")
 def _load_results(paths: tuple[str, ...]) -> list:
     """(path, result) pairs. A file named explicitly must be a result file (one-line error otherwise);
     a .json found under a folder that is not one is skipped with a warning (e.g. benchmark outputs)."""
-    from .results import ResultFileError, find_result_files, read_result
+    from .results import ResultFileError, load_results
 
-    loaded = []
-    for arg in paths:
-        path = Path(arg)
-        if path.is_dir():
-            for found in find_result_files([path]):
-                try:
-                    loaded.append((found, read_result(found)))
-                except ResultFileError as exc:
-                    click.echo(f"warning: skipped {exc}", err=True)
-        else:
-            try:
-                loaded.append((path, read_result(path)))
-            except ResultFileError as exc:
-                raise click.ClickException(str(exc)) from None
-    return loaded
+    try:
+        return load_results(list(paths), on_skip=lambda exc: click.echo(f"warning: skipped {exc}", err=True))
+    except ResultFileError as exc:
+        raise click.ClickException(str(exc)) from None
 
 
 def _precision_list(text: str | None) -> list[str] | None:

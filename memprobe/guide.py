@@ -20,6 +20,7 @@ from .report import (
     render, workload_labels,
 )
 from .results import PrecisionResult, ScanResult
+from .search import MemoryModel as LinearModel  # guide.MemoryModel is the per-workload record below
 from .units import gib
 
 # A batch is "roomy" on a card when it is at least this fraction of the largest batch any catalog card reaches for
@@ -115,9 +116,7 @@ def predict_max_batch(static_bytes: float, per_sample_bytes: float, usable_bytes
 
     Raises ValueError for a per-sample size that is not positive (no prediction can be made from it).
     """
-    if not per_sample_bytes > 0:
-        raise ValueError(f"per-sample bytes must be positive, got {per_sample_bytes}")
-    return max(0, math.floor((usable_bytes - static_bytes) / per_sample_bytes))
+    return LinearModel(static_bytes, per_sample_bytes, "peak_reserved", 0).max_batch_for(usable_bytes)
 
 
 def overhead_for(result: ScanResult, p: PrecisionResult, catalog: Catalog) -> Overhead | None:

@@ -37,7 +37,8 @@ from .errors import FIT
 from .fakecuda import CUBLAS_OPS, H100, FakeCudaMode, Target, cuda_optimizers, fake_session, kernel_workspaces
 from .registry import FAMILIES, Workload
 from .search import Attempt, MemoryModel, fit_memory_model
-from .trial import run_steps, run_until_state
+from .trial import run_step, run_until_state
+from .units import gib
 from .workloads.base import Amp
 
 TRIAL_MARK = "trial"  # where run_trial called reset_peak_memory_stats (after empty_cache)
@@ -303,7 +304,7 @@ class TraceSession:
             cuda_optimizers(task)
             amp = _EmulatedAmp(precision, self.behaviour)
             inputs = task.make_batch(batch)
-            ran = run_until_state(lambda: run_steps(task, amp, inputs, 1, "train"), amp, self.steps, "train")
+            ran = run_until_state(lambda: run_step(task, amp, inputs, "train"), amp, self.steps, "train")
             failure = None
         except Exception as exc:  # noqa: BLE001 - reported as a PredictError below, outside the except block
             failure = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
@@ -641,17 +642,12 @@ def measured_overhead(paths: Sequence[str | Path]) -> tuple[int | None, str]:
     (None, why) when there is none."""
     from .catalog import default_catalog
     from .guide import overhead_for
-    from .results import ResultFileError, find_result_files, read_result
+    from .results import load_results
 
     existing = [Path(p) for p in paths if Path(p).exists()]
     if not existing:
         return None, "no scan result found to measure the overhead from"
-    results = []
-    for path in find_result_files(existing):
-        try:
-            results.append((path, read_result(path)))
-        except ResultFileError:
-            continue
+    results = load_results(existing, strict_files=False)
     results.sort(key=lambda item: item[1].created, reverse=True)  # the newest measurement first
     for path, result in results:
         for p in result.precisions.values():
@@ -677,10 +673,6 @@ def memory_sizes(labels: Sequence[tuple[str, int]], overhead_bytes: int | None) 
 
 # --- text --------------------------------------------------------------------------------------------
 
-def _gib(v: float | None, digits: int = 2) -> str:
-    return "-" if v is None else f"{v / 2**30:.{digits}f}"
-
-
 def _pct(pred: float | None, meas: float | None) -> str:
     if pred is None or not meas:
         return "-"
@@ -696,7 +688,7 @@ def render(pred: Prediction) -> str:
              f"(1 warm-up + {pred.steps - 1} steps, optimizer state included) with the CUDA kernels of {pred.target}, "
              f"replayed through a model of the CUDA caching allocator; {pred.seconds:.1f} s on this CPU."]
     if pred.overhead_bytes is not None:
-        lines.append(f"Usable memory = memory - {_gib(pred.overhead_bytes)} GiB not allocatable, {pred.overhead_source}.")
+        lines.append(f"Usable memory = memory - {gib(pred.overhead_bytes, 2)} GiB not allocatable, {pred.overhead_source}.")
     else:
         lines.append(f"Usable memory = the memory given ({pred.overhead_source}): the CUDA context and the driver's "
                      "reservation are not subtracted, so these predictions are optimistic; give --overhead-from a scan "
@@ -705,7 +697,7 @@ def render(pred: Prediction) -> str:
     rows = []
     for name, p in pred.precisions.items():
         m = p.model_reserved
-        rows.append([name, _gib(m.static_bytes) if m else "-", _gib(m.per_sample_bytes, 3) if m else "-"]
+        rows.append([name, gib(m.static_bytes, 2) if m else "-", gib(m.per_sample_bytes, 3) if m else "-"]
                     + [str(p.max_batch[s.label]) for s in pred.sizes])
     lines += ["", tabulate(rows, headers=headers, tablefmt="github"), ""]
     lines.append("static / per sample: least-squares line through the predicted peak reserved bytes at batches "
@@ -720,10 +712,10 @@ def render(pred: Prediction) -> str:
             if not measured_ok and "ran the 3-step trial" in r.measured_message:
                 measured = "trial fit; timed run oom"  # a fresh check times 3 + 10 more steps after the trial
             crow.append([r.precision, r.batch, r.where, measured,
-                         "fit" if r.predicted_fits else f"oom ({_gib(r.predicted_request)} GiB request)",
-                         _gib(r.measured_allocated), _gib(r.predicted_allocated),
+                         "fit" if r.predicted_fits else f"oom ({gib(r.predicted_request, 2)} GiB request)",
+                         gib(r.measured_allocated, 2), gib(r.predicted_allocated, 2),
                          _pct(r.predicted_allocated, r.measured_allocated) if measured_ok else "(oom: partial)",
-                         _gib(r.measured_reserved), _gib(r.predicted_reserved),
+                         gib(r.measured_reserved, 2), gib(r.predicted_reserved, 2),
                          _pct(r.predicted_reserved, r.measured_reserved) if measured_ok else "(oom: partial)"])
         lines.append(tabulate(crow, headers=["precision", "batch", "trial", "measured", "predicted",
                                              "peak alloc GiB measured", "predicted", "error",
@@ -733,7 +725,7 @@ def render(pred: Prediction) -> str:
             erow = []
             for e in pred.max_batch_comparison:
                 err = f"{(e.predicted / e.measured - 1) * 100:+.1f}%" if e.measured else "-"
-                erow.append([e.precision, _gib(e.capacity_bytes), e.predicted, e.measured, err,
+                erow.append([e.precision, gib(e.capacity_bytes, 2), e.predicted, e.measured, err,
                              f"{e.in_process[0]}/{e.in_process[1]}", f"{e.fresh[0]}/{e.fresh[1]}",
                              ", ".join(map(str, e.trial_fits_fresh)) or "-"])
             lines.append(tabulate(erow, headers=["precision", "capacity GiB", "predicted max batch", "measured max batch",

@@ -13,7 +13,7 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 SCHEMA = "memprobe.scan"
 SCHEMA_VERSION = 1
@@ -153,3 +153,24 @@ def find_result_files(paths: list[str | Path]) -> list[Path]:
         else:
             found.append(p)
     return found
+
+
+def load_results(paths: list[str | Path], on_skip: Callable[[ResultFileError], None] | None = None,
+                 strict_files: bool = True) -> list[tuple[Path, ScanResult]]:
+    """(path, result) for every result file in `paths` (files, and folders searched recursively).
+
+    A .json under a folder that is not a result file (e.g. a benchmark's output) is skipped and passed
+    to `on_skip`. A file named explicitly must be a result file: ResultFileError, unless
+    `strict_files` is False, when it is skipped the same way.
+    """
+    loaded: list[tuple[Path, ScanResult]] = []
+    for arg in map(Path, paths):
+        for path in find_result_files([arg]):
+            try:
+                loaded.append((path, read_result(path)))
+            except ResultFileError as exc:
+                if strict_files and not arg.is_dir():
+                    raise
+                if on_skip is not None:
+                    on_skip(exc)
+    return loaded

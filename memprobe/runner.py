@@ -239,12 +239,21 @@ class Worker:
             if not self.alive:
                 return None
 
+    def _lost(self, answer: dict[str, Any] | None) -> tuple[str, str] | None:
+        """(CRASH or TIMEOUT, message) when the process died or did not answer in time; None otherwise."""
+        if answer is None:
+            return CRASH, f"trial process died: {self.log_tail() or 'no output'}"
+        if answer.get("timeout"):
+            return TIMEOUT, f"no answer within {self.spec.timeout_s:.0f} s"
+        return None
+
     def setup(self, spec: WorkerSpec) -> dict[str, Any]:
         """Build the workload in the process. Raises WorkerError when that fails."""
         self.spec = spec
         answer = self.request(spec.setup_request(), spec.timeout_s)
-        if answer is None or answer.get("timeout"):
-            raise WorkerError(CRASH, f"trial process ended during setup: {self.log_tail() or 'no output'}")
+        lost = self._lost(answer)
+        if lost is not None:
+            raise WorkerError(CRASH, f"during setup: {lost[1]}")
         if not answer.get("ok"):
             raise WorkerError(answer.get("kind", ERROR), answer.get("message", "setup failed"))
         self.info = answer
@@ -254,29 +263,27 @@ class Worker:
         """Run one trial; a dead or hung process becomes a CRASH or TIMEOUT attempt."""
         started = time.perf_counter()
         answer = self.request({"op": "trial", "batch": batch, "steps": steps}, self.spec.timeout_s)
-        if answer is None:
-            return Attempt(batch, CRASH, seconds=time.perf_counter() - started,
-                           message=f"trial process died: {self.log_tail() or 'no output'}")
-        if answer.get("timeout"):
-            return Attempt(batch, TIMEOUT, seconds=time.perf_counter() - started,
-                           message=f"no answer within {self.spec.timeout_s:.0f} s")
+        lost = self._lost(answer)
+        if lost is not None:
+            return Attempt(batch, lost[0], seconds=time.perf_counter() - started, message=lost[1])
         return Attempt.from_dict(answer["attempt"])
 
     def flops(self) -> dict[str, Any]:
         """FLOPs per sample of one step, counted in the process ({"flops_per_sample": None, "error": ...} on failure)."""
         # Batch 1: the count is per sample anyway, and Pix2PixHD at 2048x1024 needs ~21 GB an image.
         answer = self.request({"op": "flops", "batch": 1}, self.spec.timeout_s)
-        if answer is None or answer.get("timeout"):
-            return {"flops_per_sample": None, "error": f"trial process died while counting FLOPs: {self.log_tail()}"}
+        lost = self._lost(answer)
+        if lost is not None:
+            return {"flops_per_sample": None, "error": f"while counting FLOPs: {lost[1]}"}
         return answer
 
     def measure(self, batch: int, warmup: int, steps: int) -> dict[str, Any]:
+        """Warm-up and timed steps at `batch`; a dead or hung process becomes a CRASH or TIMEOUT outcome."""
         answer = self.request({"op": "measure", "batch": batch, "warmup": warmup, "steps": steps},
                               self.spec.timeout_s)
-        if answer is None:
-            return {"batch": batch, "outcome": CRASH, "error": f"trial process died: {self.log_tail()}"}
-        if answer.get("timeout"):
-            return {"batch": batch, "outcome": TIMEOUT, "error": f"no answer within {self.spec.timeout_s:.0f} s"}
+        lost = self._lost(answer)
+        if lost is not None:
+            return {"batch": batch, "outcome": lost[0], "error": lost[1]}
         return answer
 
     def kill(self) -> None:

@@ -63,8 +63,8 @@ class MemoryModel:
 
     def max_batch_for(self, capacity_bytes: float) -> int:
         """The largest batch whose predicted peak stays within capacity (0 if none)."""
-        if self.per_sample_bytes <= 0:
-            raise ValueError("memory model has no per-sample cost")
+        if not self.per_sample_bytes > 0:  # also refuses NaN
+            raise ValueError(f"memory model has no positive per-sample cost ({self.per_sample_bytes})")
         return max(0, math.floor((capacity_bytes - self.static_bytes) / self.per_sample_bytes))
 
     def to_dict(self) -> dict:

@@ -48,13 +48,12 @@ class Memory:
         return None, None
 
 
-def run_steps(task: TrainTask, amp: Amp, batch: Any, steps: int, mode: str) -> None:
-    """Run `steps` training steps (or forward passes in infer mode) on one prepared batch."""
-    for _ in range(steps):
-        if mode == "train":
-            task.train_step(batch, amp)
-        else:
-            task.infer_step(batch, amp)
+def run_step(task: TrainTask, amp: Amp, batch: Any, mode: str) -> None:
+    """Run one training step (or one forward pass in infer mode) on a prepared batch."""
+    if mode == "train":
+        task.train_step(batch, amp)
+    else:
+        task.infer_step(batch, amp)
 
 
 # How many steps beyond the requested ones a trial may run while the GradScaler skips updates.
@@ -107,7 +106,7 @@ def run_trial(task: TrainTask, precision: str, mode: str, batch_size: int, steps
             task.start()
         amp = Amp(precision, task.device)
         inputs = task.make_batch(batch_size)
-        ran = run_until_state(lambda: run_steps(task, amp, inputs, 1, mode), amp, steps, mode)
+        ran = run_until_state(lambda: run_step(task, amp, inputs, mode), amp, steps, mode)
         memory.synchronize()
     except Exception as exc:  # noqa: BLE001 - every failure is classified, none is a fit
         outcome = classify_error(type(exc).__name__, str(exc))

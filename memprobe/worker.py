@@ -36,7 +36,7 @@ from .errors import CRASH, classify_error
 from .measure import UtilizationSampler, summarize_times, time_steps
 from .memcap import CapPlan, MemoryCapError, plan_cap
 from .registry import FAMILIES
-from .trial import Memory, run_steps, run_trial, run_until_state
+from .trial import Memory, run_step, run_trial, run_until_state
 from .workloads.base import Amp
 
 EXIT_AFTER_CRASH = 3
@@ -171,7 +171,7 @@ class Session:
 
             def step() -> None:
                 done["steps"] += 1
-                run_steps(task, amp, inputs, 1, self.mode)
+                run_step(task, amp, inputs, self.mode)
 
             # Warm-up also runs until optimizer state exists (fp16 loss scaling may skip updates).
             result["warmup_steps"] = run_until_state(step, amp, max(warmup, 1), self.mode)
@@ -204,6 +204,13 @@ class Session:
         return result
 
 
+def _ping(_req: dict[str, Any]) -> dict[str, Any]:
+    """Runs a small multithreaded CPU op: a process forked with broken thread state hangs here, and the
+    parent falls back to exec'd processes instead of waiting on a setup."""
+    value = float(torch.ones(1 << 16).add_(1).sum())
+    return {"ok": value == 2.0 * (1 << 16), "pid": os.getpid()}
+
+
 def _serve(protocol) -> int:
     session = Session()
     for line in sys.stdin:
@@ -213,15 +220,8 @@ def _serve(protocol) -> int:
         op = req.get("op")
         if op == "exit":
             return 0
-        if op == "ping":
-            # Runs a small multithreaded CPU op: a process forked with broken thread state hangs
-            # here, and the parent falls back to exec'd processes instead of waiting on a setup.
-            value = float(torch.ones(1 << 16).add_(1).sum())
-            protocol.write(json.dumps({"ok": value == 2.0 * (1 << 16), "pid": os.getpid()}) + "\n")
-            protocol.flush()
-            continue
         handler = {"setup": session.setup, "trial": session.trial, "measure": session.measure,
-                   "flops": session.flops}.get(op)
+                   "flops": session.flops, "ping": _ping}.get(op)
         if handler is None:
             answer: dict[str, Any] = {"ok": False, "kind": "error", "message": f"unknown op {op!r}"}
         else:

@@ -21,7 +21,7 @@ from memprobe.predict import (  # noqa: E402
     TRIAL_MARK, MemorySize, PrecisionTraces, TraceSession, _replay, max_batch_for, measured_overhead, predict,
 )
 from memprobe.registry import load_registry  # noqa: E402
-from memprobe.trial import Memory, run_steps, run_until_state  # noqa: E402
+from memprobe.trial import Memory, run_step, run_until_state  # noqa: E402
 from memprobe.workloads.base import Amp, make_optimizer  # noqa: E402
 from memprobe.workloads.toy import build as build_toy  # noqa: E402
 
@@ -83,7 +83,7 @@ def cpu_live_peak(workload, batch: int) -> int:
         task.optimizers = [make_optimizer(task.model.parameters(), task.optimizer_spec, torch.device("cuda"))]
         amp = Amp("fp32", device)
         inputs = task.make_batch(batch)
-        run_until_state(lambda: run_steps(task, amp, inputs, 1, "train"), amp, 3, "train")
+        run_until_state(lambda: run_step(task, amp, inputs, "train"), amp, 3, "train")
         return tracker.peak
 
 
