@@ -8,6 +8,8 @@ For each precision, in one process tree and one after another (never two on the 
    the same way; the tuner call alone is reported too);
 3. the truth for each answer A: A fits and A+1 does not, each checked in a fresh memprobe trial
    process (warm-up step + 2 more, as memprobe defines a fit).
+In memprobe's `tried` list a * marks a trial in a fresh process (search trials near the edge run
+fresh and double as the proof; a starred batch listed twice was re-checked).
 Prints a table and writes JSON. Run: python benchmarks/search_vs_lightning.py --out FILE.json
 """
 
@@ -96,9 +98,13 @@ def run_memprobe(model: str, precision: str, out_dir: str) -> dict:
 
     newest = max(Path(out_dir).glob("*.json"), key=os.path.getmtime)
     p = read_result(newest).precisions[precision]
-    return {"answer": p.max_batch, "trials": len(p.attempts) + len(p.proof.get("checks", [])),
-            "in_process_trials": len(p.attempts), "fresh_checks": len(p.proof.get("checks", [])),
-            "tried": [a["batch"] for a in p.attempts] + [f"{c['batch']}*" for c in p.proof.get("checks", [])],
+    reused = set(p.proof.get("reused_from_search", []))  # fresh search trials that served as the proof
+    rechecks = [c for c in p.proof.get("checks", []) if c["batch"] not in reused]
+    return {"answer": p.max_batch, "trials": len(p.attempts) + len(rechecks),
+            "search_trials": len(p.attempts), "fresh_search_trials": sum(bool(a.get("fresh")) for a in p.attempts),
+            "proof_rechecks": len(rechecks),
+            "tried": [f"{a['batch']}*" if a.get("fresh") else a["batch"] for a in p.attempts]
+            + [f"{c['batch']}*" for c in rechecks],
             "agreed": p.proof.get("agreed"), "wall_seconds": round(wall, 2), "result_file": newest.name}
 
 
@@ -118,20 +124,23 @@ def run_lightning(model: str, precision: str) -> dict:
 
 
 def truth(model: str, precision: str, answer: int) -> dict:
-    """Whether `answer` is the true edge: it fits and answer+1 does not, each in a fresh process."""
-    from memprobe.registry import FAMILIES, load_registry
-    from memprobe.runner import Worker, WorkerSpec
+    """Whether `answer` is the true edge: it fits and answer+1 does not, each in a fresh process
+    (forked from memprobe's fork server where available: a process that has run nothing else)."""
+    from memprobe.registry import load_registry
+    from memprobe.runner import WorkerFactory, WorkerSpec
 
     workload = load_registry()[model]
+    factory = WorkerFactory(workload, spares=0)
     outcomes = {}
-    for batch in (answer, answer + 1):
-        worker = Worker(FAMILIES[workload.family].split(":")[0])
-        try:
-            worker.setup(WorkerSpec(workload, precision))
-            attempt = worker.trial(batch, 3)
-            outcomes[batch] = attempt.outcome
-        finally:
-            worker.close()
+    try:
+        for batch in (answer, answer + 1):
+            worker = factory.fresh(WorkerSpec(workload, precision))
+            try:
+                outcomes[batch] = worker.trial(batch, 3).outcome
+            finally:
+                worker.close()
+    finally:
+        factory.close()
     return {"fits": outcomes[answer], "next": outcomes[answer + 1],
             "is_edge": outcomes[answer] == "fit" and outcomes[answer + 1] != "fit"}
 

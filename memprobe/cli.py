@@ -134,7 +134,7 @@ class _ProgressPrinter:
 @click.option("--warmup", default=3, show_default=True, type=click.IntRange(0), help="Warm-up steps before timing.")
 @click.option("--timed-steps", default=10, show_default=True, type=click.IntRange(1), help="Timed steps for throughput.")
 @click.option("--max-batch", default=65536, show_default=True, type=click.IntRange(1), help="Largest batch the search tries.")
-@click.option("--max-trials", default=40, show_default=True, type=click.IntRange(2), help="Most in-process trials per precision.")
+@click.option("--max-trials", default=40, show_default=True, type=click.IntRange(2), help="Most search trials per precision (fresh-process proof checks not counted).")
 @click.option("--no-throughput", is_flag=True, help="Only find the max batch; skip timing.")
 @click.option("--cudnn-benchmark", is_flag=True, help="Let cuDNN pick algorithms by timing (changes memory near the edge).")
 @click.option("--device", "device", type=click.Choice(["cuda", "cpu"]), default="cuda", show_default=True,
@@ -152,8 +152,10 @@ def scan_cmd(model: str, precision: str, mode: str, batches: str | None, out_dir
              predict_if_no_gpu: bool) -> None:
     """Find the exact max batch of each model and precision on this GPU, then measure throughput there.
 
-    For each precision: a memory-guided search in one trial process, the final pair (B fits, B+1
-    does not) re-checked in fresh processes, then timed steps at B with utilization sampled.
+    For each precision: a memory-guided search (batch 1 and 2 in one trial process, every later
+    trial in a fresh process forked from a pre-imported server), the final pair (B fits, B+1 does
+    not) proven in fresh processes (a fresh search trial counts; B is re-run with the timed steps),
+    then timed steps at B with utilization sampled.
     One result file per model is written (atomically, after every precision) under --out.
     """
     from .scan import NoCudaError, ScanInterrupted, ScanOptions, scan_workload

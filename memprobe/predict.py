@@ -493,7 +493,7 @@ class MaxBatchComparison:
     capacity_bytes: int
     predicted: int
     measured: int | None
-    in_process: tuple[int | None, int | None]  # (fits, fails) found by the scan's in-process search
+    search: tuple[int | None, int | None]  # (fits, fails) found by the scan's search
     fresh: tuple[int | None, int | None]  # (fits, fails) of the fresh-process checks
     trial_fits_fresh: list[int]  # batches whose 3-step trial fit in a fresh process (the timed run may then fail)
 
@@ -581,11 +581,11 @@ def _compare(traces: PrecisionTraces, p) -> tuple[list[ComparisonRow], MaxBatchC
         return rows, None
     predicted, _ = max_batch_for(traces.events_at, capacity, traces.linear_guess(capacity) if traces.model else 2)
     proof = p.proof or {}
-    in_process = proof.get("in_process") or {}
+    found = proof.get("search") or proof.get("in_process") or {}  # "in_process": files from before fresh search trials
     trial_fits = sorted({c["batch"] for c in checks if c.get("outcome") == "fit"
                          or "ran the 3-step trial" in str(c.get("message", "")) or "then failed" in str(c.get("message", ""))})
     return rows, MaxBatchComparison(traces.precision, capacity, predicted, p.max_batch,
-                                    (in_process.get("fits"), in_process.get("fails")),
+                                    (found.get("fits"), found.get("fails")),
                                     (proof.get("fits"), proof.get("fails")), trial_fits)
 
 
@@ -726,10 +726,10 @@ def render(pred: Prediction) -> str:
             for e in pred.max_batch_comparison:
                 err = f"{(e.predicted / e.measured - 1) * 100:+.1f}%" if e.measured else "-"
                 erow.append([e.precision, gib(e.capacity_bytes, 2), e.predicted, e.measured, err,
-                             f"{e.in_process[0]}/{e.in_process[1]}", f"{e.fresh[0]}/{e.fresh[1]}",
+                             f"{e.search[0]}/{e.search[1]}", f"{e.fresh[0]}/{e.fresh[1]}",
                              ", ".join(map(str, e.trial_fits_fresh)) or "-"])
             lines.append(tabulate(erow, headers=["precision", "capacity GiB", "predicted max batch", "measured max batch",
-                                                 "error", "in-process fits/fails", "fresh fits/fails",
+                                                 "error", "search fits/fails", "fresh fits/fails",
                                                  "3-step trial fit in a fresh process at"], tablefmt="github"))
     lines += [""] + [f"note: {n}" for n in pred.notes]
     return "\n".join(lines) + "\n"

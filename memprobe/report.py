@@ -25,7 +25,7 @@ from .units import gib
 def _proof_text(p: PrecisionResult) -> str:
     proof = p.proof or {}
     if p.max_batch == 0:
-        return "1 fails" if proof.get("verified") else "1 fails (in-process)"
+        return "1 fails" if proof.get("verified") else "1 fails (search only)"
     if proof.get("fits") is None:
         return "-"
     fails = proof.get("fails")
@@ -39,8 +39,9 @@ def _agreed_text(p: PrecisionResult) -> str:
         return "-"
     if proof.get("agreed"):
         return "yes"
-    inproc = proof.get("in_process", {}).get("fits")
-    return f"no (in-process {inproc})"
+    # "in_process": files written before search trials near the edge ran in fresh processes
+    found = (proof.get("search") or proof.get("in_process") or {}).get("fits")
+    return f"no (search {found})"
 
 
 def scan_rows(results: Iterable[ScanResult]) -> list[dict[str, Any]]:

@@ -28,7 +28,7 @@ class PrecisionResult:
     """Everything measured for one workload in one precision.
 
     max_batch is the answer (0: batch 1 does not train); proof holds the fresh-process pair
-    (fits, fails, agreed, verified, checks); attempts lists every in-process trial in order.
+    (fits, fails, agreed, verified, checks); attempts lists every search trial in order (each says whether it ran fresh).
     """
 
     precision: str

@@ -333,6 +333,11 @@ class WorkerFactory:
         use_forkserver = forkserver_available() if forkserver is None else forkserver
         self._zygote: Zygote | None = Zygote(self.preload) if use_forkserver else None
 
+    @property
+    def forks(self) -> bool:
+        """True while fresh processes come from the fork server (cheap: no imports)."""
+        return self._zygote is not None
+
     def _drop_dead(self) -> None:
         for worker in [w for w in self._spare if not w.alive]:
             worker.close()  # removes its log and closes its pipes

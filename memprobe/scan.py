@@ -21,6 +21,7 @@ from .runner import Worker, WorkerError, WorkerFactory, WorkerSpec
 from .search import Attempt, EdgeCheck, SearchResult, confirm_edge, find_max_batch, fit_memory_model
 
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
+SHARED_SEARCH_TRIALS = 2  # search trials run in the first process before trials go fresh (fork server only)
 MODES = ("train", "infer")
 
 
@@ -78,14 +79,37 @@ class Progress(Protocol):
     def note(self, text: str) -> None: ...
 
 
-class _InProcessTrials:
-    """try_batch for the search: trials in one long-lived process, replaced after a crash."""
+class _SearchTrials:
+    """try_batch for the search.
+
+    The first `shared` trials (batch 1 and 2, which only feed the memory model) run in the process
+    that was set up first. When fresh processes are cheap (forked from the fork server), every later
+    trial runs in a fresh process: the pair that brackets the edge is then already the fresh-process
+    proof, so it is not run twice, and no trial inherits another's fragmentation. Otherwise (a fresh
+    process costs the imports) all trials share one process, replaced after a crash.
+    """
 
     def __init__(self, factory: WorkerFactory, spec: WorkerSpec, worker: Worker, steps: int,
-                 announce: Callable[[int, bool], None]) -> None:
+                 announce: Callable[[int, bool], None], fresh_after: int | None) -> None:
         self.factory, self.spec, self.worker, self.steps, self.announce = factory, spec, worker, steps, announce
+        self.fresh_after = fresh_after
+        self.count = 0
 
     def __call__(self, batch: int) -> Attempt:
+        self.count += 1
+        if self.fresh_after is not None and self.count > self.fresh_after:
+            self.close()  # its model and optimizer state must not hold GPU memory during fresh trials
+            self.announce(batch, True)
+            try:
+                worker = self.factory.fresh(self.spec)
+            except WorkerError as exc:
+                return Attempt(batch, exc.kind if exc.kind in OUTCOMES else ERROR, message=str(exc), fresh=True)
+            try:
+                attempt = worker.trial(batch, self.steps)
+            finally:
+                worker.close()
+            attempt.fresh = True
+            return attempt
         self.announce(batch, False)
         if self.worker is None:
             try:
@@ -156,13 +180,14 @@ def memory_models(attempts: list[Attempt]) -> dict[str, Any]:
 
 def _proof(edge: EdgeCheck, found: SearchResult) -> dict[str, Any]:
     return {
-        "in_process": {"fits": found.max_batch, "fails": found.first_failure},
+        "search": {"fits": found.max_batch, "fails": found.first_failure},
         "fits": edge.fits,
         "fails": edge.fails,
         "fail_outcome": next((a.outcome for a in edge.checks if a.batch == edge.fails), None),
         "agreed": edge.agreed,
         "verified": edge.verified,
         "checks": [a.to_dict() for a in edge.checks],
+        "reused_from_search": edge.reused,
     }
 
 
@@ -203,7 +228,8 @@ def scan_precision(workload: Workload, precision: str, opts: ScanOptions, factor
     result.settings["flops_per_sample"] = flops.get("flops_per_sample")
     if flops.get("error"):
         result.settings["flops_error"] = flops["error"]
-    trials = _InProcessTrials(factory, spec, worker, opts.steps, announce)
+    trials = _SearchTrials(factory, spec, worker, opts.steps, announce,
+                           SHARED_SEARCH_TRIALS if factory.forks else None)
     try:
         found = find_max_batch(trials, result.capacity_bytes, opts.max_batch, opts.max_trials,
                                on_attempt=progress.trial_end)
@@ -218,14 +244,17 @@ def scan_precision(workload: Workload, precision: str, opts: ScanOptions, factor
         return result
 
     checks = _FreshChecks(factory, spec, opts, announce)
-    edge = confirm_edge(lambda n: _reported(checks(n), progress), found, opts.fresh_checks, opts.max_batch)
+    # A fresh search trial is a fresh check by the same definition, except that with throughput on
+    # the check of B must also complete the timed run, so fits are re-run then.
+    known = {a.batch: a for a in found.attempts if a.fresh and not (a.fits and opts.measure)}
+    edge = confirm_edge(lambda n: _reported(checks(n), progress), found, opts.fresh_checks, opts.max_batch, known)
     result.max_batch = edge.max_batch
     result.proof = _proof(edge, found)
     result.proof["fit_check"] = (f"{opts.steps} steps (1 warm-up + {opts.steps - 1})"
                                  + (f", then {opts.warmup} warm-up + {opts.timed_steps} timed steps" if opts.measure else ""))
     result.proof["seconds"] = round(time.perf_counter() - started - result.search_seconds, 2)
     if not edge.agreed:
-        progress.note(f"fresh-process check moved the edge: in-process {found.max_batch}, fresh {edge.max_batch}"
+        progress.note(f"fresh-process check moved the edge: search {found.max_batch}, fresh {edge.max_batch}"
                       + ("" if edge.verified else " (not verified within the check limit)"))
     if opts.measure and edge.max_batch > 0:
         result.throughput = checks.measurements.get(edge.max_batch)

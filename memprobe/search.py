@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Mapping
 
 from .errors import ERROR, FIT
 
@@ -105,7 +105,7 @@ def fit_memory_model(
 
 @dataclass
 class SearchResult:
-    """Outcome of the in-process search. `max_batch` fits; `first_failure` (= max_batch + 1 when
+    """Outcome of the search. `max_batch` fits; `first_failure` (= max_batch + 1 when
     `stop == "edge"`) does not."""
 
     max_batch: int
@@ -227,9 +227,10 @@ class EdgeCheck:
     max_batch: int
     fits: int | None
     fails: int | None
-    agreed: bool  # True when the fresh checks confirmed the in-process answer unchanged
+    agreed: bool  # True when the fresh checks confirmed the search's answer unchanged
     verified: bool  # True when both halves of the pair were seen in fresh processes
     checks: list[Attempt] = field(default_factory=list)
+    reused: list[int] = field(default_factory=list)  # batches whose fresh search trial served as the check
 
 
 def confirm_edge(
@@ -237,29 +238,38 @@ def confirm_edge(
     found: SearchResult,
     max_checks: int = 6,
     max_batch: int = 65536,
+    known: Mapping[int, Attempt] | None = None,
 ) -> EdgeCheck:
     """Re-check the search's answer in fresh processes and move it if the fresh edge differs.
 
-    `check(n)` must run batch n in a process that ran nothing else. The pair is checked failure-side
-    first (B+1), then B, so that the last fresh process is the one that proved B fits (the caller
-    can measure throughput in it). If the edge moved, walk by one in the direction the checks say,
+    `check(n)` must run batch n in a process that ran nothing else. `known` holds search trials that
+    already ran in fresh processes by the same definition: a batch found there is taken as its check
+    instead of being run again (listed in `reused`; it still counts towards `max_checks`).
+    The pair is checked failure-side first (B+1), then B, so that the last fresh process is the one
+    that proved B fits (the caller can measure throughput in it). If the edge moved, walk by one in the direction the checks say,
     at most `max_checks` checks in all. When no fresh check fits, `max_batch` is the bound below
     the lowest fresh failure and `verified` is False.
     """
     checks: list[Attempt] = []
+    reused: list[int] = []
+    known = dict(known or {})
 
     def run(batch: int) -> Attempt:
-        attempt = check(batch)
+        if batch in known:
+            attempt = known.pop(batch)
+            reused.append(batch)
+        else:
+            attempt = check(batch)
         attempt.fresh = True
         checks.append(attempt)
         return attempt
 
     claimed = found.max_batch
     if found.stop == "error":
-        return EdgeCheck(claimed, None, None, False, False, checks)
+        return EdgeCheck(claimed, None, None, False, False, checks, reused)
     if claimed >= max_batch:  # everything fit up to the cap: only B can be checked
         ok = run(claimed).fits
-        return EdgeCheck(claimed, claimed if ok else None, None, ok, ok, checks)
+        return EdgeCheck(claimed, claimed if ok else None, None, ok, ok, checks, reused)
 
     # Walk from the claimed pair towards the fresh edge with steps 1, 1, 2, 4, ... and bisect once
     # a fresh fit and a fresh failure bracket it: an edge that moved by one costs one extra check.
@@ -296,4 +306,4 @@ def confirm_edge(
         # No fresh process fitted within the check limit: all that is known is that nothing from
         # `fail_at` up trains, so report the bound below it, unverified.
         best = fail_at - 1
-    return EdgeCheck(best, fit_at, fail_at, agreed, verified, checks)
+    return EdgeCheck(best, fit_at, fail_at, agreed, verified, checks, reused)

@@ -84,8 +84,9 @@ class FakeWorker:
 
 
 class FakeFactory:
-    def __init__(self, world: World) -> None:
+    def __init__(self, world: World, forks: bool = False) -> None:
         self.world = world
+        self.forks = forks  # True: fresh processes are cheap, so the search runs near-edge trials fresh
         self.counter = itertools.count(1)
         self.closed = False
 
@@ -100,11 +101,11 @@ class FakeFactory:
         self.closed = True
 
 
-def run_scan(world: World, **options):
+def run_scan(world: World, forks: bool = False, **options):
     opts = ScanOptions(precisions=["fp32"], device="cpu", cpu_budget_bytes=world.capacity, **options)
     progress = RecordingProgress()
     envs = []
-    result = scan_precision(_toy(), "fp32", opts, FakeFactory(world), progress, envs.append)
+    result = scan_precision(_toy(), "fp32", opts, FakeFactory(world, forks), progress, envs.append)
     return result, progress, envs
 
 
@@ -176,7 +177,7 @@ def test_fresh_edge_one_higher():
     result, progress, _ = run_scan(world)
     assert result.max_batch == 76
     assert result.proof["agreed"] is False and result.proof["verified"] is True
-    assert result.proof["in_process"] == {"fits": 75, "fails": 76}
+    assert result.proof["search"] == {"fits": 75, "fails": 76}
     assert checks_of(result) == [(76, "fit"), (77, "oom")]
     assert result.throughput["batch"] == 76
     assert any("moved the edge" in n for n in progress.notes)
@@ -204,6 +205,47 @@ def test_timed_run_failure_at_b_lowers_the_answer():
     assert failed["peak_reserved"] == STATIC + PER_SAMPLE * 75 + 7
     assert result.proof["fails"] == 75 and result.proof["fail_outcome"] == "oom"
     assert result.throughput["batch"] == 74 and result.throughput["outcome"] == "fit"
+    assert_all_closed(world)
+
+
+# --- with a fork server: search trials after the first two run fresh ---------------------------
+
+def test_forking_search_runs_near_edge_trials_fresh_and_reuses_them_as_proof():
+    world = World(75, fresh_edge=75)
+    result, progress, _ = run_scan(world, forks=True, measure=False)
+    assert result.max_batch == 75
+    assert [a["fresh"] for a in result.attempts[:2]] == [False, False]  # batch 1 and 2 share the first process
+    assert all(a["fresh"] for a in result.attempts[2:])
+    assert result.proof["verified"] is True and result.proof["agreed"] is True
+    assert sorted(result.proof["reused_from_search"]) == [75, 76]
+    assert checks_of(result) == [(76, "oom"), (75, "fit")]
+    trials = [e for e in world.log if e[0] == "trial"]
+    assert len(trials) == len(result.attempts)  # nothing ran twice
+    assert {b for _, number, b in trials if number == 1} == {1, 2}  # later trials: one process each
+    assert len({number for _, number, _ in trials}) == len(result.attempts) - 1
+    assert [fresh for _, _, fresh in progress.starts] == [False, False] + [True] * (len(result.attempts) - 2)
+    assert_all_closed(world)
+
+
+def test_forking_search_finds_the_fresh_edge_directly():
+    # in-process the edge would read 75, fresh it is 76: fresh search trials never see the in-process edge
+    world = World(75, fresh_edge=76, capacity=STATIC + PER_SAMPLE * 76)
+    result, progress, _ = run_scan(world, forks=True, measure=False)
+    assert result.max_batch == 76 and result.proof["agreed"] is True
+    assert result.proof["search"] == {"fits": 76, "fails": 77}
+    assert not any("moved the edge" in n for n in progress.notes)
+
+
+def test_forking_search_with_throughput_reruns_only_b_with_its_timed_run():
+    world = World(75, measure_edge=74)
+    result, _, _ = run_scan(world, forks=True, warmup=3, timed_steps=10)
+    # 76 failed fresh in the search (reused); 75 fit its trial but fails the timed run; 74 trains throughout
+    assert result.max_batch == 74
+    assert result.proof["reused_from_search"] == [76]
+    assert checks_of(result) == [(76, "oom"), (75, "oom"), (74, "fit")]
+    assert result.throughput["batch"] == 74
+    measured = [e[2] for e in world.log if e[0] == "measure"]
+    assert measured == [75, 74]
     assert_all_closed(world)
 
 

@@ -292,6 +292,24 @@ def test_confirm_edge_agreed():
     assert all(a.fresh for a in edge.checks)
 
 
+def test_confirm_edge_takes_known_fresh_attempts_instead_of_running_them():
+    check = FreshChecks(75)
+    known = {76: Attempt(76, "oom"), 75: Attempt(75, "fit"), 10: Attempt(10, "fit")}
+    edge = confirm_edge(check, searched(75), known=known)
+    assert check.calls == []
+    assert edge.reused == [76, 75]
+    assert (edge.max_batch, edge.agreed, edge.verified) == (75, True, True)
+    assert set(known) == {76, 75, 10}  # the caller's mapping is not consumed
+
+
+def test_confirm_edge_runs_what_is_not_known():
+    check = FreshChecks(74)  # the known failure at 76 stands; 75 is re-run and fails, 74 fits
+    edge = confirm_edge(check, searched(75), known={76: Attempt(76, "oom")})
+    assert check.calls == [75, 74]
+    assert edge.reused == [76]
+    assert (edge.max_batch, edge.fits, edge.fails, edge.agreed) == (74, 74, 75, False)
+
+
 def test_confirm_edge_fresh_edge_one_higher():
     check = FreshChecks(76)
     edge = confirm_edge(check, searched(75))

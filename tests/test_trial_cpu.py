@@ -284,11 +284,13 @@ def test_scan_precision_is_done_and_proved(scanned):
     assert p.max_batch == proof["fits"]
     assert proof["fails"] == proof["fits"] + 1
     assert proof["fail_outcome"] == "oom"
-    assert proof["in_process"] == {"fits": p.max_batch, "fails": p.max_batch + 1}
+    assert proof["search"] == {"fits": p.max_batch, "fails": p.max_batch + 1}
     checks = proof["checks"]
     assert [c["batch"] for c in checks] == [p.max_batch + 1, p.max_batch]
     assert [c["outcome"] for c in checks] == ["oom", "fit"]
     assert all(c["fresh"] for c in checks)
+    # forked trial processes: B+1 failed fresh in the search and stands; B is re-run for its timed run
+    assert proof["reused_from_search"] == [p.max_batch + 1]
     assert 10 < p.max_batch < 100_000
 
 
@@ -298,7 +300,8 @@ def test_scan_attempts_bracket_the_edge(scanned):
     assert attempts[p.max_batch]["outcome"] == "fit"
     assert attempts[p.max_batch + 1]["outcome"] == "oom"
     assert all(a["outcome"] == ("fit" if a["batch"] <= p.max_batch else "oom") for a in p.attempts)
-    assert not any(a["fresh"] for a in p.attempts)
+    # the first two share the first process; with the fork server every later one is fresh
+    assert [a["fresh"] for a in p.attempts] == [False, False] + [True] * (len(p.attempts) - 2)
     assert len(p.attempts) <= scanned.opts.max_trials
     assert p.search_seconds is not None and p.search_seconds > 0
 
@@ -336,10 +339,11 @@ def test_scan_reports_progress(scanned):
     p = scanned.result.precisions["fp32"]
     progress = scanned.progress
     assert progress.precisions == [("toy", "fp32")]
-    n_search, n_fresh = len(p.attempts), len(p.proof["checks"])
+    rechecks = [c["batch"] for c in p.proof["checks"] if c["batch"] not in p.proof["reused_from_search"]]
+    n_search, n_fresh = len(p.attempts), len(rechecks)
     assert [i for i, _, _ in progress.starts] == list(range(1, n_search + n_fresh + 1))
-    assert [fresh for _, _, fresh in progress.starts] == [False] * n_search + [True] * n_fresh
-    assert [b for _, b, _ in progress.starts] == [a["batch"] for a in p.attempts] + [c["batch"] for c in p.proof["checks"]]
+    assert [fresh for _, _, fresh in progress.starts] == [a["fresh"] for a in p.attempts] + [True] * n_fresh
+    assert [b for _, b, _ in progress.starts] == [a["batch"] for a in p.attempts] + rechecks
     assert len(progress.ends) == n_search + n_fresh
 
 
