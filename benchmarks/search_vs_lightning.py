@@ -150,6 +150,7 @@ def main() -> int:
     parser.add_argument("--model", default="bert-large")
     parser.add_argument("--precision", default="fp32,fp16")
     parser.add_argument("--out", default="search_vs_lightning.json")
+    parser.add_argument("--keep", help="keep memprobe's result files (each trial's batch, peak and seconds) in this folder")
     parser.add_argument("--lightning-child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.lightning_child:
@@ -162,6 +163,9 @@ def main() -> int:
         has_lightning = False
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
+        if args.keep:
+            Path(args.keep).mkdir(parents=True, exist_ok=True)
+            tmp = args.keep
         for precision in args.precision.split(","):
             row = {"model": args.model, "precision": precision, "memprobe": run_memprobe(args.model, precision, tmp)}
             if has_lightning:

@@ -152,8 +152,8 @@ def scan_cmd(model: str, precision: str, mode: str, batches: str | None, out_dir
              predict_if_no_gpu: bool) -> None:
     """Find the exact max batch of each model and precision on this GPU, then measure throughput there.
 
-    For each precision: a memory-guided search (batch 1 and 2 in one trial process, every later
-    trial in a fresh process forked from a pre-imported server), the final pair (B fits, B+1 does
+    For each precision: a memory-guided search (small batches in one trial process, trials near
+    the edge each in a fresh process forked from a pre-imported server), the final pair (B fits, B+1 does
     not) proven in fresh processes (a fresh search trial counts; B is re-run with the timed steps),
     then timed steps at B with utilization sampled.
     One result file per model is written (atomically, after every precision) under --out.

@@ -18,10 +18,14 @@ from .errors import CRASH, ERROR, FIT, OOM, OUTCOMES, TIMEOUT
 from .registry import Workload
 from .results import PrecisionResult, ScanResult, result_filename, write_result
 from .runner import Worker, WorkerError, WorkerFactory, WorkerSpec
-from .search import Attempt, EdgeCheck, SearchResult, confirm_edge, find_max_batch, fit_memory_model
+from .search import Attempt, EdgeCheck, SearchResult, confirm_edge, edge_model, find_max_batch, fit_memory_model
 
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
-SHARED_SEARCH_TRIALS = 2  # search trials run in the first process before trials go fresh (fork server only)
+# With the fork server, a search trial runs in a fresh process once its predicted peak passes this
+# share of the capacity. Far below the edge, the few GiB by which an in-process run can differ from
+# a fresh one (fragmentation: 4.3 GiB seen on the H100 at 80 GB) cannot change the outcome, and the
+# shared process skips a fresh process's start-up (~2 s on the H100: CUDA context, lazy kernels).
+FRESH_ABOVE_SHARE = 0.5
 MODES = ("train", "infer")
 
 
@@ -82,34 +86,48 @@ class Progress(Protocol):
 class _SearchTrials:
     """try_batch for the search.
 
-    The first `shared` trials (batch 1 and 2, which only feed the memory model) run in the process
-    that was set up first. When fresh processes are cheap (forked from the fork server), every later
-    trial runs in a fresh process: the pair that brackets the edge is then already the fresh-process
-    proof, so it is not run twice, and no trial inherits another's fragmentation. Otherwise (a fresh
-    process costs the imports) all trials share one process, replaced after a crash.
+    Batch 1 and 2 (which only feed the memory model) run in the process that was set up first, as
+    does any later trial whose peak the memory model puts below FRESH_ABOVE_SHARE of the capacity.
+    When fresh processes are cheap (forked from the fork server), trials nearer the edge each run in
+    a fresh process: the pair that brackets the edge is then already the fresh-process proof, so it
+    is not run twice, and no near-edge trial inherits another's fragmentation. Without the fork
+    server (a fresh process costs the imports) all trials share one process, replaced after a crash.
     """
 
     def __init__(self, factory: WorkerFactory, spec: WorkerSpec, worker: Worker, steps: int,
-                 announce: Callable[[int, bool], None], fresh_after: int | None) -> None:
+                 announce: Callable[[int, bool], None], capacity_bytes: float | None) -> None:
         self.factory, self.spec, self.worker, self.steps, self.announce = factory, spec, worker, steps, announce
-        self.fresh_after = fresh_after
-        self.count = 0
+        self.capacity_bytes = capacity_bytes
+        self.attempts: list[Attempt] = []
+
+    def _near_edge(self, batch: int) -> bool:
+        if not self.factory.forks or len(self.attempts) < 2:
+            return False
+        if not self.capacity_bytes:
+            return True
+        model = edge_model(self.attempts)
+        return model is None or model.predict(batch) > FRESH_ABOVE_SHARE * self.capacity_bytes
 
     def __call__(self, batch: int) -> Attempt:
-        self.count += 1
-        if self.fresh_after is not None and self.count > self.fresh_after:
-            self.close()  # its model and optimizer state must not hold GPU memory during fresh trials
-            self.announce(batch, True)
-            try:
-                worker = self.factory.fresh(self.spec)
-            except WorkerError as exc:
-                return Attempt(batch, exc.kind if exc.kind in OUTCOMES else ERROR, message=str(exc), fresh=True)
-            try:
-                attempt = worker.trial(batch, self.steps)
-            finally:
-                worker.close()
-            attempt.fresh = True
-            return attempt
+        attempt = self._fresh(batch) if self._near_edge(batch) else self._shared(batch)
+        self.attempts.append(attempt)
+        return attempt
+
+    def _fresh(self, batch: int) -> Attempt:
+        self.close()  # the shared process's model and optimizer state must not hold GPU memory now
+        self.announce(batch, True)
+        try:
+            worker = self.factory.fresh(self.spec)
+        except WorkerError as exc:
+            return Attempt(batch, exc.kind if exc.kind in OUTCOMES else ERROR, message=str(exc), fresh=True)
+        try:
+            attempt = worker.trial(batch, self.steps)
+        finally:
+            worker.close()
+        attempt.fresh = True
+        return attempt
+
+    def _shared(self, batch: int) -> Attempt:
         self.announce(batch, False)
         if self.worker is None:
             try:
@@ -228,8 +246,7 @@ def scan_precision(workload: Workload, precision: str, opts: ScanOptions, factor
     result.settings["flops_per_sample"] = flops.get("flops_per_sample")
     if flops.get("error"):
         result.settings["flops_error"] = flops["error"]
-    trials = _SearchTrials(factory, spec, worker, opts.steps, announce,
-                           SHARED_SEARCH_TRIALS if factory.forks else None)
+    trials = _SearchTrials(factory, spec, worker, opts.steps, announce, result.capacity_bytes)
     try:
         found = find_max_batch(trials, result.capacity_bytes, opts.max_batch, opts.max_trials,
                                on_attempt=progress.trial_end)

@@ -103,6 +103,15 @@ def fit_memory_model(
     return MemoryModel(static, slope, basis, n, residual)
 
 
+def edge_model(attempts: Iterable[Attempt]) -> MemoryModel | None:
+    """The memory model that extrapolates to the edge: the line through the two largest fits, on
+    reserved peaks where the trials measured them. Batch 1 carries fixed costs (workspaces,
+    rounding) that bend a least-squares line through it. None with fewer than two fits."""
+    attempts = list(attempts)
+    basis = "peak_reserved" if any(a.peak_reserved for a in attempts if a.fits) else "peak_allocated"
+    return fit_memory_model(attempts, basis=basis, largest=2)
+
+
 @dataclass
 class SearchResult:
     """Outcome of the search. `max_batch` fits; `first_failure` (= max_batch + 1 when
@@ -161,10 +170,7 @@ def find_max_batch(
     def predict() -> int | None:
         if capacity_bytes is None:
             return None
-        basis = "peak_reserved" if any(a.peak_reserved for a in attempts if a.fits) else "peak_allocated"
-        # The two largest fits: the line through them is what extrapolates to the edge; batch 1
-        # carries fixed costs (workspaces, rounding) that bend a least-squares line through it.
-        model = fit_memory_model(attempts, basis=basis, largest=2)
+        model = edge_model(attempts)
         return None if model is None else model.max_batch_for(capacity_bytes)
 
     stop = "edge"

@@ -227,6 +227,16 @@ def test_forking_search_runs_near_edge_trials_fresh_and_reuses_them_as_proof():
     assert_all_closed(world)
 
 
+def test_forking_search_keeps_trials_far_below_the_edge_in_the_shared_process():
+    world = World(1000)  # capacity 11 MB: peaks under 5.5 MB (batch < 450) are far from the edge
+    result, _, _ = run_scan(world, forks=True, measure=False)
+    assert result.max_batch == 1000 and result.proof["agreed"] is True
+    for a in result.attempts:
+        assert a["fresh"] == (a["batch"] > 450 and a["batch"] not in (1, 2)), a
+    assert any(not a["fresh"] and a["batch"] > 2 for a in result.attempts)  # e.g. the 8x step to 16
+    assert sorted(result.proof["reused_from_search"]) == [1000, 1001]
+
+
 def test_forking_search_finds_the_fresh_edge_directly():
     # in-process the edge would read 75, fresh it is 76: fresh search trials never see the in-process edge
     world = World(75, fresh_edge=76, capacity=STATIC + PER_SAMPLE * 76)

@@ -28,7 +28,7 @@ torch = pytest.importorskip("torch")
 
 from memprobe.registry import FAMILIES, load_registry  # noqa: E402
 from memprobe.workloads import pix2pixhd, translation, vision  # noqa: E402
-from memprobe.workloads.base import Amp  # noqa: E402
+from memprobe.workloads.base import Amp, make_optimizer  # noqa: E402
 
 CPU = torch.device("cpu")
 META = torch.device("meta")
@@ -379,3 +379,13 @@ def test_timm_flops_on_meta(timm_ready):
     assert forward == pytest.approx(2 * 23.8e9, rel=0.01)
     # depthwise convs: backward ~ 2x forward once torch's grouped-conv weight-gradient count is fixed
     assert flops_per_sample(nasnet, 1) == pytest.approx(3 * forward, rel=0.01)
+
+
+def test_sgd_is_never_fused_even_on_cuda():
+    # fused SGD advances its momentum on the steps an fp16 GradScaler skips (seen on the H100: every
+    # resnet50 fp16 update skipped); Adam and AdamW stay fused on CUDA
+    params = [torch.nn.Parameter(torch.zeros(2))]
+    sgd = make_optimizer(params, {"name": "sgd", "lr": 0.1}, torch.device("cuda"))
+    assert not sgd.defaults.get("fused") and sgd.defaults.get("foreach") is True
+    adamw = make_optimizer(params, {"name": "adamw", "lr": 0.1}, torch.device("cuda"))
+    assert adamw.defaults.get("fused") is True
