@@ -48,11 +48,22 @@ _LIMIT_MARKERS = (
 )
 
 
-def classify_error(type_name: str, message: str) -> str:
+# cuDNN and cuBLAS report an internal allocation that failed as a generic internal error. Counted as
+# out of memory only when the caching allocator held nearly all of the memory at the time (seen on
+# the H100: NasNet-Large fp32 at batch 80, CUDNN_STATUS_INTERNAL_ERROR with 78.4 of 79.2 GiB reserved).
+_STARVED_MARKERS = (
+    "cudnn_status_internal_error",
+    "cublas_status_internal_error",
+)
+STARVED_SHARE = 0.9  # reserved share of the capacity from which an internal library error counts as OOM
+
+
+def classify_error(type_name: str, message: str, reserved_share: float | None = None) -> str:
     """Return the outcome (OOM, LIMIT, CRASH or ERROR) for an exception raised by a training step.
 
-    `type_name` is the exception's class name (e.g. "OutOfMemoryError"), `message` its text.
-    Never raises.
+    `type_name` is the exception's class name (e.g. "OutOfMemoryError"), `message` its text,
+    `reserved_share` the peak reserved memory over the capacity when known (a cuDNN or cuBLAS
+    internal error at >= STARVED_SHARE is an allocation that failed). Never raises.
     """
     text = (message or "").lower()
     if any(marker in text for marker in _CRASH_MARKERS):
@@ -61,4 +72,19 @@ def classify_error(type_name: str, message: str) -> str:
         return OOM
     if any(marker in text for marker in _LIMIT_MARKERS):
         return LIMIT
+    if reserved_share is not None and reserved_share >= STARVED_SHARE and any(m in text for m in _STARVED_MARKERS):
+        return OOM
     return ERROR
+
+
+def with_memory_state(outcome: str, type_name: str, message: str, peak_reserved: int | None,
+                      capacity_bytes: int | None) -> tuple[str, str]:
+    """Re-classify an ERROR now that the peak reserved memory is known: (outcome, note), where the
+    note ("" when nothing changed) is for the trial's message. Never raises."""
+    if outcome != ERROR or not capacity_bytes or peak_reserved is None:
+        return outcome, ""
+    share = peak_reserved / capacity_bytes
+    changed = classify_error(type_name, message, reserved_share=share)
+    if changed == outcome:
+        return outcome, ""
+    return changed, f" [counted as out of memory: {share:.0%} of the capacity was reserved]"

@@ -15,7 +15,7 @@ from typing import Any, Callable
 import torch
 
 from .cpu_memory import LiveBytes
-from .errors import CRASH, FIT, classify_error
+from .errors import CRASH, FIT, classify_error, with_memory_state
 from .workloads.base import Amp, TrainTask
 
 
@@ -89,7 +89,7 @@ def run_until_state(step: Callable[[], Any], amp: Amp, steps: int, mode: str) ->
 
 
 def run_trial(task: TrainTask, precision: str, mode: str, batch_size: int, steps: int, memory: Memory,
-              before: Callable[[], Any] | None = None) -> dict:
+              before: Callable[[], Any] | None = None, capacity_bytes: int | None = None) -> dict:
     """Run one trial and return an Attempt as a dict (batch, outcome, peaks, seconds, message, steps).
 
     `before` runs after the memory reset and before the steps (the --memory-cap re-cap). Never raises
@@ -109,7 +109,8 @@ def run_trial(task: TrainTask, precision: str, mode: str, batch_size: int, steps
         ran = run_until_state(lambda: run_step(task, amp, inputs, mode), amp, steps, mode)
         memory.synchronize()
     except Exception as exc:  # noqa: BLE001 - every failure is classified, none is a fit
-        outcome = classify_error(type(exc).__name__, str(exc))
+        failure = (type(exc).__name__, str(exc))
+        outcome = classify_error(*failure)
         message = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:500]
         # Keep nothing from the exception: its traceback holds the step's tensors.
         del exc
@@ -117,6 +118,9 @@ def run_trial(task: TrainTask, precision: str, mode: str, batch_size: int, steps
     # Cleanup outside the except block, so the traceback's frames are gone before memory is freed.
     inputs = amp = None  # noqa: F841
     peak_allocated, peak_reserved = memory.peaks()
+    if outcome != FIT:
+        outcome, note = with_memory_state(outcome, *failure, peak_reserved, capacity_bytes)
+        message += note
     if outcome != CRASH:
         task.stop()
         memory.reset()

@@ -32,7 +32,7 @@ import torch
 
 from .cpu_memory import LiveBytes
 from .device import torch_environment
-from .errors import CRASH, classify_error
+from .errors import CRASH, classify_error, with_memory_state
 from .measure import UtilizationSampler, summarize_times, time_steps
 from .memcap import CapPlan, MemoryCapError, plan_cap
 from .registry import FAMILIES
@@ -62,6 +62,7 @@ class Session:
         self.mode = "train"
         self.memory: Memory | None = None
         self.cap_bytes: int | None = None
+        self.capacity_bytes: int | None = None  # what the trials may use: free + reserved at setup, or the cap
 
     def apply_cap(self) -> CapPlan | None:
         """With --memory-cap, re-cap the allocator for the memory now held outside it (kernels load
@@ -124,6 +125,7 @@ class Session:
         else:
             capacity = req.get("cpu_budget_bytes")
             weights = tracker.current if tracker else None
+        self.capacity_bytes = capacity
         return {
             "ok": True,
             "environment": torch_environment(device),
@@ -138,7 +140,7 @@ class Session:
 
     def trial(self, req: dict[str, Any]) -> dict[str, Any]:
         return {"attempt": run_trial(self.task, self.precision, self.mode, int(req["batch"]), int(req["steps"]),
-                                     self.memory, before=self.apply_cap)}
+                                     self.memory, before=self.apply_cap, capacity_bytes=self.capacity_bytes)}
 
     def flops(self, req: dict[str, Any]) -> dict[str, Any]:
         """FLOPs per sample of one step (forward + backward, or forward in infer mode), counted once."""
@@ -183,10 +185,14 @@ class Session:
             finally:
                 utilization = sampler.stop()
         except Exception as exc:  # noqa: BLE001
-            failure = (classify_error(type(exc).__name__, str(exc)), f"{type(exc).__name__}: {exc}"[:500])
+            raised = (type(exc).__name__, str(exc))
+            failure = (classify_error(*raised), f"{type(exc).__name__}: {exc}"[:500])
             del exc
         inputs = amp = step = None  # noqa: F841 - free the batch before reading peaks and cleaning up
         result["peak_allocated"], result["peak_reserved"] = memory.peaks()
+        if failure is not None:
+            outcome, note = with_memory_state(failure[0], *raised, result["peak_reserved"], self.capacity_bytes)
+            failure = (outcome, failure[1] + note)
         if failure is not None:
             # Steps run asynchronously on CUDA: the failing one is at most the last one started.
             result.update(outcome=failure[0], error=failure[1], failed_at_step=done["steps"])

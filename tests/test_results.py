@@ -228,6 +228,28 @@ def test_classify_error(type_name, message, expected):
     assert classify_error(type_name, message) == expected
 
 
+CUDNN_INTERNAL = "cuDNN error: CUDNN_STATUS_INTERNAL_ERROR"
+
+
+@pytest.mark.parametrize("message, share, expected", [
+    (CUDNN_INTERNAL, None, errors.ERROR),  # memory state unknown: not called OOM
+    (CUDNN_INTERNAL, 0.5, errors.ERROR),  # plenty of memory free: a real library error
+    (CUDNN_INTERNAL, 0.99, errors.OOM),  # the H100 NasNet-Large case: 78.4 of 79.2 GiB reserved
+    ("CUDA error: CUBLAS_STATUS_INTERNAL_ERROR when calling `cublasLtMatmul`", 0.95, errors.OOM),
+    ("shapes (3,4) and (5,6) not aligned", 0.99, errors.ERROR),  # a bug stays a bug when memory is full
+])
+def test_internal_library_error_is_oom_only_when_memory_was_nearly_full(message, share, expected):
+    assert classify_error("RuntimeError", message, reserved_share=share) == expected
+
+
+def test_with_memory_state_explains_a_reclassification():
+    outcome, note = errors.with_memory_state(errors.ERROR, "RuntimeError", CUDNN_INTERNAL, 78_400, 79_200)
+    assert outcome == errors.OOM and "99% of the capacity was reserved" in note
+    assert errors.with_memory_state(errors.ERROR, "RuntimeError", CUDNN_INTERNAL, 10, 79_200) == (errors.ERROR, "")
+    assert errors.with_memory_state(errors.ERROR, "RuntimeError", CUDNN_INTERNAL, None, 79_200) == (errors.ERROR, "")
+    assert errors.with_memory_state(errors.CRASH, "RuntimeError", CUDNN_INTERNAL, 78_400, 79_200) == (errors.CRASH, "")
+
+
 def test_outcomes_are_distinct():
     assert len(set(errors.OUTCOMES)) == len(errors.OUTCOMES) == 6
     assert errors.FIT == "fit" and errors.OOM == "oom" and errors.LIMIT == "limit"

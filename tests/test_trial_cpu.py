@@ -394,3 +394,49 @@ def test_infer_mode_runs_exactly_the_steps():
 
     calls = []
     assert run_until_state(lambda: calls.append(1), None, 3, "infer") == 3 and len(calls) == 3
+
+
+class _RaisingTask:
+    """A task whose step fails with `message`, as a library does at the edge of memory."""
+
+    device = torch.device("cpu")
+
+    def __init__(self, message: str) -> None:
+        self.message = message
+
+    def start(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
+    def make_batch(self, n: int) -> None:
+        return None
+
+    def train_step(self, batch, amp) -> None:
+        raise RuntimeError(self.message)
+
+
+class _FixedPeaks:
+    def __init__(self, reserved: int) -> None:
+        self.reserved = reserved
+
+    def reset(self) -> None:
+        pass
+
+    def synchronize(self) -> None:
+        pass
+
+    def peaks(self) -> tuple[int, int]:
+        return self.reserved, self.reserved
+
+
+@pytest.mark.parametrize("reserved, expected", [(98, "oom"), (40, "error")])
+def test_trial_counts_a_cudnn_internal_error_at_full_memory_as_oom(reserved, expected):
+    from memprobe.trial import run_trial
+
+    task = _RaisingTask("cuDNN error: CUDNN_STATUS_INTERNAL_ERROR")
+    attempt = run_trial(task, "fp32", "train", 80, 3, _FixedPeaks(reserved), capacity_bytes=100)
+    assert attempt["outcome"] == expected
+    assert attempt["message"].startswith("RuntimeError: cuDNN error: CUDNN_STATUS_INTERNAL_ERROR")
+    assert ("counted as out of memory: 98%" in attempt["message"]) == (expected == "oom")
