@@ -55,7 +55,11 @@ def scan_rows(results: Iterable[ScanResult]) -> list[dict[str, Any]]:
             util = t.get("utilization") or {}
             gpu_util = (util.get("gpu_util_pct") or {}).get("mean")
             power = (util.get("power_w") or {}).get("mean")
-            fresh = len((p.proof or {}).get("checks", []))
+            proof = p.proof or {}
+            reused = set(proof.get("reused_from_search", []))
+            rechecks = [c for c in proof.get("checks", []) if c["batch"] not in reused]
+            fresh = sum(bool(a.get("fresh")) for a in p.attempts) + len(rechecks)
+            mfu = t.get("mfu")
             rows.append({
                 "gpu": gpu,
                 "model": result.workload.get("name"),
@@ -63,10 +67,11 @@ def scan_rows(results: Iterable[ScanResult]) -> list[dict[str, Any]]:
                 "max batch": p.max_batch if p.status == "done" else f"{p.status}: {p.error[:60]}" if p.error else p.status,
                 "proof (fresh processes)": _proof_text(p),
                 "agreed": _agreed_text(p),
-                "trials": f"{len(p.attempts)} + {fresh} fresh",
+                "trials (fresh)": f"{len(p.attempts) + len(rechecks)} ({fresh})",
                 "search s": p.search_seconds if p.search_seconds is not None else "-",
                 f"throughput": f"{t['units_per_s']:.1f} {unit}/s" if t.get("units_per_s") else (t.get("error", "-")[:40] if t else "-"),
                 "step ms (median)": f"{t['step_time']['median_s'] * 1000:.0f}" if t.get("step_time") else "-",
+                "MFU %": f"{mfu * 100:.1f}" if mfu is not None else "-",
                 "peak GiB": gib(t.get("peak_reserved")) if t else "-",
                 "GPU util %": f"{gpu_util:.0f}" if gpu_util is not None else "-",
                 "power W": f"{power:.0f}" if power is not None else "-",

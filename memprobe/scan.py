@@ -116,16 +116,7 @@ class _SearchTrials:
     def _fresh(self, batch: int) -> Attempt:
         self.close()  # the shared process's model and optimizer state must not hold GPU memory now
         self.announce(batch, True)
-        try:
-            worker = self.factory.fresh(self.spec)
-        except WorkerError as exc:
-            return Attempt(batch, exc.kind if exc.kind in OUTCOMES else ERROR, message=str(exc), fresh=True)
-        try:
-            attempt = worker.trial(batch, self.steps)
-        finally:
-            worker.close()
-        attempt.fresh = True
-        return attempt
+        return in_fresh_process(self.factory, self.spec, batch, lambda worker: worker.trial(batch, self.steps))
 
     def _shared(self, batch: int) -> Attempt:
         self.announce(batch, False)
@@ -161,29 +152,42 @@ class _FreshChecks:
 
     def __call__(self, batch: int) -> Attempt:
         self.announce(batch, True)
-        try:
-            worker = self.factory.fresh(self.spec)
-        except WorkerError as exc:
-            outcome = exc.kind if exc.kind in OUTCOMES else ERROR
-            return Attempt(batch, outcome, message=str(exc))
-        try:
-            attempt = worker.trial(batch, self.opts.steps)
-            if attempt.fits and self.opts.measure:
-                measured = worker.measure(batch, self.opts.warmup, self.opts.timed_steps)
-                if measured.get("outcome") == FIT:
-                    self.measurements[batch] = measured
-                    attempt.peak_allocated = max(attempt.peak_allocated or 0, measured["peak_allocated"] or 0)
-                    attempt.peak_reserved = max(attempt.peak_reserved or 0, measured["peak_reserved"] or 0)
-                else:
-                    total = self.opts.warmup + self.opts.timed_steps
-                    attempt = Attempt(batch, measured.get("outcome", ERROR), measured.get("peak_allocated"),
-                                      measured.get("peak_reserved"), attempt.seconds,
-                                      f"ran the {self.opts.steps}-step trial, then failed at step "
-                                      f"{measured.get('failed_at_step')} of the {total}-step timed run: "
-                                      f"{measured.get('error', '')[:200]}")
-        finally:
-            worker.close()
-        return attempt
+        return in_fresh_process(self.factory, self.spec, batch, lambda worker: self._check(worker, batch))
+
+    def _check(self, worker: Worker, batch: int) -> Attempt:
+        attempt = worker.trial(batch, self.opts.steps)
+        if not (attempt.fits and self.opts.measure):
+            return attempt
+        measured = worker.measure(batch, self.opts.warmup, self.opts.timed_steps)
+        if measured.get("outcome") == FIT:
+            self.measurements[batch] = measured
+            attempt.peak_allocated = max(attempt.peak_allocated or 0, measured["peak_allocated"] or 0)
+            attempt.peak_reserved = max(attempt.peak_reserved or 0, measured["peak_reserved"] or 0)
+            return attempt
+        total = self.opts.warmup + self.opts.timed_steps
+        return Attempt(batch, measured.get("outcome", ERROR), measured.get("peak_allocated"),
+                       measured.get("peak_reserved"), attempt.seconds,
+                       f"ran the {self.opts.steps}-step trial, then failed at step "
+                       f"{measured.get('failed_at_step')} of the {total}-step timed run: "
+                       f"{measured.get('error', '')[:200]}")
+
+
+def in_fresh_process(factory: WorkerFactory, spec: WorkerSpec, batch: int,
+                     run: Callable[[Worker], Attempt]) -> Attempt:
+    """Run `run` in a new trial process and end the process; the Attempt is marked fresh and
+    carries the process's wall time. A process that cannot be set up becomes a failed Attempt."""
+    started = time.perf_counter()
+    try:
+        worker = factory.fresh(spec)
+    except WorkerError as exc:
+        return Attempt(batch, exc.kind if exc.kind in OUTCOMES else ERROR, message=str(exc), fresh=True)
+    try:
+        attempt = run(worker)
+    finally:
+        worker.close()  # waits for the exit: the next process must find the memory free
+    attempt.fresh = True
+    attempt.wall_seconds = round(time.perf_counter() - started, 3)
+    return attempt
 
 
 def memory_models(attempts: list[Attempt]) -> dict[str, Any]:
@@ -224,7 +228,7 @@ def scan_precision(workload: Workload, precision: str, opts: ScanOptions, factor
 
     started = time.perf_counter()
     try:
-        worker = factory.fresh(spec)
+        worker = factory.fresh(spec)  # the first waits for the fork server's imports
     except WorkerError as exc:
         if exc.kind == "no_cuda":
             raise NoCudaError(str(exc)) from exc
@@ -240,6 +244,7 @@ def scan_precision(workload: Workload, precision: str, opts: ScanOptions, factor
     result.settings = {"task": worker.info.get("task", {}), "flags": worker.info["environment"].get("flags", {}),
                        "weights_bytes": worker.info.get("weights_bytes"), "build_seconds": worker.info.get("build_seconds"),
                        "cuda_init_seconds": worker.info.get("cuda_init_seconds"),
+                       "first_process_ready_seconds": round(time.perf_counter() - started, 3),
                        "emulation": worker.info.get("emulation")}
 
     flops = worker.flops() if opts.measure else {}

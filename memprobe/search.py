@@ -35,6 +35,7 @@ class Attempt:
     message: str = ""
     fresh: bool = False  # True when it ran in a process that had run nothing else (a proof check)
     steps: int | None = None  # steps the trial ran (more than asked when fp16 loss scaling skipped updates)
+    wall_seconds: float | None = None  # fresh trials: start to end of their own process (fork, build, trial, exit)
 
     @property
     def fits(self) -> bool:
@@ -103,13 +104,27 @@ def fit_memory_model(
     return MemoryModel(static, slope, basis, n, residual)
 
 
+EDGE_BASELINE = 0.9  # the edge model's second point is at most this share of the largest fit's batch
+
+
 def edge_model(attempts: Iterable[Attempt]) -> MemoryModel | None:
-    """The memory model that extrapolates to the edge: the line through the two largest fits, on
-    reserved peaks where the trials measured them. Batch 1 carries fixed costs (workspaces,
-    rounding) that bend a least-squares line through it. None with fewer than two fits."""
+    """The memory model that extrapolates to the edge, on reserved peaks where the trials measured them.
+
+    The line through the largest fit and the largest fit at most EDGE_BASELINE of its batch (else
+    the next smaller fit): batch 1 carries fixed costs (workspaces, rounding) that bend a line
+    through it, while adjacent batches near the edge differ by workspace noise (on the H100,
+    NasNet-Large fp32 peaked lower at batch 77 than at 76). With a non-positive slope it falls back
+    to least squares over every fit. None with fewer than two fits or no positive slope.
+    """
     attempts = list(attempts)
     basis = "peak_reserved" if any(a.peak_reserved for a in attempts if a.fits) else "peak_allocated"
-    return fit_memory_model(attempts, basis=basis, largest=2)
+    fits = sorted({a.batch for a in attempts if a.fits and getattr(a, basis) is not None})
+    if len(fits) < 2:
+        return None
+    top = fits[-1]
+    partner = max((b for b in fits[:-1] if b <= EDGE_BASELINE * top), default=fits[-2])
+    pair = [a for a in attempts if a.batch in (partner, top)]
+    return fit_memory_model(pair, basis=basis) or fit_memory_model(attempts, basis=basis)
 
 
 @dataclass

@@ -399,5 +399,26 @@ def test_report_modules_do_not_import_torch():
     assert done.returncode == 0, done.stderr
 
 
+def test_scan_rows_count_fresh_trials_once_and_show_mfu():
+    result = make_result(precisions={"fp16": {"batch": 108, "speed": 266.0}, "bf16": {"batch": 107, "speed": None}})
+    fp16 = result.precisions["fp16"]
+    # the search's fresh trials at 109 and 108 served as the proof: nothing was re-run
+    fp16.attempts = [{"batch": b, "outcome": o, "fresh": f} for b, o, f in
+                     [(1, "fit", False), (2, "fit", False), (16, "fit", False), (105, "fit", True),
+                      (108, "fit", True), (109, "oom", True)]]
+    fp16.proof.update(checks=[{"batch": 109, "outcome": "oom"}, {"batch": 108, "outcome": "fit"}],
+                      reused_from_search=[109, 108], search={"fits": 108, "fails": 109})
+    fp16.throughput.update(mfu=0.321, step_time={"median_s": 0.402})
+    bf16 = result.precisions["bf16"]  # a file from before fresh search trials: two re-checks
+    bf16.attempts = [{"batch": 1, "outcome": "fit"}, {"batch": 108, "outcome": "oom"}]
+    bf16.proof.update(checks=[{"batch": 108, "outcome": "oom"}, {"batch": 107, "outcome": "fit"}])
+    by = {r["precision"]: r for r in report.scan_rows([result])}
+    assert by["fp16"]["trials (fresh)"] == "6 (3)"
+    assert by["fp16"]["MFU %"] == "32.1"
+    assert by["fp16"]["step ms (median)"] == "402"
+    assert by["bf16"]["trials (fresh)"] == "4 (2)"
+    assert by["bf16"]["MFU %"] == "-"
+
+
 def test_report_module_exposes_the_scan_table_still():
     assert callable(report.scan_table) and callable(report.scan_rows)
