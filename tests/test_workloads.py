@@ -15,12 +15,9 @@ any use of one raises, so a passing test proves no torchvision code ran.
 from __future__ import annotations
 
 import importlib
-import importlib.abc
-import importlib.machinery
 import importlib.util
 import math
 import sys
-import types
 
 import pytest
 
@@ -29,6 +26,8 @@ torch = pytest.importorskip("torch")
 from memprobe.registry import FAMILIES, load_registry  # noqa: E402
 from memprobe.workloads import pix2pixhd, translation, vision  # noqa: E402
 from memprobe.workloads.base import Amp, make_optimizer  # noqa: E402
+
+from torchvision_standin import StandInFinder, forget, install_standin, torchvision_usable  # noqa: E402
 
 CPU = torch.device("cpu")
 META = torch.device("meta")
@@ -50,54 +49,6 @@ def one_thread():
 
 # --- timm without torchvision ------------------------------------------------------------------
 
-def torchvision_usable() -> bool:
-    try:
-        import torchvision  # noqa: F401
-    except Exception:  # noqa: BLE001 - missing, or a wheel built for another torch
-        return False
-    return True
-
-
-class _Absent(type):
-    """Any torchvision name: importable, subclassable, usable as a dict key; calling it raises."""
-
-    def __getattr__(cls, name: str):
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return _Absent(name, (), {})
-
-    def __call__(cls, *args, **kwargs):
-        raise RuntimeError(f"torchvision is not installed here: {cls.__name__} is a test stand-in")
-
-
-class _AbsentModule(types.ModuleType):
-    def __getattr__(self, name: str):
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return _Absent(name, (), {})
-
-
-class _StandInFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    def find_spec(self, fullname, path, target=None):
-        if fullname == "torchvision" or fullname.startswith("torchvision."):
-            return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
-        return None
-
-    def create_module(self, spec):
-        module = _AbsentModule(spec.name)
-        module.__path__ = []
-        module.__version__ = "0+stand-in"
-        return module
-
-    def exec_module(self, module) -> None:
-        pass
-
-
-def _forget(prefixes: tuple[str, ...]) -> None:
-    for name in [n for n in sys.modules if n.split(".")[0] in prefixes]:
-        del sys.modules[name]
-
-
 @pytest.fixture(scope="module")
 def timm_ready():
     """timm importable for this module's tests: the real torchvision if it works, else the stand-in."""
@@ -106,15 +57,13 @@ def timm_ready():
     if torchvision_usable():
         yield "torchvision"
         return
-    finder = _StandInFinder()
-    _forget(("torchvision",))
-    sys.meta_path.insert(0, finder)
+    finder = install_standin()
     try:
         vision.load_timm()
         yield "stand-in"
     finally:
         sys.meta_path.remove(finder)
-        _forget(("torchvision", "timm"))
+        forget(("torchvision", "timm"))
 
 
 # --- registry ----------------------------------------------------------------------------------
@@ -151,9 +100,9 @@ def test_every_family_module_imports_without_timm_working():
 
 @pytest.mark.skipif(torchvision_usable(), reason="torchvision works here, so timm imports")
 def test_load_timm_says_why_without_torchvision():
-    if any(isinstance(f, _StandInFinder) for f in sys.meta_path):
+    if any(isinstance(f, StandInFinder) for f in sys.meta_path):
         pytest.skip("the stand-in torchvision is active")
-    _forget(("timm",))
+    forget(("timm",))
     with pytest.raises(ImportError, match="torchvision"):
         vision.load_timm()
 
