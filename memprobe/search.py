@@ -7,14 +7,17 @@ Strategy (see DESIGN.md, "Finding the max batch in few trials"):
 1. try batch 1 and 2 and fit peak(b) = static + per_sample * b to their measured peaks;
 2. jump to the batch that model predicts for the usable memory;
 3. walk from there towards the edge with steps 1, 2, 4, ... (refitting on the largest successes
-   after each fit), so a prediction off by d costs O(log d) trials;
-4. once the edge is bracketed, bisect. Without a capacity figure the jump is replaced by doubling.
+   after each fit), so a prediction off by d costs O(log d) trials; after an out-of-memory trial the
+   bytes its failed allocation lacked (from PyTorch's message) bound how far back the next guess goes;
+4. once the edge is bracketed, alternate the model's guess (clamped into the bracket) with halving.
+Without a capacity figure the jump is replaced by doubling.
 Batch and trial count are bounded, so the worst case stays logarithmic in the cap.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Iterable, Mapping
 
@@ -41,12 +44,34 @@ class Attempt:
     def fits(self) -> bool:
         return self.outcome == FIT
 
+    @property
+    def shortfall(self) -> float | None:
+        """Bytes the failed allocation lacked, from PyTorch's out-of-memory message (None if unsaid)."""
+        return None if self.fits else oom_shortfall(self.message)
+
     def to_dict(self) -> dict:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, data: dict) -> "Attempt":
         return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
+
+
+_SIZE = r"([\d.]+) (GiB|MiB|KiB|bytes|B)\b"
+_OOM_NUMBERS = re.compile(rf"Tried to allocate {_SIZE}.*?of which {_SIZE} is free", re.S)
+_UNITS = {"GiB": 2**30, "MiB": 2**20, "KiB": 2**10, "bytes": 1, "B": 1}
+
+
+def oom_shortfall(message: str) -> float | None:
+    """Bytes a failed CUDA allocation lacked (requested minus free on the device), read from
+    PyTorch's out-of-memory message ("Tried to allocate 8.23 GiB. ... of which 3.42 GiB is free");
+    None when the message does not say, or says nothing was lacking."""
+    found = _OOM_NUMBERS.search(message or "")
+    if not found:
+        return None
+    requested = float(found.group(1)) * _UNITS[found.group(2)]
+    free = float(found.group(3)) * _UNITS[found.group(4)]
+    return requested - free if requested > free else None
 
 
 @dataclass
@@ -186,7 +211,16 @@ def find_max_batch(
         if capacity_bytes is None:
             return None
         model = edge_model(attempts)
-        return None if model is None else model.max_batch_for(capacity_bytes)
+        if model is None:
+            return None
+        guess = model.max_batch_for(capacity_bytes)
+        # The lowest failure's out-of-memory message says how many bytes it lacked: at least that
+        # many samples' worth must go. Near the edge peaks can grow faster than the line (a large
+        # block that no longer fits in a fragmented cache), so this can undercut the line's guess.
+        lacked = next((a.shortfall for a in attempts if a.batch == state["hi"] and not a.fits), None)
+        if lacked:
+            guess = min(guess, state["hi"] - math.ceil(lacked / model.per_sample_bytes))
+        return guess
 
     stop = "edge"
     try:
@@ -197,12 +231,19 @@ def find_max_batch(
         step = base_step = 1
         direction = 0  # +1 walking up from a fit, -1 walking down from a failure, 0 not walking
         bracketed_by_walk = False
+        guessed_last = False
         while state["hi"] - state["lo"] > 1:
             lo, hi = state["lo"], state["hi"]
             guess = predict()
             stepped = False
             if bracketed_by_walk or (guess is None and hi <= max_batch):
-                candidate = (lo + hi) // 2
+                # Inside a bracket the guess (clamped into it: a guess at or below the fit says
+                # "try one more") is tried, but never twice in a row: alternating with halving
+                # keeps the worst case logarithmic.
+                if bracketed_by_walk and not guessed_last and guess is not None:
+                    candidate, guessed_last = guess, True
+                else:
+                    candidate, guessed_last = (lo + hi) // 2, False
             elif guess is None:
                 candidate = 2 * lo  # no model: double until a failure
             elif direction == 0:

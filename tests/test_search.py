@@ -97,6 +97,53 @@ def test_noisy_adjacent_peaks_near_the_edge_do_not_send_the_search_doubling():
     assert result.trials <= 9, tried
 
 
+# transformer-big fp32 on the H100: peak reserved GiB of the fits (edge 496), and an 8 GiB logits block
+# that stops fitting in the fragmented cache near the edge, so the line through small batches
+# overshoots to 528. Failures carry PyTorch's message, whose numbers follow the measured ones.
+TBIG_FITS = {1: 3.40, 2: 3.54, 16: 4.74, 128: 20.87, 465: 73.66, 481: 76.17, 489: 77.35, 493: 77.98,
+             495: 78.31, 496: 78.42}
+
+
+def tbig_trial(batch: int) -> Attempt:
+    if batch > 496:
+        requested, free = 8.25 * batch / 528, 3.33 + (528 - batch) * 0.14
+        return Attempt(batch, "oom", message=f"OutOfMemoryError: CUDA out of memory. Tried to allocate {requested:.2f} GiB. "
+                                             f"GPU 0 has a total capacity of 79.18 GiB of which {free:.2f} GiB is free.")
+    known = sorted(TBIG_FITS)
+    below = max(b for b in known if b <= batch)
+    above = min((b for b in known if b >= batch), default=below)
+    gib = TBIG_FITS[below] if above == below else (
+        TBIG_FITS[below] + (TBIG_FITS[above] - TBIG_FITS[below]) * (batch - below) / (above - below))
+    return Attempt(batch, "fit", peak_reserved=int(gib * 2**30), peak_allocated=int(gib * 2**30))
+
+
+def test_the_shortfall_in_an_oom_message_guides_the_walk_back():
+    tried = []
+    result = find_max_batch(lambda b: tried.append(b) or tbig_trial(b), capacity_bytes=78.57 * 2**30)
+    assert (result.max_batch, result.first_failure) == (496, 497)
+    check_invariants(result, 496)
+    # on the H100, walking back by 1, 2, 4, ... and then bisecting took 16 trials
+    assert len(tried) <= 10, tried
+
+
+@pytest.mark.parametrize("message, expected", [
+    ("CUDA out of memory. Tried to allocate 8.25 GiB. GPU 0 has a total capacity of 79.18 GiB of which "
+     "3.33 GiB is free. Including non-PyTorch memory", (8.25 - 3.33) * 2**30),
+    ("Tried to allocate 376.00 MiB. GPU 0 has a total capacity of 79.18 GiB of which 84.00 MiB is free.", 292 * 2**20),
+    ("Tried to allocate 2.00 MiB. GPU 0 has a total capacity of 79.18 GiB of which 512 bytes is free.", 2 * 2**20 - 512),
+    ("Tried to allocate 2.00 MiB. GPU 0 has a total capacity of 79.18 GiB of which 3.00 GiB is free.", None),
+    ("CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`", None),
+    ("", None),
+])
+def test_oom_shortfall_reads_pytorchs_message(message, expected):
+    from memprobe.search import oom_shortfall
+
+    got = oom_shortfall(message)
+    assert got == (pytest.approx(expected) if expected is not None else None)
+    assert Attempt(1, "oom", message=message).shortfall == got
+    assert Attempt(1, "fit", message=message).shortfall is None
+
+
 def test_search_starts_with_batch_1_then_2():
     result = find_max_batch(FakeTrials(75, linear()), capacity_bytes=linear()(75))
     assert [a.batch for a in result.attempts[:2]] == [1, 2]
