@@ -137,6 +137,9 @@ class _ProgressPrinter:
 @click.option("--max-trials", default=40, show_default=True, type=click.IntRange(2), help="Most search trials per precision (fresh-process proof checks not counted).")
 @click.option("--no-throughput", is_flag=True, help="Only find the max batch; skip timing.")
 @click.option("--cudnn-benchmark", is_flag=True, help="Let cuDNN pick algorithms by timing (changes memory near the edge).")
+@click.option("--compile", "compile_step", is_flag=True,
+              help="Run the model's forward and backward through torch.compile in every trial and timed run: the "
+                   "max batch and throughput are those of the compiled step; compile time is reported apart.")
 @click.option("--device", "device", type=click.Choice(["cuda", "cpu"]), default="cuda", show_default=True,
               help="cpu runs the same code path with a fake allocator (for tests and demos; needs --cpu-memory-budget).")
 @click.option("--cpu-memory-budget", help="With --device cpu: the memory budget, e.g. 64MiB.")
@@ -148,8 +151,8 @@ class _ProgressPrinter:
                    "(memprobe predict; a prediction, not a measurement; exit 0).")
 def scan_cmd(model: str, precision: str, mode: str, batches: str | None, out_dir: str, models_file: str | None,
              steps: int, warmup: int, timed_steps: int, max_batch: int, max_trials: int, no_throughput: bool,
-             cudnn_benchmark: bool, device: str, cpu_memory_budget: str | None, memory_cap: str | None,
-             predict_if_no_gpu: bool) -> None:
+             cudnn_benchmark: bool, compile_step: bool, device: str, cpu_memory_budget: str | None,
+             memory_cap: str | None, predict_if_no_gpu: bool) -> None:
     """Find the exact max batch of each model and precision on this GPU, then measure throughput there.
 
     For each precision: a memory-guided search (small batches in one trial process, trials near
@@ -184,7 +187,8 @@ def scan_cmd(model: str, precision: str, mode: str, batches: str | None, out_dir
         opts = ScanOptions(precisions=[p.strip() for p in precision.split(",") if p.strip()], mode=mode, steps=steps,
                            warmup=warmup, timed_steps=timed_steps, batches=_int_list(batches, "--batch"),
                            max_batch=max_batch, max_trials=max_trials, measure=not no_throughput, device=device,
-                           cpu_budget_bytes=budget, cudnn_benchmark=cudnn_benchmark, memory_cap_bytes=cap)
+                           cpu_budget_bytes=budget, cudnn_benchmark=cudnn_benchmark, memory_cap_bytes=cap,
+                           compile=compile_step)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     if device == "cuda":

@@ -58,6 +58,7 @@ class ScanOptions:
     device: str = "cuda"
     cpu_budget_bytes: int | None = None
     cudnn_benchmark: bool = False
+    compile: bool = False  # run the step's forward (and backward) through torch.compile
     timeout_s: float = 1800.0
     memory_cap_bytes: int | None = None  # emulate a card of this size (CUDA only)
 
@@ -218,7 +219,8 @@ def scan_precision(workload: Workload, precision: str, opts: ScanOptions, factor
     """Search, prove and measure one precision. Raises NoCudaError when there is no CUDA device."""
     result = PrecisionResult(precision, status="running")
     spec = WorkerSpec(workload, precision, opts.mode, opts.device, opts.cpu_budget_bytes,
-                      {"cudnn_benchmark": opts.cudnn_benchmark, "memory_cap_bytes": opts.memory_cap_bytes},
+                      {"cudnn_benchmark": opts.cudnn_benchmark, "memory_cap_bytes": opts.memory_cap_bytes,
+                       "compile": opts.compile},
                       opts.timeout_s)
     counter = {"n": 0}
 

@@ -7,7 +7,7 @@ import json
 import pytest
 
 import memprobe.scan
-from memprobe.results import PrecisionResult, read_result
+from memprobe.results import PrecisionResult, ScanResult, read_result
 from memprobe.scan import ScanOptions, scan_workload
 
 from conftest import RecordingProgress, has_nvidia_gpu
@@ -268,3 +268,19 @@ def test_python_dash_m_memprobe(tmp_path):
                           timeout=120, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert "bert-large" in done.stdout and "toy" in done.stdout
+
+
+def test_scan_compile_flag_reaches_the_scan_options(run, monkeypatch, tmp_path):
+    seen = []
+
+    def fake_scan_workload(workload, opts, out_dir, progress):
+        seen.append(opts)
+        return ScanResult(workload=workload.to_dict(), environment={}, settings=opts.to_dict()), tmp_path / "x.json"
+
+    monkeypatch.setattr(memprobe.scan, "scan_workload", fake_scan_workload)
+    base = ("scan", "--model", "toy", "--device", "cpu", "--cpu-memory-budget", "8MiB", "--out", str(tmp_path))
+    assert run(*base, "--compile").exit_code == 0
+    assert run(*base).exit_code == 0
+    assert [o.compile for o in seen] == [True, False]
+    assert seen[0].to_dict()["compile"] is True  # recorded in the result's settings
+    assert "torch.compile" in run("scan", "--help").output

@@ -132,6 +132,28 @@ def test_session_measure(session):
     assert m["unit"] == "samples"
 
 
+def test_session_measure_times_the_first_step_apart(session):
+    m = session.measure({"op": "measure", "batch": 32, "warmup": 1, "steps": 3})
+    assert m["first_step_seconds"] > 0
+    assert "compile_seconds" not in m  # eager: nothing compiled, nothing to report
+
+
+def test_compile_setting_compiles_and_reports_compile_time(toy):
+    s = Session()
+    info = s.setup({"op": "setup", "workload": toy.to_dict(), "precision": "fp32", "mode": "train",
+                    "device": "cpu", "cpu_budget_bytes": BUDGET, "settings": {"compile": True}})
+    try:
+        assert info["ok"] is True, info
+        assert info["task"]["compiled"] == [type(s.task.model).__name__]
+        assert s.trial({"batch": 8, "steps": 3})["attempt"]["outcome"] == "fit"
+        m = s.measure({"op": "measure", "batch": 8, "warmup": 1, "steps": 3})
+        assert m["outcome"] == "fit", m
+        assert m["compile_seconds"] == pytest.approx(max(0.0, m["first_step_seconds"] - m["step_time"]["median_s"]), abs=1e-3)
+        assert s.flops({"batch": 1})["flops_per_sample"] > 0  # counted on the eager step
+    finally:
+        s.memory.cpu.__exit__(None, None, None)
+
+
 def test_session_measure_oom_is_reported_not_raised(session):
     m = session.measure({"op": "measure", "batch": HUGE, "warmup": 1, "steps": 2})
     assert m["outcome"] == "oom"

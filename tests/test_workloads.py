@@ -338,3 +338,26 @@ def test_sgd_is_never_fused_even_on_cuda():
     assert not sgd.defaults.get("fused") and sgd.defaults.get("foreach") is True
     adamw = make_optimizer(params, {"name": "adamw", "lr": 0.1}, torch.device("cuda"))
     assert adamw.defaults.get("fused") is True
+
+
+# --- --compile ---------------------------------------------------------------------------------
+
+def test_compiled_toy_step_trains_and_says_what_was_compiled():
+    # a real torch.compile (inductor, C++ on the CPU): the step still trains the same parameters
+    task = build("toy")
+    task.compile()
+    assert task.describe()["compiled"] == [type(task.model).__name__]
+    task.start()
+    before = [p.detach().clone() for p in task.model.parameters()]
+    loss = task.train_step(task.make_batch(4), Amp("fp32", CPU))
+    assert torch.isfinite(loss)
+    assert all(not torch.equal(b, p) for b, p in zip(before, task.model.parameters()))
+    assert all(opt.state for opt in task.optimizers)
+
+
+def test_pix2pixhd_compiles_its_three_networks_not_the_container():
+    task = build("toy-pix2pixhd")
+    assert task.compile_targets == ("generator", "discriminator", "vgg")
+    for name in task.compile_targets:
+        assert isinstance(task.model.get_submodule(name), torch.nn.Module)
+    assert build("toy").describe()["compiled"] is None  # eager unless asked

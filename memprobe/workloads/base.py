@@ -105,9 +105,12 @@ class TrainTask:
     """A model built on a device with its synthetic inputs. Subclasses implement make_batch and loss."""
 
     unit = "samples"
+    # Submodules that --compile runs through torch.compile; empty: the model itself.
+    compile_targets: tuple[str, ...] = ()
 
     def __init__(self, model: torch.nn.Module, optimizer_spec: dict[str, Any], device: torch.device,
                  units_per_sample: float = 1.0) -> None:
+        self.compiled: list[str] = []
         self.model = model
         self.optimizer_spec = optimizer_spec
         self.device = device
@@ -128,6 +131,15 @@ class TrainTask:
         raise NotImplementedError
 
     # -- shared -------------------------------------------------------------------------------
+    def compile(self) -> list[str]:
+        """Run the forward of the model (or of each of `compile_targets`) through torch.compile, in
+        place: the parameters, and so the optimizers built on them, stay the same objects; backward
+        is compiled with it (AOTAutograd). Returns the compiled modules' names."""
+        for name in self.compile_targets or ("",):
+            (self.model.get_submodule(name) if name else self.model).compile()
+        self.compiled = list(self.compile_targets) or [type(self.model).__name__]
+        return self.compiled
+
     def start(self) -> None:
         """Create fresh optimizer state for a trial (it appears at the first optimizer step)."""
         self.model.train()
@@ -162,4 +174,5 @@ class TrainTask:
             "optimizer": type(opt).__name__ if opt else self.optimizer_spec["name"],
             "optimizer_fused": bool(opt.defaults.get("fused")) if opt else self.device.type == "cuda",
             "units_per_sample": self.units_per_sample,
+            "compiled": self.compiled or None,
         }

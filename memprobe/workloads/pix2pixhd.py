@@ -297,6 +297,7 @@ def _lsgan(preds: list[list[torch.Tensor]], target: float) -> torch.Tensor:
 
 class Pix2PixHDTask(TrainTask):
     unit = "images"
+    compile_targets = ("generator", "discriminator", "vgg")  # the container itself has no forward
 
     def __init__(self, params: dict[str, Any], optimizer: dict[str, Any], device: torch.device) -> None:
         p = _params(params)
