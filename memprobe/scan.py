@@ -131,6 +131,10 @@ class _SearchTrials:
             self.close()  # the context is unusable; the next trial gets a new process
         return attempt
 
+    def kill(self) -> None:
+        if self.worker is not None:
+            self.worker.kill()
+
     def close(self) -> None:
         if self.worker is not None:
             self.worker.close()
@@ -184,6 +188,9 @@ def in_fresh_process(factory: WorkerFactory, spec: WorkerSpec, batch: int,
         return Attempt(batch, exc.kind if exc.kind in OUTCOMES else ERROR, message=str(exc), fresh=True)
     try:
         attempt = run(worker)
+    except BaseException:
+        worker.kill()  # interrupted (Ctrl-C): do not wait for the running steps to end
+        raise
     finally:
         worker.close()  # waits for the exit: the next process must find the memory free
     attempt.fresh = True
@@ -257,6 +264,9 @@ def scan_precision(workload: Workload, precision: str, opts: ScanOptions, factor
     try:
         found = find_max_batch(trials, result.capacity_bytes, opts.max_batch, opts.max_trials,
                                on_attempt=progress.trial_end)
+    except BaseException:
+        trials.kill()  # interrupted: do not wait for the shared process's running steps
+        raise
     finally:
         trials.close()
     result.search_seconds = round(time.perf_counter() - started, 2)
@@ -323,6 +333,9 @@ def _measure_fresh(factory: WorkerFactory, spec: WorkerSpec, batch: int, opts: S
         return {"batch": batch, "outcome": exc.kind, "error": str(exc)}
     try:
         return worker.measure(batch, opts.warmup, opts.timed_steps)
+    except BaseException:
+        worker.kill()  # interrupted: do not wait for the running steps to end
+        raise
     finally:
         worker.close()
 

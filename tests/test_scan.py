@@ -79,6 +79,10 @@ class FakeWorker:
     def flops(self) -> dict:
         return {"flops_per_sample": self.world.flops_per_sample}
 
+    def kill(self) -> None:
+        self.killed = True
+        self.closed = True
+
     def close(self) -> None:
         self.closed = True
 
@@ -205,6 +209,36 @@ def test_timed_run_failure_at_b_lowers_the_answer():
     assert failed["peak_reserved"] == STATIC + PER_SAMPLE * 75 + 7
     assert result.proof["fails"] == 75 and result.proof["fail_outcome"] == "oom"
     assert result.throughput["batch"] == 74 and result.throughput["outcome"] == "fit"
+    assert_all_closed(world)
+
+
+# --- Ctrl-C ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("forks", [False, True])
+def test_ctrl_c_during_a_trial_kills_its_process_at_once(forks, monkeypatch):
+    # waiting politely would let a trial or timed run go on for its remaining steps (the H100
+    # pix2pixhd fp32 scan was SIGKILLed 10 s after its interrupt)
+    world = World(75)
+    original = FakeWorker.trial
+
+    def interrupted_at_16(self, batch, steps):
+        if batch == 16:
+            raise KeyboardInterrupt
+        return original(self, batch, steps)
+
+    monkeypatch.setattr(FakeWorker, "trial", interrupted_at_16)
+    with pytest.raises(KeyboardInterrupt):
+        run_scan(world, forks=forks)
+    assert getattr(world.workers[-1], "killed", False), "the process running the interrupted trial was killed"
+    assert_all_closed(world)
+
+
+def test_ctrl_c_during_the_timed_run_kills_its_process(monkeypatch):
+    world = World(75)
+    monkeypatch.setattr(FakeWorker, "measure", lambda self, *a: (_ for _ in ()).throw(KeyboardInterrupt()))
+    with pytest.raises(KeyboardInterrupt):
+        run_scan(world, forks=True)
+    assert getattr(world.workers[-1], "killed", False)
     assert_all_closed(world)
 
 
