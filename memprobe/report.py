@@ -17,7 +17,7 @@ from typing import Any, Iterable, Sequence
 
 from tabulate import tabulate
 
-from .catalog import Catalog, default_catalog
+from .catalog import PRECISIONS, Catalog, default_catalog
 from .published import SOURCES, Figure, default_published
 from .results import PrecisionResult, ScanResult
 from .units import gib
@@ -94,7 +94,7 @@ MARKS = {MEASURED: "", PUBLISHED: " (pub)", PREDICTED: " (pred)"}
 LEGEND = ("Legend: unmarked = measured by memprobe; (pub) = published figure from elsewhere (sources in the notes); "
           "(pred) = predicted by memprobe from a fitted memory model; >=N = a batch that fit, not a searched maximum; "
           "OOM = batch 1 does not train (counted as 0); (vs pub) = a measured value divided by a published reference.")
-PRECISION_ORDER = ("fp32", "tf32", "fp16", "bf16")
+PRECISION_ORDER = PRECISIONS  # the order tables list them in
 FORMATS = ("github", "plain", "csv", "json")
 # The 2020 study normalized to this card; memprobe keeps that reference when it is among the inputs.
 DEFAULT_REFERENCE = "Quadro RTX 8000"

@@ -7,11 +7,12 @@ rewritten atomically after every precision, so an interrupted scan keeps what it
 from __future__ import annotations
 
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Iterator, Protocol
 
-from .catalog import peak_tflops
+from .catalog import PRECISIONS, peak_tflops
 from .device import host_environment
 from .memcap import emulated_name
 from .errors import CRASH, ERROR, FIT, OOM, OUTCOMES, TIMEOUT
@@ -20,7 +21,6 @@ from .results import PrecisionResult, ScanResult, result_filename, write_result
 from .runner import Worker, WorkerError, WorkerFactory, WorkerSpec
 from .search import Attempt, EdgeCheck, SearchResult, confirm_edge, edge_model, find_max_batch, fit_memory_model
 
-PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
 # With the fork server, a search trial runs in a fresh process once its predicted peak passes this
 # share of the capacity. Far below the edge, the few GiB by which an in-process run can differ from
 # a fresh one (fragmentation: 4.3 GiB seen on the H100 at 80 GB) cannot change the outcome, and the
@@ -177,22 +177,31 @@ class _FreshChecks:
                        f"{measured.get('error', '')[:200]}")
 
 
+@contextmanager
+def fresh_worker(factory: WorkerFactory, spec: WorkerSpec) -> Iterator[Worker]:
+    """A new trial process for one job, ended after it: closed (which waits for the exit, so the next
+    process finds the memory free), or killed at once when the job is interrupted (Ctrl-C), rather
+    than left to finish its running steps. Raises WorkerError when the process cannot be set up."""
+    worker = factory.fresh(spec)
+    try:
+        yield worker
+    except BaseException:
+        worker.kill()
+        raise
+    finally:
+        worker.close()
+
+
 def in_fresh_process(factory: WorkerFactory, spec: WorkerSpec, batch: int,
                      run: Callable[[Worker], Attempt]) -> Attempt:
     """Run `run` in a new trial process and end the process; the Attempt is marked fresh and
     carries the process's wall time. A process that cannot be set up becomes a failed Attempt."""
     started = time.perf_counter()
     try:
-        worker = factory.fresh(spec)
+        with fresh_worker(factory, spec) as worker:
+            attempt = run(worker)
     except WorkerError as exc:
         return Attempt(batch, exc.kind if exc.kind in OUTCOMES else ERROR, message=str(exc), fresh=True)
-    try:
-        attempt = run(worker)
-    except BaseException:
-        worker.kill()  # interrupted (Ctrl-C): do not wait for the running steps to end
-        raise
-    finally:
-        worker.close()  # waits for the exit: the next process must find the memory free
     attempt.fresh = True
     attempt.wall_seconds = round(time.perf_counter() - started, 3)
     return attempt
@@ -254,7 +263,7 @@ def scan_precision(workload: Workload, precision: str, opts: ScanOptions, factor
                        "weights_bytes": worker.info.get("weights_bytes"), "build_seconds": worker.info.get("build_seconds"),
                        "cuda_init_seconds": worker.info.get("cuda_init_seconds"),
                        "first_process_ready_seconds": round(time.perf_counter() - started, 3),
-                       "emulation": worker.info.get("emulation")}
+                       "emulation": emulation}
 
     flops = worker.flops() if opts.measure else {}
     result.settings["flops_per_sample"] = flops.get("flops_per_sample")
@@ -321,23 +330,16 @@ def add_mfu(measured: dict[str, Any] | None, flops_per_sample: float | None, gpu
 
 
 def _reported(attempt: Attempt, progress: Progress) -> Attempt:
-    attempt.fresh = True
     progress.trial_end(attempt)
     return attempt
 
 
 def _measure_fresh(factory: WorkerFactory, spec: WorkerSpec, batch: int, opts: ScanOptions) -> dict[str, Any]:
     try:
-        worker = factory.fresh(spec)
+        with fresh_worker(factory, spec) as worker:
+            return worker.measure(batch, opts.warmup, opts.timed_steps)
     except WorkerError as exc:
         return {"batch": batch, "outcome": exc.kind, "error": str(exc)}
-    try:
-        return worker.measure(batch, opts.warmup, opts.timed_steps)
-    except BaseException:
-        worker.kill()  # interrupted: do not wait for the running steps to end
-        raise
-    finally:
-        worker.close()
 
 
 def scan_workload(workload: Workload, opts: ScanOptions, out_dir: str | Path, progress: Progress) -> tuple[ScanResult, Path]:
@@ -381,7 +383,6 @@ def scan_workload(workload: Workload, opts: ScanOptions, out_dir: str | Path, pr
             if p.status == "running":
                 p.status = "interrupted"
         result.settings["interrupted"] = True
-        factory.close()
         if any(p.status in ("done", "error") for p in result.precisions.values()):
             save()
         raise ScanInterrupted(state["path"]) from None

@@ -308,9 +308,10 @@ def confirm_edge(
     already ran in fresh processes by the same definition: a batch found there is taken as its check
     instead of being run again (listed in `reused`; it still counts towards `max_checks`).
     The pair is checked failure-side first (B+1), then B, so that the last fresh process is the one
-    that proved B fits (the caller can measure throughput in it). If the edge moved, walk by one in the direction the checks say,
-    at most `max_checks` checks in all. When no fresh check fits, `max_batch` is the bound below
-    the lowest fresh failure and `verified` is False.
+    that proved B fits (the caller can measure throughput in it). If the edge moved, walk in the
+    direction the checks say (steps 1, 1, 2, 4, ...) and bisect once bracketed, at most `max_checks`
+    checks in all. When no fresh check fits, `max_batch` is the bound below the lowest fresh
+    failure and `verified` is False.
     """
     checks: list[Attempt] = []
     reused: list[int] = []

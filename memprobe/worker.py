@@ -203,11 +203,9 @@ class Session:
         result["peak_allocated"], result["peak_reserved"] = memory.peaks()
         if failure is not None:
             outcome, note = with_memory_state(failure[0], *raised, result["peak_reserved"], self.capacity_bytes)
-            failure = (outcome, failure[1] + note)
-        if failure is not None:
             # Steps run asynchronously on CUDA: the failing one is at most the last one started.
-            result.update(outcome=failure[0], error=failure[1], failed_at_step=done["steps"])
-            if failure[0] != CRASH:
+            result.update(outcome=outcome, error=failure[1] + note, failed_at_step=done["steps"])
+            if outcome != CRASH:
                 task.stop()
                 memory.reset()
             return result

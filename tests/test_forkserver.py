@@ -57,18 +57,23 @@ def test_killed_forked_worker_is_a_crash(factory, toy_spec):
     assert not worker.alive
 
 
+def assert_falls_back_to_exec(made: WorkerFactory, toy_spec) -> None:
+    """The factory's next process is exec'd (a forked one must not be used), trains, and the server is dropped."""
+    worker = made.fresh(toy_spec)
+    try:
+        assert isinstance(worker.proc, _ExecProcess), "a broken fork server's process must not be used"
+        assert worker.trial(16, 3).fits
+    finally:
+        worker.close()
+    assert made._zygote is None
+
+
 def test_factory_falls_back_to_exec_when_the_server_is_gone(toy_spec):
     made = WorkerFactory(toy_spec.workload, forkserver=True)
     try:
         made._zygote.proc.kill()
         made._zygote.proc.wait()
-        worker = made.fresh(toy_spec)
-        try:
-            assert isinstance(worker.proc, _ExecProcess)
-            assert worker.trial(16, 3).fits
-        finally:
-            worker.close()
-        assert made._zygote is None
+        assert_falls_back_to_exec(made, toy_spec)
     finally:
         made.close()
 
@@ -102,13 +107,7 @@ def test_a_forked_process_that_does_not_answer_the_ping_makes_the_factory_fall_b
             return real_request(self, payload, timeout_s)
 
         monkeypatch.setattr(runner.Worker, "request", hang_on_ping)
-        worker = made.fresh(toy_spec)
-        try:
-            assert isinstance(worker.proc, _ExecProcess), "a silent forked process must not be used"
-            assert worker.trial(16, 3).fits
-        finally:
-            worker.close()
-        assert made._zygote is None
+        assert_falls_back_to_exec(made, toy_spec)
     finally:
         made.close()
 

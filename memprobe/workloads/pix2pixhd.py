@@ -108,6 +108,16 @@ class LocalEnhancer(nn.Module):
         return self.back(self.front(x) + coarse)
 
 
+def _outputs_of_each(stages: nn.ModuleList, x: torch.Tensor) -> list[torch.Tensor]:
+    """Run `stages` in sequence and keep every stage's output (discriminator feature matching and
+    the perceptual loss read them all)."""
+    outputs = []
+    for stage in stages:
+        x = stage(x)
+        outputs.append(x)
+    return outputs
+
+
 def _half(x: torch.Tensor) -> torch.Tensor:
     """Halve the resolution with a 3x3 average (borders average only real pixels)."""
     return F.avg_pool2d(x, 3, stride=2, padding=1, count_include_pad=False)
@@ -165,11 +175,7 @@ class PatchDiscriminator(nn.Module):
         self.stages = nn.ModuleList(stages)
 
     def forward(self, x: torch.Tensor) -> list[torch.Tensor]:
-        feats = []
-        for stage in self.stages:
-            x = stage(x)
-            feats.append(x)
-        return feats
+        return _outputs_of_each(self.stages, x)
 
 
 class MultiscaleDiscriminator(nn.Module):
@@ -217,11 +223,7 @@ class VGG19Features(nn.Module):
         self.slices = nn.ModuleList(slices)
 
     def forward(self, x: torch.Tensor) -> list[torch.Tensor]:
-        feats = []
-        for s in self.slices:
-            x = s(x)
-            feats.append(x)
-        return feats
+        return _outputs_of_each(self.slices, x)
 
 
 # --- the whole model and the training step ------------------------------------------------------
