@@ -128,17 +128,15 @@ def truth(model: str, precision: str, answer: int) -> dict:
     (forked from memprobe's fork server where available: a process that has run nothing else)."""
     from memprobe.registry import load_registry
     from memprobe.runner import WorkerFactory, WorkerSpec
+    from memprobe.scan import fresh_worker
 
     workload = load_registry()[model]
     factory = WorkerFactory(workload, spares=0)
     outcomes = {}
     try:
         for batch in (answer, answer + 1):
-            worker = factory.fresh(WorkerSpec(workload, precision))
-            try:
+            with fresh_worker(factory, WorkerSpec(workload, precision)) as worker:
                 outcomes[batch] = worker.trial(batch, 3).outcome
-            finally:
-                worker.close()
     finally:
         factory.close()
     return {"fits": outcomes[answer], "next": outcomes[answer + 1],
