@@ -39,6 +39,7 @@ class Attempt:
     fresh: bool = False  # True when it ran in a process that had run nothing else (a proof check)
     steps: int | None = None  # steps the trial ran (more than asked when fp16 loss scaling skipped updates)
     wall_seconds: float | None = None  # fresh trials: start to end of their own process (fork, build, trial, exit)
+    loss_scale: float | None = None  # fp16 fits: the GradScaler's scale at the end (the next trial starts there)
 
     @property
     def fits(self) -> bool:

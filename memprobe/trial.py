@@ -89,8 +89,10 @@ def run_until_state(step: Callable[[], Any], amp: Amp, steps: int, mode: str) ->
 
 
 def run_trial(task: TrainTask, precision: str, mode: str, batch_size: int, steps: int, memory: Memory,
-              before: Callable[[], Any] | None = None, capacity_bytes: int | None = None) -> dict:
-    """Run one trial and return an Attempt as a dict (batch, outcome, peaks, seconds, message, steps).
+              before: Callable[[], Any] | None = None, capacity_bytes: int | None = None,
+              loss_scale: float | None = None) -> dict:
+    """Run one trial and return an Attempt as a dict (batch, outcome, peaks, seconds, message, steps,
+    and for fp16 the loss scale the trial ended at, to start the next one from).
 
     `before` runs after the memory reset and before the steps (the --memory-cap re-cap). Never raises
     for errors inside the step; a CRASH outcome means the caller's process must end.
@@ -98,16 +100,17 @@ def run_trial(task: TrainTask, precision: str, mode: str, batch_size: int, steps
     memory.reset()
     started = time.perf_counter()
     outcome, message = FIT, ""
-    ran = None
+    ran = settled = None
     try:
         if before is not None:
             before()
         if mode == "train":
             task.start()
-        amp = Amp(precision, task.device)
+        amp = Amp(precision, task.device, loss_scale)
         inputs = task.make_batch(batch_size)
         ran = run_until_state(lambda: run_step(task, amp, inputs, mode), amp, steps, mode)
         memory.synchronize()
+        settled = amp.loss_scale
     except Exception as exc:  # noqa: BLE001 - every failure is classified, none is a fit
         failure = (type(exc).__name__, str(exc))
         outcome = classify_error(*failure)
@@ -132,4 +135,5 @@ def run_trial(task: TrainTask, precision: str, mode: str, batch_size: int, steps
         "seconds": round(seconds, 4),
         "message": message,
         "steps": ran,
+        "loss_scale": settled,
     }

@@ -142,7 +142,8 @@ class Session:
 
     def trial(self, req: dict[str, Any]) -> dict[str, Any]:
         return {"attempt": run_trial(self.task, self.precision, self.mode, int(req["batch"]), int(req["steps"]),
-                                     self.memory, before=self.apply_cap, capacity_bytes=self.capacity_bytes)}
+                                     self.memory, before=self.apply_cap, capacity_bytes=self.capacity_bytes,
+                                     loss_scale=req.get("loss_scale"))}
 
     def flops(self, req: dict[str, Any]) -> dict[str, Any]:
         """FLOPs per sample of one step (forward + backward, or forward in infer mode), counted once."""
@@ -172,7 +173,7 @@ class Session:
         try:
             if self.mode == "train":
                 task.start()
-            amp = Amp(self.precision, task.device)
+            amp = Amp(self.precision, task.device, req.get("loss_scale"))
             inputs = task.make_batch(n)
 
             def step() -> None:

@@ -411,6 +411,47 @@ def test_trial_gives_up_when_loss_scaling_skips_every_update():
     assert amp.skipped == 3 + MAX_SKIPPED_STEPS
 
 
+def _fp16_spec(name: str) -> WorkerSpec:
+    from memprobe.registry import load_registry
+
+    return WorkerSpec(load_registry()[name], "fp16", "train", "cpu", None, {}, timeout_s=120)
+
+
+def test_fp16_trial_starts_from_the_loss_scale_an_earlier_one_settled_at():
+    # toy-pix2pixhd in fp16 on the CPU skips ~8 updates while the scaler backs off from 2**16
+    s = Session()
+    spec = _fp16_spec("toy-pix2pixhd")
+    assert s.setup(spec.setup_request())["ok"]
+    first = s.trial({"batch": 1, "steps": 3})["attempt"]
+    assert first["outcome"] == "fit" and first["steps"] > 3
+    assert first["loss_scale"] < 2.0**16
+    second = s.trial({"batch": 1, "steps": 3, "loss_scale": first["loss_scale"]})["attempt"]
+    assert second["outcome"] == "fit" and second["steps"] == 3
+    assert second["loss_scale"] <= first["loss_scale"]
+    assert s.trial({"batch": 1, "steps": 3})["attempt"]["steps"] == first["steps"]  # no scale given: 2**16 again
+
+
+def test_fp32_trial_has_no_loss_scale(session):
+    assert session.trial({"batch": 4, "steps": 3})["attempt"]["loss_scale"] is None
+
+
+def test_worker_passes_the_settled_loss_scale_to_the_next_process():
+    spec = _fp16_spec("toy-pix2pixhd")
+    first, second = Worker("memprobe.workloads.pix2pixhd"), Worker("memprobe.workloads.pix2pixhd")
+    try:
+        first.setup(spec)
+        a = first.trial(1, 3)
+        assert a.fits and a.steps > 3 and spec.loss_scale == a.loss_scale
+        second.setup(spec)  # a fresh process built from the same spec
+        b = second.trial(1, 3)
+        assert b.fits and b.steps == 3
+        measured = second.measure(1, 1, 2)
+        assert measured["outcome"] == "fit" and measured["warmup_steps"] == 1
+    finally:
+        first.close()
+        second.close()
+
+
 def test_infer_mode_runs_exactly_the_steps():
     from memprobe.trial import run_until_state
 

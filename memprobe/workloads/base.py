@@ -19,21 +19,30 @@ class Amp:
     """The precision's autocast context and loss scaling. fp32/tf32 run without autocast.
 
     fp16 uses a GradScaler (one per trial, shared by all optimizers of a step), as mixed-precision
-    training needs; bf16 does not need one.
+    training needs; bf16 does not need one. `loss_scale` starts the scaler at a scale an earlier
+    trial settled at (a long run's steady state) instead of 2**16, from which a randomly initialised
+    model can skip many updates while the scale backs off.
     """
 
-    def __init__(self, precision: str, device: torch.device) -> None:
+    def __init__(self, precision: str, device: torch.device, loss_scale: float | None = None) -> None:
         self.precision = precision
         self.device = device
         self.dtype = AUTOCAST_DTYPES.get(precision)
         use_scaler = precision == "fp16"
-        self.scaler = torch.amp.GradScaler(device.type) if use_scaler else None
+        self.scaler = None
+        if use_scaler:
+            self.scaler = torch.amp.GradScaler(device.type, init_scale=float(loss_scale or 2.0**16))
         # While `track` is on, count the steps whose optimizer update was applied or skipped: the
         # GradScaler skips updates (and so creates no optimizer state) while it backs off from its
         # initial scale. Tracking reads the scale back, a host sync, so timed steps leave it off.
         self.track = False
         self.applied = 0
         self.skipped = 0
+
+    @property
+    def loss_scale(self) -> float | None:
+        """The scaler's current scale (a host sync), or None without loss scaling."""
+        return None if self.scaler is None else float(self.scaler.get_scale())
 
     def autocast(self):
         if self.dtype is None:
