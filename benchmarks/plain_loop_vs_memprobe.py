@@ -6,6 +6,8 @@ once), built straight from transformers / timm, NOT through memprobe's task code
 timed run (`Worker.measure`, the code behind `memprobe scan`'s throughput) at the same batch. Each
 runs in its own fresh process, alternating plain, memprobe, plain, memprobe, so drift shows up.
 Prints samples/s of each run and the ratio memprobe / plain (the issue asks for >= 0.97).
+With --compile, each round also times memprobe's step through torch.compile (`scan --compile`) in
+a third fresh process, and prints its compile seconds and the ratio compiled / eager.
 
 GPU: python benchmarks/plain_loop_vs_memprobe.py --out FILE.json
      (defaults: bert-large-squad fp16 at 112 and resnet50 fp16 at 1280, the published batch sizes)
@@ -121,20 +123,25 @@ def run_plain(model: str, precision: str, batch: int, warmup: int, steps: int, d
     return json.loads(lines[-1])
 
 
-def run_memprobe(model: str, precision: str, batch: int, warmup: int, steps: int, device: str) -> dict:
+def run_memprobe(model: str, precision: str, batch: int, warmup: int, steps: int, device: str,
+                 compile_step: bool = False) -> dict:
     from memprobe.registry import FAMILIES, load_registry
     from memprobe.runner import Worker, WorkerSpec
 
     workload = load_registry()[model]
     worker = Worker(FAMILIES[workload.family].split(":")[0])
     try:
-        worker.setup(WorkerSpec(workload, precision, device=device))
+        worker.setup(WorkerSpec(workload, precision, device=device, settings={"compile": compile_step}))
         measured = worker.measure(batch, warmup, steps)
     finally:
         worker.close()
     if measured.get("outcome") != "fit":
         return {"error": measured.get("error", measured.get("outcome"))}
-    return {"samples_per_s": measured["samples_per_s"], "median_s": measured["step_time"]["median_s"]}
+    row = {"samples_per_s": measured["samples_per_s"], "median_s": measured["step_time"]["median_s"]}
+    if compile_step:
+        row["compile_seconds"] = measured.get("compile_seconds")
+        row["first_step_seconds"] = measured.get("first_step_seconds")
+    return row
 
 
 def main() -> int:
@@ -145,6 +152,7 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--smoke", action="store_true", help="tiny models on the CPU, to test this script")
+    parser.add_argument("--compile", action="store_true", help="also time memprobe's step through torch.compile")
     parser.add_argument("--out", default="plain_loop_vs_memprobe.json")
     parser.add_argument("--plain-child", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -158,28 +166,46 @@ def main() -> int:
     rows = []
     for case in cases:
         model, precision, batch = case.split(":")
-        runs = {"plain": [], "memprobe": []}
+        runs = {"plain": [], "memprobe": []} | ({"memprobe_compiled": []} if args.compile else {})
         for _ in range(args.rounds):
             runs["plain"].append(run_plain(model, precision, int(batch), args.warmup, args.steps, args.device))
             runs["memprobe"].append(run_memprobe(model, precision, int(batch), args.warmup, args.steps, args.device))
+            if args.compile:
+                runs["memprobe_compiled"].append(run_memprobe(model, precision, int(batch), args.warmup, args.steps,
+                                                              args.device, compile_step=True))
         rates = {k: [r["samples_per_s"] for r in v if "samples_per_s" in r] for k, v in runs.items()}
-        ratio = (statistics.median(rates["memprobe"]) / statistics.median(rates["plain"])
-                 if rates["plain"] and rates["memprobe"] else None)
+
+        def ratio_of(a: str, b: str) -> float | None:
+            return statistics.median(rates[a]) / statistics.median(rates[b]) if rates.get(a) and rates.get(b) else None
+
         row = {"model": model, "precision": precision, "batch": int(batch), "device": args.device,
-               "runs": runs, "ratio_memprobe_over_plain": ratio}
+               "runs": runs, "ratio_memprobe_over_plain": ratio_of("memprobe", "plain")}
+        if args.compile:
+            row["ratio_compiled_over_eager"] = ratio_of("memprobe_compiled", "memprobe")
         rows.append(row)
         print(json.dumps(row), flush=True)
     Path(args.out).write_text(json.dumps({"rows": rows}, indent=1) + "\n")
     from tabulate import tabulate
 
-    print(tabulate([[r["model"], r["precision"], r["batch"],
-                     " / ".join(f"{x['samples_per_s']:.1f}" if "samples_per_s" in x else x.get("error", "?")[:40]
-                                for x in r["runs"]["plain"]),
-                     " / ".join(f"{x['samples_per_s']:.1f}" if "samples_per_s" in x else x.get("error", "?")[:40]
-                                for x in r["runs"]["memprobe"]),
-                     f"{r['ratio_memprobe_over_plain']:.3f}" if r["ratio_memprobe_over_plain"] else "-"] for r in rows],
-                   headers=["model", "precision", "batch", "plain loop samples/s", "memprobe samples/s",
-                            "memprobe / plain"], tablefmt="github"))
+    def rates_of(runs: list[dict]) -> str:
+        return " / ".join(f"{x['samples_per_s']:.1f}" if "samples_per_s" in x else x.get("error", "?")[:40] for x in runs)
+
+    def fmt(value: float | None) -> str:
+        return f"{value:.3f}" if value else "-"
+
+    headers = ["model", "precision", "batch", "plain loop samples/s", "memprobe samples/s", "memprobe / plain"]
+    if args.compile:
+        headers += ["memprobe --compile samples/s", "compile s", "compiled / eager"]
+    table = []
+    for r in rows:
+        line = [r["model"], r["precision"], r["batch"], rates_of(r["runs"]["plain"]), rates_of(r["runs"]["memprobe"]),
+                fmt(r["ratio_memprobe_over_plain"])]
+        if args.compile:
+            compiled = r["runs"]["memprobe_compiled"]
+            line += [rates_of(compiled), " / ".join(f"{x.get('compile_seconds') or 0:.1f}" for x in compiled),
+                     fmt(r["ratio_compiled_over_eager"])]
+        table.append(line)
+    print(tabulate(table, headers=headers, tablefmt="github"))
     return 0
 
 
