@@ -368,17 +368,26 @@ def _precision_list(text: str | None) -> list[str] | None:
                    "marked (pub).")
 @click.option("--charts", "charts_dir", type=click.Path(file_okay=False),
               help="Also write PNG and SVG charts into this folder.")
+@click.option("--scans", is_flag=True,
+              help="Print the scan summary instead (max batch, proof, trials, throughput, MFU, utilization): one row "
+                   "per GPU, workload and precision, from the newest file that finished it.")
 def report_cmd(paths: tuple[str, ...], reference: str | None, precision: str | None, fmt: str, with_published: bool,
-               charts_dir: str | None) -> None:
+               charts_dir: str | None, scans: bool) -> None:
     """Compare result files from any number of machines.
 
     PATHS are result files or folders (searched for *.json; other JSON files there are skipped with a
     warning). Prints max batch, throughput with MFU, throughput relative to a reference GPU (OOM = 0),
     the mixed-precision gain over fp32 and utilization. Cells memprobe did not measure are marked.
     """
-    from .report import ReportError, comparison_report
+    from .report import ReportError, comparison_report, scan_table
 
     loaded = _load_results(paths)
+    if scans:
+        if not loaded:
+            raise click.ClickException(f"no memprobe result files in {', '.join(paths)}")
+        click.echo(scan_table([result for _path, result in loaded], fmt, newest_only=True,
+                              precisions=_precision_list(precision)))
+        return
     if not loaded and not with_published:
         raise click.ClickException(f"no memprobe result files in {', '.join(paths)}")
     try:

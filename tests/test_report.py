@@ -422,3 +422,35 @@ def test_scan_rows_count_fresh_trials_once_and_show_mfu():
 
 def test_report_module_exposes_the_scan_table_still():
     assert callable(report.scan_table) and callable(report.scan_rows)
+
+
+def test_scan_rows_newest_only_keeps_the_newest_finished_precision_per_card():
+    # an interrupted fp16 in the first file; a rerun finished fp16 and bf16; fp32 only in the first
+    first = make_result(precisions={"fp32": {"batch": 10, "speed": 1.0}, "fp16": {"batch": 0, "status": "interrupted"}},
+                        created="2026-01-01T00:00:00+00:00")
+    rerun = make_result(precisions={"fp16": {"batch": 20, "speed": 2.0}, "bf16": {"batch": 21, "speed": 2.0}},
+                        created="2026-01-02T00:00:00+00:00")
+    older_done = make_result(precisions={"bf16": {"batch": 19, "speed": 2.0}}, created="2025-12-31T00:00:00+00:00")
+    other_card = make_result(gpu=A100, precisions={"fp16": {"batch": 5, "speed": 1.0}})
+    got = [(r["gpu"], r["precision"], r["max batch"])
+           for r in report.scan_rows([rerun, first, older_done, other_card], newest_only=True)]
+    assert got == [(A100, "fp16", 5), (H100, "fp32", 10), (H100, "fp16", 20), (H100, "bf16", 21)]
+    assert len(report.scan_rows([first, rerun])) == 4  # without newest_only every precision of every file
+    only = report.scan_rows([first, rerun], newest_only=True, precisions=["bf16"])
+    assert [r["precision"] for r in only] == ["bf16"]
+
+
+def test_report_scans_prints_the_scan_table_in_each_format(tmp_path):
+    pairs = loaded(make_result(precisions={"fp32": {"batch": 10, "speed": 1.0}, "fp16": {"batch": 20, "speed": 2.0}}),
+                   tmp_path=tmp_path)
+    runner = CliRunner()
+    done = runner.invoke(main, ["report", "--scans", str(tmp_path)])
+    assert done.exit_code == 0, done.output
+    assert done.output.startswith("| gpu") and "| 20 " in done.output
+    as_json = json.loads(runner.invoke(main, ["report", "--scans", "--format", "json", "-p", "fp16", str(tmp_path)]).output)
+    assert [(r["precision"], r["max batch"]) for r in as_json] == [("fp16", 20)]
+    as_csv = list(csv.DictReader(io.StringIO(runner.invoke(main, ["report", "--scans", "--format", "csv", str(tmp_path)]).output)))
+    assert [r["max batch"] for r in as_csv] == ["10", "20"]
+    empty = runner.invoke(main, ["report", "--scans", str(tmp_path / "nothing-here")])
+    assert empty.exit_code != 0 and "Traceback" not in empty.output
+    assert pairs
