@@ -29,12 +29,16 @@ sys.path.insert(0, str(REPO))
 # ("cudnn::batchnorm_bwtr_nhwc...", "cudnn_generated_..._sdpa_..._flash_bprop..."), and many
 # convolution kernels are "implicit_gemm".
 KINDS = [
-    ("normalization", re.compile(r"batchnorm|batch_norm|layer_norm|instance_norm|group_norm|welford|bn_", re.I)),
-    ("attention", re.compile(r"sdpa|flash|fmha|attention", re.I)),
+    ("normalization", re.compile(r"batchnorm|batch_norm|layer_norm|instance_norm|group_norm|welford|bn_|"
+                                 r"GammaBeta", re.I)),
+    # cuDNN's SDPA backward helpers ("cudnn::fusion::compute_dot_do_o...") are attention, not convolution
+    ("attention", re.compile(r"sdpa|flash|fmha|attention|cudnn::fusion", re.I)),
+    # depthwise convolutions (channel multiplier 1) are memory-bound: no tensor cores
+    ("depthwise convolution", re.compile(r"c1_k1|depthwise|dwconv", re.I)),
     ("convolution", re.compile(r"conv|fprop|dgrad|wgrad|implicit_gemm|winograd|cudnn", re.I)),
     ("gemm", re.compile(r"gemm|cutlass|nvjet|sm\d+_xmma|cublas", re.I)),
     ("optimizer", re.compile(r"multi_tensor|foreach|adam|sgd|unscale|inf_check|non_finite", re.I)),
-    ("copy / layout", re.compile(r"copy|memcpy|memset|transpose|nchw|nhwc|cat_|pad|index|pool", re.I)),
+    ("copy / layout / pooling", re.compile(r"copy|memcpy|memset|transpose|nchw|nhwc|cat_|pad|index|pool", re.I)),
     ("element-wise / reduction", re.compile(r"elementwise|vectorized|unrolled|reduce|pointwise|softmax|"
                                             r"loss|dropout|gelu|relu|fill|where|_kernel", re.I)),
 ]
@@ -49,7 +53,8 @@ def kind_of(kernel: str) -> str:
     return "other"
 
 
-def profile_case(model: str, precision: str, batch: int, device: str, warmup: int, steps: int) -> dict:
+def profile_case(model: str, precision: str, batch: int, device: str, warmup: int, steps: int,
+                 overrides: dict | None = None) -> dict:
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -59,11 +64,12 @@ def profile_case(model: str, precision: str, batch: int, device: str, warmup: in
     from memprobe.workloads.base import Amp
 
     workload = load_registry()[model]
+    params = {**workload.params, **(overrides or {})}
     apply_precision_flags(precision, False)
     module_name, func = FAMILIES[workload.family].split(":")
     dev = torch.device(device)
     torch.manual_seed(0)
-    task = getattr(importlib.import_module(module_name), func)(workload.params, workload.optimizer, dev)
+    task = getattr(importlib.import_module(module_name), func)(params, workload.optimizer, dev)
     task.start()
     amp = Amp(precision, dev)
     inputs = task.make_batch(batch)
@@ -89,6 +95,19 @@ def profile_case(model: str, precision: str, batch: int, device: str, warmup: in
         if str(event.device_type).endswith("CUDA"):
             us = getattr(event, "self_device_time_total", None) or getattr(event, "self_cuda_time_total", 0)
             kernels[event.key] = kernels.get(event.key, 0.0) + float(us)
+    summary = summarize_kernels(kernels, steps, wall)
+    return {
+        "model": model, "precision": precision, "batch": batch, "device": device, "overrides": overrides or {},
+        "gpu": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
+        "steps": steps, "wall_seconds_per_step": round(wall / steps, 4),
+        "kernel_launches": sum(int(e.count) for e in prof.key_averages() if str(e.device_type).endswith("CUDA")),
+        **summary,
+    }
+
+
+def summarize_kernels(kernels: dict[str, float], steps: int, wall: float) -> dict:
+    """Shares of GPU time by kind, the GPU-busy share of `wall` seconds, the top kernels, and every
+    kernel's microseconds (so a profile can be re-sorted later without another GPU run)."""
     busy_us = sum(kernels.values())
     by_kind: dict[str, float] = {}
     for name, us in kernels.items():
@@ -96,42 +115,65 @@ def profile_case(model: str, precision: str, batch: int, device: str, warmup: in
     top = sorted(kernels.items(), key=lambda kv: -kv[1])[:25]
     share = (lambda us: round(100.0 * us / busy_us, 1)) if busy_us else (lambda us: None)
     return {
-        "model": model, "precision": precision, "batch": batch, "device": device,
-        "gpu": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
-        "steps": steps, "wall_seconds_per_step": round(wall / steps, 4),
         "gpu_busy_seconds_per_step": round(busy_us / 1e6 / steps, 4),
         "gpu_busy_share_of_wall_percent": round(100.0 * busy_us / 1e6 / wall, 1) if wall else None,
-        "kernel_launches": sum(int(e.count) for e in prof.key_averages() if str(e.device_type).endswith("CUDA")),
         "share_percent_by_kind": {k: share(v) for k, v in sorted(by_kind.items(), key=lambda kv: -kv[1])},
         "matrix_share_percent": share(sum(by_kind.get(k, 0.0) for k in MATRIX_KINDS)),
         "top_kernels": [{"kernel": name[:160], "kind": kind_of(name), "percent": share(us),
                          "ms_per_step": round(us / 1e3 / steps, 3)} for name, us in top],
-        # every kernel, so the kinds can be re-sorted later without another GPU run
         "kernels_us": {name: round(us, 1) for name, us in sorted(kernels.items(), key=lambda kv: -kv[1])},
     }
 
 
+def resort(path: Path) -> dict:
+    """Re-sort a saved profile's kernels with the current KINDS (rewrites the file)."""
+    result = json.loads(path.read_text())
+    steps, wall = result["steps"], result["wall_seconds_per_step"] * result["steps"]
+    result.update(summarize_kernels(result["kernels_us"], steps, wall))
+    path.write_text(json.dumps(result, indent=1) + "\n")
+    return result
+
+
+def show(result: dict) -> None:
+    print(f"== {result['model']} {result['precision']} batch {result['batch']} {result.get('overrides') or ''} on "
+          f"{result['gpu']}: {result['wall_seconds_per_step']} s/step, "
+          f"GPU busy {result['gpu_busy_share_of_wall_percent']}% of wall, "
+          f"matrix kernels {result['matrix_share_percent']}% of GPU time, {result['kernel_launches']} launches")
+    for kind, pct in result["share_percent_by_kind"].items():
+        print(f"   {kind:26s} {pct}%")
+    for k in result["top_kernels"][:12]:
+        print(f"   {k['percent']:5}%  {k['ms_per_step']:9.3f} ms  [{k['kind']}] {k['kernel'][:100]}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--case", action="append", required=True, help="MODEL:PRECISION:BATCH (repeatable)")
+    parser.add_argument("--case", action="append", default=[], help="MODEL:PRECISION:BATCH (repeatable)")
+    parser.add_argument("--resort", nargs="+", type=Path, metavar="JSON",
+                        help="re-sort saved profiles with the current kinds instead of profiling")
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--steps", type=int, default=3)
-    parser.add_argument("--out", required=True, help="folder for profile_<model>_<precision>.json")
+    parser.add_argument("--set", action="append", default=[], metavar="PARAM=VALUE",
+                        help="override a workload parameter (YAML value), e.g. channels_last=false")
+    parser.add_argument("--out", help="folder for profile_<model>_<precision>.json")
     args = parser.parse_args(argv)
+    if args.resort:
+        for path in args.resort:
+            show(resort(path))
+        return 0
+    if not (args.case and args.out):
+        parser.error("--case and --out are needed (or --resort)")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    import yaml
+
+    overrides = {k: yaml.safe_load(v) for k, v in (item.split("=", 1) for item in args.set)}
+    suffix = "".join(f"_{k}-{v}" for k, v in overrides.items())
     for case in args.case:
         model, precision, batch = case.split(":")
-        result = profile_case(model, precision, int(batch), args.device, args.warmup, args.steps)
-        (out / f"profile_{model}_{precision}.json").write_text(json.dumps(result, indent=1) + "\n")
-        print(f"== {model} {precision} batch {batch} on {result['gpu']}: {result['wall_seconds_per_step']} s/step, "
-              f"GPU busy {result['gpu_busy_share_of_wall_percent']}% of wall, "
-              f"matrix kernels {result['matrix_share_percent']}% of GPU time, {result['kernel_launches']} launches")
-        for kind, pct in result["share_percent_by_kind"].items():
-            print(f"   {kind:26s} {pct}%")
-        for k in result["top_kernels"][:12]:
-            print(f"   {k['percent']:5}%  {k['ms_per_step']:9.3f} ms  [{k['kind']}] {k['kernel'][:100]}")
+        result = profile_case(model, precision, int(batch), args.device, args.warmup, args.steps, overrides)
+        (out / f"profile_{model}_{precision}{suffix}.json").write_text(json.dumps(result, indent=1) + "\n")
+        show(result)
     return 0
 
 

@@ -17,10 +17,13 @@ SPEC.loader.exec_module(profile_step)
     ("sm90_xmma_fprop_implicit_gemm_f16f16_f16f32_f32_nhwckrsc_nhwc_tilesize128x128x64", "convolution"),
     ("nvjet_sm90_hsh_128x192_64x5_2x1_v_bz_coopB_bias_TNN", "gemm"),
     ("void at::native::(anonymous namespace)::layer_norm_grad_input_kernel_vectorized<float, float, false>", "normalization"),
-    ("void at::native::(anonymous namespace)::max_pool_backward_nhwc<c10::Half, float>", "copy / layout"),
+    ("void at::native::(anonymous namespace)::max_pool_backward_nhwc<c10::Half, float>", "copy / layout / pooling"),
     ("void at::native::vectorized_elementwise_kernel<8, at::native::CUDAFunctor_add<c10::Half>>", "element-wise / reduction"),
-    ("Memcpy DtoD (Device -> Device)", "copy / layout"),
+    ("Memcpy DtoD (Device -> Device)", "copy / layout / pooling"),
     ("void at::native::(anonymous namespace)::multi_tensor_apply_kernel<FusedAdamMathFunctor>", "optimizer"),
+    ("dgrad2d_c1_k1_nhwc_specialized", "depthwise convolution"),
+    ("void cudnn::fusion::compute_dot_do_o_specialized<false, 64>(void const*, void const*)", "attention"),
+    ("void at::native::(anonymous namespace)::GammaBetaBackwardCUDAKernelTemplate<float, float, 32u>", "normalization"),
     ("something_unheard_of", "other"),
 ])
 def test_kernel_kinds(kernel, kind):
