@@ -2,6 +2,7 @@
 # Re-render reports/report.md, reports/guide.md and reports/charts/ from the committed H100 result
 # files. Run from the repository root with memprobe installed: bash reports/render.sh
 set -euo pipefail
+command -v memprobe >/dev/null || { echo "render.sh: memprobe is not on PATH (pip install -e .)" >&2; exit 1; }
 render() {  # render OUTPUT TITLE COMMAND...
     local out=$1 title=$2; shift 2
     local err; err=$(mktemp)
@@ -17,3 +18,7 @@ render() {  # render OUTPUT TITLE COMMAND...
 render reports/report.md "memprobe report on the committed results" \
     memprobe report reports/h100 --with-published --charts reports/charts
 render reports/guide.md "memprobe guide on the committed results" memprobe guide reports/h100
+render reports/scans_h100.md "memprobe scans on the H100 (the newest finished run of each workload and precision)" \
+    memprobe report --scans reports/h100
+render reports/scans_h100_emulated.md "memprobe scans on the H100 with emulated memory caps (scan --memory-cap)" \
+    memprobe report --scans reports/emulated_h100
