@@ -28,7 +28,7 @@ from memprobe.workloads.toy import build as build_toy  # noqa: E402
 from conftest import has_nvidia_gpu  # noqa: E402
 
 TOLERANCE = 0.01  # predicted live bytes vs LiveBytes on the CPU, same trial (they agree exactly today)
-H100_RESULT = Path(__file__).resolve().parents[1] / "reports" / "h100" / "nvidia-h100-80gb-hbm3_bert-large_train_20261121-164758.json"
+H100_RESULT = Path(__file__).resolve().parents[1] / "reports" / "h100" / "nvidia-h100-80gb-hbm3_bert-large_train_20261121-195009.json"
 no_gpu_only = pytest.mark.skipif(has_nvidia_gpu(), reason="checks the behaviour on a machine without an NVIDIA GPU")
 MiB = 1 << 20
 
@@ -188,7 +188,6 @@ def test_data_dependent_questions_get_well_formed_answers():
 
 # --- the overhead carried over from a real card ------------------------------------------------------
 
-@pytest.mark.skipif(not H100_RESULT.exists(), reason="needs the committed H100 result file")
 def test_overhead_is_the_one_guide_derives_from_the_h100_scan():
     overhead, source = measured_overhead([H100_RESULT])
     assert overhead == 80 * 2**30 - 84368621568  # datasheet 80 GiB minus the capacity the scan recorded
@@ -215,7 +214,6 @@ def test_predict_command_labels_its_output_predicted(run, tmp_path):
     assert "not subtracted" in result.output  # no measured overhead in tmp_path: said so
 
 
-@pytest.mark.skipif(not H100_RESULT.exists(), reason="needs the committed H100 result file")
 def test_predict_command_subtracts_the_measured_overhead(run):
     result = run("predict", "--model", "toy", "--memory", "2GiB", "--precision", "fp32", "--overhead-from", H100_RESULT)
     assert result.exit_code == 0, result.output
@@ -249,7 +247,6 @@ def test_predict_bad_options(run, args):
     assert "Traceback" not in result.output
 
 
-@pytest.mark.skipif(not H100_RESULT.exists(), reason="needs the committed H100 result file")
 def test_predict_memory_below_the_overhead(run):
     result = run("predict", "--model", "toy", "--memory", "1GiB", "--overhead-from", H100_RESULT)
     assert result.exit_code == 2
