@@ -38,16 +38,14 @@ def lightning_child(model: str, precision: str) -> None:
     import lightning as L
     from lightning.pytorch.tuner import Tuner
 
-    from memprobe.registry import FAMILIES, load_registry
+    from memprobe.registry import family_builder, load_registry
     from memprobe.workloads.base import make_optimizer
     from memprobe.worker import apply_precision_flags
-    import importlib
 
     apply_precision_flags(precision, cudnn_benchmark=False)
     workload = load_registry()[model]
-    module, func = FAMILIES[workload.family].split(":")
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")  # cpu: only to test this script
-    task = getattr(importlib.import_module(module), func)(workload.params, workload.optimizer, device)
+    task = family_builder(workload.family)(workload.params, workload.optimizer, device)
 
     class Indices(torch.utils.data.Dataset):
         def __len__(self) -> int:

@@ -20,7 +20,6 @@ edge is reported beside it.
 from __future__ import annotations
 
 import gc
-import importlib
 import time
 import weakref
 from dataclasses import dataclass, field
@@ -35,7 +34,7 @@ from torch.utils._pytree import tree_flatten
 from .allocator import ALLOC, FREE, MARK, ReplayResult, replay
 from .errors import FIT
 from .fakecuda import CUBLAS_OPS, H100, FakeCudaMode, Target, cuda_optimizers, fake_session, kernel_workspaces
-from .registry import FAMILIES, Workload
+from .registry import Workload, family_builder
 from .search import Attempt, MemoryModel, fit_memory_model
 from .trial import run_step, run_until_state
 from .units import gib
@@ -232,9 +231,8 @@ class _EmulatedAmp(Amp):
 
 
 def _builder(workload: Workload) -> Callable:
-    module, _, function = FAMILIES[workload.family].partition(":")
     try:
-        return getattr(importlib.import_module(module), function)
+        return family_builder(workload.family)
     except ImportError as exc:
         raise PredictError(f"{workload.name}: cannot import its family '{workload.family}' ({exc})") from exc
 

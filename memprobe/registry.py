@@ -7,10 +7,11 @@ name of each entry maps to the module that builds it (imported only inside the t
 from __future__ import annotations
 
 import fnmatch
+import importlib
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import yaml
 
@@ -23,6 +24,17 @@ FAMILIES: dict[str, str] = {
     "timm-classifier": "memprobe.workloads.vision:build",
     "pix2pixhd": "memprobe.workloads.pix2pixhd:build",
 }
+
+
+
+def family_builder(family: str) -> Callable[..., Any]:
+    """The function that builds a family's training task (imports its module, and so torch, now).
+
+    Raises KeyError for an unknown family and ImportError when its module cannot be imported.
+    """
+    module, _, function = FAMILIES[family].partition(":")
+    return getattr(importlib.import_module(module), function)
+
 
 UNITS = ("images", "sequences", "tokens", "samples")
 OPTIMIZERS = ("sgd", "adam", "adamw")

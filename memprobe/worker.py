@@ -35,7 +35,7 @@ from .device import torch_environment
 from .errors import CRASH, classify_error, with_memory_state
 from .measure import UtilizationSampler, summarize_times, time_steps
 from .memcap import CapPlan, MemoryCapError, plan_cap
-from .registry import FAMILIES
+from .registry import family_builder
 from .trial import Memory, run_step, run_trial, run_until_state
 from .workloads.base import Amp
 
@@ -91,8 +91,7 @@ class Session:
             tracker.__enter__()  # stays active for the life of this process
         self.memory = Memory(device, tracker)
         workload = req["workload"]
-        module_name, func = FAMILIES[workload["family"]].split(":")
-        builder = getattr(importlib.import_module(module_name), func)
+        builder = family_builder(workload["family"])
         started = time.perf_counter()
         if device.type == "cuda":
             torch.cuda.init()
