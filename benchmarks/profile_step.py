@@ -15,7 +15,6 @@ CPU smoke test of the script itself: ... --case toy-resnet:fp32:4 --device cpu -
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import re
 import sys
@@ -58,7 +57,7 @@ def profile_case(model: str, precision: str, batch: int, device: str, warmup: in
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    from memprobe.registry import FAMILIES, load_registry
+    from memprobe.registry import family_builder, load_registry
     from memprobe.trial import run_step, run_until_state
     from memprobe.worker import apply_precision_flags
     from memprobe.workloads.base import Amp
@@ -66,10 +65,9 @@ def profile_case(model: str, precision: str, batch: int, device: str, warmup: in
     workload = load_registry()[model]
     params = {**workload.params, **(overrides or {})}
     apply_precision_flags(precision, False)
-    module_name, func = FAMILIES[workload.family].split(":")
     dev = torch.device(device)
     torch.manual_seed(0)
-    task = getattr(importlib.import_module(module_name), func)(params, workload.optimizer, dev)
+    task = family_builder(workload.family)(params, workload.optimizer, dev)
     task.start()
     amp = Amp(precision, dev)
     inputs = task.make_batch(batch)
@@ -91,16 +89,18 @@ def profile_case(model: str, precision: str, batch: int, device: str, warmup: in
         sync()
         wall = time.perf_counter() - started
     kernels: dict[str, float] = {}
+    launches = 0
     for event in prof.key_averages():
         if str(event.device_type).endswith("CUDA"):
             us = getattr(event, "self_device_time_total", None) or getattr(event, "self_cuda_time_total", 0)
             kernels[event.key] = kernels.get(event.key, 0.0) + float(us)
+            launches += int(event.count)
     summary = summarize_kernels(kernels, steps, wall)
     return {
         "model": model, "precision": precision, "batch": batch, "device": device, "overrides": overrides or {},
         "gpu": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
         "steps": steps, "wall_seconds_per_step": round(wall / steps, 4),
-        "kernel_launches": sum(int(e.count) for e in prof.key_averages() if str(e.device_type).endswith("CUDA")),
+        "kernel_launches": launches,
         **summary,
     }
 
@@ -111,7 +111,8 @@ def summarize_kernels(kernels: dict[str, float], steps: int, wall: float) -> dic
     busy_us = sum(kernels.values())
     by_kind: dict[str, float] = {}
     for name, us in kernels.items():
-        by_kind[kind_of(name)] = by_kind.get(kind_of(name), 0.0) + us
+        kind = kind_of(name)
+        by_kind[kind] = by_kind.get(kind, 0.0) + us
     top = sorted(kernels.items(), key=lambda kv: -kv[1])[:25]
     share = (lambda us: round(100.0 * us / busy_us, 1)) if busy_us else (lambda us: None)
     return {
