@@ -15,6 +15,12 @@ Rules taken from CUDACachingAllocator.cpp (pytorch/pytorch main, 2025; unchanged
   kRoundLarge = 2 MiB.
 - get_free_block: best fit, the smallest cached free block of the pool that is large enough
   (ties: lowest address; BlockComparatorSize orders by stream, size, address).
+- Addresses come from the CUDA driver, not from PyTorch, and decide those ties. On the H100
+  (driver 580, CUDA 13) each new segment lands below the earlier ones (131 of the 178 segments of a
+  transformer-big trial; the others were small segments filling gaps between big ones), so a tie
+  goes to the newest segment. The model numbers its segments downward for that reason: numbered
+  upward, transformer-big fp16 at 679 pairs placed the same trace differently from the first tie on,
+  ran out of memory at 78.57 GiB, and predicted 636 for a real 679 (benchmarks/allocator_trace.py).
 - should_split: a small-pool block is split when the remainder is >= 512 bytes, a large-pool block
   only when the remainder is > kSmallSize (1 MiB); otherwise the whole block is handed out and
   counts as allocated (stats.allocated_bytes grows by block->size, not by the request).
@@ -130,7 +136,7 @@ class CachingAllocator:
         self._by_addr: dict[int, _Block] = {}  # free blocks by address
         self._live: dict[int, _Block] = {}  # handle -> allocated block
         self._next_handle = 1
-        self._next_addr = 1 << 21  # segment addresses only order ties; never 0
+        self._next_addr = 1 << 60  # the next segment ends below this address (see the module docstring)
 
     # -- public -------------------------------------------------------------------------------
     def malloc(self, nbytes: int) -> int:
@@ -148,8 +154,8 @@ class CachingAllocator:
                 self.empty_cache()
                 if self.stats.reserved + seg > self.capacity:
                     raise SimulatedOutOfMemory(nbytes, seg, self.stats.allocated, self.stats.reserved, self.capacity)
+            self._next_addr -= seg + K_ROUND_LARGE
             block = _Block(self._next_addr, seg, small)
-            self._next_addr += seg + K_ROUND_LARGE
             self.stats.reserved += seg
             self.stats.segments += 1
             self.stats.peak_reserved = max(self.stats.peak_reserved, self.stats.reserved)

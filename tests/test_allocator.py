@@ -107,6 +107,18 @@ def test_best_fit_takes_the_smallest_free_block_that_fits():
     assert (a.stats.allocated, a.stats.reserved) == (28 * MiB, 28 * MiB)
 
 
+def test_a_tie_goes_to_the_newest_segment():
+    # The CUDA driver places each new segment below the earlier ones, and best fit breaks ties by
+    # the lowest address: of two equal free blocks, the newer segment's is taken.
+    a = CachingAllocator()
+    h_old = a.malloc(20 * MiB)  # segment 1: exactly 20 MiB
+    a.free(a.malloc(40 * MiB))  # segment 2, cached whole
+    a.malloc(20 * MiB)  # splits segment 2: [20 used][20 free]
+    a.free(h_old)  # two free 20 MiB blocks: all of segment 1, the tail of segment 2
+    a.malloc(20 * MiB)  # the tie: segment 2's tail, so segment 1 stays whole...
+    assert a.empty_cache() == 20 * MiB  # ...and can be released (upward numbering kept neither)
+
+
 def test_free_neighbours_merge_back_into_one_block():
     a = CachingAllocator()
     h1, h2 = a.malloc(5 * MiB), a.malloc(5 * MiB)  # one 20 MiB segment: [5][5][10 free]
