@@ -44,7 +44,7 @@ def _agreed_text(p: PrecisionResult) -> str:
     return f"no (search {found})"
 
 
-def _newest_finished(results: Sequence[ScanResult]) -> list[tuple[ScanResult, str, PrecisionResult]]:
+def newest_finished(results: Sequence[ScanResult]) -> list[tuple[ScanResult, str, PrecisionResult]]:
     """Per (GPU, workload, precision): the newest finished precision, or, if none finished, the newest
     one. A rerun thus replaces an interrupted or earlier row; sorted by workload, then precision order."""
     best: dict[tuple[str, str, str], tuple[ScanResult, str, PrecisionResult]] = {}
@@ -62,11 +62,11 @@ def _newest_finished(results: Sequence[ScanResult]) -> list[tuple[ScanResult, st
 def scan_rows(results: Iterable[ScanResult], newest_only: bool = False,
               precisions: Sequence[str] | None = None) -> list[dict[str, Any]]:
     """One row per workload and precision with the headline numbers of a scan. With `newest_only`,
-    one row per GPU, workload and precision across all `results` (see _newest_finished);
+    one row per GPU, workload and precision across all `results` (see newest_finished);
     `precisions` keeps only those."""
     results = list(results)
     if newest_only:
-        entries = _newest_finished(results)
+        entries = newest_finished(results)
     else:
         entries = [(r, name, p) for r in results for name, p in r.precisions.items()]
     if precisions:

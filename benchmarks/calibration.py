@@ -1,0 +1,153 @@
+"""Benchmark: `memprobe predict` (no GPU) against every committed scan, real and with emulated caps.
+
+Issue 5's calibration in one command. For each workload and precision it takes the newest finished
+scan per card from the result folders given (the real H100, and `scan --memory-cap` runs on it,
+labelled "... [emulated 24 GiB cap]"), traces the trial once on fake tensors, and predicts the max
+batch at exactly the allocator capacity each scan recorded, so prediction and scan answer the same
+question. Prints a markdown table (one column group per card) and writes every row as JSON.
+
+    python benchmarks/calibration.py reports/h100 reports/emulated_h100 --json reports/calibration_h100.json
+
+The timm workloads need torchvision to import; where none can load (this project's CPU machine) the
+tests' stand-in is installed, as in benchmarks/predict_without_torchvision.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
+from importlib import metadata
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(REPO), str(REPO / "tests")]
+
+PRECISION_ORDER = ("fp32", "tf32", "fp16", "bf16")
+
+
+def _card_key(result) -> tuple[str, int]:
+    """(column label, sort key): the real card first, then emulated caps by size."""
+    gpu = result.environment.get("gpu", {})
+    cap = gpu.get("emulated_total_bytes")
+    if cap:
+        return f"{cap / 2**30:g} GiB emulated", int(cap)
+    return f"{gpu.get('name', '?')} (real)", 1 << 62
+
+
+def collect(paths: list[str], models: list[str] | None) -> dict[str, dict[str, list[dict]]]:
+    """workload -> precision -> one entry per card: the newest finished scan's answer and capacity."""
+    from memprobe.report import newest_finished
+    from memprobe.results import load_results
+
+    loaded = load_results(paths, strict_files=False)
+    by_result = {id(result): path for path, result in loaded}
+    out: dict[str, dict[str, list[dict]]] = {}
+    for result, precision, p in newest_finished([r for _, r in loaded]):
+        name = str(result.workload.get("name"))
+        if (models and name not in models) or p.status != "done" or p.max_batch is None or not p.capacity_bytes:
+            continue
+        label, order = _card_key(result)
+        checks = (p.proof or {}).get("checks") or []
+        trial_fits = [c["batch"] for c in checks if c.get("outcome") == "fit" or "ran the 3-step trial" in str(c.get("message", ""))]
+        out.setdefault(name, {}).setdefault(precision, []).append({
+            "card": label, "order": order, "file": str(by_result[id(result)]), "workload": result.workload,
+            "capacity_bytes": int(p.capacity_bytes), "measured": int(p.max_batch),
+            # the largest batch whose 3-step trial fitted in a fresh process (the timed run may then have failed)
+            "trial_edge": max(trial_fits, default=None),
+        })
+    return out
+
+
+def predict_rows(name: str, per_precision: dict[str, list[dict]]) -> list[dict]:
+    """Trace `name` once and predict the max batch at every recorded capacity."""
+    from memprobe.predict import MODEL_BATCHES, PrecisionTraces, TraceSession, max_batch_for
+    from memprobe.registry import load_registry
+
+    workload = load_registry()[name]
+    rows = []
+    with TraceSession(workload) as session:
+        for precision in sorted(per_precision, key=PRECISION_ORDER.index):
+            started = time.perf_counter()
+            traces = PrecisionTraces(session, precision)
+            for entry in sorted(per_precision[precision], key=lambda e: e["order"]):
+                if entry["workload"].get("params") != workload.params:
+                    raise SystemExit(f"{entry['file']}: {name} was scanned with other parameters than models.yaml has now")
+                capacity = entry["capacity_bytes"]
+                guess = traces.linear_guess(capacity) if traces.model is not None else MODEL_BATCHES[0]
+                predicted, _ = max_batch_for(traces.events_at, capacity, guess)
+                measured = entry["measured"]
+                rows.append({
+                    "workload": name, "precision": precision, "card": entry["card"], "file": entry["file"],
+                    "capacity_gib": round(capacity / 2**30, 2), "measured": measured, "trial_edge": entry["trial_edge"],
+                    "predicted": predicted, "error_percent": round(100.0 * (predicted - measured) / measured, 2) if measured else None,
+                    "trace": traces.how,
+                })
+            print(f"[{name} {precision}] {time.perf_counter() - started:.1f} s", file=sys.stderr)
+    return rows
+
+
+def table(rows: list[dict]) -> str:
+    """One line per workload and precision; per card: measured, predicted, error."""
+    cards = sorted({(r["card"], r["capacity_gib"]) for r in rows}, key=lambda c: -c[1])
+    labels = []
+    for card, _ in cards:
+        if card not in labels:
+            labels.append(card)
+    head = ["workload", "precision"]
+    for label in labels:
+        head += [f"{label}: measured", "predicted", "error"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    keys = []
+    for r in rows:
+        if (r["workload"], r["precision"]) not in keys:
+            keys.append((r["workload"], r["precision"]))
+    for workload, precision in keys:
+        cells = [workload, precision]
+        for label in labels:
+            r = next((r for r in rows if (r["workload"], r["precision"], r["card"]) == (workload, precision, label)), None)
+            if r is None:
+                cells += ["not run", "", ""]
+                continue
+            err = r["error_percent"]
+            mark = "**" if err is not None and abs(err) > 3 else ""
+            cells += [str(r["measured"]), str(r["predicted"]), f"{mark}{err:+.1f}%{mark}" if err is not None else "-"]
+        lines.append("| " + " | ".join(cells) + " |")
+    within = sum(1 for r in rows if r["error_percent"] is not None and abs(r["error_percent"]) <= 3)
+    lines += ["", f"Within 3%: {within} of {len(rows)} comparisons."]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("paths", nargs="+", help="result files or folders (real and emulated scans)")
+    parser.add_argument("--model", action="append", help="only these workloads (repeatable)")
+    parser.add_argument("--json", type=Path, help="write every row here")
+    args = parser.parse_args(argv)
+    from torchvision_standin import install_standin, torchvision_usable
+
+    if not torchvision_usable():
+        install_standin()
+        print("(torchvision stand-in installed: timm imports, and any torchvision call would raise)", file=sys.stderr)
+    import torch
+
+    started = time.perf_counter()
+    rows = []
+    for name, per_precision in sorted(collect(args.paths, args.model).items()):
+        rows += predict_rows(name, per_precision)
+    text = table(rows)
+    print(text)
+    if args.json:
+        doc = {"command": "python benchmarks/calibration.py " + " ".join(sys.argv[1:] if argv is None else argv),
+               "host": {"platform": platform.platform(), "cpu": platform.processor() or platform.machine(),
+                        "torch": torch.__version__, "transformers": metadata.version("transformers"),
+                        "timm": metadata.version("timm")},
+               "seconds": round(time.perf_counter() - started, 1), "rows": rows}
+        args.json.write_text(json.dumps(doc, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

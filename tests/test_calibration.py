@@ -1,0 +1,38 @@
+"""benchmarks/calibration.py groups the committed scans by card and tabulates predicted vs measured."""
+
+import importlib.util
+from pathlib import Path
+
+REPO = Path(__file__).parents[1]
+SPEC = importlib.util.spec_from_file_location("calibration", REPO / "benchmarks" / "calibration.py")
+calibration = importlib.util.module_from_spec(SPEC)
+SPEC.loader.exec_module(calibration)
+
+
+def test_collect_takes_the_newest_finished_scan_per_card_from_the_committed_files():
+    found = calibration.collect([str(REPO / "reports" / "h100"), str(REPO / "reports" / "emulated_h100")],
+                                ["transformer-big"])
+    cards = {e["card"]: e for e in found["transformer-big"]["fp16"]}
+    assert set(cards) == {"NVIDIA H100 80GB HBM3 (real)", "24 GiB emulated", "48 GiB emulated"}
+    assert [cards[c]["measured"] for c in ("NVIDIA H100 80GB HBM3 (real)", "48 GiB emulated", "24 GiB emulated")] == [679, 406, 182]
+    # each prediction is made at the allocator capacity the scan itself recorded
+    assert round(cards["NVIDIA H100 80GB HBM3 (real)"]["capacity_bytes"] / 2**30, 2) == 78.57
+    assert round(cards["24 GiB emulated"]["capacity_bytes"] / 2**30, 2) == 23.40
+
+
+def row(workload, precision, card, gib, measured, predicted):
+    return {"workload": workload, "precision": precision, "card": card, "capacity_gib": gib, "measured": measured,
+            "predicted": predicted, "error_percent": round(100.0 * (predicted - measured) / measured, 2)}
+
+
+def test_table_marks_misses_and_cells_not_run():
+    text = calibration.table([
+        row("a", "fp32", "H100 (real)", 78.6, 100, 101),
+        row("a", "fp32", "24 GiB emulated", 23.4, 50, 47),
+        row("b", "fp16", "H100 (real)", 78.6, 10, 10),
+    ])
+    lines = text.splitlines()
+    assert lines[0].startswith("| workload | precision | H100 (real): measured | predicted | error | 24 GiB emulated")
+    assert "| a | fp32 | 100 | 101 | +1.0% | 50 | 47 | **-6.0%** |" in lines
+    assert "| b | fp16 | 10 | 10 | +0.0% | not run |  |  |" in lines
+    assert lines[-1] == "Within 3%: 2 of 3 comparisons."
