@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,14 @@ def has_nvidia_gpu() -> bool:
         return bool(gpus())
     except Exception:  # noqa: BLE001 - no driver, no library, no GPU: all mean "no GPU"
         return False
+
+
+@pytest.fixture(autouse=True)
+def _unfreeze_the_collector():
+    """A trial worker's setup freezes the garbage collector for the life of its process (worker.py);
+    tests run it in the pytest process, so undo that after each test."""
+    yield
+    gc.unfreeze()
 
 
 class RecordingProgress:

@@ -7,6 +7,7 @@ torch), so the expensive pieces are module-scoped.
 
 from __future__ import annotations
 
+import gc
 import os
 import tempfile
 import time
@@ -136,6 +137,25 @@ def test_session_measure_times_the_first_step_apart(session):
     m = session.measure({"op": "measure", "batch": 32, "warmup": 1, "steps": 3})
     assert m["first_step_seconds"] > 0
     assert "compile_seconds" not in m  # eager: nothing compiled, nothing to report
+
+
+def test_setup_freezes_the_built_model_and_trials_still_free_everything(toy):
+    # Frozen objects are skipped by gc.collect (run twice per trial), but never collected: the model
+    # is frozen once at setup, and what a trial makes must still be freed when it ends.
+    gc.unfreeze()
+    s = Session()
+    info = s.setup({"op": "setup", "workload": toy.to_dict(), "precision": "fp32", "mode": "train",
+                    "device": "cpu", "cpu_budget_bytes": BUDGET, "settings": {}})
+    try:
+        assert info["ok"] is True, info
+        frozen = gc.get_freeze_count()
+        assert frozen > 0
+        live = s.memory.cpu.current
+        assert s.trial({"batch": 64, "steps": 3})["attempt"]["outcome"] == "fit"
+        assert gc.get_freeze_count() <= frozen  # frozen objects can still die by reference count
+        assert s.memory.cpu.current == live
+    finally:
+        s.memory.cpu.__exit__(None, None, None)
 
 
 def test_compile_setting_compiles_and_reports_compile_time(toy):
