@@ -272,7 +272,7 @@ def scan_precision(workload: Workload, precision: str, opts: ScanOptions, factor
     trials = _SearchTrials(factory, spec, worker, opts.steps, announce, result.capacity_bytes)
     try:
         found = find_max_batch(trials, result.capacity_bytes, opts.max_batch, opts.max_trials,
-                               on_attempt=progress.trial_end)
+                               on_attempt=lambda a: _reported(a, progress, started))
     except BaseException:
         trials.kill()  # interrupted: do not wait for the shared process's running steps
         raise
@@ -290,7 +290,7 @@ def scan_precision(workload: Workload, precision: str, opts: ScanOptions, factor
     # A fresh search trial is a fresh check by the same definition, except that with throughput on
     # the check of B must also complete the timed run, so fits are re-run then.
     known = {a.batch: a for a in found.attempts if a.fresh and not (a.fits and opts.measure)}
-    edge = confirm_edge(lambda n: _reported(checks(n), progress), found, opts.fresh_checks, opts.max_batch, known)
+    edge = confirm_edge(lambda n: _reported(checks(n), progress, started), found, opts.fresh_checks, opts.max_batch, known)
     result.max_batch = edge.max_batch
     result.proof = _proof(edge, found)
     result.proof["fit_check"] = (f"{opts.steps} steps (1 warm-up + {opts.steps - 1})"
@@ -329,7 +329,9 @@ def add_mfu(measured: dict[str, Any] | None, flops_per_sample: float | None, gpu
         measured["mfu_note"] = f"no dense {precision} peak for '{gpu}' in memprobe's GPU catalog"
 
 
-def _reported(attempt: Attempt, progress: Progress) -> Attempt:
+def _reported(attempt: Attempt, progress: Progress, started: float) -> Attempt:
+    """Stamp the attempt with its place on the precision's timeline (perf_counter `started`) and report it."""
+    attempt.done_at_s = round(time.perf_counter() - started, 3)
     progress.trial_end(attempt)
     return attempt
 

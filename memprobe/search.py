@@ -40,6 +40,7 @@ class Attempt:
     steps: int | None = None  # steps the trial ran (more than asked when fp16 loss scaling skipped updates)
     wall_seconds: float | None = None  # fresh trials: start to end of their own process (fork, build, trial, exit)
     loss_scale: float | None = None  # fp16 fits: the GradScaler's scale at the end (the next trial starts there)
+    done_at_s: float | None = None  # seconds from the precision's start to this trial's end: the search's timeline
 
     @property
     def fits(self) -> bool:

@@ -259,6 +259,10 @@ def test_forking_search_runs_near_edge_trials_fresh_and_reuses_them_as_proof():
     assert len({number for _, number, _ in trials}) == len(result.attempts) - 1
     assert [fresh for _, _, fresh in progress.starts] == [False, False] + [True] * (len(result.attempts) - 2)
     assert_all_closed(world)
+    # every trial carries when it ended on the precision's timeline, in the order they ran
+    stamps = [a["done_at_s"] for a in result.attempts] + [c["done_at_s"] for c in result.proof["checks"]]
+    assert all(isinstance(s, float) for s in stamps)
+    assert [a["done_at_s"] for a in result.attempts] == sorted(a["done_at_s"] for a in result.attempts)
 
 
 def test_forking_search_keeps_trials_far_below_the_edge_in_the_shared_process():
