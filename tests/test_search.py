@@ -8,7 +8,8 @@ from typing import Callable
 
 import pytest
 
-from memprobe.search import Attempt, MemoryModel, SearchResult, confirm_edge, find_max_batch, fit_memory_model
+from memprobe.search import (Attempt, MemoryModel, SearchResult, confirm_edge, edge_model, find_max_batch,
+                             fit_memory_model)
 
 
 class FakeTrials:
@@ -533,3 +534,19 @@ def test_attempt_dict_round_trip():
     a = Attempt(7, "oom", 1, 2, 0.5, "boom", True)
     assert Attempt.from_dict({**a.to_dict(), "unknown": 1}) == a
     assert a.fits is False and Attempt(7, "fit").fits is True
+
+
+def test_edge_model_scales_the_allocated_line_by_the_cache_overhead_at_the_largest_fit():
+    # BERT-Large fp16 on the H100 (the search's in-process trials, bytes as measured): the cache's
+    # overhead over allocated bytes is 1.4% at batch 2 and 5.7% at 16, so the line through the two
+    # reserved peaks is too steep and puts the edge at 105; the true edge in fresh processes is 108.
+    capacity = 84368621568
+    attempts = [Attempt(1, "fit", 5579180032, 6018826240), Attempt(2, "fit", 6166334976, 6255804416),
+                Attempt(16, "fit", 15873297920, 16779313152)]
+    assert fit_memory_model(attempts[1:], basis="peak_reserved").max_batch_for(capacity) == 105
+    model = edge_model(attempts)
+    assert model.max_batch_for(capacity) == 108
+    assert model.predict(16) == pytest.approx(16779313152)  # through the largest fit's reserved peak
+    # without allocated peaks it is the reserved line
+    bare = [Attempt(a.batch, "fit", None, a.peak_reserved) for a in attempts]
+    assert edge_model(bare).max_batch_for(capacity) == 105
