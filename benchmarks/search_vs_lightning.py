@@ -1,6 +1,10 @@
 """Benchmark: memprobe's max-batch search against Lightning's batch-size finder, on one GPU.
 
-For each precision, in one process tree and one after another (never two on the GPU at once):
+First, untimed, a warm-up process imports what both tools import and trains the model a few steps
+(twice), so that neither tool pays alone for a machine's first process (--no-warm-up skips it;
+--bytecode-cache DIR also lets every process keep compiled bytecode, for machines with no .pyc
+files). Then for each precision, in one process tree and one after another (never two on the GPU
+at once), --repeat times, alternating which tool goes first:
 1. `memprobe scan --no-throughput` as a user runs it (a subprocess; wall time from start to answer,
    imports, model build and the fresh-process proof included);
 2. Lightning's `Tuner.scale_batch_size(mode="binsearch")` (defaults: init 2, 3 steps per trial) on
@@ -85,10 +89,64 @@ def lightning_child(model: str, precision: str) -> None:
                       "child_seconds": round(time.perf_counter() - started, 2)}), flush=True)
 
 
+# Environment of both timed tools (see --bytecode-cache); None: this process's own.
+CHILD_ENV: dict[str, str] | None = None
+
+
+def warm_up_child(model: str, precisions: list[str]) -> None:
+    """Import what both tools import and train the model for a few steps at batch 2 in each precision.
+
+    Run untimed before either tool, so that neither pays alone for what the first process on a
+    machine pays once (libraries read from disk, the first CUDA kernels of each kind); whichever
+    tool ran first used to carry it (batch 1 of memprobe's first scan took ~2 s there, ~0.8 s later).
+    """
+    import torch
+
+    from memprobe.registry import family_builder, load_registry
+    from memprobe.trial import Memory, run_trial
+    from memprobe.worker import apply_precision_flags
+
+    try:
+        import lightning.pytorch.tuner  # noqa: F401
+    except ImportError:
+        pass
+    if not torch.cuda.is_available():
+        return
+    workload = load_registry()[model]
+    device = torch.device("cuda")
+    task = family_builder(workload.family)(workload.params, workload.optimizer, device)
+    for precision in precisions:
+        apply_precision_flags(precision, cudnn_benchmark=False)
+        run_trial(task, precision, "train", 2, 3, Memory(device))
+
+
+def warm_up(model: str, precisions: list[str], cache: str | None) -> dict:
+    """Run warm_up_child twice in its own process; with `cache`, both tools' processes (and the
+    warm-up) read and write compiled bytecode under it. Returns what was done, for the output file.
+
+    A pip-installed package normally ships its .pyc files; on a machine that has none and forbids
+    writing them (PYTHONDONTWRITEBYTECODE=1, as on the lent H100) every process compiles torch,
+    transformers and lightning from source, which adds the same ~7 s to both tools' start.
+    """
+    global CHILD_ENV
+    setup: dict = {"was": {k: os.environ.get(k) for k in ("PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX")}}
+    env = None
+    if cache:
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+        env["PYTHONPYCACHEPREFIX"] = setup["bytecode_cache"] = str(Path(cache).resolve())
+    started = time.perf_counter()
+    for _ in range(2):  # the first run compiles (and with a cache writes); the second finds it all warm
+        subprocess.run([sys.executable, __file__, "--warm-up-child", "--model", model, "--precision", ",".join(precisions)],
+                       env=env, check=True)
+    setup["warm_up_seconds"] = round(time.perf_counter() - started, 2)
+    CHILD_ENV = env
+    return setup
+
+
 def run_memprobe(model: str, precision: str, out_dir: str) -> dict:
     started = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "memprobe", "scan", "--model", model, "--precision", precision,
-                           "--no-throughput", "--out", out_dir], capture_output=True, text=True)
+                           "--no-throughput", "--out", out_dir], capture_output=True, text=True, env=CHILD_ENV)
     wall = time.perf_counter() - started
     if proc.returncode != 0:
         return {"error": proc.stderr.strip().splitlines()[-1:] or proc.returncode, "wall_seconds": round(wall, 2)}
@@ -109,7 +167,7 @@ def run_memprobe(model: str, precision: str, out_dir: str) -> dict:
 def run_lightning(model: str, precision: str) -> dict:
     started = time.perf_counter()
     proc = subprocess.run([sys.executable, __file__, "--lightning-child", "--model", model, "--precision", precision],
-                          capture_output=True, text=True)
+                          capture_output=True, text=True, env=CHILD_ENV)
     wall = time.perf_counter() - started
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
     if proc.returncode != 0 or not lines:
@@ -147,34 +205,66 @@ def main() -> int:
     parser.add_argument("--precision", default="fp32,fp16")
     parser.add_argument("--out", default="search_vs_lightning.json")
     parser.add_argument("--keep", help="keep memprobe's result files (each trial's batch, peak and seconds) in this folder")
+    parser.add_argument("--bytecode-cache", metavar="DIR",
+                        help="both tools compile Python bytecode once into DIR (for machines that ship no .pyc "
+                             "files and set PYTHONDONTWRITEBYTECODE)")
+    parser.add_argument("--no-warm-up", action="store_true",
+                        help="skip the untimed warm-up process (imports and a few training steps at batch 2)")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="time each tool this many times per precision, alternating which goes first")
     parser.add_argument("--lightning-child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--warm-up-child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.lightning_child:
         lightning_child(args.model, args.precision)
+        return 0
+    if args.warm_up_child:
+        warm_up_child(args.model, args.precision.split(","))
         return 0
     try:
         import lightning  # noqa: F401
         has_lightning = True
     except ImportError:
         has_lightning = False
+    precisions = args.precision.split(",")
+    if args.no_warm_up:
+        setup = {"warm_up": None}
+        if args.bytecode_cache:
+            parser.error("--bytecode-cache needs the warm-up to fill the cache")
+    else:
+        setup = warm_up(args.model, precisions, args.bytecode_cache)
     rows = []
+    truths: dict[tuple[str, int], dict] = {}
+
+    def truth_of(precision: str, answer: int) -> dict:
+        if (precision, answer) not in truths:  # a repeat that gives the same answer is not re-checked
+            truths[(precision, answer)] = truth(args.model, precision, answer)
+        return truths[(precision, answer)]
+
     with tempfile.TemporaryDirectory() as tmp:
         if args.keep:
             Path(args.keep).mkdir(parents=True, exist_ok=True)
             tmp = args.keep
-        for precision in args.precision.split(","):
-            row = {"model": args.model, "precision": precision, "memprobe": run_memprobe(args.model, precision, tmp)}
-            if has_lightning:
-                row["lightning"] = run_lightning(args.model, precision)
-            for tool in ("memprobe", "lightning"):
-                if tool in row and "answer" in row[tool]:
-                    row[tool]["truth"] = truth(args.model, precision, int(row[tool]["answer"]))
-            if row.get("lightning", {}).get("before_margin"):
-                before = row["lightning"]["before_margin"]
-                row["lightning"]["truth_before_margin"] = truth(args.model, precision, before)
-            rows.append(row)
-            print(json.dumps(row), flush=True)
-    Path(args.out).write_text(json.dumps({"rows": rows, "lightning_available": has_lightning}, indent=1) + "\n")
+        for precision in precisions:
+            for run in range(args.repeat):
+                order = ["memprobe", "lightning"] if run % 2 == 0 else ["lightning", "memprobe"]
+                if not has_lightning:
+                    order = ["memprobe"]
+                row = {"model": args.model, "precision": precision, "run": run + 1, "first": order[0]}
+                for tool in order:
+                    row[tool] = run_memprobe(args.model, precision, tmp) if tool == "memprobe" else \
+                        run_lightning(args.model, precision)
+                for tool in ("memprobe", "lightning"):
+                    if tool in row and "answer" in row[tool]:
+                        row[tool]["truth"] = truth_of(precision, int(row[tool]["answer"]))
+                if row.get("lightning", {}).get("before_margin"):
+                    row["lightning"]["truth_before_margin"] = truth_of(precision, row["lightning"]["before_margin"])
+                if "wall_seconds" in row.get("lightning", {}) and "answer" in row["memprobe"]:
+                    row["ratio"] = round(row["memprobe"]["wall_seconds"] / row["lightning"]["wall_seconds"], 3)
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+    Path(args.out).write_text(json.dumps({"rows": rows, "lightning_available": has_lightning, "setup": setup},
+                                         indent=1) + "\n")
     from tabulate import tabulate
 
     table = []
@@ -187,11 +277,12 @@ def main() -> int:
             answer = r.get("answer", r.get("error"))
             if r.get("before_margin"):
                 answer = f"{answer} ({r['before_margin']} before its 5% margin)"
-            table.append([row["model"], row["precision"], tool, answer, r.get("trials"),
-                          r.get("wall_seconds"), r.get("tuner_seconds", "-"),
-                          f"{t.get('is_edge')} ({t.get('fits')}, +1 {t.get('next')})" if t else "-"])
-    print(tabulate(table, headers=["model", "precision", "tool", "answer", "trials", "wall s", "tuner-only s",
-                                   "true edge? (A, A+1 fresh)"], tablefmt="github"))
+            table.append([row["model"], row["precision"], f"{row['run']} ({row['first']} first)", tool, answer,
+                          r.get("trials"), r.get("wall_seconds"), r.get("tuner_seconds", "-"),
+                          f"{t.get('is_edge')} ({t.get('fits')}, +1 {t.get('next')})" if t else "-",
+                          row.get("ratio", "-") if tool == "memprobe" else ""])
+    print(tabulate(table, headers=["model", "precision", "run", "tool", "answer", "trials", "wall s", "tuner-only s",
+                                   "true edge? (A, A+1 fresh)", "memprobe / Lightning"], tablefmt="github"))
     return 0
 
 
