@@ -104,7 +104,8 @@ def capture(model: str, precision: str, batch: int, steps: int, loss_scale: floa
 
 def real_events(doc: dict) -> tuple[list[tuple], list[str], list[tuple]]:
     """The captured trace as allocator.replay events (ALLOC/FREE/MARK), their frame labels, and the
-    real segment events (action, size). The marker allocation becomes the trial MARK."""
+    real segment events (action, size). The marker allocation becomes the trial MARK; a request that
+    ran out of memory ("oom") becomes a final ALLOC."""
     from memprobe.allocator import ALLOC, FREE, MARK
     from memprobe.predict import TRIAL_MARK
 
@@ -137,6 +138,12 @@ def real_events(doc: dict) -> tuple[list[tuple], list[str], list[tuple]]:
                 labels.append(doc["labels"][label])
         elif action in ("segment_alloc", "segment_free", "segment_map", "segment_unmap", "oom"):
             segments.append((action, size, len(out)))
+            if action == "oom":
+                # the request that failed (its size; the address field holds the device's free bytes):
+                # replayed last, so the model must fail there too
+                next_id += 1
+                out.append((ALLOC, next_id, size, ""))
+                labels.append("the request that ran out of memory")
     return out, labels, segments
 
 

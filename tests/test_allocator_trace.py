@@ -40,10 +40,10 @@ def test_marker_becomes_the_trial_mark_and_frees_follow_free_completed():
     ])
     events, labels, segments = allocator_trace.real_events(captured)
     assert events == [(ALLOC, 1, 3 * MiB, ""), (ALLOC, 2, 5 * MiB, ""), (FREE, 2), (MARK, TRIAL_MARK),
-                      (ALLOC, 3, 7 * MiB, ""), (FREE, 3)]
-    assert labels == ["build", "build", "build", "trial start", "step", "step"]
+                      (ALLOC, 3, 7 * MiB, ""), (FREE, 3), (ALLOC, 4, 80 * MiB, "")]  # the failed request last
+    assert labels == ["build", "build", "build", "trial start", "step", "step", "the request that ran out of memory"]
     assert segments == [("segment_alloc", 20 * MiB, 0), ("oom", 80 * MiB, 6)]
-    result = replay(events, measure_from=TRIAL_MARK)
+    result = replay(events[:-1], measure_from=TRIAL_MARK)
     # peaks count from the mark: the 3 MiB weight plus the 7 MiB step tensor, both in one 20 MiB segment
     assert result.peak_allocated == 10 * MiB
     assert result.peak_reserved == 20 * MiB
@@ -64,3 +64,24 @@ def test_the_model_replays_the_h100s_own_trace_to_its_peaks(name):
     assert result.peak_allocated == real["peak_allocated"]
     assert result.peak_reserved == real["peak_reserved"]
     assert result.stats.retries == captured["stats"]["num_alloc_retries"]
+
+
+def test_the_h100s_edge_679_680_replays_with_the_memory_it_had_left_at_the_failure():
+    # The real trial at 680 ran out of memory on a 10.62 GiB request with 10.625 GiB free: the 2 MiB
+    # rounding of the new segment was 1.9 MB too much. By then memory outside PyTorch's allocator
+    # had grown by 151 MiB since setup (kernels load lazily), so the allocator had 78.43 GiB, not
+    # the 78.57 GiB measured at setup. With that, the model gives the real edge exactly.
+    traces = {}
+    for batch in (679, 680):
+        with gzip.open(TRACES / f"transformer-big_fp16_{batch}.json.gz", "rt") as fh:
+            traces[batch] = json.load(fh)
+    events_680, labels, _ = allocator_trace.real_events(traces[680])
+    request = labels.index("the request that ran out of memory")  # the step's cleanup frees follow it
+    events_679, _, _ = allocator_trace.real_events(traces[679])
+    at_setup = traces[680]["capacity_bytes"]
+    at_failure = at_setup - 151 * MiB
+    assert replay(events_679, capacity=at_failure, measure_from=TRIAL_MARK).fits
+    failed = replay(events_680, capacity=at_failure, measure_from=TRIAL_MARK)
+    assert not failed.fits and failed.oom_at == request and failed.stats.retries == 1
+    # with the capacity measured at setup the model lets 680 fit: the source of its +1 at the edge
+    assert replay(events_680, capacity=at_setup, measure_from=TRIAL_MARK).fits
