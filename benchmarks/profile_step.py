@@ -32,6 +32,8 @@ KINDS = [
                                  r"GammaBeta", re.I)),
     # cuDNN's SDPA backward helpers ("cudnn::fusion::compute_dot_do_o...") are attention, not convolution
     ("attention", re.compile(r"sdpa|flash|fmha|attention|cudnn::fusion", re.I)),
+    # cuDNN's own layout transposes around a convolution on NCHW tensors are copies, not matrix work
+    ("copy / layout / pooling", re.compile(r"nchwToNhwc|nhwcToNchw", re.I)),
     # depthwise convolutions (channel multiplier 1) are memory-bound: no tensor cores
     ("depthwise convolution", re.compile(r"c1_k1|depthwise|dwconv", re.I)),
     ("convolution", re.compile(r"conv|fprop|dgrad|wgrad|implicit_gemm|winograd|cudnn", re.I)),

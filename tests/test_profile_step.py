@@ -24,6 +24,7 @@ SPEC.loader.exec_module(profile_step)
     ("dgrad2d_c1_k1_nhwc_specialized", "depthwise convolution"),
     ("void cudnn::fusion::compute_dot_do_o_specialized<false, 64>(void const*, void const*)", "attention"),
     ("void at::native::(anonymous namespace)::GammaBetaBackwardCUDAKernelTemplate<float, float, 32u>", "normalization"),
+    ("void cudnn::engines_precompiled::nchwToNhwcKernel<__half, __half, float, false, true, (cudnnKernelDataType_t)0>", "copy / layout / pooling"),
     ("something_unheard_of", "other"),
 ])
 def test_kernel_kinds(kernel, kind):
