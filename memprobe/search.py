@@ -145,9 +145,9 @@ def edge_model(attempts: Iterable[Attempt]) -> MemoryModel | None:
     bytes grow linearly with the batch, while the cache's overhead on top of them is near zero at
     small batches and levels off at a few percent, so a line through two reserved peaks comes out
     too steep (BERT-Large fp16 on the H100: 1.4% overhead at batch 2, 5.7% at 16, 5.5% at 108; the
-    reserved line from 2 and 16 put the edge at 105, the scaled one at the true 108). Over the 38
+    reserved line from 2 and 16 put the edge at 105, the scaled one at the true 108). Over the 41
     first jumps of the committed H100 scans, real and capped (benchmarks/first_guess.py), it was off
-    by 6.8% on average against 9.1% for the reserved line, and exact 7 times against 2. Otherwise
+    by 6.5% on average against 8.7% for the reserved line, and exact 8 times against 2. Otherwise
     (no allocated peaks, or no positive slope) it is the line through the two reserved peaks, then
     least squares over every fit. None with fewer than two fits or no positive slope.
     """
