@@ -25,9 +25,6 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "tests")]
 
-PRECISION_ORDER = ("fp32", "tf32", "fp16", "bf16")
-
-
 def _card_key(result) -> tuple[str, int]:
     """(column label, sort key): the real card first, then emulated caps by size."""
     gpu = result.environment.get("gpu", {})
@@ -39,6 +36,7 @@ def _card_key(result) -> tuple[str, int]:
 
 def collect(paths: list[str], models: list[str] | None) -> dict[str, dict[str, list[dict]]]:
     """workload -> precision -> one entry per card: the newest finished scan's answer and capacity."""
+    from memprobe.predict import trial_fit_batches
     from memprobe.report import newest_finished
     from memprobe.results import load_results
 
@@ -50,8 +48,7 @@ def collect(paths: list[str], models: list[str] | None) -> dict[str, dict[str, l
         if (models and name not in models) or p.status != "done" or p.max_batch is None or not p.capacity_bytes:
             continue
         label, order = _card_key(result)
-        checks = (p.proof or {}).get("checks") or []
-        trial_fits = [c["batch"] for c in checks if c.get("outcome") == "fit" or "ran the 3-step trial" in str(c.get("message", ""))]
+        trial_fits = trial_fit_batches((p.proof or {}).get("checks") or [])
         out.setdefault(name, {}).setdefault(precision, []).append({
             "card": label, "order": order, "file": str(by_result[id(result)]), "workload": result.workload,
             "capacity_bytes": int(p.capacity_bytes), "measured": int(p.max_batch),
@@ -63,13 +60,14 @@ def collect(paths: list[str], models: list[str] | None) -> dict[str, dict[str, l
 
 def predict_rows(name: str, per_precision: dict[str, list[dict]]) -> list[dict]:
     """Trace `name` once and predict the max batch at every recorded capacity."""
+    from memprobe.catalog import PRECISIONS
     from memprobe.predict import MODEL_BATCHES, PrecisionTraces, TraceSession, max_batch_for
     from memprobe.registry import load_registry
 
     workload = load_registry()[name]
     rows = []
     with TraceSession(workload) as session:
-        for precision in sorted(per_precision, key=PRECISION_ORDER.index):
+        for precision in sorted(per_precision, key=PRECISIONS.index):
             started = time.perf_counter()
             traces = PrecisionTraces(session, precision)
             for entry in sorted(per_precision[precision], key=lambda e: e["order"]):

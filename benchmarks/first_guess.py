@@ -19,17 +19,13 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from memprobe.search import EDGE_BASELINE, Attempt, edge_model, fit_memory_model  # noqa: E402
+from memprobe.search import Attempt, edge_model, edge_pair, fit_memory_model  # noqa: E402
 
 
 def reserved_line(attempts: list[Attempt]):
     """The previous edge model: the line through the reserved peaks of the same two fits."""
-    fits = sorted({a.batch for a in attempts if a.fits and a.peak_reserved})
-    if len(fits) < 2:
-        return None
-    top = fits[-1]
-    partner = max((b for b in fits[:-1] if b <= EDGE_BASELINE * top), default=fits[-2])
-    return fit_memory_model([a for a in attempts if a.batch in (partner, top)], basis="peak_reserved")
+    pair = edge_pair(attempts, "peak_reserved")
+    return fit_memory_model(pair, basis="peak_reserved") if pair else None
 
 
 def first_jumps(paths: list[str]) -> list[dict]:

@@ -562,6 +562,13 @@ def _predict_precision(traces: PrecisionTraces, sizes: Sequence[MemorySize]) -> 
     return PrecisionPrediction(traces.precision, fit_alloc, fit_res, max_batch, linear, peaks, traces.how, oom)
 
 
+def trial_fit_batches(checks: Sequence[dict]) -> list[int]:
+    """Batches whose 3-step trial fitted in a fresh-process check (proof["checks"] of a result file),
+    including those whose timed run failed afterwards (scan._FreshChecks says "..., then failed")."""
+    return sorted({c["batch"] for c in checks if c.get("outcome") == "fit"
+                   or "ran the 3-step trial" in str(c.get("message", "")) or "then failed" in str(c.get("message", ""))})
+
+
 def _compare(traces: PrecisionTraces, p) -> tuple[list[ComparisonRow], MaxBatchComparison | None]:
     """Predicted vs measured for every trial a scan's precision result recorded, at its capacity."""
     capacity = p.capacity_bytes
@@ -580,8 +587,7 @@ def _compare(traces: PrecisionTraces, p) -> tuple[list[ComparisonRow], MaxBatchC
     predicted, _ = max_batch_for(traces.events_at, capacity, traces.linear_guess(capacity) if traces.model else 2)
     proof = p.proof or {}
     found = proof.get("search") or proof.get("in_process") or {}  # "in_process": files from before fresh search trials
-    trial_fits = sorted({c["batch"] for c in checks if c.get("outcome") == "fit"
-                         or "ran the 3-step trial" in str(c.get("message", "")) or "then failed" in str(c.get("message", ""))})
+    trial_fits = trial_fit_batches(checks)
     return rows, MaxBatchComparison(traces.precision, capacity, predicted, p.max_batch,
                                     (found.get("fits"), found.get("fails")),
                                     (proof.get("fits"), proof.get("fails")), trial_fits)

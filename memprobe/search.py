@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import asdict, dataclass, field
-from typing import Callable, Iterable, Mapping
+from typing import Callable, Iterable, Mapping, Sequence
 
 from .errors import ERROR, FIT
 
@@ -134,6 +134,17 @@ def fit_memory_model(
 EDGE_BASELINE = 0.9  # the edge model's second point is at most this share of the largest fit's batch
 
 
+def edge_pair(attempts: Sequence[Attempt], basis: str) -> list[Attempt]:
+    """The fits at the two batches the edge model extrapolates from (see edge_model), counting only
+    fits that measured `basis`; [] with fewer than two such batches."""
+    fits = sorted({a.batch for a in attempts if a.fits and getattr(a, basis) is not None})
+    if len(fits) < 2:
+        return []
+    top = fits[-1]
+    partner = max((b for b in fits[:-1] if b <= EDGE_BASELINE * top), default=fits[-2])
+    return [a for a in attempts if a.batch in (partner, top) and a.fits]
+
+
 def edge_model(attempts: Iterable[Attempt]) -> MemoryModel | None:
     """The memory model that extrapolates to the edge, in reserved bytes where the trials measured them.
 
@@ -153,15 +164,13 @@ def edge_model(attempts: Iterable[Attempt]) -> MemoryModel | None:
     """
     attempts = list(attempts)
     basis = "peak_reserved" if any(a.peak_reserved for a in attempts if a.fits) else "peak_allocated"
-    fits = sorted({a.batch for a in attempts if a.fits and getattr(a, basis) is not None})
-    if len(fits) < 2:
+    pair = edge_pair(attempts, basis)
+    if not pair:
         return None
-    top = fits[-1]
-    partner = max((b for b in fits[:-1] if b <= EDGE_BASELINE * top), default=fits[-2])
-    pair = [a for a in attempts if a.batch in (partner, top) and a.fits]
     if basis == "peak_reserved" and all(a.peak_allocated and a.peak_reserved for a in pair):
         allocated = fit_memory_model(pair, basis="peak_allocated")
         if allocated is not None:
+            top = max(a.batch for a in pair)
             tops = [a for a in pair if a.batch == top]
             ratio = sum(a.peak_reserved / a.peak_allocated for a in tops) / len(tops)
             return MemoryModel(ratio * allocated.static_bytes, ratio * allocated.per_sample_bytes,
