@@ -51,8 +51,8 @@ def capture(model: str, precision: str, batch: int, steps: int, loss_scale: floa
     import torch
 
     from memprobe.registry import family_builder, load_registry
-    from memprobe.trial import Memory, run_trial
-    from memprobe.worker import apply_precision_flags
+    from memprobe.probe.trial import Memory, run_trial
+    from memprobe.probe.worker import apply_precision_flags
 
     workload = load_registry()[model]
     dev = torch.device("cuda", torch.cuda.current_device())
@@ -106,8 +106,8 @@ def real_events(doc: dict) -> tuple[list[tuple], list[str], list[tuple]]:
     """The captured trace as allocator.replay events (ALLOC/FREE/MARK), their frame labels, and the
     real segment events (action, size). The marker allocation becomes the trial MARK; a request that
     ran out of memory ("oom") becomes a final ALLOC."""
-    from memprobe.allocator import ALLOC, FREE, MARK
-    from memprobe.predict import TRIAL_MARK
+    from memprobe.predict.allocator import ALLOC, FREE, MARK
+    from memprobe.predict.predictor import TRIAL_MARK
 
     out: list[tuple] = []
     labels: list[str] = []
@@ -153,8 +153,8 @@ def _gib(n: float | None) -> str:
 
 def compare(path: Path, fake: bool) -> None:
     """Replay a captured trace through the allocator model; then line it up with the fake-tensor trace."""
-    from memprobe.allocator import ALLOC, FREE, CachingAllocator, replay
-    from memprobe.predict import TRIAL_MARK
+    from memprobe.predict.allocator import ALLOC, FREE, CachingAllocator, replay
+    from memprobe.predict.predictor import TRIAL_MARK
 
     with gzip.open(path, "rt") as fh:
         doc = json.load(fh)
@@ -202,8 +202,8 @@ def compare(path: Path, fake: bool) -> None:
 
 def compare_fake(doc: dict, events: list[tuple], labels: list[str]) -> None:
     """Trace the same trial on fake tensors and print where the allocation sequences part."""
-    from memprobe.allocator import ALLOC, FREE, replay
-    from memprobe.predict import TRIAL_MARK, PrecisionTraces, TraceSession
+    from memprobe.predict.allocator import ALLOC, FREE, replay
+    from memprobe.predict.predictor import TRIAL_MARK, PrecisionTraces, TraceSession
     from memprobe.registry import load_registry
 
     workload = load_registry()[doc["model"]]

@@ -126,7 +126,7 @@ def run_plain(model: str, precision: str, batch: int, warmup: int, steps: int, d
 def run_memprobe(model: str, precision: str, batch: int, warmup: int, steps: int, device: str,
                  compile_step: bool = False) -> dict:
     from memprobe.registry import FAMILIES, load_registry
-    from memprobe.runner import Worker, WorkerSpec
+    from memprobe.probe.runner import Worker, WorkerSpec
 
     workload = load_registry()[model]
     worker = Worker(FAMILIES[workload.family].split(":")[0])

@@ -60,8 +60,8 @@ def profile_case(model: str, precision: str, batch: int, device: str, warmup: in
     from torch.profiler import ProfilerActivity, profile
 
     from memprobe.registry import family_builder, load_registry
-    from memprobe.trial import run_step, run_until_state
-    from memprobe.worker import apply_precision_flags
+    from memprobe.probe.trial import run_step, run_until_state
+    from memprobe.probe.worker import apply_precision_flags
     from memprobe.workloads.base import Amp
 
     workload = load_registry()[model]

@@ -44,7 +44,7 @@ def lightning_child(model: str, precision: str) -> None:
 
     from memprobe.registry import family_builder, load_registry
     from memprobe.workloads.base import make_optimizer
-    from memprobe.worker import apply_precision_flags
+    from memprobe.probe.worker import apply_precision_flags
 
     apply_precision_flags(precision, cudnn_benchmark=False)
     workload = load_registry()[model]
@@ -103,8 +103,8 @@ def warm_up_child(model: str, precisions: list[str]) -> None:
     import torch
 
     from memprobe.registry import family_builder, load_registry
-    from memprobe.trial import Memory, run_trial
-    from memprobe.worker import apply_precision_flags
+    from memprobe.probe.trial import Memory, run_trial
+    from memprobe.probe.worker import apply_precision_flags
 
     try:
         import lightning.pytorch.tuner  # noqa: F401
@@ -183,8 +183,8 @@ def truth(model: str, precision: str, answer: int) -> dict:
     """Whether `answer` is the true edge: it fits and answer+1 does not, each in a fresh process
     (forked from memprobe's fork server where available: a process that has run nothing else)."""
     from memprobe.registry import load_registry
-    from memprobe.runner import WorkerFactory, WorkerSpec
-    from memprobe.scan import fresh_worker
+    from memprobe.probe.runner import WorkerFactory, WorkerSpec
+    from memprobe.probe.scan import fresh_worker
 
     workload = load_registry()[model]
     factory = WorkerFactory(workload, spares=0)

@@ -13,8 +13,8 @@ from pathlib import Path
 import click
 from tabulate import tabulate
 
-from .registry import RegistryError, Workload, load_registry, select
-from .units import gib, parse_size
+from memprobe.registry import RegistryError, Workload, load_registry, select
+from memprobe.units import gib, parse_size
 
 EXIT_NO_GPU = 2
 EXIT_INTERRUPTED = 130
@@ -72,7 +72,7 @@ def list_cmd(models_file: str | None, show_all: bool) -> None:
 @main.command("device")
 def device_cmd() -> None:
     """Show the GPUs: memory, driver, CUDA and torch versions, and other processes holding memory."""
-    from .device import NoGPUError, gpus, host_environment
+    from memprobe.device import NoGPUError, gpus, host_environment
 
     env = host_environment()
     try:
@@ -161,8 +161,8 @@ def scan_cmd(model: str, precision: str, mode: str, batches: str | None, out_dir
     then timed steps at B with utilization sampled.
     One result file per model is written (atomically, after every precision) under --out.
     """
-    from .scan import NoCudaError, ScanInterrupted, ScanOptions, scan_workload
-    from .report import scan_table
+    from memprobe.probe.scan import NoCudaError, ScanInterrupted, ScanOptions, scan_workload
+    from memprobe.compare.report import scan_table
 
     registry = _registry(models_file)
     try:
@@ -221,7 +221,7 @@ def scan_cmd(model: str, precision: str, mode: str, batches: str | None, out_dir
 
 
 def _require_gpu() -> None:
-    from .device import NoGPUError, visible_gpu
+    from memprobe.device import NoGPUError, visible_gpu
 
     try:
         gpu = visible_gpu()
@@ -264,7 +264,7 @@ def _memory_list(text: str) -> list[tuple[str, int]]:
 
 def _predict_and_print(workloads: list[Workload], precisions: list[str], memory: str, overhead_from: tuple[str, ...],
                        steps: int, compare: str | None) -> None:
-    from .predict import PredictError, measured_overhead, memory_sizes, predict, render
+    from memprobe.predict.predictor import PredictError, measured_overhead, memory_sizes, predict, render
 
     labels = _memory_list(memory)
     overhead, source = measured_overhead(overhead_from)
@@ -274,7 +274,7 @@ def _predict_and_print(workloads: list[Workload], precisions: list[str], memory:
         raise click.BadParameter(str(exc), param_hint="--memory") from None
     compare_with = None
     if compare:
-        from .results import ResultFileError, read_result
+        from memprobe.results import ResultFileError, read_result
 
         try:
             compare_with = (compare, read_result(compare))
@@ -335,7 +335,7 @@ _FORMATS = ("github", "plain", "csv", "json")
 def _load_results(paths: tuple[str, ...]) -> list:
     """(path, result) pairs. A file named explicitly must be a result file (one-line error otherwise);
     a .json found under a folder that is not one is skipped with a warning (e.g. benchmark outputs)."""
-    from .results import ResultFileError, load_results
+    from memprobe.results import ResultFileError, load_results
 
     try:
         return load_results(list(paths), on_skip=lambda exc: click.echo(f"warning: skipped {exc}", err=True))
@@ -344,7 +344,7 @@ def _load_results(paths: tuple[str, ...]) -> list:
 
 
 def _precision_list(text: str | None) -> list[str] | None:
-    from .catalog import PRECISIONS
+    from memprobe.catalog import PRECISIONS
 
     if not text:
         return None
@@ -379,7 +379,7 @@ def report_cmd(paths: tuple[str, ...], reference: str | None, precision: str | N
     warning). Prints max batch, throughput with MFU, throughput relative to a reference GPU (OOM = 0),
     the mixed-precision gain over fp32 and utilization. Cells memprobe did not measure are marked.
     """
-    from .report import ReportError, comparison_report, scan_table
+    from memprobe.compare.report import ReportError, comparison_report, scan_table
 
     loaded = _load_results(paths)
     if scans:
@@ -397,7 +397,7 @@ def report_cmd(paths: tuple[str, ...], reference: str | None, precision: str | N
         raise click.ClickException(str(exc)) from None
     click.echo(text, nl=False)
     if charts_dir:
-        from .charts import write_charts
+        from memprobe.compare.charts import write_charts
 
         for written in write_charts(comparison, relative, loaded, charts_dir):
             click.echo(f"wrote {written}", err=True)
@@ -415,7 +415,7 @@ def guide_cmd(paths: tuple[str, ...], budget: float | None, fmt: str) -> None:
     the scanned card; adds throughput per 1000 USD and per watt where measured or published, and a
     one-line verdict per card. Without PATHS it shows the catalog and the published figures only.
     """
-    from .guide import guide_report
+    from memprobe.compare.guide import guide_report
 
     loaded = _load_results(paths)
     if paths and not loaded:

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from importlib import metadata
 from typing import Any
 
-from . import __version__
+from memprobe import __version__
 
 
 class NoGPUError(RuntimeError):

@@ -1,4 +1,4 @@
-"""The caching-allocator model (memprobe.allocator) against hand-computed expectations.
+"""The caching-allocator model (memprobe.predict.allocator) against hand-computed expectations.
 
 Every expected number below follows from the rules quoted in allocator.py (CUDACachingAllocator.cpp):
 512-byte rounding, 2 MiB small segments, 20 MiB segments for 1-10 MiB requests, 2 MiB rounding above,
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from memprobe.allocator import (
+from memprobe.predict.allocator import (
     ALLOC, FREE, K_LARGE_BUFFER, K_SMALL_BUFFER, MARK, CachingAllocator, SimulatedOutOfMemory, is_small, replay,
     round_size, segment_size, should_split,
 )

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 from click.testing import CliRunner
 
-from memprobe.charts import Bar, Panel, draw, max_batch_panels, relative_panels, value_panels, write_charts
+from memprobe.compare.charts import Bar, Panel, draw, max_batch_panels, relative_panels, value_panels, write_charts
 from memprobe.cli import main
-from memprobe.guide import memory_models, predictions
+from memprobe.compare.guide import memory_models, predictions
 from memprobe.catalog import load_catalog
-from memprobe.report import MEASURED, PREDICTED, PUBLISHED, build_comparison, relative_throughput
+from memprobe.compare.report import MEASURED, PREDICTED, PUBLISHED, build_comparison, relative_throughput
 from memprobe.results import write_result
 
 from test_report import A100, H100, GiB, loaded, make_result

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-import memprobe.scan
+import memprobe.probe.scan
 from memprobe.results import PrecisionResult, ScanResult, read_result
-from memprobe.scan import ScanOptions, scan_workload
+from memprobe.probe.scan import ScanOptions, scan_workload
 
 from conftest import RecordingProgress, has_nvidia_gpu
 
@@ -229,7 +229,7 @@ def interrupt_on_second_precision(calls):
 
 def test_interrupt_keeps_finished_precision(monkeypatch, tmp_path, toy):
     calls = []
-    monkeypatch.setattr(memprobe.scan, "scan_precision", interrupt_on_second_precision(calls))
+    monkeypatch.setattr(memprobe.probe.scan, "scan_precision", interrupt_on_second_precision(calls))
     opts = ScanOptions(precisions=["fp32", "bf16", "fp16"], device="cpu", cpu_budget_bytes=8 << 20)
     with pytest.raises(KeyboardInterrupt):
         scan_workload(toy, opts, tmp_path, RecordingProgress())
@@ -248,7 +248,7 @@ def test_interrupt_keeps_finished_precision(monkeypatch, tmp_path, toy):
 
 def test_ctrl_c_exits_130(run, monkeypatch, tmp_path):
     calls = []
-    monkeypatch.setattr(memprobe.scan, "scan_precision", interrupt_on_second_precision(calls))
+    monkeypatch.setattr(memprobe.probe.scan, "scan_precision", interrupt_on_second_precision(calls))
     result = run("scan", "--model", "toy", "--device", "cpu", "--cpu-memory-budget", BUDGET,
                  "--precision", "fp32,bf16", "--out", tmp_path)
     assert result.exit_code == 130, result.output
@@ -277,7 +277,7 @@ def test_scan_compile_flag_reaches_the_scan_options(run, monkeypatch, tmp_path):
         seen.append(opts)
         return ScanResult(workload=workload.to_dict(), environment={}, settings=opts.to_dict()), tmp_path / "x.json"
 
-    monkeypatch.setattr(memprobe.scan, "scan_workload", fake_scan_workload)
+    monkeypatch.setattr(memprobe.probe.scan, "scan_workload", fake_scan_workload)
     base = ("scan", "--model", "toy", "--device", "cpu", "--cpu-memory-budget", "8MiB", "--out", str(tmp_path))
     assert run(*base, "--compile").exit_code == 0
     assert run(*base).exit_code == 0

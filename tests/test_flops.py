@@ -1,4 +1,4 @@
-"""FLOPs per sample (memprobe.flops): tiny workloads on the CPU, full sizes on the meta device.
+"""FLOPs per sample (memprobe.probe.flops): tiny workloads on the CPU, full sizes on the meta device.
 
 The full-size counts are checked against closed-form matmul counts (Transformer-Big, BERT-Large SQuAD)
 and against the Pix2PixHD figure in DESIGN.md.
@@ -12,7 +12,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from memprobe.flops import flops_per_sample, workload_flops_per_sample  # noqa: E402
+from memprobe.probe.flops import flops_per_sample, workload_flops_per_sample  # noqa: E402
 from memprobe.registry import FAMILIES, load_registry  # noqa: E402
 from memprobe.workloads.base import TrainTask  # noqa: E402
 

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from memprobe.registry import load_registry
-from memprobe.runner import Worker, WorkerFactory, WorkerSpec, Zygote, ZygoteError, _ExecProcess, _ForkedProcess
+from memprobe.probe.runner import Worker, WorkerFactory, WorkerSpec, Zygote, ZygoteError, _ExecProcess, _ForkedProcess
 
 BUDGET = 8 << 20
 
@@ -95,7 +95,7 @@ def test_environment_switch_turns_the_fork_server_off(monkeypatch, toy_spec):
 
 
 def test_a_forked_process_that_does_not_answer_the_ping_makes_the_factory_fall_back(toy_spec, monkeypatch):
-    import memprobe.runner as runner
+    import memprobe.probe.runner as runner
 
     made = WorkerFactory(toy_spec.workload, forkserver=True)
     try:

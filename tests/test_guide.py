@@ -10,11 +10,11 @@ from click.testing import CliRunner
 
 from memprobe.catalog import Card, Catalog, Price, load_catalog
 from memprobe.cli import main
-from memprobe.guide import (
+from memprobe.compare.guide import (
     VERDICT_ALL, VERDICT_MOST, VERDICT_NO, guide_report, memory_models, overhead_for, predict_max_batch, predictions,
     verdicts,
 )
-from memprobe.report import MEASURED, PREDICTED
+from memprobe.compare.report import MEASURED, PREDICTED
 from memprobe.results import write_result
 
 from test_report import H100, GiB, loaded, make_result

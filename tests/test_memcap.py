@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from memprobe.catalog import default_catalog, find_card
-from memprobe.guide import overhead_for
-from memprobe.memcap import MemoryCapError, emulated_name, is_emulated, plan_cap
+from memprobe.compare.guide import overhead_for
+from memprobe.probe.memcap import MemoryCapError, emulated_name, is_emulated, plan_cap
 
 GiB = 2**30
 

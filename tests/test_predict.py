@@ -1,7 +1,7 @@
 """memprobe predict on the CPU: fake-tensor traces, the CUDA emulation, the predict command and the no-GPU scan.
 
 The prediction of the toy workload is checked against the CPU's own measurement of the same trial
-(memprobe.cpu_memory.LiveBytes, the fake allocator of `scan --device cpu`): the live storage bytes the
+(memprobe.probe.cpu_memory.LiveBytes, the fake allocator of `scan --device cpu`): the live storage bytes the
 trace records must match what LiveBytes counts, within TOLERANCE. BERT-Large itself takes about half a
 minute to trace, so the transformer paths are checked on the registry's 2-layer BERT (toy-bert-squad).
 """
@@ -14,14 +14,14 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from memprobe.allocator import ALLOC, FREE, MARK  # noqa: E402
-from memprobe.cpu_memory import LiveBytes  # noqa: E402
-from memprobe.fakecuda import FakeCudaMode, fake_session  # noqa: E402
-from memprobe.predict import (  # noqa: E402
+from memprobe.predict.allocator import ALLOC, FREE, MARK  # noqa: E402
+from memprobe.probe.cpu_memory import LiveBytes  # noqa: E402
+from memprobe.predict.fakecuda import FakeCudaMode, fake_session  # noqa: E402
+from memprobe.predict.predictor import (  # noqa: E402
     TRIAL_MARK, MemorySize, PrecisionTraces, TraceSession, _replay, max_batch_for, measured_overhead, predict,
 )
 from memprobe.registry import load_registry  # noqa: E402
-from memprobe.trial import Memory, run_step, run_until_state  # noqa: E402
+from memprobe.probe.trial import Memory, run_step, run_until_state  # noqa: E402
 from memprobe.workloads.base import Amp, make_optimizer  # noqa: E402
 from memprobe.workloads.toy import build as build_toy  # noqa: E402
 

@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from memprobe import report
+from memprobe.compare import report
 from memprobe.catalog import find_card, load_catalog, peak_tflops
 from memprobe.cli import main
-from memprobe.published import comparable, load_published
-from memprobe.report import (
+from memprobe.compare.published import comparable, load_published
+from memprobe.compare.report import (
     ReportError, build_comparison, gains_table, max_batch_table, relative_table, relative_throughput, render,
     throughput_table, utilization_table,
 )
@@ -393,7 +393,7 @@ def test_cli_help(run, command):
 
 
 def test_report_modules_do_not_import_torch():
-    code = ("import sys, memprobe.report, memprobe.guide, memprobe.charts, memprobe.catalog, memprobe.published; "
+    code = ("import sys, memprobe.compare.report, memprobe.compare.guide, memprobe.compare.charts, memprobe.catalog, memprobe.compare.published; "
             "assert 'torch' not in sys.modules, 'torch imported'")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr

@@ -8,8 +8,8 @@ from datetime import datetime, timezone
 
 import pytest
 
-from memprobe import errors
-from memprobe.errors import classify_error
+from memprobe.probe import errors
+from memprobe.probe.errors import classify_error
 from memprobe.results import (
     SCHEMA,
     SCHEMA_VERSION,
@@ -22,7 +22,7 @@ from memprobe.results import (
     slug,
     write_result,
 )
-from memprobe.search import Attempt
+from memprobe.probe.search import Attempt
 from memprobe.units import gib, parse_size
 
 

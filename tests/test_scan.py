@@ -11,11 +11,11 @@ import itertools
 
 import pytest
 
-import memprobe.scan
+import memprobe.probe.scan
 from memprobe.results import read_result
-from memprobe.runner import WorkerError
-from memprobe.scan import NoCudaError, ScanOptions, scan_precision, scan_workload
-from memprobe.search import Attempt
+from memprobe.probe.runner import WorkerError
+from memprobe.probe.scan import NoCudaError, ScanOptions, scan_precision, scan_workload
+from memprobe.probe.search import Attempt
 
 from conftest import RecordingProgress
 
@@ -370,9 +370,9 @@ def test_scan_workload_writes_after_each_precision(monkeypatch, tmp_path):
         return factories[-1]
 
     saved = []
-    real_write = memprobe.scan.write_result
-    monkeypatch.setattr(memprobe.scan, "WorkerFactory", make_factory)
-    monkeypatch.setattr(memprobe.scan, "write_result",
+    real_write = memprobe.probe.scan.write_result
+    monkeypatch.setattr(memprobe.probe.scan, "WorkerFactory", make_factory)
+    monkeypatch.setattr(memprobe.probe.scan, "write_result",
                         lambda result, path: saved.append(sorted(result.precisions)) or real_write(result, path))
     opts = ScanOptions(precisions=["fp32", "bf16"], device="cpu", cpu_budget_bytes=world.capacity)
     progress = RecordingProgress()
@@ -390,7 +390,7 @@ def test_scan_workload_writes_after_each_precision(monkeypatch, tmp_path):
 
 
 def test_scan_workload_no_cuda_writes_nothing(monkeypatch, tmp_path):
-    monkeypatch.setattr(memprobe.scan, "WorkerFactory", lambda workload: FakeFactory(World(75, setup_error="no_cuda")))
+    monkeypatch.setattr(memprobe.probe.scan, "WorkerFactory", lambda workload: FakeFactory(World(75, setup_error="no_cuda")))
     opts = ScanOptions(precisions=["fp32"], device="cpu", cpu_budget_bytes=1)
     with pytest.raises(NoCudaError):
         scan_workload(_toy(), opts, tmp_path, RecordingProgress())
@@ -422,10 +422,10 @@ def test_an_emulated_scan_is_labelled_and_keeps_the_real_chip_for_mfu(tmp_path, 
     world = World(gpu="NVIDIA H100 80GB HBM3", flops_per_sample=1e12,
                   emulation={"memory_cap_bytes": 24 * 2**30, "outside_allocator_bytes_at_setup": 2**29,
                              "allocator_limit_bytes_at_setup": 24 * 2**30 - 2**29})
-    monkeypatch.setattr(memprobe.scan, "WorkerFactory", lambda workload: FakeFactory(world))
-    monkeypatch.setattr(memprobe.scan, "host_environment", lambda: {"driver": "fake"})
+    monkeypatch.setattr(memprobe.probe.scan, "WorkerFactory", lambda workload: FakeFactory(world))
+    monkeypatch.setattr(memprobe.probe.scan, "host_environment", lambda: {"driver": "fake"})
     opts = ScanOptions(precisions=["fp32"], device="cpu", cpu_budget_bytes=world.capacity)
-    result, path = memprobe.scan.scan_workload(_toy(), opts, tmp_path, RecordingProgress())
+    result, path = memprobe.probe.scan.scan_workload(_toy(), opts, tmp_path, RecordingProgress())
     gpu = result.environment["gpu"]
     assert gpu["name"] == "NVIDIA H100 80GB HBM3 [emulated 24 GiB cap]"
     assert gpu["real_name"] == "NVIDIA H100 80GB HBM3" and gpu["emulated_total_bytes"] == 24 * 2**30

@@ -8,7 +8,7 @@ from typing import Callable
 
 import pytest
 
-from memprobe.search import (Attempt, MemoryModel, SearchResult, confirm_edge, edge_model, find_max_batch,
+from memprobe.probe.search import (Attempt, MemoryModel, SearchResult, confirm_edge, edge_model, find_max_batch,
                              fit_memory_model)
 
 
@@ -137,7 +137,7 @@ def test_the_shortfall_in_an_oom_message_guides_the_walk_back():
     ("", None),
 ])
 def test_oom_shortfall_reads_pytorchs_message(message, expected):
-    from memprobe.search import oom_shortfall
+    from memprobe.probe.search import oom_shortfall
 
     got = oom_shortfall(message)
     assert got == (pytest.approx(expected) if expected is not None else None)

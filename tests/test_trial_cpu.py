@@ -1,7 +1,7 @@
-"""The real trial runner on the CPU with the toy workload and the fake allocator (memprobe.cpu_memory).
+"""The real trial runner on the CPU with the toy workload and the fake allocator (memprobe.probe.cpu_memory).
 
-In-process through memprobe.worker.Session, as a subprocess through memprobe.runner.Worker, and a
-whole scan through memprobe.scan.scan_workload. Each worker process costs seconds (it imports
+In-process through memprobe.probe.worker.Session, as a subprocess through memprobe.probe.runner.Worker, and a
+whole scan through memprobe.probe.scan.scan_workload. Each worker process costs seconds (it imports
 torch), so the expensive pieces are module-scoped.
 """
 
@@ -18,11 +18,11 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from memprobe.cpu_memory import LiveBytes  # noqa: E402
+from memprobe.probe.cpu_memory import LiveBytes  # noqa: E402
 from memprobe.results import read_result  # noqa: E402
-from memprobe.runner import Worker, WorkerError, WorkerSpec  # noqa: E402
-from memprobe.scan import ScanOptions, scan_workload  # noqa: E402
-from memprobe.worker import Session  # noqa: E402
+from memprobe.probe.runner import Worker, WorkerError, WorkerSpec  # noqa: E402
+from memprobe.probe.scan import ScanOptions, scan_workload  # noqa: E402
+from memprobe.probe.worker import Session  # noqa: E402
 
 from conftest import RecordingProgress  # noqa: E402
 
@@ -32,7 +32,7 @@ TOY_MODULE = "memprobe.workloads.toy"
 
 
 def worker_children() -> list[int]:
-    """Live child processes of this test process that run memprobe.worker."""
+    """Live child processes of this test process that run memprobe.probe.worker."""
     found = []
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
@@ -42,7 +42,7 @@ def worker_children() -> list[int]:
             cmdline = (stat.parent / "cmdline").read_bytes().replace(b"\0", b" ")
         except (OSError, IndexError, ValueError):
             continue
-        if b"memprobe.worker" in cmdline:
+        if b"memprobe.probe.worker" in cmdline:
             found.append(int(stat.parent.name))
     return found
 
@@ -53,7 +53,7 @@ def worker_logs() -> set[str]:
     return {p.name for pattern in ("memprobe-worker-*.log", "memprobe-zygote-*.log") for p in folder.glob(pattern)}
 
 
-# --- in-process: memprobe.worker.Session ---------------------------------------------------------
+# --- in-process: memprobe.probe.worker.Session ---------------------------------------------------------
 
 @pytest.fixture
 def session(toy):
@@ -200,7 +200,7 @@ def test_live_bytes_raises_oom_above_budget():
         assert tracker.peak > 10_000
 
 
-# --- a real worker subprocess: memprobe.runner.Worker ---------------------------------------------
+# --- a real worker subprocess: memprobe.probe.runner.Worker ---------------------------------------------
 
 @pytest.fixture(scope="module")
 def toy_spec(toy):
@@ -278,7 +278,7 @@ def test_dead_and_hung_workers_become_crash_and_timeout(toy_spec):
     assert not slow.alive
 
 
-# --- the whole scan on the CPU: memprobe.scan.scan_workload -------------------------------------
+# --- the whole scan on the CPU: memprobe.probe.scan.scan_workload -------------------------------------
 
 @pytest.fixture(scope="module")
 def scanned(toy, tmp_path_factory):
@@ -412,7 +412,7 @@ class _SkippingAmp:
 
 
 def test_trial_runs_until_k_steps_had_optimizer_state():
-    from memprobe.trial import run_until_state
+    from memprobe.probe.trial import run_until_state
 
     amp = _SkippingAmp(skips=0)
     assert run_until_state(amp.step, amp, 3, "train") == 3  # no skips: warm-up + 2, as before
@@ -423,7 +423,7 @@ def test_trial_runs_until_k_steps_had_optimizer_state():
 
 
 def test_trial_gives_up_when_loss_scaling_skips_every_update():
-    from memprobe.trial import MAX_SKIPPED_STEPS, NoOptimizerStepError, run_until_state
+    from memprobe.probe.trial import MAX_SKIPPED_STEPS, NoOptimizerStepError, run_until_state
 
     amp = _SkippingAmp(skips=10**9)
     with pytest.raises(NoOptimizerStepError, match="skipped"):
@@ -473,7 +473,7 @@ def test_worker_passes_the_settled_loss_scale_to_the_next_process():
 
 
 def test_infer_mode_runs_exactly_the_steps():
-    from memprobe.trial import run_until_state
+    from memprobe.probe.trial import run_until_state
 
     calls = []
     assert run_until_state(lambda: calls.append(1), None, 3, "infer") == 3 and len(calls) == 3
@@ -516,7 +516,7 @@ class _FixedPeaks:
 
 @pytest.mark.parametrize("reserved, expected", [(98, "oom"), (40, "error")])
 def test_trial_counts_a_cudnn_internal_error_at_full_memory_as_oom(reserved, expected):
-    from memprobe.trial import run_trial
+    from memprobe.probe.trial import run_trial
 
     task = _RaisingTask("cuDNN error: CUDNN_STATUS_INTERNAL_ERROR")
     attempt = run_trial(task, "fp32", "train", 80, 3, _FixedPeaks(reserved), capacity_bytes=100)

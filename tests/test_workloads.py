@@ -316,7 +316,7 @@ def test_timm_full_size_on_meta(timm_ready):
 
 
 def test_timm_flops_on_meta(timm_ready):
-    from memprobe.flops import flops_per_sample
+    from memprobe.probe.flops import flops_per_sample
 
     # published forward cost: ResNet-50 4.09 GMACs at 224, NASNet-A Large 23.8 GMACs at 331
     resnet = build("resnet50", META)

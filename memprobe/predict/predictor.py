@@ -31,14 +31,14 @@ import torch
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._pytree import tree_flatten
 
-from .allocator import ALLOC, FREE, MARK, ReplayResult, replay
-from .errors import FIT
-from .fakecuda import CUBLAS_OPS, H100, FakeCudaMode, Target, cuda_optimizers, fake_session, kernel_workspaces
-from .registry import Workload, family_builder
-from .search import Attempt, MemoryModel, fit_memory_model
-from .trial import run_step, run_until_state
-from .units import gib
-from .workloads.base import Amp
+from memprobe.predict.allocator import ALLOC, FREE, MARK, ReplayResult, replay
+from memprobe.probe.errors import FIT
+from memprobe.predict.fakecuda import CUBLAS_OPS, H100, FakeCudaMode, Target, cuda_optimizers, fake_session, kernel_workspaces
+from memprobe.registry import Workload, family_builder
+from memprobe.probe.search import Attempt, MemoryModel, fit_memory_model
+from memprobe.probe.trial import run_step, run_until_state
+from memprobe.units import gib
+from memprobe.workloads.base import Amp
 
 TRIAL_MARK = "trial"  # where run_trial called reset_peak_memory_stats (after empty_cache)
 FIT_BATCHES = (2, 4, 8, 16, 32, 64, 128, 256, 512)  # replayed for the reported linear fit (up to the edge)
@@ -644,9 +644,9 @@ def measured_overhead(paths: Sequence[str | Path]) -> tuple[int | None, str]:
     """The non-allocatable memory measured on a real card (guide.overhead_for: datasheet memory minus the
     allocator capacity a scan recorded), from the newest result file under `paths` that has one;
     (None, why) when there is none."""
-    from .catalog import default_catalog
-    from .guide import overhead_for
-    from .results import load_results
+    from memprobe.catalog import default_catalog
+    from memprobe.compare.guide import overhead_for
+    from memprobe.results import load_results
 
     existing = [Path(p) for p in paths if Path(p).exists()]
     if not existing:

@@ -12,14 +12,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Protocol
 
-from .catalog import PRECISIONS, peak_tflops
-from .device import host_environment
-from .memcap import emulated_name
-from .errors import CRASH, ERROR, FIT, OOM, OUTCOMES, TIMEOUT
-from .registry import Workload
-from .results import PrecisionResult, ScanResult, result_filename, write_result
-from .runner import Worker, WorkerError, WorkerFactory, WorkerSpec
-from .search import Attempt, EdgeCheck, SearchResult, confirm_edge, edge_model, find_max_batch, fit_memory_model
+from memprobe.catalog import PRECISIONS, peak_tflops
+from memprobe.device import host_environment
+from memprobe.probe.memcap import emulated_name
+from memprobe.probe.errors import CRASH, ERROR, FIT, OOM, OUTCOMES, TIMEOUT
+from memprobe.registry import Workload
+from memprobe.results import PrecisionResult, ScanResult, result_filename, write_result
+from memprobe.probe.runner import Worker, WorkerError, WorkerFactory, WorkerSpec
+from memprobe.probe.search import Attempt, EdgeCheck, SearchResult, confirm_edge, edge_model, find_max_batch, fit_memory_model
 
 # With the fork server, a search trial runs in a fresh process once its predicted peak passes this
 # share of the capacity. Far below the edge, the few GiB by which an in-process run can differ from
@@ -398,7 +398,7 @@ def _nvml_gpu_name(device: str) -> str:
     if device == "cpu":
         return "cpu"
     try:
-        from .device import visible_gpu
+        from memprobe.device import visible_gpu
 
         return visible_gpu().name
     except Exception:  # noqa: BLE001 - only a file name is at stake

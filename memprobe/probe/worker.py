@@ -1,6 +1,6 @@
 """The trial process: builds one workload on the device and runs trials on request.
 
-Started by runner.Worker as `python -m memprobe.worker --preload MODULE`. It speaks JSON lines:
+Started by runner.Worker as `python -m memprobe.probe.worker --preload MODULE`. It speaks JSON lines:
 one request per line on stdin, one answer per line on the protocol pipe (the original stdout;
 fd 1 is redirected to stderr so library prints cannot corrupt the protocol). It imports torch and
 the workload's module at start but touches CUDA only at `setup`, so a spare worker can wait,
@@ -31,14 +31,14 @@ from typing import Any
 
 import torch
 
-from .cpu_memory import LiveBytes
-from .device import torch_environment
-from .errors import CRASH, classify_error, with_memory_state
-from .measure import UtilizationSampler, summarize_times, time_steps
-from .memcap import CapPlan, MemoryCapError, plan_cap
-from .registry import family_builder
-from .trial import Memory, run_step, run_trial, run_until_state
-from .workloads.base import Amp
+from memprobe.probe.cpu_memory import LiveBytes
+from memprobe.device import torch_environment
+from memprobe.probe.errors import CRASH, classify_error, with_memory_state
+from memprobe.probe.measure import UtilizationSampler, summarize_times, time_steps
+from memprobe.probe.memcap import CapPlan, MemoryCapError, plan_cap
+from memprobe.registry import family_builder
+from memprobe.probe.trial import Memory, run_step, run_trial, run_until_state
+from memprobe.workloads.base import Amp
 
 EXIT_AFTER_CRASH = 3
 
@@ -150,7 +150,7 @@ class Session:
 
     def flops(self, req: dict[str, Any]) -> dict[str, Any]:
         """FLOPs per sample of one step (forward + backward, or forward in infer mode), counted once."""
-        from .flops import flops_per_sample
+        from memprobe.probe.flops import flops_per_sample
 
         try:
             # Counted on the eager step: the FLOPs are the model's, however the step is compiled.

@@ -1,6 +1,6 @@
 """Parent-side handle on trial processes: spawn, talk JSON lines, detect crashes, clean up.
 
-No torch here. Each Worker is one trial process (memprobe.worker). A crash (the process dies, or
+No torch here. Each Worker is one trial process (memprobe.probe.worker). A crash (the process dies, or
 reports a CRASH outcome) becomes an Attempt with outcome CRASH, and the scan carries on in a new
 process. Fresh processes are cheap: `WorkerFactory` starts a fork server (Zygote) that imports torch
 and the workload's module once, off the GPU, and forks each trial process from it, so a
@@ -22,9 +22,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import CRASH, ERROR, TIMEOUT
-from .registry import FAMILIES, Workload
-from .search import Attempt
+from memprobe.probe.errors import CRASH, ERROR, TIMEOUT
+from memprobe.registry import FAMILIES, Workload
+from memprobe.probe.search import Attempt
 
 
 class WorkerError(RuntimeError):
@@ -76,12 +76,12 @@ def _worker_env() -> dict[str, str]:
 
 
 class _ExecProcess:
-    """A trial process started by exec: `python -m memprobe.worker --preload MODULE`."""
+    """A trial process started by exec: `python -m memprobe.probe.worker --preload MODULE`."""
 
     def __init__(self, preload: str, log) -> None:
         # A new session: Ctrl-C in the terminal reaches the parent only, which then ends this process.
         self.popen = subprocess.Popen(
-            [sys.executable, "-m", "memprobe.worker", "--preload", preload],
+            [sys.executable, "-m", "memprobe.probe.worker", "--preload", preload],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
             text=True, start_new_session=True, env=_worker_env(),
         )
@@ -129,7 +129,7 @@ class _ForkedProcess:
 
 
 class Zygote:
-    """The fork server: one `python -m memprobe.worker --zygote-fd FD` process per scan.
+    """The fork server: one `python -m memprobe.probe.worker --zygote-fd FD` process per scan.
 
     Raises ZygoteError from spawn() when the server is gone or does not answer.
     """
@@ -139,7 +139,7 @@ class Zygote:
         self.answer_timeout_s = answer_timeout_s
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "memprobe.worker", "--zygote-fd", str(theirs.fileno()), "--preload", preload],
+            [sys.executable, "-m", "memprobe.probe.worker", "--zygote-fd", str(theirs.fileno()), "--preload", preload],
             stdin=subprocess.DEVNULL, stdout=self.log, stderr=self.log, pass_fds=[theirs.fileno()],
             start_new_session=True, env=_worker_env(),
         )

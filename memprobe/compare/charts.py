@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from .catalog import Catalog, default_catalog
-from .report import MEASURED, PREDICTED, PUBLISHED, Comparison, Relative
+from memprobe.catalog import Catalog, default_catalog
+from memprobe.compare.report import MEASURED, PREDICTED, PUBLISHED, Comparison, Relative
 
 STYLE = {
     MEASURED: {"color": "#1f5fa8", "hatch": "", "label": "measured by memprobe"},
@@ -218,7 +218,7 @@ def write_charts(comparison: Comparison, relative: Relative, loaded: Sequence, o
 
     `loaded` are the (path, result) pairs behind the comparison: their memory models give the predicted bars.
     """
-    from .guide import memory_models, predictions
+    from memprobe.compare.guide import memory_models, predictions
 
     catalog = catalog or default_catalog()
     out_dir = Path(out_dir)

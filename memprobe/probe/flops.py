@@ -23,7 +23,7 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode, conv_flop_count
 
-from .workloads.base import Amp, TrainTask
+from memprobe.workloads.base import Amp, TrainTask
 
 MODES = ("train", "infer")
 

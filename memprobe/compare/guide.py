@@ -14,14 +14,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from .catalog import Card, Catalog, default_catalog
-from .report import (
+from memprobe.catalog import Card, Catalog, default_catalog
+from memprobe.compare.report import (
     MEASURED, PREDICTED, Cell, Comparison, ReportError, Table, batch_unit, build_comparison, fmt_number,
     render, workload_labels,
 )
-from .results import PrecisionResult, ScanResult
-from .search import MemoryModel as LinearModel  # guide.MemoryModel is the per-workload record below
-from .units import gib
+from memprobe.results import PrecisionResult, ScanResult
+from memprobe.probe.search import MemoryModel as LinearModel  # guide.MemoryModel is the per-workload record below
+from memprobe.units import gib
 
 # A batch is "roomy" on a card when it is at least this fraction of the largest batch any catalog card reaches for
 # that workload (1/8: three halvings below the biggest card). Relative, so that a workload that trains at batch 1-2

@@ -14,9 +14,9 @@ from typing import Any, Callable
 
 import torch
 
-from .cpu_memory import LiveBytes
-from .errors import CRASH, FIT, classify_error, with_memory_state
-from .workloads.base import Amp, TrainTask
+from memprobe.probe.cpu_memory import LiveBytes
+from memprobe.probe.errors import CRASH, FIT, classify_error, with_memory_state
+from memprobe.workloads.base import Amp, TrainTask
 
 
 class Memory:

@@ -375,7 +375,7 @@ def kernel_workspaces(func, args: tuple, out: Any) -> list[int]:
 def cuda_optimizers(task) -> None:
     """Replace the task's optimizers (made by TrainTask.start on the CPU: foreach) with what
     make_optimizer builds on CUDA (fused), over the same parameters."""
-    from .workloads.base import make_optimizer
+    from memprobe.workloads.base import make_optimizer
 
     rebuilt = []
     for opt in task.optimizers:

@@ -17,10 +17,10 @@ from typing import Any, Iterable, Sequence
 
 from tabulate import tabulate
 
-from .catalog import PRECISIONS, Catalog, default_catalog
-from .published import SOURCES, Figure, default_published
-from .results import PrecisionResult, ScanResult
-from .units import gib
+from memprobe.catalog import PRECISIONS, Catalog, default_catalog
+from memprobe.compare.published import SOURCES, Figure, default_published
+from memprobe.results import PrecisionResult, ScanResult
+from memprobe.units import gib
 
 def _proof_text(p: PrecisionResult) -> str:
     proof = p.proof or {}
@@ -232,7 +232,7 @@ def workload_labels(results: Sequence[ScanResult]) -> tuple[list[str], list[str]
 
 def _mfu(p: PrecisionResult, device: str) -> tuple[float | None, str]:
     """MFU from the file when it has one, or from a recorded FLOPs count and the catalog's peak; else why not."""
-    from .catalog import peak_tflops
+    from memprobe.catalog import peak_tflops
 
     t = p.throughput or {}
     if t.get("mfu") is not None:

@@ -21,7 +21,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Iterable, Mapping, Sequence
 
-from .errors import ERROR, FIT
+from memprobe.probe.errors import ERROR, FIT
 
 MAX_GROWTH = 8  # largest jump, as a multiple of the largest batch known to fit, before a failure is seen
 
