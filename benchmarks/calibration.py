@@ -37,7 +37,7 @@ def _card_key(result) -> tuple[str, int]:
 def collect(paths: list[str], models: list[str] | None) -> dict[str, dict[str, list[dict]]]:
     """workload -> precision -> one entry per card: the newest finished scan's answer and capacity."""
     from memprobe.predict.predictor import trial_fit_batches
-    from memprobe.compare.report import newest_finished
+    from memprobe.compare.scan_table import newest_finished
     from memprobe.results import load_results
 
     loaded = load_results(paths, strict_files=False)

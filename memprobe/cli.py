@@ -162,7 +162,7 @@ def scan_cmd(model: str, precision: str, mode: str, batches: str | None, out_dir
     One result file per model is written (atomically, after every precision) under --out.
     """
     from memprobe.probe.scan import NoCudaError, ScanInterrupted, ScanOptions, scan_workload
-    from memprobe.compare.report import scan_table
+    from memprobe.compare.scan_table import scan_table
 
     registry = _registry(models_file)
     try:
@@ -379,7 +379,9 @@ def report_cmd(paths: tuple[str, ...], reference: str | None, precision: str | N
     warning). Prints max batch, throughput with MFU, throughput relative to a reference GPU (OOM = 0),
     the mixed-precision gain over fp32 and utilization. Cells memprobe did not measure are marked.
     """
-    from memprobe.compare.report import ReportError, comparison_report, scan_table
+    from memprobe.compare.comparison import ReportError
+    from memprobe.compare.report import comparison_report
+    from memprobe.compare.scan_table import scan_table
 
     loaded = _load_results(paths)
     if scans:

@@ -9,7 +9,9 @@ from memprobe.compare.charts import Bar, Panel, draw, max_batch_panels, relative
 from memprobe.cli import main
 from memprobe.compare.guide import memory_models, predictions
 from memprobe.catalog import load_catalog
-from memprobe.compare.report import MEASURED, PREDICTED, PUBLISHED, build_comparison, relative_throughput
+from memprobe.compare.comparison import MEASURED, build_comparison
+from memprobe.compare.comparison import PREDICTED, PUBLISHED
+from memprobe.compare.relative import relative_throughput
 from memprobe.results import write_result
 
 from test_report import A100, H100, GiB, loaded, make_result

@@ -14,7 +14,8 @@ from memprobe.compare.guide import (
     VERDICT_ALL, VERDICT_MOST, VERDICT_NO, guide_report, memory_models, overhead_for, predict_max_batch, predictions,
     verdicts,
 )
-from memprobe.compare.report import MEASURED, PREDICTED
+from memprobe.compare.comparison import MEASURED
+from memprobe.compare.comparison import PREDICTED
 from memprobe.results import write_result
 
 from test_report import H100, GiB, loaded, make_result

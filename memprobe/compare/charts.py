@@ -13,7 +13,9 @@ from pathlib import Path
 from typing import Sequence
 
 from memprobe.catalog import Catalog, default_catalog
-from memprobe.compare.report import MEASURED, PREDICTED, PUBLISHED, Comparison, Relative
+from memprobe.compare.comparison import MEASURED, Comparison
+from memprobe.compare.comparison import PREDICTED, PUBLISHED
+from memprobe.compare.relative import Relative
 
 STYLE = {
     MEASURED: {"color": "#1f5fa8", "hatch": "", "label": "measured by memprobe"},

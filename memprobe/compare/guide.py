@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from memprobe.catalog import Card, Catalog, default_catalog
-from memprobe.compare.report import (
-    MEASURED, PREDICTED, Cell, Comparison, ReportError, Table, batch_unit, build_comparison, fmt_number,
-    render, workload_labels,
-)
+from memprobe.compare.comparison import MEASURED, Comparison, ReportError, batch_unit, build_comparison, workload_labels
+from memprobe.compare.comparison import PREDICTED
+from memprobe.compare.tables import Cell, Table, fmt_number
+from memprobe.compare.report import render
 from memprobe.results import PrecisionResult, ScanResult
 from memprobe.probe.search import MemoryModel as LinearModel  # guide.MemoryModel is the per-workload record below
 from memprobe.units import gib

@@ -1,0 +1,249 @@
+"""Gather measured, published and predicted points per card x workload x precision for comparison.
+
+No torch. Every point says where it came from (measured by memprobe, published elsewhere, predicted), so
+the tables can mark every cell that memprobe did not measure.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+from memprobe.catalog import PRECISIONS, Catalog, default_catalog
+from memprobe.compare.published import Figure, default_published
+from memprobe.results import PrecisionResult, ScanResult
+
+
+MEASURED, PUBLISHED, PREDICTED = "measured", "published", "predicted"
+
+
+MARKS = {MEASURED: "", PUBLISHED: " (pub)", PREDICTED: " (pred)"}
+
+
+LEGEND = ("Legend: unmarked = measured by memprobe; (pub) = published figure from elsewhere (sources in the notes); "
+          "(pred) = predicted by memprobe from a fitted memory model; >=N = a batch that fit, not a searched maximum; "
+          "OOM = batch 1 does not train (counted as 0); (vs pub) = a measured value divided by a published reference.")
+
+
+PRECISION_ORDER = PRECISIONS  # the order tables list them in
+
+
+FORMATS = ("github", "plain", "csv", "json")
+
+
+# The 2020 study normalized to this card; memprobe keeps that reference when it is among the inputs.
+DEFAULT_REFERENCE = "Quadro RTX 8000"
+
+
+class ReportError(ValueError):
+    """A report cannot be made as asked (unknown reference GPU, nothing to compare). One line, for the CLI."""
+
+
+@dataclass
+class Point:
+    """One card x workload x precision, from one origin (a result file, or one published source).
+
+    gpu is the catalog name when the catalog knows the device ("NVIDIA H100 80GB HBM3" -> "H100 SXM"), else
+    the device name. max_batch/throughput are None when unknown; an OOM (max batch 0) has throughput 0.
+    """
+
+    gpu: str
+    device: str
+    workload: str
+    precision: str
+    origin: str
+    source: str
+    max_batch: float | None
+    batch_unit: str
+    batch_lower_bound: bool
+    throughput: float | None
+    unit: str
+    status: str = "done"
+    mfu: float | None = None
+    mfu_why: str = ""
+    utilization: dict[str, Any] = field(default_factory=dict)
+    created: str = ""
+    tokens_per_sample: float | None = None  # fairseq-style batch in tokens = batch x this (translation)
+
+    @property
+    def oom(self) -> bool:
+        return self.max_batch == 0
+
+
+@dataclass
+class Comparison:
+    """Every point to show, the order cards were given in, and notes that must be printed with the tables."""
+
+    points: list[Point]
+    gpu_order: list[str]
+    notes: list[str] = field(default_factory=list)
+    with_published: bool = False
+
+    def precisions(self) -> list[str]:
+        present = {p.precision for p in self.points}
+        return [p for p in PRECISION_ORDER if p in present] + sorted(present - set(PRECISION_ORDER))
+
+    def workloads(self) -> list[str]:
+        seen: list[str] = []
+        for p in self.points:
+            if p.workload not in seen:
+                seen.append(p.workload)
+        return seen
+
+    def find(self, gpu: str, workload: str, precision: str, origin: str) -> Point | None:
+        for p in self.points:
+            if (p.gpu, p.workload, p.precision, p.origin) == (gpu, workload, precision, origin):
+                return p
+        return None
+
+
+def definition_key(workload: dict[str, Any]) -> str:
+    """A short hash of everything in a workload definition that changes memory or speed (not the description)."""
+    core = {k: workload.get(k) for k in ("name", "family", "version", "unit", "params", "optimizer")}
+    return hashlib.sha1(json.dumps(core, sort_keys=True, default=str).encode()).hexdigest()[:6]
+
+
+def workload_labels(results: Sequence[ScanResult]) -> tuple[list[str], list[str]]:
+    """A display label per result, and notes. Results whose definitions differ under one name get apart labels.
+
+    Same name, same definition -> the name. Same name, different definitions -> name@v<version>, and a
+    #<hash> suffix when the versions alone do not tell them apart. Never raises.
+    """
+    by_name: dict[str, dict[str, dict[str, Any]]] = {}
+    for r in results:
+        by_name.setdefault(str(r.workload.get("name", "?")), {})[definition_key(r.workload)] = r.workload
+    labels_for: dict[tuple[str, str], str] = {}
+    notes = []
+    for name, defs in by_name.items():
+        if len(defs) == 1:
+            labels_for[(name, next(iter(defs)))] = name
+            continue
+        versions = [d.get("version") for d in defs.values()]
+        unique_versions = len(set(versions)) == len(versions)
+        for key, d in defs.items():
+            labels_for[(name, key)] = f"{name}@v{d.get('version')}" + ("" if unique_versions else f"#{key}")
+        differing = sorted({k for d in defs.values() for k in (d.get("params") or {})
+                            if len({json.dumps((e.get("params") or {}).get(k), default=str) for e in defs.values()}) > 1})
+        what = ", ".join(filter(None, ["version" if len(set(versions)) > 1 else "",
+                                       f"params {', '.join(differing)}" if differing else ""])) or "optimizer or unit"
+        shown = ", ".join(sorted(labels_for[(name, k)] for k in defs))
+        notes.append(f"{name}: {len(defs)} different workload definitions in the inputs (they differ in {what}); "
+                     f"shown apart as {shown} and never compared with each other.")
+    return [labels_for[(str(r.workload.get('name', '?')), definition_key(r.workload))] for r in results], notes
+
+
+def _mfu(p: PrecisionResult, device: str) -> tuple[float | None, str]:
+    """MFU from the file when it has one, or from a recorded FLOPs count and the catalog's peak; else why not."""
+    from memprobe.catalog import peak_tflops
+
+    t = p.throughput or {}
+    if t.get("mfu") is not None:
+        return float(t["mfu"]), ""
+    flops = t.get("flops_per_sample") or (p.settings.get("task") or {}).get("flops_per_sample")
+    if not flops:
+        return None, "the result file records no FLOPs per sample"
+    peak = peak_tflops(device, p.precision)
+    if not peak:
+        return None, f"the catalog has no {p.precision} peak for {device}"
+    samples = t.get("samples_per_s") or 0.0
+    return float(flops) * samples / (peak * 1e12), ""
+
+
+def batch_unit(result: ScanResult, p: PrecisionResult) -> str:
+    """What one step's batch counts: the workload's unit ("sequences"), or "samples of 128 tokens" when a sample
+    holds several units (translation: a sentence pair of tgt_len target tokens)."""
+    unit = str(result.workload.get("unit", "samples"))
+    per = (p.settings.get("task") or {}).get("units_per_sample")
+    return unit if not per or float(per) == 1.0 else f"samples of {float(per):g} {unit}"
+
+
+def _measured_points(loaded: Sequence[tuple[Path, ScanResult]], labels: list[str], catalog: Catalog) -> list[Point]:
+    points = []
+    for (path, result), label in zip(loaded, labels):
+        device = str(result.environment.get("gpu", {}).get("name", "?"))
+        unit = str(result.workload.get("unit", "samples"))
+        for name, p in result.precisions.items():
+            t = p.throughput or {}
+            done = p.status == "done" and p.max_batch is not None
+            throughput = None
+            if done and p.max_batch == 0:
+                throughput = 0.0  # OOM at batch 1 counts as 0, like the 2020 study
+            elif done and t.get("units_per_s") and t.get("outcome", "fit") == "fit":
+                throughput = float(t["units_per_s"])
+            mfu, why = _mfu(p, device) if throughput else (None, "")
+            points.append(Point(
+                gpu=catalog.canonical(device), device=device, workload=label, precision=name, origin=MEASURED,
+                source=str(path), max_batch=float(p.max_batch) if done else None, batch_unit=batch_unit(result, p),
+                batch_lower_bound=False, throughput=throughput, unit=f"{t.get('unit') or unit}/s", status=p.status,
+                mfu=mfu, mfu_why=why, utilization=t.get("utilization") or {}, created=result.created,
+                tokens_per_sample=(p.settings.get("task") or {}).get("tokens_per_sample"),
+            ))
+    return points
+
+
+def _published_points(figures: Iterable[Figure], catalog: Catalog) -> list[Point]:
+    grouped: dict[tuple[str, str, str, str], dict[str, Figure]] = {}
+    for f in figures:
+        if f.memprobe_workload:
+            grouped.setdefault((f.source, f.gpu, f.memprobe_workload, f.precision), {})[f.metric] = f
+    points = []
+    for (source, gpu, workload, precision), by_metric in grouped.items():
+        batch, speed = by_metric.get("max_batch"), by_metric.get("throughput")
+        max_batch = batch.value if batch else None
+        throughput = speed.value if speed else None
+        if max_batch == 0:
+            throughput = 0.0
+        if max_batch is None and throughput is None:
+            continue  # '-' in both tables: the source has no figure for this card
+        points.append(Point(
+            gpu=catalog.canonical(gpu), device=gpu, workload=workload, precision=precision, origin=PUBLISHED,
+            source=source, max_batch=max_batch, batch_unit=batch.unit if batch else "",
+            batch_lower_bound=bool(batch and batch.is_lower_bound), throughput=throughput,
+            unit=speed.unit if speed else "", mfu_why="published figure",
+        ))
+    return points
+
+
+def build_comparison(loaded: Sequence[tuple[Path, ScanResult]], with_published: bool = False,
+                     precisions: Sequence[str] | None = None, catalog: Catalog | None = None,
+                     figures: Iterable[Figure] | None = None) -> Comparison:
+    """Collect the points to compare: measured (from `loaded`, pairs of path and result) and, if asked, published.
+
+    Workloads whose definitions differ are labelled apart; a card measured twice for one workload and
+    precision keeps the newest result (noted). `precisions` filters. Raises ReportError when nothing is left.
+    """
+    catalog = catalog or default_catalog()
+    labels, notes = workload_labels([r for _, r in loaded])
+    measured = _measured_points(loaded, labels, catalog)
+    newest: dict[tuple[str, str, str], Point] = {}
+    for p in measured:
+        key = (p.gpu, p.workload, p.precision)
+        if key in newest:
+            keep, drop = sorted((newest[key], p), key=lambda q: q.created, reverse=True)
+            notes.append(f"{p.gpu} {p.workload} {p.precision} is in two files; using the newer {Path(keep.source).name}, "
+                         f"not {Path(drop.source).name}.")
+            newest[key] = keep
+        else:
+            newest[key] = p
+    points = [p for p in measured if newest.get((p.gpu, p.workload, p.precision)) is p]
+    if with_published:
+        published = _published_points(default_published() if figures is None else figures, catalog)
+        points += published
+        names = sorted({p.workload for p in published})
+        for label in dict.fromkeys(p.workload for p in measured):
+            if not any(q.workload == label for q in published):
+                notes.append(f"{label}: no published figures for this workload (published ones exist for "
+                             f"{', '.join(names)}); its cells are memprobe's alone.")
+    if precisions:
+        points = [p for p in points if p.precision in precisions]
+    if not points:
+        raise ReportError("nothing to report: no result (or published figure) matches the inputs"
+                          + (f" and --precision {','.join(precisions)}" if precisions else ""))
+    order: list[str] = []
+    for p in points:  # measured cards first, in the order given; then published ones
+        if p.gpu not in order:
+            order.append(p.gpu)
+    return Comparison(points=points, gpu_order=order, notes=notes, with_published=with_published)

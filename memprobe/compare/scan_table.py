@@ -1,0 +1,115 @@
+"""The per-scan summary table (`memprobe report --scans`): max batch, proof, throughput per precision.
+
+No torch: reports are made on any machine.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from typing import Any, Iterable, Sequence
+
+from tabulate import tabulate
+
+from memprobe.catalog import PRECISIONS
+from memprobe.results import PrecisionResult, ScanResult
+from memprobe.units import gib
+
+
+def _proof_text(p: PrecisionResult) -> str:
+    proof = p.proof or {}
+    if p.max_batch == 0:
+        return "1 fails" if proof.get("verified") else "1 fails (search only)"
+    if proof.get("fits") is None:
+        return "-"
+    fails = proof.get("fails")
+    text = f"{proof['fits']} fits, {fails} {proof.get('fail_outcome') or 'fails'}" if fails else f"{proof['fits']} fits (cap)"
+    return text if proof.get("verified") else text + " (unverified)"
+
+
+def _agreed_text(p: PrecisionResult) -> str:
+    proof = p.proof or {}
+    if not proof:
+        return "-"
+    if proof.get("agreed"):
+        return "yes"
+    # "in_process": files written before search trials near the edge ran in fresh processes
+    found = (proof.get("search") or proof.get("in_process") or {}).get("fits")
+    return f"no (search {found})"
+
+
+def newest_finished(results: Sequence[ScanResult]) -> list[tuple[ScanResult, str, PrecisionResult]]:
+    """Per (GPU, workload, precision): the newest finished precision, or, if none finished, the newest
+    one. A rerun thus replaces an interrupted or earlier row; sorted by workload, then precision order."""
+    best: dict[tuple[str, str, str], tuple[ScanResult, str, PrecisionResult]] = {}
+    for result in results:
+        gpu = result.environment.get("gpu", {}).get("name", "?")
+        for name, p in result.precisions.items():
+            key = (gpu, str(result.workload.get("name")), name)
+            rank = (p.status == "done", result.created)
+            if key not in best or rank >= (best[key][2].status == "done", best[key][0].created):
+                best[key] = (result, name, p)
+    order = {name: i for i, name in enumerate(PRECISIONS)}
+    return [best[k] for k in sorted(best, key=lambda k: (k[0], k[1], order.get(k[2], len(order))))]
+
+
+def scan_rows(results: Iterable[ScanResult], newest_only: bool = False,
+              precisions: Sequence[str] | None = None) -> list[dict[str, Any]]:
+    """One row per workload and precision with the headline numbers of a scan. With `newest_only`,
+    one row per GPU, workload and precision across all `results` (see newest_finished);
+    `precisions` keeps only those."""
+    results = list(results)
+    if newest_only:
+        entries = newest_finished(results)
+    else:
+        entries = [(r, name, p) for r in results for name, p in r.precisions.items()]
+    if precisions:
+        entries = [e for e in entries if e[1] in precisions]
+    rows = []
+    for result, name, p in entries:
+        gpu = result.environment.get("gpu", {}).get("name", "?")
+        unit = result.workload.get("unit", "samples")
+        t = p.throughput or {}
+        util = t.get("utilization") or {}
+        gpu_util = (util.get("gpu_util_pct") or {}).get("mean")
+        power = (util.get("power_w") or {}).get("mean")
+        proof = p.proof or {}
+        reused = set(proof.get("reused_from_search", []))
+        rechecks = [c for c in proof.get("checks", []) if c["batch"] not in reused]
+        fresh = sum(bool(a.get("fresh")) for a in p.attempts) + len(rechecks)
+        mfu = t.get("mfu")
+        rows.append({
+            "gpu": gpu,
+            "model": result.workload.get("name"),
+            "precision": name,
+            "max batch": p.max_batch if p.status == "done" else f"{p.status}: {p.error[:60]}" if p.error else p.status,
+            "proof (fresh processes)": _proof_text(p),
+            "agreed": _agreed_text(p),
+            "trials (fresh)": f"{len(p.attempts) + len(rechecks)} ({fresh})",
+            "search s": p.search_seconds if p.search_seconds is not None else "-",
+            f"throughput": f"{t['units_per_s']:.1f} {unit}/s" if t.get("units_per_s") else (t.get("error", "-")[:40] if t else "-"),
+            "step ms (median)": f"{t['step_time']['median_s'] * 1000:.0f}" if t.get("step_time") else "-",
+            "MFU %": f"{mfu * 100:.1f}" if mfu is not None else "-",
+            "peak GiB": gib(t.get("peak_reserved")) if t else "-",
+            "GPU util %": f"{gpu_util:.0f}" if gpu_util is not None else "-",
+            "power W": f"{power:.0f}" if power is not None else "-",
+        })
+    return rows
+
+
+def scan_table(results: Iterable[ScanResult], fmt: str = "github", newest_only: bool = False,
+               precisions: Sequence[str] | None = None) -> str:
+    """The scan summary as text: a table (github, plain or another tabulate format), csv or json."""
+    rows = scan_rows(results, newest_only, precisions)
+    if fmt == "json":
+        return json.dumps(rows, indent=1)
+    if not rows:
+        return "(no results)"
+    if fmt == "csv":
+        out = io.StringIO()
+        writer = csv.DictWriter(out, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+        return out.getvalue().rstrip("\n")
+    return tabulate(rows, headers="keys", tablefmt=fmt, disable_numparse=True)

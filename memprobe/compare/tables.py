@@ -1,0 +1,208 @@
+"""Cross-card tables from a Comparison: max batch, throughput, mixed-precision gain, utilization.
+
+No torch. Cells keep their origin so rendering can mark published and predicted values.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from memprobe.compare.published import SOURCES, Figure, default_published
+from memprobe.units import gib
+from memprobe.compare.comparison import Comparison, MARKS, MEASURED, PUBLISHED, Point
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One table cell: the text shown, the number behind it (for csv/json/charts) and where it comes from."""
+
+    text: str
+    value: float | None = None
+    origin: str = MEASURED
+
+    def __str__(self) -> str:
+        return self.text
+
+
+@dataclass
+class Table:
+    """A titled table; rows hold label strings and Cells. notes are printed under it."""
+
+    key: str
+    title: str
+    columns: list[str]
+    rows: list[list[Any]]
+    notes: list[str] = field(default_factory=list)
+
+
+def fmt_number(value: float) -> str:
+    """A number for a table: integers bare, small values with 2 decimals, others with 1."""
+    if float(value).is_integer():
+        return str(int(value))
+    return f"{value:.2f}" if abs(value) < 10 else f"{value:.1f}"
+
+
+def _mark(text: str, origin: str) -> str:
+    return text + MARKS.get(origin, f" ({origin})")
+
+
+def batch_cell(p: Point | None) -> Cell | str:
+    """Max batch as shown: exact for memprobe, '>=N' for published batches that were not searched, OOM for 0."""
+    if p is None:
+        return "-"
+    if p.max_batch is None:
+        return Cell(_mark(p.status if p.status != "done" else "-", p.origin), None, p.origin)
+    if p.max_batch == 0:
+        return Cell(_mark("OOM", p.origin), 0.0, p.origin)
+    text = (">=" if p.batch_lower_bound else "") + fmt_number(p.max_batch)
+    if p.tokens_per_sample:  # also in tokens, the unit fairseq's --max-tokens (and the 2020 table) count in
+        text += f" ({fmt_number(p.max_batch * float(p.tokens_per_sample))} tok)"
+    return Cell(_mark(text, p.origin), p.max_batch, p.origin)
+
+
+def throughput_cell(p: Point | None) -> Cell | str:
+    """Throughput as shown: the number, '0 (OOM)' when batch 1 does not train."""
+    if p is None:
+        return "-"
+    if p.throughput is None:
+        return Cell(_mark(p.status if p.status != "done" else "-", p.origin), None, p.origin)
+    if p.oom:
+        return Cell(_mark("0 (OOM)", p.origin), 0.0, p.origin)
+    return Cell(_mark(fmt_number(p.throughput), p.origin), p.throughput, p.origin)
+
+
+def _row_groups(comparison: Comparison) -> list[tuple[str, str, str, list[Point]]]:
+    """(workload, gpu, source label, points) per table row. Measured and published never share a row."""
+    groups: dict[tuple[str, str, str], list[Point]] = {}
+    for w in comparison.workloads():
+        for gpu in comparison.gpu_order:
+            for p in comparison.points:
+                if p.workload == w and p.gpu == gpu:
+                    label = "measured" if p.origin == MEASURED else p.source
+                    groups.setdefault((w, gpu, label), []).append(p)
+    return [(w, g, s, ps) for (w, g, s), ps in groups.items()]
+
+
+def _by_precision(points: list[Point]) -> dict[str, Point]:
+    return {p.precision: p for p in points}
+
+
+def max_batch_table(comparison: Comparison) -> Table:
+    """Max batch per workload x GPU x precision (the 2020 study's first table, exact where memprobe measured)."""
+    precisions = comparison.precisions()
+    rows = []
+    for workload, gpu, source, points in _row_groups(comparison):
+        by = _by_precision(points)
+        unit = next((p.batch_unit for p in points if p.batch_unit), "")
+        rows.append([workload, gpu, source, unit] + [batch_cell(by.get(pr)) for pr in precisions])
+    notes = []
+    if any(p.origin == PUBLISHED and p.batch_lower_bound for p in comparison.points):
+        notes.append("Published batches are batches that fit (2020: largest power of two; 2023-2025 catalog: "
+                     "hand-picked per memory size), hence >=; memprobe's are exact maxima (B fits, B+1 does not).")
+    if any(p.origin == PUBLISHED and p.batch_unit == "tokens" for p in comparison.points):
+        notes.append("transformer-big: the published batch is counted in tokens (fairseq --max-tokens); memprobe's "
+                     "in sentence pairs, with its size in tokens (batch x max(src, tgt) length) in brackets.")
+    return Table("max_batch", "Max batch per workload, GPU and precision", ["workload", "GPU", "source", "batch unit"]
+                 + precisions, rows, notes)
+
+
+def throughput_table(comparison: Comparison) -> Table:
+    """Throughput at the max batch per workload x GPU x precision, with its unit and MFU (measured rows only)."""
+    precisions = comparison.precisions()
+    mfu_precisions = [pr for pr in precisions if any(p.precision == pr and p.origin == MEASURED for p in comparison.points)]
+    columns = ["workload", "GPU", "source", "unit"]
+    for pr in precisions:
+        columns.append(pr)
+        if pr in mfu_precisions:
+            columns.append(f"{pr} MFU")
+    rows = []
+    for workload, gpu, source, points in _row_groups(comparison):
+        by = _by_precision(points)
+        unit = next((p.unit for p in points if p.unit), "")
+        row: list[Any] = [workload, gpu, source, unit]
+        for pr in precisions:
+            row.append(throughput_cell(by.get(pr)))
+            if pr in mfu_precisions:
+                p = by.get(pr)
+                row.append(Cell(f"{p.mfu * 100:.1f}%", p.mfu) if p is not None and p.mfu is not None else "-")
+        rows.append(row)
+    notes = []
+    reasons = sorted({p.mfu_why for p in comparison.points if p.origin == MEASURED and p.mfu is None and p.mfu_why})
+    if reasons:
+        notes.append(f"MFU '-': {'; '.join(reasons)} (MFU = FLOPs per sample x samples/s / the card's dense peak "
+                     "for the precision, from memprobe/data/gpus.yaml). Published rows have no MFU.")
+    if any(p.origin == PUBLISHED and p.precision == "tf32" for p in comparison.points):
+        notes.append("tf32 published cells are the 2023-2025 catalog's 'FP32' column on Ampere and newer cards, where "
+                     "TF32 tensor cores were on; compare them with memprobe tf32 results, not fp32.")
+    return Table("throughput", "Training throughput at the max batch", columns, rows, notes)
+
+
+def gains_table(comparison: Comparison) -> Table:
+    """Mixed-precision gain per workload and card: fp16 and bf16 over fp32, for max batch and throughput."""
+    columns = ["workload", "GPU", "source", "fp16/fp32 batch", "fp16/fp32 throughput", "bf16/fp32 batch",
+               "bf16/fp32 throughput"]
+    rows = []
+
+    def ratio(a: float | None, b: float | None, origin: str) -> Cell | str:
+        if a is None or b is None:
+            return "-"
+        if b == 0:
+            return Cell(_mark("n/a (fp32 OOM)", origin), None, origin)
+        return Cell(_mark(f"{a / b:.2f}x", origin), a / b, origin)
+
+    for workload, gpu, source, points in _row_groups(comparison):
+        by = _by_precision(points)
+        base = by.get("fp32")
+        if base is None or not ({"fp16", "bf16"} & set(by)):
+            continue
+        row: list[Any] = [workload, gpu, source]
+        for pr in ("fp16", "bf16"):
+            p = by.get(pr)
+            row.append(ratio(p.max_batch if p else None, base.max_batch, base.origin))
+            row.append(ratio(p.throughput if p else None, base.throughput, base.origin))
+        rows.append(row)
+    notes = ["Ratios of the same card and source: fp16 = autocast float16 + GradScaler, bf16 = autocast bfloat16, "
+             "fp32 = true FP32 (TF32 off). Published rows whose 'FP32' is TF32 have no fp32 baseline and are left out."]
+    if any(r[2] != "measured" for r in rows):
+        notes.append("Published batch ratios compare hand-picked batches, not maxima.")
+    return Table("gains", "Mixed-precision gain over fp32", columns, rows, notes)
+
+
+def utilization_table(comparison: Comparison) -> Table:
+    """Utilization sampled during memprobe's timed steps (measured rows only: nothing published has it)."""
+    columns = ["GPU", "workload", "precision", "batch", "GPU util %", "memory util %", "power W (mean / max)",
+               "memory used GiB", "SM clock MHz"]
+    rows = []
+    for p in comparison.points:
+        if p.origin != MEASURED or not p.utilization:
+            continue
+        u = p.utilization
+
+        def mean(key: str, scale: float = 1.0, digits: int = 0) -> str:
+            m = (u.get(key) or {}).get("mean")
+            return "-" if m is None else f"{m / scale:.{digits}f}"
+
+        power = u.get("power_w") or {}
+        power_text = "-" if power.get("mean") is None else f"{power['mean']:.0f} / {power.get('max', power['mean']):.0f}"
+        used = (u.get("mem_used_bytes") or {}).get("max")
+        rows.append([p.gpu, p.workload, p.precision, fmt_number(p.max_batch) if p.max_batch is not None else "-",
+                     mean("gpu_util_pct"), mean("mem_util_pct"), power_text, gib(used), mean("sm_clock_mhz")])
+    notes = ["Sampled every 0.1 s from NVML during the timed steps at the max batch; memory util % is the "
+             "memory-controller busy time, not capacity."]
+    return Table("utilization", "Utilization during the timed steps (measured)", columns, rows, notes)
+
+
+def source_notes(comparison: Comparison, figures: Iterable[Figure] | None = None) -> list[str]:
+    """One line per published source used, and per published workload its implementation."""
+    used = {(p.source, p.workload) for p in comparison.points if p.origin == PUBLISHED}
+    if not used:
+        return []
+    figures = default_published() if figures is None else figures
+    impl: dict[tuple[str, str], str] = {}
+    for f in figures:
+        impl.setdefault((f.source, f.memprobe_workload), f"{f.implementation} ({f.date})")
+    notes = [f"Source {s}: {SOURCES.get(s, s)}." for s in sorted({s for s, _ in used})]
+    notes += [f"Published {w} ({s}): {impl.get((s, w), '?')}." for s, w in sorted(used)]
+    notes.append("Full rows, units and caveats: memprobe/data/published.csv.")
+    return notes
