@@ -107,7 +107,7 @@ def real_events(doc: dict) -> tuple[list[tuple], list[str], list[tuple]]:
     real segment events (action, size). The marker allocation becomes the trial MARK; a request that
     ran out of memory ("oom") becomes a final ALLOC."""
     from memprobe.predict.allocator import ALLOC, FREE, MARK
-    from memprobe.predict.predictor import TRIAL_MARK
+    from memprobe.predict.trace import TRIAL_MARK
 
     out: list[tuple] = []
     labels: list[str] = []
@@ -154,7 +154,7 @@ def _gib(n: float | None) -> str:
 def compare(path: Path, fake: bool) -> None:
     """Replay a captured trace through the allocator model; then line it up with the fake-tensor trace."""
     from memprobe.predict.allocator import ALLOC, FREE, CachingAllocator, replay
-    from memprobe.predict.predictor import TRIAL_MARK
+    from memprobe.predict.trace import TRIAL_MARK
 
     with gzip.open(path, "rt") as fh:
         doc = json.load(fh)
@@ -203,7 +203,8 @@ def compare(path: Path, fake: bool) -> None:
 def compare_fake(doc: dict, events: list[tuple], labels: list[str]) -> None:
     """Trace the same trial on fake tensors and print where the allocation sequences part."""
     from memprobe.predict.allocator import ALLOC, FREE, replay
-    from memprobe.predict.predictor import TRIAL_MARK, PrecisionTraces, TraceSession
+    from memprobe.predict.trace import TRIAL_MARK, TraceSession
+    from memprobe.predict.batch_model import PrecisionTraces
     from memprobe.registry import load_registry
 
     workload = load_registry()[doc["model"]]

@@ -36,7 +36,7 @@ def _card_key(result) -> tuple[str, int]:
 
 def collect(paths: list[str], models: list[str] | None) -> dict[str, dict[str, list[dict]]]:
     """workload -> precision -> one entry per card: the newest finished scan's answer and capacity."""
-    from memprobe.predict.predictor import trial_fit_batches
+    from memprobe.predict.summary import trial_fit_batches
     from memprobe.compare.scan_table import newest_finished
     from memprobe.results import load_results
 
@@ -61,7 +61,8 @@ def collect(paths: list[str], models: list[str] | None) -> dict[str, dict[str, l
 def predict_rows(name: str, per_precision: dict[str, list[dict]]) -> list[dict]:
     """Trace `name` once and predict the max batch at every recorded capacity."""
     from memprobe.catalog import PRECISIONS
-    from memprobe.predict.predictor import MODEL_BATCHES, PrecisionTraces, TraceSession, max_batch_for
+    from memprobe.predict.trace import MODEL_BATCHES, TraceSession
+    from memprobe.predict.batch_model import PrecisionTraces, max_batch_for
     from memprobe.registry import load_registry
 
     workload = load_registry()[name]

@@ -8,7 +8,6 @@ writing what finished).
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import click
 from tabulate import tabulate
@@ -264,7 +263,13 @@ def _memory_list(text: str) -> list[tuple[str, int]]:
 
 def _predict_and_print(workloads: list[Workload], precisions: list[str], memory: str, overhead_from: tuple[str, ...],
                        steps: int, compare: str | None) -> None:
-    from memprobe.predict.predictor import PredictError, measured_overhead, memory_sizes, predict, render
+    from memprobe.predict.torch_internals import TorchInternalsError
+
+    try:
+        from memprobe.predict.summary import measured_overhead, memory_sizes, predict, render
+        from memprobe.predict.trace import PredictError
+    except TorchInternalsError as exc:
+        raise click.ClickException(str(exc)) from None
 
     labels = _memory_list(memory)
     overhead, source = measured_overhead(overhead_from)
@@ -289,7 +294,7 @@ def _predict_and_print(workloads: list[Workload], precisions: list[str], memory:
             prediction = predict(workload, precisions, sizes, overhead, source, steps=steps,
                                  compare_with=compare_with if compare_with and
                                  compare_with[1].workload.get("name") == workload.name else None)
-        except PredictError as exc:
+        except (PredictError, TorchInternalsError) as exc:
             raise click.ClickException(str(exc)) from None
         click.echo(render(prediction))
 

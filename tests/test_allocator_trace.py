@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from memprobe.predict.allocator import ALLOC, FREE, MARK, replay
-from memprobe.predict.predictor import TRIAL_MARK
+from memprobe.predict.trace import TRIAL_MARK
 
 SPEC = importlib.util.spec_from_file_location("allocator_trace", Path(__file__).parents[1] / "benchmarks" / "allocator_trace.py")
 allocator_trace = importlib.util.module_from_spec(SPEC)

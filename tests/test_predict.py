@@ -16,10 +16,11 @@ torch = pytest.importorskip("torch")
 
 from memprobe.predict.allocator import ALLOC, FREE, MARK  # noqa: E402
 from memprobe.probe.cpu_memory import LiveBytes  # noqa: E402
-from memprobe.predict.fakecuda import FakeCudaMode, fake_session  # noqa: E402
-from memprobe.predict.predictor import (  # noqa: E402
-    TRIAL_MARK, MemorySize, PrecisionTraces, TraceSession, _replay, max_batch_for, measured_overhead, predict,
-)
+from memprobe.predict.fake_mode import FakeCudaMode  # noqa: E402
+from memprobe.predict.session import fake_session  # noqa: E402
+from memprobe.predict.trace import TRIAL_MARK, TraceSession  # noqa: E402
+from memprobe.predict.summary import MemorySize, measured_overhead, predict  # noqa: E402
+from memprobe.predict.batch_model import PrecisionTraces, _replay, max_batch_for  # noqa: E402
 from memprobe.registry import load_registry  # noqa: E402
 from memprobe.probe.trial import Memory, run_step, run_until_state  # noqa: E402
 from memprobe.workloads.base import Amp, make_optimizer  # noqa: E402

@@ -27,7 +27,7 @@ CPU are made to take the CUDA path while the emulation is active:
 - optimizers: `make_optimizer` builds the fused kernels on CUDA (foreach on the CPU, whose
   temporaries are as large as the parameters); `cuda_optimizers` rebuilds them fused.
 
-Fake tensors cannot answer data-dependent questions; FakeCudaMode answers them the way synthetic,
+Fake tensors cannot answer data-dependent questions; FakeCudaMode (fake_mode.py) answers them the way synthetic,
 well-formed inputs would (`.all()` True, `.any()` False, other scalar reads 0, data-dependent
 shapes at their worst case) and counts what it answered, so the prediction can say so.
 """
@@ -42,8 +42,11 @@ from dataclasses import dataclass
 from typing import Any, Iterator
 
 import torch
-from torch._subclasses.fake_tensor import FakeTensorMode
-from torch.utils._python_dispatch import TorchDispatchMode
+
+from memprobe.predict.torch_internals import internal
+
+# Private internals, resolved through torch_internals so a missing one is a clear error, not a wrong number.
+FakeTensorMode = internal("torch._subclasses.fake_tensor.FakeTensorMode")
 
 aten = torch.ops.aten
 
@@ -382,134 +385,3 @@ def cuda_optimizers(task) -> None:
         params = [p for group in opt.param_groups for p in group["params"]]
         rebuilt.append(make_optimizer(params, task.optimizer_spec, torch.device("cuda")))
     task.optimizers = rebuilt
-
-
-# --- fake tensors ------------------------------------------------------------------------------
-
-_PRIM_DEVICE = torch.ops.prim.device.default
-_BOOL_INDEX_OPS = frozenset({aten.index.Tensor, aten.index_put.default, aten.index_put_.default,
-                             aten._index_put_impl_.default, aten._unsafe_index.Tensor})
-
-
-class FakeCudaMode(TorchDispatchMode):
-    """Above FakeTensorMode: answers what fake tensors cannot, and lets a subclass watch every op.
-
-    Data-dependent values: `.all()` -> True, `.any()` -> False (synthetic inputs are well formed: masks
-    all ones, no NaN), any other scalar read -> 0. Data-dependent shapes (nonzero, boolean-mask
-    indexing, masked_select) take their worst case, every element selected. `answers` counts them.
-    Subclasses override `observe(func, args, kwargs, out)`.
-    """
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.answers: Counter = Counter()
-        self._made_by: dict[int, tuple[weakref.ref, str]] = {}
-
-    def observe(self, func, args, kwargs, out) -> None:
-        """Called after every op with its result."""
-
-    def before_swap(self, t1: torch.Tensor, t2: torch.Tensor) -> None:
-        """torch.utils.swap_tensors(t1, t2) is about to run: drop any weak reference to them (it refuses those)."""
-
-    def after_swap(self, t1: torch.Tensor, t2: torch.Tensor) -> None:
-        """torch.utils.swap_tensors(t1, t2) has run."""
-
-    def _scalar(self, t: torch.Tensor):
-        made = self._made_by.get(id(t))
-        producer = made[1] if made is not None and made[0]() is t else None
-        if t.dtype == torch.bool:
-            value = producer != "any"
-        elif t.is_floating_point():
-            value = 0.0
-        else:
-            value = 0
-        self.answers[(producer or "value", value)] += 1
-        return value
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if func is _PRIM_DEVICE:  # asked for every `tensor.device`: the most frequent call by far
-            return func(*args)
-        kwargs = kwargs or {}
-        if func is aten._local_scalar_dense.default:
-            return self._scalar(args[0])
-        if func in _BOOL_INDEX_OPS and any(i is not None and i.dtype in (torch.bool, torch.uint8) for i in args[1]):
-            indices = []
-            for i in args[1]:
-                if i is not None and i.dtype in (torch.bool, torch.uint8):
-                    self.answers[("boolean index", "all selected")] += 1
-                    indices += [torch.empty(i.numel(), dtype=torch.long, device=i.device) for _ in range(i.dim())]
-                else:
-                    indices.append(i)
-            args = (args[0], indices, *args[2:])
-        if func is aten.nonzero.default:
-            t = args[0]
-            self.answers[("nonzero", "all selected")] += 1
-            out = torch.empty((t.numel(), t.dim()), dtype=torch.long, device=t.device)
-        elif func is aten.masked_select.default:
-            t, mask = args
-            self.answers[("masked_select", "all selected")] += 1
-            out = torch.empty(torch.broadcast_shapes(t.shape, mask.shape).numel(), dtype=t.dtype, device=t.device)
-        else:
-            try:
-                out = func(*args, **kwargs)
-            except torch._subclasses.fake_tensor.DynamicOutputShapeException as exc:
-                raise EmulationError(f"{func} has an output shape that depends on tensor values; "
-                                     "the step cannot be predicted on fake tensors") from exc
-        if func in (aten.all.default, aten.all.dim, aten.any.default, aten.any.dim) and isinstance(out, torch.Tensor):
-            self._made_by[id(out)] = (weakref.ref(out), "all" if func in (aten.all.default, aten.all.dim) else "any")
-        self.observe(func, args, kwargs, out)
-        return out
-
-
-@contextmanager
-def fake_session(target: Target = H100) -> Iterator[tuple[FakeTensorMode, CudaBehaviour]]:
-    """Fake tensors plus the CUDA emulation, for building a workload and running its steps.
-
-    Inside, tensor creation yields fake tensors (no memory, no compute). Module.to_empty/.to swap a
-    fake parameter's contents (swap_tensors), which refuses tensors with weak references; the fake
-    mode's converter memo holds one for every Parameter made from a fake tensor, so the memo is
-    cleared before each swap (it only maps real tensors to fakes, and there are no real tensors here),
-    and active FakeCudaModes are told to drop theirs (before_swap / after_swap).
-    """
-    fake = FakeTensorMode()
-    original_swap = torch.utils.swap_tensors
-
-    def swap(t1, t2):
-        from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
-
-        watchers = [m for m in _get_current_dispatch_mode_stack() if isinstance(m, FakeCudaMode)]
-        for m in watchers:
-            m.before_swap(t1, t2)
-        fake.fake_tensor_converter.meta_converter.tensor_memo.clear()
-        original_swap(t1, t2)
-        for m in watchers:
-            m.after_swap(t1, t2)
-
-    torch.utils.swap_tensors = swap
-    restore = _treat_fakes_as_eager()
-    try:
-        with CudaBehaviour(target) as behaviour, fake:
-            yield fake, behaviour
-    finally:
-        torch.utils.swap_tensors = original_swap
-        for module, name, value in restore:
-            setattr(module, name, value)
-
-
-def _treat_fakes_as_eager() -> list[tuple[Any, str, Any]]:
-    """Make libraries that take fake tensors for graph tracing treat them as eager tensors.
-
-    transformers (is_tracing -> is_fake_tensor) keeps an all-ones attention mask when it sees a fake
-    tensor, instead of checking `mask.all()` and dropping it as it does in eager mode on a GPU; a kept
-    mask forces memory-efficient attention with a (batch, 1, seq, seq) bias saved in every layer. The
-    fake tensors here stand for eager CUDA tensors, and FakeCudaMode answers `.all()`. Returns what to
-    restore.
-    """
-    import sys
-
-    restore = []
-    utils = sys.modules.get("transformers.utils.import_utils")
-    if utils is not None and hasattr(utils, "is_fake_tensor"):
-        restore.append((utils, "is_fake_tensor", utils.is_fake_tensor))
-        utils.is_fake_tensor = lambda x: False
-    return restore

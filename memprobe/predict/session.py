@@ -1,0 +1,66 @@
+"""Enter fake tensors plus the CUDA emulation, for building a workload and running its steps with no GPU."""
+
+from __future__ import annotations
+
+import sys
+from contextlib import contextmanager
+from typing import Any, Iterator
+
+import torch
+
+from memprobe.predict.fake_mode import FakeCudaMode
+from memprobe.predict.fakecuda import H100, CudaBehaviour, FakeTensorMode, Target
+from memprobe.predict.torch_internals import internal, require_internals
+
+_get_current_dispatch_mode_stack = internal("torch.utils._python_dispatch._get_current_dispatch_mode_stack")
+
+
+@contextmanager
+def fake_session(target: Target = H100) -> Iterator[tuple[FakeTensorMode, CudaBehaviour]]:
+    """Fake tensors plus the CUDA emulation, for building a workload and running its steps.
+
+    Inside, tensor creation yields fake tensors (no memory, no compute). Module.to_empty/.to swap a
+    fake parameter's contents (swap_tensors), which refuses tensors with weak references; the fake
+    mode's converter memo holds one for every Parameter made from a fake tensor, so the memo is
+    cleared before each swap (it only maps real tensors to fakes, and there are no real tensors here),
+    and active FakeCudaModes are told to drop theirs (before_swap / after_swap).
+    """
+    require_internals()
+    fake = FakeTensorMode()
+    original_swap = torch.utils.swap_tensors
+
+    def swap(t1, t2):
+        watchers = [m for m in _get_current_dispatch_mode_stack() if isinstance(m, FakeCudaMode)]
+        for m in watchers:
+            m.before_swap(t1, t2)
+        fake.fake_tensor_converter.meta_converter.tensor_memo.clear()
+        original_swap(t1, t2)
+        for m in watchers:
+            m.after_swap(t1, t2)
+
+    torch.utils.swap_tensors = swap
+    restore = _treat_fakes_as_eager()
+    try:
+        with CudaBehaviour(target) as behaviour, fake:
+            yield fake, behaviour
+    finally:
+        torch.utils.swap_tensors = original_swap
+        for module, name, value in restore:
+            setattr(module, name, value)
+
+
+def _treat_fakes_as_eager() -> list[tuple[Any, str, Any]]:
+    """Make libraries that take fake tensors for graph tracing treat them as eager tensors.
+
+    transformers (is_tracing -> is_fake_tensor) keeps an all-ones attention mask when it sees a fake
+    tensor, instead of checking `mask.all()` and dropping it as it does in eager mode on a GPU; a kept
+    mask forces memory-efficient attention with a (batch, 1, seq, seq) bias saved in every layer. The
+    fake tensors here stand for eager CUDA tensors, and FakeCudaMode answers `.all()`. Returns what to
+    restore.
+    """
+    restore = []
+    utils = sys.modules.get("transformers.utils.import_utils")
+    if utils is not None and hasattr(utils, "is_fake_tensor"):
+        restore.append((utils, "is_fake_tensor", utils.is_fake_tensor))
+        utils.is_fake_tensor = lambda x: False
+    return restore

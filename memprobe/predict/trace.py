@@ -1,0 +1,165 @@
+"""Build a workload on fake tensors and trace one scan trial at a batch (build + trial events).
+
+The trial of a scan (one warm-up step + K more, optimizer state included; probe/trial.run_trial) is run on
+fake tensors with PyTorch's code paths switched to what they do on CUDA (fakecuda.py); the recorder gives
+the allocation events, which allocator.py replays.
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from memprobe.predict.allocator import ALLOC, FREE, MARK
+from memprobe.predict.fakecuda import H100, Target, cuda_optimizers
+from memprobe.predict.session import fake_session
+from memprobe.registry import Workload, family_builder
+from memprobe.probe.trial import run_step, run_until_state
+from memprobe.workloads.base import Amp
+from memprobe.predict.recorder import Recorder
+
+
+TRIAL_MARK = "trial"  # where run_trial called reset_peak_memory_stats (after empty_cache)
+
+
+MODEL_BATCHES = (2, 3)  # traced and extrapolated from; batch 1 can take other paths (size-1 dims broadcast)
+
+
+CHECK_BATCH = 4  # traced to check the extrapolation byte for byte
+
+
+class PredictError(RuntimeError):
+    """The workload cannot be predicted (it cannot be built or stepped on fake tensors)."""
+
+
+@dataclass
+class Trace:
+    """The events of building the model and of one trial at `batch`, ids renumbered 1..n in ALLOC order."""
+
+    batch: int
+    events: list[tuple]
+    steps: int
+
+
+def _canonical(build: list[tuple], trial: list[tuple]) -> list[tuple]:
+    """Build events, the trial mark, then the trial's events; ids renumbered; frees of storages
+    allocated outside these sections (an earlier trial's leftovers) dropped."""
+    mapping: dict[int, int] = {}
+    out: list[tuple] = []
+    for event in [*build, (MARK, TRIAL_MARK), *trial]:
+        kind = event[0]
+        if kind == ALLOC:
+            mapping[event[1]] = len(mapping) + 1
+            out.append((ALLOC, mapping[event[1]], event[2], event[3]))
+        elif kind == FREE:
+            if event[1] in mapping:
+                out.append((FREE, mapping[event[1]]))
+        elif kind == MARK and event[1] == TRIAL_MARK:
+            out.append(event)
+    return out
+
+
+class _EmulatedAmp(Amp):
+    """Amp whose autocast is the emulated CUDA autocast (fakecuda.CudaBehaviour.autocast)."""
+
+    def __init__(self, precision: str, behaviour) -> None:
+        super().__init__(precision, torch.device("cpu"))
+        self._behaviour = behaviour
+
+    def autocast(self):
+        if self.dtype is None:
+            return super().autocast()
+        return self._behaviour.autocast(self.dtype)
+
+
+def _builder(workload: Workload) -> Callable:
+    try:
+        return family_builder(workload.family)
+    except ImportError as exc:
+        raise PredictError(f"{workload.name}: cannot import its family '{workload.family}' ({exc})") from exc
+
+
+class TraceSession:
+    """One workload built on fake tensors, traced at any batch and precision. Use as a context manager."""
+
+    def __init__(self, workload: Workload, steps: int = 3, target: Target = H100) -> None:
+        if steps < 3:
+            raise ValueError("a trial is 1 warm-up step + K >= 2 steps")
+        self.workload = workload
+        self.steps = steps
+        self.target = target
+        self.seconds = 0.0
+        self.build_seconds = 0.0
+        self._stack: list = []
+
+    def __enter__(self) -> "TraceSession":
+        started = time.perf_counter()
+        build = _builder(self.workload)
+        session = fake_session(self.target)
+        self.fake, self.behaviour = session.__enter__()
+        self._stack.append(session)
+        self.recorder = Recorder(self.target)
+        self.recorder.__enter__()
+        try:
+            self.task = build(self.workload.params, self.workload.optimizer, torch.device("cpu"))
+            # Adopt the weights: Parameter(...) and swap_tensors made them without an op.
+            for t in [*self.task.model.parameters(), *self.task.model.buffers()]:
+                self.recorder.track(t)
+            gc.collect()
+            self.recorder.sweep()
+        except Exception as exc:
+            self.__exit__(None, None, None)
+            if isinstance(exc, PredictError):
+                raise
+            raise PredictError(f"{self.workload.name}: cannot build it on fake tensors: "
+                               f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from exc
+        self.build_events = list(self.recorder.events)
+        self.build_seconds = time.perf_counter() - started
+        self.seconds += self.build_seconds
+        return self
+
+    def __exit__(self, *exc) -> None:
+        recorder = getattr(self, "recorder", None)
+        if recorder is not None:
+            recorder.__exit__(None, None, None)
+            self.recorder = None
+        while self._stack:
+            self._stack.pop().__exit__(None, None, None)
+
+    def trace(self, precision: str, batch: int) -> Trace:
+        """Run one trial (trial.run_trial's steps) at `batch` and return build + trial events.
+
+        Raises PredictError when the step fails on fake tensors.
+        """
+        rec = self.recorder
+        if rec is None:
+            raise PredictError(f"{self.workload.name}: the trace session is closed")
+        started = time.perf_counter()
+        rec.cublas_allocated = False  # each traced trial stands for a fresh process
+        start = rec.mark(TRIAL_MARK)
+        task = self.task
+        ran = None
+        try:
+            task.start()
+            cuda_optimizers(task)
+            amp = _EmulatedAmp(precision, self.behaviour)
+            inputs = task.make_batch(batch)
+            ran = run_until_state(lambda: run_step(task, amp, inputs, "train"), amp, self.steps, "train")
+            failure = None
+        except Exception as exc:  # noqa: BLE001 - reported as a PredictError below, outside the except block
+            failure = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        inputs = amp = None  # noqa: F841
+        end = rec.mark("end")
+        rec.recording = False
+        task.stop()
+        gc.collect()
+        rec.recording = True
+        rec.sweep()
+        self.seconds += time.perf_counter() - started
+        if failure is not None:
+            raise PredictError(f"{self.workload.name} {precision} batch {batch}: the step failed on fake tensors: {failure}")
+        return Trace(batch, _canonical(self.build_events, rec.events[start + 1:end]), ran)

@@ -1,0 +1,83 @@
+"""The layout's promises: pure modules import without torch, modules stay small and say their job,
+and the private torch internals that predict relies on are all present (or refused by name)."""
+
+from __future__ import annotations
+
+import ast
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "memprobe"
+# Modules that must not import torch: the CLI (fast, runs on a laptop), the core, the comparisons.
+PURE = ["memprobe.cli", "memprobe.registry", "memprobe.results", "memprobe.units", "memprobe.catalog",
+        "memprobe.device", "memprobe.probe.search", "memprobe.probe.scan", "memprobe.probe.runner",
+        "memprobe.probe.memcap", "memprobe.probe.errors", "memprobe.predict.allocator",
+        "memprobe.predict.torch_internals", "memprobe.compare.report", "memprobe.compare.scan_table",
+        "memprobe.compare.comparison", "memprobe.compare.tables", "memprobe.compare.relative",
+        "memprobe.compare.guide", "memprobe.compare.charts", "memprobe.compare.published"]
+MAX_LINES = 450
+
+
+def test_pure_modules_import_with_torch_blocked():
+    code = ("import sys; sys.modules['torch'] = None\n"  # any `import torch` now raises ImportError
+            f"import importlib\nfor m in {PURE!r}: importlib.import_module(m)\n"
+            "assert 'torch' not in [k for k, v in sys.modules.items() if v is not None]")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
+def _modules() -> list[Path]:
+    return sorted(p for p in PACKAGE.rglob("*.py") if p.name != "__init__.py" or p.stat().st_size)
+
+
+@pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_module_is_small_and_says_its_job(path: Path):
+    text = path.read_text()
+    assert len(text.splitlines()) <= MAX_LINES, f"{path.name} has {len(text.splitlines())} lines"
+    doc = ast.get_docstring(ast.parse(text))
+    assert doc and doc.strip().splitlines()[0].strip(), f"{path.name} has no one-line docstring saying its job"
+
+
+def test_subsystems_are_folders():
+    for sub in ("probe", "predict", "compare", "workloads"):
+        assert (PACKAGE / sub / "__init__.py").exists()
+
+
+def test_torch_internals_all_present():
+    pytest.importorskip("torch")
+    from memprobe.predict.torch_internals import missing_internals, require_internals
+
+    assert missing_internals() == []
+    require_internals()
+
+
+def test_missing_torch_internal_is_a_clear_error(monkeypatch):
+    torch = pytest.importorskip("torch")
+    from memprobe.predict import torch_internals as ti
+
+    with pytest.raises(ti.TorchInternalsError, match=re.escape(f"torch {torch.__version__}: torch._C._no_such_thing")):
+        ti.internal("torch._C._no_such_thing")
+    monkeypatch.setattr(ti, "ATEN_OPS", ti.ATEN_OPS + ("_no_such_kernel",))
+    ti.require_internals.cache_clear()
+    with pytest.raises(ti.TorchInternalsError, match=r"torch\.ops\.aten\._no_such_kernel"):
+        ti.require_internals()
+    ti.require_internals.cache_clear()
+
+
+def test_fake_session_refuses_when_an_internal_is_missing(monkeypatch):
+    pytest.importorskip("torch")
+    from memprobe.predict import torch_internals as ti
+    from memprobe.predict.session import fake_session
+
+    monkeypatch.setattr(ti, "OBJECTS", ti.OBJECTS + ("torch._C._gone_in_a_future_release",))
+    ti.require_internals.cache_clear()
+    try:
+        with pytest.raises(ti.TorchInternalsError, match="_gone_in_a_future_release"):
+            with fake_session():
+                pass
+    finally:
+        ti.require_internals.cache_clear()
