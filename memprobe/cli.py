@@ -214,7 +214,8 @@ def scan_cmd(model: str, precision: str, mode: str, batches: str | None, out_dir
             sys.exit(EXIT_INTERRUPTED)
         finished.append(result)
         failed |= any(p.status == "error" for p in result.precisions.values())
-        click.echo(f"wrote {path}", err=True)
+        click.echo(f"wrote {path}" + (" (status failed: every precision ended in an error)"
+                                      if result.status == "failed" else ""), err=True)
     click.echo(scan_table(finished))
     if failed:
         sys.exit(1)
@@ -248,25 +249,28 @@ def _no_gpu(message: str, workloads: list[Workload], opts, mode: str, out_dir: s
     _predict_and_print(workloads, opts.precisions, COMMON_CARD_SIZES, (out_dir,), opts.steps, None)
 
 
-def _memory_list(text: str) -> list[tuple[str, int]]:
-    sizes = []
-    for item in (t.strip() for t in text.split(",")):
-        if not item:
-            continue
-        try:
-            sizes.append((item, parse_size(item)))
-        except ValueError as exc:
-            raise click.BadParameter(str(exc), param_hint="--memory") from None
-    if not sizes:
-        raise click.BadParameter("give at least one memory size, e.g. 24GiB", param_hint="--memory")
-    return sizes
+def _memory_list(text: str | None, gpus: str | None = None) -> list[tuple[str, int]]:
+    """(label, bytes) for --memory sizes and --gpu cards, saying on stderr how each was read."""
+    from memprobe.cardsize import SizeError, read_sizes
+
+    try:
+        sizes = read_sizes(text, gpus)
+    except SizeError as exc:
+        raise click.BadParameter(str(exc), param_hint=exc.option) from None
+    for note in sizes.notes:
+        click.echo(f"note: {note}", err=True)
+    return sizes.labels
 
 
-def _predict_and_print(workloads: list[Workload], precisions: list[str], memory: str, overhead_from: tuple[str, ...],
-                       steps: int, compare: str | None) -> None:
+def _predict_and_print(workloads: list[Workload], precisions: list[str], memory: str | None, overhead_from: tuple[str, ...],
+                       steps: int, compare: str | None, gpus: str | None = None) -> None:
     from memprobe.predict.predictor import PredictError, measured_overhead, memory_sizes, predict, render
+    from memprobe.workloads.torchvision_guard import standin_reason
 
-    labels = _memory_list(memory)
+    labels = _memory_list(memory, gpus)
+    if standin_reason():
+        click.echo(f"note: {standin_reason()}; a stand-in that raises on use takes its place (no workload calls "
+                   "torchvision)", err=True)
     overhead, source = measured_overhead(overhead_from)
     try:
         sizes = memory_sizes(labels, overhead)
@@ -296,8 +300,10 @@ def _predict_and_print(workloads: list[Workload], precisions: list[str], memory:
 
 @main.command("predict")
 @click.option("--model", "-m", "model", required=True, help="Workload name(s), comma-separated; wildcards work.")
-@click.option("--memory", default=COMMON_CARD_SIZES, show_default=True,
-              help="Comma-separated memory sizes of the cards to predict for (datasheet sizes: 24GiB, 80GiB, 11GB).")
+@click.option("--memory", help=f"Comma-separated memory sizes to predict for (24GiB, 11GB = decimal; default without "
+                               f"--gpu: {COMMON_CARD_SIZES}).")
+@click.option("--gpu", "gpus", help="Comma-separated catalog cards by name or alias (\"H200\", \"H100 SXM\"): predicts at the "
+                                    "total memory the card's driver reports (see `memprobe guide` for the catalog).")
 @click.option("--precision", "-p", default="fp32,fp16,bf16", show_default=True,
               help="Comma-separated: fp32, tf32, fp16, bf16 (as in scan).")
 @click.option("--models", "models_file", type=click.Path(dir_okay=False), help="Registry file (default: the packaged models.yaml).")
@@ -309,8 +315,8 @@ def _predict_and_print(workloads: list[Workload], precisions: list[str], memory:
               help="A scan result file of this workload: also print predicted vs measured peaks for its trials, and "
                    "the predicted max batch at its allocator capacity beside the measured one.")
 @click.option("--steps", default=3, show_default=True, type=click.IntRange(3), help="Steps per trial: 1 warm-up + K >= 2.")
-def predict_cmd(model: str, memory: str, precision: str, models_file: str | None, overhead_from: tuple[str, ...],
-                compare: str | None, steps: int) -> None:
+def predict_cmd(model: str, memory: str | None, gpus: str | None, precision: str, models_file: str | None,
+                overhead_from: tuple[str, ...], compare: str | None, steps: int) -> None:
     """Predict the max batch for any memory size, with no GPU (labelled predicted, not measured).
 
     Runs the scan's trial (1 warm-up + K steps, optimizer state included) on fake tensors with the
@@ -326,7 +332,9 @@ def predict_cmd(model: str, memory: str, precision: str, models_file: str | None
     precisions = _precision_list(precision) or []
     if not precisions:
         raise click.BadParameter("give at least one precision", param_hint="--precision")
-    _predict_and_print(workloads, precisions, memory, overhead_from, steps, compare)
+    if memory is None and gpus is None:
+        memory = COMMON_CARD_SIZES
+    _predict_and_print(workloads, precisions, memory, overhead_from, steps, compare, gpus)
 
 
 _FORMATS = ("github", "plain", "csv", "json")

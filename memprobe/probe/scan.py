@@ -17,8 +17,9 @@ from memprobe.device import host_environment
 from memprobe.probe.memcap import emulated_name
 from memprobe.probe.errors import CRASH, ERROR, FIT, OOM, OUTCOMES, TIMEOUT
 from memprobe.registry import Workload
-from memprobe.results import PrecisionResult, ScanResult, result_filename, write_result
+from memprobe.results import PrecisionResult, ScanResult, final_status, result_filename, write_result
 from memprobe.probe.runner import Worker, WorkerError, WorkerFactory, WorkerSpec
+from memprobe.probe.setup_failure import record_setup_oom
 from memprobe.probe.search import Attempt, EdgeCheck, SearchResult, confirm_edge, edge_model, find_max_batch, fit_memory_model
 
 # With the fork server, a search trial runs in a fresh process once its predicted peak passes this
@@ -127,7 +128,7 @@ class _SearchTrials:
             except WorkerError as exc:
                 return Attempt(batch, ERROR, message=f"could not restart the trial process: {exc}")
         attempt = self.worker.trial(batch, self.steps)
-        if attempt.outcome in (CRASH, TIMEOUT):
+        if attempt.outcome in (CRASH, TIMEOUT) or not self.worker.alive:
             self.close()  # the context is unusable; the next trial gets a new process
         return attempt
 
@@ -250,10 +251,8 @@ def scan_precision(workload: Workload, precision: str, opts: ScanOptions, factor
     except WorkerError as exc:
         if exc.kind == "no_cuda":
             raise NoCudaError(str(exc)) from exc
-        if exc.kind == OOM:  # the model itself does not fit: batch 1 cannot train
-            result.status, result.max_batch, result.stop = "done", 0, "nothing-fits"
-            result.error = str(exc)
-            return result
+        if exc.kind == OOM:
+            return record_setup_oom(result, exc, opts.device)
         result.status, result.error = "error", str(exc)
         return result
     emulation = worker.info.get("emulation")
@@ -378,7 +377,7 @@ def scan_workload(workload: Workload, opts: ScanOptions, out_dir: str | Path, pr
             result.precisions[precision] = PrecisionResult(precision, status="running")
             result.precisions[precision] = scan_precision(workload, precision, opts, factory, progress, on_environment)
             save()
-        result.status = "complete"
+        result.status = final_status(result.precisions)
         save()
     except KeyboardInterrupt:
         for p in result.precisions.values():

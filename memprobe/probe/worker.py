@@ -95,8 +95,13 @@ class Session:
         builder = family_builder(workload["family"])
         started = time.perf_counter()
         if device.type == "cuda":
-            torch.cuda.init()
-            torch.empty(1, device=device)  # creates the context now, so its cost is timed apart
+            try:
+                torch.cuda.init()
+                torch.empty(1, device=device)  # creates the context now, so its cost is timed apart
+            except Exception as exc:  # noqa: BLE001 - e.g. AcceleratorError "CUDA error: out of memory"
+                kind = classify_error(type(exc).__name__, str(exc))
+                return {"ok": False, "kind": kind, "stage": "cuda-context",
+                        "message": f"creating the CUDA context: {type(exc).__name__}: {exc}"[:500]}
         cuda_init_seconds = time.perf_counter() - started
         started = time.perf_counter()
         torch.manual_seed(0)
@@ -104,7 +109,8 @@ class Session:
             self.task = builder(workload["params"], workload["optimizer"], device)
         except Exception as exc:  # noqa: BLE001 - a model that cannot be built fits no batch
             kind = classify_error(type(exc).__name__, str(exc))
-            return {"ok": False, "kind": kind, "message": f"building {workload['name']}: {type(exc).__name__}: {exc}"[:500]}
+            return {"ok": False, "kind": kind, "stage": "build",
+                    "message": f"building {workload['name']}: {type(exc).__name__}: {exc}"[:500]}
         if settings.get("compile"):
             self.task.compile()  # compiles lazily, at each trial's first step
         self.memory.synchronize()
