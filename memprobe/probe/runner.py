@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from memprobe.probe.errors import CRASH, ERROR, OOM, TIMEOUT, classify_error
+from memprobe.probe.lifeline import PARENT_ENV
 from memprobe.registry import FAMILIES, Workload
 from memprobe.probe.search import Attempt
 
@@ -74,7 +75,8 @@ class ZygoteError(RuntimeError):
 
 
 def _worker_env() -> dict[str, str]:
-    return {**os.environ, "PYTHONUNBUFFERED": "1"}
+    # The pid lets the process see a parent that died before it set its parent-death signal (lifeline.py).
+    return {**os.environ, "PYTHONUNBUFFERED": "1", PARENT_ENV: str(os.getpid())}
 
 
 class _ExecProcess:
