@@ -8,7 +8,9 @@ writing what finished).
 from __future__ import annotations
 
 import sys
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import click
 from tabulate import tabulate
@@ -136,6 +138,9 @@ class _ProgressPrinter:
 @click.option("--max-batch", default=65536, show_default=True, type=click.IntRange(1), help="Largest batch the search tries.")
 @click.option("--max-trials", default=40, show_default=True, type=click.IntRange(2), help="Most search trials per precision (fresh-process proof checks not counted).")
 @click.option("--no-throughput", is_flag=True, help="Only find the max batch; skip timing.")
+@click.option("--soak", default=0, show_default=True, type=click.IntRange(0),
+              help="After the proof, train the max batch this many more steps in a fresh process and lower it "
+                   "until that passes (recorded as proof.soak); 0 = off.")
 @click.option("--cudnn-benchmark", is_flag=True, help="Let cuDNN pick algorithms by timing (changes memory near the edge).")
 @click.option("--compile", "compile_step", is_flag=True,
               help="Run the model's forward and backward through torch.compile in every trial and timed run: the "
@@ -150,7 +155,7 @@ class _ProgressPrinter:
               help=f"With no CUDA device, predict the max batch for {COMMON_CARD_SIZES} instead of failing "
                    "(memprobe predict; a prediction, not a measurement; exit 0).")
 def scan_cmd(model: str, precision: str, mode: str, batches: str | None, out_dir: str, models_file: str | None,
-             steps: int, warmup: int, timed_steps: int, max_batch: int, max_trials: int, no_throughput: bool,
+             steps: int, warmup: int, timed_steps: int, max_batch: int, max_trials: int, no_throughput: bool, soak: int,
              cudnn_benchmark: bool, compile_step: bool, device: str, cpu_memory_budget: str | None,
              memory_cap: str | None, predict_if_no_gpu: bool) -> None:
     """Find the exact max batch of each model and precision on this GPU, then measure throughput there.
@@ -188,7 +193,7 @@ def scan_cmd(model: str, precision: str, mode: str, batches: str | None, out_dir
                            warmup=warmup, timed_steps=timed_steps, batches=_int_list(batches, "--batch"),
                            max_batch=max_batch, max_trials=max_trials, measure=not no_throughput, device=device,
                            cpu_budget_bytes=budget, cudnn_benchmark=cudnn_benchmark, memory_cap_bytes=cap,
-                           compile=compile_step)
+                           compile=compile_step, soak=soak)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     if device == "cuda":
@@ -203,7 +208,8 @@ def scan_cmd(model: str, precision: str, mode: str, batches: str | None, out_dir
     failed = False
     for workload in workloads:
         try:
-            result, path = scan_workload(workload, opts, out_dir, progress)
+            with _stop_on_signals() as stopped_by:
+                result, path = scan_workload(workload, opts, out_dir, progress)
         except NoCudaError as exc:
             _no_gpu(f"no CUDA device: {exc}", workloads, opts, mode, out_dir, predict_if_no_gpu)
             return
@@ -211,7 +217,7 @@ def scan_cmd(model: str, precision: str, mode: str, batches: str | None, out_dir
             kept = (f"the finished precisions are in {stop.path} (marked partial)" if stop.path
                     else f"no precision of {workload.name} had finished, so no result file was written")
             click.echo(f"\ninterrupted: {kept}", err=True)
-            sys.exit(EXIT_INTERRUPTED)
+            sys.exit(128 + stopped_by[0] if stopped_by else EXIT_INTERRUPTED)
         finished.append(result)
         failed |= any(p.status == "error" for p in result.precisions.values())
         click.echo(f"wrote {path}" + (" (status failed: every precision ended in an error)"
@@ -219,6 +225,26 @@ def scan_cmd(model: str, precision: str, mode: str, batches: str | None, out_dir
     click.echo(scan_table(finished))
     if failed:
         sys.exit(1)
+
+
+@contextmanager
+def _stop_on_signals() -> Iterator[list[int]]:
+    """While scanning, SIGTERM and SIGHUP stop the scan as Ctrl-C does (trial processes ended, finished
+    precisions kept, file marked partial); the yielded list gets the signal, for exit status 128 + signal."""
+    import signal
+
+    received: list[int] = []
+
+    def stop(signum: int, _frame) -> None:
+        received.append(signum)
+        raise KeyboardInterrupt
+
+    before = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield received
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
 
 
 def _require_gpu() -> None:
