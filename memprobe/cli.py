@@ -8,15 +8,14 @@ writing what finished).
 from __future__ import annotations
 
 import sys
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 import click
 from tabulate import tabulate
 
+from memprobe.cli_helpers import memory_list, positive_size, stop_on_signals
 from memprobe.registry import RegistryError, Workload, load_registry, select
-from memprobe.units import gib, parse_size
+from memprobe.units import gib
 
 EXIT_NO_GPU = 2
 EXIT_INTERRUPTED = 130
@@ -178,16 +177,10 @@ def scan_cmd(model: str, precision: str, mode: str, batches: str | None, out_dir
     if device == "cpu":
         if not cpu_memory_budget:
             raise click.UsageError("--device cpu needs --cpu-memory-budget (the CPU has no allocator limit to find)")
-        try:
-            budget = parse_size(cpu_memory_budget)
-        except ValueError as exc:
-            raise click.BadParameter(str(exc), param_hint="--cpu-memory-budget") from None
+        budget = positive_size(cpu_memory_budget, "--cpu-memory-budget")
     cap = None
     if memory_cap:
-        try:
-            cap = parse_size(memory_cap)
-        except ValueError as exc:
-            raise click.BadParameter(str(exc), param_hint="--memory-cap") from None
+        cap = positive_size(memory_cap, "--memory-cap")
     try:
         opts = ScanOptions(precisions=[p.strip() for p in precision.split(",") if p.strip()], mode=mode, steps=steps,
                            warmup=warmup, timed_steps=timed_steps, batches=_int_list(batches, "--batch"),
@@ -208,7 +201,7 @@ def scan_cmd(model: str, precision: str, mode: str, batches: str | None, out_dir
     failed = False
     for workload in workloads:
         try:
-            with _stop_on_signals() as stopped_by:
+            with stop_on_signals() as stopped_by:
                 result, path = scan_workload(workload, opts, out_dir, progress)
         except NoCudaError as exc:
             _no_gpu(f"no CUDA device: {exc}", workloads, opts, mode, out_dir, predict_if_no_gpu)
@@ -225,26 +218,6 @@ def scan_cmd(model: str, precision: str, mode: str, batches: str | None, out_dir
     click.echo(scan_table(finished))
     if failed:
         sys.exit(1)
-
-
-@contextmanager
-def _stop_on_signals() -> Iterator[list[int]]:
-    """While scanning, SIGTERM and SIGHUP stop the scan as Ctrl-C does (trial processes ended, finished
-    precisions kept, file marked partial); the yielded list gets the signal, for exit status 128 + signal."""
-    import signal
-
-    received: list[int] = []
-
-    def stop(signum: int, _frame) -> None:
-        received.append(signum)
-        raise KeyboardInterrupt
-
-    before = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGHUP)}
-    try:
-        yield received
-    finally:
-        for sig, handler in before.items():
-            signal.signal(sig, handler)
 
 
 def _require_gpu() -> None:
@@ -275,25 +248,12 @@ def _no_gpu(message: str, workloads: list[Workload], opts, mode: str, out_dir: s
     _predict_and_print(workloads, opts.precisions, COMMON_CARD_SIZES, (out_dir,), opts.steps, None)
 
 
-def _memory_list(text: str | None, gpus: str | None = None) -> list[tuple[str, int]]:
-    """(label, bytes) for --memory sizes and --gpu cards, saying on stderr how each was read."""
-    from memprobe.cardsize import SizeError, read_sizes
-
-    try:
-        sizes = read_sizes(text, gpus)
-    except SizeError as exc:
-        raise click.BadParameter(str(exc), param_hint=exc.option) from None
-    for note in sizes.notes:
-        click.echo(f"note: {note}", err=True)
-    return sizes.labels
-
-
 def _predict_and_print(workloads: list[Workload], precisions: list[str], memory: str | None, overhead_from: tuple[str, ...],
                        steps: int, compare: str | None, gpus: str | None = None) -> None:
     from memprobe.predict.predictor import PredictError, measured_overhead, memory_sizes, predict, render
     from memprobe.workloads.torchvision_guard import standin_reason
 
-    labels = _memory_list(memory, gpus)
+    labels = memory_list(memory, gpus)
     if standin_reason():
         click.echo(f"note: {standin_reason()}; a stand-in that raises on use takes its place (no workload calls "
                    "torchvision)", err=True)
