@@ -13,7 +13,7 @@ from pathlib import Path
 import click
 from tabulate import tabulate
 
-from memprobe.cli_helpers import memory_list, positive_size, stop_on_signals
+from memprobe.cli_helpers import card_names, memory_list, positive_size, stop_on_signals
 from memprobe.registry import RegistryError, Workload, load_registry, select
 from memprobe.units import gib
 
@@ -400,9 +400,10 @@ def report_cmd(paths: tuple[str, ...], reference: str | None, precision: str | N
 @main.command("guide")
 @click.argument("paths", nargs=-1, type=click.Path())
 @click.option("--budget", type=click.FloatRange(min=0), help="Only cards whose typical price (USD) is at most this.")
+@click.option("--gpu", "gpus", help="Only these catalog cards, by name or alias, comma-separated (e.g. \"H200,A100 80GB SXM4\").")
 @click.option("--format", "fmt", type=click.Choice(_FORMATS), default="github", show_default=True,
               help="github (markdown), plain, csv or json.")
-def guide_cmd(paths: tuple[str, ...], budget: float | None, fmt: str) -> None:
+def guide_cmd(paths: tuple[str, ...], budget: float | None, gpus: str | None, fmt: str) -> None:
     """GPU purchase guidance from result files: the max batch predicted on every catalog card.
 
     Uses each scan's fitted memory model (static + per-sample bytes) and the memory overhead measured on
@@ -414,7 +415,7 @@ def guide_cmd(paths: tuple[str, ...], budget: float | None, fmt: str) -> None:
     loaded = _load_results(paths)
     if paths and not loaded:
         raise click.ClickException(f"no memprobe result files in {', '.join(paths)}")
-    click.echo(guide_report(loaded, budget=budget, fmt=fmt), nl=False)
+    click.echo(guide_report(loaded, budget=budget, fmt=fmt, only=card_names(gpus)), nl=False)
 
 
 if __name__ == "__main__":

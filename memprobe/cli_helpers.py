@@ -52,3 +52,23 @@ def stop_on_signals() -> Iterator[list[int]]:
     finally:
         for sig, handler in before.items():
             signal.signal(sig, handler)
+
+
+def card_names(gpus: str | None) -> list[str] | None:
+    """Catalog names of the cards in a comma-separated --gpu (names or aliases); None when not given.
+    BadParameter for an unknown card."""
+    if gpus is None:
+        return None
+    from memprobe.catalog import default_catalog
+
+    catalog = default_catalog()
+    names = []
+    for name in (t.strip() for t in gpus.split(",") if t.strip()):
+        card = catalog.find(name)
+        if card is None:
+            raise click.BadParameter(f"unknown GPU '{name}' (catalog names and aliases work; `memprobe guide` lists them)",
+                                     param_hint="--gpu")
+        names.append(card.name)
+    if not names:
+        raise click.BadParameter("give at least one card name", param_hint="--gpu")
+    return names
