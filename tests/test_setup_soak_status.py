@@ -170,3 +170,11 @@ def test_soak_down_to_nothing_means_max_batch_zero():
 def test_soak_option_is_validated(run):
     result = run("scan", "--model", "toy", "--soak", "-5")
     assert result.exit_code == 2 and "--soak" in result.output
+
+
+def test_accelerator_error_with_torchs_debugging_hints_is_still_oom():
+    message = ("CUDA error: out of memory\nCUDA kernel errors might be asynchronously reported at some other API call, "
+               "so the stacktrace below might be incorrect.\nFor debugging consider passing CUDA_LAUNCH_BLOCKING=1\n"
+               "Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.\n")
+    assert classify_error("AcceleratorError", message) == OOM
+    assert classify_error("AcceleratorError", "CUDA error: device-side assert triggered\n" + message) == "crash"
