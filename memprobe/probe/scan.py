@@ -20,7 +20,7 @@ from memprobe.registry import Workload
 from memprobe.results import PrecisionResult, ScanResult, final_status, result_filename, write_result
 from memprobe.probe.runner import Worker, WorkerError, WorkerFactory, WorkerSpec
 from memprobe.probe.setup_failure import record_setup_oom
-from memprobe.probe.soak import apply_soak, soak
+from memprobe.probe.soak import soak_max_batch
 from memprobe.probe.search import Attempt, EdgeCheck, SearchResult, confirm_edge, edge_model, find_max_batch, fit_memory_model
 
 # With the fork server, a search trial runs in a fresh process once its predicted peak passes this
@@ -303,7 +303,12 @@ def scan_precision(workload: Workload, precision: str, opts: ScanOptions, factor
         progress.note(f"fresh-process check moved the edge: search {found.max_batch}, fresh {edge.max_batch}"
                       + ("" if edge.verified else " (not verified within the check limit)"))
     if opts.soak and edge.max_batch > 0:
-        _soak(factory, spec, opts, result, lambda n: announce(n, True), progress, started)
+        def soak_run(batch: int, steps: int) -> Attempt:
+            announce(batch, True)
+            return _reported(in_fresh_process(factory, spec, batch, lambda worker: worker.trial(batch, steps)),
+                             progress, started)
+
+        result.max_batch = soak_max_batch(result.proof, result.max_batch, opts.soak, soak_run, progress.note)
     if opts.measure and result.max_batch > 0:
         result.throughput = checks.measurements.get(result.max_batch)
         if result.throughput is None:  # not proven fresh (check limit, batch cap, soak): time it now
@@ -316,26 +321,6 @@ def scan_precision(workload: Workload, precision: str, opts: ScanOptions, factor
         add_mfu(measured, result.settings["flops_per_sample"], gpu, precision)
     result.status = "done"
     return result
-
-
-def _soak(factory: WorkerFactory, spec: WorkerSpec, opts: ScanOptions, result: PrecisionResult,
-          announce: Callable[[int], None], progress: Progress, started: float) -> None:
-    """--soak: train the proven B for opts.soak steps in a fresh process; lower B (and the proof) if it fails."""
-    progress.note(f"soak: training batch {result.max_batch} for {opts.soak} steps in a fresh process")
-
-    def run(batch: int, steps: int) -> Attempt:
-        announce(batch)
-        return _reported(in_fresh_process(factory, spec, batch, lambda worker: worker.trial(batch, steps)),
-                         progress, started)
-
-    record = soak(result.max_batch, opts.soak, run)
-    lowered = apply_soak(result.proof, record)
-    if lowered is not None:
-        progress.note(f"soak lowered the max batch from {result.max_batch} to {lowered}")
-        result.max_batch = lowered
-    elif not record["settled"]:
-        progress.note(f"soak: no batch from {result.max_batch} down passed {opts.soak} steps within "
-                      f"{len(record['runs'])} runs; the max batch is left as proven, see proof.soak")
 
 
 def add_mfu(measured: dict[str, Any] | None, flops_per_sample: float | None, gpu: str, precision: str) -> None:
