@@ -178,3 +178,29 @@ def test_accelerator_error_with_torchs_debugging_hints_is_still_oom():
                "Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.\n")
     assert classify_error("AcceleratorError", message) == OOM
     assert classify_error("AcceleratorError", "CUDA error: device-side assert triggered\n" + message) == "crash"
+
+
+@pytest.mark.parametrize("sig, code", [("SIGTERM", 143), ("SIGHUP", 129)])
+def test_sigterm_and_sighup_stop_a_scan_like_ctrl_c(run, monkeypatch, tmp_path, sig, code):
+    import os
+    import signal
+
+    world = World(75)
+    monkeypatch.setattr(memprobe.probe.scan, "WorkerFactory", lambda workload: FakeFactory(world))
+    trial = FakeWorker.trial
+
+    def signalled_in_bf16(self, batch, steps):
+        if len(world.workers) > 3 and batch == 16:  # fp32 has finished: the signal comes during bf16
+            os.kill(os.getpid(), getattr(signal, sig))
+        return trial(self, batch, steps)
+
+    monkeypatch.setattr(FakeWorker, "trial", signalled_in_bf16)
+    before = signal.getsignal(signal.SIGTERM)
+    result = run("scan", "--model", "toy", "--device", "cpu", "--cpu-memory-budget", "1MiB", "--precision", "fp32,bf16",
+                 "--out", tmp_path)
+    assert result.exit_code == code, result.output
+    assert signal.getsignal(signal.SIGTERM) is before  # the handlers are the scan's only while it runs
+    data = read_result(next(tmp_path.glob("*.json")))
+    assert data.status == "partial"
+    assert {k: p.status for k, p in data.precisions.items()} == {"fp32": "done", "bf16": "interrupted"}
+    assert_all_closed(world)
