@@ -1,10 +1,11 @@
 """`memprobe predict` for the timm workloads on a machine without a usable torchvision.
 
 timm imports torchvision when its package loads, but resnet50's and nasnetalarge's model code never
-calls it. Where the only torchvision wheel is a CUDA build that cannot load on CPU torch (this
-project's CPU machine), this runs `memprobe predict ARGS...` with the tests' stand-in torchvision
-(tests/torchvision_standin.py: any use of it raises, so a prediction that completes ran no
-torchvision code). With a working torchvision it is the plain command.
+calls it. An installed torchvision that cannot load (the PyPI CUDA wheel on CPU torch) memprobe now
+replaces by itself (memprobe/workloads/torchvision_guard.py); this script covers a machine with no
+torchvision installed at all (this project's development venv): it runs `memprobe predict ARGS...` with
+the same stand-in (any use of it raises, so a prediction that completes ran no torchvision code).
+With a working torchvision it is the plain command.
 
     python benchmarks/predict_without_torchvision.py --model resnet50 --compare reports/h100/<file>.json
 """

@@ -53,6 +53,10 @@ class Card:
     tdp_w: float | None
     spec_source: str
     prices: tuple[Price, ...] = field(default_factory=tuple)
+    # The total the driver reports (NVML, nvidia-smi) on a real card, and where that figure comes from;
+    # None where no one has read it on a real card (then the datasheet size stands in, labelled so).
+    driver_total_bytes: int | None = None
+    driver_total_source: str = ""
 
     @property
     def price(self) -> Price | None:
@@ -165,7 +169,18 @@ def _card(entry: Any, where: str) -> Card:
         tdp_w=_number(entry.get("tdp_w"), where, "tdp_w"),
         spec_source=str(entry["spec_source"]),
         prices=tuple(prices),
+        **_driver_total(entry, where),
     )
+
+
+def _driver_total(entry: dict[str, Any], where: str) -> dict[str, Any]:
+    """driver_total_mib (with its required driver_total_source) as Card fields; {} when absent."""
+    mib = _number(entry.get("driver_total_mib"), where, "driver_total_mib")
+    if mib is None:
+        return {}
+    if mib <= 0 or not entry.get("driver_total_source"):
+        raise CatalogError(f"{where}: driver_total_mib must be positive and name its driver_total_source")
+    return {"driver_total_bytes": int(mib) * 2**20, "driver_total_source": str(entry["driver_total_source"])}
 
 
 @lru_cache(maxsize=1)

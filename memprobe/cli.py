@@ -12,8 +12,9 @@ import sys
 import click
 from tabulate import tabulate
 
+from memprobe.cli_helpers import card_names, memory_list, positive_size, stop_on_signals
 from memprobe.registry import RegistryError, Workload, load_registry, select
-from memprobe.units import gib, parse_size
+from memprobe.units import gib
 
 EXIT_NO_GPU = 2
 EXIT_INTERRUPTED = 130
@@ -135,6 +136,9 @@ class _ProgressPrinter:
 @click.option("--max-batch", default=65536, show_default=True, type=click.IntRange(1), help="Largest batch the search tries.")
 @click.option("--max-trials", default=40, show_default=True, type=click.IntRange(2), help="Most search trials per precision (fresh-process proof checks not counted).")
 @click.option("--no-throughput", is_flag=True, help="Only find the max batch; skip timing.")
+@click.option("--soak", default=0, show_default=True, type=click.IntRange(0),
+              help="After the proof, train the max batch this many more steps in a fresh process and lower it "
+                   "until that passes (recorded as proof.soak); 0 = off.")
 @click.option("--cudnn-benchmark", is_flag=True, help="Let cuDNN pick algorithms by timing (changes memory near the edge).")
 @click.option("--compile", "compile_step", is_flag=True,
               help="Run the model's forward and backward through torch.compile in every trial and timed run: the "
@@ -149,7 +153,7 @@ class _ProgressPrinter:
               help=f"With no CUDA device, predict the max batch for {COMMON_CARD_SIZES} instead of failing "
                    "(memprobe predict; a prediction, not a measurement; exit 0).")
 def scan_cmd(model: str, precision: str, mode: str, batches: str | None, out_dir: str, models_file: str | None,
-             steps: int, warmup: int, timed_steps: int, max_batch: int, max_trials: int, no_throughput: bool,
+             steps: int, warmup: int, timed_steps: int, max_batch: int, max_trials: int, no_throughput: bool, soak: int,
              cudnn_benchmark: bool, compile_step: bool, device: str, cpu_memory_budget: str | None,
              memory_cap: str | None, predict_if_no_gpu: bool) -> None:
     """Find the exact max batch of each model and precision on this GPU, then measure throughput there.
@@ -172,22 +176,16 @@ def scan_cmd(model: str, precision: str, mode: str, batches: str | None, out_dir
     if device == "cpu":
         if not cpu_memory_budget:
             raise click.UsageError("--device cpu needs --cpu-memory-budget (the CPU has no allocator limit to find)")
-        try:
-            budget = parse_size(cpu_memory_budget)
-        except ValueError as exc:
-            raise click.BadParameter(str(exc), param_hint="--cpu-memory-budget") from None
+        budget = positive_size(cpu_memory_budget, "--cpu-memory-budget")
     cap = None
     if memory_cap:
-        try:
-            cap = parse_size(memory_cap)
-        except ValueError as exc:
-            raise click.BadParameter(str(exc), param_hint="--memory-cap") from None
+        cap = positive_size(memory_cap, "--memory-cap")
     try:
         opts = ScanOptions(precisions=[p.strip() for p in precision.split(",") if p.strip()], mode=mode, steps=steps,
                            warmup=warmup, timed_steps=timed_steps, batches=_int_list(batches, "--batch"),
                            max_batch=max_batch, max_trials=max_trials, measure=not no_throughput, device=device,
                            cpu_budget_bytes=budget, cudnn_benchmark=cudnn_benchmark, memory_cap_bytes=cap,
-                           compile=compile_step)
+                           compile=compile_step, soak=soak)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     if device == "cuda":
@@ -202,7 +200,8 @@ def scan_cmd(model: str, precision: str, mode: str, batches: str | None, out_dir
     failed = False
     for workload in workloads:
         try:
-            result, path = scan_workload(workload, opts, out_dir, progress)
+            with stop_on_signals() as stopped_by:
+                result, path = scan_workload(workload, opts, out_dir, progress)
         except NoCudaError as exc:
             _no_gpu(f"no CUDA device: {exc}", workloads, opts, mode, out_dir, predict_if_no_gpu)
             return
@@ -210,10 +209,11 @@ def scan_cmd(model: str, precision: str, mode: str, batches: str | None, out_dir
             kept = (f"the finished precisions are in {stop.path} (marked partial)" if stop.path
                     else f"no precision of {workload.name} had finished, so no result file was written")
             click.echo(f"\ninterrupted: {kept}", err=True)
-            sys.exit(EXIT_INTERRUPTED)
+            sys.exit(128 + stopped_by[0] if stopped_by else EXIT_INTERRUPTED)
         finished.append(result)
         failed |= any(p.status == "error" for p in result.precisions.values())
-        click.echo(f"wrote {path}", err=True)
+        click.echo(f"wrote {path}" + (" (status failed: every precision ended in an error)"
+                                      if result.status == "failed" else ""), err=True)
     click.echo(scan_table(finished))
     if failed:
         sys.exit(1)
@@ -247,23 +247,10 @@ def _no_gpu(message: str, workloads: list[Workload], opts, mode: str, out_dir: s
     _predict_and_print(workloads, opts.precisions, COMMON_CARD_SIZES, (out_dir,), opts.steps, None)
 
 
-def _memory_list(text: str) -> list[tuple[str, int]]:
-    sizes = []
-    for item in (t.strip() for t in text.split(",")):
-        if not item:
-            continue
-        try:
-            sizes.append((item, parse_size(item)))
-        except ValueError as exc:
-            raise click.BadParameter(str(exc), param_hint="--memory") from None
-    if not sizes:
-        raise click.BadParameter("give at least one memory size, e.g. 24GiB", param_hint="--memory")
-    return sizes
-
-
-def _predict_and_print(workloads: list[Workload], precisions: list[str], memory: str, overhead_from: tuple[str, ...],
-                       steps: int, compare: str | None) -> None:
+def _predict_and_print(workloads: list[Workload], precisions: list[str], memory: str | None, overhead_from: tuple[str, ...],
+                       steps: int, compare: str | None, gpus: str | None = None) -> None:
     from memprobe.predict.torch_internals import TorchInternalsError
+    from memprobe.workloads.torchvision_guard import standin_reason
 
     try:
         from memprobe.predict.summary import measured_overhead, memory_sizes, predict, render
@@ -271,7 +258,10 @@ def _predict_and_print(workloads: list[Workload], precisions: list[str], memory:
     except TorchInternalsError as exc:
         raise click.ClickException(str(exc)) from None
 
-    labels = _memory_list(memory)
+    labels = memory_list(memory, gpus)
+    if standin_reason():
+        click.echo(f"note: {standin_reason()}; a stand-in that raises on use takes its place (no workload calls "
+                   "torchvision)", err=True)
     overhead, source = measured_overhead(overhead_from)
     try:
         sizes = memory_sizes(labels, overhead)
@@ -301,8 +291,10 @@ def _predict_and_print(workloads: list[Workload], precisions: list[str], memory:
 
 @main.command("predict")
 @click.option("--model", "-m", "model", required=True, help="Workload name(s), comma-separated; wildcards work.")
-@click.option("--memory", default=COMMON_CARD_SIZES, show_default=True,
-              help="Comma-separated memory sizes of the cards to predict for (datasheet sizes: 24GiB, 80GiB, 11GB).")
+@click.option("--memory", help=f"Comma-separated memory sizes to predict for (24GiB, 11GB = decimal; default without "
+                               f"--gpu: {COMMON_CARD_SIZES}).")
+@click.option("--gpu", "gpus", help="Comma-separated catalog cards by name or alias (\"H200\", \"H100 SXM\"): predicts at the "
+                                    "total memory the card's driver reports (see `memprobe guide` for the catalog).")
 @click.option("--precision", "-p", default="fp32,fp16,bf16", show_default=True,
               help="Comma-separated: fp32, tf32, fp16, bf16 (as in scan).")
 @click.option("--models", "models_file", type=click.Path(dir_okay=False), help="Registry file (default: the packaged models.yaml).")
@@ -314,8 +306,8 @@ def _predict_and_print(workloads: list[Workload], precisions: list[str], memory:
               help="A scan result file of this workload: also print predicted vs measured peaks for its trials, and "
                    "the predicted max batch at its allocator capacity beside the measured one.")
 @click.option("--steps", default=3, show_default=True, type=click.IntRange(3), help="Steps per trial: 1 warm-up + K >= 2.")
-def predict_cmd(model: str, memory: str, precision: str, models_file: str | None, overhead_from: tuple[str, ...],
-                compare: str | None, steps: int) -> None:
+def predict_cmd(model: str, memory: str | None, gpus: str | None, precision: str, models_file: str | None,
+                overhead_from: tuple[str, ...], compare: str | None, steps: int) -> None:
     """Predict the max batch for any memory size, with no GPU (labelled predicted, not measured).
 
     Runs the scan's trial (1 warm-up + K steps, optimizer state included) on fake tensors with the
@@ -331,7 +323,9 @@ def predict_cmd(model: str, memory: str, precision: str, models_file: str | None
     precisions = _precision_list(precision) or []
     if not precisions:
         raise click.BadParameter("give at least one precision", param_hint="--precision")
-    _predict_and_print(workloads, precisions, memory, overhead_from, steps, compare)
+    if memory is None and gpus is None:
+        memory = COMMON_CARD_SIZES
+    _predict_and_print(workloads, precisions, memory, overhead_from, steps, compare, gpus)
 
 
 _FORMATS = ("github", "plain", "csv", "json")
@@ -413,9 +407,10 @@ def report_cmd(paths: tuple[str, ...], reference: str | None, precision: str | N
 @main.command("guide")
 @click.argument("paths", nargs=-1, type=click.Path())
 @click.option("--budget", type=click.FloatRange(min=0), help="Only cards whose typical price (USD) is at most this.")
+@click.option("--gpu", "gpus", help="Only these catalog cards, by name or alias, comma-separated (e.g. \"H200,A100 80GB SXM4\").")
 @click.option("--format", "fmt", type=click.Choice(_FORMATS), default="github", show_default=True,
               help="github (markdown), plain, csv or json.")
-def guide_cmd(paths: tuple[str, ...], budget: float | None, fmt: str) -> None:
+def guide_cmd(paths: tuple[str, ...], budget: float | None, gpus: str | None, fmt: str) -> None:
     """GPU purchase guidance from result files: the max batch predicted on every catalog card.
 
     Uses each scan's fitted memory model (static + per-sample bytes) and the memory overhead measured on
@@ -427,7 +422,7 @@ def guide_cmd(paths: tuple[str, ...], budget: float | None, fmt: str) -> None:
     loaded = _load_results(paths)
     if paths and not loaded:
         raise click.ClickException(f"no memprobe result files in {', '.join(paths)}")
-    click.echo(guide_report(loaded, budget=budget, fmt=fmt), nl=False)
+    click.echo(guide_report(loaded, budget=budget, fmt=fmt, only=card_names(gpus)), nl=False)
 
 
 if __name__ == "__main__":

@@ -54,7 +54,7 @@ class ScanResult:
     environment: dict[str, Any]
     settings: dict[str, Any]
     precisions: dict[str, PrecisionResult] = field(default_factory=dict)
-    status: str = "partial"  # partial until every precision finished; then complete
+    status: str = "partial"  # partial until every precision finished; then complete, or failed (see final_status)
     created: str = field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
     schema: str = SCHEMA
     schema_version: int = SCHEMA_VERSION
@@ -81,6 +81,28 @@ class ScanResult:
             schema=data["schema"],
             schema_version=data["schema_version"],
         )
+
+
+# File statuses: `partial` while running or after an interrupt (the finished precisions are kept),
+# `complete` when every precision finished and at least one found a max batch, `failed` when every
+# precision ended in an error (no max batch was found at all). Files from before `failed` existed may
+# say `complete` for such a scan; `effective_status` reads them honestly.
+FILE_STATUSES = ("partial", "complete", "failed")
+
+
+def final_status(precisions: dict[str, PrecisionResult]) -> str:
+    """The status of a scan whose precisions all finished: failed when every one ended in error (or none
+    ran), else complete."""
+    if not precisions or all(p.status == "error" for p in precisions.values()):
+        return "failed"
+    return "complete"
+
+
+def effective_status(result: "ScanResult") -> str:
+    """The file's status, with an old `complete` whose precisions all ended in error read as failed."""
+    if result.status == "complete" and result.precisions and all(p.status == "error" for p in result.precisions.values()):
+        return "failed"
+    return result.status
 
 
 def slug(text: str) -> str:
@@ -139,7 +161,9 @@ def read_result(path: str | Path) -> ScanResult:
     if bad:
         raise ResultFileError(f"{path}: malformed result file (precision '{bad[0]}' is not a mapping)")
     try:
-        return ScanResult.from_dict(data)
+        result = ScanResult.from_dict(data)
+        result.status = effective_status(result)
+        return result
     except (KeyError, TypeError) as exc:
         raise ResultFileError(f"{path}: incomplete result file ({type(exc).__name__}: {exc})") from exc
 

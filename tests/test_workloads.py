@@ -7,7 +7,7 @@ and shapes against the published figures.
 
 timm imports torchvision when its package loads (FrozenBatchNorm2d in timm.layers, transforms in
 timm.data), but the model code of nasnetalarge and resnet50 never calls torchvision. Where no usable
-torchvision is installed (CI removes the PyPI CUDA wheel, which cannot load on CPU torch), the timm
+torchvision is installed (none, or the PyPI CUDA wheel, which cannot load on CPU torch), the timm
 tests install a stand-in package for the duration of this module: every torchvision name exists and
 any use of one raises, so a passing test proves no torchvision code ran.
 """
@@ -57,13 +57,17 @@ def timm_ready():
     if torchvision_usable():
         yield "torchvision"
         return
+    # memprobe itself may have put the stand-in in place (an installed torchvision that cannot load:
+    # memprobe.workloads.torchvision_guard); then it stays, as it would in memprobe.
+    ours = not any(isinstance(f, StandInFinder) for f in sys.meta_path)
     finder = install_standin()
     try:
         vision.load_timm()
         yield "stand-in"
     finally:
-        sys.meta_path.remove(finder)
-        forget(("torchvision", "timm"))
+        if ours:
+            sys.meta_path.remove(finder)
+            forget(("torchvision", "timm"))
 
 
 # --- registry ----------------------------------------------------------------------------------

@@ -318,13 +318,16 @@ def verdict_table(verdicts_: Sequence[Verdict]) -> Table:
 
 
 def guide_report(loaded: Sequence[tuple[Path, ScanResult]], budget: float | None = None, fmt: str = "github",
-                 catalog: Catalog | None = None) -> str:
-    """Build and render `memprobe guide`. Raises ValueError for an unknown format or a negative budget."""
+                 catalog: Catalog | None = None, only: Sequence[str] | None = None) -> str:
+    """Build and render `memprobe guide`, for the catalog cards named in `only` (all when None). Raises
+    ValueError for an unknown format or a negative budget."""
     if budget is not None and budget < 0:
         raise ValueError(f"--budget must be >= 0, got {budget}")
     catalog = catalog or default_catalog()
     all_cards = list(catalog.cards)
     shown = all_cards if budget is None else [c for c in all_cards if c.price and c.price.usd <= budget]
+    if only is not None:
+        shown = [c for c in shown if c.name in only]
     notes: list[str] = []
     if budget is not None:
         unpriced = sum(1 for c in all_cards if not c.price)

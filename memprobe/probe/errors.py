@@ -27,6 +27,11 @@ _CRASH_MARKERS = (
     "uncorrectable ecc error",
     "cudaerrorlaunchfailure",
 )
+_BOILERPLATE_HINTS = (
+    "torch_use_cuda_dsa",
+    "cuda_launch_blocking",
+    "cuda kernel errors might be asynchronously reported",
+)
 _OOM_MARKERS = (
     "out of memory",
     "cublas_status_alloc_failed",
@@ -65,7 +70,10 @@ def classify_error(type_name: str, message: str, reserved_share: float | None = 
     `reserved_share` the peak reserved memory over the capacity when known (a cuDNN or cuBLAS
     internal error at >= STARVED_SHARE is an allocation that failed). Never raises.
     """
-    text = (message or "").lower()
+    # torch's CUDA errors (AcceleratorError) end with hints that name "device-side assertions" whatever the
+    # error was; without them, "CUDA error: out of memory" reads as the OOM it is, wherever it was raised.
+    text = "\n".join(line for line in (message or "").lower().splitlines()
+                     if not any(hint in line for hint in _BOILERPLATE_HINTS))
     if any(marker in text for marker in _CRASH_MARKERS):
         return CRASH
     if type_name in ("OutOfMemoryError", "MemoryError") or any(m in text for m in _OOM_MARKERS):

@@ -22,17 +22,20 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from memprobe.probe.errors import CRASH, ERROR, TIMEOUT
+from memprobe.probe.errors import CRASH, ERROR, OOM, TIMEOUT, classify_error
+from memprobe.probe.lifeline import PARENT_ENV
 from memprobe.registry import FAMILIES, Workload
 from memprobe.probe.search import Attempt
 
 
 class WorkerError(RuntimeError):
-    """The trial process could not be set up. `kind` is no_cuda, oom, limit, crash or error."""
+    """The trial process could not be set up. `kind` is no_cuda, oom, limit, crash or error; `stage` what
+    was being done (cuda-context, build, or setup when unknown)."""
 
-    def __init__(self, kind: str, message: str) -> None:
+    def __init__(self, kind: str, message: str, stage: str = "setup") -> None:
         super().__init__(message)
         self.kind = kind
+        self.stage = stage
 
 
 @dataclass
@@ -72,7 +75,8 @@ class ZygoteError(RuntimeError):
 
 
 def _worker_env() -> dict[str, str]:
-    return {**os.environ, "PYTHONUNBUFFERED": "1"}
+    # The pid lets the process see a parent that died before it set its parent-death signal (lifeline.py).
+    return {**os.environ, "PYTHONUNBUFFERED": "1", PARENT_ENV: str(os.getpid())}
 
 
 class _ExecProcess:
@@ -258,9 +262,12 @@ class Worker:
         answer = self.request(spec.setup_request(), spec.timeout_s)
         lost = self._lost(answer)
         if lost is not None:
-            raise WorkerError(CRASH, f"during setup: {lost[1]}")
+            # A process that died with "CUDA error: out of memory" (raised where setup could not catch it)
+            # ran out of memory; a crash marker in the same text still wins (errors.classify_error).
+            kind = OOM if lost[0] == CRASH and classify_error("", lost[1]) == OOM else lost[0]
+            raise WorkerError(kind if kind == OOM else CRASH, f"during setup: {lost[1]}")
         if not answer.get("ok"):
-            raise WorkerError(answer.get("kind", ERROR), answer.get("message", "setup failed"))
+            raise WorkerError(answer.get("kind", ERROR), answer.get("message", "setup failed"), answer.get("stage", "setup"))
         self.info = answer
         return answer
 
@@ -271,7 +278,8 @@ class Worker:
                               self.spec.timeout_s)
         lost = self._lost(answer)
         if lost is not None:
-            return Attempt(batch, lost[0], seconds=time.perf_counter() - started, message=lost[1])
+            outcome = OOM if lost[0] == CRASH and classify_error("", lost[1]) == OOM else lost[0]
+            return Attempt(batch, outcome, seconds=time.perf_counter() - started, message=lost[1])
         attempt = Attempt.from_dict(answer["attempt"])
         if attempt.fits and attempt.loss_scale:
             self.spec.loss_scale = attempt.loss_scale

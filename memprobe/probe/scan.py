@@ -17,8 +17,10 @@ from memprobe.device import host_environment
 from memprobe.probe.memcap import emulated_name
 from memprobe.probe.errors import CRASH, ERROR, FIT, OOM, OUTCOMES, TIMEOUT
 from memprobe.registry import Workload
-from memprobe.results import PrecisionResult, ScanResult, result_filename, write_result
+from memprobe.results import PrecisionResult, ScanResult, final_status, result_filename, write_result
 from memprobe.probe.runner import Worker, WorkerError, WorkerFactory, WorkerSpec
+from memprobe.probe.setup_failure import record_setup_oom
+from memprobe.probe.soak import soak_max_batch
 from memprobe.probe.search import Attempt, EdgeCheck, SearchResult, confirm_edge, edge_model, find_max_batch, fit_memory_model
 
 # With the fork server, a search trial runs in a fresh process once its predicted peak passes this
@@ -61,6 +63,7 @@ class ScanOptions:
     compile: bool = False  # run the step's forward (and backward) through torch.compile
     timeout_s: float = 1800.0
     memory_cap_bytes: int | None = None  # emulate a card of this size (CUDA only)
+    soak: int = 0  # after the proof, train B this many steps in a fresh process, lowering B if it fails
 
     def __post_init__(self) -> None:
         if self.steps < 3:
@@ -70,6 +73,8 @@ class ScanOptions:
             raise ValueError(f"unknown precision {', '.join(unknown) or '(none)'}; choose from {', '.join(PRECISIONS)}")
         if self.mode not in MODES:
             raise ValueError(f"unknown mode '{self.mode}'; choose train or infer")
+        if self.soak < 0:
+            raise ValueError("--soak must be 0 (off) or a number of steps")
         if self.memory_cap_bytes is not None and self.device != "cuda":
             raise ValueError("--memory-cap emulates a smaller GPU: it needs --device cuda")
 
@@ -127,7 +132,7 @@ class _SearchTrials:
             except WorkerError as exc:
                 return Attempt(batch, ERROR, message=f"could not restart the trial process: {exc}")
         attempt = self.worker.trial(batch, self.steps)
-        if attempt.outcome in (CRASH, TIMEOUT):
+        if attempt.outcome in (CRASH, TIMEOUT) or not self.worker.alive:
             self.close()  # the context is unusable; the next trial gets a new process
         return attempt
 
@@ -250,10 +255,8 @@ def scan_precision(workload: Workload, precision: str, opts: ScanOptions, factor
     except WorkerError as exc:
         if exc.kind == "no_cuda":
             raise NoCudaError(str(exc)) from exc
-        if exc.kind == OOM:  # the model itself does not fit: batch 1 cannot train
-            result.status, result.max_batch, result.stop = "done", 0, "nothing-fits"
-            result.error = str(exc)
-            return result
+        if exc.kind == OOM:
+            return record_setup_oom(result, exc, opts.device)
         result.status, result.error = "error", str(exc)
         return result
     emulation = worker.info.get("emulation")
@@ -299,10 +302,17 @@ def scan_precision(workload: Workload, precision: str, opts: ScanOptions, factor
     if not edge.agreed:
         progress.note(f"fresh-process check moved the edge: search {found.max_batch}, fresh {edge.max_batch}"
                       + ("" if edge.verified else " (not verified within the check limit)"))
-    if opts.measure and edge.max_batch > 0:
-        result.throughput = checks.measurements.get(edge.max_batch)
-        if result.throughput is None:  # not proven fresh (check limit or batch cap): time it now
-            result.throughput = _measure_fresh(factory, spec, edge.max_batch, opts)
+    if opts.soak and edge.max_batch > 0:
+        def soak_run(batch: int, steps: int) -> Attempt:
+            announce(batch, True)
+            return _reported(in_fresh_process(factory, spec, batch, lambda worker: worker.trial(batch, steps)),
+                             progress, started)
+
+        result.max_batch = soak_max_batch(result.proof, result.max_batch, opts.soak, soak_run, progress.note)
+    if opts.measure and result.max_batch > 0:
+        result.throughput = checks.measurements.get(result.max_batch)
+        if result.throughput is None:  # not proven fresh (check limit, batch cap, soak): time it now
+            result.throughput = _measure_fresh(factory, spec, result.max_batch, opts)
     for batch in opts.batches:
         progress.note(f"timing {opts.timed_steps} steps at requested batch {batch}")
         result.extra_batches.append(_measure_fresh(factory, spec, batch, opts))
@@ -378,7 +388,7 @@ def scan_workload(workload: Workload, opts: ScanOptions, out_dir: str | Path, pr
             result.precisions[precision] = PrecisionResult(precision, status="running")
             result.precisions[precision] = scan_precision(workload, precision, opts, factory, progress, on_environment)
             save()
-        result.status = "complete"
+        result.status = final_status(result.precisions)
         save()
     except KeyboardInterrupt:
         for p in result.precisions.values():

@@ -31,6 +31,7 @@ from typing import Any
 
 import torch
 
+from memprobe.probe import lifeline
 from memprobe.probe.cpu_memory import LiveBytes
 from memprobe.device import torch_environment
 from memprobe.probe.errors import CRASH, classify_error, with_memory_state
@@ -95,8 +96,13 @@ class Session:
         builder = family_builder(workload["family"])
         started = time.perf_counter()
         if device.type == "cuda":
-            torch.cuda.init()
-            torch.empty(1, device=device)  # creates the context now, so its cost is timed apart
+            try:
+                torch.cuda.init()
+                torch.empty(1, device=device)  # creates the context now, so its cost is timed apart
+            except Exception as exc:  # noqa: BLE001 - e.g. AcceleratorError "CUDA error: out of memory"
+                kind = classify_error(type(exc).__name__, str(exc))
+                return {"ok": False, "kind": kind, "stage": "cuda-context",
+                        "message": f"creating the CUDA context: {type(exc).__name__}: {exc}"[:500]}
         cuda_init_seconds = time.perf_counter() - started
         started = time.perf_counter()
         torch.manual_seed(0)
@@ -104,7 +110,8 @@ class Session:
             self.task = builder(workload["params"], workload["optimizer"], device)
         except Exception as exc:  # noqa: BLE001 - a model that cannot be built fits no batch
             kind = classify_error(type(exc).__name__, str(exc))
-            return {"ok": False, "kind": kind, "message": f"building {workload['name']}: {type(exc).__name__}: {exc}"[:500]}
+            return {"ok": False, "kind": kind, "stage": "build",
+                    "message": f"building {workload['name']}: {type(exc).__name__}: {exc}"[:500]}
         if settings.get("compile"):
             self.task.compile()  # compiles lazily, at each trial's first step
         self.memory.synchronize()
@@ -268,15 +275,18 @@ def _reap(*_: Any) -> None:
             return
 
 
-def _forked_child(control: socket.socket, fds: list[int]) -> None:
+def _forked_child(control: socket.socket, fds: list[int], zygote_pid: int) -> None:
     """Become a trial process on the descriptors the parent sent: stdin, protocol, log. Never returns."""
     code = 1
     try:
+        # Dies with the fork server (which dies with the scan): a killed scan leaves no trial running.
+        lifeline.die_with_parent(zygote_pid)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         control.close()
         os.setsid()  # its own session, like an exec'd worker: the parent alone decides when it ends
         stdin_fd, protocol_fd, log_fd = fds
         os.dup2(stdin_fd, 0)
+        lifeline.watch(zygote_pid, 0)  # ends the process when the scan's request pipe hangs up
         os.dup2(log_fd, 1)
         os.dup2(log_fd, 2)
         os.close(stdin_fd)
@@ -306,9 +316,10 @@ def _zygote(fd: int) -> int:
                 os.close(descriptor)
             control.sendall(b"error: expected 3 descriptors\n")
             continue
+        zygote_pid = os.getpid()
         pid = os.fork()
         if pid == 0:
-            _forked_child(control, fds)
+            _forked_child(control, fds, zygote_pid)
         for descriptor in fds:
             os.close(descriptor)
         control.sendall(f"{pid}\n".encode())
@@ -319,8 +330,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--preload", action="append", default=[], help="module to import before setup")
     parser.add_argument("--zygote-fd", type=int, help="serve fork requests on this Unix socket instead")
     args = parser.parse_args(argv)
-    # The parent decides when to stop; Ctrl-C in the terminal must not kill a trial halfway.
+    # The parent decides when to stop; Ctrl-C in the terminal must not kill a trial halfway. But when the
+    # parent dies (SIGKILL, SIGTERM, SIGHUP), this process ends too: parent-death signal, and for a trial
+    # process a watcher of its request pipe (the fork server watches its control socket in _zygote).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    parent = lifeline.expected_parent()
+    lifeline.die_with_parent(parent)
+    if args.zygote_fd is None and parent is not None:
+        lifeline.watch(parent, 0)
     if args.zygote_fd is None:
         protocol = os.fdopen(os.dup(1), "w", buffering=1)
         os.dup2(2, 1)

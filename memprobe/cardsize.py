@@ -1,0 +1,98 @@
+"""Turn `--memory` sizes and `--gpu` card names into the memory sizes a prediction is made for. No torch.
+
+People think in card names ("H200"), the driver in bytes (143771 MiB), datasheets in decimal-looking
+sizes ("141 GB"). A card given by name gets the total its driver reports (catalog field
+driver_total_mib, with its source), or its datasheet size where no one has read the driver's figure,
+said so. A size given in bytes is read exactly as written, and the reading is said back (141GB is
+decimal: 131.3 GiB), with a hint when it looks like a card's datasheet size.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from memprobe.catalog import Card, Catalog, default_catalog
+from memprobe.units import parse_size
+
+
+class SizeError(ValueError):
+    """A --memory size or --gpu name that cannot be used; the message is one line, `option` the option to blame."""
+
+    def __init__(self, message: str, option: str = "--memory") -> None:
+        super().__init__(message)
+        self.option = option
+
+
+@dataclass
+class Sizes:
+    """(label, bytes) per memory size to predict for, and notes saying how each was read."""
+
+    labels: list[tuple[str, int]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def _mib(nbytes: int) -> str:
+    return f"{nbytes / 2**20:.0f} MiB"
+
+
+def card_size(card: Card) -> tuple[int, str]:
+    """The memory to predict for on `card`: (bytes, how it was chosen). The driver-reported total where the
+    catalog records one, else the datasheet size (labelled as such: the real total is a little lower)."""
+    if card.driver_total_bytes:
+        return card.driver_total_bytes, (f"{card.name}: {_mib(card.driver_total_bytes)} as the driver reports it "
+                                         f"({card.driver_total_source})")
+    return card.memory_bytes, (f"{card.name}: no driver-reported total in the catalog, so the datasheet size "
+                               f"{card.memory_bytes / 2**30:g} GiB is used; a real card reports a little less, so the "
+                               "prediction may be one or two batches high")
+
+
+def _datasheet_match(nbytes: int, catalog: Catalog) -> list[Card]:
+    """Cards whose datasheet size this is, read as GB or as GiB (141GB, 141GiB, 80GB ...)."""
+    out = []
+    for card in catalog.cards:
+        gib_size = card.memory_bytes / 2**30
+        if nbytes in (card.memory_bytes, int(round(gib_size * 10**9))):
+            out.append(card)
+    return out
+
+
+def read_sizes(memory: str | None, gpus: str | None, catalog: Catalog | None = None) -> Sizes:
+    """The sizes named by `memory` (comma-separated byte sizes) and `gpus` (comma-separated catalog names or
+    aliases), in that order. Raises SizeError for an unreadable or non-positive size, an unknown card, or
+    nothing given at all."""
+    catalog = catalog or default_catalog()
+    sizes = Sizes()
+    for item in (t.strip() for t in (memory or "").split(",")):
+        if not item:
+            continue
+        try:
+            nbytes = parse_size(item)
+        except ValueError as exc:
+            raise SizeError(str(exc)) from None
+        if nbytes <= 0:
+            raise SizeError(f"memory size '{item}' must be larger than 0 (e.g. 24GiB)")
+        sizes.labels.append((item, nbytes))
+        unit = item.lstrip("0123456789. ").lower()
+        if unit in ("gb", "mb", "tb", "kb"):
+            sizes.notes.append(f"{item} read as decimal {unit.upper()}: {nbytes:,} bytes = {nbytes / 2**30:.2f} GiB "
+                               f"(write {item[: -len(unit)].strip()}{unit[0].upper()}iB for binary)")
+        elif unit in ("", "b", "k", "m", "g", "t"):
+            sizes.notes.append(f"{item} read as {nbytes:,} bytes = {nbytes / 2**30:.2f} GiB")
+        matches = _datasheet_match(nbytes, catalog)
+        if matches:
+            names = ", ".join(f"--gpu \"{c.name}\"" for c in matches[:3])
+            sizes.notes.append(f"{item} is the datasheet size of {', '.join(c.name for c in matches[:3])}; "
+                               f"a real card reports a different total: {names} uses the card's own figure")
+    for name in (t.strip() for t in (gpus or "").split(",")):
+        if not name:
+            continue
+        card = catalog.find(name)
+        if card is None:
+            known = ", ".join(c.name for c in catalog.cards)
+            raise SizeError(f"unknown GPU '{name}' (catalog names and aliases work; known: {known})", "--gpu")
+        nbytes, how = card_size(card)
+        sizes.labels.append((card.name, nbytes))
+        sizes.notes.append(how)
+    if not sizes.labels:
+        raise SizeError("give at least one memory size (--memory 24GiB) or card (--gpu H200)", "--memory")
+    return sizes

@@ -1,0 +1,97 @@
+"""A killed scan leaves no trial process behind (issue 16): parent-death signal and pipe watchers.
+
+A scan-like parent starts, on the CPU with the toy workload, a fork server, a trial process forked from
+it and an exec'd trial process, sets both running a long trial, and is then killed. Every process it
+started must be gone within a few seconds.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="parent-death signal is Linux-only")
+
+REPO = Path(__file__).resolve().parents[1]
+
+PARENT = textwrap.dedent("""
+    import json, sys, time
+    from memprobe.registry import load_registry
+    from memprobe.probe.runner import Worker, WorkerFactory, WorkerSpec
+
+    toy = load_registry()["toy"]
+    spec = WorkerSpec(toy, "fp32", "train", "cpu", 8 << 20, {}, timeout_s=600)
+    factory = WorkerFactory(toy, forkserver=True)
+    forked = factory.fresh(spec)
+    execd = Worker(factory.preload)
+    execd.setup(spec)
+    for worker in (forked, execd):  # a trial that runs for minutes: the parent dies mid-trial
+        worker.proc.stdin.write(json.dumps({"op": "trial", "batch": 16, "steps": 10**7}) + "\\n")
+        worker.proc.stdin.flush()
+    print(json.dumps({"zygote": factory._zygote.proc.pid, "forked": forked.proc.pid,
+                      "exec": execd.proc.popen.pid}), flush=True)
+    time.sleep(600)
+""")
+
+
+def alive(pid: int) -> bool:
+    """True while `pid` exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def descendants(root: int) -> set[int]:
+    """Every process below `root` in the process tree, from /proc."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat", encoding="ascii") as handle:
+                    ppid = int(handle.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry))
+    found, todo = set(), [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGHUP], ids=["SIGKILL", "SIGHUP"])
+def test_killed_parent_leaves_no_trial_process(sig):
+    env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}", "OMP_NUM_THREADS": "1"}
+    parent = subprocess.Popen([sys.executable, "-c", PARENT], stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        line = parent.stdout.readline()
+        assert line, "the scan-like parent did not start its trial processes"
+        pids = json.loads(line)
+        time.sleep(1.0)  # both trials are running now
+        started = descendants(parent.pid)
+        assert set(pids.values()) <= started, (pids, started)
+        assert all(alive(pid) for pid in pids.values())
+        os.kill(parent.pid, sig)
+        parent.wait(timeout=10)
+        deadline = time.monotonic() + 5.0
+        while time.monotonic() < deadline and any(alive(pid) for pid in started):
+            time.sleep(0.1)
+        left = {pid for pid in started if alive(pid)}
+        assert not left, f"still running {time.monotonic() - deadline + 5:.1f} s after the parent died: {left}"
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait()
