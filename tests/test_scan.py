@@ -65,7 +65,7 @@ class FakeWorker:
         peak = STATIC + PER_SAMPLE * batch
         return Attempt(batch, "fit", peak, peak, 0.01)
 
-    def measure(self, batch: int, warmup: int, steps: int) -> dict:
+    def measure(self, batch: int, warmup: int, steps: int, budget_s: float | None = None) -> dict:
         assert not self.closed
         self.world.log.append(("measure", self.number, batch, self.ran))
         peak = STATIC + PER_SAMPLE * batch
@@ -106,6 +106,7 @@ class FakeFactory:
 
 
 def run_scan(world: World, forks: bool = False, **options):
+    options.setdefault("curve", False)  # the search and proof tests; the curve has its own below
     opts = ScanOptions(precisions=["fp32"], device="cpu", cpu_budget_bytes=world.capacity, **options)
     progress = RecordingProgress()
     envs = []
@@ -235,7 +236,7 @@ def test_ctrl_c_during_a_trial_kills_its_process_at_once(forks, monkeypatch):
 
 def test_ctrl_c_during_the_timed_run_kills_its_process(monkeypatch):
     world = World(75)
-    monkeypatch.setattr(FakeWorker, "measure", lambda self, *a: (_ for _ in ()).throw(KeyboardInterrupt()))
+    monkeypatch.setattr(FakeWorker, "measure", lambda self, *a, **k: (_ for _ in ()).throw(KeyboardInterrupt()))
     with pytest.raises(KeyboardInterrupt):
         run_scan(world, forks=True)
     assert getattr(world.workers[-1], "killed", False)

@@ -21,7 +21,9 @@ _CRASH_MARKERS = (
     "illegal memory access",
     "an illegal instruction was encountered",
     "unspecified launch failure",
-    "device-side assert",
+    # "device-side assert triggered", not just "device-side assert": every CUDA error message ends with
+    # "Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions", an out-of-memory one included
+    "device-side assert triggered",
     "misaligned address",
     "cuda error: launch failure",
     "uncorrectable ecc error",
@@ -66,6 +68,10 @@ def classify_error(type_name: str, message: str, reserved_share: float | None = 
     internal error at >= STARVED_SHARE is an allocation that failed). Never raises.
     """
     text = (message or "").lower()
+    if "cuda error: out of memory" in text:
+        # torch.AcceleratorError (cudaErrorMemoryAllocation from a kernel launch or a library, outside the
+        # caching allocator): not a sticky error, the context stays usable
+        return OOM
     if any(marker in text for marker in _CRASH_MARKERS):
         return CRASH
     if type_name in ("OutOfMemoryError", "MemoryError") or any(m in text for m in _OOM_MARKERS):

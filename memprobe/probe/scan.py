@@ -19,6 +19,7 @@ from memprobe.probe.errors import CRASH, ERROR, FIT, OOM, OUTCOMES, TIMEOUT
 from memprobe.registry import Workload
 from memprobe.results import PrecisionResult, ScanResult, result_filename, write_result
 from memprobe.probe.runner import Worker, WorkerError, WorkerFactory, WorkerSpec
+from memprobe.probe.curve import DEFAULT_POINTS, curve_text, ladder, measure_curve, summary
 from memprobe.probe.search import Attempt, EdgeCheck, SearchResult, confirm_edge, edge_model, find_max_batch, fit_memory_model
 
 # With the fork server, a search trial runs in a fresh process once its predicted peak passes this
@@ -27,6 +28,12 @@ from memprobe.probe.search import Attempt, EdgeCheck, SearchResult, confirm_edge
 # shared process skips a fresh process's start-up (~2 s on the H100: CUDA context, lazy kernels).
 FRESH_ABOVE_SHARE = 0.5
 MODES = ("train", "infer")
+# Inference has no optimizer state to wait for: a trial is one warm-up forward and one more, and a
+# timed run needs one warm-up forward. At the huge batches inference reaches (bert-large-squad fp16
+# ~9400 on an H200, a forward of several seconds), the training trial's 3 steps and 3 warm-up steps
+# made each trial 16-18 s.
+INFER_TRIAL_STEPS = 2
+INFER_WARMUP = 1
 
 
 class NoCudaError(RuntimeError):
@@ -61,6 +68,12 @@ class ScanOptions:
     compile: bool = False  # run the step's forward (and backward) through torch.compile
     timeout_s: float = 1800.0
     memory_cap_bytes: int | None = None  # emulate a card of this size (CUDA only)
+    curve: bool = True  # time a ladder of batches up to B and find the best batch b*
+    curve_batches: list[int] = field(default_factory=list)  # the ladder (empty: powers of two, see probe.curve)
+    curve_points: int = DEFAULT_POINTS
+    # Timed steps stop early once they would run past this many seconds (at least MIN_TIMED_STEPS run):
+    # at a batch whose step takes seconds, 10 timed steps cost more than they tell.
+    timed_budget_s: float | None = 10.0
 
     def __post_init__(self) -> None:
         if self.steps < 3:
@@ -72,6 +85,21 @@ class ScanOptions:
             raise ValueError(f"unknown mode '{self.mode}'; choose train or infer")
         if self.memory_cap_bytes is not None and self.device != "cuda":
             raise ValueError("--memory-cap emulates a smaller GPU: it needs --device cuda")
+        ladder(1, self.curve_points, self.curve_batches)  # raises CurveError (a ValueError) when unusable
+
+    @property
+    def trial_steps(self) -> int:
+        """Steps per trial: `steps` in training, INFER_TRIAL_STEPS forward passes in inference."""
+        return self.steps if self.mode == "train" else min(self.steps, INFER_TRIAL_STEPS)
+
+    @property
+    def warmup_steps(self) -> int:
+        """Warm-up steps before timing: `warmup`, at most INFER_WARMUP in inference."""
+        return self.warmup if self.mode == "train" else min(self.warmup, INFER_WARMUP)
+
+    def timed_run(self, worker: Worker, batch: int) -> dict[str, Any]:
+        """Warm-up and timed steps at `batch` in `worker` (its answer, never raising for a failed step)."""
+        return worker.measure(batch, self.warmup_steps, self.timed_steps, budget_s=self.timed_budget_s)
 
     def to_dict(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if k != "precisions"} | {"precisions": list(self.precisions)}
@@ -160,19 +188,19 @@ class _FreshChecks:
         return in_fresh_process(self.factory, self.spec, batch, lambda worker: self._check(worker, batch))
 
     def _check(self, worker: Worker, batch: int) -> Attempt:
-        attempt = worker.trial(batch, self.opts.steps)
+        attempt = worker.trial(batch, self.opts.trial_steps)
         if not (attempt.fits and self.opts.measure):
             return attempt
-        measured = worker.measure(batch, self.opts.warmup, self.opts.timed_steps)
+        measured = self.opts.timed_run(worker, batch)
         if measured.get("outcome") == FIT:
             self.measurements[batch] = measured
             attempt.peak_allocated = max(attempt.peak_allocated or 0, measured["peak_allocated"] or 0)
             attempt.peak_reserved = max(attempt.peak_reserved or 0, measured["peak_reserved"] or 0)
             return attempt
-        total = self.opts.warmup + self.opts.timed_steps
+        total = self.opts.warmup_steps + self.opts.timed_steps
         return Attempt(batch, measured.get("outcome", ERROR), measured.get("peak_allocated"),
                        measured.get("peak_reserved"), attempt.seconds,
-                       f"ran the {self.opts.steps}-step trial, then failed at step "
+                       f"ran the {self.opts.trial_steps}-step trial, then failed at step "
                        f"{measured.get('failed_at_step')} of the {total}-step timed run: "
                        f"{measured.get('error', '')[:200]}")
 
@@ -269,7 +297,7 @@ def scan_precision(workload: Workload, precision: str, opts: ScanOptions, factor
     result.settings["flops_per_sample"] = flops.get("flops_per_sample")
     if flops.get("error"):
         result.settings["flops_error"] = flops["error"]
-    trials = _SearchTrials(factory, spec, worker, opts.steps, announce, result.capacity_bytes)
+    trials = _SearchTrials(factory, spec, worker, opts.trial_steps, announce, result.capacity_bytes)
     try:
         found = find_max_batch(trials, result.capacity_bytes, opts.max_batch, opts.max_trials,
                                on_attempt=lambda a: _reported(a, progress, started))
@@ -293,8 +321,10 @@ def scan_precision(workload: Workload, precision: str, opts: ScanOptions, factor
     edge = confirm_edge(lambda n: _reported(checks(n), progress, started), found, opts.fresh_checks, opts.max_batch, known)
     result.max_batch = edge.max_batch
     result.proof = _proof(edge, found)
-    result.proof["fit_check"] = (f"{opts.steps} steps (1 warm-up + {opts.steps - 1})"
-                                 + (f", then {opts.warmup} warm-up + {opts.timed_steps} timed steps" if opts.measure else ""))
+    result.proof["fit_check"] = (f"{opts.trial_steps} steps (1 warm-up + {opts.trial_steps - 1})"
+                                 + (f", then {opts.warmup_steps} warm-up + {opts.timed_steps} timed steps"
+                                    + (f" (fewer past {opts.timed_budget_s:g} s)" if opts.timed_budget_s else "")
+                                    if opts.measure else ""))
     result.proof["seconds"] = round(time.perf_counter() - started - result.search_seconds, 2)
     if not edge.agreed:
         progress.note(f"fresh-process check moved the edge: search {found.max_batch}, fresh {edge.max_batch}"
@@ -306,11 +336,32 @@ def scan_precision(workload: Workload, precision: str, opts: ScanOptions, factor
     for batch in opts.batches:
         progress.note(f"timing {opts.timed_steps} steps at requested batch {batch}")
         result.extra_batches.append(_measure_fresh(factory, spec, batch, opts))
+    if opts.measure and opts.curve and edge.max_batch > 0:
+        _add_curve(result, factory, spec, opts, edge_model(found.attempts), progress)
     gpu = worker.info["environment"].get("gpu", {}).get("name", "")
     for measured in [result.throughput, *result.extra_batches]:
         add_mfu(measured, result.settings["flops_per_sample"], gpu, precision)
     result.status = "done"
     return result
+
+
+def _add_curve(result: PrecisionResult, factory: WorkerFactory, spec: WorkerSpec, opts: ScanOptions,
+               model: Any, progress: Progress) -> None:
+    """Time the ladder up to B (B's point is the proof's timed run) and store the curve and b*."""
+    started = time.perf_counter()
+    batches = ladder(result.max_batch, opts.curve_points, opts.curve_batches or None)
+    progress.note(f"throughput curve at batch {', '.join(map(str, batches))}")
+    fresh_above = FRESH_ABOVE_SHARE * result.capacity_bytes if result.capacity_bytes else None
+    result.curve = measure_curve(factory, spec, batches, result.throughput, result.max_batch, opts.timed_run,
+                                 model, fresh_above, lambda point: progress.note(curve_text(point)))
+    for key, value in summary(result.curve).items():
+        setattr(result, key, value)
+    result.curve_seconds = round(time.perf_counter() - started, 2)
+    if result.best_batch is not None:
+        at_max = result.at_max_samples_per_s
+        drop = f" ({at_max / result.best_samples_per_s - 1:+.0%} at B)" if at_max else ""
+        progress.note(f"best batch b* = {result.best_batch}: {result.best_samples_per_s:.1f} samples/s{drop}; "
+                      f"curve took {result.curve_seconds:.1f} s")
 
 
 def add_mfu(measured: dict[str, Any] | None, flops_per_sample: float | None, gpu: str, precision: str) -> None:
@@ -339,7 +390,7 @@ def _reported(attempt: Attempt, progress: Progress, started: float) -> Attempt:
 def _measure_fresh(factory: WorkerFactory, spec: WorkerSpec, batch: int, opts: ScanOptions) -> dict[str, Any]:
     try:
         with fresh_worker(factory, spec) as worker:
-            return worker.measure(batch, opts.warmup, opts.timed_steps)
+            return opts.timed_run(worker, batch)
     except WorkerError as exc:
         return {"batch": batch, "outcome": exc.kind, "error": str(exc)}
 

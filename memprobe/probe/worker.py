@@ -41,6 +41,7 @@ from memprobe.probe.trial import Memory, run_step, run_trial, run_until_state
 from memprobe.workloads.base import Amp
 
 EXIT_AFTER_CRASH = 3
+MIN_TIMED_STEPS = 3  # a time budget never cuts the timed steps below this (a median and a spread)
 
 
 def apply_precision_flags(precision: str, cudnn_benchmark: bool) -> None:
@@ -163,6 +164,22 @@ class Session:
             self.memory.reset()
         return {"flops_per_sample": value}
 
+    def _steps_within(self, step, steps: int, budget_s: float | None, result: dict[str, Any]) -> int:
+        """How many timed steps fit in `budget_s` (at least MIN_TIMED_STEPS, at most `steps`).
+
+        The warm-up's first step bounds a step's time from above (it carries the per-shape setup);
+        only when `steps` of those could pass the budget is one more step timed, synchronized, to
+        estimate it (recorded as `budget_probe_s`)."""
+        first = result.get("first_step_seconds")
+        if not budget_s or steps <= MIN_TIMED_STEPS or (first is not None and first * steps <= budget_s):
+            return steps
+        started = time.perf_counter()
+        step()
+        self.memory.synchronize()
+        probe = time.perf_counter() - started
+        result["budget_probe_s"] = round(probe, 4)
+        return max(MIN_TIMED_STEPS, min(steps, int(budget_s / max(probe, 1e-9))))
+
     def measure(self, req: dict[str, Any]) -> dict[str, Any]:
         """Warm up, then time steps with utilization sampling. Errors are classified, not raised;
         `failed_at_step` says which step (1-based, warm-up included) failed."""
@@ -193,6 +210,7 @@ class Session:
             # Warm-up also runs until optimizer state exists (fp16 loss scaling may skip updates).
             result["warmup_steps"] = run_until_state(step, amp, max(warmup, 1), self.mode)
             memory.synchronize()
+            steps = self._steps_within(step, steps, req.get("budget_s"), result)
             sampler = UtilizationSampler(task.device, float(req.get("sample_interval", 0.1)))
             sampler.start()
             try:
