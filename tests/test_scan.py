@@ -41,6 +41,8 @@ class World:
 
 
 class FakeWorker:
+    step_time = staticmethod(lambda batch: 0.5)  # seconds per timed step (tests of the curve replace it)
+
     def __init__(self, world: World, number: int) -> None:
         self.world, self.number = world, number
         self.ran = 0
@@ -73,8 +75,9 @@ class FakeWorker:
             return {"batch": batch, "warmup_steps": warmup, "peak_allocated": peak + 5, "peak_reserved": peak + 7,
                     "outcome": "oom", "error": "OutOfMemoryError: fragmentation", "failed_at_step": warmup + 2}
         return {"batch": batch, "warmup_steps": warmup, "peak_allocated": peak + 1, "peak_reserved": peak + 2,
-                "outcome": "fit", "step_time": {"steps": steps, "median_s": 0.5}, "unit": "samples",
-                "samples_per_s": batch / 0.5, "units_per_s": batch / 0.5, "utilization": {}}
+                "outcome": "fit", "step_time": {"steps": steps, "median_s": self.step_time(batch)}, "unit": "samples",
+                "samples_per_s": batch / self.step_time(batch), "units_per_s": batch / self.step_time(batch),
+                "utilization": {}}
 
     def flops(self) -> dict:
         return {"flops_per_sample": self.world.flops_per_sample}

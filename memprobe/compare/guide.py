@@ -19,6 +19,7 @@ from memprobe.compare.report import (
     MEASURED, PREDICTED, Cell, Comparison, ReportError, Table, batch_unit, build_comparison, fmt_number,
     render, workload_labels,
 )
+from memprobe.compare.curves import LABELS, like_for_like
 from memprobe.results import PrecisionResult, ScanResult
 from memprobe.probe.search import MemoryModel as LinearModel  # guide.MemoryModel is the per-workload record below
 from memprobe.units import gib
@@ -338,13 +339,15 @@ def guide_report(loaded: Sequence[tuple[Path, ScanResult]], budget: float | None
     if models:
         tables.append(prediction_table([p for p in preds if p.card.name in names], shown, models))
     try:
-        comparison = build_comparison(loaded, with_published=True, catalog=catalog)
+        comparison = like_for_like(build_comparison(loaded, with_published=True, catalog=catalog)).comparison
     except ReportError:
         comparison = None
     measured_workloads = list(dict.fromkeys(m.workload for m in models)) or None
     if loaded and measured_workloads is None:
         measured_workloads = list(dict.fromkeys(workload_labels([r for _, r in loaded])[0]))
     tables.append(value_table(comparison, shown, measured_workloads))
+    tables[-1].notes.append(f"Measured throughput is the {LABELS['best']}, where the scan timed a curve; at B "
+                            "otherwise (older files) and for published figures.")
     if models:
         vs = [v for v in verdicts(preds, all_cards) if v.card.name in names]
         table = verdict_table(vs)

@@ -162,6 +162,9 @@ class Point:
     utilization: dict[str, Any] = field(default_factory=dict)
     created: str = ""
     tokens_per_sample: float | None = None  # fairseq-style batch in tokens = batch x this (translation)
+    best_batch: float | None = None  # b*, from the scan's throughput curve (None: no curve)
+    best_throughput: float | None = None  # throughput at b*, in `unit`
+    curve: list[tuple[float, float]] = field(default_factory=list)  # (batch, throughput in `unit`) that fit
 
     @property
     def oom(self) -> bool:
@@ -275,6 +278,9 @@ def _measured_points(loaded: Sequence[tuple[Path, ScanResult]], labels: list[str
                 batch_lower_bound=False, throughput=throughput, unit=f"{t.get('unit') or unit}/s", status=p.status,
                 mfu=mfu, mfu_why=why, utilization=t.get("utilization") or {}, created=result.created,
                 tokens_per_sample=(p.settings.get("task") or {}).get("tokens_per_sample"),
+                best_batch=p.best_batch if done else None, best_throughput=p.best_units_per_s if done else None,
+                curve=[(c["batch"], c["units_per_s"]) for c in p.curve if done and c.get("outcome") == "fit"
+                       and c.get("units_per_s")],
             ))
     return points
 
@@ -503,6 +509,7 @@ class Relative:
     reference_values: dict[tuple[str, str], Point]
     rows: list[RelativeRow]
     notes: list[str] = field(default_factory=list)
+    basis: str = "throughput at each card's max batch"  # what was normalized (compare.curves.LABELS)
 
 
 def resolve_reference(comparison: Comparison, requested: str | None, catalog: Catalog | None = None) -> str:
@@ -737,13 +744,18 @@ def render(tables: Sequence[Table], fmt: str = "github", title: str = "", notes:
 
 def comparison_report(loaded: Sequence[tuple[Path, ScanResult]], reference: str | None = None,
                       precisions: Sequence[str] | None = None, fmt: str = "github", with_published: bool = False,
-                      ) -> tuple[str, Comparison, Relative]:
+                      at_batch: str = "best") -> tuple[str, Comparison, Relative]:
     """Build and render `memprobe report`: returns the text and the data behind it (for charts).
 
-    Raises ReportError (nothing to report, unknown reference) and ValueError (unknown format).
+    `at_batch` picks the like-for-like figure normalized (compare.curves: best, common or max).
+    Raises ReportError (nothing to report, unknown reference or at_batch) and ValueError (unknown format).
     """
+    from memprobe.compare.curves import like_for_like, with_basis
+
     comparison = build_comparison(loaded, with_published=with_published, precisions=precisions)
-    relative = relative_throughput(comparison, reference)
+    basis = like_for_like(comparison, at_batch)
+    relative = relative_throughput(basis.comparison, reference)
+    relative.basis = basis.label
     notes = [LEGEND] + comparison.notes + source_notes(comparison)
     title = f"memprobe report: {len(loaded)} result file(s)" + (" + published figures" if with_published else "")
-    return render(report_tables(comparison, relative), fmt, title, notes), comparison, relative
+    return render(with_basis(report_tables(comparison, relative), basis, comparison), fmt, title, notes), comparison, relative
