@@ -223,3 +223,49 @@ def test_inference_scan_passes_the_short_trial_and_warmup_to_the_processes(monke
     assert result.max_batch == 75
     assert seen == {"trial": {2}, "warmup": {1}, "budget": {5.0}}
     assert "2 steps (1 warm-up + 1)" in result.proof["fit_check"]
+
+
+# --- the CLI's --curve / --no-curve -------------------------------------------------------------
+
+def test_scan_curve_options_reach_the_scan_options(monkeypatch, tmp_path):
+    from click.testing import CliRunner
+
+    import memprobe.probe.scan
+    from memprobe.cli import main
+    from memprobe.results import ScanResult
+
+    seen = []
+
+    def fake_scan_workload(workload, opts, out_dir, progress):
+        seen.append(opts)
+        return ScanResult(workload=workload.to_dict(), environment={}, settings=opts.to_dict()), tmp_path / "x.json"
+
+    monkeypatch.setattr(memprobe.probe.scan, "scan_workload", fake_scan_workload)
+    base = ("scan", "--model", "toy", "--device", "cpu", "--cpu-memory-budget", "8MiB", "--out", str(tmp_path))
+    runner = CliRunner()
+    for extra in ((), ("--curve",), ("--curve", "64,128"), ("--no-curve",)):
+        done = runner.invoke(main, [*base, *extra])
+        assert done.exit_code == 0, done.output
+    assert [(o.curve, o.curve_batches) for o in seen] == [(True, []), (True, []), (True, [64, 128]), (False, [])]
+    bad = runner.invoke(main, [*base, "--curve", "64,x"])
+    assert bad.exit_code == 2 and "Traceback" not in bad.output and "--curve" in bad.output
+
+
+# --- the timed-step budget in a real (CPU) trial process session ---------------------------------
+
+def test_timed_steps_stop_at_the_budget_but_never_below_three(toy):
+    from memprobe.probe.worker import MIN_TIMED_STEPS, Session
+    from test_trial_cpu import BUDGET
+
+    s = Session()
+    info = s.setup({"op": "setup", "workload": toy.to_dict(), "precision": "fp32", "mode": "train",
+                    "device": "cpu", "cpu_budget_bytes": BUDGET, "settings": {}})
+    assert info["ok"] is True, info
+    try:
+        roomy = s.measure({"op": "measure", "batch": 8, "warmup": 1, "steps": 6, "budget_s": 1000.0})
+        assert roomy["step_time"]["steps"] == 6 and "budget_probe_s" not in roomy
+        tight = s.measure({"op": "measure", "batch": 8, "warmup": 1, "steps": 6, "budget_s": 1e-9})
+        assert tight["outcome"] == "fit", tight
+        assert tight["step_time"]["steps"] == MIN_TIMED_STEPS == 3 and tight["budget_probe_s"] > 0
+    finally:
+        s.memory.cpu.__exit__(None, None, None)
