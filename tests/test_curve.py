@@ -105,7 +105,7 @@ class Factory:
         return proc
 
 
-def run_curve(factory, batches, max_batch=1000, at_max=None, model=None, fresh_above=None):
+def run_curve(factory, batches, max_batch=1000, at_max=None, model=None, fresh_above=None, budget=None):
     reported = []
 
     def measure(worker, batch):
@@ -115,7 +115,8 @@ def run_curve(factory, batches, max_batch=1000, at_max=None, model=None, fresh_a
         return {"batch": batch, "outcome": "fit", "samples_per_s": float(batch), "units_per_s": float(batch),
                 "step_time": {"median_s": 1.0, "p10_s": 1.0, "p90_s": 1.0, "steps": 3}}
 
-    points = measure_curve(factory, None, batches, at_max, max_batch, measure, model, fresh_above, reported.append)
+    points = measure_curve(factory, None, batches, at_max, max_batch, measure, model, fresh_above, reported.append,
+                           budget)
     return points, reported
 
 
@@ -125,9 +126,9 @@ def test_points_below_the_edge_share_one_process_near_ones_are_fresh():
     points, reported = run_curve(factory, [64, 128, 256, 512, 1000], model=model, fresh_above=300.0,
                                  at_max={"batch": 1000, "outcome": "fit", "samples_per_s": 900.0})
     assert [p["batch"] for p in points] == [64, 128, 256, 512, 1000]
-    assert reported == points
-    # 64, 128, 256 in process 1; 512 (predicted 512 > 300) fresh in process 2; B from the proof, not re-run
-    assert factory.log == [(1, 64), (1, 128), (1, 256), (2, 512)]
+    assert reported == points[::-1]  # timed from the largest down
+    # B from the proof, not re-run; 512 (predicted 512 > 300) fresh in process 1; the rest share process 2
+    assert factory.log == [(1, 512), (2, 256), (2, 128), (2, 64)]
     assert [p["fresh"] for p in points] == [False, False, False, True, True]
     assert points[-1]["samples_per_s"] == 900.0
     assert all(p.closed for p in factory.procs)
@@ -136,7 +137,7 @@ def test_points_below_the_edge_share_one_process_near_ones_are_fresh():
 def test_without_a_fork_server_every_point_shares_one_process():
     factory = Factory(forks=False)
     points, _ = run_curve(factory, [64, 128, 1000], model=None, fresh_above=None)
-    assert factory.log == [(1, 64), (1, 128), (1, 1000)]
+    assert factory.log == [(1, 1000), (1, 128), (1, 64)]
     assert not any(p["fresh"] for p in points)
 
 
@@ -146,8 +147,16 @@ def test_a_crash_is_kept_as_a_point_and_the_next_batch_gets_a_new_process():
     points, _ = run_curve(factory, [64, 128, 256, 1000], model=model, fresh_above=2000.0,
                           at_max={"batch": 1000, "outcome": "fit", "samples_per_s": 1.0})
     assert [(p["batch"], p["outcome"]) for p in points] == [(64, "fit"), (128, "crash"), (256, "fit"), (1000, "fit")]
-    assert factory.log == [(1, 64), (1, 128), (2, 256)]
+    assert factory.log == [(1, 256), (1, 128), (2, 64)]
     assert all(p.closed for p in factory.procs)
+
+
+def test_points_past_the_time_budget_are_skipped_but_b_is_kept():
+    factory = Factory(forks=True)
+    points, _ = run_curve(factory, [64, 128, 1000], model=None, fresh_above=None, budget=0.0,
+                          at_max={"batch": 1000, "outcome": "fit", "samples_per_s": 900.0})
+    assert [(p["batch"], p["outcome"]) for p in points] == [(64, "skipped"), (128, "skipped"), (1000, "fit")]
+    assert factory.log == [] and best_point(points)["batch"] == 1000
 
 
 def test_interrupt_kills_the_running_process():
@@ -221,7 +230,7 @@ def test_inference_scan_passes_the_short_trial_and_warmup_to_the_processes(monke
     monkeypatch.setattr(test_scan.FakeWorker, "measure", spy_measure)
     result, _, _ = run_scan(world, mode="infer", curve=True, timed_budget_s=5.0)
     assert result.max_batch == 75
-    assert seen == {"trial": {2}, "warmup": {1}, "budget": {5.0}}
+    assert seen == {"trial": {2}, "warmup": {1}, "budget": {5.0, 2.5}}  # curve points: half the budget
     assert "2 steps (1 warm-up + 1)" in result.proof["fit_check"]
 
 

@@ -15,6 +15,8 @@ from memprobe.probe.runner import WorkerError, WorkerFactory, WorkerSpec
 from memprobe.probe.search import MemoryModel
 
 DEFAULT_POINTS = 8  # at most this many batches per curve, B included
+DEFAULT_BUDGET_S = 45.0  # no new curve point starts after this many seconds of one precision's curve
+SKIPPED = "skipped"  # a curve point not timed (budget spent); not a trial outcome
 # A power of two this close under B adds little to the curve (the step differs from B's by < 1/8)
 # and costs a whole timed run: skipped.
 NEAR_MAX_SHARE = 7 / 8
@@ -90,19 +92,28 @@ def summary(points: list[dict[str, Any]]) -> dict[str, Any]:
 
 def measure_curve(factory: WorkerFactory, spec: WorkerSpec, batches: list[int], at_max: dict[str, Any] | None,
                   max_batch: int, measure: Callable[[Any, int], dict[str, Any]], model: MemoryModel | None,
-                  fresh_above_bytes: float | None, report: Callable[[dict[str, Any]], None]) -> list[dict[str, Any]]:
+                  fresh_above_bytes: float | None, report: Callable[[dict[str, Any]], None],
+                  budget_s: float | None = None) -> list[dict[str, Any]]:
     """Time every batch of the ladder and return the curve's points, ascending.
 
     B's point is `at_max` (the timed run of the fresh-process proof) when given. `measure(worker, batch)`
     runs one timed run in a worker. A batch whose predicted peak (`model`) exceeds `fresh_above_bytes`
     runs in a fresh process when the factory forks cheaply; the others share one process, replaced
-    after a crash or a timeout. `report` gets each point when it is done. Never raises for a failed
-    point: it is kept with its outcome.
+    after a crash or a timeout. Batches run from the largest down (b* is rarely among the smallest),
+    and once `budget_s` seconds have passed the rest are kept as "skipped" points: a new batch size
+    can cost seconds of set-up (NasNet-Large: ~14 s per new size on the H100, however small).
+    `report` gets each point when it is done. Never raises for a failed point: it is kept with its outcome.
     """
     points: list[dict[str, Any]] = []
     shared = None
+    started = time.perf_counter()
     try:
-        for batch in batches:
+        for batch in sorted(batches, reverse=True):
+            if budget_s is not None and time.perf_counter() - started > budget_s and batch != max_batch:
+                points.append({"batch": batch, "outcome": SKIPPED, "fresh": False,
+                               "error": f"curve time budget of {budget_s:g} s spent"})
+                report(points[-1])
+                continue
             if batch == max_batch and at_max is not None:
                 points.append(curve_point(at_max, fresh=True))
                 report(points[-1])
@@ -136,4 +147,4 @@ def measure_curve(factory: WorkerFactory, spec: WorkerSpec, batches: list[int], 
     finally:
         if shared is not None:
             shared.close()
-    return points
+    return sorted(points, key=lambda p: p["batch"])

@@ -8,18 +8,21 @@ from __future__ import annotations
 
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Protocol
 
-from memprobe.catalog import PRECISIONS, peak_tflops
+from memprobe.catalog import peak_tflops
 from memprobe.device import host_environment
 from memprobe.probe.memcap import emulated_name
 from memprobe.probe.errors import CRASH, ERROR, FIT, OOM, OUTCOMES, TIMEOUT
 from memprobe.registry import Workload
 from memprobe.results import PrecisionResult, ScanResult, result_filename, write_result
 from memprobe.probe.runner import Worker, WorkerError, WorkerFactory, WorkerSpec
-from memprobe.probe.curve import DEFAULT_POINTS, curve_text, ladder, measure_curve, summary
+from memprobe.probe.curve import curve_text, ladder, measure_curve, summary
+# ScanOptions and its constants are re-exported: callers import them from here.
+from memprobe.probe.options import (  # noqa: F401
+    CURVE_TIMED_STEPS, CURVE_WARMUP, INFER_TRIAL_STEPS, INFER_WARMUP, MODES, ScanOptions,
+)
 from memprobe.probe.search import Attempt, EdgeCheck, SearchResult, confirm_edge, edge_model, find_max_batch, fit_memory_model
 
 # With the fork server, a search trial runs in a fresh process once its predicted peak passes this
@@ -27,13 +30,6 @@ from memprobe.probe.search import Attempt, EdgeCheck, SearchResult, confirm_edge
 # a fresh one (fragmentation: 4.3 GiB seen on the H100 at 80 GB) cannot change the outcome, and the
 # shared process skips a fresh process's start-up (~2 s on the H100: CUDA context, lazy kernels).
 FRESH_ABOVE_SHARE = 0.5
-MODES = ("train", "infer")
-# Inference has no optimizer state to wait for: a trial is one warm-up forward and one more, and a
-# timed run needs one warm-up forward. At the huge batches inference reaches (bert-large-squad fp16
-# ~9400 on an H200, a forward of several seconds), the training trial's 3 steps and 3 warm-up steps
-# made each trial 16-18 s.
-INFER_TRIAL_STEPS = 2
-INFER_WARMUP = 1
 
 
 class NoCudaError(RuntimeError):
@@ -46,63 +42,6 @@ class ScanInterrupted(KeyboardInterrupt):
     def __init__(self, path: Path | None) -> None:
         super().__init__()
         self.path = path
-
-
-@dataclass
-class ScanOptions:
-    """How to scan. `steps` is the whole trial: one warm-up step + K >= 2 more."""
-
-    precisions: list[str]
-    mode: str = "train"
-    steps: int = 3
-    warmup: int = 3
-    timed_steps: int = 10
-    batches: list[int] = field(default_factory=list)
-    max_batch: int = 65536
-    max_trials: int = 40
-    fresh_checks: int = 6
-    measure: bool = True
-    device: str = "cuda"
-    cpu_budget_bytes: int | None = None
-    cudnn_benchmark: bool = False
-    compile: bool = False  # run the step's forward (and backward) through torch.compile
-    timeout_s: float = 1800.0
-    memory_cap_bytes: int | None = None  # emulate a card of this size (CUDA only)
-    curve: bool = True  # time a ladder of batches up to B and find the best batch b*
-    curve_batches: list[int] = field(default_factory=list)  # the ladder (empty: powers of two, see probe.curve)
-    curve_points: int = DEFAULT_POINTS
-    # Timed steps stop early once they would run past this many seconds (at least MIN_TIMED_STEPS run):
-    # at a batch whose step takes seconds, 10 timed steps cost more than they tell.
-    timed_budget_s: float | None = 10.0
-
-    def __post_init__(self) -> None:
-        if self.steps < 3:
-            raise ValueError("a trial needs a warm-up step and at least 2 more (steps >= 3)")
-        unknown = [p for p in self.precisions if p not in PRECISIONS]
-        if unknown or not self.precisions:
-            raise ValueError(f"unknown precision {', '.join(unknown) or '(none)'}; choose from {', '.join(PRECISIONS)}")
-        if self.mode not in MODES:
-            raise ValueError(f"unknown mode '{self.mode}'; choose train or infer")
-        if self.memory_cap_bytes is not None and self.device != "cuda":
-            raise ValueError("--memory-cap emulates a smaller GPU: it needs --device cuda")
-        ladder(1, self.curve_points, self.curve_batches)  # raises CurveError (a ValueError) when unusable
-
-    @property
-    def trial_steps(self) -> int:
-        """Steps per trial: `steps` in training, INFER_TRIAL_STEPS forward passes in inference."""
-        return self.steps if self.mode == "train" else min(self.steps, INFER_TRIAL_STEPS)
-
-    @property
-    def warmup_steps(self) -> int:
-        """Warm-up steps before timing: `warmup`, at most INFER_WARMUP in inference."""
-        return self.warmup if self.mode == "train" else min(self.warmup, INFER_WARMUP)
-
-    def timed_run(self, worker: Worker, batch: int) -> dict[str, Any]:
-        """Warm-up and timed steps at `batch` in `worker` (its answer, never raising for a failed step)."""
-        return worker.measure(batch, self.warmup_steps, self.timed_steps, budget_s=self.timed_budget_s)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items() if k != "precisions"} | {"precisions": list(self.precisions)}
 
 
 class Progress(Protocol):
@@ -352,8 +291,9 @@ def _add_curve(result: PrecisionResult, factory: WorkerFactory, spec: WorkerSpec
     batches = ladder(result.max_batch, opts.curve_points, opts.curve_batches or None)
     progress.note(f"throughput curve at batch {', '.join(map(str, batches))}")
     fresh_above = FRESH_ABOVE_SHARE * result.capacity_bytes if result.capacity_bytes else None
-    result.curve = measure_curve(factory, spec, batches, result.throughput, result.max_batch, opts.timed_run,
-                                 model, fresh_above, lambda point: progress.note(curve_text(point)))
+    result.curve = measure_curve(factory, spec, batches, result.throughput, result.max_batch, opts.curve_run,
+                                 model, fresh_above, lambda point: progress.note(curve_text(point)),
+                                 opts.curve_budget_s)
     for key, value in summary(result.curve).items():
         setattr(result, key, value)
     result.curve_seconds = round(time.perf_counter() - started, 2)
