@@ -210,6 +210,8 @@ def test_inference_trials_and_warmup_are_shorter():
     assert opts.trial_steps == INFER_TRIAL_STEPS == 2 and opts.warmup_steps == INFER_WARMUP == 1
     train = ScanOptions(precisions=["fp16"], steps=4, warmup=3)
     assert train.trial_steps == 4 and train.warmup_steps == 3
+    assert opts.curve_budget == 20.0 and train.curve_budget == 45.0
+    assert ScanOptions(precisions=["fp16"], mode="infer", curve_budget_s=None).curve_budget is None
 
 
 def test_inference_scan_passes_the_short_trial_and_warmup_to_the_processes(monkeypatch):
@@ -272,9 +274,17 @@ def test_timed_steps_stop_at_the_budget_but_never_below_three(toy):
     assert info["ok"] is True, info
     try:
         roomy = s.measure({"op": "measure", "batch": 8, "warmup": 1, "steps": 6, "budget_s": 1000.0})
-        assert roomy["step_time"]["steps"] == 6 and "budget_probe_s" not in roomy
+        assert roomy["step_time"]["steps"] == 6 and "timed_steps_cut_from" not in roomy
         tight = s.measure({"op": "measure", "batch": 8, "warmup": 1, "steps": 6, "budget_s": 1e-9})
         assert tight["outcome"] == "fit", tight
-        assert tight["step_time"]["steps"] == MIN_TIMED_STEPS == 3 and tight["budget_probe_s"] > 0
+        assert tight["step_time"]["steps"] == MIN_TIMED_STEPS == 3 and tight["timed_steps_cut_from"] == 6
     finally:
         s.memory.cpu.__exit__(None, None, None)
+
+
+@pytest.mark.parametrize("first, budget, expected", [(0.5, 10.0, 10), (2.0, 10.0, 5), (14.0, 10.0, 3),
+                                                     (2.0, None, 10), (None, 10.0, 10)])
+def test_steps_within_budget(first, budget, expected):
+    from memprobe.probe.worker import Session
+
+    assert Session._steps_within(10, budget, {"first_step_seconds": first}) == expected

@@ -20,6 +20,7 @@ MODES = ("train", "infer")
 # made each trial 16-18 s.
 INFER_TRIAL_STEPS = 2
 INFER_WARMUP = 1
+INFER_CURVE_BUDGET_S = 20.0
 # Curve points below B: enough warm-up for optimizer state, and a median over 6 steps (the step-time
 # spread at B on the H100 was at most 2.7% over 10 steps), so a curve costs seconds per point.
 CURVE_WARMUP = 2
@@ -79,6 +80,14 @@ class ScanOptions:
     def timed_run(self, worker: Worker, batch: int) -> dict[str, Any]:
         """Warm-up and timed steps at `batch` in `worker` (its answer, never raising for a failed step)."""
         return worker.measure(batch, self.warmup_steps, self.timed_steps, budget_s=self.timed_budget_s)
+
+    @property
+    def curve_budget(self) -> float | None:
+        """Seconds a curve may take before its remaining points are skipped: curve_budget_s, at most
+        INFER_CURVE_BUDGET_S in inference (forwards of seconds at huge batches; the goal is a minute)."""
+        if self.mode == "train" or self.curve_budget_s is None:
+            return self.curve_budget_s
+        return min(self.curve_budget_s, INFER_CURVE_BUDGET_S)
 
     def curve_run(self, worker: Worker, batch: int) -> dict[str, Any]:
         """A shorter timed run for a curve point below B: at most CURVE_WARMUP warm-up and CURVE_TIMED_STEPS

@@ -293,7 +293,7 @@ def _add_curve(result: PrecisionResult, factory: WorkerFactory, spec: WorkerSpec
     fresh_above = FRESH_ABOVE_SHARE * result.capacity_bytes if result.capacity_bytes else None
     result.curve = measure_curve(factory, spec, batches, result.throughput, result.max_batch, opts.curve_run,
                                  model, fresh_above, lambda point: progress.note(curve_text(point)),
-                                 opts.curve_budget_s)
+                                 opts.curve_budget)
     for key, value in summary(result.curve).items():
         setattr(result, key, value)
     result.curve_seconds = round(time.perf_counter() - started, 2)
