@@ -288,3 +288,30 @@ def test_steps_within_budget(first, budget, expected):
     from memprobe.probe.worker import Session
 
     assert Session._steps_within(10, budget, {"first_step_seconds": first}) == expected
+
+
+def test_ctrl_c_during_the_curve_keeps_the_proven_precision_and_the_points_timed(monkeypatch, tmp_path):
+    import memprobe.probe.scan
+    from memprobe.probe.scan import ScanInterrupted, scan_workload
+    from memprobe.results import read_result
+    from conftest import RecordingProgress
+
+    world = World(75)
+    measure = test_scan.FakeWorker.measure
+
+    def interrupted_below_32(self, batch, warmup, steps, budget_s=None):
+        if batch < 32:
+            raise KeyboardInterrupt
+        return measure(self, batch, warmup, steps, budget_s)
+
+    monkeypatch.setattr(test_scan.FakeWorker, "measure", interrupted_below_32)
+    monkeypatch.setattr(memprobe.probe.scan, "WorkerFactory", lambda workload: test_scan.FakeFactory(world))
+    opts = ScanOptions(precisions=["fp32", "bf16"], device="cpu", cpu_budget_bytes=world.capacity)
+    with pytest.raises(ScanInterrupted) as stop:
+        scan_workload(test_scan._toy(), opts, tmp_path, RecordingProgress())
+    saved = read_result(stop.value.path)
+    assert saved.status == "partial" and list(saved.precisions) == ["fp32"]
+    p = saved.precisions["fp32"]
+    assert p.status == "done" and p.max_batch == 75 and p.settings["curve_interrupted"] is True
+    assert [c["batch"] for c in p.curve] == [32, 64, 75] and p.best_batch == 75
+    test_scan.assert_all_closed(world)

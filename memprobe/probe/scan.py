@@ -44,6 +44,14 @@ class ScanInterrupted(KeyboardInterrupt):
         self.path = path
 
 
+class CurveInterrupted(KeyboardInterrupt):
+    """Ctrl-C during a precision's throughput curve: `result` is the precision, done but for the curve."""
+
+    def __init__(self, result: PrecisionResult) -> None:
+        super().__init__()
+        self.result = result
+
+
 class Progress(Protocol):
     def precision_start(self, workload: str, precision: str) -> None: ...
     def trial_start(self, workload: str, precision: str, index: int, batch: int, fresh: bool) -> None: ...
@@ -275,12 +283,17 @@ def scan_precision(workload: Workload, precision: str, opts: ScanOptions, factor
     for batch in opts.batches:
         progress.note(f"timing {opts.timed_steps} steps at requested batch {batch}")
         result.extra_batches.append(_measure_fresh(factory, spec, batch, opts))
-    if opts.measure and opts.curve and edge.max_batch > 0:
-        _add_curve(result, factory, spec, opts, edge_model(found.attempts), progress)
     gpu = worker.info["environment"].get("gpu", {}).get("name", "")
     for measured in [result.throughput, *result.extra_batches]:
         add_mfu(measured, result.settings["flops_per_sample"], gpu, precision)
     result.status = "done"
+    if opts.measure and opts.curve and edge.max_batch > 0:
+        try:
+            _add_curve(result, factory, spec, opts, edge_model(found.attempts), progress)
+        except KeyboardInterrupt:
+            # B is proven and timed: keep the precision, with the curve points timed before Ctrl-C
+            result.settings["curve_interrupted"] = True
+            raise CurveInterrupted(result) from None
     return result
 
 
@@ -291,12 +304,20 @@ def _add_curve(result: PrecisionResult, factory: WorkerFactory, spec: WorkerSpec
     batches = ladder(result.max_batch, opts.curve_points, opts.curve_batches or None)
     progress.note(f"throughput curve at batch {', '.join(map(str, batches))}")
     fresh_above = FRESH_ABOVE_SHARE * result.capacity_bytes if result.capacity_bytes else None
-    result.curve = measure_curve(factory, spec, batches, result.throughput, result.max_batch, opts.curve_run,
-                                 model, fresh_above, lambda point: progress.note(curve_text(point)),
-                                 opts.curve_budget)
-    for key, value in summary(result.curve).items():
-        setattr(result, key, value)
-    result.curve_seconds = round(time.perf_counter() - started, 2)
+    done: list[dict[str, Any]] = []
+
+    def report(point: dict[str, Any]) -> None:
+        done.append(point)
+        progress.note(curve_text(point))
+
+    try:
+        measure_curve(factory, spec, batches, result.throughput, result.max_batch, opts.curve_run, model,
+                      fresh_above, report, opts.curve_budget)
+    finally:  # interrupted too: the points timed so far are kept
+        result.curve = sorted(done, key=lambda p: p["batch"])
+        for key, value in summary(result.curve).items():
+            setattr(result, key, value)
+        result.curve_seconds = round(time.perf_counter() - started, 2)
     if result.best_batch is not None:
         at_max = result.at_max_samples_per_s
         drop = f" ({at_max / result.best_samples_per_s - 1:+.0%} at B)" if at_max else ""
@@ -371,7 +392,9 @@ def scan_workload(workload: Workload, opts: ScanOptions, out_dir: str | Path, pr
             save()
         result.status = "complete"
         save()
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as stop:
+        if isinstance(stop, CurveInterrupted):
+            result.precisions[stop.result.precision] = stop.result
         for p in result.precisions.values():
             if p.status == "running":
                 p.status = "interrupted"
