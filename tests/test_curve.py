@@ -282,12 +282,17 @@ def test_timed_steps_stop_at_the_budget_but_never_below_three(toy):
         s.memory.cpu.__exit__(None, None, None)
 
 
-@pytest.mark.parametrize("first, budget, expected", [(0.5, 10.0, 10), (2.0, 10.0, 5), (14.0, 10.0, 3),
-                                                     (2.0, None, 10), (None, 10.0, 10)])
-def test_steps_within_budget(first, budget, expected):
+@pytest.mark.parametrize("first, later, budget, expected", [
+    (0.5, None, 10.0, 10), (2.0, None, 10.0, 5), (14.0, None, 10.0, 3), (2.0, None, None, 10), (None, None, 10.0, 10),
+    (14.0, 0.5, 10.0, 10),  # the set-up of a new size (or a compilation) in the first step does not count
+    (14.0, 2.5, 10.0, 4),
+])
+def test_steps_within_budget(first, later, budget, expected):
     from memprobe.probe.worker import Session
 
-    assert Session._steps_within(10, budget, {"first_step_seconds": first}) == expected
+    result = {"first_step_seconds": first, "warmup_step_seconds": later}
+    assert Session._steps_within(10, budget, result) == expected
+    assert ("timed_steps_cut_from" in result) == (expected < 10)
 
 
 def test_ctrl_c_during_the_curve_keeps_the_proven_precision_and_the_points_timed(monkeypatch, tmp_path):

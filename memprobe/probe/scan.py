@@ -320,7 +320,8 @@ def _add_curve(result: PrecisionResult, factory: WorkerFactory, spec: WorkerSpec
         result.curve_seconds = round(time.perf_counter() - started, 2)
     if result.best_batch is not None:
         at_max = result.at_max_samples_per_s
-        drop = f" ({at_max / result.best_samples_per_s - 1:+.0%} at B)" if at_max else ""
+        drop = (f" ({at_max / result.best_samples_per_s - 1:+.1%} at B = {result.max_batch})"
+                if at_max and result.best_batch != result.max_batch else " (b* = B)")
         progress.note(f"best batch b* = {result.best_batch}: {result.best_samples_per_s:.1f} samples/s{drop}; "
                       f"curve took {result.curve_seconds:.1f} s")
 
