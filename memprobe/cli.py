@@ -139,6 +139,10 @@ class _ProgressPrinter:
 @click.option("--soak", default=0, show_default=True, type=click.IntRange(0),
               help="After the proof, train the max batch this many more steps in a fresh process and lower it "
                    "until that passes (recorded as proof.soak); 0 = off.")
+@click.option("--curve", "curve", is_flag=False, flag_value="auto", default="auto", metavar="[B1,B2,...]",
+              help="Throughput curve (default on): time a ladder of batches up to B and report the best batch b*. "
+                   "Default ladder: powers of two below B (up to 7) plus B; give sizes to choose them.")
+@click.option("--no-curve", is_flag=True, help="Skip the throughput curve (only B is timed).")
 @click.option("--cudnn-benchmark", is_flag=True, help="Let cuDNN pick algorithms by timing (changes memory near the edge).")
 @click.option("--compile", "compile_step", is_flag=True,
               help="Run the model's forward and backward through torch.compile in every trial and timed run: the "
@@ -154,14 +158,14 @@ class _ProgressPrinter:
                    "(memprobe predict; a prediction, not a measurement; exit 0).")
 def scan_cmd(model: str, precision: str, mode: str, batches: str | None, out_dir: str, models_file: str | None,
              steps: int, warmup: int, timed_steps: int, max_batch: int, max_trials: int, no_throughput: bool, soak: int,
-             cudnn_benchmark: bool, compile_step: bool, device: str, cpu_memory_budget: str | None,
+             curve: str, no_curve: bool, cudnn_benchmark: bool, compile_step: bool, device: str, cpu_memory_budget: str | None,
              memory_cap: str | None, predict_if_no_gpu: bool) -> None:
     """Find the exact max batch of each model and precision on this GPU, then measure throughput there.
 
     For each precision: a memory-guided search (small batches in one trial process, trials near
     the edge each in a fresh process forked from a pre-imported server), the final pair (B fits, B+1 does
     not) proven in fresh processes (a fresh search trial counts; B is re-run with the timed steps),
-    then timed steps at B with utilization sampled.
+    then timed steps at B with utilization sampled, then the throughput curve (--no-curve skips it).
     One result file per model is written (atomically, after every precision) under --out.
     """
     from memprobe.probe.scan import NoCudaError, ScanInterrupted, ScanOptions, scan_workload
@@ -185,7 +189,8 @@ def scan_cmd(model: str, precision: str, mode: str, batches: str | None, out_dir
                            warmup=warmup, timed_steps=timed_steps, batches=_int_list(batches, "--batch"),
                            max_batch=max_batch, max_trials=max_trials, measure=not no_throughput, device=device,
                            cpu_budget_bytes=budget, cudnn_benchmark=cudnn_benchmark, memory_cap_bytes=cap,
-                           compile=compile_step, soak=soak)
+                           compile=compile_step, soak=soak, curve=not no_curve,
+                           curve_batches=[] if curve == "auto" else _int_list(curve, "--curve"))
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     if device == "cuda":
@@ -367,11 +372,15 @@ def _precision_list(text: str | None) -> list[str] | None:
                    "marked (pub).")
 @click.option("--charts", "charts_dir", type=click.Path(file_okay=False),
               help="Also write PNG and SVG charts into this folder.")
+@click.option("--at-batch", type=click.Choice(["best", "common", "max"]), default="best", show_default=True,
+              help="Throughput normalized across cards: best (at each card's best batch b*, from the scan's curve), "
+                   "common (at the largest batch every compared card fits, from the curves) or max (at each card's "
+                   "max batch B, the 2020 study's method). Files without a curve fall back to B, noted.")
 @click.option("--scans", is_flag=True,
               help="Print the scan summary instead (max batch, proof, trials, throughput, MFU, utilization): one row "
                    "per GPU, workload and precision, from the newest file that finished it.")
 def report_cmd(paths: tuple[str, ...], reference: str | None, precision: str | None, fmt: str, with_published: bool,
-               charts_dir: str | None, scans: bool) -> None:
+               charts_dir: str | None, at_batch: str, scans: bool) -> None:
     """Compare result files from any number of machines.
 
     PATHS are result files or folders (searched for *.json; other JSON files there are skipped with a
@@ -393,7 +402,7 @@ def report_cmd(paths: tuple[str, ...], reference: str | None, precision: str | N
         raise click.ClickException(f"no memprobe result files in {', '.join(paths)}")
     try:
         text, comparison, relative = comparison_report(loaded, reference=reference, precisions=_precision_list(precision),
-                                                       fmt=fmt, with_published=with_published)
+                                                       fmt=fmt, with_published=with_published, at_batch=at_batch)
     except ReportError as exc:
         raise click.ClickException(str(exc)) from None
     click.echo(text, nl=False)

@@ -16,7 +16,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 SCHEMA = "memprobe.scan"
-SCHEMA_VERSION = 1
+# 2: throughput curve per precision (curve, best_batch, best_samples_per_s, best_units_per_s,
+# curve_seconds). Version-1 files still load, with no curve.
+SCHEMA_VERSION = 2
 
 
 class ResultFileError(ValueError):
@@ -29,6 +31,7 @@ class PrecisionResult:
 
     max_batch is the answer (0: batch 1 does not train); proof holds the fresh-process pair
     (fits, fails, agreed, verified, checks); attempts lists every search trial in order (each says whether it ran fresh).
+    throughput is the timed run at B; curve the timed runs at a ladder of batches, and best_* its best point.
     """
 
     precision: str
@@ -44,6 +47,19 @@ class PrecisionResult:
     throughput: dict[str, Any] | None = None
     extra_batches: list[dict[str, Any]] = field(default_factory=list)
     error: str = ""
+    # Throughput curve (schema 2): timed runs at a ladder of batches up to B, ascending, B included;
+    # b* (best_batch) is the batch with the highest samples/s. Empty / None in version-1 files.
+    curve: list[dict[str, Any]] = field(default_factory=list)
+    best_batch: int | None = None
+    best_samples_per_s: float | None = None
+    best_units_per_s: float | None = None
+    curve_seconds: float | None = None
+
+    @property
+    def at_max_samples_per_s(self) -> float | None:
+        """Samples/s at the max batch B (None when not measured)."""
+        t = self.throughput or {}
+        return t.get("samples_per_s") if t.get("outcome", "fit") == "fit" else None
 
 
 @dataclass

@@ -41,6 +41,8 @@ class World:
 
 
 class FakeWorker:
+    step_time = staticmethod(lambda batch: 0.5)  # seconds per timed step (tests of the curve replace it)
+
     def __init__(self, world: World, number: int) -> None:
         self.world, self.number = world, number
         self.ran = 0
@@ -65,7 +67,7 @@ class FakeWorker:
         peak = STATIC + PER_SAMPLE * batch
         return Attempt(batch, "fit", peak, peak, 0.01)
 
-    def measure(self, batch: int, warmup: int, steps: int) -> dict:
+    def measure(self, batch: int, warmup: int, steps: int, budget_s: float | None = None) -> dict:
         assert not self.closed
         self.world.log.append(("measure", self.number, batch, self.ran))
         peak = STATIC + PER_SAMPLE * batch
@@ -73,8 +75,9 @@ class FakeWorker:
             return {"batch": batch, "warmup_steps": warmup, "peak_allocated": peak + 5, "peak_reserved": peak + 7,
                     "outcome": "oom", "error": "OutOfMemoryError: fragmentation", "failed_at_step": warmup + 2}
         return {"batch": batch, "warmup_steps": warmup, "peak_allocated": peak + 1, "peak_reserved": peak + 2,
-                "outcome": "fit", "step_time": {"steps": steps, "median_s": 0.5}, "unit": "samples",
-                "samples_per_s": batch / 0.5, "units_per_s": batch / 0.5, "utilization": {}}
+                "outcome": "fit", "step_time": {"steps": steps, "median_s": self.step_time(batch)}, "unit": "samples",
+                "samples_per_s": batch / self.step_time(batch), "units_per_s": batch / self.step_time(batch),
+                "utilization": {}}
 
     def flops(self) -> dict:
         return {"flops_per_sample": self.world.flops_per_sample}
@@ -106,6 +109,7 @@ class FakeFactory:
 
 
 def run_scan(world: World, forks: bool = False, **options):
+    options.setdefault("curve", False)  # the search and proof tests; the curve has its own below
     opts = ScanOptions(precisions=["fp32"], device="cpu", cpu_budget_bytes=world.capacity, **options)
     progress = RecordingProgress()
     envs = []
@@ -235,7 +239,7 @@ def test_ctrl_c_during_a_trial_kills_its_process_at_once(forks, monkeypatch):
 
 def test_ctrl_c_during_the_timed_run_kills_its_process(monkeypatch):
     world = World(75)
-    monkeypatch.setattr(FakeWorker, "measure", lambda self, *a: (_ for _ in ()).throw(KeyboardInterrupt()))
+    monkeypatch.setattr(FakeWorker, "measure", lambda self, *a, **k: (_ for _ in ()).throw(KeyboardInterrupt()))
     with pytest.raises(KeyboardInterrupt):
         run_scan(world, forks=True)
     assert getattr(world.workers[-1], "killed", False)

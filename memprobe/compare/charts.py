@@ -13,8 +13,7 @@ from pathlib import Path
 from typing import Sequence
 
 from memprobe.catalog import Catalog, default_catalog
-from memprobe.compare.comparison import MEASURED, Comparison
-from memprobe.compare.comparison import PREDICTED, PUBLISHED
+from memprobe.compare.comparison import MEASURED, PREDICTED, PUBLISHED, Comparison
 from memprobe.compare.relative import Relative
 
 STYLE = {
@@ -230,7 +229,8 @@ def write_charts(comparison: Comparison, relative: Relative, loaded: Sequence, o
     jobs = [
         ("relative_throughput", relative_panels(relative),
          f"Training throughput relative to {_short(relative.reference)} (= 1.0)",
-         "Throughput at each card's max batch divided by the reference's, per workload and precision; OOM = 0."),
+         f"{relative.basis[0].upper()}{relative.basis[1:]}, divided by the reference's, per workload and precision; "
+         "OOM = 0."),
         ("max_batch", max_batch_panels(comparison, preds, catalog), "Max training batch per card",
          "Measured: exact maximum (B fits, B+1 does not). Predicted: fitted memory model, overhead carried over from "
          "the measured card. Published: a batch that fit (lower bound)."),
@@ -243,4 +243,6 @@ def write_charts(comparison: Comparison, relative: Relative, loaded: Sequence, o
             if any(b.origin == PUBLISHED for p in panels for b in p.bars):
                 footer += note
             written += draw(panels, title, footer, out_dir / name)
-    return written
+    from memprobe.compare.curve_chart import write_curve_chart
+
+    return written + write_curve_chart(comparison, out_dir)

@@ -67,6 +67,9 @@ class Point:
     utilization: dict[str, Any] = field(default_factory=dict)
     created: str = ""
     tokens_per_sample: float | None = None  # fairseq-style batch in tokens = batch x this (translation)
+    best_batch: float | None = None  # b*, from the scan's throughput curve (None: no curve)
+    best_throughput: float | None = None  # throughput at b*, in `unit`
+    curve: list[tuple[float, float]] = field(default_factory=list)  # (batch, throughput in `unit`) that fit
 
     @property
     def oom(self) -> bool:
@@ -180,6 +183,9 @@ def _measured_points(loaded: Sequence[tuple[Path, ScanResult]], labels: list[str
                 batch_lower_bound=False, throughput=throughput, unit=f"{t.get('unit') or unit}/s", status=p.status,
                 mfu=mfu, mfu_why=why, utilization=t.get("utilization") or {}, created=result.created,
                 tokens_per_sample=(p.settings.get("task") or {}).get("tokens_per_sample"),
+                best_batch=p.best_batch if done else None, best_throughput=p.best_units_per_s if done else None,
+                curve=[(c["batch"], c["units_per_s"]) for c in p.curve if done and c.get("outcome") == "fit"
+                       and c.get("units_per_s")],
             ))
     return points
 

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from memprobe.catalog import Card, Catalog, default_catalog
-from memprobe.compare.comparison import MEASURED, Comparison, ReportError, batch_unit, build_comparison, workload_labels
-from memprobe.compare.comparison import PREDICTED
+from memprobe.compare.comparison import MEASURED, PREDICTED, Comparison, ReportError, batch_unit, build_comparison, workload_labels
+from memprobe.compare.curves import LABELS, like_for_like
 from memprobe.compare.tables import Cell, Table, fmt_number
 from memprobe.compare.report import render
 from memprobe.results import PrecisionResult, ScanResult
@@ -341,13 +341,15 @@ def guide_report(loaded: Sequence[tuple[Path, ScanResult]], budget: float | None
     if models:
         tables.append(prediction_table([p for p in preds if p.card.name in names], shown, models))
     try:
-        comparison = build_comparison(loaded, with_published=True, catalog=catalog)
+        comparison = like_for_like(build_comparison(loaded, with_published=True, catalog=catalog)).comparison
     except ReportError:
         comparison = None
     measured_workloads = list(dict.fromkeys(m.workload for m in models)) or None
     if loaded and measured_workloads is None:
         measured_workloads = list(dict.fromkeys(workload_labels([r for _, r in loaded])[0]))
     tables.append(value_table(comparison, shown, measured_workloads))
+    tables[-1].notes.append(f"Measured throughput is the {LABELS['best']}, where the scan timed a curve; at B "
+                            "otherwise (older files) and for published figures.")
     if models:
         vs = [v for v in verdicts(preds, all_cards) if v.card.name in names]
         table = verdict_table(vs)

@@ -43,6 +43,7 @@ class Relative:
     reference_values: dict[tuple[str, str], Point]
     rows: list[RelativeRow]
     notes: list[str] = field(default_factory=list)
+    basis: str = "throughput at each card's max batch"  # what was normalized (compare.curves.LABELS)
 
 
 def resolve_reference(comparison: Comparison, requested: str | None, catalog: Catalog | None = None) -> str:

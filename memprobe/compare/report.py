@@ -77,13 +77,18 @@ def render(tables: Sequence[Table], fmt: str = "github", title: str = "", notes:
 
 def comparison_report(loaded: Sequence[tuple[Path, ScanResult]], reference: str | None = None,
                       precisions: Sequence[str] | None = None, fmt: str = "github", with_published: bool = False,
-                      ) -> tuple[str, Comparison, Relative]:
+                      at_batch: str = "best") -> tuple[str, Comparison, Relative]:
     """Build and render `memprobe report`: returns the text and the data behind it (for charts).
 
-    Raises ReportError (nothing to report, unknown reference) and ValueError (unknown format).
+    `at_batch` picks the like-for-like figure normalized (compare.curves: best, common or max).
+    Raises ReportError (nothing to report, unknown reference or at_batch) and ValueError (unknown format).
     """
+    from memprobe.compare.curves import like_for_like, with_basis
+
     comparison = build_comparison(loaded, with_published=with_published, precisions=precisions)
-    relative = relative_throughput(comparison, reference)
+    basis = like_for_like(comparison, at_batch)
+    relative = relative_throughput(basis.comparison, reference)
+    relative.basis = basis.label
     notes = [LEGEND] + comparison.notes + source_notes(comparison)
     title = f"memprobe report: {len(loaded)} result file(s)" + (" + published figures" if with_published else "")
-    return render(report_tables(comparison, relative), fmt, title, notes), comparison, relative
+    return render(with_basis(report_tables(comparison, relative), basis, comparison), fmt, title, notes), comparison, relative

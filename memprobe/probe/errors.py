@@ -21,7 +21,9 @@ _CRASH_MARKERS = (
     "illegal memory access",
     "an illegal instruction was encountered",
     "unspecified launch failure",
-    "device-side assert",
+    # "device-side assert triggered", not just "device-side assert": every CUDA error message ends with
+    # "Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions", an out-of-memory one included
+    "device-side assert triggered",
     "misaligned address",
     "cuda error: launch failure",
     "uncorrectable ecc error",

@@ -294,10 +294,11 @@ class Worker:
             return {"flops_per_sample": None, "error": f"while counting FLOPs: {lost[1]}"}
         return answer
 
-    def measure(self, batch: int, warmup: int, steps: int) -> dict[str, Any]:
-        """Warm-up and timed steps at `batch`; a dead or hung process becomes a CRASH or TIMEOUT outcome."""
+    def measure(self, batch: int, warmup: int, steps: int, budget_s: float | None = None) -> dict[str, Any]:
+        """Warm-up and timed steps at `batch` (fewer timed steps when they would run past `budget_s`
+        seconds); a dead or hung process becomes a CRASH or TIMEOUT outcome."""
         answer = self.request({"op": "measure", "batch": batch, "warmup": warmup, "steps": steps,
-                               "loss_scale": self.spec.loss_scale}, self.spec.timeout_s)
+                               "budget_s": budget_s, "loss_scale": self.spec.loss_scale}, self.spec.timeout_s)
         lost = self._lost(answer)
         if lost is not None:
             return {"batch": batch, "outcome": lost[0], "error": lost[1]}

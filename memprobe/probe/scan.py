@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Protocol
 
-from memprobe.catalog import PRECISIONS, peak_tflops
+from memprobe.catalog import peak_tflops
 from memprobe.device import host_environment
 from memprobe.probe.memcap import emulated_name
 from memprobe.probe.errors import CRASH, ERROR, FIT, OOM, OUTCOMES, TIMEOUT
@@ -21,6 +20,11 @@ from memprobe.results import PrecisionResult, ScanResult, final_status, result_f
 from memprobe.probe.runner import Worker, WorkerError, WorkerFactory, WorkerSpec
 from memprobe.probe.setup_failure import record_setup_oom
 from memprobe.probe.soak import soak_max_batch
+from memprobe.probe.curve import curve_text, ladder, measure_curve, summary
+# ScanOptions and its constants are re-exported: callers import them from here.
+from memprobe.probe.options import (  # noqa: F401
+    CURVE_TIMED_STEPS, CURVE_WARMUP, INFER_TRIAL_STEPS, INFER_WARMUP, MODES, ScanOptions,
+)
 from memprobe.probe.search import Attempt, EdgeCheck, SearchResult, confirm_edge, edge_model, find_max_batch, fit_memory_model
 
 # With the fork server, a search trial runs in a fresh process once its predicted peak passes this
@@ -28,7 +32,6 @@ from memprobe.probe.search import Attempt, EdgeCheck, SearchResult, confirm_edge
 # a fresh one (fragmentation: 4.3 GiB seen on the H100 at 80 GB) cannot change the outcome, and the
 # shared process skips a fresh process's start-up (~2 s on the H100: CUDA context, lazy kernels).
 FRESH_ABOVE_SHARE = 0.5
-MODES = ("train", "infer")
 
 
 class NoCudaError(RuntimeError):
@@ -43,43 +46,12 @@ class ScanInterrupted(KeyboardInterrupt):
         self.path = path
 
 
-@dataclass
-class ScanOptions:
-    """How to scan. `steps` is the whole trial: one warm-up step + K >= 2 more."""
+class CurveInterrupted(KeyboardInterrupt):
+    """Ctrl-C during a precision's throughput curve: `result` is the precision, done but for the curve."""
 
-    precisions: list[str]
-    mode: str = "train"
-    steps: int = 3
-    warmup: int = 3
-    timed_steps: int = 10
-    batches: list[int] = field(default_factory=list)
-    max_batch: int = 65536
-    max_trials: int = 40
-    fresh_checks: int = 6
-    measure: bool = True
-    device: str = "cuda"
-    cpu_budget_bytes: int | None = None
-    cudnn_benchmark: bool = False
-    compile: bool = False  # run the step's forward (and backward) through torch.compile
-    timeout_s: float = 1800.0
-    memory_cap_bytes: int | None = None  # emulate a card of this size (CUDA only)
-    soak: int = 0  # after the proof, train B this many steps in a fresh process, lowering B if it fails
-
-    def __post_init__(self) -> None:
-        if self.steps < 3:
-            raise ValueError("a trial needs a warm-up step and at least 2 more (steps >= 3)")
-        unknown = [p for p in self.precisions if p not in PRECISIONS]
-        if unknown or not self.precisions:
-            raise ValueError(f"unknown precision {', '.join(unknown) or '(none)'}; choose from {', '.join(PRECISIONS)}")
-        if self.mode not in MODES:
-            raise ValueError(f"unknown mode '{self.mode}'; choose train or infer")
-        if self.soak < 0:
-            raise ValueError("--soak must be 0 (off) or a number of steps")
-        if self.memory_cap_bytes is not None and self.device != "cuda":
-            raise ValueError("--memory-cap emulates a smaller GPU: it needs --device cuda")
-
-    def to_dict(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items() if k != "precisions"} | {"precisions": list(self.precisions)}
+    def __init__(self, result: PrecisionResult) -> None:
+        super().__init__()
+        self.result = result
 
 
 class Progress(Protocol):
@@ -165,19 +137,19 @@ class _FreshChecks:
         return in_fresh_process(self.factory, self.spec, batch, lambda worker: self._check(worker, batch))
 
     def _check(self, worker: Worker, batch: int) -> Attempt:
-        attempt = worker.trial(batch, self.opts.steps)
+        attempt = worker.trial(batch, self.opts.trial_steps)
         if not (attempt.fits and self.opts.measure):
             return attempt
-        measured = worker.measure(batch, self.opts.warmup, self.opts.timed_steps)
+        measured = self.opts.timed_run(worker, batch)
         if measured.get("outcome") == FIT:
             self.measurements[batch] = measured
             attempt.peak_allocated = max(attempt.peak_allocated or 0, measured["peak_allocated"] or 0)
             attempt.peak_reserved = max(attempt.peak_reserved or 0, measured["peak_reserved"] or 0)
             return attempt
-        total = self.opts.warmup + self.opts.timed_steps
+        total = self.opts.warmup_steps + self.opts.timed_steps
         return Attempt(batch, measured.get("outcome", ERROR), measured.get("peak_allocated"),
                        measured.get("peak_reserved"), attempt.seconds,
-                       f"ran the {self.opts.steps}-step trial, then failed at step "
+                       f"ran the {self.opts.trial_steps}-step trial, then failed at step "
                        f"{measured.get('failed_at_step')} of the {total}-step timed run: "
                        f"{measured.get('error', '')[:200]}")
 
@@ -272,7 +244,7 @@ def scan_precision(workload: Workload, precision: str, opts: ScanOptions, factor
     result.settings["flops_per_sample"] = flops.get("flops_per_sample")
     if flops.get("error"):
         result.settings["flops_error"] = flops["error"]
-    trials = _SearchTrials(factory, spec, worker, opts.steps, announce, result.capacity_bytes)
+    trials = _SearchTrials(factory, spec, worker, opts.trial_steps, announce, result.capacity_bytes)
     try:
         found = find_max_batch(trials, result.capacity_bytes, opts.max_batch, opts.max_trials,
                                on_attempt=lambda a: _reported(a, progress, started))
@@ -296,8 +268,10 @@ def scan_precision(workload: Workload, precision: str, opts: ScanOptions, factor
     edge = confirm_edge(lambda n: _reported(checks(n), progress, started), found, opts.fresh_checks, opts.max_batch, known)
     result.max_batch = edge.max_batch
     result.proof = _proof(edge, found)
-    result.proof["fit_check"] = (f"{opts.steps} steps (1 warm-up + {opts.steps - 1})"
-                                 + (f", then {opts.warmup} warm-up + {opts.timed_steps} timed steps" if opts.measure else ""))
+    result.proof["fit_check"] = (f"{opts.trial_steps} steps (1 warm-up + {opts.trial_steps - 1})"
+                                 + (f", then {opts.warmup_steps} warm-up + {opts.timed_steps} timed steps"
+                                    + (f" (fewer past {opts.timed_budget_s:g} s)" if opts.timed_budget_s else "")
+                                    if opts.measure else ""))
     result.proof["seconds"] = round(time.perf_counter() - started - result.search_seconds, 2)
     if not edge.agreed:
         progress.note(f"fresh-process check moved the edge: search {found.max_batch}, fresh {edge.max_batch}"
@@ -320,7 +294,43 @@ def scan_precision(workload: Workload, precision: str, opts: ScanOptions, factor
     for measured in [result.throughput, *result.extra_batches]:
         add_mfu(measured, result.settings["flops_per_sample"], gpu, precision)
     result.status = "done"
+    if opts.measure and opts.curve and edge.max_batch > 0:
+        try:
+            _add_curve(result, factory, spec, opts, edge_model(found.attempts), progress)
+        except KeyboardInterrupt:
+            # B is proven and timed: keep the precision, with the curve points timed before Ctrl-C
+            result.settings["curve_interrupted"] = True
+            raise CurveInterrupted(result) from None
     return result
+
+
+def _add_curve(result: PrecisionResult, factory: WorkerFactory, spec: WorkerSpec, opts: ScanOptions,
+               model: Any, progress: Progress) -> None:
+    """Time the ladder up to B (B's point is the proof's timed run) and store the curve and b*."""
+    started = time.perf_counter()
+    batches = ladder(result.max_batch, opts.curve_points, opts.curve_batches or None)
+    progress.note(f"throughput curve at batch {', '.join(map(str, batches))}")
+    fresh_above = FRESH_ABOVE_SHARE * result.capacity_bytes if result.capacity_bytes else None
+    done: list[dict[str, Any]] = []
+
+    def report(point: dict[str, Any]) -> None:
+        done.append(point)
+        progress.note(curve_text(point))
+
+    try:
+        measure_curve(factory, spec, batches, result.throughput, result.max_batch, opts.curve_run, model,
+                      fresh_above, report, opts.curve_budget)
+    finally:  # interrupted too: the points timed so far are kept
+        result.curve = sorted(done, key=lambda p: p["batch"])
+        for key, value in summary(result.curve).items():
+            setattr(result, key, value)
+        result.curve_seconds = round(time.perf_counter() - started, 2)
+    if result.best_batch is not None:
+        at_max = result.at_max_samples_per_s
+        drop = (f" ({at_max / result.best_samples_per_s - 1:+.1%} at B = {result.max_batch})"
+                if at_max and result.best_batch != result.max_batch else " (b* = B)")
+        progress.note(f"best batch b* = {result.best_batch}: {result.best_samples_per_s:.1f} samples/s{drop}; "
+                      f"curve took {result.curve_seconds:.1f} s")
 
 
 def add_mfu(measured: dict[str, Any] | None, flops_per_sample: float | None, gpu: str, precision: str) -> None:
@@ -349,7 +359,7 @@ def _reported(attempt: Attempt, progress: Progress, started: float) -> Attempt:
 def _measure_fresh(factory: WorkerFactory, spec: WorkerSpec, batch: int, opts: ScanOptions) -> dict[str, Any]:
     try:
         with fresh_worker(factory, spec) as worker:
-            return worker.measure(batch, opts.warmup, opts.timed_steps)
+            return opts.timed_run(worker, batch)
     except WorkerError as exc:
         return {"batch": batch, "outcome": exc.kind, "error": str(exc)}
 
@@ -390,7 +400,9 @@ def scan_workload(workload: Workload, opts: ScanOptions, out_dir: str | Path, pr
             save()
         result.status = final_status(result.precisions)
         save()
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as stop:
+        if isinstance(stop, CurveInterrupted):
+            result.precisions[stop.result.precision] = stop.result
         for p in result.precisions.values():
             if p.status == "running":
                 p.status = "interrupted"

@@ -42,6 +42,7 @@ from memprobe.probe.trial import Memory, run_step, run_trial, run_until_state
 from memprobe.workloads.base import Amp
 
 EXIT_AFTER_CRASH = 3
+MIN_TIMED_STEPS = 3  # a time budget never cuts the timed steps below this (a median and a spread)
 
 
 def apply_precision_flags(precision: str, cudnn_benchmark: bool) -> None:
@@ -170,6 +171,22 @@ class Session:
             self.memory.reset()
         return {"flops_per_sample": value}
 
+    @staticmethod
+    def _steps_within(steps: int, budget_s: float | None, result: dict[str, Any]) -> int:
+        """How many timed steps fit in `budget_s`: at most `steps`, at least MIN_TIMED_STEPS.
+
+        A step's time is estimated from the warm-up steps after the first (`warmup_step_seconds`), or
+        with one warm-up step from that step, an upper bound: it carries whatever a new batch size sets
+        up (NasNet-Large: ~14 s on the H100; with --compile, the compilation). Costs no extra step.
+        Records `timed_steps_cut_from` when it cuts."""
+        estimate = result.get("warmup_step_seconds") or result.get("first_step_seconds")
+        if not budget_s or not estimate or estimate * steps <= budget_s:
+            return steps
+        n = max(MIN_TIMED_STEPS, min(steps, int(budget_s / estimate)))
+        if n < steps:
+            result["timed_steps_cut_from"] = steps
+        return n
+
     def measure(self, req: dict[str, Any]) -> dict[str, Any]:
         """Warm up, then time steps with utilization sampling. Errors are classified, not raised;
         `failed_at_step` says which step (1-based, warm-up included) failed."""
@@ -195,11 +212,16 @@ class Session:
                 first = time.perf_counter()
                 run_step(task, amp, inputs, self.mode)
                 memory.synchronize()
-                result["first_step_seconds"] = round(time.perf_counter() - first, 4)
+                done["first_end"] = time.perf_counter()
+                result["first_step_seconds"] = round(done["first_end"] - first, 4)
 
             # Warm-up also runs until optimizer state exists (fp16 loss scaling may skip updates).
             result["warmup_steps"] = run_until_state(step, amp, max(warmup, 1), self.mode)
             memory.synchronize()
+            if result["warmup_steps"] > 1:  # the warm-up steps after the first: a step without set-up
+                result["warmup_step_seconds"] = round((time.perf_counter() - done["first_end"])
+                                                      / (result["warmup_steps"] - 1), 4)
+            steps = self._steps_within(steps, req.get("budget_s"), result)
             sampler = UtilizationSampler(task.device, float(req.get("sample_interval", 0.1)))
             sampler.start()
             try:

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Issue 12, whole suite: `memprobe scan` of every workload in fp32/fp16/bf16, training, with throughput curves.
+#
+# Run from the repository root on a GPU machine, with OUT set (results come back from $OUT). Everything goes
+# under $OUT/w (result files, one log per model, suite.log with the times) and is tarred to $OUT/r.tgz at the end.
+# Survives being cut: each model's scan runs under `timeout -s INT`, and memprobe writes the precisions it
+# finished (marked partial) on Ctrl-C; the tarball is rewritten after every model.
+# Resumable by model list: MODELS (comma-separated, default all six) picks the models, so the suite can be
+# split over two ~9-minute device calls, e.g.
+#   MODELS=nasnet-large,resnet50,bert-large-squad   bash benchmarks/gpu/issue12_suite.sh
+#   MODELS=bert-large,transformer-big,pix2pixhd      bash benchmarks/gpu/issue12_suite.sh
+# and the suite time is the sum of the two "suite total" lines. A model whose line says "cut" or "not started"
+# is rerun by naming it in MODELS.
+# Env: MODELS, PRECISIONS (fp32,fp16,bf16), BUDGET_S (seconds for the whole call, default 520: a 600 s call
+# minus start-up and the tarball), EXTRA (more `memprobe scan` options, e.g. "--no-curve").
+set -u
+: "${OUT:?set OUT to the folder whose files come back}"
+MODELS="${MODELS:-nasnet-large,resnet50,bert-large-squad,bert-large,transformer-big,pix2pixhd}"
+PRECISIONS="${PRECISIONS:-fp32,fp16,bf16}"
+BUDGET_S="${BUDGET_S:-520}"
+EXTRA="${EXTRA:-}"
+W="$OUT/w"
+mkdir -p "$W/results" "$W/logs"
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+LOG="$W/suite.log"
+start=$(date +%s)
+pack() { tar -czf "$OUT/r.tgz.tmp" -C "$OUT" w && mv "$OUT/r.tgz.tmp" "$OUT/r.tgz"; }
+say() { echo "$*" | tee -a "$LOG"; }
+
+say "issue12 suite: models $MODELS, precisions $PRECISIONS, budget ${BUDGET_S}s, $(date -u +%FT%TZ)"
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | tee -a "$LOG"
+python3 -m memprobe device >>"$LOG" 2>&1
+python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "cudnn", torch.backends.cudnn.version())' >>"$LOG" 2>&1
+pack
+
+IFS=',' read -r -a models <<<"$MODELS"
+for model in "${models[@]}"; do
+    now=$(date +%s)
+    left=$(( BUDGET_S - (now - start) ))
+    if (( left < 45 )); then
+        say "$model: not started (${left}s left of the budget)"
+        continue
+    fi
+    say "$model: start $(date -u +%T), up to ${left}s"
+    t0=$(date +%s)
+    # -k: if the scan does not end within 20 s of the INT (writing its partial file), kill it
+    timeout -s INT -k 20 "$left" python3 -m memprobe scan --model "$model" --precision "$PRECISIONS" \
+        --mode train --out "$W/results" $EXTRA >"$W/logs/$model.log" 2>&1
+    rc=$?
+    t1=$(date +%s)
+    case $rc in
+        0) state="done" ;;
+        124|130|137) state="cut (rc $rc): finished precisions kept, marked partial" ;;
+        *) state="failed (rc $rc)" ;;
+    esac
+    say "$model: $state in $(( t1 - t0 ))s"
+    grep -E "best batch b\*|curve took|wrote " "$W/logs/$model.log" | sed "s/^/  $model: /" | tee -a "$LOG"
+    pack
+done
+end=$(date +%s)
+say "suite total: $(( end - start ))s for models $MODELS ($(date -u +%FT%TZ))"
+python3 -m memprobe report --scans "$W/results" >"$W/scans.md" 2>>"$LOG"
+python3 -m memprobe report "$W/results" >"$W/report.md" 2>>"$LOG"
+ls -la "$W/results" >>"$LOG"
+pack

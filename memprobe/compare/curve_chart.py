@@ -1,0 +1,72 @@
+"""Chart of throughput against batch size: one panel per workload, one line per card and precision.
+
+No torch here. Drawn from the throughput curves in the result files (measured points only); b* is marked
+with a star and B (the max batch, the curve's last point) with a cross, so a drop at B shows at a glance.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from memprobe.compare.comparison import MEASURED, Comparison, Point
+
+CHART_NAME = "throughput_vs_batch"
+FORMATS = ("png", "svg")
+LINESTYLES = {"fp32": ":", "tf32": "-.", "fp16": "-", "bf16": "--"}
+
+
+def curve_series(comparison: Comparison) -> dict[str, list[Point]]:
+    """Measured points with at least two curve points, grouped by workload (in the comparison's order)."""
+    series: dict[str, list[Point]] = {}
+    for p in comparison.points:
+        if p.origin == MEASURED and len(p.curve) >= 2:
+            series.setdefault(p.workload, []).append(p)
+    return series
+
+
+def write_curve_chart(comparison: Comparison, out_dir: str | Path) -> list[Path]:
+    """Write throughput_vs_batch.png and .svg into out_dir; returns the paths ([] when no result has a curve)."""
+    series = curve_series(comparison)
+    if not series:
+        return []
+    from matplotlib import rc_context
+    from matplotlib.figure import Figure
+
+    ncols = min(len(series), 3)
+    nrows = math.ceil(len(series) / ncols)
+    fig = Figure(figsize=(5.6 * ncols, 4.2 * nrows + 0.8), layout="constrained")
+    axes = fig.subplots(nrows, ncols, squeeze=False)
+    gpus = list(dict.fromkeys(p.gpu for ps in series.values() for p in ps))
+    colors = {gpu: f"C{i % 10}" for i, gpu in enumerate(gpus)}
+    for ax, (workload, points) in zip(axes.flat, series.items()):
+        for p in points:
+            xs, ys = zip(*sorted(p.curve))
+            ax.plot(xs, ys, LINESTYLES.get(p.precision, "-"), color=colors[p.gpu], marker="o", markersize=3,
+                    linewidth=1.4, label=f"{p.gpu} {p.precision}")
+            if p.best_batch is not None and p.best_throughput:
+                ax.plot([p.best_batch], [p.best_throughput], "*", color=colors[p.gpu], markersize=11,
+                        markeredgecolor="black", markeredgewidth=0.5)
+            if p.max_batch:
+                ax.plot([xs[-1]], [ys[-1]], "x", color="black", markersize=7)
+        ax.set_xscale("log", base=2)
+        ax.set_title(workload, fontsize=10)
+        ax.set_xlabel("batch size (log 2)", fontsize=9)
+        ax.set_ylabel(points[0].unit, fontsize=9)
+        ax.set_ylim(bottom=0)
+        ax.grid(alpha=0.3)
+        ax.tick_params(labelsize=8)
+        ax.legend(fontsize=7, frameon=False)
+    for ax in list(axes.flat)[len(series):]:
+        ax.set_visible(False)
+    fig.suptitle("Throughput against batch size (star: best batch b*; cross: max batch B)", fontsize=12)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    # Same settings as the other charts: SVG text stays text, and re-runs are byte-identical.
+    with rc_context({"svg.fonttype": "none", "svg.hashsalt": "memprobe"}):
+        for ext in FORMATS:
+            path = out_dir / f"{CHART_NAME}.{ext}"
+            fig.savefig(path, dpi=110, metadata={"Date": None} if ext == "svg" else {"Software": None})
+            written.append(path)
+    return written

@@ -1,0 +1,103 @@
+"""How a scan runs: the options of `memprobe scan`, and the trial and timed-run lengths they imply.
+
+No torch here. A timed run is requested from a trial process (runner.Worker.measure); the options say
+how many warm-up and timed steps, and within what time budget, for the max batch B and for curve points.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from memprobe.catalog import PRECISIONS
+from memprobe.probe.curve import DEFAULT_BUDGET_S, DEFAULT_POINTS, ladder
+from memprobe.probe.runner import Worker
+
+MODES = ("train", "infer")
+# Inference has no optimizer state to wait for: a trial is one warm-up forward and one more, and a
+# timed run needs one warm-up forward. At the huge batches inference reaches (bert-large-squad fp16
+# ~9400 on an H200, a forward of several seconds), the training trial's 3 steps and 3 warm-up steps
+# made each trial 16-18 s.
+INFER_TRIAL_STEPS = 2
+INFER_WARMUP = 1
+INFER_CURVE_BUDGET_S = 20.0
+# Curve points below B: enough warm-up for optimizer state, and a median over 6 steps (the step-time
+# spread at B on the H100 was at most 2.7% over 10 steps), so a curve costs seconds per point.
+CURVE_WARMUP = 2
+CURVE_TIMED_STEPS = 6
+
+
+@dataclass
+class ScanOptions:
+    """How to scan. `steps` is the whole trial: one warm-up step + K >= 2 more."""
+
+    precisions: list[str]
+    mode: str = "train"
+    steps: int = 3
+    warmup: int = 3
+    timed_steps: int = 10
+    batches: list[int] = field(default_factory=list)
+    max_batch: int = 65536
+    max_trials: int = 40
+    fresh_checks: int = 6
+    measure: bool = True
+    device: str = "cuda"
+    cpu_budget_bytes: int | None = None
+    cudnn_benchmark: bool = False
+    compile: bool = False  # run the step's forward (and backward) through torch.compile
+    timeout_s: float = 1800.0
+    memory_cap_bytes: int | None = None  # emulate a card of this size (CUDA only)
+    curve: bool = True  # time a ladder of batches up to B and find the best batch b*
+    curve_batches: list[int] = field(default_factory=list)  # the ladder (empty: powers of two, see probe.curve)
+    curve_points: int = DEFAULT_POINTS
+    curve_budget_s: float | None = DEFAULT_BUDGET_S  # no new curve point starts after this (None: no limit)
+    # Timed steps stop early once they would run past this many seconds (at least MIN_TIMED_STEPS run):
+    # at a batch whose step takes seconds, 10 timed steps cost more than they tell.
+    timed_budget_s: float | None = 10.0
+    soak: int = 0  # after the proof, train B this many steps in a fresh process, lowering B if it fails
+
+    def __post_init__(self) -> None:
+        if self.steps < 3:
+            raise ValueError("a trial needs a warm-up step and at least 2 more (steps >= 3)")
+        unknown = [p for p in self.precisions if p not in PRECISIONS]
+        if unknown or not self.precisions:
+            raise ValueError(f"unknown precision {', '.join(unknown) or '(none)'}; choose from {', '.join(PRECISIONS)}")
+        if self.mode not in MODES:
+            raise ValueError(f"unknown mode '{self.mode}'; choose train or infer")
+        if self.soak < 0:
+            raise ValueError("--soak must be 0 (off) or a number of steps")
+        if self.memory_cap_bytes is not None and self.device != "cuda":
+            raise ValueError("--memory-cap emulates a smaller GPU: it needs --device cuda")
+        ladder(1, self.curve_points, self.curve_batches)  # raises CurveError (a ValueError) when unusable
+
+    @property
+    def trial_steps(self) -> int:
+        """Steps per trial: `steps` in training, INFER_TRIAL_STEPS forward passes in inference."""
+        return self.steps if self.mode == "train" else min(self.steps, INFER_TRIAL_STEPS)
+
+    @property
+    def warmup_steps(self) -> int:
+        """Warm-up steps before timing: `warmup`, at most INFER_WARMUP in inference."""
+        return self.warmup if self.mode == "train" else min(self.warmup, INFER_WARMUP)
+
+    def timed_run(self, worker: Worker, batch: int) -> dict[str, Any]:
+        """Warm-up and timed steps at `batch` in `worker` (its answer, never raising for a failed step)."""
+        return worker.measure(batch, self.warmup_steps, self.timed_steps, budget_s=self.timed_budget_s)
+
+    @property
+    def curve_budget(self) -> float | None:
+        """Seconds a curve may take before its remaining points are skipped: curve_budget_s, at most
+        INFER_CURVE_BUDGET_S in inference (forwards of seconds at huge batches; the goal is a minute)."""
+        if self.mode == "train" or self.curve_budget_s is None:
+            return self.curve_budget_s
+        return min(self.curve_budget_s, INFER_CURVE_BUDGET_S)
+
+    def curve_run(self, worker: Worker, batch: int) -> dict[str, Any]:
+        """A shorter timed run for a curve point below B: at most CURVE_WARMUP warm-up and CURVE_TIMED_STEPS
+        timed steps, within half the timed-step budget (B's own point is the full timed run)."""
+        budget = self.timed_budget_s / 2 if self.timed_budget_s else None
+        return worker.measure(batch, min(self.warmup_steps, CURVE_WARMUP), min(self.timed_steps, CURVE_TIMED_STEPS),
+                              budget_s=budget)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k != "precisions"} | {"precisions": list(self.precisions)}

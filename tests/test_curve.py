@@ -1,0 +1,322 @@
+"""Throughput curve: the ladder of batch sizes, the best batch b*, timing the ladder in fake trial processes
+(shared below the edge, fresh near it), and the curve in a whole scan_precision with fakes (no torch)."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from memprobe.probe.curve import CurveError, best_point, curve_point, ladder, measure_curve, summary
+from memprobe.probe.scan import INFER_TRIAL_STEPS, INFER_WARMUP, ScanOptions
+from memprobe.probe.search import MemoryModel
+
+import test_scan
+from test_scan import World, run_scan
+
+
+# --- the ladder ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("max_batch, points, expected", [
+    (1870, 8, [16, 32, 64, 128, 256, 512, 1024, 1870]),   # the 7 largest powers of two below B, then B
+    (3321, 8, [32, 64, 128, 256, 512, 1024, 2048, 3321]),
+    (1030, 8, [8, 16, 32, 64, 128, 256, 512, 1030]),      # 1024 is within 1/8 of B: skipped
+    (155, 4, [32, 64, 128, 155]),
+    (9, 8, [1, 2, 4, 9]),                                 # 8 > 7/8 * 9: skipped
+    (2, 8, [1, 2]),
+    (1, 8, [1]),
+    (0, 8, []),                                           # nothing trains: no curve
+    (1870, 1, [1870]),
+])
+def test_default_ladder(max_batch, points, expected):
+    assert ladder(max_batch, points) == expected
+
+
+def test_requested_ladder_drops_sizes_above_b_and_always_ends_at_b():
+    assert ladder(1000, 8, [128, 64, 5000, 1000, 64]) == [64, 128, 1000]
+    assert ladder(1000, 2, [64, 128, 256]) == [256, 1000]  # the cap keeps the largest
+
+
+@pytest.mark.parametrize("points, requested", [(0, None), (8, [0, 16])])
+def test_unusable_ladder_raises(points, requested):
+    with pytest.raises(CurveError):
+        ladder(100, points, requested)
+
+
+def test_scan_options_refuse_a_bad_ladder_as_a_value_error():
+    with pytest.raises(ValueError):
+        ScanOptions(precisions=["fp32"], curve_batches=[0])
+
+
+# --- b* -----------------------------------------------------------------------------------------
+
+def fit(batch, sps):
+    return {"batch": batch, "outcome": "fit", "samples_per_s": sps, "units_per_s": sps * 2}
+
+
+def test_best_point_is_the_fastest_fit_and_ignores_failures():
+    points = [fit(256, 5863), fit(512, 6216), fit(1870, 6598), {"batch": 2048, "outcome": "oom"}, fit(3321, 4360)]
+    assert best_point(points)["batch"] == 1870
+    assert summary(points) == {"best_batch": 1870, "best_samples_per_s": 6598, "best_units_per_s": 13196}
+
+
+def test_best_point_tie_goes_to_the_smaller_batch():
+    assert best_point([fit(512, 100.0), fit(256, 100.0), fit(1024, 99.0)])["batch"] == 256
+
+
+def test_no_fitting_point_means_no_best_batch():
+    assert best_point([{"batch": 8, "outcome": "oom"}]) is None
+    assert summary([]) == {"best_batch": None, "best_samples_per_s": None, "best_units_per_s": None}
+
+
+def test_curve_point_keeps_spread_and_peaks():
+    measured = {"batch": 64, "outcome": "fit", "samples_per_s": 640.0, "units_per_s": 1280.0,
+                "step_time": {"steps": 10, "median_s": 0.1, "p10_s": 0.09, "p90_s": 0.12},
+                "peak_allocated": 10, "peak_reserved": 12}
+    point = curve_point(measured, fresh=False)
+    assert point == {"batch": 64, "outcome": "fit", "fresh": False, "samples_per_s": 640.0, "units_per_s": 1280.0,
+                     "step_median_s": 0.1, "step_p10_s": 0.09, "step_p90_s": 0.12, "timed_steps": 10,
+                     "peak_allocated": 10, "peak_reserved": 12}
+    failed = curve_point({"batch": 64, "outcome": "oom", "error": "OutOfMemoryError: x"}, fresh=True)
+    assert failed["outcome"] == "oom" and failed["error"].startswith("OutOfMemoryError")
+
+
+# --- timing the ladder in fake processes --------------------------------------------------------
+
+class Proc:
+    def __init__(self, number, log, crash_at=()):
+        self.number, self.log, self.crash_at, self.closed, self.killed = number, log, crash_at, False, False
+
+    def kill(self):
+        self.killed = self.closed = True
+
+    def close(self):
+        self.closed = True
+
+
+class Factory:
+    def __init__(self, forks=True, crash_at=()):
+        self.forks, self.crash_at = forks, crash_at
+        self.counter, self.procs, self.log = itertools.count(1), [], []
+
+    def fresh(self, spec):
+        proc = Proc(next(self.counter), self.log, self.crash_at)
+        self.procs.append(proc)
+        return proc
+
+
+def run_curve(factory, batches, max_batch=1000, at_max=None, model=None, fresh_above=None, budget=None):
+    reported = []
+
+    def measure(worker, batch):
+        factory.log.append((worker.number, batch))
+        if batch in worker.crash_at:
+            return {"batch": batch, "outcome": "crash", "error": "trial process died"}
+        return {"batch": batch, "outcome": "fit", "samples_per_s": float(batch), "units_per_s": float(batch),
+                "step_time": {"median_s": 1.0, "p10_s": 1.0, "p90_s": 1.0, "steps": 3}}
+
+    points = measure_curve(factory, None, batches, at_max, max_batch, measure, model, fresh_above, reported.append,
+                           budget)
+    return points, reported
+
+
+def test_points_below_the_edge_share_one_process_near_ones_are_fresh():
+    factory = Factory(forks=True)
+    model = MemoryModel(0.0, 1.0, "peak_reserved", 2)  # peak(b) = b bytes
+    points, reported = run_curve(factory, [64, 128, 256, 512, 1000], model=model, fresh_above=300.0,
+                                 at_max={"batch": 1000, "outcome": "fit", "samples_per_s": 900.0})
+    assert [p["batch"] for p in points] == [64, 128, 256, 512, 1000]
+    assert reported == points[::-1]  # timed from the largest down
+    # B from the proof, not re-run; 512 (predicted 512 > 300) fresh in process 1; the rest share process 2
+    assert factory.log == [(1, 512), (2, 256), (2, 128), (2, 64)]
+    assert [p["fresh"] for p in points] == [False, False, False, True, True]
+    assert points[-1]["samples_per_s"] == 900.0
+    assert all(p.closed for p in factory.procs)
+
+
+def test_without_a_fork_server_every_point_shares_one_process():
+    factory = Factory(forks=False)
+    points, _ = run_curve(factory, [64, 128, 1000], model=None, fresh_above=None)
+    assert factory.log == [(1, 1000), (1, 128), (1, 64)]
+    assert not any(p["fresh"] for p in points)
+
+
+def test_a_crash_is_kept_as_a_point_and_the_next_batch_gets_a_new_process():
+    factory = Factory(forks=True, crash_at=(128,))
+    model = MemoryModel(0.0, 1.0, "peak_reserved", 2)
+    points, _ = run_curve(factory, [64, 128, 256, 1000], model=model, fresh_above=2000.0,
+                          at_max={"batch": 1000, "outcome": "fit", "samples_per_s": 1.0})
+    assert [(p["batch"], p["outcome"]) for p in points] == [(64, "fit"), (128, "crash"), (256, "fit"), (1000, "fit")]
+    assert factory.log == [(1, 256), (1, 128), (2, 64)]
+    assert all(p.closed for p in factory.procs)
+
+
+def test_points_past_the_time_budget_are_skipped_but_b_is_kept():
+    factory = Factory(forks=True)
+    points, _ = run_curve(factory, [64, 128, 1000], model=None, fresh_above=None, budget=0.0,
+                          at_max={"batch": 1000, "outcome": "fit", "samples_per_s": 900.0})
+    assert [(p["batch"], p["outcome"]) for p in points] == [(64, "skipped"), (128, "skipped"), (1000, "fit")]
+    assert factory.log == [] and best_point(points)["batch"] == 1000
+
+
+def test_interrupt_kills_the_running_process():
+    factory = Factory(forks=True)
+
+    def measure(worker, batch):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        measure_curve(factory, None, [64, 1000], None, 1000, measure, None, None, lambda p: None)
+    assert factory.procs[0].killed
+
+
+# --- in a whole scan_precision (fakes from test_scan) -------------------------------------------
+
+def test_scan_stores_curve_best_batch_and_reuses_the_proofs_timed_run_at_b(monkeypatch):
+    world = World(75)
+    # the fake step takes 0.5 s at any batch up to 32, then slows sharply: a cliff, so b* < B
+    monkeypatch.setattr(test_scan.FakeWorker, "step_time", staticmethod(lambda b: 0.5 if b <= 32 else 0.5 * b / 16),
+                        raising=False)
+    result, progress, _ = run_scan(world, curve=True)
+    assert result.max_batch == 75
+    assert [p["batch"] for p in result.curve] == [1, 2, 4, 8, 16, 32, 64, 75]
+    assert all(p["outcome"] == "fit" for p in result.curve)
+    assert result.best_batch == 32 and result.best_samples_per_s == pytest.approx(64.0)
+    assert result.curve[-1]["samples_per_s"] == result.throughput["samples_per_s"]
+    assert result.curve_seconds is not None
+    measured_at_b = [e for e in world.log if e[0] == "measure" and e[2] == 75]
+    assert len(measured_at_b) == 1  # the proof's timed run; the curve did not time B again
+    assert any("best batch b* = 32" in n for n in progress.notes)
+    test_scan.assert_all_closed(world)
+
+
+def test_no_curve_option_times_only_b():
+    world = World(75)
+    result, _, _ = run_scan(world, curve=False)
+    assert result.curve == [] and result.best_batch is None
+    assert [e[2] for e in world.log if e[0] == "measure"] == [75]
+
+
+def test_requested_ladder_is_used():
+    world = World(75)
+    result, _, _ = run_scan(world, curve=True, curve_batches=[10, 40, 500])
+    assert [p["batch"] for p in result.curve] == [10, 40, 75]
+
+
+# --- inference: fewer steps per trial -----------------------------------------------------------
+
+def test_inference_trials_and_warmup_are_shorter():
+    opts = ScanOptions(precisions=["fp16"], mode="infer")
+    assert opts.trial_steps == INFER_TRIAL_STEPS == 2 and opts.warmup_steps == INFER_WARMUP == 1
+    train = ScanOptions(precisions=["fp16"], steps=4, warmup=3)
+    assert train.trial_steps == 4 and train.warmup_steps == 3
+    assert opts.curve_budget == 20.0 and train.curve_budget == 45.0
+    assert ScanOptions(precisions=["fp16"], mode="infer", curve_budget_s=None).curve_budget is None
+
+
+def test_inference_scan_passes_the_short_trial_and_warmup_to_the_processes(monkeypatch):
+    world = World(75)
+    seen = {"trial": set(), "warmup": set(), "budget": set()}
+    trial, measure = test_scan.FakeWorker.trial, test_scan.FakeWorker.measure
+
+    def spy_trial(self, batch, steps):
+        seen["trial"].add(steps)
+        return trial(self, batch, steps)
+
+    def spy_measure(self, batch, warmup, steps, budget_s=None):
+        seen["warmup"].add(warmup)
+        seen["budget"].add(budget_s)
+        return measure(self, batch, warmup, steps, budget_s)
+
+    monkeypatch.setattr(test_scan.FakeWorker, "trial", spy_trial)
+    monkeypatch.setattr(test_scan.FakeWorker, "measure", spy_measure)
+    result, _, _ = run_scan(world, mode="infer", curve=True, timed_budget_s=5.0)
+    assert result.max_batch == 75
+    assert seen == {"trial": {2}, "warmup": {1}, "budget": {5.0, 2.5}}  # curve points: half the budget
+    assert "2 steps (1 warm-up + 1)" in result.proof["fit_check"]
+
+
+# --- the CLI's --curve / --no-curve -------------------------------------------------------------
+
+def test_scan_curve_options_reach_the_scan_options(monkeypatch, tmp_path):
+    from click.testing import CliRunner
+
+    import memprobe.probe.scan
+    from memprobe.cli import main
+    from memprobe.results import ScanResult
+
+    seen = []
+
+    def fake_scan_workload(workload, opts, out_dir, progress):
+        seen.append(opts)
+        return ScanResult(workload=workload.to_dict(), environment={}, settings=opts.to_dict()), tmp_path / "x.json"
+
+    monkeypatch.setattr(memprobe.probe.scan, "scan_workload", fake_scan_workload)
+    base = ("scan", "--model", "toy", "--device", "cpu", "--cpu-memory-budget", "8MiB", "--out", str(tmp_path))
+    runner = CliRunner()
+    for extra in ((), ("--curve",), ("--curve", "64,128"), ("--no-curve",)):
+        done = runner.invoke(main, [*base, *extra])
+        assert done.exit_code == 0, done.output
+    assert [(o.curve, o.curve_batches) for o in seen] == [(True, []), (True, []), (True, [64, 128]), (False, [])]
+    bad = runner.invoke(main, [*base, "--curve", "64,x"])
+    assert bad.exit_code == 2 and "Traceback" not in bad.output and "--curve" in bad.output
+
+
+# --- the timed-step budget in a real (CPU) trial process session ---------------------------------
+
+def test_timed_steps_stop_at_the_budget_but_never_below_three(toy):
+    from memprobe.probe.worker import MIN_TIMED_STEPS, Session
+    from test_trial_cpu import BUDGET
+
+    s = Session()
+    info = s.setup({"op": "setup", "workload": toy.to_dict(), "precision": "fp32", "mode": "train",
+                    "device": "cpu", "cpu_budget_bytes": BUDGET, "settings": {}})
+    assert info["ok"] is True, info
+    try:
+        roomy = s.measure({"op": "measure", "batch": 8, "warmup": 1, "steps": 6, "budget_s": 1000.0})
+        assert roomy["step_time"]["steps"] == 6 and "timed_steps_cut_from" not in roomy
+        tight = s.measure({"op": "measure", "batch": 8, "warmup": 1, "steps": 6, "budget_s": 1e-9})
+        assert tight["outcome"] == "fit", tight
+        assert tight["step_time"]["steps"] == MIN_TIMED_STEPS == 3 and tight["timed_steps_cut_from"] == 6
+    finally:
+        s.memory.cpu.__exit__(None, None, None)
+
+
+@pytest.mark.parametrize("first, later, budget, expected", [
+    (0.5, None, 10.0, 10), (2.0, None, 10.0, 5), (14.0, None, 10.0, 3), (2.0, None, None, 10), (None, None, 10.0, 10),
+    (14.0, 0.5, 10.0, 10),  # the set-up of a new size (or a compilation) in the first step does not count
+    (14.0, 2.5, 10.0, 4),
+])
+def test_steps_within_budget(first, later, budget, expected):
+    from memprobe.probe.worker import Session
+
+    result = {"first_step_seconds": first, "warmup_step_seconds": later}
+    assert Session._steps_within(10, budget, result) == expected
+    assert ("timed_steps_cut_from" in result) == (expected < 10)
+
+
+def test_ctrl_c_during_the_curve_keeps_the_proven_precision_and_the_points_timed(monkeypatch, tmp_path):
+    import memprobe.probe.scan
+    from memprobe.probe.scan import ScanInterrupted, scan_workload
+    from memprobe.results import read_result
+    from conftest import RecordingProgress
+
+    world = World(75)
+    measure = test_scan.FakeWorker.measure
+
+    def interrupted_below_32(self, batch, warmup, steps, budget_s=None):
+        if batch < 32:
+            raise KeyboardInterrupt
+        return measure(self, batch, warmup, steps, budget_s)
+
+    monkeypatch.setattr(test_scan.FakeWorker, "measure", interrupted_below_32)
+    monkeypatch.setattr(memprobe.probe.scan, "WorkerFactory", lambda workload: test_scan.FakeFactory(world))
+    opts = ScanOptions(precisions=["fp32", "bf16"], device="cpu", cpu_budget_bytes=world.capacity)
+    with pytest.raises(ScanInterrupted) as stop:
+        scan_workload(test_scan._toy(), opts, tmp_path, RecordingProgress())
+    saved = read_result(stop.value.path)
+    assert saved.status == "partial" and list(saved.precisions) == ["fp32"]
+    p = saved.precisions["fp32"]
+    assert p.status == "done" and p.max_batch == 75 and p.settings["curve_interrupted"] is True
+    assert [c["batch"] for c in p.curve] == [32, 64, 75] and p.best_batch == 75
+    test_scan.assert_all_closed(world)
