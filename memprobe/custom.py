@@ -91,13 +91,16 @@ def _cached_hf_config(name: str) -> Path | None:
     return Path(found) if isinstance(found, str) else None
 
 
-def load_hf_config(source: str) -> tuple[dict[str, Any], str]:
-    """A transformers config as a dict, and where it came from, for `hf:NAME` (packaged or cached) or a path.
+def load_hf_config(source: str, is_path: bool | None = None) -> tuple[dict[str, Any], str]:
+    """A transformers config as a dict, and where it came from: a name (packaged, or in the local Hugging
+    Face cache) or a path to config.json or its folder. `is_path` None: a path when it ends in .json or exists.
 
     Raises CustomModelError (one line) when there is no local config or it is not a config file.
     """
     path = Path(source).expanduser()
-    if source.endswith(".json") or "/" in source or path.is_dir():
+    if is_path is None:
+        is_path = source.endswith(".json") or path.exists()
+    if is_path:
         if path.is_dir():
             path = path / "config.json"
         where = str(path)
@@ -181,7 +184,9 @@ def resolve(text: str, options: CustomOptions = CustomOptions()) -> Workload:
     if kind in ("hf", "hf-config"):
         if not rest:
             raise CustomModelError(f"{kind}: needs a {'name' if kind == 'hf' else 'path'}, e.g. hf:gpt2-large")
-        params = {"config": rest if kind == "hf" else str(Path(rest).expanduser().resolve()),
+        if kind == "hf-config":
+            rest = str(Path(rest).expanduser().resolve())
+        params = {"config": rest, "config_is_path": kind == "hf-config",
                   "task": options.task or "causal-lm", "seq_len": options.seq_len}
         return _checked(Workload(text, "hf", f"transformers {rest}, random weights, sdpa", HF_UNITS, params,
                                  _optimizer("hf", options)), options)
@@ -214,7 +219,7 @@ def prepare(workload: Workload) -> Workload:
     elif workload.family == "hf":
         config = params.get("config")
         if isinstance(config, str):
-            params["config"], params["config_source"] = load_hf_config(config)
+            params["config"], params["config_source"] = load_hf_config(config, params.pop("config_is_path", None))
         elif not isinstance(config, dict) or not isinstance(config.get("model_type"), str):
             raise CustomModelError(f"{where}: an hf entry needs params.config: a name, a path, or a config mapping")
         params.setdefault("task", "causal-lm")
