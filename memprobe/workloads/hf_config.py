@@ -11,6 +11,13 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+# Imported at module load, not in the builder: the fork server preloads this module, so a fresh trial
+# process does not pay transformers' import (seconds) again.
+import transformers
+from transformers import (  # noqa: F401 - resolving the Auto classes loads their mapping modules now
+    AutoConfig, AutoModelForCausalLM, AutoModelForMaskedLM, AutoModelForQuestionAnswering, AutoModelForSeq2SeqLM,
+    AutoModelForSequenceClassification,
+)
 
 from .base import TrainTask, UserModelError
 
@@ -25,11 +32,9 @@ MLM_PROBABILITY = 0.15
 def make_config(config: dict[str, Any]):
     """A transformers config object from its mapping, with the weights' dtype left at float32 (memprobe's
     precisions autocast over fp32 weights) and the KV cache off. Raises UserModelError for an unknown model_type."""
-    import transformers
-
     values = {k: v for k, v in config.items() if k not in _DROPPED_KEYS and k != "model_type"}
     try:
-        made = transformers.AutoConfig.for_model(config["model_type"], **values)
+        made = AutoConfig.for_model(config["model_type"], **values)
     except (KeyError, ValueError) as exc:
         raise UserModelError(f"transformers {transformers.__version__} cannot make a config of model_type "
                              f"'{config.get('model_type')}': {exc}") from exc
@@ -50,8 +55,6 @@ class HFTask(TrainTask):
     unit = "sequences"
 
     def __init__(self, params: dict[str, Any], optimizer: dict[str, Any], device: torch.device) -> None:
-        import transformers
-
         self.task = str(params.get("task") or "causal-lm")
         if self.task not in _AUTO:
             raise UserModelError(f"unknown task '{self.task}' (known: {', '.join(_AUTO)})")
