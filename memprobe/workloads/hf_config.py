@@ -14,16 +14,16 @@ import torch
 # Imported at module load, not in the builder: the fork server preloads this module, so a fresh trial
 # process does not pay transformers' import (seconds) again.
 import transformers
-from transformers import (  # noqa: F401 - resolving the Auto classes loads their mapping modules now
+from transformers import (  # resolving the Auto classes loads their mapping modules now
     AutoConfig, AutoModelForCausalLM, AutoModelForMaskedLM, AutoModelForQuestionAnswering, AutoModelForSeq2SeqLM,
     AutoModelForSequenceClassification,
 )
 
 from .base import TrainTask, UserModelError
 
-_AUTO = {"causal-lm": "AutoModelForCausalLM", "masked-lm": "AutoModelForMaskedLM",
-         "seq-cls": "AutoModelForSequenceClassification", "qa": "AutoModelForQuestionAnswering",
-         "seq2seq": "AutoModelForSeq2SeqLM"}
+_AUTO = {"causal-lm": AutoModelForCausalLM, "masked-lm": AutoModelForMaskedLM,
+         "seq-cls": AutoModelForSequenceClassification, "qa": AutoModelForQuestionAnswering,
+         "seq2seq": AutoModelForSeq2SeqLM}
 _DROPPED_KEYS = ("torch_dtype", "dtype", "transformers_version", "_name_or_path", "architectures", "auto_map")
 DEFAULT_MAX_SEQ = 1024  # the sequence length when none is given: the model's own maximum, at most this
 MLM_PROBABILITY = 0.15
@@ -67,7 +67,7 @@ class HFTask(TrainTask):
             config.num_labels = 2
             if config.pad_token_id is None:  # batches of more than one need it to find each sequence's end
                 config.pad_token_id = 0
-        auto = getattr(transformers, _AUTO[self.task])
+        auto = _AUTO[self.task]
         try:
             with device:
                 model = auto.from_config(config, attn_implementation="sdpa")
