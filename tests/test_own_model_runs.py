@@ -181,6 +181,13 @@ def test_unknown_timm_name_is_a_user_error_naming_close_ones(timm_standin):
     assert "has no model 'vit_larg_patch16_224'" in answer["message"] and "vit_large_patch16_224" in answer["message"]
 
 
+def test_predict_unknown_timm_name_is_one_line(run, timm_standin):
+    result = run("predict", "--model", "timm:vit_larg_patch16_224", "--precision", "fp32")
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    (line,) = error_lines(result)
+    assert "has no model 'vit_larg_patch16_224'" in line and "vit_large_patch16_224" in line
+
+
 def test_search_stops_at_a_user_error():
     def try_batch(n):
         return Attempt(n, "fit", 10 * n, 10 * n) if n < 2 else Attempt(n, USER_ERROR, message="KeyError\nTraceback")
