@@ -13,7 +13,8 @@ import click
 from tabulate import tabulate
 
 from memprobe.cli_helpers import card_names, memory_list, positive_size, stop_on_signals
-from memprobe.registry import RegistryError, Workload, load_registry, select
+from memprobe.cli_models import model_options as _model_options, resolve_workloads
+from memprobe.registry import RegistryError, Workload, load_registry
 from memprobe.units import gib
 
 EXIT_NO_GPU = 2
@@ -113,7 +114,7 @@ class _ProgressPrinter:
 
     def trial_end(self, attempt) -> None:
         peak = f", peak {gib(attempt.peak_reserved, 2)} GiB" if attempt.peak_reserved else ""
-        detail = f" ({attempt.message[:120]})" if attempt.message and not attempt.fits else ""
+        detail = f" ({attempt.message.splitlines()[0][:120]})" if attempt.message and not attempt.fits else ""
         click.echo(f"{attempt.outcome}{peak}, {attempt.seconds:.1f}s{detail}", err=True)
 
     def note(self, text: str) -> None:
@@ -121,7 +122,9 @@ class _ProgressPrinter:
 
 
 @main.command("scan")
-@click.option("--model", "-m", "model", required=True, help="Workload name(s), comma-separated; wildcards and 'all' work.")
+@click.option("--model", "-m", "model", required=True,
+              help="Workload name(s), comma-separated; wildcards and 'all' work. Also timm:NAME, hf:NAME, "
+                   "hf-config:PATH, FILE.py:FUNCTION or package.module:FUNCTION (README: your own model).")
 @click.option("--precision", "-p", default="fp32,fp16,bf16", show_default=True,
               help="Comma-separated: fp32 (TF32 off), tf32, fp16 (autocast + GradScaler), bf16 (autocast).")
 @click.option("--mode", type=click.Choice(["train", "infer"]), default="train", show_default=True,
@@ -153,13 +156,15 @@ class _ProgressPrinter:
 @click.option("--memory-cap", help="Emulate a card with this much memory (e.g. 24GiB) on a bigger one: the allocator is "
                                   "capped at it minus the memory measured outside PyTorch (context, kernels); "
                                   "results are labelled emulated.")
+@_model_options
 @click.option("--predict-if-no-gpu", is_flag=True,
               help=f"With no CUDA device, predict the max batch for {COMMON_CARD_SIZES} instead of failing "
                    "(memprobe predict; a prediction, not a measurement; exit 0).")
 def scan_cmd(model: str, precision: str, mode: str, batches: str | None, out_dir: str, models_file: str | None,
              steps: int, warmup: int, timed_steps: int, max_batch: int, max_trials: int, no_throughput: bool, soak: int,
              curve: str, no_curve: bool, cudnn_benchmark: bool, compile_step: bool, device: str, cpu_memory_budget: str | None,
-             memory_cap: str | None, predict_if_no_gpu: bool) -> None:
+             memory_cap: str | None, input_size: str | None, optimizer: str | None, task: str | None,
+             seq_len: int | None, predict_if_no_gpu: bool) -> None:
     """Find the exact max batch of each model and precision on this GPU, then measure throughput there.
 
     For each precision: a memory-guided search (small batches in one trial process, trials near
@@ -168,14 +173,11 @@ def scan_cmd(model: str, precision: str, mode: str, batches: str | None, out_dir
     then timed steps at B with utilization sampled, then the throughput curve (--no-curve skips it).
     One result file per model is written (atomically, after every precision) under --out.
     """
+    from memprobe.probe.errors import USER_ERROR
     from memprobe.probe.scan import NoCudaError, ScanInterrupted, ScanOptions, scan_workload
     from memprobe.compare.scan_table import scan_table
 
-    registry = _registry(models_file)
-    try:
-        workloads = select(registry, model)
-    except RegistryError as exc:
-        raise click.ClickException(str(exc)) from None
+    workloads = resolve_workloads(_registry(models_file), model, input_size, optimizer, task, seq_len)
     budget = None
     if device == "cpu":
         if not cpu_memory_budget:
@@ -203,6 +205,7 @@ def scan_cmd(model: str, precision: str, mode: str, batches: str | None, out_dir
     progress = _ProgressPrinter()
     finished = []
     failed = False
+    user_errors = []
     for workload in workloads:
         try:
             with stop_on_signals() as stopped_by:
@@ -219,7 +222,12 @@ def scan_cmd(model: str, precision: str, mode: str, batches: str | None, out_dir
         failed |= any(p.status == "error" for p in result.precisions.values())
         click.echo(f"wrote {path}" + (" (status failed: every precision ended in an error)"
                                       if result.status == "failed" else ""), err=True)
+        user_errors += [f"{workload.name} {p.precision}: {p.error.splitlines()[0]} "
+                        f"({'traceback' if len(p.error.splitlines()) > 1 else 'details'} in {path})"
+                        for p in result.precisions.values() if p.stop == USER_ERROR]
     click.echo(scan_table(finished))
+    if user_errors:
+        raise click.ClickException(user_errors[0])
     if failed:
         sys.exit(1)
 
@@ -295,7 +303,9 @@ def _predict_and_print(workloads: list[Workload], precisions: list[str], memory:
 
 
 @main.command("predict")
-@click.option("--model", "-m", "model", required=True, help="Workload name(s), comma-separated; wildcards work.")
+@click.option("--model", "-m", "model", required=True,
+              help="Workload name(s), comma-separated; wildcards work. Also timm:NAME, hf:NAME, hf-config:PATH, "
+                   "FILE.py:FUNCTION or package.module:FUNCTION.")
 @click.option("--memory", help=f"Comma-separated memory sizes to predict for (24GiB, 11GB = decimal; default without "
                                f"--gpu: {COMMON_CARD_SIZES}).")
 @click.option("--gpu", "gpus", help="Comma-separated catalog cards by name or alias (\"H200\", \"H100 SXM\"): predicts at the "
@@ -311,8 +321,10 @@ def _predict_and_print(workloads: list[Workload], precisions: list[str], memory:
               help="A scan result file of this workload: also print predicted vs measured peaks for its trials, and "
                    "the predicted max batch at its allocator capacity beside the measured one.")
 @click.option("--steps", default=3, show_default=True, type=click.IntRange(3), help="Steps per trial: 1 warm-up + K >= 2.")
+@_model_options
 def predict_cmd(model: str, memory: str | None, gpus: str | None, precision: str, models_file: str | None,
-                overhead_from: tuple[str, ...], compare: str | None, steps: int) -> None:
+                overhead_from: tuple[str, ...], compare: str | None, steps: int, input_size: str | None,
+                optimizer: str | None, task: str | None, seq_len: int | None) -> None:
     """Predict the max batch for any memory size, with no GPU (labelled predicted, not measured).
 
     Runs the scan's trial (1 warm-up + K steps, optimizer state included) on fake tensors with the
@@ -320,11 +332,7 @@ def predict_cmd(model: str, memory: str | None, gpus: str | None, precision: str
     records every allocation and replays it through a model of the CUDA caching allocator. Takes
     seconds to a minute on a CPU. Needs torch, but no GPU.
     """
-    registry = _registry(models_file)
-    try:
-        workloads = select(registry, model)
-    except RegistryError as exc:
-        raise click.ClickException(str(exc)) from None
+    workloads = resolve_workloads(_registry(models_file), model, input_size, optimizer, task, seq_len)
     precisions = _precision_list(precision) or []
     if not precisions:
         raise click.BadParameter("give at least one precision", param_hint="--precision")

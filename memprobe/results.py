@@ -75,6 +75,26 @@ class ScanResult:
     schema: str = SCHEMA
     schema_version: int = SCHEMA_VERSION
 
+    def _first(self) -> PrecisionResult | None:
+        return next(iter(self.precisions.values()), None)
+
+    @property
+    def max_batch(self) -> int | None:
+        """The max batch of the first precision scanned (`.precisions[p].max_batch` for each one)."""
+        first = self._first()
+        return first.max_batch if first else None
+
+    @property
+    def throughput(self) -> float | None:
+        """Samples per second at that max batch (None when not measured or not fitting)."""
+        first = self._first()
+        timed = first.throughput if first else None
+        return timed.get("samples_per_s") if timed and timed.get("outcome") == "fit" else None
+
+    def to_json(self) -> str:
+        """The result as the JSON text of a result file."""
+        return json.dumps(self.to_dict(), indent=1)
+
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         # schema fields first so a reader sees what the file is before anything else

@@ -251,9 +251,10 @@ def test_with_memory_state_explains_a_reclassification():
 
 
 def test_outcomes_are_distinct():
-    assert len(set(errors.OUTCOMES)) == len(errors.OUTCOMES) == 6
+    assert len(set(errors.OUTCOMES)) == len(errors.OUTCOMES) == 7
     assert errors.FIT == "fit" and errors.OOM == "oom" and errors.LIMIT == "limit"
-    assert errors.CRASH == "crash" and errors.ERROR == "error"
+    assert errors.CRASH == "crash" and errors.ERROR == "error" and errors.USER_ERROR == "user-error"
+    assert set(errors.STOPPING) == {errors.ERROR, errors.USER_ERROR}
 
 
 # --- sizes ----------------------------------------------------------------------------------------

@@ -14,8 +14,12 @@ LIMIT = "limit"      # a hard limit that is not memory (kernel launch configurat
 CRASH = "crash"      # the CUDA context is unusable or the trial process died: a new process is needed
 ERROR = "error"      # a bug or a misconfiguration: retrying at another batch will not help
 TIMEOUT = "timeout"  # the trial ran past its time limit and was killed
+# The user's model code (a module:function build, or a name that cannot be resolved) raised something
+# that is not out of memory: the user must fix it; the message carries their traceback.
+USER_ERROR = "user-error"
 
-OUTCOMES = (FIT, OOM, LIMIT, CRASH, ERROR, TIMEOUT)
+OUTCOMES = (FIT, OOM, LIMIT, CRASH, ERROR, TIMEOUT, USER_ERROR)
+STOPPING = (ERROR, USER_ERROR)  # outcomes that end a search: another batch size will not help
 
 _CRASH_MARKERS = (
     "illegal memory access",

@@ -14,7 +14,7 @@ from typing import Any, Callable, Iterator, Protocol
 from memprobe.catalog import peak_tflops
 from memprobe.device import host_environment
 from memprobe.probe.memcap import emulated_name
-from memprobe.probe.errors import CRASH, ERROR, FIT, OOM, OUTCOMES, TIMEOUT
+from memprobe.probe.errors import CRASH, ERROR, FIT, OOM, OUTCOMES, STOPPING, TIMEOUT, USER_ERROR
 from memprobe.registry import Workload
 from memprobe.results import PrecisionResult, ScanResult, final_status, result_filename, write_result
 from memprobe.probe.runner import Worker, WorkerError, WorkerFactory, WorkerSpec
@@ -230,6 +230,8 @@ def scan_precision(workload: Workload, precision: str, opts: ScanOptions, factor
         if exc.kind == OOM:
             return record_setup_oom(result, exc, opts.device)
         result.status, result.error = "error", str(exc)
+        if exc.kind == USER_ERROR:  # the user's build raised or the name cannot be built: no trial ran
+            result.stop = USER_ERROR
         return result
     emulation = worker.info.get("emulation")
     on_environment({**worker.info["environment"], "emulation": emulation} if emulation else worker.info["environment"])
@@ -257,7 +259,7 @@ def scan_precision(workload: Workload, precision: str, opts: ScanOptions, factor
     result.attempts = [a.to_dict() for a in found.attempts]
     result.memory_model = memory_models(found.attempts)
     result.stop = found.stop
-    if found.stop == "error":
+    if found.stop in STOPPING:
         result.status, result.error, result.max_batch = "error", found.error, None
         return result
 

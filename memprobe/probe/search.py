@@ -21,7 +21,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Iterable, Mapping, Sequence
 
-from memprobe.probe.errors import ERROR, FIT
+from memprobe.probe.errors import FIT, STOPPING
 
 MAX_GROWTH = 8  # largest jump, as a multiple of the largest batch known to fit, before a failure is seen
 
@@ -186,7 +186,7 @@ class SearchResult:
 
     max_batch: int
     first_failure: int | None
-    stop: str  # "edge" | "nothing-fits" | "cap" | "trial-limit" | "error"
+    stop: str  # "edge" | "nothing-fits" | "cap" | "trial-limit" | "error" | "user-error"
     attempts: list[Attempt] = field(default_factory=list)
     error: str = ""
 
@@ -210,7 +210,8 @@ def find_max_batch(
 
     capacity_bytes: memory the workload may use, in the same terms as the attempts' peaks
     (peak_reserved, else peak_allocated); without it the search doubles until the first failure.
-    A trial whose outcome is ERROR stops the search (retrying at another batch will not help);
+    A trial whose outcome is ERROR or USER_ERROR stops the search (another batch will not help; the
+    stop is named after the outcome);
     every other non-fit outcome bounds the edge from above. Never raises for trial outcomes.
     """
     if max_batch < 1:
@@ -226,8 +227,8 @@ def find_max_batch(
         attempts.append(attempt)
         if on_attempt is not None:
             on_attempt(attempt)
-        if attempt.outcome == ERROR:
-            raise _Stop("error")
+        if attempt.outcome in STOPPING:
+            raise _Stop(attempt.outcome)
         if attempt.fits:
             state["lo"] = max(state["lo"], batch)
         else:
@@ -305,7 +306,7 @@ def find_max_batch(
     except _Stop as reason:
         stop = str(reason)
     lo, hi = state["lo"], state["hi"]
-    error = attempts[-1].message if stop == "error" else ""
+    error = attempts[-1].message if stop in STOPPING else ""
     return SearchResult(lo, hi if hi <= max_batch else None, stop, attempts, error)
 
 
@@ -355,7 +356,7 @@ def confirm_edge(
         return attempt
 
     claimed = found.max_batch
-    if found.stop == "error":
+    if found.stop in STOPPING:
         return EdgeCheck(claimed, None, None, False, False, checks, reused)
     if claimed >= max_batch:  # everything fit up to the cap: only B can be checked
         ok = run(claimed).fits

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import gc
 import time
+import traceback
 from typing import Any, Callable
 
 import torch
 
 from memprobe.probe.cpu_memory import LiveBytes
-from memprobe.probe.errors import CRASH, FIT, classify_error, with_memory_state
+from memprobe.probe.errors import CRASH, ERROR, FIT, USER_ERROR, classify_error, with_memory_state
 from memprobe.workloads.base import Amp, TrainTask
 
 
@@ -88,6 +89,12 @@ def run_until_state(step: Callable[[], Any], amp: Amp, steps: int, mode: str) ->
     return done
 
 
+def _traceback_tail(chars: int = 8000) -> str:
+    """The traceback being handled, its last `chars` characters (the raising frames are at the bottom)."""
+    text = traceback.format_exc()
+    return text if len(text) <= chars else "...\n" + text[-chars:]
+
+
 def run_trial(task: TrainTask, precision: str, mode: str, batch_size: int, steps: int, memory: Memory,
               before: Callable[[], Any] | None = None, capacity_bytes: int | None = None,
               loss_scale: float | None = None) -> dict:
@@ -101,6 +108,7 @@ def run_trial(task: TrainTask, precision: str, mode: str, batch_size: int, steps
     started = time.perf_counter()
     outcome, message = FIT, ""
     ran = settled = None
+    user_traceback = ""
     try:
         if before is not None:
             before()
@@ -115,6 +123,7 @@ def run_trial(task: TrainTask, precision: str, mode: str, batch_size: int, steps
         failure = (type(exc).__name__, str(exc))
         outcome = classify_error(*failure)
         message = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:500]
+        user_traceback = _traceback_tail() if getattr(task, "user_code", False) else ""
         # Keep nothing from the exception: its traceback holds the step's tensors.
         del exc
     seconds = time.perf_counter() - started
@@ -124,6 +133,9 @@ def run_trial(task: TrainTask, precision: str, mode: str, batch_size: int, steps
     if outcome != FIT:
         outcome, note = with_memory_state(outcome, *failure, peak_reserved, capacity_bytes)
         message += note
+        if outcome == ERROR and user_traceback:
+            # The user's own model code raised: they need the traceback, kept in the message.
+            outcome, message = USER_ERROR, f"{message}\n{user_traceback}"
     if outcome != CRASH:
         task.stop()
         memory.reset()

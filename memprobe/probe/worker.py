@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import gc
 import importlib
+import inspect
 import json
 import os
 import signal
@@ -34,12 +35,12 @@ import torch
 from memprobe.probe import lifeline
 from memprobe.probe.cpu_memory import LiveBytes
 from memprobe.device import torch_environment
-from memprobe.probe.errors import CRASH, classify_error, with_memory_state
+from memprobe.probe.errors import CRASH, USER_ERROR, classify_error, with_memory_state
 from memprobe.probe.measure import UtilizationSampler, summarize_times, time_steps
 from memprobe.probe.memcap import CapPlan, MemoryCapError, plan_cap
 from memprobe.registry import family_builder
 from memprobe.probe.trial import Memory, run_step, run_trial, run_until_state
-from memprobe.workloads.base import Amp
+from memprobe.workloads.base import Amp, UserModelError
 
 EXIT_AFTER_CRASH = 3
 MIN_TIMED_STEPS = 3  # a time budget never cuts the timed steps below this (a median and a spread)
@@ -107,8 +108,13 @@ class Session:
         cuda_init_seconds = time.perf_counter() - started
         started = time.perf_counter()
         torch.manual_seed(0)
+        # Builders that take the precision (the user's build(device, precision)) are given it.
+        extra = {"precision": self.precision} if "precision" in inspect.signature(builder).parameters else {}
         try:
-            self.task = builder(workload["params"], workload["optimizer"], device)
+            self.task = builder(workload["params"], workload["optimizer"], device, **extra)
+        except UserModelError as exc:  # the user must change their model or its name: say how, with their traceback
+            return {"ok": False, "kind": USER_ERROR,
+                    "message": f"{exc}\n{exc.details}" if exc.details else str(exc)}
         except Exception as exc:  # noqa: BLE001 - a model that cannot be built fits no batch
             kind = classify_error(type(exc).__name__, str(exc))
             return {"ok": False, "kind": kind, "stage": "build",

@@ -15,6 +15,16 @@ import torch
 AUTOCAST_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 
 
+class UserModelError(Exception):
+    """The model asked for cannot be built as given (an unknown timm name, a bad task, a user build
+    that raised or returned the wrong thing): the user must change something; outcome `user-error`.
+    `details` holds the user code's traceback where there is one."""
+
+    def __init__(self, message: str, details: str = "") -> None:
+        super().__init__(message)
+        self.details = details
+
+
 class Amp:
     """The precision's autocast context and loss scaling. fp32/tf32 run without autocast.
 

@@ -1,0 +1,161 @@
+"""Python API: the exact max batch of a model (find_max_batch) or its prediction (predict_max_batch), from code.
+
+The same code paths and result schema as `memprobe scan` / `memprobe predict`. A model is a registry
+name, a name outside it (timm:NAME, hf:NAME, hf-config:PATH, FILE.py:FUNC, pkg.mod:FUNC) or a build
+function `build(device, precision) -> task`; a function is handed to the trial processes by its
+module:qualname, so it must be importable (defined at the top level of a module or of the script run).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Callable, Iterator, Sequence, Union
+
+from memprobe.custom import CustomModelError, CustomOptions, resolve, select_models, target_of
+from memprobe.registry import Workload, load_registry
+from memprobe.results import ScanResult
+
+Model = Union[str, Callable[..., Any]]
+
+
+class UserCodeError(RuntimeError):
+    """The model's own code (its build, make_batch or loss) raised, or the model cannot be built as named.
+
+    `result` is the ScanResult (written like any scan), `details` the message with the user's traceback.
+    """
+
+    def __init__(self, message: str, result: ScanResult, details: str) -> None:
+        super().__init__(message)
+        self.result = result
+        self.details = details
+
+
+def resolve_model(model: Model, optimizer: str | None = None, input_size: Sequence[int] | None = None,
+                  task: str | None = None, seq_len: int | None = None, models_file: str | Path | None = None) -> Workload:
+    """The one Workload that `model` names. Raises CustomModelError / RegistryError (one line)."""
+    options = CustomOptions(tuple(input_size) if input_size else None, optimizer, task, seq_len)  # type: ignore[arg-type]
+    if callable(model):
+        return resolve(target_of(model), options)
+    found = select_models(load_registry(models_file), str(model), options)
+    if len(found) != 1:
+        raise CustomModelError(f"'{model}' names {len(found)} workloads; give exactly one")
+    return found[0]
+
+
+@contextmanager
+def _visible_device(device: int | str) -> Iterator[str]:
+    """'cuda' with CUDA_VISIBLE_DEVICES narrowed to GPU `device` (an index among the visible ones) for the
+    trial processes started inside; 'cuda' or 'cpu' as given for a string."""
+    if isinstance(device, str):
+        if device not in ("cuda", "cpu"):
+            raise ValueError(f"device must be a GPU index, 'cuda' or 'cpu', not '{device}'")
+        yield device
+        return
+    before = os.environ.get("CUDA_VISIBLE_DEVICES")
+    visible = [v for v in (before or "").split(",") if v.strip()] if before is not None else None
+    if visible is not None and not 0 <= device < len(visible):
+        raise ValueError(f"GPU {device} is not among CUDA_VISIBLE_DEVICES={before}")
+    os.environ["CUDA_VISIBLE_DEVICES"] = visible[device] if visible is not None else str(device)
+    try:
+        yield "cuda"
+    finally:
+        if before is None:
+            os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+        else:
+            os.environ["CUDA_VISIBLE_DEVICES"] = before
+
+
+@contextmanager
+def _import_path(share: bool) -> Iterator[None]:
+    """With `share`, give the trial processes this process's sys.path (as multiprocessing's spawn does), so
+    they import a build function's module wherever this process found it."""
+    before = os.environ.get("PYTHONPATH")
+    if share:
+        os.environ["PYTHONPATH"] = os.pathsep.join([p or os.getcwd() for p in sys.path] + ([before] if before else []))
+    try:
+        yield
+    finally:
+        if share:
+            if before is None:
+                os.environ.pop("PYTHONPATH", None)
+            else:
+                os.environ["PYTHONPATH"] = before
+
+
+class _Quiet:
+    def precision_start(self, workload: str, precision: str) -> None: ...
+    def trial_start(self, workload: str, precision: str, index: int, batch: int, fresh: bool) -> None: ...
+    def trial_end(self, attempt) -> None: ...
+    def note(self, text: str) -> None: ...
+
+
+class _Printed(_Quiet):
+    def trial_end(self, attempt) -> None:
+        print(f"memprobe: batch {attempt.batch} {attempt.outcome}{' (fresh process)' if attempt.fresh else ''}",
+              file=sys.stderr)
+
+
+def find_max_batch(model: Model, precision: str | Sequence[str] = "bf16", device: int | str = 0, *,
+                   out: str | Path | None = None, throughput: bool = True, memory_cap: str | None = None,
+                   cpu_memory_budget: str | None = None, optimizer: str | None = None,
+                   input_size: Sequence[int] | None = None, task: str | None = None, seq_len: int | None = None,
+                   models_file: str | Path | None = None, verbose: bool = False, **scan_options: Any) -> ScanResult:
+    """Find the exact max batch of `model` on a GPU (B fits and B+1 does not, in fresh processes), and its throughput.
+
+    `model`: a build function `build(device, precision) -> TrainTask` (importable by module:qualname), or a
+    name as `memprobe scan --model` takes. `precision`: one or more of fp32, tf32, fp16, bf16. `device`: a GPU
+    index, or 'cpu' with `cpu_memory_budget` (e.g. '64MiB': the CPU's fake allocator, for tests). `out`: folder
+    for the result file (default: none kept). Other ScanOptions fields (steps, max_batch, ...) pass through.
+    Returns the ScanResult: `.max_batch`, `.throughput`, `.to_json()`, `.precisions[p]` for each precision.
+
+    Raises UserCodeError when the model's own code raised (its traceback in `.details`), CustomModelError /
+    RegistryError for a model that cannot be named or resolved, ValueError for bad options, and
+    memprobe.probe.scan.NoCudaError when there is no CUDA device.
+    """
+    from memprobe.probe.errors import USER_ERROR
+    from memprobe.probe.scan import ScanOptions, scan_workload
+    from memprobe.units import parse_size
+
+    workload = resolve_model(model, optimizer, input_size, task, seq_len, models_file)
+    precisions = [p.strip() for p in precision.split(",")] if isinstance(precision, str) else list(precision)
+    with _visible_device(device) as kind, _import_path(callable(model)):
+        if kind == "cpu" and not cpu_memory_budget:
+            raise ValueError("device='cpu' needs cpu_memory_budget (the CPU has no allocator limit to find)")
+        opts = ScanOptions(precisions=precisions, device=kind, measure=throughput,
+                           cpu_budget_bytes=parse_size(cpu_memory_budget) if cpu_memory_budget else None,
+                           memory_cap_bytes=parse_size(memory_cap) if memory_cap else None, **scan_options)
+        with tempfile.TemporaryDirectory(prefix="memprobe-") as scratch:
+            result, _path = scan_workload(workload, opts, out if out is not None else scratch,
+                                          _Printed() if verbose else _Quiet())
+    failed = next((p for p in result.precisions.values() if p.stop == USER_ERROR), None)
+    if failed is not None:
+        raise UserCodeError(f"{workload.name} {failed.precision}: {failed.error.splitlines()[0]}", result, failed.error)
+    return result
+
+
+def predict_max_batch(model: Model, memory: str | Sequence[str] = "24GiB", precision: str | Sequence[str] = "bf16", *,
+                      overhead_from: Sequence[str | Path] = ("reports",), steps: int = 3, optimizer: str | None = None,
+                      input_size: Sequence[int] | None = None, task: str | None = None, seq_len: int | None = None,
+                      models_file: str | Path | None = None):
+    """Predict the max batch of `model` on cards of the given memory sizes, with no GPU (fake tensors).
+
+    `model` as in find_max_batch (a build function is called once, with precision=None). The memory a
+    real card's allocator cannot use is taken from the scan result files under `overhead_from` (none
+    found: the whole size is assumed usable). Returns memprobe.predict.summary.Prediction:
+    `prediction.precisions["bf16"].max_batch["24GiB"]`. Raises PredictError when the model cannot be
+    built or stepped on fake tensors, ValueError for a bad size or precision, CustomModelError /
+    RegistryError for a model that cannot be resolved.
+    """
+    from memprobe.predict.summary import measured_overhead, memory_sizes, predict
+    from memprobe.units import parse_size
+
+    workload = resolve_model(model, optimizer, input_size, task, seq_len, models_file)
+    labels = [m.strip() for m in memory.split(",")] if isinstance(memory, str) else list(memory)
+    precisions = [p.strip() for p in precision.split(",")] if isinstance(precision, str) else list(precision)
+    overhead, source = measured_overhead(overhead_from)
+    sizes = memory_sizes([(label, parse_size(label)) for label in labels], overhead)
+    return predict(workload, precisions, sizes, overhead, source, steps=steps)

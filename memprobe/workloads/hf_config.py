@@ -1,0 +1,132 @@
+"""Any transformers architecture from its config (`hf:NAME`, `hf-config:PATH`), random weights, sdpa attention.
+
+The config arrives as a mapping (memprobe.custom read it from a local file: nothing is downloaded).
+The task head picks the Auto class and the synthetic batch: causal-lm (labels = inputs), masked-lm
+(15% of positions labelled), seq-cls (2 labels), qa (start/end positions), seq2seq (target as long
+as the source). Every sequence is full length, the worst case. The KV cache is off, as in training.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+# Imported at module load, not in the builder: the fork server preloads this module, so a fresh trial
+# process does not pay transformers' import (seconds) again.
+import transformers
+from transformers import (  # resolving the Auto classes loads their mapping modules now
+    AutoConfig, AutoModelForCausalLM, AutoModelForMaskedLM, AutoModelForQuestionAnswering, AutoModelForSeq2SeqLM,
+    AutoModelForSequenceClassification,
+)
+
+from .base import TrainTask, UserModelError
+
+_AUTO = {"causal-lm": AutoModelForCausalLM, "masked-lm": AutoModelForMaskedLM,
+         "seq-cls": AutoModelForSequenceClassification, "qa": AutoModelForQuestionAnswering,
+         "seq2seq": AutoModelForSeq2SeqLM}
+_DROPPED_KEYS = ("torch_dtype", "dtype", "transformers_version", "_name_or_path", "architectures", "auto_map")
+DEFAULT_MAX_SEQ = 1024  # the sequence length when none is given: the model's own maximum, at most this
+MLM_PROBABILITY = 0.15
+
+
+def make_config(config: dict[str, Any]):
+    """A transformers config object from its mapping, with the weights' dtype left at float32 (memprobe's
+    precisions autocast over fp32 weights) and the KV cache off. Raises UserModelError for an unknown model_type."""
+    values = {k: v for k, v in config.items() if k not in _DROPPED_KEYS and k != "model_type"}
+    try:
+        made = AutoConfig.for_model(config["model_type"], **values)
+    except (KeyError, ValueError) as exc:
+        raise UserModelError(f"transformers {transformers.__version__} cannot make a config of model_type "
+                             f"'{config.get('model_type')}': {exc}") from exc
+    made.use_cache = False
+    return made
+
+
+def max_positions(config) -> int | None:
+    """The longest sequence the config's position embeddings allow, when it says."""
+    for key in ("max_position_embeddings", "n_positions", "max_seq_len"):
+        value = getattr(config, key, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+
+
+class HFTask(TrainTask):
+    unit = "sequences"
+
+    def __init__(self, params: dict[str, Any], optimizer: dict[str, Any], device: torch.device) -> None:
+        self.task = str(params.get("task") or "causal-lm")
+        if self.task not in _AUTO:
+            raise UserModelError(f"unknown task '{self.task}' (known: {', '.join(_AUTO)})")
+        config = make_config(params["config"])
+        limit = max_positions(config)
+        self.seq_len = int(params.get("seq_len") or min(limit or DEFAULT_MAX_SEQ, DEFAULT_MAX_SEQ))
+        if limit is not None and self.seq_len > limit:
+            raise UserModelError(f"seq_len {self.seq_len} is longer than the config's {limit} positions")
+        if self.task == "seq-cls":
+            config.num_labels = 2
+            if config.pad_token_id is None:  # batches of more than one need it to find each sequence's end
+                config.pad_token_id = 0
+        auto = _AUTO[self.task]
+        try:
+            with device:
+                model = auto.from_config(config, attn_implementation="sdpa")
+            self.attention = "sdpa"
+        except ValueError as exc:
+            if "sdpa" not in str(exc).lower() and "scaled_dot_product" not in str(exc).lower():
+                raise UserModelError(f"{type(config).__name__} has no {self.task} head in transformers "
+                                     f"{transformers.__version__}: {exc}") from exc
+            with device:  # an architecture without sdpa support: its eager attention, recorded as such
+                model = auto.from_config(config, attn_implementation="eager")
+            self.attention = "eager"
+        super().__init__(model, optimizer, device)
+        self.vocab = int(config.vocab_size)
+        self.pad = config.pad_token_id if self.task == "seq-cls" else None
+        self.model_class = type(model).__name__
+
+    def _ids(self, n: int) -> torch.Tensor:
+        if self.pad is None:
+            return torch.randint(0, self.vocab, (n, self.seq_len), device=self.device)
+        ids = torch.randint(0, self.vocab - 1, (n, self.seq_len), device=self.device)
+        return ids + (ids >= self.pad).long()  # no padding token anywhere: every sequence is full length
+
+    def make_batch(self, n: int) -> dict[str, torch.Tensor]:
+        ids = self._ids(n)
+        if self.task == "causal-lm":
+            return {"input_ids": ids, "labels": ids}
+        if self.task == "masked-lm":
+            labels = torch.full_like(ids, -100)
+            masked = torch.rand(ids.shape, device=self.device) < MLM_PROBABILITY
+            labels[masked] = ids[masked]
+            return {"input_ids": ids, "labels": labels}
+        if self.task == "seq-cls":
+            return {"input_ids": ids, "labels": torch.randint(0, 2, (n,), device=self.device)}
+        if self.task == "qa":
+            start = torch.randint(0, self.seq_len, (n,), device=self.device)
+            end = torch.minimum(start + torch.randint(0, 30, (n,), device=self.device),
+                                torch.full_like(start, self.seq_len - 1))
+            return {"input_ids": ids, "start_positions": start, "end_positions": end}
+        # seq2seq: a target as long as the source; the decoder inputs are given (not every config says
+        # which token starts a decoder sequence, and the shifted labels cost the same memory).
+        return {"input_ids": ids, "labels": torch.randint(0, self.vocab, (n, self.seq_len), device=self.device),
+                "decoder_input_ids": torch.randint(0, self.vocab, (n, self.seq_len), device=self.device)}
+
+    def loss(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        return self.model(**batch).loss
+
+    def infer(self, batch: dict[str, torch.Tensor]) -> Any:
+        if self.task == "seq2seq":
+            return self.model(input_ids=batch["input_ids"], decoder_input_ids=batch["decoder_input_ids"]).logits
+        return self.model(input_ids=batch["input_ids"])
+
+    def describe(self) -> dict[str, Any]:
+        info = super().describe()
+        info.update(model_class=self.model_class, task=self.task, seq_len=self.seq_len, attention=self.attention)
+        return info
+
+
+def build(params: dict[str, Any], optimizer: dict[str, Any], device: torch.device) -> HFTask:
+    """A transformers model from params.config (a mapping) with the task head params.task, on `device`.
+    Raises UserModelError for an unknown model_type or task, a seq_len past the config's positions, or a
+    head the architecture lacks."""
+    return HFTask(params, optimizer, device)
