@@ -23,6 +23,7 @@ FAMILIES: dict[str, str] = {
     "transformer-translation": "memprobe.workloads.translation:build",
     "timm-classifier": "memprobe.workloads.vision:build",
     "pix2pixhd": "memprobe.workloads.pix2pixhd:build",
+    "llama-causal-lm": "memprobe.workloads.llm:build",
 }
 
 
