@@ -13,6 +13,7 @@ from pathlib import Path
 import click
 from tabulate import tabulate
 
+from memprobe.cli_variants import variant_options as _variant_options, variants as _variants
 from memprobe.registry import RegistryError, Workload, load_registry, select
 from memprobe.units import gib, parse_size
 
@@ -102,14 +103,19 @@ def _torch_cuda_version() -> str:
 
 
 class _ProgressPrinter:
-    """Live progress on stderr: one line per trial, finished in place when the trial ends."""
+    """Live progress on stderr: one line per trial, finished in place when the trial ends. `n_names`
+    names what a trial's n is per workload (default "batch"; "seq len" for a sequence-length search)."""
+
+    def __init__(self, n_names: dict[str, str] | None = None) -> None:
+        self.n_names = n_names or {}
 
     def precision_start(self, workload: str, precision: str) -> None:
         click.echo(f"[{workload} {precision}] starting (building the model in a trial process)", err=True)
 
     def trial_start(self, workload: str, precision: str, index: int, batch: int, fresh: bool) -> None:
         where = "fresh process" if fresh else "search"
-        click.echo(f"[{workload} {precision}] trial {index} ({where}): batch {batch} ... ", err=True, nl=False)
+        n_name = self.n_names.get(workload, "batch")
+        click.echo(f"[{workload} {precision}] trial {index} ({where}): {n_name} {batch} ... ", err=True, nl=False)
 
     def trial_end(self, attempt) -> None:
         peak = f", peak {gib(attempt.peak_reserved, 2)} GiB" if attempt.peak_reserved else ""
@@ -126,7 +132,9 @@ class _ProgressPrinter:
               help="Comma-separated: fp32 (TF32 off), tf32, fp16 (autocast + GradScaler), bf16 (autocast).")
 @click.option("--mode", type=click.Choice(["train", "infer"]), default="train", show_default=True,
               help="train: forward, loss, backward, optimizer step. infer: forward only.")
-@click.option("--batch", "batches", help="Also measure throughput at these batch sizes (an OOM there is reported).")
+@click.option("--batch", "batches", help="Also measure throughput at these batch sizes (an OOM there is reported). "
+                                         "With --search seq-len: the one batch the sequence length is searched at (default 1).")
+@_variant_options
 @click.option("--out", "out_dir", default="reports", show_default=True, type=click.Path(file_okay=False),
               help="Folder for the result file.")
 @click.option("--models", "models_file", type=click.Path(dir_okay=False), help="Registry file (default: the packaged models.yaml).")
@@ -152,7 +160,8 @@ class _ProgressPrinter:
 def scan_cmd(model: str, precision: str, mode: str, batches: str | None, out_dir: str, models_file: str | None,
              steps: int, warmup: int, timed_steps: int, max_batch: int, max_trials: int, no_throughput: bool,
              cudnn_benchmark: bool, compile_step: bool, device: str, cpu_memory_budget: str | None,
-             memory_cap: str | None, predict_if_no_gpu: bool) -> None:
+             memory_cap: str | None, predict_if_no_gpu: bool, search: str, seq_len: int | None, checkpointing: bool,
+             lora: str | None) -> None:
     """Find the exact max batch of each model and precision on this GPU, then measure throughput there.
 
     For each precision: a memory-guided search (small batches in one trial process, trials near
@@ -169,6 +178,14 @@ def scan_cmd(model: str, precision: str, mode: str, batches: str | None, out_dir
         workloads = select(registry, model)
     except RegistryError as exc:
         raise click.ClickException(str(exc)) from None
+    timed_batches = _int_list(batches, "--batch")
+    if search == "seq-len":
+        if len(timed_batches) > 1:
+            raise click.BadParameter("with --search seq-len give one batch to search the length at", param_hint="--batch")
+        request_batch, timed_batches = (timed_batches or [1])[0], []
+    else:
+        request_batch = 1
+    workloads = _variants(workloads, precision, search, request_batch, seq_len, checkpointing, lora)
     budget = None
     if device == "cpu":
         if not cpu_memory_budget:
@@ -185,7 +202,7 @@ def scan_cmd(model: str, precision: str, mode: str, batches: str | None, out_dir
             raise click.BadParameter(str(exc), param_hint="--memory-cap") from None
     try:
         opts = ScanOptions(precisions=[p.strip() for p in precision.split(",") if p.strip()], mode=mode, steps=steps,
-                           warmup=warmup, timed_steps=timed_steps, batches=_int_list(batches, "--batch"),
+                           warmup=warmup, timed_steps=timed_steps, batches=timed_batches,
                            max_batch=max_batch, max_trials=max_trials, measure=not no_throughput, device=device,
                            cpu_budget_bytes=budget, cudnn_benchmark=cudnn_benchmark, memory_cap_bytes=cap,
                            compile=compile_step)
@@ -198,7 +215,7 @@ def scan_cmd(model: str, precision: str, mode: str, batches: str | None, out_dir
             _no_gpu(exc.message, workloads, opts, mode, out_dir, predict_if_no_gpu)
             return
 
-    progress = _ProgressPrinter()
+    progress = _ProgressPrinter({w.name: "seq len" for w in workloads if w.params.get("axis") == "seq_len"})
     finished = []
     failed = False
     for workload in workloads:
@@ -215,6 +232,12 @@ def scan_cmd(model: str, precision: str, mode: str, batches: str | None, out_dir
         finished.append(result)
         failed |= any(p.status == "error" for p in result.precisions.values())
         click.echo(f"wrote {path}", err=True)
+        if any(p.status == "done" and p.max_batch == 0 for p in result.precisions.values()):
+            from memprobe.probe.nothing_fits import explain_nothing_fits
+
+            click.echo("nothing trains at 1: tracing what it would need (no GPU used) ...", err=True)
+            for line in explain_nothing_fits(result, workload, path):
+                click.echo(line, err=True)
     click.echo(scan_table(finished))
     if failed:
         sys.exit(1)
@@ -309,8 +332,12 @@ def _predict_and_print(workloads: list[Workload], precisions: list[str], memory:
               help="A scan result file of this workload: also print predicted vs measured peaks for its trials, and "
                    "the predicted max batch at its allocator capacity beside the measured one.")
 @click.option("--steps", default=3, show_default=True, type=click.IntRange(3), help="Steps per trial: 1 warm-up + K >= 2.")
+@_variant_options
+@click.option("--batch", default=1, show_default=True, type=click.IntRange(1),
+              help="With --search seq-len: the batch the sequence length is predicted at.")
 def predict_cmd(model: str, memory: str, precision: str, models_file: str | None, overhead_from: tuple[str, ...],
-                compare: str | None, steps: int) -> None:
+                compare: str | None, steps: int, search: str, seq_len: int | None, checkpointing: bool,
+                lora: str | None, batch: int) -> None:
     """Predict the max batch for any memory size, with no GPU (labelled predicted, not measured).
 
     Runs the scan's trial (1 warm-up + K steps, optimizer state included) on fake tensors with the
@@ -326,6 +353,7 @@ def predict_cmd(model: str, memory: str, precision: str, models_file: str | None
     precisions = _precision_list(precision) or []
     if not precisions:
         raise click.BadParameter("give at least one precision", param_hint="--precision")
+    workloads = _variants(workloads, precision, search, batch, seq_len, checkpointing, lora)
     _predict_and_print(workloads, precisions, memory, overhead_from, steps, compare)
 
 

@@ -1,0 +1,34 @@
+"""The command-line options that make an LLM workload a variant (variants.py), shared by scan and predict."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import click
+
+from memprobe.registry import Workload
+from memprobe.variants import VariantError, VariantRequest, apply_variant, parse_lora
+
+
+def variant_options(command: Callable) -> Callable:
+    """The options that turn an LLM workload into a variant (variants.py), shared by scan and predict."""
+    options = [
+        click.option("--search", type=click.Choice(["batch", "seq-len"]), default="batch", show_default=True,
+                     help="What to find the largest of: the batch, or (LLM workloads) the sequence length at --batch."),
+        click.option("--seq-len", type=click.IntRange(1), help="LLM workloads: the sequence length of the batch search."),
+        click.option("--checkpointing", is_flag=True, help="LLM workloads: activation checkpointing per decoder layer."),
+        click.option("--lora", help="LLM workloads: LoRA adapters of this rank (16 or r=16) on a frozen bf16 base (peft)."),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
+def variants(workloads: list[Workload], precision: str, search: str, batch: int, seq_len: int | None,
+              checkpointing: bool, lora: str | None) -> list[Workload]:
+    """The workloads as the options ask. Raises click.UsageError for a variant they cannot have."""
+    try:
+        request = VariantRequest(search, batch, seq_len, checkpointing, parse_lora(lora))
+        return [apply_variant(w, request, [p.strip() for p in precision.split(",")]) for w in workloads]
+    except VariantError as exc:
+        raise click.UsageError(str(exc)) from None
