@@ -119,3 +119,11 @@ def test_nothing_fits_skips_settings_already_used_and_names_the_sequence_length(
     (line,) = explain_nothing_fits(result, variant, need=fake_need)
     assert "not even a sequence length of 1" in line
     assert [a["flags"] for a in result.precisions["bf16"].settings["nothing_fits"]["alternatives"]] == ["--checkpointing"]
+
+
+def test_nothing_fits_tries_each_distinct_setting_once():
+    variant = apply_variant(LLAMA, VariantRequest(checkpointing=True), ["bf16"])
+    result = _result(0)
+    explain_nothing_fits(result, variant, need=fake_need)
+    alternatives = result.precisions["bf16"].settings["nothing_fits"]["alternatives"]
+    assert [(a["flags"], a["need_bytes"]) for a in alternatives] == [("--lora 16", 38 * GiB)]

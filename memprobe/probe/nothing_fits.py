@@ -75,13 +75,15 @@ def _alternatives(workload: Workload, precision: str, capacity: int | None, need
     if workload.family not in LLM_FAMILIES:
         return []
     found = []
+    seen = [workload.params]
     for flags, request in ALTERNATIVES:
-        if (request.lora and workload.params.get("lora")) or (request.checkpointing and workload.params.get("checkpointing")):
-            continue  # already part of what did not fit
         try:
             variant = apply_variant(workload, request, [precision])
         except VariantError:
             continue  # e.g. LoRA in fp32
+        if variant.params in seen:
+            continue  # already part of what did not fit, or the same as an earlier alternative
+        seen.append(variant.params)
         try:
             bytes_needed = need(variant, precision)
         except Exception as exc:  # noqa: BLE001 - a failed trace is reported, not raised
