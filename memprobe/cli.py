@@ -16,6 +16,7 @@ from tabulate import tabulate
 from memprobe.cli_variants import variant_options as _variant_options, variants as _variants
 from memprobe.registry import RegistryError, Workload, load_registry, select
 from memprobe.units import gib, parse_size
+from memprobe.variants import base_name
 
 EXIT_NO_GPU = 2
 EXIT_INTERRUPTED = 130
@@ -260,9 +261,10 @@ def _no_gpu(message: str, workloads: list[Workload], opts, mode: str, out_dir: s
 
     The prediction subtracts the overhead measured in the result files under --out, when there are any.
     """
-    names = ",".join(w.name for w in workloads)
+    names = ",".join(dict.fromkeys(base_name(w.name) for w in workloads))
+    same = " (with the same --search, --seq-len, --checkpointing and --lora)" if any("+" in w.name for w in workloads) else ""
     if not predict_instead:
-        raise NoGPUExit(f"{message}. Without a GPU, `memprobe predict --model {names} --memory {COMMON_CARD_SIZES}` "
+        raise NoGPUExit(f"{message}. Without a GPU, `memprobe predict --model {names} --memory {COMMON_CARD_SIZES}`{same} "
                         "predicts the max batch on those card sizes (or rerun this scan with --predict-if-no-gpu)")
     if mode != "train":
         raise NoGPUExit(f"{message}; --predict-if-no-gpu predicts training steps only (--mode train)")

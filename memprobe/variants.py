@@ -113,3 +113,8 @@ def _describe(request: VariantRequest) -> str:
 def search_axis(workload: dict) -> str:
     """'seq_len' when a result's workload (its to_dict()) searched the sequence length, else 'batch'."""
     return str((workload.get("params") or {}).get("axis", "batch"))
+
+
+def base_name(name: str) -> str:
+    """The registry name a variant was made from ('llama-1b+ckpt' -> 'llama-1b'); other names unchanged."""
+    return name.split("+", 1)[0]

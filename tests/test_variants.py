@@ -9,7 +9,7 @@ from memprobe.cli import main
 from memprobe.probe.nothing_fits import explain_nothing_fits
 from memprobe.registry import load_registry
 from memprobe.results import PrecisionResult, ScanResult, read_result, write_result
-from memprobe.variants import VariantError, VariantRequest, apply_variant, parse_lora, search_axis
+from memprobe.variants import VariantError, VariantRequest, apply_variant, base_name, parse_lora, search_axis
 
 REGISTRY = load_registry()
 LLAMA = REGISTRY["llama-8b"]
@@ -33,6 +33,7 @@ def test_sequence_length_search_sets_the_axis_and_batch():
     assert v.name == "llama-1b+ckpt+maxseq@b2"
     assert (v.params["axis"], v.params["batch"]) == ("seq_len", 2) and "seq_len" not in v.params
     assert search_axis(v.to_dict()) == "seq_len" and search_axis(LLAMA.to_dict()) == "batch"
+    assert base_name(v.name) == "llama-1b" and base_name("bert-large") == "bert-large"
 
 
 @pytest.mark.parametrize("workload,request_,precisions,match", [

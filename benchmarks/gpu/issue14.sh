@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # Issue 14 on one GPU (H100 80GB; ~9 minutes): LLM fine-tuning edges with memprobe.
 #   1. llama-1b bf16, batch search at seq 2048
-#   2. llama-1b bf16, longest sequence at batch 1
-#   3. llama-1b bf16, longest sequence at batch 1 with activation checkpointing
-#   4. llama-8b bf16 + LoRA r=16, batch search at seq 2048
-#   5. llama-8b bf16 full fine-tuning with checkpointing: nothing fits on 80 GB; the traced need and
+#   2. llama-1b-4k bf16, batch search at seq 4096
+#   3. llama-1b bf16, longest sequence at batch 1
+#   4. llama-1b bf16, longest sequence at batch 1 with activation checkpointing
+#   5. llama-8b bf16 + LoRA r=16, batch search at seq 2048
+#   6. llama-8b bf16 full fine-tuning with checkpointing: nothing fits on 80 GB; the traced need and
 #      the settings that would fit are printed and stored in the result
-#   6. llama-1b-4k bf16, batch search at seq 4096
 #   7. llama-8b bf16 + LoRA r=16 + checkpointing, longest sequence at batch 1
 #   then predictions for each scanned variant with --compare (predicted vs measured), on the CPU.
-# Steps run in this order while the time budget lasts (BUDGET_S, default 540 s); a step cut short
+# Steps run in this order while the time budget lasts (BUDGET_S, default 500 s; predictions may take 70 s more); a step cut short
 # leaves its log. Results and logs go to $OUT/w, packed into $OUT/r.tgz at the end.
 # Run from the repository root: OUT=/some/dir bash benchmarks/gpu/issue14.sh
 set -uo pipefail
@@ -18,7 +18,7 @@ W="$OUT/w"
 mkdir -p "$W/reports" "$W/predict"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 PY=${PY:-python3}
-BUDGET_S=${BUDGET_S:-540}
+BUDGET_S=${BUDGET_S:-500}
 START=$(date +%s)
 
 left() { echo $(( BUDGET_S - ($(date +%s) - START) )); }
@@ -45,11 +45,11 @@ step() {  # step NAME MIN_SECONDS ARGS...: run one scan if at least MIN_SECONDS 
 }
 
 step 1b-seq2048        60  -m llama-1b
+step 1b-seq4096        60  -m llama-1b-4k
 step 1b-maxseq-b1      90  -m llama-1b --search seq-len --batch 1 --max-batch 262144
 step 1b-maxseq-b1-ckpt 90  -m llama-1b --search seq-len --batch 1 --checkpointing --max-batch 262144
 step 8b-lora16         90  -m llama-8b --lora 16
 step 8b-ckpt           60  -m llama-8b --checkpointing
-step 1b-seq4096        60  -m llama-1b-4k
 step 8b-lora16-ckpt-maxseq-b1 90 -m llama-8b --lora 16 --checkpointing --search seq-len --batch 1 --max-batch 262144
 
 # Predictions beside the measurements (CPU only; about 10-40 s each on fake tensors).
@@ -62,12 +62,12 @@ predict() {  # predict NAME RESULT_GLOB ARGS...
     > "$W/predict/$name.md" 2> "$W/predict/$name.log"
   echo "predict $name: rc=$?" >> "$W/steps.txt"
 }
-BUDGET_S=$(( BUDGET_S + 60 ))  # predictions may use a minute past the scans' budget
+BUDGET_S=$(( BUDGET_S + 70 ))  # predictions may use 70 s past the scans' budget
 predict 1b-seq2048        "_llama-1b"                -m llama-1b
+predict 1b-seq4096        "_llama-1b-4k"             -m llama-1b-4k
 predict 1b-maxseq-b1      "_llama-1b-maxseq-b1"      -m llama-1b --search seq-len --batch 1
 predict 1b-maxseq-b1-ckpt "_llama-1b-ckpt-maxseq-b1" -m llama-1b --search seq-len --batch 1 --checkpointing
 predict 8b-lora16         "_llama-8b-lora16"         -m llama-8b --lora 16
-predict 1b-seq4096        "_llama-1b-4k"             -m llama-1b-4k
 
 $PY -m memprobe report --scans "$W/reports" > "$W/scans.md" 2> "$W/scans.log"
 tar -czf "$OUT/r.tgz" -C "$OUT" w
