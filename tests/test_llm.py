@@ -9,6 +9,7 @@ installed the stand-in package is used, as for timm (see test_workloads.py).
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 from dataclasses import replace
 
@@ -211,3 +212,37 @@ def test_predict_traces_the_tiny_llama_in_both_axes():
     seq = apply_variant(TOY, VariantRequest(search="seq-len", batch=1), ["bf16"])
     by_length = [trial_need_bytes(seq, "bf16", n) for n in (32, 512)]
     assert by_length[0] < by_length[1]
+
+
+# --- the whole scan over the sequence length, in trial processes ---------------------------------
+
+@pytest.fixture
+def standin_for_workers(tmp_path, monkeypatch):
+    """Trial processes import transformers' Llama too: where no usable torchvision is installed, a
+    sitecustomize on their PYTHONPATH installs the stand-in (a usable or absent one is left alone)."""
+    tests = str(__import__("pathlib").Path(__file__).parent)
+    (tmp_path / "sitecustomize.py").write_text(
+        f"import sys\nsys.path.insert(0, {tests!r})\n"
+        "from torchvision_standin import install_standin, torchvision_usable\n"
+        "if not torchvision_usable():\n    install_standin()\n")
+    path = os.environ.get("PYTHONPATH")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path) + (os.pathsep + path if path else ""))
+
+
+def test_sequence_length_scan_proves_the_edge_in_fresh_processes(standin_for_workers, tmp_path):
+    from memprobe.probe.scan import ScanOptions, scan_workload
+    from memprobe.results import read_result
+
+    from conftest import RecordingProgress
+
+    variant = apply_variant(TOY, VariantRequest(search="seq-len", batch=1), ["bf16"])
+    opts = ScanOptions(precisions=["bf16"], device="cpu", cpu_budget_bytes=6 * 2**20, warmup=1, timed_steps=1)
+    result, path = scan_workload(variant, opts, tmp_path, RecordingProgress())
+    assert path.name.startswith("cpu_toy-llama-maxseq-b1_train_")
+    p = read_result(path).precisions["bf16"]
+    assert p.status == "done" and p.max_batch > 32, p.error
+    assert (p.proof["fits"], p.proof["fails"]) == (p.max_batch, p.max_batch + 1) and p.proof["verified"]
+    assert all(c["fresh"] for c in p.proof["checks"])
+    assert p.settings["task"]["axis"] == "seq_len" and p.settings["flops_per_sample"] is None
+    # the timed run at the proven length: tokens per step = the length x 1 sequence, FLOPs counted there
+    assert p.throughput["units_per_step"] == p.max_batch and p.throughput["flops_per_sample"] > 0
