@@ -401,8 +401,11 @@ def _precision_list(text: str | None) -> list[str] | None:
 @click.option("--scans", is_flag=True,
               help="Print the scan summary instead (max batch, proof, trials, throughput, MFU, utilization): one row "
                    "per GPU, workload and precision, from the newest file that finished it.")
+@click.option("--llm", is_flag=True,
+              help="Print the LLM edges instead: max batch or max sequence length per setting (plain, checkpointing, "
+                   "LoRA) and how much each raises it over plain, with tokens per step, tokens/s and MFU.")
 def report_cmd(paths: tuple[str, ...], reference: str | None, precision: str | None, fmt: str, with_published: bool,
-               charts_dir: str | None, scans: bool) -> None:
+               charts_dir: str | None, scans: bool, llm: bool) -> None:
     """Compare result files from any number of machines.
 
     PATHS are result files or folders (searched for *.json; other JSON files there are skipped with a
@@ -412,6 +415,11 @@ def report_cmd(paths: tuple[str, ...], reference: str | None, precision: str | N
     from memprobe.compare.report import ReportError, comparison_report, scan_table
 
     loaded = _load_results(paths)
+    if llm:
+        from memprobe.compare.llm import llm_table
+
+        click.echo(llm_table([result for _path, result in loaded], fmt))
+        return
     if scans:
         if not loaded:
             raise click.ClickException(f"no memprobe result files in {', '.join(paths)}")

@@ -128,3 +128,59 @@ def test_nothing_fits_tries_each_distinct_setting_once():
     explain_nothing_fits(result, variant, need=fake_need)
     alternatives = result.precisions["bf16"].settings["nothing_fits"]["alternatives"]
     assert [(a["flags"], a["need_bytes"]) for a in alternatives] == [("--lora 16", 38 * GiB)]
+
+
+# --- the LLM edges side by side (compare/llm.py, report --llm) ---------------------------------------
+
+def _scan(name_request: VariantRequest, edge: int, created: str, tokens_per_s: float = 1000.0, need=None) -> ScanResult:
+    variant = apply_variant(REGISTRY["llama-1b"], name_request, ["bf16"])
+    result = ScanResult(workload=variant.to_dict(), environment={"gpu": {"name": "NVIDIA H100 80GB HBM3"}}, settings={},
+                        created=created)
+    p = PrecisionResult("bf16", status="done", max_batch=edge, capacity_bytes=79 * GiB)
+    if edge:
+        tokens = edge * (variant.params.get("seq_len") or 1)
+        p.throughput = {"outcome": "fit", "units_per_step": tokens, "units_per_s": tokens_per_s, "mfu": 0.41}
+    if need:
+        p.settings["nothing_fits"] = {"need_bytes": need}
+    result.precisions["bf16"] = p
+    return result
+
+
+def test_llm_rows_compare_each_setting_with_plain_in_the_same_search():
+    from memprobe.compare.llm import llm_rows
+
+    results = [
+        _scan(VariantRequest(), 8, "2026-11-23T10:00:00"),
+        _scan(VariantRequest(), 7, "2026-11-22T10:00:00"),  # older: not shown
+        _scan(VariantRequest(checkpointing=True), 40, "2026-11-23T10:05:00"),
+        _scan(VariantRequest(search="seq-len"), 17000, "2026-11-23T10:10:00"),
+        _scan(VariantRequest(search="seq-len", checkpointing=True), 51000, "2026-11-23T10:15:00"),
+    ]
+    rows = llm_rows(results)
+    assert [(r["searched"], r["setting"], r["edge"], r["vs plain"]) for r in rows] == [
+        ("batch at seq 2048", "plain", 8, "1.00x"),
+        ("batch at seq 2048", "checkpointing", 40, "5.00x"),
+        ("seq len at batch 1", "plain", 17000, "1.00x"),
+        ("seq len at batch 1", "checkpointing", 51000, "3.00x"),
+    ]
+    assert rows[0]["tokens/step"] == "16,384" and rows[0]["MFU %"] == "41.0" and rows[0]["model"] == "llama-1b"
+
+
+def test_llm_rows_say_nothing_fits_with_the_traced_need_and_skip_other_families():
+    from memprobe.compare.llm import llm_rows
+
+    bert = ScanResult(workload=REGISTRY["bert-large"].to_dict(), environment={}, settings={})
+    bert.precisions["bf16"] = PrecisionResult("bf16", status="done", max_batch=100)
+    rows = llm_rows([_scan(VariantRequest(checkpointing=True), 0, "2026-11-23", need=141 * GiB), bert])
+    assert len(rows) == 1
+    assert rows[0]["edge"] == "nothing fits (needs ~141.0 GiB, traced)" and rows[0]["vs plain"] == "-"
+
+
+def test_report_llm_from_files(tmp_path):
+    write_result(_scan(VariantRequest(), 8, "2026-11-23T10:00:00"), tmp_path / "a.json")
+    write_result(_scan(VariantRequest(lora=16), 12, "2026-11-23T10:01:00"), tmp_path / "b.json")
+    out = CliRunner().invoke(main, ["report", "--llm", str(tmp_path)])
+    assert out.exit_code == 0, out.output
+    assert "LoRA r=16" in out.output and "1.50x" in out.output
+    as_json = CliRunner().invoke(main, ["report", "--llm", "--format", "json", str(tmp_path)])
+    assert '"setting": "LoRA r=16"' in as_json.output

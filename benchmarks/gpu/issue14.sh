@@ -70,5 +70,6 @@ predict 1b-maxseq-b1-ckpt "_llama-1b-ckpt-maxseq-b1" -m llama-1b --search seq-le
 predict 8b-lora16         "_llama-8b-lora16"         -m llama-8b --lora 16
 
 $PY -m memprobe report --scans "$W/reports" > "$W/scans.md" 2> "$W/scans.log"
+$PY -m memprobe report --llm "$W/reports" > "$W/llm.md" 2>> "$W/scans.log"
 tar -czf "$OUT/r.tgz" -C "$OUT" w
 echo "done in $(( $(date +%s) - START ))s; results in $OUT/r.tgz"
