@@ -13,7 +13,7 @@ from pathlib import Path
 import click
 from tabulate import tabulate
 
-from memprobe.cli_variants import variant_options as _variant_options, variants as _variants
+from memprobe.cli_variants import split_batches, variant_options as _variant_options, variants as _variants
 from memprobe.registry import RegistryError, Workload, load_registry, select
 from memprobe.units import gib, parse_size
 from memprobe.variants import base_name
@@ -179,13 +179,7 @@ def scan_cmd(model: str, precision: str, mode: str, batches: str | None, out_dir
         workloads = select(registry, model)
     except RegistryError as exc:
         raise click.ClickException(str(exc)) from None
-    timed_batches = _int_list(batches, "--batch")
-    if search == "seq-len":
-        if len(timed_batches) > 1:
-            raise click.BadParameter("with --search seq-len give one batch to search the length at", param_hint="--batch")
-        request_batch, timed_batches = (timed_batches or [1])[0], []
-    else:
-        request_batch = 1
+    request_batch, timed_batches = split_batches(search, _int_list(batches, "--batch"))
     workloads = _variants(workloads, precision, search, request_batch, seq_len, checkpointing, lora)
     budget = None
     if device == "cpu":

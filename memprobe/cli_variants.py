@@ -32,3 +32,14 @@ def variants(workloads: list[Workload], precision: str, search: str, batch: int,
         return [apply_variant(w, request, [p.strip() for p in precision.split(",")]) for w in workloads]
     except VariantError as exc:
         raise click.UsageError(str(exc)) from None
+
+
+def split_batches(search: str, batches: list[int]) -> tuple[int, list[int]]:
+    """scan's --batch: (the batch a --search seq-len runs at, the batches to time). With the batch search
+    it lists batches to time; with seq-len it is the one batch (default 1). Raises click.BadParameter
+    for several batches with seq-len."""
+    if search != "seq-len":
+        return 1, batches
+    if len(batches) > 1:
+        raise click.BadParameter("with --search seq-len give one batch to search the length at", param_hint="--batch")
+    return (batches or [1])[0], []
