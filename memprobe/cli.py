@@ -14,8 +14,10 @@ from tabulate import tabulate
 
 from memprobe.cli_helpers import card_names, memory_list, positive_size, stop_on_signals
 from memprobe.cli_models import model_options as _model_options, resolve_workloads
+from memprobe.cli_variants import split_batches, variant_options as _variant_options, variants as _variants
 from memprobe.registry import RegistryError, Workload, load_registry
 from memprobe.units import gib
+from memprobe.variants import base_name
 
 EXIT_NO_GPU = 2
 EXIT_INTERRUPTED = 130
@@ -33,6 +35,18 @@ def _registry(models: str | None) -> dict[str, Workload]:
         return load_registry(models)
     except RegistryError as exc:
         raise click.ClickException(str(exc)) from None
+
+
+def _workloads(models_file: str | None, model: str, precision: str, input_size: str | None, optimizer: str | None,
+               task: str | None, seq_len: int | None, search: str, batch: int, checkpointing: bool,
+               lora: str | None) -> list[Workload]:
+    """The workloads a command names: registry entries or models given by name (timm:, hf:, FILE.py:FUNC),
+    then made LLM variants as --search/--seq-len/--checkpointing/--lora ask. --seq-len shapes an hf: model
+    given by name, or the sequence length of a registry LLM."""
+    given_by_name = ":" in model  # every name form outside the registry has a colon
+    workloads = resolve_workloads(_registry(models_file), model, input_size, optimizer, task,
+                                  seq_len if given_by_name else None)
+    return _variants(workloads, precision, search, batch, None if given_by_name else seq_len, checkpointing, lora)
 
 
 def _int_list(text: str | None, what: str) -> list[int]:
@@ -103,14 +117,19 @@ def _torch_cuda_version() -> str:
 
 
 class _ProgressPrinter:
-    """Live progress on stderr: one line per trial, finished in place when the trial ends."""
+    """Live progress on stderr: one line per trial, finished in place when the trial ends. `n_names`
+    names what a trial's n is per workload (default "batch"; "seq len" for a sequence-length search)."""
+
+    def __init__(self, n_names: dict[str, str] | None = None) -> None:
+        self.n_names = n_names or {}
 
     def precision_start(self, workload: str, precision: str) -> None:
         click.echo(f"[{workload} {precision}] starting (building the model in a trial process)", err=True)
 
     def trial_start(self, workload: str, precision: str, index: int, batch: int, fresh: bool) -> None:
         where = "fresh process" if fresh else "search"
-        click.echo(f"[{workload} {precision}] trial {index} ({where}): batch {batch} ... ", err=True, nl=False)
+        n_name = self.n_names.get(workload, "batch")
+        click.echo(f"[{workload} {precision}] trial {index} ({where}): {n_name} {batch} ... ", err=True, nl=False)
 
     def trial_end(self, attempt) -> None:
         peak = f", peak {gib(attempt.peak_reserved, 2)} GiB" if attempt.peak_reserved else ""
@@ -129,7 +148,9 @@ class _ProgressPrinter:
               help="Comma-separated: fp32 (TF32 off), tf32, fp16 (autocast + GradScaler), bf16 (autocast).")
 @click.option("--mode", type=click.Choice(["train", "infer"]), default="train", show_default=True,
               help="train: forward, loss, backward, optimizer step. infer: forward only.")
-@click.option("--batch", "batches", help="Also measure throughput at these batch sizes (an OOM there is reported).")
+@click.option("--batch", "batches", help="Also measure throughput at these batch sizes (an OOM there is reported). "
+                                         "With --search seq-len: the one batch the sequence length is searched at (default 1).")
+@_variant_options
 @click.option("--out", "out_dir", default="reports", show_default=True, type=click.Path(file_okay=False),
               help="Folder for the result file.")
 @click.option("--models", "models_file", type=click.Path(dir_okay=False), help="Registry file (default: the packaged models.yaml).")
@@ -164,7 +185,7 @@ def scan_cmd(model: str, precision: str, mode: str, batches: str | None, out_dir
              steps: int, warmup: int, timed_steps: int, max_batch: int, max_trials: int, no_throughput: bool, soak: int,
              curve: str, no_curve: bool, cudnn_benchmark: bool, compile_step: bool, device: str, cpu_memory_budget: str | None,
              memory_cap: str | None, input_size: str | None, optimizer: str | None, task: str | None,
-             seq_len: int | None, predict_if_no_gpu: bool) -> None:
+             seq_len: int | None, predict_if_no_gpu: bool, search: str, checkpointing: bool, lora: str | None) -> None:
     """Find the exact max batch of each model and precision on this GPU, then measure throughput there.
 
     For each precision: a memory-guided search (small batches in one trial process, trials near
@@ -177,7 +198,9 @@ def scan_cmd(model: str, precision: str, mode: str, batches: str | None, out_dir
     from memprobe.probe.scan import NoCudaError, ScanInterrupted, ScanOptions, scan_workload
     from memprobe.compare.scan_table import scan_table
 
-    workloads = resolve_workloads(_registry(models_file), model, input_size, optimizer, task, seq_len)
+    request_batch, timed_batches = split_batches(search, _int_list(batches, "--batch"))
+    workloads = _workloads(models_file, model, precision, input_size, optimizer, task, seq_len,
+                           search, request_batch, checkpointing, lora)
     budget = None
     if device == "cpu":
         if not cpu_memory_budget:
@@ -188,7 +211,7 @@ def scan_cmd(model: str, precision: str, mode: str, batches: str | None, out_dir
         cap = positive_size(memory_cap, "--memory-cap")
     try:
         opts = ScanOptions(precisions=[p.strip() for p in precision.split(",") if p.strip()], mode=mode, steps=steps,
-                           warmup=warmup, timed_steps=timed_steps, batches=_int_list(batches, "--batch"),
+                           warmup=warmup, timed_steps=timed_steps, batches=timed_batches,
                            max_batch=max_batch, max_trials=max_trials, measure=not no_throughput, device=device,
                            cpu_budget_bytes=budget, cudnn_benchmark=cudnn_benchmark, memory_cap_bytes=cap,
                            compile=compile_step, soak=soak, curve=not no_curve,
@@ -202,7 +225,7 @@ def scan_cmd(model: str, precision: str, mode: str, batches: str | None, out_dir
             _no_gpu(exc.message, workloads, opts, mode, out_dir, predict_if_no_gpu)
             return
 
-    progress = _ProgressPrinter()
+    progress = _ProgressPrinter({w.name: "seq len" for w in workloads if w.params.get("axis") == "seq_len"})
     finished = []
     failed = False
     user_errors = []
@@ -225,6 +248,12 @@ def scan_cmd(model: str, precision: str, mode: str, batches: str | None, out_dir
         user_errors += [f"{workload.name} {p.precision}: {p.error.splitlines()[0]} "
                         f"({'traceback' if len(p.error.splitlines()) > 1 else 'details'} in {path})"
                         for p in result.precisions.values() if p.stop == USER_ERROR]
+        if any(p.status == "done" and p.max_batch == 0 for p in result.precisions.values()):
+            from memprobe.probe.nothing_fits import explain_nothing_fits
+
+            click.echo("nothing trains at 1: tracing what it would need (no GPU used) ...", err=True)
+            for line in explain_nothing_fits(result, workload, path):
+                click.echo(line, err=True)
     click.echo(scan_table(finished))
     if user_errors:
         raise click.ClickException(user_errors[0])
@@ -249,9 +278,10 @@ def _no_gpu(message: str, workloads: list[Workload], opts, mode: str, out_dir: s
 
     The prediction subtracts the overhead measured in the result files under --out, when there are any.
     """
-    names = ",".join(w.name for w in workloads)
+    names = ",".join(dict.fromkeys(base_name(w.name) for w in workloads))
+    same = " (with the same --search, --seq-len, --checkpointing and --lora)" if any("+" in w.name for w in workloads) else ""
     if not predict_instead:
-        raise NoGPUExit(f"{message}. Without a GPU, `memprobe predict --model {names} --memory {COMMON_CARD_SIZES}` "
+        raise NoGPUExit(f"{message}. Without a GPU, `memprobe predict --model {names} --memory {COMMON_CARD_SIZES}`{same} "
                         "predicts the max batch on those card sizes (or rerun this scan with --predict-if-no-gpu)")
     if mode != "train":
         raise NoGPUExit(f"{message}; --predict-if-no-gpu predicts training steps only (--mode train)")
@@ -322,9 +352,13 @@ def _predict_and_print(workloads: list[Workload], precisions: list[str], memory:
                    "the predicted max batch at its allocator capacity beside the measured one.")
 @click.option("--steps", default=3, show_default=True, type=click.IntRange(3), help="Steps per trial: 1 warm-up + K >= 2.")
 @_model_options
+@_variant_options
+@click.option("--batch", default=1, show_default=True, type=click.IntRange(1),
+              help="With --search seq-len: the batch the sequence length is predicted at.")
 def predict_cmd(model: str, memory: str | None, gpus: str | None, precision: str, models_file: str | None,
                 overhead_from: tuple[str, ...], compare: str | None, steps: int, input_size: str | None,
-                optimizer: str | None, task: str | None, seq_len: int | None) -> None:
+                optimizer: str | None, task: str | None, seq_len: int | None, search: str, checkpointing: bool,
+                lora: str | None, batch: int) -> None:
     """Predict the max batch for any memory size, with no GPU (labelled predicted, not measured).
 
     Runs the scan's trial (1 warm-up + K steps, optimizer state included) on fake tensors with the
@@ -332,7 +366,8 @@ def predict_cmd(model: str, memory: str | None, gpus: str | None, precision: str
     records every allocation and replays it through a model of the CUDA caching allocator. Takes
     seconds to a minute on a CPU. Needs torch, but no GPU.
     """
-    workloads = resolve_workloads(_registry(models_file), model, input_size, optimizer, task, seq_len)
+    workloads = _workloads(models_file, model, precision, input_size, optimizer, task, seq_len,
+                           search, batch, checkpointing, lora)
     precisions = _precision_list(precision) or []
     if not precisions:
         raise click.BadParameter("give at least one precision", param_hint="--precision")
@@ -387,8 +422,11 @@ def _precision_list(text: str | None) -> list[str] | None:
 @click.option("--scans", is_flag=True,
               help="Print the scan summary instead (max batch, proof, trials, throughput, MFU, utilization): one row "
                    "per GPU, workload and precision, from the newest file that finished it.")
+@click.option("--llm", is_flag=True,
+              help="Print the LLM edges instead: max batch or max sequence length per setting (plain, checkpointing, "
+                   "LoRA) and how much each raises it over plain, with tokens per step, tokens/s and MFU.")
 def report_cmd(paths: tuple[str, ...], reference: str | None, precision: str | None, fmt: str, with_published: bool,
-               charts_dir: str | None, at_batch: str, scans: bool) -> None:
+               charts_dir: str | None, at_batch: str, scans: bool, llm: bool) -> None:
     """Compare result files from any number of machines.
 
     PATHS are result files or folders (searched for *.json; other JSON files there are skipped with a
@@ -400,6 +438,11 @@ def report_cmd(paths: tuple[str, ...], reference: str | None, precision: str | N
     from memprobe.compare.scan_table import scan_table
 
     loaded = _load_results(paths)
+    if llm:
+        from memprobe.compare.llm import llm_table
+
+        click.echo(llm_table([result for _path, result in loaded], fmt))
+        return
     if scans:
         if not loaded:
             raise click.ClickException(f"no memprobe result files in {', '.join(paths)}")

@@ -32,7 +32,8 @@ def model_options(command):
                      help="Models given by name: the optimizer (default: sgd momentum for timm:, adamw otherwise)."),
         click.option("--task", type=click.Choice(HF_TASKS), help="hf: models: the task head (default: causal-lm)."),
         click.option("--seq-len", type=click.IntRange(2),
-                     help="hf: models: the sequence length (default: the config's maximum, at most 1024)."),
+                     help="hf: models: the sequence length (default: the config's maximum, at most 1024); LLM "
+                          "registry workloads (llama-*): the sequence length of the batch search."),
     ]):
         command = option(command)
     return command

@@ -27,6 +27,7 @@ FAMILIES: dict[str, str] = {
     "timm": "memprobe.workloads.timm_any:build",
     "hf": "memprobe.workloads.hf_config:build",
     "module": "memprobe.workloads.user_module:build",
+    "llama-causal-lm": "memprobe.workloads.llm:build",
 }
 
 

@@ -54,6 +54,22 @@ def _counter() -> FlopCounterMode:
 def flops_per_sample(task: TrainTask, batch: int = 2, mode: str = "train") -> float:
     """FLOPs of one sample's training step (forward + backward) or forward pass.
 
+    A task that counts its own (`count_flops(n, mode)`, e.g. on a meta-device twin) is asked;
+    otherwise see count_step_flops. Raises ValueError for a batch below 1 or an unknown mode.
+    """
+    if batch < 1:
+        raise ValueError(f"batch must be at least 1, got {batch}")
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {', '.join(MODES)}, got '{mode}'")
+    own = getattr(task, "count_flops", None)
+    if own is not None:
+        return own(batch, mode)
+    return count_step_flops(task, batch, mode)
+
+
+def count_step_flops(task: TrainTask, batch: int = 2, mode: str = "train") -> float:
+    """FLOPs per sample of the task's step at `batch`, counted by running it under FlopCounterMode.
+
     A task whose step is not "loss, backward" (a GAN with two optimizers) provides
     `forward_backward(batch, amp)`, which runs its forward and backward passes without stepping; the
     others are counted as `task.loss(batch).backward()`. Gradients are cleared afterwards and the

@@ -340,6 +340,7 @@ def add_mfu(measured: dict[str, Any] | None, flops_per_sample: float | None, gpu
     timed run, in place. Without a FLOP count or a known peak, `mfu` is None and `mfu_note` says why."""
     if not measured or measured.get("outcome") != FIT:
         return
+    flops_per_sample = measured.get("flops_per_sample") or flops_per_sample  # counted at its own n, where it varies
     if not flops_per_sample:
         measured.update(mfu=None, mfu_note="no FLOP count for this workload")
         return

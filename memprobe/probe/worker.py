@@ -166,6 +166,9 @@ class Session:
         """FLOPs per sample of one step (forward + backward, or forward in infer mode), counted once."""
         from memprobe.probe.flops import flops_per_sample
 
+        if getattr(self.task, "flops_vary_with_n", False):
+            return {"flops_per_sample": None,
+                    "error": "FLOPs per unit vary with n (the sequence length): counted at each timed n instead"}
         try:
             # Counted on the eager step: the FLOPs are the model's, however the step is compiled.
             with torch.compiler.set_stance("force_eager"):
@@ -252,13 +255,26 @@ class Session:
         memory.reset()
         stats = summarize_times(times)
         units = n * task.units_per_sample
-        result.update(outcome="fit", step_time=stats, unit=task.unit,
+        result.update(outcome="fit", step_time=stats, unit=task.unit, units_per_step=units,
                       samples_per_s=n / stats["median_s"], units_per_s=units / stats["median_s"],
                       utilization=utilization)
+        if getattr(task, "flops_vary_with_n", False):
+            result["flops_per_sample"] = _flops_at(task, n, self.mode)
         if task.compiled and "first_step_seconds" in result:
             # Reported apart from the step time: the first step's excess over a timed one.
             result["compile_seconds"] = round(max(0.0, result["first_step_seconds"] - stats["median_s"]), 4)
         return result
+
+
+def _flops_at(task, n: int, mode: str) -> float | None:
+    """FLOPs per unit of n at this n, for tasks whose count depends on it (None if it cannot be counted)."""
+    from memprobe.probe.flops import flops_per_sample
+
+    try:
+        with torch.compiler.set_stance("force_eager"):
+            return flops_per_sample(task, n, mode)
+    except Exception:  # noqa: BLE001 - MFU is optional
+        return None
 
 
 def _ping(_req: dict[str, Any]) -> dict[str, Any]:

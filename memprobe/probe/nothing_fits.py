@@ -1,0 +1,120 @@
+"""When even n = 1 does not train: the memory a step would need (traced) and which settings would fit.
+
+No torch at import: the trace (predict.need) is imported when a scan found nothing that fits. The
+answer is stored in the precision's settings under "nothing_fits" and said in one plain paragraph.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from memprobe.registry import Workload
+from memprobe.results import ScanResult, write_result
+from memprobe.units import gib
+from memprobe.variants import LLM_FAMILIES, VariantError, VariantRequest, apply_variant
+
+# What an LLM user tries next, in order of how much they change the training.
+ALTERNATIVES = (("--checkpointing", VariantRequest(checkpointing=True)),
+                ("--lora 16", VariantRequest(lora=16)),
+                ("--lora 16 --checkpointing", VariantRequest(lora=16, checkpointing=True)))
+
+NeedFn = Callable[[Workload, str], int]
+
+
+@dataclass
+class Alternative:
+    """A setting tried on the trace: what it would need at n = 1 and whether that fits the capacity."""
+
+    flags: str
+    need_bytes: int | None
+    fits: bool | None
+    error: str = ""
+
+
+@dataclass
+class Shortfall:
+    """Why nothing trains in one precision: the capacity, the traced need, the alternatives."""
+
+    precision: str
+    capacity_bytes: int | None
+    need_bytes: int | None
+    error: str = ""
+    alternatives: list[Alternative] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def describe(self, workload: str, gpu: str, n_name: str) -> str:
+        """One paragraph for the user."""
+        room = f" ({gib(self.capacity_bytes)} GiB usable)" if self.capacity_bytes else ""
+        text = f"{workload} {self.precision}: nothing trains on {gpu}{room}, not even {n_name} 1."
+        if self.need_bytes is not None:
+            text += (f" A trial at {n_name} 1 would need about {gib(self.need_bytes)} GiB "
+                     "(predicted from a fake-tensor trace, not measured).")
+        elif self.error:
+            text += f" (Its need could not be traced: {self.error})"
+        fitting = [a for a in self.alternatives if a.fits]
+        others = [a for a in self.alternatives if a.fits is False]
+        if fitting:
+            text += " Predicted to fit at 1: " + "; ".join(f"{a.flags} ({gib(a.need_bytes)} GiB)" for a in fitting) + "."
+        if others:
+            text += " Still too big: " + "; ".join(f"{a.flags} ({gib(a.need_bytes)} GiB)" for a in others) + "."
+        text += " Sharding the weights, gradients and optimizer state over several GPUs (FSDP) is not measured by memprobe yet."
+        return text
+
+
+def _default_need(workload: Workload, precision: str) -> int:
+    from memprobe.predict.need import trial_need_bytes
+
+    return trial_need_bytes(workload, precision)
+
+
+def _alternatives(workload: Workload, precision: str, capacity: int | None, need: NeedFn) -> list[Alternative]:
+    if workload.family not in LLM_FAMILIES:
+        return []
+    found = []
+    seen = [workload.params]
+    for flags, request in ALTERNATIVES:
+        try:
+            variant = apply_variant(workload, request, [precision])
+        except VariantError:
+            continue  # e.g. LoRA in fp32
+        if variant.params in seen:
+            continue  # already part of what did not fit, or the same as an earlier alternative
+        seen.append(variant.params)
+        try:
+            bytes_needed = need(variant, precision)
+        except Exception as exc:  # noqa: BLE001 - a failed trace is reported, not raised
+            found.append(Alternative(flags, None, None, f"{type(exc).__name__}: {exc}"[:200]))
+            continue
+        found.append(Alternative(flags, bytes_needed, None if capacity is None else bytes_needed <= capacity))
+    return found
+
+
+def explain_nothing_fits(result: ScanResult, workload: Workload, path: str | Path | None = None,
+                         need: NeedFn | None = None) -> list[str]:
+    """For every precision of `result` where n = 1 did not train, trace what it would need and which
+    memory-saving settings would fit; store that in the precision's settings["nothing_fits"], rewrite
+    the result file at `path` (atomically) when given, and return one paragraph per such precision.
+    Never raises for a failed trace (the paragraph says it failed)."""
+    need = need or _default_need
+    gpu = (result.environment.get("gpu") or {}).get("name") or "this device"
+    axis = str(workload.params.get("axis", "batch"))
+    n_name = "a sequence length of" if axis == "seq_len" else "batch"
+    lines = []
+    for precision, p in result.precisions.items():
+        if p.status != "done" or p.max_batch != 0:
+            continue
+        capacity = p.capacity_bytes
+        try:
+            shortfall = Shortfall(precision, capacity, need(workload, precision))
+        except Exception as exc:  # noqa: BLE001
+            shortfall = Shortfall(precision, capacity, None, f"{type(exc).__name__}: {exc}"[:200])
+        shortfall.alternatives = _alternatives(workload, precision, capacity, need)
+        p.settings["nothing_fits"] = shortfall.to_dict()
+        lines.append(shortfall.describe(workload.name, gpu, n_name))
+    if lines and path is not None:
+        write_result(result, path)
+    return lines
