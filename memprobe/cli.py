@@ -146,13 +146,20 @@ class _ProgressPrinter:
 @click.option("--memory-cap", help="Emulate a card with this much memory (e.g. 24GiB) on a bigger one: the allocator is "
                                   "capped at it minus the memory measured outside PyTorch (context, kernels); "
                                   "results are labelled emulated.")
+@click.option("--gpus", "gpus", help="World size(s) to measure: N[,N...] or 'all' (default 1: the single-GPU scan). "
+                                     "N > 1 finds the per-GPU max batch of N ranks launched by torchrun, and the scaling "
+                                     "efficiency against 1 GPU. With --parallel: how many GPUs to spread jobs over (default all).")
+@click.option("--strategy", default="ddp", show_default=True,
+              help="With --gpus N > 1, comma-separated: ddp (DistributedDataParallel), fsdp (FSDP2 fully_shard per block).")
+@click.option("--parallel", is_flag=True, help="Run different workloads and precisions on different GPUs at once "
+                                               "(one child scan per GPU); writes the same result files as a serial scan.")
 @click.option("--predict-if-no-gpu", is_flag=True,
               help=f"With no CUDA device, predict the max batch for {COMMON_CARD_SIZES} instead of failing "
                    "(memprobe predict; a prediction, not a measurement; exit 0).")
 def scan_cmd(model: str, precision: str, mode: str, batches: str | None, out_dir: str, models_file: str | None,
              steps: int, warmup: int, timed_steps: int, max_batch: int, max_trials: int, no_throughput: bool,
              cudnn_benchmark: bool, compile_step: bool, device: str, cpu_memory_budget: str | None,
-             memory_cap: str | None, predict_if_no_gpu: bool) -> None:
+             memory_cap: str | None, gpus: str | None, strategy: str, parallel: bool, predict_if_no_gpu: bool) -> None:
     """Find the exact max batch of each model and precision on this GPU, then measure throughput there.
 
     For each precision: a memory-guided search (small batches in one trial process, trials near
@@ -161,8 +168,7 @@ def scan_cmd(model: str, precision: str, mode: str, batches: str | None, out_dir
     then timed steps at B with utilization sampled.
     One result file per model is written (atomically, after every precision) under --out.
     """
-    from memprobe.probe.scan import NoCudaError, ScanInterrupted, ScanOptions, scan_workload
-    from memprobe.compare.report import scan_table
+    from memprobe.probe.scan import NoCudaError, ScanInterrupted, ScanOptions
 
     registry = _registry(models_file)
     try:
@@ -198,12 +204,28 @@ def scan_cmd(model: str, precision: str, mode: str, batches: str | None, out_dir
             _no_gpu(exc.message, workloads, opts, mode, out_dir, predict_if_no_gpu)
             return
 
+    if parallel:
+        _scan_parallel(workloads, opts, gpus, out_dir, models_file)
+        return
+    from memprobe.probe.distributed.scan import DistributedScanError, gpu_count
+    from memprobe.probe.multi import parse_gpus, parse_strategies, scan_runs
+
+    try:
+        sizes = parse_gpus(gpus, gpu_count if device == "cuda" else lambda: 2)
+        strategies = parse_strategies(strategy)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
     progress = _ProgressPrinter()
     finished = []
     failed = False
     for workload in workloads:
         try:
-            result, path = scan_workload(workload, opts, out_dir, progress)
+            for result, path in scan_runs(workload, opts, sizes, strategies, out_dir, progress):
+                finished.append(result)
+                failed |= any(p.status == "error" for p in result.precisions.values())
+                click.echo(f"wrote {path}", err=True)
+        except DistributedScanError as exc:
+            raise click.UsageError(str(exc)) from None
         except NoCudaError as exc:
             _no_gpu(f"no CUDA device: {exc}", workloads, opts, mode, out_dir, predict_if_no_gpu)
             return
@@ -212,11 +234,45 @@ def scan_cmd(model: str, precision: str, mode: str, batches: str | None, out_dir
                     else f"no precision of {workload.name} had finished, so no result file was written")
             click.echo(f"\ninterrupted: {kept}", err=True)
             sys.exit(EXIT_INTERRUPTED)
-        finished.append(result)
-        failed |= any(p.status == "error" for p in result.precisions.values())
-        click.echo(f"wrote {path}", err=True)
-    click.echo(scan_table(finished))
+    _print_scans(finished)
     if failed:
+        sys.exit(1)
+
+
+def _print_scans(results: list) -> None:
+    """The scan table of single-GPU results, then the scaling table of multi-GPU ones."""
+    from memprobe.compare.report import scan_table
+    from memprobe.compare.scaling import scaling_table, split_by_world_size
+
+    single, multi = split_by_world_size(results)
+    if single:
+        click.echo(scan_table(single))
+    if multi:
+        click.echo(scaling_table(multi, single), nl=False)
+
+
+def _scan_parallel(workloads: list[Workload], opts, gpus: str | None, out_dir: str, models_file: str | None) -> None:
+    """--parallel: one child scan per workload and precision, each pinned to its own GPU."""
+    from memprobe.probe.parallel import gpu_slots, run_parallel
+
+    try:
+        count = None if gpus in (None, "", "all") else int(gpus)
+        slots = gpu_slots(count, opts.device)
+    except ValueError as exc:
+        raise click.UsageError(f"--parallel: {exc}" if "--gpus" in str(exc) else
+                               f"--parallel takes --gpus N (how many GPUs to use) or all: {exc}") from None
+    try:
+        written, summary = run_parallel(workloads, opts, slots, out_dir, models_file,
+                                        on_event=lambda text: click.echo(text, err=True))
+    except KeyboardInterrupt:
+        click.echo("\ninterrupted: the finished precisions were merged into result files (marked partial)", err=True)
+        sys.exit(EXIT_INTERRUPTED)
+    for _result, path in written:
+        click.echo(f"wrote {path}", err=True)
+    click.echo(f"parallel scan on {len(slots)} GPU(s): {summary.wall_seconds:.0f} s wall, serial estimate (sum of the "
+               f"jobs) {summary.serial_estimate_seconds:.0f} s; log and summary in {summary.folder}", err=True)
+    _print_scans([result for result, _path in written])
+    if any(j["returncode"] not in (0, None) for j in summary.jobs):
         sys.exit(1)
 
 
@@ -381,7 +437,13 @@ def report_cmd(paths: tuple[str, ...], reference: str | None, precision: str | N
     """
     from memprobe.compare.report import ReportError, comparison_report, scan_table
 
-    loaded = _load_results(paths)
+    from memprobe.compare.scaling import scaling_table, split_by_world_size
+
+    loaded, multi = split_by_world_size(_load_results(paths))
+    if multi:  # multi-GPU files get the scaling table, not the single-GPU tables
+        click.echo(scaling_table([r for _p, r in multi], [r for _p, r in loaded], fmt), nl=False)
+        if not loaded and not with_published:
+            return
     if scans:
         if not loaded:
             raise click.ClickException(f"no memprobe result files in {', '.join(paths)}")
