@@ -7,6 +7,7 @@ writing what finished).
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -211,7 +212,7 @@ def scan_cmd(model: str, precision: str, mode: str, batches: str | None, out_dir
     from memprobe.probe.multi import parse_gpus, parse_strategies, scan_runs
 
     try:
-        sizes = parse_gpus(gpus, gpu_count if device == "cuda" else lambda: 2)
+        sizes = parse_gpus(gpus, gpu_count if device == "cuda" else lambda: os.cpu_count() or 1)
         strategies = parse_strategies(strategy)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None

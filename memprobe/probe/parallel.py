@@ -218,4 +218,10 @@ def _merge_all(workloads: list[Workload], opts: ScanOptions, jobs: list[Job], ou
             written.append(merged)
             for _path, job in parts.values():
                 shutil.rmtree(job.part_dir, ignore_errors=True)
+    for job in jobs[:1]:
+        if job.part_dir is not None:
+            try:
+                job.part_dir.parent.rmdir()  # only when every part was merged away
+            except OSError:
+                pass
     return written
