@@ -241,3 +241,26 @@ def test_gpus_and_strategy_options_parse_or_say_what_is_wrong():
     assert parse_strategies("ddp,fsdp,ddp") == ["ddp", "fsdp"]
     with pytest.raises(ValueError):
         parse_strategies("zero")
+
+
+def test_fsdp_shards_the_repeated_blocks_and_the_root_keeps_the_rest():
+    import torch
+
+    from memprobe.probe.distributed.wrap import shard_blocks
+    from memprobe.registry import family_builder
+
+    registry = load_registry()
+    expected = {"toy-bert-squad": ({"BertLayer"}, 2), "toy-transformer": ({"EncoderLayer", "DecoderLayer"}, 4),
+                "toy": ({"Linear"}, 4)}
+    for name, (types, count) in expected.items():
+        w = registry[name]
+        task = family_builder(w.family)(w.params, w.optimizer, torch.device("cpu"))
+        blocks = shard_blocks(task.model)
+        assert {type(b).__name__ for b in blocks} == types and len(blocks) == count, name
+
+
+def test_a_workload_with_two_optimizers_is_refused_before_any_launch(tmp_path):
+    group = FakeGroup()
+    with pytest.raises(DistributedScanError, match="two optimizers"):
+        scan_distributed(load_registry()["toy-pix2pixhd"], _opts(), 2, "ddp", tmp_path, RecordingProgress(), group)
+    assert group.requests == []

@@ -20,22 +20,30 @@ def shard_blocks(model: nn.Module) -> list[nn.Module]:
     """The blocks FSDP shards one by one: the children of the outermost ModuleList or Sequential
     containers that hold parameters (a transformer's layers, a ResNet stage's bottlenecks).
 
-    Walks top-down and stops at the first container with at least two parameterised children, so a
-    block's own inner Sequentials are not sharded again. The root takes what is left (embeddings,
-    heads, stems).
+    Walks top-down and stops at the first container whose parameterised children are blocks (modules
+    with submodules of their own, or at least two leaf layers), so a block's inner Sequentials are not
+    sharded again. A model with no such container (NASNet keeps its cells as plain attributes) shards
+    the root's parameterised children. The root takes what is left (embeddings, heads, stems).
     """
     blocks: list[nn.Module] = []
 
+    def holders(module: nn.Module) -> list[nn.Module]:
+        return [c for c in module.children() if any(True for _ in c.parameters())]
+
     def visit(module: nn.Module) -> None:
         if isinstance(module, (nn.ModuleList, nn.Sequential)):
-            holders = [c for c in module.children() if any(True for _ in c.parameters())]
-            if len(holders) >= 2:
-                blocks.extend(holders)
+            found = holders(module)
+            if len(found) >= 2 or any(any(True for _ in c.children()) for c in found):
+                blocks.extend(found)
                 return
         for child in module.children():
             visit(child)
 
     visit(model)
+    if not blocks:
+        found = holders(model)
+        if len(found) >= 2:
+            blocks = found
     return blocks
 
 
