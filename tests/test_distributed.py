@@ -264,3 +264,13 @@ def test_a_workload_with_two_optimizers_is_refused_before_any_launch(tmp_path):
     with pytest.raises(DistributedScanError, match="two optimizers"):
         scan_distributed(load_registry()["toy-pix2pixhd"], _opts(), 2, "ddp", tmp_path, RecordingProgress(), group)
     assert group.requests == []
+
+
+def test_a_launch_that_fails_before_any_rank_builds_the_model_is_an_error_not_a_max_batch():
+    def broken(req: LaunchRequest) -> LaunchResult:
+        return LaunchResult([Attempt(1, CRASH, message="launcher exit 1, ranks [0, 1] left no result: No module named x")],
+                            None, None, 1, False, 1.0, "No module named x", [None, None])
+
+    result, setup = scan_precision_distributed(TOY, "fp32", _opts(), 2, "ddp", RecordingProgress(), broken)
+    assert result.status == "error" and "No module named x" in result.error
+    assert result.max_batch is None and setup is None

@@ -65,7 +65,6 @@ def scaling_rows(multi: Sequence[ScanResult], single: Sequence[ScanResult] = ())
         proven = (f"{proof.get('fits')} fits, {proof.get('fails')} {proof.get('fail_outcome') or 'fails'}"
                   if proof.get("verified") else ("-" if p.max_batch is None else f"{p.max_batch} (unverified)"))
         unit = scaling.get("unit")
-        per_unit = (scaling.get("units_per_s_n") or 0) / scaling["throughput_n"] if scaling.get("throughput_n") else None
         interconnect = ((r.environment.get("distributed") or {}).get("interconnect") or {}).get("summary", "-")
         rows.append([
             gpu, workload, precision, strategy, n,
@@ -76,7 +75,7 @@ def scaling_rows(multi: Sequence[ScanResult], single: Sequence[ScanResult] = ())
             _rate(scaling.get("units_per_s_n"), unit),
             "-" if scaling.get("speedup") is None else f"{scaling['speedup']:.2f}x",
             "-" if scaling.get("efficiency") is None else f"{100 * scaling['efficiency']:.1f}%",
-            interconnect if per_unit is not None or interconnect != "-" else "-",
+            interconnect,
         ])
     return rows
 

@@ -22,7 +22,7 @@ from memprobe.probe.distributed.efficiency import scaling_record
 from memprobe.probe.distributed.launch import LaunchRequest, LaunchResult, launch, launch_env, nccl_env
 from memprobe.probe.distributed.topology import interconnect, visible_indices
 from memprobe.probe.distributed.wrap import NONE, STRATEGIES
-from memprobe.probe.errors import ERROR, FIT
+from memprobe.probe.errors import ERROR, FIT, OOM
 from memprobe.probe.scan import Progress, ScanInterrupted, ScanOptions, memory_models, _proof
 from memprobe.probe.search import Attempt, confirm_edge, find_max_batch
 from memprobe.registry import Workload
@@ -73,17 +73,20 @@ class _Launches:
 
     def run(self, batches: list[int], measure: bool, world_size: int | None = None, strategy: str | None = None) -> LaunchResult:
         world = world_size or self.world_size
-        self.count += 1  # one announcement per launch, with its first batch
-        self.progress.trial_start(self.workload.name, f"{self.precision} {self.label if world > 1 else '1 GPU'}",
-                                  self.count, batches[0], True)
+        where = f"{self.precision} {self.label if world > 1 else '1 GPU'}"
+        self.count += 1
+        self.progress.trial_start(self.workload.name, where, self.count, batches[0], True)
         request = LaunchRequest(
             self.workload.to_dict(), self.precision, strategy or self.strategy, world, batches, self.opts.steps,
             {"warmup": self.opts.warmup, "steps": self.opts.timed_steps} if measure else None, self.opts.device,
             self.opts.cpu_budget_bytes, settings={"cudnn_benchmark": self.opts.cudnn_benchmark},
             pg_timeout_s=self.pg_timeout_s, timeout_s=self.opts.timeout_s)
         result = self.launcher(request)
-        for attempt in result.attempts:
+        for index, attempt in enumerate(result.attempts):
             attempt.done_at_s = round(time.perf_counter() - self.started, 3)
+            if index:  # a later batch of the same launch (same process group)
+                self.count += 1
+                self.progress.trial_start(self.workload.name, where, self.count, attempt.batch, False)
             self.progress.trial_end(attempt)
         return result
 
@@ -166,7 +169,9 @@ def scan_precision_distributed(workload: Workload, precision: str, opts: ScanOpt
                        "weights_bytes": (setup or {}).get("weights_bytes"),
                        "weights_after_wrap_bytes": (setup or {}).get("weights_after_wrap_bytes"),
                        "flags": ((setup or {}).get("environment") or {}).get("flags", {})}
-    if setup is None and trials.first.attempts and trials.first.attempts[0].outcome == ERROR:
+    if setup is None and trials.first.attempts and trials.first.attempts[0].outcome != OOM:
+        # No rank got as far as building the model, and not for lack of memory: the launch itself
+        # failed (an import, the launcher, NCCL), which says nothing about any batch.
         result.status, result.error = "error", trials.first.attempts[0].message
         return result, None
     found = find_max_batch(trials, result.capacity_bytes, opts.max_batch, opts.max_trials)
