@@ -32,6 +32,8 @@ POLL_S = 0.5
 
 @dataclass
 class Job:
+    """One child scan: a workload in one precision, the GPU slot it ran on and how it ended."""
+
     workload: Workload
     precision: str
     slot: str | None = None

@@ -55,6 +55,7 @@ class Rank:
         (run_dir / f"rank{rank}.pid").write_text(str(os.getpid()))
 
     def save(self) -> None:
+        """Write the record atomically (temp file, rename): the parent never reads half a record."""
         path = self.run_dir / f"rank{self.rank}.json"
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(self.record))
@@ -70,6 +71,8 @@ class Rank:
         self.save()
 
     def fail_and_exit(self, stage: str, outcome: str, message: str, batch: int | None, **extra: Any) -> None:
+        """Record the failure and end this rank at once with FAILED_EXIT (never returns): no clean-up
+        that could wait on a collective the other ranks are stuck in."""
         self.failed(stage, outcome, message, batch, **extra)
         sys.stderr.write(f"rank {self.rank}: {stage} failed at batch {batch}: {outcome}: {message[:200]}\n")
         sys.stderr.flush()
@@ -191,6 +194,7 @@ def run(req: dict[str, Any]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Entry point under torchrun: one argument, the request file. Returns the exit code."""
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
         sys.stderr.write("usage: torchrun ... -m memprobe.probe.distributed.trial REQUEST.json\n")

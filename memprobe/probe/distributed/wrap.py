@@ -52,8 +52,10 @@ def wrap_model(model: nn.Module, strategy: str, precision: str, device: torch.de
 
     ddp: DistributedDataParallel with its defaults (25 MiB gradient buckets). fsdp: FSDP2
     `fully_shard` on each block (shard_blocks) and on the root, with a MixedPrecisionPolicy that
-    gathers parameters in the autocast dtype for fp16/bf16 (gradients reduced in float32), none for
-    fp32/tf32 (and, for fp16, a loss scaler that agrees across ranks). Raises StrategyError for an unknown strategy or a model without blocks (fsdp).
+    gathers parameters in the autocast dtype for fp16/bf16 (float32 where the model has BatchNorm;
+    gradients reduced in float32), none for fp32/tf32; channels_last parameters are made contiguous;
+    for fp16, a loss scaler that agrees across ranks. Raises StrategyError for an unknown strategy or
+    a model without blocks (fsdp).
     """
     if strategy == NONE:
         return {"module": model, "describe": {"strategy": NONE}}
@@ -72,7 +74,20 @@ def wrap_model(model: nn.Module, strategy: str, precision: str, device: torch.de
         if not blocks:
             raise StrategyError(f"fsdp: found no blocks to shard in {type(model).__name__}")
         mesh = init_device_mesh(device.type, (torch.distributed.get_world_size(),))
+        # FSDP2 shards only contiguous parameters: channels_last weights (the timm CNNs on CUDA) go back
+        # to the default layout; the inputs stay channels_last, so convolutions still run in it.
+        relaid = 0
+        for param in model.parameters():
+            if not param.is_contiguous():
+                param.data = param.data.contiguous()
+                relaid += 1
         dtype = _MP_DTYPES.get(precision)
+        batch_norm = any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules())
+        if batch_norm:
+            # BatchNorm's float32 running statistics need float32 weights (bf16 weights fail on the CPU,
+            # and FSDP1 exempts BatchNorm for the same reason): gather in float32 and let autocast cast
+            # per op, as on one GPU.
+            dtype = None
         block_types = sorted({type(b).__name__ for b in blocks})  # before fully_shard renames the classes
         policy = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32) if dtype else MixedPrecisionPolicy()
         if precision == "fp16":
@@ -90,5 +105,7 @@ def wrap_model(model: nn.Module, strategy: str, precision: str, device: torch.de
             "strategy": "fsdp", "api": "torch.distributed.fsdp.fully_shard (FSDP2)", "blocks": len(blocks),
             "block_type": block_types, "reshard_after_forward": True,
             "param_dtype": str(dtype).replace("torch.", "") if dtype else "float32", "reduce_dtype": "float32",
+            "param_dtype_note": "float32: the model has BatchNorm" if batch_norm and precision in _MP_DTYPES else None,
+            "parameters_made_contiguous": relaid,
             "loss_scaler": "ShardedGradScaler" if precision == "fp16" else None}}
     raise StrategyError(f"unknown strategy '{strategy}'; choose from {', '.join(STRATEGIES)}")
