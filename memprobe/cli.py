@@ -479,8 +479,9 @@ def guide_cmd(paths: tuple[str, ...], budget: float | None, fmt: str) -> None:
     one-line verdict per card. Without PATHS it shows the catalog and the published figures only.
     """
     from memprobe.compare.guide import guide_report
+    from memprobe.compare.scaling import split_by_world_size
 
-    loaded = _load_results(paths)
+    loaded, _multi_gpu = split_by_world_size(_load_results(paths))  # the guide is about one card
     if paths and not loaded:
         raise click.ClickException(f"no memprobe result files in {', '.join(paths)}")
     click.echo(guide_report(loaded, budget=budget, fmt=fmt), nl=False)

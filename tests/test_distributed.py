@@ -274,3 +274,24 @@ def test_a_launch_that_fails_before_any_rank_builds_the_model_is_an_error_not_a_
     result, setup = scan_precision_distributed(TOY, "fp32", _opts(), 2, "ddp", RecordingProgress(), broken)
     assert result.status == "error" and "No module named x" in result.error
     assert result.max_batch is None and setup is None
+
+
+def test_fsdp_relays_channels_last_parameters_and_gathers_batchnorm_models_in_float32(tmp_path):
+    import torch
+    import torch.distributed as dist
+    from torch import nn
+
+    from memprobe.probe.distributed.wrap import wrap_model
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        model = nn.Sequential(nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4)), nn.Sequential(nn.Conv2d(4, 4, 3)))
+        model = model.to(memory_format=torch.channels_last)
+        described = wrap_model(model, "fsdp", "bf16", torch.device("cpu"))["describe"]
+        assert described["parameters_made_contiguous"] == 2 and described["param_dtype"] == "float32"
+        assert described["param_dtype_note"] == "float32: the model has BatchNorm" and described["blocks"] == 2
+        plain = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 2))
+        described = wrap_model(plain, "fsdp", "bf16", torch.device("cpu"))["describe"]
+        assert described["param_dtype"] == "bfloat16" and described["param_dtype_note"] is None
+    finally:
+        dist.destroy_process_group()
