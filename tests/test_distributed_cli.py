@@ -56,3 +56,34 @@ def test_report_puts_multi_gpu_files_in_the_scaling_table_and_keeps_them_out_of_
     result = run("report", str(path))
     assert result.exit_code == 0, result.output
     assert "Scaling" in result.output and "fsdp" in result.output and "Traceback" not in result.output
+
+
+def test_merging_parts_keeps_the_asked_order_and_a_missing_or_partial_part_makes_the_file_partial(tmp_path):
+    from memprobe.probe.parallel import Job, merge_parts
+    from memprobe.results import PrecisionResult, ScanResult, write_result
+
+    def part(precision, status, batch):
+        result = ScanResult(workload=TOY.to_dict(), environment={"gpu": {"name": "Fake GPU"}}, settings={},
+                            precisions={precision: PrecisionResult(precision, status="done", max_batch=batch)},
+                            status=status)
+        return write_result(result, tmp_path / "parts" / f"{precision}.json")
+
+    parts = {"bf16": (part("bf16", "complete", 20), Job(TOY, "bf16", slot="1", seconds=3.0)),
+             "fp32": (part("fp32", "complete", 10), Job(TOY, "fp32", slot="0", seconds=5.0))}
+    merged, path = merge_parts(TOY, ["fp32", "bf16"], parts, tmp_path, "train")
+    back = read_result(path)
+    assert list(back.precisions) == ["fp32", "bf16"] and back.status == "complete"
+    assert back.precisions["bf16"].settings["parallel"]["gpu"] == "1" and back.precisions["fp32"].max_batch == 10
+    parts["fp16"] = (None, Job(TOY, "fp16", slot="0"))  # that child left no file
+    merged, _path = merge_parts(TOY, ["fp32", "bf16", "fp16"], parts, tmp_path / "again", "train")
+    assert merged.status == "partial" and list(merged.precisions) == ["fp32", "bf16"]
+
+
+def test_the_interconnect_summary_names_nvlink_or_the_pcie_path():
+    from memprobe.probe.distributed.topology import summary, visible_indices
+
+    nvlink = {"gpus": [0, 1], "nvlinks_active": {"0": 18, "1": 18}, "pairs": [{"gpus": [0, 1], "nvlink_p2p": True}]}
+    assert summary(nvlink) == "NVLink (18 links per GPU)"
+    pcie = {"gpus": [0, 1], "pairs": [{"gpus": [0, 1], "nvlink_p2p": False, "pcie_common_ancestor": "PCIe host bridge"}]}
+    assert summary(pcie) == "PCIe (PCIe host bridge)"
+    assert visible_indices(2, "3,1,0") == [3, 1] and visible_indices(2, None) == [0, 1]
