@@ -441,6 +441,8 @@ def report_cmd(paths: tuple[str, ...], reference: str | None, precision: str | N
     from memprobe.compare.scaling import scaling_table, split_by_world_size
 
     loaded, multi = split_by_world_size(_load_results(paths))
+    if multi and (loaded or with_published) and fmt == "json":
+        raise click.UsageError("--format json makes one document: report multi-GPU and single-GPU files separately")
     if multi:  # multi-GPU files get the scaling table, not the single-GPU tables
         click.echo(scaling_table([r for _p, r in multi], [r for _p, r in loaded], fmt), nl=False)
         if not loaded and not with_published:
