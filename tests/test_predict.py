@@ -228,17 +228,13 @@ def test_predict_unknown_model_is_one_line(run):
     assert "unknown model 'nosuch'" in line
 
 
-def test_predict_workload_that_cannot_be_built_is_one_line(run, registry):
-    try:
-        import timm  # noqa: F401
-    except Exception:  # noqa: BLE001 - timm missing or broken: exactly the case under test
-        pass
-    else:
-        pytest.skip("timm imports here")
-    result = run("predict", "--model", "toy-resnet", "--precision", "fp32")
+def test_predict_workload_that_cannot_be_built_is_one_line(run, tmp_path):
+    module = tmp_path / "broken_model.py"
+    module.write_text("def build(device, precision):\n    raise RuntimeError('no weights for you')\n")
+    result = run("predict", "--model", f"{module}:build", "--precision", "fp32")
     assert result.exit_code == 1
     (line,) = error_lines(result)
-    assert "toy-resnet" in line and "Traceback" not in result.output
+    assert "broken_model.py:build" in line and "no weights for you" in line and "Traceback" not in result.output
 
 
 @pytest.mark.parametrize("args", [["--memory", "lots"], ["--precision", "fp64"], ["--memory", ""]])

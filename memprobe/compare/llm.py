@@ -7,13 +7,10 @@ edge is compared with the plain setting's edge in the same group (same GPU, mode
 
 from __future__ import annotations
 
-import csv
-import io
-import json
 from typing import Any, Iterable
 
-from tabulate import tabulate
 
+from memprobe.compare.tables import rows_text
 from memprobe.results import ScanResult
 from memprobe.units import gib
 from memprobe.variants import LLM_FAMILIES, base_name
@@ -79,14 +76,4 @@ def llm_table(results: Iterable[ScanResult], fmt: str = "github") -> str:
     """llm_rows as a table (github, plain or another tabulate format), csv or json; '(no LLM results)'
     when there are none."""
     rows = llm_rows(results)
-    if fmt == "json":
-        return json.dumps(rows, indent=1)
-    if not rows:
-        return "(no LLM results)"
-    if fmt == "csv":
-        out = io.StringIO()
-        writer = csv.DictWriter(out, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
-        return out.getvalue().rstrip("\n")
-    return tabulate(rows, headers="keys", tablefmt=fmt, disable_numparse=True)
+    return rows_text(rows, fmt, "(no LLM results)")

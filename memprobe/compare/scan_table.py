@@ -5,13 +5,10 @@ No torch: reports are made on any machine.
 
 from __future__ import annotations
 
-import csv
-import io
-import json
 from typing import Any, Iterable, Sequence
 
-from tabulate import tabulate
 
+from memprobe.compare.tables import rows_text
 from memprobe.catalog import PRECISIONS
 from memprobe.results import PrecisionResult, ScanResult
 from memprobe.units import gib
@@ -102,14 +99,4 @@ def scan_table(results: Iterable[ScanResult], fmt: str = "github", newest_only: 
                precisions: Sequence[str] | None = None) -> str:
     """The scan summary as text: a table (github, plain or another tabulate format), csv or json."""
     rows = scan_rows(results, newest_only, precisions)
-    if fmt == "json":
-        return json.dumps(rows, indent=1)
-    if not rows:
-        return "(no results)"
-    if fmt == "csv":
-        out = io.StringIO()
-        writer = csv.DictWriter(out, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
-        return out.getvalue().rstrip("\n")
-    return tabulate(rows, headers="keys", tablefmt=fmt, disable_numparse=True)
+    return rows_text(rows, fmt, "(no results)")

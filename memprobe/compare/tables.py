@@ -5,8 +5,13 @@ No torch. Cells keep their origin so rendering can mark published and predicted 
 
 from __future__ import annotations
 
+import csv
+import io
+import json
 from dataclasses import dataclass, field
 from typing import Any, Iterable
+
+from tabulate import tabulate
 
 from memprobe.compare.published import SOURCES, Figure, default_published
 from memprobe.units import gib
@@ -206,3 +211,18 @@ def source_notes(comparison: Comparison, figures: Iterable[Figure] | None = None
     notes += [f"Published {w} ({s}): {impl.get((s, w), '?')}." for s, w in sorted(used)]
     notes.append("Full rows, units and caveats: memprobe/data/published.csv.")
     return notes
+
+
+def rows_text(rows: list[dict[str, Any]], fmt: str = "github", empty: str = "(no results)") -> str:
+    """Rows of dicts as text: json, csv, or a tabulate table (github, plain, ...); `empty` when there are none."""
+    if fmt == "json":
+        return json.dumps(rows, indent=1)
+    if not rows:
+        return empty
+    if fmt == "csv":
+        out = io.StringIO()
+        writer = csv.DictWriter(out, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+        return out.getvalue().rstrip("\n")
+    return tabulate(rows, headers="keys", tablefmt=fmt, disable_numparse=True)

@@ -54,6 +54,18 @@ class CurveInterrupted(KeyboardInterrupt):
         self.result = result
 
 
+def interrupted(result: ScanResult, save: Callable[[], None], state: dict[str, Any]) -> ScanInterrupted:
+    """Mark a stopped scan: running precisions become interrupted and the file is saved (partial) when any
+    precision finished. Returns the ScanInterrupted to raise, naming the file (None when none was written)."""
+    for p in result.precisions.values():
+        if p.status == "running":
+            p.status = "interrupted"
+    result.settings["interrupted"] = True
+    if any(p.status in ("done", "error") for p in result.precisions.values()):
+        save()
+    return ScanInterrupted(state["path"])
+
+
 class Progress(Protocol):
     def precision_start(self, workload: str, precision: str) -> None: ...
     def trial_start(self, workload: str, precision: str, index: int, batch: int, fresh: bool) -> None: ...
@@ -406,13 +418,7 @@ def scan_workload(workload: Workload, opts: ScanOptions, out_dir: str | Path, pr
     except KeyboardInterrupt as stop:
         if isinstance(stop, CurveInterrupted):
             result.precisions[stop.result.precision] = stop.result
-        for p in result.precisions.values():
-            if p.status == "running":
-                p.status = "interrupted"
-        result.settings["interrupted"] = True
-        if any(p.status in ("done", "error") for p in result.precisions.values()):
-            save()
-        raise ScanInterrupted(state["path"]) from None
+        raise interrupted(result, save, state) from None
     finally:
         factory.close()
     return result, state["path"]

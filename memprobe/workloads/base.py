@@ -34,6 +34,10 @@ class Amp:
     model can skip many updates while the scale backs off.
     """
 
+    # The loss scaler's class. A process whose gradients are sharded (FSDP) swaps in one that agrees
+    # on skipped steps across ranks (torch.distributed.fsdp.sharded_grad_scaler.ShardedGradScaler).
+    scaler_class = torch.amp.GradScaler
+
     def __init__(self, precision: str, device: torch.device, loss_scale: float | None = None) -> None:
         self.precision = precision
         self.device = device
@@ -41,7 +45,7 @@ class Amp:
         use_scaler = precision == "fp16"
         self.scaler = None
         if use_scaler:
-            self.scaler = torch.amp.GradScaler(device.type, init_scale=float(loss_scale or 2.0**16))
+            self.scaler = self.scaler_class(device.type, init_scale=float(loss_scale or 2.0**16))
         # While `track` is on, count the steps whose optimizer update was applied or skipped: the
         # GradScaler skips updates (and so creates no optimizer state) while it backs off from its
         # initial scale. Tracking reads the scale back, a host sync, so timed steps leave it off.

@@ -11,10 +11,9 @@ import difflib
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 from .base import TrainTask, UserModelError
-from .vision import load_timm
+from .vision import ClassifierTask, load_timm
 
 
 def check_name(timm, name: str) -> None:
@@ -26,8 +25,8 @@ def check_name(timm, name: str) -> None:
     raise UserModelError(f"timm {timm.__version__} has no model '{name}'{hint}")
 
 
-class TimmTask(TrainTask):
-    unit = "images"
+class TimmTask(ClassifierTask):
+    """Any timm model by name: ClassifierTask's batches and loss, at the input size the model was made for."""
 
     def __init__(self, params: dict[str, Any], optimizer: dict[str, Any], device: torch.device) -> None:
         timm = load_timm()
@@ -44,24 +43,11 @@ class TimmTask(TrainTask):
         self.channels_last = bool(params.get("channels_last", True)) and device.type == "cuda"
         if self.channels_last:
             model = model.to(memory_format=torch.channels_last)
-        super().__init__(model, optimizer, device)
+        TrainTask.__init__(self, model, optimizer, device)  # not ClassifierTask's: the model is built above
         self.timm_version = timm.__version__
 
-    def make_batch(self, n: int) -> tuple[torch.Tensor, torch.Tensor]:
-        x = torch.randn(n, *self.input_size, device=self.device)
-        if self.channels_last:
-            x = x.contiguous(memory_format=torch.channels_last)
-        return x, torch.randint(0, self.classes, (n,), device=self.device)
-
-    def loss(self, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
-        x, y = batch
-        return F.cross_entropy(self.model(x), y)
-
-    def infer(self, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
-        return self.model(batch[0])
-
     def describe(self) -> dict[str, Any]:
-        info = super().describe()
+        info = TrainTask.describe(self)
         info.update(timm_model=self.arch, timm_version=self.timm_version,
                     input_size=list(self.input_size), classes=self.classes, channels_last=self.channels_last)
         return info

@@ -49,6 +49,7 @@ class ClassifierTask(TrainTask):
         self.arch = str(params["model"])
         self.image_size = int(params["image_size"])
         self.classes = int(params.get("classes", 1000))
+        self.input_size = (3, self.image_size, self.image_size)
         kwargs = dict(params.get("kwargs", {}))
         # Built directly on the device: timm's own init runs there (fast on CUDA; nothing is allocated
         # on the meta device, for parameter and FLOP counts).
@@ -61,7 +62,7 @@ class ClassifierTask(TrainTask):
         self.timm_version = timm.__version__
 
     def make_batch(self, n: int) -> tuple[torch.Tensor, torch.Tensor]:
-        x = torch.randn(n, 3, self.image_size, self.image_size, device=self.device)
+        x = torch.randn(n, *self.input_size, device=self.device)
         if self.channels_last:
             x = x.contiguous(memory_format=torch.channels_last)
         y = torch.randint(0, self.classes, (n,), device=self.device)

@@ -1,0 +1,145 @@
+"""The `memprobe` click group, the options and helpers every command shares, and the small commands (list, device).
+
+User errors are one line and a non-zero exit: 1 for a failed scan or bad file, 2 for bad usage or
+no CUDA device (unless `scan --predict-if-no-gpu` predicted instead: 0), 130 for Ctrl-C (after
+writing what finished).
+"""
+
+from __future__ import annotations
+
+
+import click
+from tabulate import tabulate
+
+from memprobe.cli.models import resolve_workloads
+from memprobe.cli.variants import variants as _variants
+from memprobe.registry import RegistryError, Workload, load_registry
+from memprobe.units import gib
+
+
+EXIT_NO_GPU = 2
+
+
+EXIT_INTERRUPTED = 130
+
+
+# Card sizes a no-GPU scan offers to predict for: 11 GB (GTX 1080 Ti / RTX 2080 Ti class), 24 GB (RTX 3090/4090),
+# 48 GB (RTX A6000 / L40S), 80 GB (A100 / H100).
+COMMON_CARD_SIZES = "11GiB,24GiB,48GiB,80GiB"
+
+
+class NoGPUExit(click.ClickException):
+    exit_code = EXIT_NO_GPU
+
+
+def _registry(models: str | None) -> dict[str, Workload]:
+    try:
+        return load_registry(models)
+    except RegistryError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+def _workloads(models_file: str | None, model: str, precision: str, input_size: str | None, optimizer: str | None,
+               task: str | None, seq_len: int | None, search: str, batch: int, checkpointing: bool,
+               lora: str | None) -> list[Workload]:
+    """The workloads a command names: registry entries or models given by name (timm:, hf:, FILE.py:FUNC),
+    then made LLM variants as --search/--seq-len/--checkpointing/--lora ask. --seq-len shapes an hf: model
+    given by name, or the sequence length of a registry LLM."""
+    given_by_name = ":" in model  # every name form outside the registry has a colon
+    workloads = resolve_workloads(_registry(models_file), model, input_size, optimizer, task,
+                                  seq_len if given_by_name else None)
+    return _variants(workloads, precision, search, batch, None if given_by_name else seq_len, checkpointing, lora)
+
+
+def _int_list(text: str | None, what: str) -> list[int]:
+    if not text:
+        return []
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise click.BadParameter(f"expected comma-separated integers, got '{text}'", param_hint=what) from None
+    if any(v < 1 for v in values):
+        raise click.BadParameter("batch sizes must be at least 1", param_hint=what)
+    return values
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="memprobe")
+def main() -> None:
+    """memprobe: the exact largest batch that trains on your GPU, and how fast it trains there.
+
+    Start with `memprobe list` (the workloads), `memprobe device` (the GPU), then
+    `memprobe scan --model bert-large`.
+    """
+
+
+@main.command("list")
+@click.option("--models", "models_file", type=click.Path(dir_okay=False), help="Registry file (default: the packaged models.yaml).")
+@click.option("--all", "show_all", is_flag=True, help="Include test-only workloads.")
+def list_cmd(models_file: str | None, show_all: bool) -> None:
+    """List the workloads memprobe can scan."""
+    registry = _registry(models_file)
+    rows = [
+        [w.name, w.family, w.unit, w.optimizer.get("name"), ", ".join(f"{k}={v}" for k, v in w.params.items()), w.description]
+        for w in registry.values() if show_all or not w.test_only
+    ]
+    click.echo(tabulate(rows, headers=["name", "family", "unit", "optimizer", "params", "description"], tablefmt="github"))
+
+
+@main.command("device")
+def device_cmd() -> None:
+    """Show the GPUs: memory, driver, CUDA and torch versions, and other processes holding memory."""
+    from memprobe.device import NoGPUError, gpus, host_environment
+
+    env = host_environment()
+    try:
+        found = gpus()
+    except NoGPUError as exc:
+        raise NoGPUExit(f"no CUDA GPU: {exc}") from None
+    rows = [[g.index, g.name, gib(g.total_bytes), gib(g.free_bytes), gib(g.used_bytes), len(g.processes)] for g in found]
+    click.echo(tabulate(rows, headers=["index", "name", "total GiB", "free GiB", "used GiB", "processes"], tablefmt="github"))
+    torch_cuda = _torch_cuda_version()
+    click.echo(f"driver {env.get('driver')}, CUDA (driver) {env.get('cuda_driver')}, "
+               f"torch {env['versions'].get('torch')} (CUDA runtime {torch_cuda})")
+    click.echo(f"PYTORCH_CUDA_ALLOC_CONF={env.get('PYTORCH_CUDA_ALLOC_CONF') or '(unset)'}")
+    for g in found:
+        for p in g.processes:
+            click.echo(f"warning: GPU {g.index}: process {p.pid} {p.name} holds {gib(p.used_bytes, 2)} GiB; "
+                       "a scan's max batch will be lower while it runs", err=True)
+        if not g.processes and g.used_bytes > 1 << 30:
+            click.echo(f"warning: GPU {g.index}: {gib(g.used_bytes)} GiB in use by processes NVML cannot list", err=True)
+
+
+def _torch_cuda_version() -> str:
+    try:
+        import torch
+    except ImportError:
+        return "torch not installed"
+    return torch.version.cuda or "none (CPU build)"
+
+
+_FORMATS = ("github", "plain", "csv", "json")
+
+
+def _load_results(paths: tuple[str, ...]) -> list:
+    """(path, result) pairs. A file named explicitly must be a result file (one-line error otherwise);
+    a .json found under a folder that is not one is skipped with a warning (e.g. benchmark outputs)."""
+    from memprobe.results import ResultFileError, load_results
+
+    try:
+        return load_results(list(paths), on_skip=lambda exc: click.echo(f"warning: skipped {exc}", err=True))
+    except ResultFileError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+def _precision_list(text: str | None) -> list[str] | None:
+    from memprobe.catalog import PRECISIONS
+
+    if not text:
+        return None
+    chosen = [p.strip() for p in text.split(",") if p.strip()]
+    unknown = [p for p in chosen if p not in PRECISIONS]
+    if unknown:
+        raise click.BadParameter(f"unknown precision(s) {', '.join(unknown)} (known: {', '.join(PRECISIONS)})",
+                                 param_hint="--precision")
+    return chosen

@@ -1,0 +1,99 @@
+"""`memprobe predict`: the max batch for memory sizes or cards by name, with no GPU (predict.summary).
+"""
+
+from __future__ import annotations
+
+
+import click
+
+from memprobe.cli.helpers import memory_list
+from memprobe.cli.models import model_options as _model_options
+from memprobe.cli.variants import variant_options as _variant_options
+from memprobe.registry import Workload
+from memprobe.cli.app import COMMON_CARD_SIZES, _precision_list, _workloads, main
+
+
+def _predict_and_print(workloads: list[Workload], precisions: list[str], memory: str | None, overhead_from: tuple[str, ...],
+                       steps: int, compare: str | None, gpus: str | None = None) -> None:
+    from memprobe.predict.torch_internals import TorchInternalsError
+    from memprobe.workloads.torchvision_guard import standin_reason
+
+    try:
+        from memprobe.predict.summary import measured_overhead, memory_sizes, predict, render
+        from memprobe.predict.trace import PredictError
+    except TorchInternalsError as exc:
+        raise click.ClickException(str(exc)) from None
+
+    labels = memory_list(memory, gpus)
+    if standin_reason():
+        click.echo(f"note: {standin_reason()}; a stand-in that raises on use takes its place (no workload calls "
+                   "torchvision)", err=True)
+    overhead, source = measured_overhead(overhead_from)
+    try:
+        sizes = memory_sizes(labels, overhead)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--memory") from None
+    compare_with = None
+    if compare:
+        from memprobe.results import ResultFileError, read_result
+
+        try:
+            compare_with = (compare, read_result(compare))
+        except ResultFileError as exc:
+            raise click.ClickException(str(exc)) from None
+        if compare_with[1].workload.get("name") not in {w.name for w in workloads}:
+            raise click.ClickException(f"{compare} is a scan of {compare_with[1].workload.get('name')}, "
+                                       f"not of {', '.join(w.name for w in workloads)}")
+    for workload in workloads:
+        click.echo(f"[{workload.name}] tracing on fake tensors (no GPU used) ...", err=True)
+        try:
+            prediction = predict(workload, precisions, sizes, overhead, source, steps=steps,
+                                 compare_with=compare_with if compare_with and
+                                 compare_with[1].workload.get("name") == workload.name else None)
+        except (PredictError, TorchInternalsError) as exc:
+            raise click.ClickException(str(exc)) from None
+        click.echo(render(prediction))
+
+
+@main.command("predict")
+@click.option("--model", "-m", "model", required=True,
+              help="Workload name(s), comma-separated; wildcards work. Also timm:NAME, hf:NAME, hf-config:PATH, "
+                   "FILE.py:FUNCTION or package.module:FUNCTION.")
+@click.option("--memory", help=f"Comma-separated memory sizes to predict for (24GiB, 11GB = decimal; default without "
+                               f"--gpu: {COMMON_CARD_SIZES}).")
+@click.option("--gpu", "gpus", help="Comma-separated catalog cards by name or alias (\"H200\", \"H100 SXM\"): predicts at the "
+                                    "total memory the card's driver reports (see `memprobe guide` for the catalog).")
+@click.option("--precision", "-p", default="fp32,fp16,bf16", show_default=True,
+              help="Comma-separated: fp32, tf32, fp16, bf16 (as in scan).")
+@click.option("--models", "models_file", type=click.Path(dir_okay=False), help="Registry file (default: the packaged models.yaml).")
+@click.option("--overhead-from", "overhead_from", multiple=True, type=click.Path(), default=("reports",),
+              show_default=True,
+              help="Scan result file(s) or folder(s): the memory a real card's allocator could not use (CUDA context, "
+                   "driver) is measured there and subtracted from each size, as `memprobe guide` does.")
+@click.option("--compare", type=click.Path(exists=True, dir_okay=False),
+              help="A scan result file of this workload: also print predicted vs measured peaks for its trials, and "
+                   "the predicted max batch at its allocator capacity beside the measured one.")
+@click.option("--steps", default=3, show_default=True, type=click.IntRange(3), help="Steps per trial: 1 warm-up + K >= 2.")
+@_model_options
+@_variant_options
+@click.option("--batch", default=1, show_default=True, type=click.IntRange(1),
+              help="With --search seq-len: the batch the sequence length is predicted at.")
+def predict_cmd(model: str, memory: str | None, gpus: str | None, precision: str, models_file: str | None,
+                overhead_from: tuple[str, ...], compare: str | None, steps: int, input_size: str | None,
+                optimizer: str | None, task: str | None, seq_len: int | None, search: str, checkpointing: bool,
+                lora: str | None, batch: int) -> None:
+    """Predict the max batch for any memory size, with no GPU (labelled predicted, not measured).
+
+    Runs the scan's trial (1 warm-up + K steps, optimizer state included) on fake tensors with the
+    CUDA code paths of an H100 (fused attention, fused dropout and optimizers, CUDA autocast),
+    records every allocation and replays it through a model of the CUDA caching allocator. Takes
+    seconds to a minute on a CPU. Needs torch, but no GPU.
+    """
+    workloads = _workloads(models_file, model, precision, input_size, optimizer, task, seq_len,
+                           search, batch, checkpointing, lora)
+    precisions = _precision_list(precision) or []
+    if not precisions:
+        raise click.BadParameter("give at least one precision", param_hint="--precision")
+    if memory is None and gpus is None:
+        memory = COMMON_CARD_SIZES
+    _predict_and_print(workloads, precisions, memory, overhead_from, steps, compare, gpus)

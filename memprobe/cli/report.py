@@ -1,0 +1,101 @@
+"""`memprobe report` and `memprobe guide`: tables and charts from result files (no torch).
+"""
+
+from __future__ import annotations
+
+
+import click
+
+from memprobe.cli.helpers import card_names
+from memprobe.cli.app import _FORMATS, _load_results, _precision_list, main
+
+
+@main.command("report")
+@click.argument("paths", nargs=-1, required=True, type=click.Path())
+@click.option("--reference", help="GPU that throughput is normalized to (catalog or device name). "
+                                  "Default: Quadro RTX 8000 where present, else the first GPU given.")
+@click.option("--precision", "-p", "precision", help="Comma-separated precisions to show (default: all found).")
+@click.option("--format", "fmt", type=click.Choice(_FORMATS), default="github", show_default=True,
+              help="github (markdown), plain, csv or json.")
+@click.option("--with-published", is_flag=True,
+              help="Add published figures (2020 study, 2023-2025 PyTorch catalog) for the workloads that have them, "
+                   "marked (pub).")
+@click.option("--charts", "charts_dir", type=click.Path(file_okay=False),
+              help="Also write PNG and SVG charts into this folder.")
+@click.option("--at-batch", type=click.Choice(["best", "common", "max"]), default="best", show_default=True,
+              help="Throughput normalized across cards: best (at each card's best batch b*, from the scan's curve), "
+                   "common (at the largest batch every compared card fits, from the curves) or max (at each card's "
+                   "max batch B, the 2020 study's method). Files without a curve fall back to B, noted.")
+@click.option("--scans", is_flag=True,
+              help="Print the scan summary instead (max batch, proof, trials, throughput, MFU, utilization): one row "
+                   "per GPU, workload and precision, from the newest file that finished it.")
+@click.option("--llm", is_flag=True,
+              help="Print the LLM edges instead: max batch or max sequence length per setting (plain, checkpointing, "
+                   "LoRA) and how much each raises it over plain, with tokens per step, tokens/s and MFU.")
+def report_cmd(paths: tuple[str, ...], reference: str | None, precision: str | None, fmt: str, with_published: bool,
+               charts_dir: str | None, at_batch: str, scans: bool, llm: bool) -> None:
+    """Compare result files from any number of machines.
+
+    PATHS are result files or folders (searched for *.json; other JSON files there are skipped with a
+    warning). Prints max batch, throughput with MFU, throughput relative to a reference GPU (OOM = 0),
+    the mixed-precision gain over fp32 and utilization. Cells memprobe did not measure are marked.
+    """
+    from memprobe.compare.comparison import ReportError
+    from memprobe.compare.report import comparison_report
+    from memprobe.compare.scan_table import scan_table
+
+    from memprobe.compare.scaling import scaling_table, split_by_world_size
+
+    loaded, multi = split_by_world_size(_load_results(paths))
+    if llm:
+        from memprobe.compare.llm import llm_table
+
+        click.echo(llm_table([result for _path, result in loaded], fmt))
+        return
+    if multi and (loaded or with_published) and fmt == "json":
+        raise click.UsageError("--format json makes one document: report multi-GPU and single-GPU files separately")
+    if multi:  # multi-GPU files get the scaling table, not the single-GPU tables
+        click.echo(scaling_table([r for _p, r in multi], [r for _p, r in loaded], fmt), nl=False)
+        if not loaded and not with_published:
+            return
+    if scans:
+        if not loaded:
+            raise click.ClickException(f"no memprobe result files in {', '.join(paths)}")
+        click.echo(scan_table([result for _path, result in loaded], fmt, newest_only=True,
+                              precisions=_precision_list(precision)))
+        return
+    if not loaded and not with_published:
+        raise click.ClickException(f"no memprobe result files in {', '.join(paths)}")
+    try:
+        text, comparison, relative = comparison_report(loaded, reference=reference, precisions=_precision_list(precision),
+                                                       fmt=fmt, with_published=with_published, at_batch=at_batch)
+    except ReportError as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(text, nl=False)
+    if charts_dir:
+        from memprobe.compare.charts import write_charts
+
+        for written in write_charts(comparison, relative, loaded, charts_dir):
+            click.echo(f"wrote {written}", err=True)
+
+
+@main.command("guide")
+@click.argument("paths", nargs=-1, type=click.Path())
+@click.option("--budget", type=click.FloatRange(min=0), help="Only cards whose typical price (USD) is at most this.")
+@click.option("--gpu", "gpus", help="Only these catalog cards, by name or alias, comma-separated (e.g. \"H200,A100 80GB SXM4\").")
+@click.option("--format", "fmt", type=click.Choice(_FORMATS), default="github", show_default=True,
+              help="github (markdown), plain, csv or json.")
+def guide_cmd(paths: tuple[str, ...], budget: float | None, gpus: str | None, fmt: str) -> None:
+    """GPU purchase guidance from result files: the max batch predicted on every catalog card.
+
+    Uses each scan's fitted memory model (static + per-sample bytes) and the memory overhead measured on
+    the scanned card; adds throughput per 1000 USD and per watt where measured or published, and a
+    one-line verdict per card. Without PATHS it shows the catalog and the published figures only.
+    """
+    from memprobe.compare.guide import guide_report
+    from memprobe.compare.scaling import split_by_world_size
+
+    loaded, _multi_gpu = split_by_world_size(_load_results(paths))  # the guide is about one card
+    if paths and not loaded:
+        raise click.ClickException(f"no memprobe result files in {', '.join(paths)}")
+    click.echo(guide_report(loaded, budget=budget, fmt=fmt, only=card_names(gpus)), nl=False)

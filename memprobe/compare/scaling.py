@@ -1,0 +1,96 @@
+"""The scaling table: per-GPU max batch on N GPUs per strategy, N-GPU against 1-GPU throughput, efficiency."""
+
+from __future__ import annotations
+
+from typing import Any, Sequence, TypeVar
+
+from memprobe.catalog import PRECISIONS
+from memprobe.compare.report import render
+from memprobe.compare.tables import Table, fmt_number
+from memprobe.results import ScanResult
+
+T = TypeVar("T")
+
+
+def world_size(result: ScanResult) -> int:
+    """The number of GPUs a result was measured on (1 for every file written before multi-GPU scans)."""
+    value = (result.environment.get("distributed") or {}).get("world_size") or result.settings.get("world_size") or 1
+    return int(value)
+
+
+def split_by_world_size(items: Sequence[T]) -> tuple[list[T], list[T]]:
+    """(single-GPU, multi-GPU) items; an item is a ScanResult or a (path, ScanResult) pair."""
+    single: list[T] = []
+    multi: list[T] = []
+    for item in items:
+        result = item[1] if isinstance(item, tuple) else item
+        (multi if world_size(result) > 1 else single).append(item)
+    return single, multi
+
+
+def _single_gpu_edges(results: Sequence[ScanResult]) -> dict[tuple[str, str, str], int]:
+    """(GPU, workload, precision) -> the newest proven single-GPU max batch."""
+    edges: dict[tuple[str, str, str], tuple[str, int]] = {}
+    for r in results:
+        gpu = r.environment.get("gpu", {}).get("name", "?")
+        for name, p in r.precisions.items():
+            key = (gpu, str(r.workload.get("name")), name)
+            if p.status == "done" and p.max_batch is not None and (key not in edges or r.created >= edges[key][0]):
+                edges[key] = (r.created, p.max_batch)
+    return {k: v[1] for k, v in edges.items()}
+
+
+def _rate(value: float | None, unit: str | None) -> str:
+    return "-" if value is None else f"{fmt_number(value)} {unit or 'samples'}/s"
+
+
+def scaling_rows(multi: Sequence[ScanResult], single: Sequence[ScanResult] = ()) -> list[list[Any]]:
+    """One row per GPU, workload, precision, world size and strategy, from the newest file that has it."""
+    newest: dict[tuple, tuple[ScanResult, Any]] = {}
+    for r in multi:
+        gpu = r.environment.get("gpu", {}).get("name", "?")
+        strategy = (r.environment.get("distributed") or {}).get("strategy") or r.settings.get("strategy", "?")
+        for name, p in r.precisions.items():
+            key = (gpu, str(r.workload.get("name")), name, world_size(r), strategy)
+            rank = (p.status == "done", r.created)
+            if key not in newest or rank >= (newest[key][1].status == "done", newest[key][0].created):
+                newest[key] = (r, p)
+    edges = _single_gpu_edges(single)
+    order = {name: i for i, name in enumerate(PRECISIONS)}
+    rows = []
+    for key in sorted(newest, key=lambda k: (k[0], k[1], order.get(k[2], 99), k[3], k[4])):
+        gpu, workload, precision, n, strategy = key
+        r, p = newest[key]
+        scaling = (p.settings or {}).get("scaling") or {}
+        proof = p.proof or {}
+        proven = (f"{proof.get('fits')} fits, {proof.get('fails')} {proof.get('fail_outcome') or 'fails'}"
+                  if proof.get("verified") else ("-" if p.max_batch is None else f"{p.max_batch} (unverified)"))
+        unit = scaling.get("unit")
+        interconnect = ((r.environment.get("distributed") or {}).get("interconnect") or {}).get("summary", "-")
+        rows.append([
+            gpu, workload, precision, strategy, n,
+            "-" if p.max_batch is None else p.max_batch, proven,
+            edges.get((gpu, workload, precision), "-"),
+            scaling.get("per_gpu_batch", "-"),
+            _rate(scaling.get("units_per_s_1"), unit),
+            _rate(scaling.get("units_per_s_n"), unit),
+            "-" if scaling.get("speedup") is None else f"{scaling['speedup']:.2f}x",
+            "-" if scaling.get("efficiency") is None else f"{100 * scaling['efficiency']:.1f}%",
+            interconnect,
+        ])
+    return rows
+
+
+COLUMNS = ["GPU", "model", "precision", "strategy", "GPUs", "per-GPU max batch", "proof (fresh process groups)",
+           "1-GPU max batch", "timed at per-GPU batch", "1 GPU", "N GPUs", "speed-up", "efficiency", "interconnect"]
+
+
+def scaling_table(multi: Sequence[ScanResult], single: Sequence[ScanResult] = (), fmt: str = "github") -> str:
+    """The scaling table as text (github, plain, csv or json); single-GPU results add the 1-GPU max batch."""
+    table = Table("scaling", "Scaling: per-GPU max batch and throughput of N GPUs against 1", COLUMNS,
+                  scaling_rows(multi, single),
+                  ["efficiency = throughput of N GPUs / (N x throughput of 1 GPU), both at the per-GPU batch shown "
+                   "(1 GPU: plain training, no wrapper)",
+                   "per-GPU max batch: B trains on every rank of a fresh process group, B+1 fails on at least one",
+                   "1-GPU max batch: from the single-GPU scan of the same GPU model, where given"])
+    return render([table], fmt)

@@ -1,0 +1,261 @@
+"""Parent side of a multi-GPU trial (no torch): launch torchrun, bound its time, read the ranks' records.
+
+Every launch is `python -m torch.distributed.run --standalone --nproc-per-node N -m
+memprobe.probe.distributed.trial REQUEST.json`: a fresh process group. torchrun runs in its own
+session; past `timeout_s` it gets SIGTERM (it ends its workers), then SIGKILL, and every rank that
+wrote a pid file and is still alive is killed, so no rank outlives the trial. The trial's outcome
+per batch comes from the ranks' records (trial.py): a fit only where every rank committed it,
+otherwise the earliest failure any rank recorded (the root cause: a rank that lost its peer fails
+later), otherwise a timeout or a crash of the launcher.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from memprobe.probe.errors import CRASH, FIT, TIMEOUT
+from memprobe.probe.search import Attempt
+
+# Every process memprobe starts on CUDA gets these unless the user set them: NVLink SHARP
+# (multicast) off in NCCL, symmetric memory and NVSHMEM (KINDS.md of the lending machines says why).
+SAFE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+TERM_GRACE_S = 15.0
+RANK_MODULE = "memprobe.probe.distributed.trial"
+
+
+def launch_env(base: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment for processes memprobe starts: `base` (default os.environ) with SAFE_ENV set
+    where unset, and memprobe's own folder on PYTHONPATH so the ranks import this same code."""
+    env = dict(os.environ if base is None else base)
+    for key, value in SAFE_ENV.items():
+        env.setdefault(key, value)
+    root = str(Path(__file__).resolve().parents[3])
+    paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if root not in paths:
+        env["PYTHONPATH"] = os.pathsep.join([root, *paths])
+    return env
+
+
+def nccl_env(env: dict[str, str]) -> dict[str, str]:
+    """The NCCL_* variables and the multicast switches in force for the ranks."""
+    return {k: v for k, v in sorted(env.items()) if k.startswith("NCCL_") or k in SAFE_ENV or k.startswith("TORCH_NCCL_")}
+
+
+@dataclass
+class LaunchRequest:
+    """One launch: a fresh group of `world_size` ranks runs `batches` in order, then (with
+    `measure` = {"warmup", "steps"}) times the last one. `strategy`: ddp, fsdp or none (1 rank)."""
+
+    workload: dict[str, Any]
+    precision: str
+    strategy: str
+    world_size: int
+    batches: list[int]
+    steps: int = 3
+    measure: dict[str, int] | None = None
+    device: str = "cuda"
+    cpu_budget_bytes: int | None = None
+    rank_cpu_budget_bytes: dict[str, int] = field(default_factory=dict)  # tests: a smaller budget on one rank
+    settings: dict[str, Any] = field(default_factory=dict)
+    pg_timeout_s: float = 120.0
+    timeout_s: float = 900.0
+
+
+@dataclass
+class LaunchResult:
+    """What one launch showed: an Attempt per batch run (in order, up to the first failure), the group
+    measurement (or its failure), rank 0's setup record, and how the launcher ended."""
+
+    attempts: list[Attempt]
+    measure: dict[str, Any] | None
+    setup: dict[str, Any] | None
+    returncode: int | None
+    timed_out: bool
+    wall_seconds: float
+    log_tail: str = ""
+    ranks: list[dict[str, Any] | None] = field(default_factory=list)
+
+
+def torchrun_command(world_size: int, request_path: str | Path) -> list[str]:
+    """The standard elastic launcher, one node, no restarts (a failed rank fails the trial)."""
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1",
+            "--nproc-per-node", str(world_size), "--max-restarts", "0", "--monitor-interval", "0.5",
+            "-m", RANK_MODULE, str(request_path)]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            return RANK_MODULE.encode() in handle.read()
+    except OSError:
+        return False
+
+
+def kill_survivors(run_dir: Path) -> list[int]:
+    """SIGKILL every rank of this launch that is still running (found by its pid file); returns their pids."""
+    killed = []
+    for pid_file in run_dir.glob("rank*.pid"):
+        try:
+            pid = int(pid_file.read_text().strip())
+        except (OSError, ValueError):
+            continue
+        if _alive(pid):
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+            except ProcessLookupError:
+                pass
+    return killed
+
+
+def _end(proc: subprocess.Popen) -> None:
+    """SIGTERM torchrun's session (torchrun then ends its workers), SIGKILL after TERM_GRACE_S."""
+    for sig, wait in ((signal.SIGTERM, TERM_GRACE_S), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def launch(req: LaunchRequest, env: dict[str, str] | None = None) -> LaunchResult:
+    """Run one launch to its end (or its timeout) and read what the ranks recorded. Never raises for
+    what happens in the ranks; KeyboardInterrupt ends every process of the launch and is re-raised."""
+    env = launch_env(env)
+    if req.device == "cpu":
+        env.setdefault("OMP_NUM_THREADS", "1")
+    run_dir = Path(tempfile.mkdtemp(prefix="memprobe-dist-"))
+    request = {**req.__dict__, "run_dir": str(run_dir)}
+    (run_dir / "request.json").write_text(json.dumps(request))
+    log_path = run_dir / "launcher.log"
+    started = time.perf_counter()
+    timed_out = False
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(torchrun_command(req.world_size, run_dir / "request.json"), env=env, stdout=log,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        try:
+            proc.wait(req.timeout_s)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            _end(proc)
+        except BaseException:
+            _end(proc)
+            kill_survivors(run_dir)
+            shutil.rmtree(run_dir, ignore_errors=True)
+            raise
+        finally:
+            kill_survivors(run_dir)
+    wall = time.perf_counter() - started
+    records = [_read(run_dir / f"rank{r}.json") for r in range(req.world_size)]
+    tail = _tail(log_path)
+    shutil.rmtree(run_dir, ignore_errors=True)
+    attempts, measure = aggregate(records, req, proc.returncode, timed_out, tail)
+    for attempt in attempts:
+        attempt.wall_seconds = round(wall, 3)
+    setup = next((r["setup"] for r in records if r and r.get("setup")), None)
+    return LaunchResult(attempts, measure, setup, proc.returncode, timed_out, round(wall, 3), tail, records)
+
+
+def _read(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _tail(path: Path, lines: int = 6) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return ""
+    keep = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("*")]
+    return " | ".join(keep[-lines:])[-1500:]
+
+
+def _root_failure(records: list[dict[str, Any] | None], batch: int | None) -> tuple[int, dict[str, Any]] | None:
+    """(rank, failure) of the earliest failure recorded for `batch` (setup failures count for any)."""
+    found = [(r["failure"]["at"], r["rank"], r["failure"]) for r in records
+             if r and r.get("failure") and r["failure"].get("batch") in (batch, None)]
+    if not found:
+        return None
+    _at, rank, failure = min(found, key=lambda item: (item[0], item[1]))
+    return rank, failure
+
+
+def _lost(req: LaunchRequest, records: list[dict[str, Any] | None], returncode: int | None, timed_out: bool,
+          tail: str) -> tuple[str, str]:
+    silent = [r for r in range(req.world_size) if records[r] is None or not records[r].get("done")]
+    if timed_out:
+        return TIMEOUT, f"no result within {req.timeout_s:.0f} s (ranks {silent} unfinished); launcher killed"
+    return CRASH, f"launcher exit {returncode}, ranks {silent} left no result: {tail or 'no output'}"
+
+
+def aggregate(records: list[dict[str, Any] | None], req: LaunchRequest, returncode: int | None, timed_out: bool,
+              tail: str = "") -> tuple[list[Attempt], dict[str, Any] | None]:
+    """An Attempt per batch run (a fit only where every rank committed it) and the group measurement."""
+    attempts: list[Attempt] = []
+    for batch in req.batches:
+        done = [next((b for b in (r or {}).get("batches", []) if b["batch"] == batch), None) for r in records]
+        if all(d is not None and d["outcome"] == FIT for d in done):
+            attempts.append(Attempt(batch, FIT, max(d["peak_allocated"] or 0 for d in done) or None,
+                                    max(d["peak_reserved"] or 0 for d in done) or None,
+                                    max(d["seconds"] for d in done), steps=max(d["steps"] or 0 for d in done),
+                                    loss_scale=done[0].get("loss_scale"), fresh=not attempts))
+            continue
+        root = _root_failure(records, batch)
+        if root is not None and root[1].get("stage") != "measure":
+            rank, failure = root
+            others = sorted({(r["rank"], r["failure"]["outcome"]) for r in records
+                             if r and r.get("failure") and r["rank"] != rank})
+            then = "; then " + ", ".join(f"rank {r}: {o}" for r, o in others) if others else ""
+            attempts.append(Attempt(batch, failure["outcome"], failure.get("peak_allocated"), failure.get("peak_reserved"),
+                                    failure.get("seconds") or 0.0, f"rank {rank}: {failure['message']}{then}",
+                                    fresh=not attempts))
+        else:
+            outcome, message = _lost(req, records, returncode, timed_out, tail)
+            attempts.append(Attempt(batch, outcome, message=message, fresh=not attempts))
+        return attempts, None
+    if not req.measure:
+        return attempts, None
+    measures = [(r or {}).get("measure") for r in records]
+    if all(m is not None and m.get("outcome") == FIT for m in measures):
+        return attempts, group_measurement(measures, req.world_size, req.batches[-1])
+    root = _root_failure(records, req.batches[-1])
+    if root is not None:
+        rank, failure = root
+        return attempts, {"batch": req.batches[-1], "outcome": failure["outcome"], "error": f"rank {rank}: {failure['message']}",
+                          "failed_at_step": failure.get("failed_at_step"), "peak_allocated": failure.get("peak_allocated"),
+                          "peak_reserved": failure.get("peak_reserved")}
+    outcome, message = _lost(req, records, returncode, timed_out, tail)
+    return attempts, {"batch": req.batches[-1], "outcome": outcome, "error": message}
+
+
+def group_measurement(measures: list[dict[str, Any]], world_size: int, batch: int) -> dict[str, Any]:
+    """Throughput of the whole group: world_size x batch samples per step of the slowest rank's median."""
+    slowest = max(measures, key=lambda m: m["step_time"]["median_s"])
+    median = slowest["step_time"]["median_s"]
+    units_per_sample = slowest["units_per_s"] / slowest["samples_per_s"] if slowest["samples_per_s"] else 1.0
+    samples = world_size * batch / median
+    return {"outcome": FIT, "batch": batch, "per_gpu_batch": batch, "world_size": world_size,
+            "global_batch": world_size * batch, "samples_per_s": samples, "units_per_s": samples * units_per_sample,
+            "unit": slowest.get("unit"), "step_time": slowest["step_time"], "warmup_steps": slowest.get("warmup_steps"),
+            "peak_allocated": max(m.get("peak_allocated") or 0 for m in measures) or None,
+            "peak_reserved": max(m.get("peak_reserved") or 0 for m in measures) or None,
+            "utilization": measures[0].get("utilization"),
+            "per_rank": [{"rank": i, "median_s": m["step_time"]["median_s"], "peak_allocated": m.get("peak_allocated"),
+                          "peak_reserved": m.get("peak_reserved"), "utilization": m.get("utilization")}
+                         for i, m in enumerate(measures)]}

@@ -1,0 +1,206 @@
+"""One rank of a multi-GPU trial: run by torchrun, builds and wraps the workload, runs trials, commits.
+
+Launched by launch.py as `python -m torch.distributed.run --standalone --nproc-per-node N -m
+memprobe.probe.distributed.trial REQUEST.json` (the standard elastic launcher): every launch is a
+fresh process group. Each rank writes `rank<R>.pid` at start and `rank<R>.json` (atomically) after
+every committed step of the protocol:
+
+- the request's batches run in order, each a trial as on one GPU (worker.Session: warm-up + K steps);
+- a batch counts as fitting on a rank only once an all_reduce of a status flag (bounded by the process
+  group's timeout) shows that every rank completed it: no rank ever records a fit that another rank
+  did not reach;
+- a rank whose trial fails records the failure at once (outcome, message, wall-clock time, before any
+  clean-up that could block on a collective) and exits with FAILED_EXIT; torchrun then ends the other
+  ranks, which may be blocked in a collective the failed rank will never join. The parent takes the
+  earliest recorded failure as the trial's outcome (a rank that lost its peer fails later).
+- with `measure`, the last batch is then timed on every rank (warm-up + timed steps), committed the same way.
+
+Test hook (CPU tests only): MEMPROBE_TEST_HANG_RANK=R (or `all`) makes rank R sleep before its first trial, as a
+rank stuck in a driver call would.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+FAILED_EXIT = 3
+_COLLECTIVE_MARKERS = ("distbackenderror", "nccl", "gloo", "connection closed", "connection reset", "broken pipe",
+                       "process group", "collective", "peer")
+
+
+def collective_outcome(outcome: str, message: str) -> str:
+    """The outcome of a failure raised by a collective: a timeout is TIMEOUT, a lost peer is CRASH;
+    anything else keeps `outcome`. Never raises."""
+    from memprobe.probe.errors import CRASH, ERROR, TIMEOUT
+
+    text = (message or "").lower()
+    if outcome not in (ERROR, CRASH) or not any(m in text for m in _COLLECTIVE_MARKERS + ("timed out", "timeout")):
+        return outcome
+    return TIMEOUT if ("timed out" in text or "timeout" in text) else CRASH
+
+
+class Rank:
+    """This rank's record on disk and the commit protocol."""
+
+    def __init__(self, run_dir: Path, rank: int, world: int) -> None:
+        self.run_dir, self.rank, self.world = run_dir, rank, world
+        self.record: dict[str, Any] = {"rank": rank, "world_size": world, "pid": os.getpid(), "batches": [],
+                                       "measure": None, "failure": None, "done": False}
+        (run_dir / f"rank{rank}.pid").write_text(str(os.getpid()))
+
+    def save(self) -> None:
+        """Write the record atomically (temp file, rename): the parent never reads half a record."""
+        path = self.run_dir / f"rank{self.rank}.json"
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.record))
+        os.replace(tmp, path)
+
+    def failed(self, stage: str, outcome: str, message: str, batch: int | None, **extra: Any) -> None:
+        """Record a failure (keeping the first one's time and outcome) and save at once."""
+        if self.record["failure"] is None:
+            self.record["failure"] = {"stage": stage, "batch": batch, "outcome": collective_outcome(outcome, message),
+                                      "message": message[:500], "at": time.time(), **extra}
+        else:
+            self.record["failure"].update(extra)
+        self.save()
+
+    def fail_and_exit(self, stage: str, outcome: str, message: str, batch: int | None, **extra: Any) -> None:
+        """Record the failure and end this rank at once with FAILED_EXIT (never returns): no clean-up
+        that could wait on a collective the other ranks are stuck in."""
+        self.failed(stage, outcome, message, batch, **extra)
+        sys.stderr.write(f"rank {self.rank}: {stage} failed at batch {batch}: {outcome}: {message[:200]}\n")
+        sys.stderr.flush()
+        os._exit(FAILED_EXIT)
+
+    def commit(self, timeout_s: float, device) -> None:
+        """all_reduce a status flag: returns once every rank reached this point, else raises."""
+        import torch
+        import torch.distributed as dist
+
+        flag = torch.ones(1, device=device)
+        work = dist.all_reduce(flag, async_op=True)
+        work.wait(timeout=timedelta(seconds=timeout_s))
+        total = int(flag.item())
+        if total != self.world:
+            raise RuntimeError(f"status all_reduce: {total} of {self.world} ranks completed")
+
+
+def _watch_steps(task, rank: Rank, where: dict[str, Any]) -> None:
+    """Record a step's failure the moment it is raised, before run_trial's clean-up (which
+    synchronizes the device and could block on a collective that a peer will never join)."""
+    from memprobe.probe.errors import classify_error
+
+    step = task.train_step
+
+    def watched(batch, amp):
+        try:
+            return step(batch, amp)
+        except Exception as exc:
+            text = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            rank.failed(where["stage"], classify_error(type(exc).__name__, str(exc)), text, where["batch"])
+            raise
+
+    task.train_step = watched
+
+
+def run(req: dict[str, Any]) -> int:
+    """Run this rank's part of the request. Returns the exit code (0: every step committed)."""
+    import torch
+    import torch.distributed as dist
+
+    from memprobe.probe.errors import CRASH, ERROR, FIT, classify_error
+    from memprobe.probe.distributed.wrap import wrap_model
+    from memprobe.probe.worker import Session
+
+    rank_id, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    local = int(os.environ.get("LOCAL_RANK", rank_id))
+    rank = Rank(Path(req["run_dir"]), rank_id, world)
+    cuda = req.get("device", "cuda") == "cuda"
+    timeout_s = float(req.get("pg_timeout_s", 120))
+    where: dict[str, Any] = {"stage": "setup", "batch": None}
+    try:
+        if cuda:
+            torch.cuda.set_device(local)
+            device = torch.device("cuda", local)
+            dist.init_process_group("nccl", timeout=timedelta(seconds=timeout_s), device_id=device)
+        else:
+            device = torch.device("cpu")
+            dist.init_process_group("gloo", timeout=timedelta(seconds=timeout_s))
+        budgets = req.get("rank_cpu_budget_bytes") or {}
+        session = Session()
+        info = session.setup({"device": str(device), "precision": req["precision"], "mode": "train",
+                              "workload": req["workload"], "settings": req.get("settings", {}),
+                              "cpu_budget_bytes": budgets.get(str(rank_id), req.get("cpu_budget_bytes"))})
+        if not info.get("ok"):
+            rank.fail_and_exit("setup", info.get("kind", ERROR), info.get("message", "setup failed"), None)
+        wrapped = wrap_model(session.task.model, req["strategy"], req["precision"], device)
+        session.task.model = wrapped["module"]
+        environment = info["environment"]
+        if cuda:
+            version = torch.cuda.nccl.version()
+            environment["nccl_version"] = ".".join(map(str, version)) if isinstance(version, tuple) else str(version)
+        rank.record["setup"] = {"environment": environment, "capacity_bytes": info["capacity_bytes"],
+                                "weights_bytes": info["weights_bytes"], "task": info["task"], "unit": info["unit"],
+                                "build_seconds": info["build_seconds"], "wrap": wrapped["describe"],
+                                "weights_after_wrap_bytes": torch.cuda.memory_allocated(device) if cuda else None}
+        rank.commit(timeout_s, device)
+        rank.save()
+    except Exception as exc:  # noqa: BLE001 - a rank that cannot start fits no batch
+        text = f"{type(exc).__name__}: {exc}"
+        rank.fail_and_exit("setup", classify_error(type(exc).__name__, str(exc)), text, None)
+
+    if os.environ.get("MEMPROBE_TEST_HANG_RANK") in (str(rank_id), "all"):
+        time.sleep(3600)
+    _watch_steps(session.task, rank, where)
+    batches = [int(b) for b in req["batches"]]
+    for batch in batches:
+        where.update(stage="trial", batch=batch)
+        attempt = session.trial({"batch": batch, "steps": int(req.get("steps", 3))})
+        if attempt["attempt"]["outcome"] != FIT:
+            a = attempt["attempt"]
+            rank.fail_and_exit("trial", a["outcome"], a["message"], batch, peak_allocated=a["peak_allocated"],
+                               peak_reserved=a["peak_reserved"], seconds=a["seconds"])
+        try:
+            rank.commit(timeout_s, device)
+        except Exception as exc:  # noqa: BLE001
+            rank.fail_and_exit("trial", CRASH, f"{type(exc).__name__}: {exc}", batch)
+        rank.record["batches"].append(attempt["attempt"])
+        rank.save()
+    measure = req.get("measure")
+    if measure:
+        batch = batches[-1]
+        where.update(stage="measure", batch=batch)
+        measured = session.measure({"batch": batch, "warmup": int(measure["warmup"]), "steps": int(measure["steps"]),
+                                    "sample_interval": 0.1})
+        if measured.get("outcome") != FIT:
+            rank.fail_and_exit("measure", measured.get("outcome", ERROR), measured.get("error", ""), batch,
+                               failed_at_step=measured.get("failed_at_step"),
+                               peak_allocated=measured.get("peak_allocated"), peak_reserved=measured.get("peak_reserved"))
+        try:
+            rank.commit(timeout_s, device)
+        except Exception as exc:  # noqa: BLE001
+            rank.fail_and_exit("measure", CRASH, f"{type(exc).__name__}: {exc}", batch)
+        rank.record["measure"] = measured
+    rank.record["done"] = True
+    rank.save()
+    dist.destroy_process_group()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point under torchrun: one argument, the request file. Returns the exit code."""
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        sys.stderr.write("usage: torchrun ... -m memprobe.probe.distributed.trial REQUEST.json\n")
+        return 2
+    return run(json.loads(Path(args[0]).read_text()))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,66 @@
+"""What `scan --gpus N[,N...] --strategy ...` runs: the world sizes and strategies, one result file each."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable, Iterator
+
+from memprobe.probe import scan as single_gpu
+from memprobe.probe.scan import Progress, ScanOptions
+from memprobe.registry import Workload
+from memprobe.results import ScanResult
+
+STRATEGIES = ("ddp", "fsdp")
+
+
+def parse_gpus(text: str | None, count: Callable[[], int]) -> list[int]:
+    """World sizes from `--gpus`: '1', '1,2', 'all' (every visible GPU: `count()`); None means [1].
+    Raises ValueError for anything else, or a size above what `count()` reports (only asked when needed)."""
+    if text is None or not text.strip():
+        return [1]
+    sizes: list[int] = []
+    for item in (t.strip() for t in text.split(",")):
+        if not item:
+            continue
+        if item == "all":
+            value = count()
+        else:
+            try:
+                value = int(item)
+            except ValueError:
+                raise ValueError(f"--gpus takes numbers or 'all', got '{item}'") from None
+        if value < 1:
+            raise ValueError(f"--gpus: a world size must be at least 1, got {value}")
+        if value not in sizes:
+            sizes.append(value)
+    if not sizes:
+        raise ValueError("--gpus: give at least one world size")
+    if max(sizes) > 1:
+        available = count()
+        if max(sizes) > available:
+            raise ValueError(f"--gpus {max(sizes)}: only {available} GPU(s) visible")
+    return sizes
+
+
+def parse_strategies(text: str | None) -> list[str]:
+    """Strategies from `--strategy` ('ddp', 'fsdp', 'ddp,fsdp'). Raises ValueError for an unknown one."""
+    chosen = [s.strip() for s in (text or "ddp").split(",") if s.strip()]
+    unknown = [s for s in chosen if s not in STRATEGIES]
+    if unknown or not chosen:
+        raise ValueError(f"unknown strategy {', '.join(unknown) or '(none)'}; choose from {', '.join(STRATEGIES)}")
+    return list(dict.fromkeys(chosen))
+
+
+def scan_runs(workload: Workload, opts: ScanOptions, sizes: list[int], strategies: list[str], out_dir: str | Path,
+              progress: Progress) -> Iterator[tuple[ScanResult, Path]]:
+    """Scan `workload` at every world size: 1 is the single-GPU scan (unchanged), N > 1 one
+    multi-GPU scan per strategy. Yields (result, path) as each file is complete; raises what
+    scan_workload and scan_distributed raise."""
+    for size in sizes:
+        if size == 1:
+            yield single_gpu.scan_workload(workload, opts, out_dir, progress)
+            continue
+        from memprobe.probe.distributed.scan import scan_distributed
+
+        for strategy in strategies:
+            yield scan_distributed(workload, opts, size, strategy, out_dir, progress)
