@@ -269,3 +269,26 @@ def test_scan_without_a_gpu_predicts_when_asked(run, tmp_path):
     assert "PREDICTED, not measured" in result.output
     assert "80GiB: predicted max batch" in result.output
     assert list(tmp_path.iterdir()) == []  # a prediction writes no result file
+
+
+def test_deep_copied_layers_stay_in_the_sessions_fake_mode():
+    # nn.TransformerEncoder deep-copies its layer; the copies must move to the device like the original
+    import copy
+
+    from torch import nn
+
+    with fake_session() as (fake, _):
+        copied = copy.deepcopy(nn.Linear(4, 4))
+        assert copied.weight.fake_mode is fake and isinstance(copied.weight, nn.Parameter)
+        layer = nn.TransformerEncoderLayer(32, 4, 64, batch_first=True)
+        model = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False).to(torch.device("cpu"))
+        assert sum(p.numel() for p in model.parameters()) == 2 * sum(p.numel() for p in layer.parameters())
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    assert FakeTensor.__deepcopy__ is torch.Tensor.__deepcopy__  # restored when the session ends
+
+
+def test_the_readme_user_model_predicts(run):
+    result = run("predict", "--model", "examples/my_model.py:build", "--precision", "bf16", "--memory", "24GiB")
+    assert result.exit_code == 0, result.output
+    assert "predicted max batch" in result.output

@@ -39,7 +39,7 @@ def fake_session(target: Target = H100) -> Iterator[tuple[FakeTensorMode, CudaBe
             m.after_swap(t1, t2)
 
     torch.utils.swap_tensors = swap
-    restore = _treat_fakes_as_eager()
+    restore = _treat_fakes_as_eager() + _deepcopy_in_this_mode()
     try:
         with CudaBehaviour(target) as behaviour, fake:
             yield fake, behaviour
@@ -47,6 +47,34 @@ def fake_session(target: Target = H100) -> Iterator[tuple[FakeTensorMode, CudaBe
         torch.utils.swap_tensors = original_swap
         for module, name, value in restore:
             setattr(module, name, value)
+
+
+def _deepcopy_in_this_mode() -> list[tuple[Any, str, Any]]:
+    """Make copy.deepcopy of a fake tensor (a fake Parameter too) give one of the session's own fake mode.
+
+    Tensor.__deepcopy__ copies a fake tensor's storage outside the mode, and the copy comes out in another
+    FakeTensorMode; moving it later fails ("Mixing fake modes", seen as "Couldn't swap ...weight" from
+    Module.to). nn.TransformerEncoder deep-copies its layer, so user models built from it need this. The
+    values do not matter here (random weights, fake tensors), only shape, dtype, layout and the mode.
+    Returns what to restore.
+    """
+    fake_tensor = internal("torch._subclasses.fake_tensor.FakeTensor")
+    original = fake_tensor.__deepcopy__
+
+    def deepcopy(self, memo):
+        if id(self) in memo:
+            return memo[id(self)]
+        with torch.no_grad():
+            result = torch.empty_like(self, memory_format=torch.preserve_format)
+        if getattr(self, "_is_param", False):
+            result = torch.nn.Parameter(result, self.requires_grad)
+        else:
+            result.requires_grad_(self.requires_grad)
+        memo[id(self)] = result
+        return result
+
+    fake_tensor.__deepcopy__ = deepcopy
+    return [(fake_tensor, "__deepcopy__", original)]
 
 
 def _treat_fakes_as_eager() -> list[tuple[Any, str, Any]]:

@@ -17,6 +17,7 @@ from typing import Any
 # Tested with torch 2.11 (the lent GPUs) and 2.13 (CI). Dotted paths, resolved from the top module.
 OBJECTS = (
     "torch._subclasses.fake_tensor.FakeTensorMode",
+    "torch._subclasses.fake_tensor.FakeTensor",
     "torch._subclasses.fake_tensor.DynamicOutputShapeException",
     "torch.utils._python_dispatch.TorchDispatchMode",
     "torch.utils._python_dispatch._get_current_dispatch_mode_stack",
