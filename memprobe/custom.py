@@ -8,7 +8,6 @@ from the local Hugging Face cache, or from a path: nothing is downloaded.
 
 from __future__ import annotations
 
-import fnmatch
 import importlib.util
 import inspect
 import json
@@ -18,9 +17,11 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Callable
 
-from memprobe.registry import OPTIMIZERS, RegistryError, Workload
+from memprobe.registry import OPTIMIZERS, RegistryError, Workload, match
 
 CUSTOM_FAMILIES = ("timm", "hf", "module")
+# Said after the known registry names when a name matches none of them.
+REGISTRY_HINT = "; or timm:NAME, hf:NAME, hf-config:PATH, FILE.py:FUNCTION, package.module:FUNCTION"
 HF_TASKS = ("causal-lm", "masked-lm", "seq-cls", "qa", "seq2seq")
 HF_UNITS = "sequences"
 # Optimizers used unless --optimizer says otherwise: what the registry's own workloads of each kind use.
@@ -251,7 +252,7 @@ def select_models(registry: dict[str, Workload], text: str, options: CustomOptio
         if is_custom_name(item):
             found = [resolve(item, options)]
         else:
-            found = _from_registry(registry, item)
+            found = match(registry, item, hint=REGISTRY_HINT)
             if options != CustomOptions():
                 raise CustomModelError(f"--input-size, --optimizer, --task and --seq-len shape models given by "
                                        f"name (timm:, hf:, FILE.py:FUNC); '{item}' is defined in the registry")
@@ -260,15 +261,3 @@ def select_models(registry: dict[str, Workload], text: str, options: CustomOptio
     if not chosen:
         raise RegistryError("no model given")
     return chosen
-
-
-def _from_registry(registry: dict[str, Workload], pattern: str) -> list[Workload]:
-    if pattern == "all":
-        found = [w for w in registry.values() if not w.test_only]
-    else:
-        found = [w for n, w in registry.items() if fnmatch.fnmatchcase(n, pattern)]
-    if not found:
-        known = ", ".join(n for n, w in registry.items() if not w.test_only)
-        raise RegistryError(f"unknown model '{pattern}' (known: {known}; or timm:NAME, hf:NAME, "
-                            "hf-config:PATH, FILE.py:FUNCTION, package.module:FUNCTION)")
-    return found

@@ -152,6 +152,21 @@ def _validate(name: str, entry: Any, where: str) -> Workload:
     )
 
 
+def match(registry: dict[str, Workload], pattern: str, hint: str = "") -> list[Workload]:
+    """The workloads one name or wildcard names ('all' = every workload that is not test_only).
+
+    Raises RegistryError for a pattern that matches nothing, listing the known names (then `hint`).
+    """
+    if pattern == "all":
+        matches = [w for w in registry.values() if not w.test_only]
+    else:
+        matches = [w for n, w in registry.items() if fnmatch.fnmatchcase(n, pattern)]
+    if not matches:
+        known = ", ".join(n for n, w in registry.items() if not w.test_only)
+        raise RegistryError(f"unknown model '{pattern}' (known: {known}{hint})")
+    return matches
+
+
 def select(registry: dict[str, Workload], patterns: str) -> list[Workload]:
     """Resolve a comma-separated list of names or wildcards ('all', 'bert-*') to workloads.
 
@@ -162,14 +177,7 @@ def select(registry: dict[str, Workload], patterns: str) -> list[Workload]:
     for pattern in (p.strip() for p in patterns.split(",")):
         if not pattern:
             continue
-        if pattern == "all":
-            matches = [w for w in registry.values() if not w.test_only]
-        else:
-            matches = [w for n, w in registry.items() if fnmatch.fnmatchcase(n, pattern)]
-        if not matches:
-            known = ", ".join(n for n, w in registry.items() if not w.test_only)
-            raise RegistryError(f"unknown model '{pattern}' (known: {known})")
-        chosen.extend(m for m in matches if m not in chosen)
+        chosen.extend(m for m in match(registry, pattern) if m not in chosen)
     if not chosen:
         raise RegistryError("no model given")
     return chosen

@@ -74,3 +74,20 @@ def run():
         return runner.invoke(main, [str(a) for a in args])
 
     return invoke
+
+
+@pytest.fixture
+def scan_options_seen(monkeypatch, tmp_path):
+    """Replace the scan itself with a recorder: `memprobe scan` then only parses its options. Returns the
+    list of ScanOptions each scan was called with."""
+    import memprobe.probe.scan
+    from memprobe.results import ScanResult
+
+    seen = []
+
+    def fake_scan_workload(workload, opts, out_dir, progress):
+        seen.append(opts)
+        return ScanResult(workload=workload.to_dict(), environment={}, settings=opts.to_dict()), tmp_path / "x.json"
+
+    monkeypatch.setattr(memprobe.probe.scan, "scan_workload", fake_scan_workload)
+    return seen

@@ -7,7 +7,7 @@ import json
 import pytest
 
 import memprobe.probe.scan
-from memprobe.results import PrecisionResult, ScanResult, read_result
+from memprobe.results import PrecisionResult, read_result
 from memprobe.probe.scan import ScanOptions, scan_workload
 
 from conftest import RecordingProgress, has_nvidia_gpu
@@ -270,14 +270,8 @@ def test_python_dash_m_memprobe(tmp_path):
     assert "bert-large" in done.stdout and "toy" in done.stdout
 
 
-def test_scan_compile_flag_reaches_the_scan_options(run, monkeypatch, tmp_path):
-    seen = []
-
-    def fake_scan_workload(workload, opts, out_dir, progress):
-        seen.append(opts)
-        return ScanResult(workload=workload.to_dict(), environment={}, settings=opts.to_dict()), tmp_path / "x.json"
-
-    monkeypatch.setattr(memprobe.probe.scan, "scan_workload", fake_scan_workload)
+def test_scan_compile_flag_reaches_the_scan_options(run, scan_options_seen, tmp_path):
+    seen = scan_options_seen
     base = ("scan", "--model", "toy", "--device", "cpu", "--cpu-memory-budget", "8MiB", "--out", str(tmp_path))
     assert run(*base, "--compile").exit_code == 0
     assert run(*base).exit_code == 0

@@ -238,20 +238,12 @@ def test_inference_scan_passes_the_short_trial_and_warmup_to_the_processes(monke
 
 # --- the CLI's --curve / --no-curve -------------------------------------------------------------
 
-def test_scan_curve_options_reach_the_scan_options(monkeypatch, tmp_path):
+def test_scan_curve_options_reach_the_scan_options(scan_options_seen, tmp_path):
     from click.testing import CliRunner
 
-    import memprobe.probe.scan
     from memprobe.cli import main
-    from memprobe.results import ScanResult
 
-    seen = []
-
-    def fake_scan_workload(workload, opts, out_dir, progress):
-        seen.append(opts)
-        return ScanResult(workload=workload.to_dict(), environment={}, settings=opts.to_dict()), tmp_path / "x.json"
-
-    monkeypatch.setattr(memprobe.probe.scan, "scan_workload", fake_scan_workload)
+    seen = scan_options_seen
     base = ("scan", "--model", "toy", "--device", "cpu", "--cpu-memory-budget", "8MiB", "--out", str(tmp_path))
     runner = CliRunner()
     for extra in ((), ("--curve",), ("--curve", "64,128"), ("--no-curve",)):

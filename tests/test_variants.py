@@ -184,3 +184,12 @@ def test_report_llm_from_files(tmp_path):
     assert "LoRA r=16" in out.output and "1.50x" in out.output
     as_json = CliRunner().invoke(main, ["report", "--llm", "--format", "json", str(tmp_path)])
     assert '"setting": "LoRA r=16"' in as_json.output
+
+
+def test_seq_len_reaches_each_model_of_a_mixed_list():
+    # --seq-len sets a registry LLM's length (a variant) and shapes an hf: model given by name, in one list
+    from memprobe.cli.app import _workloads
+
+    workloads = _workloads(None, "toy-llama,hf:gpt2-large", "bf16", None, None, None, 64, "batch", 1, False, None)
+    assert [(w.name, w.params.get("seq_len")) for w in workloads] == [("toy-llama+seq64", 64), ("hf:gpt2-large", 64)]
+

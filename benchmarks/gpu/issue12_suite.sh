@@ -12,22 +12,26 @@
 # and the suite time is the sum of the two "suite total" lines. A model whose line says "cut" or "not started"
 # is rerun by naming it in MODELS.
 # Env: MODELS, PRECISIONS (fp32,fp16,bf16), BUDGET_S (seconds for the whole call, default 520: a 600 s call
-# minus start-up and the tarball), EXTRA (more `memprobe scan` options, e.g. "--no-curve").
+# minus start-up and the tarball), EXTRA (more `memprobe scan` options, e.g. "--no-curve"), MODE (train, or
+# infer: issue12_infer.sh sets it), PER_MODEL_S (the most seconds one model may take; default: what is left).
 set -u
 : "${OUT:?set OUT to the folder whose files come back}"
 MODELS="${MODELS:-nasnet-large,resnet50,bert-large-squad,bert-large,transformer-big,pix2pixhd}"
 PRECISIONS="${PRECISIONS:-fp32,fp16,bf16}"
 BUDGET_S="${BUDGET_S:-520}"
 EXTRA="${EXTRA:-}"
+MODE="${MODE:-train}"
+PER_MODEL_S="${PER_MODEL_S:-$BUDGET_S}"
 W="$OUT/w"
 mkdir -p "$W/results" "$W/logs"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-LOG="$W/suite.log"
+if [ "$MODE" = infer ]; then NAME=infer; else NAME=suite; fi
+LOG="$W/$NAME.log"
 start=$(date +%s)
 pack() { tar -czf "$OUT/r.tgz.tmp" -C "$OUT" w && mv "$OUT/r.tgz.tmp" "$OUT/r.tgz"; }
 say() { echo "$*" | tee -a "$LOG"; }
 
-say "issue12 suite: models $MODELS, precisions $PRECISIONS, budget ${BUDGET_S}s, $(date -u +%FT%TZ)"
+say "issue12 $NAME ($MODE): models $MODELS, precisions $PRECISIONS, budget ${BUDGET_S}s, $(date -u +%FT%TZ)"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | tee -a "$LOG"
 python3 -m memprobe device >>"$LOG" 2>&1
 python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "cudnn", torch.backends.cudnn.version())' >>"$LOG" 2>&1
@@ -41,25 +45,32 @@ for model in "${models[@]}"; do
         say "$model: not started (${left}s left of the budget)"
         continue
     fi
-    say "$model: start $(date -u +%T), up to ${left}s"
+    limit=$(( left < PER_MODEL_S ? left : PER_MODEL_S ))
+    say "$model: start $(date -u +%T), up to ${limit}s"
     t0=$(date +%s)
     # -k: if the scan does not end within 20 s of the INT (writing its partial file), kill it
-    timeout -s INT -k 20 "$left" python3 -m memprobe scan --model "$model" --precision "$PRECISIONS" \
-        --mode train --out "$W/results" $EXTRA >"$W/logs/$model.log" 2>&1
+    timeout -s INT -k 20 "$limit" python3 -m memprobe scan --model "$model" --precision "$PRECISIONS" \
+        --mode "$MODE" --out "$W/results" $EXTRA >"$W/logs/$model.log" 2>&1
     rc=$?
     t1=$(date +%s)
     case $rc in
         0) state="done" ;;
-        124|130|137) state="cut (rc $rc): finished precisions kept, marked partial" ;;
+        124|130|137) state="cut at ${limit}s (rc $rc): finished precisions kept, marked partial" ;;
         *) state="failed (rc $rc)" ;;
     esac
     say "$model: $state in $(( t1 - t0 ))s"
-    grep -E "best batch b\*|curve took|wrote " "$W/logs/$model.log" | sed "s/^/  $model: /" | tee -a "$LOG"
+    # per precision: when each started, the best batch, the curve's cost, the proof and the file
+    grep -E "^\[$model [a-z0-9]+\] starting|best batch b\*|curve took|fresh-process check|wrote " "$W/logs/$model.log" \
+        | sed "s/^/  $model: /" | tee -a "$LOG"
     pack
 done
 end=$(date +%s)
-say "suite total: $(( end - start ))s for models $MODELS ($(date -u +%FT%TZ))"
-python3 -m memprobe report --scans "$W/results" >"$W/scans.md" 2>>"$LOG"
-python3 -m memprobe report "$W/results" >"$W/report.md" 2>>"$LOG"
+say "$NAME total: $(( end - start ))s for models $MODELS ($(date -u +%FT%TZ))"
+if [ "$MODE" = infer ]; then
+    python3 -m memprobe report --scans "$W/results" >"$W/infer_scans.md" 2>>"$LOG"
+else
+    python3 -m memprobe report --scans "$W/results" >"$W/scans.md" 2>>"$LOG"
+    python3 -m memprobe report "$W/results" >"$W/report.md" 2>>"$LOG"
+fi
 ls -la "$W/results" >>"$LOG"
 pack

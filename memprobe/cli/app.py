@@ -45,10 +45,18 @@ def _workloads(models_file: str | None, model: str, precision: str, input_size: 
     """The workloads a command names: registry entries or models given by name (timm:, hf:, FILE.py:FUNC),
     then made LLM variants as --search/--seq-len/--checkpointing/--lora ask. --seq-len shapes an hf: model
     given by name, or the sequence length of a registry LLM."""
-    given_by_name = ":" in model  # every name form outside the registry has a colon
-    workloads = resolve_workloads(_registry(models_file), model, input_size, optimizer, task,
-                                  seq_len if given_by_name else None)
-    return _variants(workloads, precision, search, batch, None if given_by_name else seq_len, checkpointing, lora)
+    from memprobe.custom import is_custom_name
+
+    registry = _registry(models_file)
+    items = [item.strip() for item in model.split(",") if item.strip()]
+    workloads: list[Workload] = []
+    for item in items or [model]:  # no item: resolve_workloads says so in one line
+        # --seq-len shapes a model given by name as it is resolved; a registry LLM's is a variant (below)
+        for w in resolve_workloads(registry, item, input_size, optimizer, task,
+                                   seq_len if is_custom_name(item) else None):
+            if w.name not in {c.name for c in workloads}:
+                workloads.append(w)
+    return _variants(workloads, precision, search, batch, seq_len, checkpointing, lora)
 
 
 def _int_list(text: str | None, what: str) -> list[int]:

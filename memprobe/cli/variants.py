@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Callable
 
 import click
@@ -28,9 +29,14 @@ def variant_options(command: Callable) -> Callable:
 def variants(workloads: list[Workload], precision: str, search: str, batch: int, seq_len: int | None,
               checkpointing: bool, lora: str | None) -> list[Workload]:
     """The workloads as the options ask. Raises click.UsageError for a variant they cannot have."""
+    from memprobe.custom import CUSTOM_FAMILIES
+
     try:
         request = VariantRequest(search, batch, seq_len, checkpointing, parse_lora(lora))
-        return [apply_variant(w, request, [p.strip() for p in precision.split(",")]) for w in workloads]
+        # a model given by name took --seq-len when it was resolved (custom.resolve): not a variant setting
+        named = replace(request, seq_len=None)
+        precisions = [p.strip() for p in precision.split(",")]
+        return [apply_variant(w, named if w.family in CUSTOM_FAMILIES else request, precisions) for w in workloads]
     except VariantError as exc:
         raise click.UsageError(str(exc)) from None
 
