@@ -140,15 +140,16 @@ def find_max_batch(model: Model, precision: str | Sequence[str] = "bf16", device
 def predict_max_batch(model: Model, memory: str | Sequence[str] = "24GiB", precision: str | Sequence[str] = "bf16", *,
                       overhead_from: Sequence[str | Path] = ("reports",), steps: int = 3, optimizer: str | None = None,
                       input_size: Sequence[int] | None = None, task: str | None = None, seq_len: int | None = None,
-                      models_file: str | Path | None = None):
+                      models_file: str | Path | None = None, gpus: int = 1, strategy: str = "ddp"):
     """Predict the max batch of `model` on cards of the given memory sizes, with no GPU (fake tensors).
 
     `model` as in find_max_batch (a build function is called once, with precision=None). The memory a
     real card's allocator cannot use is taken from the scan result files under `overhead_from` (none
-    found: the whole size is assumed usable). Returns memprobe.predict.summary.Prediction:
+    found: the whole size is assumed usable). `gpus` > 1 predicts per GPU for that many GPUs training
+    data-parallel under `strategy` ("ddp" or "fsdp"). Returns memprobe.predict.summary.Prediction:
     `prediction.precisions["bf16"].max_batch["24GiB"]`. Raises PredictError when the model cannot be
-    built or stepped on fake tensors, ValueError for a bad size or precision, CustomModelError /
-    RegistryError for a model that cannot be resolved.
+    built or stepped on fake tensors, ValueError for a bad size, precision, GPU count or strategy,
+    CustomModelError / RegistryError for a model that cannot be resolved.
     """
     from memprobe.predict.summary import measured_overhead, memory_sizes, predict
     from memprobe.units import parse_size
@@ -158,4 +159,9 @@ def predict_max_batch(model: Model, memory: str | Sequence[str] = "24GiB", preci
     precisions = [p.strip() for p in precision.split(",")] if isinstance(precision, str) else list(precision)
     overhead, source = measured_overhead(overhead_from)
     sizes = memory_sizes([(label, parse_size(label)) for label in labels], overhead)
-    return predict(workload, precisions, sizes, overhead, source, steps=steps)
+    world = None
+    if gpus != 1:
+        from memprobe.predict.data_parallel import World
+
+        world = World(gpus, strategy)  # StrategyError is a ValueError
+    return predict(workload, precisions, sizes, overhead, source, steps=steps, world=world)

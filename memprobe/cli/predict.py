@@ -14,7 +14,7 @@ from memprobe.cli.app import COMMON_CARD_SIZES, _precision_list, _workloads, mai
 
 
 def _predict_and_print(workloads: list[Workload], precisions: list[str], memory: str | None, overhead_from: tuple[str, ...],
-                       steps: int, compare: str | None, gpus: str | None = None) -> None:
+                       steps: int, compare: str | None, cards: str | None = None, worlds: list | None = None) -> None:
     from memprobe.predict.torch_internals import TorchInternalsError
     from memprobe.workloads.torchvision_guard import standin_reason
 
@@ -24,7 +24,7 @@ def _predict_and_print(workloads: list[Workload], precisions: list[str], memory:
     except TorchInternalsError as exc:
         raise click.ClickException(str(exc)) from None
 
-    labels = memory_list(memory, gpus)
+    labels = memory_list(memory, cards)
     if standin_reason():
         click.echo(f"note: {standin_reason()}; a stand-in that raises on use takes its place (no workload calls "
                    "torchvision)", err=True)
@@ -44,15 +44,53 @@ def _predict_and_print(workloads: list[Workload], precisions: list[str], memory:
         if compare_with[1].workload.get("name") not in {w.name for w in workloads}:
             raise click.ClickException(f"{compare} is a scan of {compare_with[1].workload.get('name')}, "
                                        f"not of {', '.join(w.name for w in workloads)}")
+        _check_same_world(compare, compare_with[1], worlds)
     for workload in workloads:
-        click.echo(f"[{workload.name}] tracing on fake tensors (no GPU used) ...", err=True)
-        try:
-            prediction = predict(workload, precisions, sizes, overhead, source, steps=steps,
-                                 compare_with=compare_with if compare_with and
-                                 compare_with[1].workload.get("name") == workload.name else None)
-        except (PredictError, TorchInternalsError) as exc:
-            raise click.ClickException(str(exc)) from None
-        click.echo(render(prediction))
+        for world in worlds or [None]:
+            where = f" as rank 0 of {world.label}" if world else ""
+            click.echo(f"[{workload.name}] tracing on fake tensors{where} (no GPU used) ...", err=True)
+            try:
+                prediction = predict(workload, precisions, sizes, overhead, source, steps=steps,
+                                     compare_with=compare_with if compare_with and
+                                     compare_with[1].workload.get("name") == workload.name else None, world=world)
+            except (PredictError, TorchInternalsError, RuntimeError) as exc:
+                raise click.ClickException(str(exc).splitlines()[0]) from None
+            click.echo(render(prediction))
+
+
+def _world_of(result) -> tuple[int, str | None]:
+    """(world size, strategy) a scan result file was measured with; (1, None) for a single-GPU scan."""
+    for p in result.precisions.values():
+        settings = p.settings or {}
+        if settings.get("world_size", 1) > 1:
+            return int(settings["world_size"]), settings.get("strategy")
+    return 1, None
+
+
+def _check_same_world(path: str, result, worlds: list | None) -> None:
+    """--compare needs a scan made the way the prediction is: same GPU count and strategy."""
+    size, strategy = _world_of(result)
+    asked = [(w.size, w.strategy) for w in worlds] if worlds else [(1, None)]
+    if asked != [(size, strategy)]:
+        made = f"{size} GPUs under {strategy}" if size > 1 else "1 GPU"
+        wanted = ", ".join(f"{n} GPUs under {s}" if n > 1 else "1 GPU" for n, s in asked)
+        raise click.ClickException(f"{path} was scanned on {made}; this prediction is for {wanted}: "
+                                   "give --gpus/--strategy as the scan had them (one strategy)")
+
+
+def _worlds(count: int, strategy: str) -> list | None:
+    """The data-parallel worlds asked for by --gpus/--strategy; None for one GPU."""
+    from memprobe.probe.multi import parse_strategies
+
+    try:
+        strategies = parse_strategies(strategy)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--strategy") from None
+    if count == 1:
+        return None
+    from memprobe.predict.data_parallel import World
+
+    return [World(count, s) for s in strategies]
 
 
 @main.command("predict")
@@ -61,7 +99,11 @@ def _predict_and_print(workloads: list[Workload], precisions: list[str], memory:
                    "FILE.py:FUNCTION or package.module:FUNCTION.")
 @click.option("--memory", help=f"Comma-separated memory sizes to predict for (24GiB, 11GB = decimal; default without "
                                f"--gpu: {COMMON_CARD_SIZES}).")
-@click.option("--gpu", "gpus", help="Comma-separated catalog cards by name or alias (\"H200\", \"H100 SXM\"): predicts at the "
+@click.option("--gpus", "world_size", default=1, show_default=True, type=click.IntRange(1),
+              help="Predict per GPU for N GPUs training data-parallel (rank 0 of N, under each --strategy).")
+@click.option("--strategy", default="ddp", show_default=True,
+              help="With --gpus N > 1, comma-separated: ddp (DistributedDataParallel), fsdp (FSDP2 fully_shard per block).")
+@click.option("--gpu", "cards", help="Comma-separated catalog cards by name or alias (\"H200\", \"H100 SXM\"): predicts at the "
                                     "total memory the card's driver reports (see `memprobe guide` for the catalog).")
 @click.option("--precision", "-p", default="fp32,fp16,bf16", show_default=True,
               help="Comma-separated: fp32, tf32, fp16, bf16 (as in scan).")
@@ -78,7 +120,8 @@ def _predict_and_print(workloads: list[Workload], precisions: list[str], memory:
 @_variant_options
 @click.option("--batch", default=1, show_default=True, type=click.IntRange(1),
               help="With --search seq-len: the batch the sequence length is predicted at.")
-def predict_cmd(model: str, memory: str | None, gpus: str | None, precision: str, models_file: str | None,
+def predict_cmd(model: str, memory: str | None, world_size: int, strategy: str, cards: str | None, precision: str,
+                models_file: str | None,
                 overhead_from: tuple[str, ...], compare: str | None, steps: int, input_size: str | None,
                 optimizer: str | None, task: str | None, seq_len: int | None, search: str, checkpointing: bool,
                 lora: str | None, batch: int) -> None:
@@ -94,6 +137,7 @@ def predict_cmd(model: str, memory: str | None, gpus: str | None, precision: str
     precisions = _precision_list(precision) or []
     if not precisions:
         raise click.BadParameter("give at least one precision", param_hint="--precision")
-    if memory is None and gpus is None:
+    worlds = _worlds(world_size, strategy)
+    if memory is None and cards is None:
         memory = COMMON_CARD_SIZES
-    _predict_and_print(workloads, precisions, memory, overhead_from, steps, compare, gpus)
+    _predict_and_print(workloads, precisions, memory, overhead_from, steps, compare, cards, worlds)

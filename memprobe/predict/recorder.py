@@ -10,6 +10,7 @@ from typing import Any
 import torch
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._pytree import tree_flatten
+from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
 from memprobe.predict.allocator import ALLOC, FREE, MARK
 from memprobe.predict.fake_mode import FakeCudaMode
@@ -55,6 +56,8 @@ class Recorder(FakeCudaMode):
 
     # storage lifetimes
     def track(self, t: torch.Tensor, label: Any = "") -> None:
+        if is_traceable_wrapper_subclass(t):
+            return  # a wrapper (FSDP2's DTensor parameters) holds no memory; its inner tensors are tracked
         device = getattr(t, "fake_device", None) or t.device  # fake_device: no dispatch to ask
         if device.type != "cpu":
             return  # meta tensors (models built on the meta device) hold no memory

@@ -8,9 +8,10 @@ peak(b) = static + per_sample x b through the replayed peaks near the edge is re
 from __future__ import annotations
 
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from memprobe.probe.errors import FIT
 from memprobe.predict.fakecuda import H100, Target
@@ -85,6 +86,7 @@ class Prediction:
     comparison: list[ComparisonRow] = field(default_factory=list)
     max_batch_comparison: list[MaxBatchComparison] = field(default_factory=list)
     compared_with: str = ""
+    world: str = ""  # "2 GPUs, ddp": the figures are per GPU, for rank 0 of a data-parallel group
 
 
 def _predict_precision(traces: PrecisionTraces, sizes: Sequence[MemorySize]) -> PrecisionPrediction:
@@ -145,12 +147,13 @@ def _compare(traces: PrecisionTraces, p) -> tuple[list[ComparisonRow], MaxBatchC
 
 def predict(workload: Workload, precisions: Sequence[str], sizes: Sequence[MemorySize], overhead_bytes: int | None,
             overhead_source: str, steps: int = 3, target: Target = H100, check: bool = True,
-            compare_with: tuple[str, Any] | None = None) -> Prediction:
+            compare_with: tuple[str, Any] | None = None, world: Any = None) -> Prediction:
     """Trace `workload` in each precision and predict its max batch for each memory size.
 
     `compare_with` = (path, ScanResult) of a real scan of this workload adds predicted-vs-measured rows.
-    Raises PredictError when the workload cannot be built or stepped on fake tensors, ValueError for a
-    precision other than fp32/tf32/fp16/bf16.
+    `world` (data_parallel.World) predicts per GPU for rank 0 of N data-parallel GPUs: one traced session per
+    precision, since the wrapper depends on it. Raises PredictError when the workload cannot be built,
+    wrapped or stepped on fake tensors, ValueError for a precision other than fp32/tf32/fp16/bf16.
     """
     for p in precisions:
         if p not in ("fp32", "tf32", "fp16", "bf16"):
@@ -160,32 +163,69 @@ def predict(workload: Workload, precisions: Sequence[str], sizes: Sequence[Memor
     rows: list[ComparisonRow] = []
     edges: list[MaxBatchComparison] = []
     started = time.perf_counter()
-    with TraceSession(workload, steps, target) as session:
-        for precision in precisions:
-            traces = PrecisionTraces(session, precision, check)
-            if traces.how == "traced":
-                notes.append(f"{precision}: the op sequence changes with the batch, so every batch needed was traced.")
-            results[precision] = _predict_precision(traces, sizes)
-            if compare_with is not None and precision in compare_with[1].precisions:
-                got_rows, edge = _compare(traces, compare_with[1].precisions[precision])
-                rows += got_rows
-                if edge is not None:
-                    edges.append(edge)
-        if "tf32" in precisions:
-            notes.append("tf32: traced like fp32 (TF32 changes the math, not the tensors).")
-        choices = ", ".join(f"{backend} ({dtype}) x{n}" for (backend, dtype), n in sorted(session.behaviour.sdpa_choices.items()))
-        if choices:
-            notes.append(f"scaled-dot-product attention calls, emulated as on {target.name}: {choices}.")
-        answered = ", ".join(f"{op} -> {value} x{n}" for (op, value), n in sorted(session.recorder.answers.items(), key=str))
-        if answered:
-            notes.append(f"data-dependent values answered on fake tensors: {answered}.")
-        notes += session.behaviour.notes
-        notes.append(f"time: {session.build_seconds:.1f} s to import and build the model, "
-                     f"{session.seconds - session.build_seconds:.1f} s tracing trials, "
-                     f"{time.perf_counter() - started - session.seconds:.1f} s replaying them through the allocator model.")
-    seconds, build_seconds = time.perf_counter() - started, session.build_seconds
+    traced_seconds = build_seconds = 0.0
+    sdpa: dict = {}
+    answers: dict = {}
+    behaviour_notes: list[str] = []
+    groups = [list(precisions)] if world is None else [[p] for p in precisions]
+    with _world(world) as wrap_for:
+        for group in groups:
+            with TraceSession(workload, steps, target, wrap=wrap_for(group[0]), fresh=world is not None) as session:
+                for precision in group:
+                    traces = PrecisionTraces(session, precision, check)
+                    if traces.how == "traced":
+                        notes.append(f"{precision}: the op sequence changes with the batch, so every batch needed was traced.")
+                    results[precision] = _predict_precision(traces, sizes)
+                    if compare_with is not None and precision in compare_with[1].precisions:
+                        got_rows, edge = _compare(traces, compare_with[1].precisions[precision])
+                        rows += got_rows
+                        if edge is not None:
+                            edges.append(edge)
+                for key, n in session.behaviour.sdpa_choices.items():
+                    sdpa[key] = sdpa.get(key, 0) + n
+                for key, n in session.recorder.answers.items():
+                    answers[key] = answers.get(key, 0) + n
+                behaviour_notes += [n for n in session.behaviour.notes if n not in behaviour_notes]
+            traced_seconds += session.seconds
+            build_seconds += session.build_seconds
+    if "tf32" in precisions:
+        notes.append("tf32: traced like fp32 (TF32 changes the math, not the tensors).")
+    choices = ", ".join(f"{backend} ({dtype}) x{n}" for (backend, dtype), n in sorted(sdpa.items()))
+    if choices:
+        notes.append(f"scaled-dot-product attention calls, emulated as on {target.name}: {choices}.")
+    answered = ", ".join(f"{op} -> {value} x{n}" for (op, value), n in sorted(answers.items(), key=str))
+    if answered:
+        notes.append(f"data-dependent values answered on fake tensors: {answered}.")
+    notes += behaviour_notes
+    if world is not None:
+        from memprobe.predict.data_parallel import notes as world_notes
+
+        notes += world_notes(world)
+    notes.append(f"time: {build_seconds:.1f} s to import and build the model, "
+                 f"{traced_seconds - build_seconds:.1f} s tracing trials, "
+                 f"{time.perf_counter() - started - traced_seconds:.1f} s replaying them through the allocator model.")
+    seconds = time.perf_counter() - started
     return Prediction(workload.name, target.name, steps, seconds, build_seconds, list(sizes), overhead_bytes,
-                      overhead_source, results, notes, rows, edges, compare_with[0] if compare_with else "")
+                      overhead_source, results, notes, rows, edges, compare_with[0] if compare_with else "",
+                      world.label if world is not None else "")
+
+
+@contextmanager
+def _world(world: Any) -> Iterator[Callable[[str], Callable | None]]:
+    """Yields precision -> the wrap hook of TraceSession (None on one GPU). With a `world`, holds the fake
+    process group and puts back the loss scaler class the fsdp wrapper swaps in."""
+    if world is None:
+        yield lambda precision: None
+        return
+    from memprobe.predict.data_parallel import fake_world, wrap_for_trace
+    from memprobe.workloads.base import Amp
+
+    scaler_class = Amp.scaler_class
+    try:
+        with fake_world(world) as mesh:
+            yield lambda precision: (lambda task: wrap_for_trace(task, world, precision, mesh))
+    finally:
+        Amp.scaler_class = scaler_class
 
 
 def measured_overhead(paths: Sequence[str | Path]) -> tuple[int | None, str]:
@@ -234,7 +274,8 @@ def render(pred: Prediction) -> str:
     then (with a comparison) predicted vs measured. Every figure is labelled predicted."""
     from tabulate import tabulate
 
-    lines = [f"memprobe predict: {pred.workload} -- PREDICTED, not measured: a fake-tensor trace of one trial "
+    where = f" per GPU on {pred.world}" if pred.world else ""
+    lines = [f"memprobe predict: {pred.workload}{where} -- PREDICTED, not measured: a fake-tensor trace of one trial "
              f"(1 warm-up + {pred.steps - 1} steps, optimizer state included) with the CUDA kernels of {pred.target}, "
              f"replayed through a model of the CUDA caching allocator; {pred.seconds:.1f} s on this CPU."]
     if pred.overhead_bytes is not None:

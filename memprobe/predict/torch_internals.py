@@ -21,6 +21,10 @@ OBJECTS = (
     "torch._subclasses.fake_tensor.DynamicOutputShapeException",
     "torch.utils._python_dispatch.TorchDispatchMode",
     "torch.utils._python_dispatch._get_current_dispatch_mode_stack",
+    "torch.utils._python_dispatch.is_traceable_wrapper_subclass",
+    "torch.distributed.device_mesh.init_device_mesh",
+    "torch.nn.parallel.distributed._verify_param_shape_across_processes",
+    "torch.nn.parallel.distributed._sync_module_states",
     "torch.utils._pytree.tree_flatten",
     "torch.multiprocessing.reductions.StorageWeakRef",
     "torch._C.DispatchKeySet",
@@ -29,6 +33,9 @@ OBJECTS = (
     "torch._C._ExcludeDispatchKeyGuard",
     "torch.ops.prim.device.default",
 )
+# Resolved only by `predict --gpus N` (data_parallel.fake_world), with the same error when missing: importing
+# it registers the `fake` process-group backend and takes about a second.
+DATA_PARALLEL_OBJECTS = ("torch.testing._internal.distributed.fake_pg.FakeStore",)
 # Private ATen kernels the emulation calls or recognizes (torch.ops.aten.<name>.default).
 ATEN_OPS = (
     "_addmm_activation", "_softmax", "_log_softmax", "_local_scalar_dense", "_index_put_impl_",

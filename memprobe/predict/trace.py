@@ -10,7 +10,7 @@ from __future__ import annotations
 import gc
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 
@@ -86,12 +86,21 @@ def _builder(workload: Workload) -> Callable:
 class TraceSession:
     """One workload built on fake tensors, traced at any batch and precision. Use as a context manager."""
 
-    def __init__(self, workload: Workload, steps: int = 3, target: Target = H100) -> None:
+    def __init__(self, workload: Workload, steps: int = 3, target: Target = H100,
+                 wrap: Callable[[Any], dict[str, Any]] | None = None, fresh: bool = False) -> None:
+        """`wrap(task)`, when given, wraps the built task's model (data_parallel.wrap_for_trace) before the
+        build events are taken, so what the wrapper allocates counts as built. `fresh`: build the model
+        again before every trace after the first, for wrappers whose state outlives a trial (FSDP2
+        initialises lazily at its first forward; a scan's trial runs in a fresh process)."""
         if steps < 3:
             raise ValueError("a trial is 1 warm-up step + K >= 2 steps")
         self.workload = workload
         self.steps = steps
         self.target = target
+        self.wrap = wrap
+        self.fresh = fresh
+        self._traced = 0
+        self.wrapped: dict[str, Any] | None = None
         self.seconds = 0.0
         self.build_seconds = 0.0
         self._stack: list = []
@@ -109,6 +118,8 @@ class TraceSession:
             # Adopt the weights: Parameter(...) and swap_tensors made them without an op.
             for t in [*self.task.model.parameters(), *self.task.model.buffers()]:
                 self.recorder.track(t)
+            if self.wrap is not None:
+                self.wrapped = self.wrap(self.task)
             gc.collect()
             self.recorder.sweep()
         except Exception as exc:
@@ -118,8 +129,9 @@ class TraceSession:
             raise PredictError(f"{self.workload.name}: cannot build it on fake tensors: "
                                f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from exc
         self.build_events = list(self.recorder.events)
-        self.build_seconds = time.perf_counter() - started
-        self.seconds += self.build_seconds
+        built = time.perf_counter() - started
+        self.build_seconds += built  # summed over rebuilds (fresh)
+        self.seconds += built
         return self
 
     def __exit__(self, *exc) -> None:
@@ -130,14 +142,26 @@ class TraceSession:
         while self._stack:
             self._stack.pop().__exit__(None, None, None)
 
+    def _rebuild(self) -> None:
+        """Close the fake session and build the model again in a new one, keeping the counts the notes use."""
+        answers, choices, notes = self.recorder.answers, self.behaviour.sdpa_choices, self.behaviour.notes
+        self.__exit__(None, None, None)
+        self.__enter__()
+        self.recorder.answers.update(answers)
+        self.behaviour.sdpa_choices.update(choices)
+        self.behaviour.notes[:0] = [n for n in notes if n not in self.behaviour.notes]
+
     def trace(self, precision: str, batch: int) -> Trace:
         """Run one trial (trial.run_trial's steps) at `batch` and return build + trial events.
 
         Raises PredictError when the step fails on fake tensors.
         """
-        rec = self.recorder
-        if rec is None:
+        if self.recorder is None:
             raise PredictError(f"{self.workload.name}: the trace session is closed")
+        if self.fresh and self._traced:
+            self._rebuild()
+        self._traced += 1
+        rec = self.recorder
         started = time.perf_counter()
         rec.cublas_allocated = False  # each traced trial stands for a fresh process
         start = rec.mark(TRIAL_MARK)

@@ -47,14 +47,16 @@ def shard_blocks(model: nn.Module) -> list[nn.Module]:
     return blocks
 
 
-def wrap_model(model: nn.Module, strategy: str, precision: str, device: torch.device) -> dict[str, Any]:
+def wrap_model(model: nn.Module, strategy: str, precision: str, device: torch.device,
+               mesh: Any = None) -> dict[str, Any]:
     """Wrap `model` for `strategy`: {"module": the module to train, "describe": what was done}.
 
     ddp: DistributedDataParallel with its defaults (25 MiB gradient buckets). fsdp: FSDP2
     `fully_shard` on each block (shard_blocks) and on the root, with a MixedPrecisionPolicy that
     gathers parameters in the autocast dtype for fp16/bf16 (float32 where the model has BatchNorm;
     gradients reduced in float32), none for fp32/tf32; channels_last parameters are made contiguous;
-    for fp16, a loss scaler that agrees across ranks. Raises StrategyError for an unknown strategy or
+    for fp16, a loss scaler that agrees across ranks. `mesh`: the device mesh to shard over (default:
+    one dimension over the process group's ranks). Raises StrategyError for an unknown strategy or
     a model without blocks (fsdp).
     """
     if strategy == NONE:
@@ -73,7 +75,8 @@ def wrap_model(model: nn.Module, strategy: str, precision: str, device: torch.de
         blocks = shard_blocks(model)
         if not blocks:
             raise StrategyError(f"fsdp: found no blocks to shard in {type(model).__name__}")
-        mesh = init_device_mesh(device.type, (torch.distributed.get_world_size(),))
+        if mesh is None:
+            mesh = init_device_mesh(device.type, (torch.distributed.get_world_size(),))
         # FSDP2 shards only contiguous parameters: channels_last weights (the timm CNNs on CUDA) go back
         # to the default layout; the inputs stay channels_last, so convolutions still run in it.
         relaid = 0
