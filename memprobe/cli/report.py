@@ -56,6 +56,12 @@ def report_cmd(paths: tuple[str, ...], reference: str | None, precision: str | N
         raise click.UsageError("--format json makes one document: report multi-GPU and single-GPU files separately")
     if multi:  # multi-GPU files get the scaling table, not the single-GPU tables
         click.echo(scaling_table([r for _p, r in multi], [r for _p, r in loaded], fmt), nl=False)
+        if with_published:
+            from memprobe.compare.published_scaling import published_scaling_rows, published_scaling_table
+
+            names = sorted({str(r.workload.get("name")) for _p, r in multi})
+            if published_scaling_rows(names):
+                click.echo(published_scaling_table(names, fmt), nl=False)
         if not loaded and not with_published:
             return
     if scans:

@@ -53,6 +53,7 @@ class Figure:
     implementation: str
     reference: str
     caveat: str
+    num_gpu: int = 1  # > 1: a machine's figure, all its GPUs together (published_multi_gpu.csv)
 
     @property
     def is_lower_bound(self) -> bool:
@@ -65,9 +66,17 @@ def default_published_path() -> Path:
     return Path(str(resources.files("memprobe").joinpath("data", "published.csv")))
 
 
-def load_published(path: str | Path | None = None) -> list[Figure]:
-    """Read the published figures. Raises PublishedDataError naming the file and the line."""
-    path = Path(path) if path is not None else default_published_path()
+def default_published_multi_gpu_path() -> Path:
+    """The published_multi_gpu.csv shipped inside the package (machines of several GPUs)."""
+    return Path(str(resources.files("memprobe").joinpath("data", "published_multi_gpu.csv")))
+
+
+def load_published(path: str | Path | None = None, multi_gpu: bool = False) -> list[Figure]:
+    """Read the published figures: one-GPU rows, or with `multi_gpu` machines of several GPUs (default file:
+    published_multi_gpu.csv). Raises PublishedDataError naming the file and the line."""
+    if path is None:
+        path = default_published_multi_gpu_path() if multi_gpu else default_published_path()
+    path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
@@ -81,8 +90,9 @@ def load_published(path: str | Path | None = None) -> list[Figure]:
     for number, row in enumerate(reader, start=2):
         if row["metric"] not in METRICS:
             raise PublishedDataError(f"{path}: data line {number}: unknown metric '{row['metric']}'")
-        if row["num_gpu"] != "1":
-            raise PublishedDataError(f"{path}: data line {number}: only single-GPU rows belong here")
+        if (row["num_gpu"] != "1") != multi_gpu or not row["num_gpu"].isdigit():
+            where = "GPU counts above 1" if multi_gpu else "single-GPU rows"
+            raise PublishedDataError(f"{path}: data line {number}: num_gpu '{row['num_gpu']}': only {where} belong here")
         try:
             value = float(row["value"]) if row["value"].strip() else None
         except ValueError:
@@ -91,7 +101,7 @@ def load_published(path: str | Path | None = None) -> list[Figure]:
             source=row["source"], date=row["date"], gpu=row["gpu"], gpu_as_published=row["gpu_as_published"],
             workload=row["workload"], memprobe_workload=row["memprobe_workload"], precision=row["precision"],
             metric=row["metric"], value=value, unit=row["unit"], implementation=row["implementation"],
-            reference=row["reference"], caveat=row["caveat"],
+            reference=row["reference"], caveat=row["caveat"], num_gpu=int(row["num_gpu"]),
         ))
     return figures
 
