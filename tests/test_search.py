@@ -550,3 +550,46 @@ def test_edge_model_scales_the_allocated_line_by_the_cache_overhead_at_the_large
     # without allocated peaks it is the reserved line
     bare = [Attempt(a.batch, "fit", None, a.peak_reserved) for a in attempts]
     assert edge_model(bare).max_batch_for(capacity) == 105
+
+
+# --- a predicted start (probe/hint.py) -------------------------------------------------------
+
+@pytest.mark.parametrize("edge", [2, 3, 155, 1870, 30000])
+def test_an_exact_hint_leaves_three_trials(edge):
+    fake = FakeTrials(edge, linear())
+    result = find_max_batch(fake, capacity_bytes=linear()(edge), hint=lambda: edge)
+    assert (result.max_batch, result.first_failure, result.hinted) == (edge, edge + 1, edge)
+    assert fake.calls == [1, edge, edge + 1]
+    check_invariants(result, edge)
+
+
+@pytest.mark.parametrize("edge, hint", [(155, 150), (155, 160), (155, 1), (155, 10_000), (1870, 1000), (1870, 3000),
+                                         (5, 2), (5, 3), (75, 76), (75, 74)])
+def test_a_wrong_hint_still_finds_the_exact_edge_in_few_trials(edge, hint):
+    fake = FakeTrials(edge, linear())
+    result = find_max_batch(fake, capacity_bytes=linear()(edge), hint=lambda: hint)
+    assert (result.max_batch, result.first_failure) == (edge, edge + 1)
+    check_invariants(result, edge)
+    assert result.trials <= 9, fake.calls
+
+
+def test_no_hint_and_a_hint_of_none_search_as_before():
+    plain, none = FakeTrials(155, linear()), FakeTrials(155, linear())
+    cap = linear()(155)
+    assert find_max_batch(plain, cap).max_batch == find_max_batch(none, cap, hint=lambda: None).max_batch == 155
+    assert plain.calls == none.calls and plain.calls[:2] == [1, 2]
+
+
+def test_the_hint_is_not_asked_when_nothing_fits_and_is_capped_at_max_batch():
+    asked = []
+    fake = FakeTrials(0, linear())
+    assert find_max_batch(fake, 1e6, hint=lambda: asked.append(1) or 5).stop == "nothing-fits" and not asked
+    capped = FakeTrials(500, linear())
+    result = find_max_batch(capped, linear()(500), max_batch=100, hint=lambda: 400)
+    assert result.max_batch == 100 and result.stop == "cap" and capped.calls == [1, 100]
+
+
+def test_a_hinted_trial_that_errors_stops_the_search():
+    fake = FakeTrials(155, linear(), outcomes={155: "error"})
+    result = find_max_batch(fake, linear()(155), hint=lambda: 155)
+    assert result.stop == "error" and fake.calls == [1, 155]

@@ -65,6 +65,10 @@ class _ProgressPrinter:
 @click.option("--soak", default=0, show_default=True, type=click.IntRange(0),
               help="After the proof, train the max batch this many more steps in a fresh process and lower it "
                    "until that passes (recorded as proof.soak); 0 = off.")
+@click.option("--predicted-start/--no-predicted-start", "predicted_start", default=None,
+              help="Start the search at the max batch `memprobe predict` gives on the CPU, computed while the first "
+                   "trials run (default: on for training on CUDA without --compile). Only the start: the search "
+                   "and the fresh-process proof are unchanged.")
 @click.option("--curve", "curve", is_flag=False, flag_value="auto", default="auto", metavar="[B1,B2,...]",
               help="Throughput curve (default on): time a ladder of batches up to B and report the best batch b*. "
                    "Default ladder: powers of two below B (up to 7) plus B; give sizes to choose them.")
@@ -92,7 +96,8 @@ class _ProgressPrinter:
                    "(memprobe predict; a prediction, not a measurement; exit 0).")
 def scan_cmd(model: str, precision: str, mode: str, batches: str | None, out_dir: str, models_file: str | None,
              steps: int, warmup: int, timed_steps: int, max_batch: int, max_trials: int, no_throughput: bool, soak: int,
-             curve: str, no_curve: bool, cudnn_benchmark: bool, compile_step: bool, device: str, cpu_memory_budget: str | None,
+             curve: str, no_curve: bool, predicted_start: bool | None, cudnn_benchmark: bool, compile_step: bool,
+             device: str, cpu_memory_budget: str | None,
              memory_cap: str | None, input_size: str | None, optimizer: str | None, task: str | None,
              seq_len: int | None, gpus: str | None, strategy: str, parallel: bool, predict_if_no_gpu: bool, search: str,
              checkpointing: bool, lora: str | None) -> None:
@@ -122,7 +127,7 @@ def scan_cmd(model: str, precision: str, mode: str, batches: str | None, out_dir
                            warmup=warmup, timed_steps=timed_steps, batches=timed_batches,
                            max_batch=max_batch, max_trials=max_trials, measure=not no_throughput, device=device,
                            cpu_budget_bytes=budget, cudnn_benchmark=cudnn_benchmark, memory_cap_bytes=cap,
-                           compile=compile_step, soak=soak, curve=not no_curve,
+                           compile=compile_step, soak=soak, curve=not no_curve, predicted_start=predicted_start,
                            curve_batches=[] if curve == "auto" else _int_list(curve, "--curve"))
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None

@@ -55,6 +55,9 @@ class ScanOptions:
     # at a batch whose step takes seconds, 10 timed steps cost more than they tell.
     timed_budget_s: float | None = 10.0
     soak: int = 0  # after the proof, train B this many steps in a fresh process, lowering B if it fails
+    # Start the search at `memprobe predict`'s max batch, predicted on the CPU beside the scan (probe/hint.py).
+    # None: on for training on CUDA without --compile (what predict traces), off otherwise.
+    predicted_start: bool | None = None
 
     def __post_init__(self) -> None:
         if self.steps < 3:
@@ -69,6 +72,13 @@ class ScanOptions:
         if self.memory_cap_bytes is not None and self.device != "cuda":
             raise ValueError("--memory-cap emulates a smaller GPU: it needs --device cuda")
         ladder(1, self.curve_points, self.curve_batches)  # raises CurveError (a ValueError) when unusable
+
+    @property
+    def uses_predicted_start(self) -> bool:
+        """Whether the search starts from a prediction (see predicted_start)."""
+        if self.predicted_start is not None:
+            return self.predicted_start
+        return self.device == "cuda" and self.mode == "train" and not self.compile
 
     @property
     def trial_steps(self) -> int:

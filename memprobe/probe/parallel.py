@@ -73,6 +73,8 @@ def scan_args(opts: ScanOptions, models_file: str | None) -> list[str]:
         args.append("--cudnn-benchmark")
     if opts.compile:
         args.append("--compile")
+    if opts.predicted_start is not None:
+        args.append("--predicted-start" if opts.predicted_start else "--no-predicted-start")
     if opts.cpu_budget_bytes is not None:
         args += ["--cpu-memory-budget", str(opts.cpu_budget_bytes)]
     if opts.memory_cap_bytes is not None:

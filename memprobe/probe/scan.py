@@ -7,7 +7,7 @@ rewritten atomically after every precision, so an interrupted scan keeps what it
 from __future__ import annotations
 
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any, Callable, Iterator, Protocol
 
@@ -18,6 +18,7 @@ from memprobe.probe.errors import CRASH, ERROR, FIT, OOM, OUTCOMES, STOPPING, TI
 from memprobe.registry import Workload
 from memprobe.results import PrecisionResult, ScanResult, final_status, result_filename, write_result
 from memprobe.probe.runner import Worker, WorkerError, WorkerFactory, WorkerSpec
+from memprobe.probe.hint import PredictedStart
 from memprobe.probe.setup_failure import record_setup_oom
 from memprobe.probe.soak import soak_max_batch
 from memprobe.probe.curve import curve_text, ladder, measure_curve, summary
@@ -220,8 +221,10 @@ def _proof(edge: EdgeCheck, found: SearchResult) -> dict[str, Any]:
 
 
 def scan_precision(workload: Workload, precision: str, opts: ScanOptions, factory: WorkerFactory,
-                   progress: Progress, on_environment: Callable[[dict[str, Any]], None]) -> PrecisionResult:
-    """Search, prove and measure one precision. Raises NoCudaError when there is no CUDA device."""
+                   progress: Progress, on_environment: Callable[[dict[str, Any]], None],
+                   start: PredictedStart | None = None) -> PrecisionResult:
+    """Search, prove and measure one precision; `start` gives the search a predicted first batch.
+    Raises NoCudaError when there is no CUDA device."""
     result = PrecisionResult(precision, status="running")
     spec = WorkerSpec(workload, precision, opts.mode, opts.device, opts.cpu_budget_bytes,
                       {"cudnn_benchmark": opts.cudnn_benchmark, "memory_cap_bytes": opts.memory_cap_bytes,
@@ -259,9 +262,10 @@ def scan_precision(workload: Workload, precision: str, opts: ScanOptions, factor
     if flops.get("error"):
         result.settings["flops_error"] = flops["error"]
     trials = _SearchTrials(factory, spec, worker, opts.trial_steps, announce, result.capacity_bytes)
+    hint = start.hint_for(precision, result.capacity_bytes, result.settings, progress.note) if start else None
     try:
         found = find_max_batch(trials, result.capacity_bytes, opts.max_batch, opts.max_trials,
-                               on_attempt=lambda a: _reported(a, progress, started))
+                               on_attempt=lambda a: _reported(a, progress, started), hint=hint)
     except BaseException:
         trials.kill()  # interrupted: do not wait for the shared process's running steps
         raise
@@ -407,12 +411,16 @@ def scan_workload(workload: Workload, opts: ScanOptions, out_dir: str | Path, pr
             state["path"] = Path(out_dir) / result_filename(gpu, workload.name, opts.mode)
         write_result(result, state["path"])
 
+    start = PredictedStart(workload, opts.precisions, opts.steps) if opts.uses_predicted_start else None
     try:
-        for precision in opts.precisions:
-            progress.precision_start(workload.name, precision)
-            result.precisions[precision] = PrecisionResult(precision, status="running")
-            result.precisions[precision] = scan_precision(workload, precision, opts, factory, progress, on_environment)
-            save()
+        with start or nullcontext():
+            for precision in opts.precisions:
+                progress.precision_start(workload.name, precision)
+                result.precisions[precision] = PrecisionResult(precision, status="running")
+                extra = {"start": start} if start else {}
+                result.precisions[precision] = scan_precision(workload, precision, opts, factory, progress, on_environment,
+                                                              **extra)
+                save()
         result.status = final_status(result.precisions)
         save()
     except KeyboardInterrupt as stop:

@@ -189,6 +189,7 @@ class SearchResult:
     stop: str  # "edge" | "nothing-fits" | "cap" | "trial-limit" | "error" | "user-error"
     attempts: list[Attempt] = field(default_factory=list)
     error: str = ""
+    hinted: int | None = None  # the predicted batch tried first, if any
 
     @property
     def trials(self) -> int:
@@ -205,8 +206,12 @@ def find_max_batch(
     max_batch: int = 65536,
     max_trials: int = 40,
     on_attempt: Callable[[Attempt], None] | None = None,
+    hint: Callable[[], int | None] | None = None,
 ) -> SearchResult:
     """Search the largest batch n with try_batch(n).fits, assuming fits is monotone in n.
+
+    hint: asked once batch 1 fits, for a predicted max batch h (probe/hint.py); h is tried first, then h+1
+    when h fits or h-1 when it does not, and the search goes on from what they showed. None: no hint.
 
     capacity_bytes: memory the workload may use, in the same terms as the attempts' peaks
     (peak_reserved, else peak_allocated); without it the search doubles until the first failure.
@@ -251,11 +256,13 @@ def find_max_batch(
         return guess
 
     stop = "edge"
+    state["hinted"] = None
     try:
         if not run(1).fits:
             return SearchResult(0, 1, "nothing-fits", attempts)
-        if max_batch >= 2:
-            run(2)
+        _start_from_hint(hint, max_batch, run, state)
+        if max_batch >= 2 and 2 < state["hi"] and sum(a.fits for a in attempts) < 2:
+            run(2)  # the edge model needs two fits
         step = base_step = 1
         direction = 0  # +1 walking up from a fit, -1 walking down from a failure, 0 not walking
         bracketed_by_walk = False
@@ -307,7 +314,22 @@ def find_max_batch(
         stop = str(reason)
     lo, hi = state["lo"], state["hi"]
     error = attempts[-1].message if stop in STOPPING else ""
-    return SearchResult(lo, hi if hi <= max_batch else None, stop, attempts, error)
+    return SearchResult(lo, hi if hi <= max_batch else None, stop, attempts, error, state["hinted"])
+
+
+def _start_from_hint(hint: Callable[[], int | None] | None, max_batch: int, run: Callable[[int], Attempt],
+                     state: dict) -> None:
+    """Try the hinted batch h, then h+1 (h fits) or h-1 (h does not); state["hinted"] = h (None without a
+    usable hint). Raises what run raises (_Stop)."""
+    h = hint() if hint is not None else None
+    if h is None or h < 2:
+        return
+    h = state["hinted"] = min(h, max_batch)
+    if run(h).fits:
+        if h < max_batch:
+            run(h + 1)
+    elif h - 1 >= 2:
+        run(h - 1)
 
 
 @dataclass

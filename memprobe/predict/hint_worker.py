@@ -1,0 +1,128 @@
+"""The process that predicts a scan's max batch on the CPU while the scan's first trials run (probe/hint.py).
+
+Reads JSON lines on stdin: first {"workload": Workload.to_dict(), "precisions": [...], "steps": 3}, then
+{"precision": p, "capacity_bytes": n} requests. Traces the precisions in the order given (fake tensors, no GPU)
+and answers each request on stdout, once its precision is traced, with {"precision", "max_batch", "seconds"}
+or {"precision", "error"}. CUDA is hidden from it by its parent; it dies with its parent (lifeline.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import sys
+import time
+from typing import Any
+
+from memprobe.probe.lifeline import die_with_parent, expected_parent
+
+
+class _Requests:
+    """Request lines from stdin, read without blocking when asked (select + os.read, no Python buffering)."""
+
+    def __init__(self) -> None:
+        self.fd = sys.stdin.fileno()
+        self.buffer = b""
+        self.closed = False
+
+    def read(self, block: bool) -> list[dict[str, Any]]:
+        while not self.closed:
+            ready, _w, _x = select.select([self.fd], [], [], None if block else 0)
+            if not ready:
+                break
+            chunk = os.read(self.fd, 65536)
+            if not chunk:
+                self.closed = True
+                break
+            self.buffer += chunk
+            if b"\n" in self.buffer:
+                break
+        *lines, self.buffer = self.buffer.split(b"\n")
+        return [json.loads(line) for line in lines if line.strip()]
+
+
+def _answer(message: dict[str, Any]) -> None:
+    sys.stdout.write(json.dumps(message) + "\n")
+    sys.stdout.flush()
+
+
+def serve() -> int:
+    """Trace, then answer requests until stdin closes. Returns the exit code."""
+    die_with_parent(expected_parent())
+    # Beside a scan: the trial process's CPU time (kernel launches) must not wait for this one.
+    os.nice(19)
+    requests = _Requests()
+    first = requests.read(block=True)
+    if not first:
+        return 0
+    setup, pending = first[0], first[1:]
+    import torch
+
+    torch.set_num_threads(1)
+    from memprobe.predict.batch_model import PrecisionTraces, max_batch_for
+    from memprobe.predict.trace import TraceSession
+    from memprobe.registry import Workload
+
+    w = setup["workload"]
+    workload = Workload(w["name"], w["family"], w.get("description", ""), w.get("unit", "samples"),
+                        dict(w.get("params", {})), dict(w.get("optimizer", {})), version=int(w.get("version", 1)))
+    traced: dict[str, Any] = {}
+    failed: dict[str, str] = {}
+    started = time.perf_counter()
+
+    def answer_ready() -> None:
+        for request in list(pending):
+            precision = request["precision"]
+            if precision in traced:
+                traces = traced[precision]
+                capacity = int(request["capacity_bytes"])
+                guess = traces.linear_guess(capacity) if traces.model is not None else 2
+                try:
+                    batch, _fail = max_batch_for(traces.events_at, capacity, guess)
+                    _answer({"precision": precision, "max_batch": batch,
+                             "seconds": round(time.perf_counter() - started, 2), "how": traces.how})
+                except Exception as exc:  # noqa: BLE001 - a batch that cannot be traced: no hint
+                    _answer({"precision": precision, "error": _text(exc)})
+            elif precision in failed:
+                _answer({"precision": precision, "error": failed[precision]})
+            else:
+                continue
+            pending.remove(request)
+
+    def serve_requests(session: TraceSession | None) -> None:
+        for precision in setup["precisions"] if session is not None else ():
+            try:
+                traced[precision] = PrecisionTraces(session, precision)
+            except Exception as exc:  # noqa: BLE001 - a precision that cannot be traced gets no hint
+                failed[precision] = _text(exc)
+            pending.extend(requests.read(block=False))
+            answer_ready()
+        while True:
+            for request in pending:
+                if request["precision"] not in traced:
+                    failed.setdefault(request["precision"], "not among the precisions traced")
+            answer_ready()
+            if requests.closed:
+                return
+            pending.extend(requests.read(block=True))
+
+    try:
+        session = TraceSession(workload, int(setup.get("steps", 3)))
+        session.__enter__()
+    except Exception as exc:  # noqa: BLE001 - the model cannot be built on fake tensors: no hints at all
+        failed.update({p: _text(exc) for p in setup["precisions"]})
+        serve_requests(None)
+        return 0
+    try:
+        serve_requests(session)  # the session stays open: a workload traced at every batch needs it
+    finally:
+        session.__exit__(None, None, None)
+    return 0
+
+
+def _text(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300]
+
+if __name__ == "__main__":
+    sys.exit(serve())

@@ -1,0 +1,70 @@
+"""The search's predicted start on the CPU: the hint_worker child, PredictedStart, and a scan that uses it."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytest.importorskip("torch")
+
+from click.testing import CliRunner  # noqa: E402
+
+from memprobe.cli import main  # noqa: E402
+from memprobe.probe.hint import PredictedStart  # noqa: E402
+from memprobe.probe.options import ScanOptions  # noqa: E402
+from memprobe.registry import Workload, load_registry  # noqa: E402
+
+GiB = 1 << 30
+
+
+def test_the_child_predicts_each_precision_at_the_capacity_asked():
+    toy = load_registry()["toy"]
+    with PredictedStart(toy, ["fp32", "bf16"]) as start:
+        small, large = start.ask("fp32", 48 << 20), start.ask("fp32", 96 << 20)
+        assert 0 < small["max_batch"] < large["max_batch"], (small, large)
+        assert start.ask("bf16", GiB)["max_batch"] > 0
+        assert "not among the precisions traced" in start.ask("fp16", GiB)["error"]
+        assert "no allocator capacity" in start.ask("fp32", None)["error"]
+        proc = start.proc
+    assert proc.poll() is not None  # killed on exit
+
+
+def test_a_model_that_cannot_be_traced_gives_an_error_not_a_hang():
+    broken = Workload("broken", "no-such-family", "", "samples")
+    with PredictedStart(broken, ["fp32"], wait_s=60) as start:
+        answer = start.ask("fp32", GiB)
+    assert "error" in answer and "max_batch" not in answer
+
+
+def test_a_slow_prediction_is_given_up_and_the_child_ended():
+    bert = load_registry()["toy-bert-squad"]
+    with PredictedStart(bert, ["fp32"], wait_s=0.05) as start:
+        answer = start.ask("fp32", GiB)
+        assert answer["error"] == "no prediction within 0.05 s"
+        assert start.proc is None
+        assert "not running" in start.ask("fp32", GiB)["error"]
+
+
+def test_the_default_is_on_for_cuda_training_only():
+    assert ScanOptions(["fp32"]).uses_predicted_start
+    assert not ScanOptions(["fp32"], device="cpu").uses_predicted_start
+    assert not ScanOptions(["fp32"], mode="infer").uses_predicted_start
+    assert not ScanOptions(["fp32"], compile=True).uses_predicted_start
+    assert ScanOptions(["fp32"], device="cpu", predicted_start=True).uses_predicted_start
+
+
+def test_a_scan_that_starts_from_the_prediction_finds_the_same_proven_edge(tmp_path):
+    found = {}
+    for flag in ("--predicted-start", "--no-predicted-start"):
+        out = tmp_path / flag
+        result = CliRunner().invoke(main, ["scan", "--model", "toy", "--device", "cpu", "--cpu-memory-budget", "48MiB",
+                                           "-p", "fp32", "--no-throughput", flag, "--out", str(out)])
+        assert result.exit_code == 0, result.output
+        (path,) = out.glob("*.json")
+        found[flag] = json.loads(path.read_text())["precisions"]["fp32"]
+    hinted, plain = found["--predicted-start"], found["--no-predicted-start"]
+    assert hinted["max_batch"] == plain["max_batch"] > 0 and hinted["proof"]["verified"]
+    predicted = hinted["settings"]["predicted_start"]["max_batch"]
+    assert predicted > 2 and [a["batch"] for a in hinted["attempts"]][:2] == [1, predicted]
+    assert "predicted_start" not in plain["settings"]
