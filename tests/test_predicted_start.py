@@ -68,3 +68,33 @@ def test_a_scan_that_starts_from_the_prediction_finds_the_same_proven_edge(tmp_p
     predicted = hinted["settings"]["predicted_start"]["max_batch"]
     assert predicted > 2 and [a["batch"] for a in hinted["attempts"]][:2] == [1, predicted]
     assert "predicted_start" not in plain["settings"]
+
+
+def test_the_child_predicts_per_gpu_for_a_data_parallel_world():
+    toy = load_registry()["toy"]
+    with PredictedStart(toy, ["bf16"], world=(2, "fsdp")) as start:
+        sharded = start.ask("bf16", 48 << 20)
+    with PredictedStart(toy, ["bf16"], world=(2, "zero3")) as start:
+        refused = start.ask("bf16", 48 << 20)
+    assert sharded["max_batch"] > 0, sharded
+    assert "unknown strategy 'zero3'" in refused["error"]
+
+
+def test_a_distributed_scan_starts_from_the_predicted_per_gpu_edge_and_still_proves_it(tmp_path, monkeypatch):
+    from conftest import RecordingProgress
+    from memprobe.probe.distributed.scan import scan_distributed
+    from test_distributed import TOY, FakeGroup, _opts
+
+    asked = []
+
+    def ask(self, precision, capacity_bytes):
+        asked.append((self.world, precision, capacity_bytes))
+        return {"precision": precision, "max_batch": 985}
+
+    monkeypatch.setattr(PredictedStart, "ask", ask)
+    group = FakeGroup()
+    result, _path = scan_distributed(TOY, _opts(predicted_start=True), 2, "ddp", tmp_path, RecordingProgress(), group)
+    p = result.precisions["fp32"]
+    assert asked == [((2, "ddp"), "fp32", FakeGroup.CAPACITY)]
+    assert [r.batches for r in group.requests[:3]] == [[1, 2], [985], [986]]  # then the walk to 990
+    assert p.max_batch == 990 and p.proof["verified"] and p.settings["predicted_start"]["max_batch"] == 985

@@ -1,6 +1,7 @@
 """The process that predicts a scan's max batch on the CPU while the scan's first trials run (probe/hint.py).
 
-Reads JSON lines on stdin: first {"workload": Workload.to_dict(), "precisions": [...], "steps": 3}, then
+Reads JSON lines on stdin: first {"workload": Workload.to_dict(), "precisions": [...], "steps": 3, "world": null or
+[N, "ddp"|"fsdp"] (per GPU, data_parallel.py)}, then
 {"precision": p, "capacity_bytes": n} requests. Traces the precisions in the order given (fake tensors, no GPU)
 and answers each request on stdout, once its precision is traced, with {"precision", "max_batch", "seconds"}
 or {"precision", "error"}. CUDA is hidden from it by its parent; it dies with its parent (lifeline.py).
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+from contextlib import ExitStack
 import select
 import sys
 import time
@@ -90,10 +92,10 @@ def serve() -> int:
                 continue
             pending.remove(request)
 
-    def serve_requests(session: TraceSession | None) -> None:
-        for precision in setup["precisions"] if session is not None else ():
+    def serve_requests(trace: Any) -> None:
+        for precision in setup["precisions"]:
             try:
-                traced[precision] = PrecisionTraces(session, precision)
+                traced[precision] = PrecisionTraces(trace(precision), precision)
             except Exception as exc:  # noqa: BLE001 - a precision that cannot be traced gets no hint
                 failed[precision] = _text(exc)
             pending.extend(requests.read(block=False))
@@ -107,19 +109,33 @@ def serve() -> int:
                 return
             pending.extend(requests.read(block=True))
 
-    try:
-        session = TraceSession(workload, int(setup.get("steps", 3)))
-        session.__enter__()
-    except Exception as exc:  # noqa: BLE001 - the model cannot be built on fake tensors: no hints at all
-        failed.update({p: _text(exc) for p in setup["precisions"]})
-        serve_requests(None)
-        return 0
-    try:
-        serve_requests(session)  # the session stays open: a workload traced at every batch needs it
-    finally:
-        session.__exit__(None, None, None)
-    return 0
+    steps = int(setup.get("steps", 3))
+    # The sessions stay open until the end: a workload traced at every batch needs its session.
+    with ExitStack() as stack:
+        if setup.get("world"):
+            from memprobe.predict.data_parallel import World
+            from memprobe.predict.summary import _world
 
+            try:
+                wrap_for = stack.enter_context(_world(World(*setup["world"])))
+            except Exception as exc:  # noqa: BLE001 - no fake process group here: no hints
+                failed.update({p: _text(exc) for p in setup["precisions"]})
+                wrap_for = None
+
+            def trace(precision: str) -> TraceSession:  # the wrapper depends on the precision
+                if wrap_for is None:
+                    raise RuntimeError(failed[precision])
+                return stack.enter_context(TraceSession(workload, steps, wrap=wrap_for(precision), fresh=True))
+        else:
+            shared: list[TraceSession] = []
+
+            def trace(precision: str) -> TraceSession:
+                if not shared:
+                    shared.append(stack.enter_context(TraceSession(workload, steps)))
+                return shared[0]
+
+        serve_requests(trace)
+    return 0
 
 def _text(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300]

@@ -29,8 +29,11 @@ class PredictedStart:
     manager (the child is killed on exit). Never raises for the child's failures: `ask` returns None and
     records why in `notes`."""
 
-    def __init__(self, workload: Workload, precisions: list[str], steps: int = 3, wait_s: float = WAIT_S) -> None:
+    def __init__(self, workload: Workload, precisions: list[str], steps: int = 3, wait_s: float = WAIT_S,
+                 world: tuple[int, str] | None = None) -> None:
+        """`world` = (N, strategy) predicts per GPU for N data-parallel GPUs (predict --gpus N)."""
         self.workload, self.precisions, self.steps, self.wait_s = workload, precisions, steps, wait_s
+        self.world = world
         self.proc: subprocess.Popen | None = None
         self._buffer = b""
 
@@ -40,7 +43,8 @@ class PredictedStart:
             self.proc = subprocess.Popen([sys.executable, "-m", "memprobe.predict.hint_worker"],
                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                          start_new_session=True, env=env)
-            self._send({"workload": self.workload.to_dict(), "precisions": self.precisions, "steps": self.steps})
+            self._send({"workload": self.workload.to_dict(), "precisions": self.precisions, "steps": self.steps,
+                        "world": list(self.world) if self.world else None})
         except OSError:
             self.proc = None
         return self

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import time
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any, Callable
 
@@ -23,6 +24,7 @@ from memprobe.probe.distributed.launch import LaunchRequest, LaunchResult, launc
 from memprobe.probe.distributed.topology import interconnect, visible_indices
 from memprobe.probe.distributed.wrap import NONE, STRATEGIES
 from memprobe.probe.errors import ERROR, FIT, OOM
+from memprobe.probe.hint import PredictedStart
 from memprobe.probe.scan import Progress, ScanOptions, interrupted, memory_models, _proof
 from memprobe.probe.search import Attempt, confirm_edge, find_max_batch
 from memprobe.registry import Workload
@@ -155,8 +157,10 @@ def _baseline(launches: _Launches, batch: int, group: dict[str, Any] | None) -> 
 
 
 def scan_precision_distributed(workload: Workload, precision: str, opts: ScanOptions, world_size: int, strategy: str,
-                               progress: Progress, launcher: Launcher = launch) -> tuple[PrecisionResult, dict | None]:
-    """Search, prove and time one precision on `world_size` GPUs; returns the result and rank 0's setup record."""
+                               progress: Progress, launcher: Launcher = launch,
+                               start: PredictedStart | None = None) -> tuple[PrecisionResult, dict | None]:
+    """Search, prove and time one precision on `world_size` GPUs; returns the result and rank 0's setup record.
+    `start` gives the search a predicted first batch (predict --gpus N, on the CPU)."""
     label = f"{world_size}x{strategy}"
     result = PrecisionResult(precision, status="running")
     launches = _Launches(workload, precision, opts, world_size, strategy, progress, launcher, label)
@@ -174,7 +178,8 @@ def scan_precision_distributed(workload: Workload, precision: str, opts: ScanOpt
         # failed (an import, the launcher, NCCL), which says nothing about any batch.
         result.status, result.error = "error", trials.first.attempts[0].message
         return result, None
-    found = find_max_batch(trials, result.capacity_bytes, opts.max_batch, opts.max_trials)
+    hint = start.hint_for(precision, result.capacity_bytes, result.settings, progress.note) if start else None
+    found = find_max_batch(trials, result.capacity_bytes, opts.max_batch, opts.max_trials, hint=hint)
     result.search_seconds = round(time.perf_counter() - started, 2)
     result.attempts = [a.to_dict() for a in found.attempts]
     result.memory_model = memory_models(found.attempts)
@@ -232,23 +237,33 @@ def scan_distributed(workload: Workload, opts: ScanOptions, world_size: int, str
             state["path"] = Path(out_dir) / result_filename(f"{world_size}x {gpu}", f"{workload.name}-{strategy}", opts.mode)
         write_result(result, state["path"])
 
+    start = (PredictedStart(workload, opts.precisions, opts.steps, world=(world_size, strategy))
+             if opts.uses_predicted_start else None)
     try:
-        for precision in opts.precisions:
-            progress.precision_start(workload.name, f"{precision} on {world_size} GPUs ({strategy})")
-            result.precisions[precision] = PrecisionResult(precision, status="running")
-            precision_result, setup = scan_precision_distributed(workload, precision, opts, world_size, strategy,
-                                                                 progress, launcher)
-            result.precisions[precision] = precision_result
-            if not state["env"] and setup is not None:
-                state["env"] = True
-                result.environment.update(setup.get("environment") or {})
-                result.environment["distributed"] = distributed_environment(world_size, strategy, opts.device, setup)
-            save()
-        result.status = final_status(result.precisions)  # failed when every precision ended in an error
-        save()
+        with start or nullcontext():
+            _scan_precisions(workload, opts, world_size, strategy, progress, launcher, start, result, state, save)
     except KeyboardInterrupt:
         raise interrupted(result, save, state) from None
     return result, state["path"]
+
+
+def _scan_precisions(workload: Workload, opts: ScanOptions, world_size: int, strategy: str, progress: Progress,
+                     launcher: Launcher, start: PredictedStart | None, result: ScanResult, state: dict[str, Any],
+                     save: Any) -> None:
+    """scan_distributed's loop over the precisions, saving after each."""
+    for precision in opts.precisions:
+        progress.precision_start(workload.name, f"{precision} on {world_size} GPUs ({strategy})")
+        result.precisions[precision] = PrecisionResult(precision, status="running")
+        precision_result, setup = scan_precision_distributed(workload, precision, opts, world_size, strategy,
+                                                             progress, launcher, start)
+        result.precisions[precision] = precision_result
+        if not state["env"] and setup is not None:
+            state["env"] = True
+            result.environment.update(setup.get("environment") or {})
+            result.environment["distributed"] = distributed_environment(world_size, strategy, opts.device, setup)
+        save()
+    result.status = final_status(result.precisions)  # failed when every precision ended in an error
+    save()
 
 
 def gpu_count(visible: str | None = None) -> int:
