@@ -60,7 +60,7 @@ for model in "${models[@]}"; do
     esac
     say "$model: $state in $(( t1 - t0 ))s"
     # per precision: when each started, the best batch, the curve's cost, the proof and the file
-    grep -E "^\[$model [a-z0-9]+\] starting|best batch b\*|curve took|fresh-process check|wrote " "$W/logs/$model.log" \
+    grep -E "^\[$model [a-z0-9]+\] starting|predicted max batch|no predicted start|best batch b\*|curve took|fresh-process check|wrote " "$W/logs/$model.log" \
         | sed "s/^/  $model: /" | tee -a "$LOG"
     pack
 done
