@@ -147,3 +147,10 @@ def test_api_predicts_per_gpu():
     assert prediction.precisions["bf16"].max_batch["8GiB"] > 0
     with pytest.raises(ValueError):
         predict_max_batch("toy", "8GiB", "bf16", overhead_from=(), gpus=2, strategy="zero3")
+
+
+def test_cli_refuses_what_a_multi_gpu_scan_refuses():
+    result = CliRunner().invoke(main, ["predict", "--model", "pix2pixhd", "--memory", "80GiB", "--gpus", "2"])
+    assert result.exit_code == 1
+    assert result.output.strip().splitlines()[-1].startswith("Error: pix2pixhd: ")
+    assert "Traceback" not in result.output

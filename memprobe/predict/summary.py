@@ -18,7 +18,7 @@ from memprobe.predict.fakecuda import H100, Target
 from memprobe.registry import Workload
 from memprobe.probe.search import Attempt, MemoryModel, fit_memory_model
 from memprobe.units import gib
-from memprobe.predict.trace import MODEL_BATCHES, TraceSession
+from memprobe.predict.trace import MODEL_BATCHES, PredictError, TraceSession
 from memprobe.predict.batch_model import FIT_BATCHES, PrecisionTraces, max_batch_for
 
 
@@ -158,6 +158,13 @@ def predict(workload: Workload, precisions: Sequence[str], sizes: Sequence[Memor
     for p in precisions:
         if p not in ("fp32", "tf32", "fp16", "bf16"):
             raise ValueError(f"unknown precision '{p}'")
+    if world is not None:
+        from memprobe.probe.distributed.scan import DistributedScanError, check_workload
+
+        try:
+            check_workload(workload)  # what a multi-GPU scan refuses is not predicted either
+        except DistributedScanError as exc:
+            raise PredictError(str(exc)) from None
     notes: list[str] = []
     results: dict[str, PrecisionPrediction] = {}
     rows: list[ComparisonRow] = []
