@@ -8,6 +8,9 @@ question. Prints a markdown table (one column group per card) and writes every r
 
     python benchmarks/calibration.py reports/h100 reports/emulated_h100 --json reports/calibration_h100.json
 
+Multi-GPU result files (`scan --gpus N --strategy ...`) get a column of their own, predicted per GPU for the
+same world size and strategy (`predict --gpus N`, data_parallel.py) at the smallest capacity a rank recorded.
+
 The timm workloads need torchvision to import; where none can load (this project's CPU machine) the
 tests' stand-in is installed, as in benchmarks/predict_without_torchvision.py.
 """
@@ -26,16 +29,35 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "tests")]
 
 def _card_key(result) -> tuple[str, int]:
-    """(column label, sort key): the real card first, then emulated caps by size."""
+    """(column label, sort key): the real card first, then emulated caps by size; a multi-GPU scan is its
+    own column, per GPU ("2x NVIDIA H200 ddp, per GPU")."""
+    from memprobe.compare.scaling import world_size
+
     gpu = result.environment.get("gpu", {})
     cap = gpu.get("emulated_total_bytes")
     if cap:
         return f"{cap / 2**30:g} GiB emulated", int(cap)
+    size = world_size(result)
+    if size > 1:
+        return f"{size}x {gpu.get('name', '?')} {_strategy(result)}, per GPU", (1 << 62) - size
     return f"{gpu.get('name', '?')} (real)", 1 << 62
 
 
-def collect(paths: list[str], models: list[str] | None) -> dict[str, dict[str, list[dict]]]:
-    """workload -> precision -> one entry per card: the newest finished scan's answer and capacity."""
+def _strategy(result) -> str:
+    return (result.environment.get("distributed") or {}).get("strategy") or result.settings.get("strategy", "?")
+
+
+def _world(result) -> tuple[int, str] | None:
+    """(N, strategy) of a multi-GPU scan, None for one GPU: the prediction is made for the same world."""
+    from memprobe.compare.scaling import world_size
+
+    size = world_size(result)
+    return (size, _strategy(result)) if size > 1 else None
+
+
+def collect(paths: list[str], models: list[str] | None) -> dict[tuple, dict[str, list[dict]]]:
+    """(workload, world) -> precision -> one entry per card: the newest finished scan's answer and capacity;
+    world is None for one GPU, (N, strategy) for a multi-GPU scan (its per-GPU edge and capacity)."""
     from memprobe.predict.summary import trial_fit_batches
     from memprobe.compare.scan_table import newest_finished
     from memprobe.results import load_results
@@ -49,7 +71,7 @@ def collect(paths: list[str], models: list[str] | None) -> dict[str, dict[str, l
             continue
         label, order = _card_key(result)
         trial_fits = trial_fit_batches((p.proof or {}).get("checks") or [])
-        out.setdefault(name, {}).setdefault(precision, []).append({
+        out.setdefault((name, _world(result)), {}).setdefault(precision, []).append({
             "card": label, "order": order, "file": str(by_result[id(result)]), "workload": result.workload,
             "capacity_bytes": int(p.capacity_bytes), "measured": int(p.max_batch),
             # the largest batch whose 3-step trial fitted in a fresh process (the timed run may then have failed)
@@ -58,19 +80,21 @@ def collect(paths: list[str], models: list[str] | None) -> dict[str, dict[str, l
     return out
 
 
-def predict_rows(name: str, per_precision: dict[str, list[dict]]) -> list[dict]:
-    """Trace `name` once and predict the max batch at every recorded capacity."""
+def predict_rows(name: str, per_precision: dict[str, list[dict]], world: tuple[int, str] | None = None) -> list[dict]:
+    """Trace `name` (as rank 0 of `world` when given) and predict the max batch at every recorded capacity."""
     from memprobe.catalog import PRECISIONS
-    from memprobe.predict.trace import MODEL_BATCHES, TraceSession
+    from memprobe.predict.trace import MODEL_BATCHES
     from memprobe.predict.batch_model import PrecisionTraces, max_batch_for
+    from memprobe.predict.data_parallel import World
+    from memprobe.predict.sessions import trace_sessions
     from memprobe.registry import load_registry
 
     workload = load_registry()[name]
     rows = []
-    with TraceSession(workload) as session:
+    with trace_sessions(workload, world=World(*world) if world else None) as session_for:
         for precision in sorted(per_precision, key=PRECISIONS.index):
             started = time.perf_counter()
-            traces = PrecisionTraces(session, precision)
+            traces = PrecisionTraces(session_for(precision), precision)
             for entry in sorted(per_precision[precision], key=lambda e: e["order"]):
                 if entry["workload"].get("params") != workload.params:
                     raise SystemExit(f"{entry['file']}: {name} was scanned with other parameters than models.yaml has now")
@@ -134,8 +158,8 @@ def main(argv: list[str] | None = None) -> int:
 
     started = time.perf_counter()
     rows = []
-    for name, per_precision in sorted(collect(args.paths, args.model).items()):
-        rows += predict_rows(name, per_precision)
+    for (name, world), per_precision in sorted(collect(args.paths, args.model).items(), key=lambda kv: (kv[0][0], kv[0][1] or ())):
+        rows += predict_rows(name, per_precision, world)
     text = table(rows)
     print(text)
     if args.json:

@@ -12,7 +12,7 @@ SPEC.loader.exec_module(calibration)
 def test_collect_takes_the_newest_finished_scan_per_card_from_the_committed_files():
     found = calibration.collect([str(REPO / "reports" / "h100"), str(REPO / "reports" / "emulated_h100")],
                                 ["transformer-big"])
-    cards = {e["card"]: e for e in found["transformer-big"]["fp16"]}
+    cards = {e["card"]: e for e in found[("transformer-big", None)]["fp16"]}
     assert set(cards) == {"NVIDIA H100 80GB HBM3 (real)", "24 GiB emulated", "48 GiB emulated"}
     assert [cards[c]["measured"] for c in ("NVIDIA H100 80GB HBM3 (real)", "48 GiB emulated", "24 GiB emulated")] == [679, 406, 182]
     # each prediction is made at the allocator capacity the scan itself recorded
@@ -36,3 +36,19 @@ def test_table_marks_misses_and_cells_not_run():
     assert "| a | fp32 | 100 | 101 | +1.0% | 50 | 47 | **-6.0%** |" in lines
     assert "| b | fp16 | 10 | 10 | +0.0% | not run |  |  |" in lines
     assert lines[-1] == "Within 3%: 2 of 3 comparisons."
+
+
+def test_a_multi_gpu_scan_is_a_column_of_its_own_predicted_for_the_same_world(tmp_path):
+    from conftest import RecordingProgress
+    from memprobe.probe.distributed.scan import scan_distributed
+    from test_distributed import TOY, FakeGroup, _opts
+
+    _result, path = scan_distributed(TOY, _opts(), 2, "fsdp", tmp_path, RecordingProgress(), FakeGroup())
+    found = calibration.collect([str(path)], None)
+    ((key, per_precision),) = found.items()
+    assert key == ("toy", (2, "fsdp"))
+    (entry,) = per_precision["fp32"]
+    assert entry["card"] == "2x cpu fsdp, per GPU" and entry["measured"] == 990
+    (row,) = calibration.predict_rows("toy", per_precision, (2, "fsdp"))  # traced as rank 0 of 2 under fsdp
+    assert (row["card"], row["measured"], row["capacity_gib"]) == ("2x cpu fsdp, per GPU", 990, 0.0)
+    assert row["predicted"] == 0  # 100,000 bytes hold less than the emulated cuBLAS workspace

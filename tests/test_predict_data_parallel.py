@@ -18,7 +18,8 @@ from click.testing import CliRunner  # noqa: E402
 from memprobe.cli import main  # noqa: E402
 from memprobe.predict.allocator import ALLOC, FREE, MARK  # noqa: E402
 from memprobe.predict.data_parallel import World  # noqa: E402
-from memprobe.predict.summary import MemorySize, _world, predict  # noqa: E402
+from memprobe.predict.sessions import world_wraps  # noqa: E402
+from memprobe.predict.summary import MemorySize, predict  # noqa: E402
 from memprobe.predict.trace import TRIAL_MARK, TraceSession  # noqa: E402
 from memprobe.probe.distributed.wrap import StrategyError  # noqa: E402
 from memprobe.registry import load_registry  # noqa: E402
@@ -46,7 +47,7 @@ def _live_at_trial_start(events: list[tuple]) -> int:
 
 
 def _weights_and_params(registry, name: str, world: World | None, precision: str = "bf16") -> tuple[int, int]:
-    with _world(world) as wrap_for:
+    with world_wraps(world) as wrap_for:
         with TraceSession(registry[name], wrap=wrap_for(precision), fresh=world is not None) as session:
             trace = session.trace(precision, 2)
     parameter_bytes = None

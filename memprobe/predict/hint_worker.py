@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-from contextlib import ExitStack
 import select
 import sys
 import time
@@ -63,7 +62,7 @@ def serve() -> int:
 
     torch.set_num_threads(1)
     from memprobe.predict.batch_model import PrecisionTraces, max_batch_for
-    from memprobe.predict.trace import TraceSession
+    from memprobe.predict.sessions import trace_sessions
     from memprobe.registry import Workload
 
     w = setup["workload"]
@@ -92,10 +91,10 @@ def serve() -> int:
                 continue
             pending.remove(request)
 
-    def serve_requests(trace: Any) -> None:
-        for precision in setup["precisions"]:
+    def serve_requests(session_for: Any) -> None:
+        for precision in setup["precisions"] if session_for is not None else ():
             try:
-                traced[precision] = PrecisionTraces(trace(precision), precision)
+                traced[precision] = PrecisionTraces(session_for(precision), precision)
             except Exception as exc:  # noqa: BLE001 - a precision that cannot be traced gets no hint
                 failed[precision] = _text(exc)
             pending.extend(requests.read(block=False))
@@ -109,36 +108,28 @@ def serve() -> int:
                 return
             pending.extend(requests.read(block=True))
 
-    steps = int(setup.get("steps", 3))
-    # The sessions stay open until the end: a workload traced at every batch needs its session.
-    with ExitStack() as stack:
+    world = None
+    try:
         if setup.get("world"):
             from memprobe.predict.data_parallel import World
-            from memprobe.predict.summary import _world
 
-            try:
-                wrap_for = stack.enter_context(_world(World(*setup["world"])))
-            except Exception as exc:  # noqa: BLE001 - no fake process group here: no hints
-                failed.update({p: _text(exc) for p in setup["precisions"]})
-                wrap_for = None
-
-            def trace(precision: str) -> TraceSession:  # the wrapper depends on the precision
-                if wrap_for is None:
-                    raise RuntimeError(failed[precision])
-                return stack.enter_context(TraceSession(workload, steps, wrap=wrap_for(precision), fresh=True))
-        else:
-            shared: list[TraceSession] = []
-
-            def trace(precision: str) -> TraceSession:
-                if not shared:
-                    shared.append(stack.enter_context(TraceSession(workload, steps)))
-                return shared[0]
-
-        serve_requests(trace)
+            world = World(*setup["world"])
+        sessions = trace_sessions(workload, int(setup.get("steps", 3)), world=world)
+        session_for = sessions.__enter__()
+    except Exception as exc:  # noqa: BLE001 - no world to trace in (bad strategy, no fake process group)
+        failed.update({p: _text(exc) for p in setup["precisions"]})
+        serve_requests(None)
+        return 0
+    try:
+        serve_requests(session_for)  # the sessions stay open: a workload traced at every batch needs its own
+    finally:
+        sessions.__exit__(None, None, None)
     return 0
+
 
 def _text(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300]
+
 
 if __name__ == "__main__":
     sys.exit(serve())

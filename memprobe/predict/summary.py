@@ -8,16 +8,16 @@ peak(b) = static + per_sample x b through the replayed peaks near the edge is re
 from __future__ import annotations
 
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Sequence
 
 from memprobe.probe.errors import FIT
 from memprobe.predict.fakecuda import H100, Target
 from memprobe.registry import Workload
 from memprobe.probe.search import Attempt, MemoryModel, fit_memory_model
 from memprobe.units import gib
+from memprobe.predict.sessions import trace_sessions
 from memprobe.predict.trace import MODEL_BATCHES, PredictError, TraceSession
 from memprobe.predict.batch_model import FIT_BATCHES, PrecisionTraces, max_batch_for
 
@@ -170,31 +170,32 @@ def predict(workload: Workload, precisions: Sequence[str], sizes: Sequence[Memor
     rows: list[ComparisonRow] = []
     edges: list[MaxBatchComparison] = []
     started = time.perf_counter()
-    traced_seconds = build_seconds = 0.0
     sdpa: dict = {}
     answers: dict = {}
     behaviour_notes: list[str] = []
-    groups = [list(precisions)] if world is None else [[p] for p in precisions]
-    with _world(world) as wrap_for:
-        for group in groups:
-            with TraceSession(workload, steps, target, wrap=wrap_for(group[0]), fresh=world is not None) as session:
-                for precision in group:
-                    traces = PrecisionTraces(session, precision, check)
-                    if traces.how == "traced":
-                        notes.append(f"{precision}: the op sequence changes with the batch, so every batch needed was traced.")
-                    results[precision] = _predict_precision(traces, sizes)
-                    if compare_with is not None and precision in compare_with[1].precisions:
-                        got_rows, edge = _compare(traces, compare_with[1].precisions[precision])
-                        rows += got_rows
-                        if edge is not None:
-                            edges.append(edge)
-                for key, n in session.behaviour.sdpa_choices.items():
-                    sdpa[key] = sdpa.get(key, 0) + n
-                for key, n in session.recorder.answers.items():
-                    answers[key] = answers.get(key, 0) + n
-                behaviour_notes += [n for n in session.behaviour.notes if n not in behaviour_notes]
-            traced_seconds += session.seconds
-            build_seconds += session.build_seconds
+    sessions: list[TraceSession] = []
+    with trace_sessions(workload, steps, target, world) as session_for:
+        for precision in precisions:
+            session = session_for(precision)
+            if session not in sessions:
+                sessions.append(session)
+            traces = PrecisionTraces(session, precision, check)
+            if traces.how == "traced":
+                notes.append(f"{precision}: the op sequence changes with the batch, so every batch needed was traced.")
+            results[precision] = _predict_precision(traces, sizes)
+            if compare_with is not None and precision in compare_with[1].precisions:
+                got_rows, edge = _compare(traces, compare_with[1].precisions[precision])
+                rows += got_rows
+                if edge is not None:
+                    edges.append(edge)
+        for session in sessions:  # counted before the sessions close
+            for key, n in session.behaviour.sdpa_choices.items():
+                sdpa[key] = sdpa.get(key, 0) + n
+            for key, n in session.recorder.answers.items():
+                answers[key] = answers.get(key, 0) + n
+            behaviour_notes += [n for n in session.behaviour.notes if n not in behaviour_notes]
+    traced_seconds = sum(s.seconds for s in sessions)
+    build_seconds = sum(s.build_seconds for s in sessions)
     if "tf32" in precisions:
         notes.append("tf32: traced like fp32 (TF32 changes the math, not the tensors).")
     choices = ", ".join(f"{backend} ({dtype}) x{n}" for (backend, dtype), n in sorted(sdpa.items()))
@@ -215,24 +216,6 @@ def predict(workload: Workload, precisions: Sequence[str], sizes: Sequence[Memor
     return Prediction(workload.name, target.name, steps, seconds, build_seconds, list(sizes), overhead_bytes,
                       overhead_source, results, notes, rows, edges, compare_with[0] if compare_with else "",
                       world.label if world is not None else "")
-
-
-@contextmanager
-def _world(world: Any) -> Iterator[Callable[[str], Callable | None]]:
-    """Yields precision -> the wrap hook of TraceSession (None on one GPU). With a `world`, holds the fake
-    process group and puts back the loss scaler class the fsdp wrapper swaps in."""
-    if world is None:
-        yield lambda precision: None
-        return
-    from memprobe.predict.data_parallel import fake_world, wrap_for_trace
-    from memprobe.workloads.base import Amp
-
-    scaler_class = Amp.scaler_class
-    try:
-        with fake_world(world) as mesh:
-            yield lambda precision: (lambda task: wrap_for_trace(task, world, precision, mesh))
-    finally:
-        Amp.scaler_class = scaler_class
 
 
 def measured_overhead(paths: Sequence[str | Path]) -> tuple[int | None, str]:
