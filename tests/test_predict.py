@@ -292,3 +292,20 @@ def test_the_readme_user_model_predicts(run):
     result = run("predict", "--model", "examples/my_model.py:build", "--precision", "bf16", "--memory", "24GiB")
     assert result.exit_code == 0, result.output
     assert "predicted max batch" in result.output
+
+
+def test_bool_of_a_fake_tensor_is_answered_under_inference_mode_too(registry):
+    # transformers' bidirectional mask asks bool(mask.all()): under inference_mode that arrives as
+    # is_nonzero (no autograd key above to decompose it into item()), which fake tensors cannot answer.
+    with TraceSession(registry["toy"]):
+        mask = torch.ones(2, 8, dtype=torch.bool)
+        with torch.inference_mode():
+            assert bool(mask.all()) is True
+            assert torch.zeros(3).sum().item() == 0.0
+
+
+def test_inference_is_traced_under_inference_mode_and_needs_less_than_training(registry):
+    size = [MemorySize("cap", 256 * MiB, 256 * MiB)]
+    train = predict(registry["toy-bert-squad"], ["bf16"], size, None, "test")
+    infer = predict(registry["toy-bert-squad"], ["bf16"], size, None, "test", steps=2, mode="infer")
+    assert infer.mode == "infer" and infer.precisions["bf16"].max_batch["cap"] > train.precisions["bf16"].max_batch["cap"] > 0

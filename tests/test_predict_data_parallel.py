@@ -155,3 +155,14 @@ def test_cli_refuses_what_a_multi_gpu_scan_refuses():
     assert result.exit_code == 1
     assert result.output.strip().splitlines()[-1].startswith("Error: pix2pixhd: ")
     assert "Traceback" not in result.output
+
+
+def test_cli_predicts_inference_and_refuses_it_for_several_gpus():
+    infer = CliRunner().invoke(main, ["predict", "--model", "toy", "-p", "bf16", "--memory", "8GiB", "--mode", "infer",
+                                      "--overhead-from", "none"])
+    assert infer.exit_code == 0, infer.output
+    assert "of inference (2 forward passes under inference_mode)" in infer.output
+    both = CliRunner().invoke(main, ["predict", "--model", "toy", "--memory", "8GiB", "--mode", "infer", "--gpus", "2"])
+    assert both.exit_code == 2 and "leave --mode at train" in both.output
+    short = CliRunner().invoke(main, ["predict", "--model", "toy", "--memory", "8GiB", "--steps", "2"])
+    assert short.exit_code == 2 and "3 or more" in short.output

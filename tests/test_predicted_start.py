@@ -46,10 +46,10 @@ def test_a_slow_prediction_is_given_up_and_the_child_ended():
         assert "not running" in start.ask("fp32", GiB)["error"]
 
 
-def test_the_default_is_on_for_cuda_training_only():
+def test_the_default_is_on_for_cuda_without_compile():
     assert ScanOptions(["fp32"]).uses_predicted_start
+    assert ScanOptions(["fp32"], mode="infer").uses_predicted_start
     assert not ScanOptions(["fp32"], device="cpu").uses_predicted_start
-    assert not ScanOptions(["fp32"], mode="infer").uses_predicted_start
     assert not ScanOptions(["fp32"], compile=True).uses_predicted_start
     assert ScanOptions(["fp32"], device="cpu", predicted_start=True).uses_predicted_start
 
@@ -98,3 +98,12 @@ def test_a_distributed_scan_starts_from_the_predicted_per_gpu_edge_and_still_pro
     assert asked == [((2, "ddp"), "fp32", FakeGroup.CAPACITY)]
     assert [r.batches for r in group.requests[:3]] == [[1, 2], [985], [986]]  # then the walk to 990
     assert p.max_batch == 990 and p.proof["verified"] and p.settings["predicted_start"]["max_batch"] == 985
+
+
+def test_an_inference_scan_gets_a_prediction_of_forward_passes():
+    toy = load_registry()["toy"]
+    with PredictedStart(toy, ["bf16"], steps=2, mode="infer") as start:
+        infer = start.ask("bf16", 48 << 20)
+    with PredictedStart(toy, ["bf16"]) as start:
+        train = start.ask("bf16", 48 << 20)
+    assert infer["max_batch"] > train["max_batch"] > 0  # no gradients, activations freed as the forward goes

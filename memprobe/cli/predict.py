@@ -14,7 +14,8 @@ from memprobe.cli.app import COMMON_CARD_SIZES, _precision_list, _workloads, mai
 
 
 def _predict_and_print(workloads: list[Workload], precisions: list[str], memory: str | None, overhead_from: tuple[str, ...],
-                       steps: int, compare: str | None, cards: str | None = None, worlds: list | None = None) -> None:
+                       steps: int, compare: str | None, cards: str | None = None, worlds: list | None = None,
+                       mode: str = "train") -> None:
     from memprobe.predict.torch_internals import TorchInternalsError
     from memprobe.workloads.torchvision_guard import standin_reason
 
@@ -45,6 +46,9 @@ def _predict_and_print(workloads: list[Workload], precisions: list[str], memory:
             raise click.ClickException(f"{compare} is a scan of {compare_with[1].workload.get('name')}, "
                                        f"not of {', '.join(w.name for w in workloads)}")
         _check_same_world(compare, compare_with[1], worlds)
+        scanned_mode = (compare_with[1].settings or {}).get("mode", "train")
+        if scanned_mode != mode:
+            raise click.ClickException(f"{compare} is a --mode {scanned_mode} scan; this prediction is --mode {mode}")
     for workload in workloads:
         for world in worlds or [None]:
             where = f" as rank 0 of {world.label}" if world else ""
@@ -52,7 +56,8 @@ def _predict_and_print(workloads: list[Workload], precisions: list[str], memory:
             try:
                 prediction = predict(workload, precisions, sizes, overhead, source, steps=steps,
                                      compare_with=compare_with if compare_with and
-                                     compare_with[1].workload.get("name") == workload.name else None, world=world)
+                                     compare_with[1].workload.get("name") == workload.name else None, world=world,
+                                     mode=mode)
             except (PredictError, TorchInternalsError, RuntimeError) as exc:
                 raise click.ClickException(str(exc).splitlines()[0]) from None
             click.echo(render(prediction))
@@ -115,7 +120,11 @@ def _worlds(count: int, strategy: str) -> list | None:
 @click.option("--compare", type=click.Path(exists=True, dir_okay=False),
               help="A scan result file of this workload: also print predicted vs measured peaks for its trials, and "
                    "the predicted max batch at its allocator capacity beside the measured one.")
-@click.option("--steps", default=3, show_default=True, type=click.IntRange(3), help="Steps per trial: 1 warm-up + K >= 2.")
+@click.option("--steps", default=None, type=click.IntRange(1),
+              help="Steps per trial, as the scan's: 1 warm-up + K >= 2 in training (default 3); forward passes in "
+                   "inference (default 2).")
+@click.option("--mode", type=click.Choice(["train", "infer"]), default="train", show_default=True,
+              help="infer: predict the max batch of forward passes under inference_mode (as `scan --mode infer`).")
 @_model_options
 @_variant_options
 @click.option("--batch", default=1, show_default=True, type=click.IntRange(1),
@@ -124,7 +133,7 @@ def predict_cmd(model: str, memory: str | None, world_size: int, strategy: str, 
                 models_file: str | None,
                 overhead_from: tuple[str, ...], compare: str | None, steps: int, input_size: str | None,
                 optimizer: str | None, task: str | None, seq_len: int | None, search: str, checkpointing: bool,
-                lora: str | None, batch: int) -> None:
+                lora: str | None, batch: int, mode: str) -> None:
     """Predict the max batch for any memory size, with no GPU (labelled predicted, not measured).
 
     Runs the scan's trial (1 warm-up + K steps, optimizer state included) on fake tensors with the
@@ -138,6 +147,12 @@ def predict_cmd(model: str, memory: str | None, world_size: int, strategy: str, 
     if not precisions:
         raise click.BadParameter("give at least one precision", param_hint="--precision")
     worlds = _worlds(world_size, strategy)
+    if worlds and mode != "train":
+        raise click.BadParameter("--gpus N predicts data-parallel training: leave --mode at train", param_hint="--mode")
+    if steps is None:
+        steps = 3 if mode == "train" else 2
+    elif mode == "train" and steps < 3:
+        raise click.BadParameter("a training trial is 1 warm-up step + K >= 2 steps (3 or more)", param_hint="--steps")
     if memory is None and cards is None:
         memory = COMMON_CARD_SIZES
-    _predict_and_print(workloads, precisions, memory, overhead_from, steps, compare, cards, worlds)
+    _predict_and_print(workloads, precisions, memory, overhead_from, steps, compare, cards, worlds, mode)

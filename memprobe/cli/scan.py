@@ -67,7 +67,7 @@ class _ProgressPrinter:
                    "until that passes (recorded as proof.soak); 0 = off.")
 @click.option("--predicted-start/--no-predicted-start", "predicted_start", default=None,
               help="Start the search at the max batch `memprobe predict` gives on the CPU, computed while the first "
-                   "trials run (default: on for training on CUDA without --compile). Only the start: the search "
+                   "trials run (default: on for CUDA without --compile). Only the start: the search "
                    "and the fresh-process proof are unchanged.")
 @click.option("--curve", "curve", is_flag=False, flag_value="auto", default="auto", metavar="[B1,B2,...]",
               help="Throughput curve (default on): time a ladder of batches up to B and report the best batch b*. "
@@ -257,4 +257,4 @@ def _no_gpu(message: str, workloads: list[Workload], opts, mode: str, out_dir: s
         raise NoGPUExit(f"{message}; --predict-if-no-gpu predicts training steps only (--mode train)")
     click.echo(f"{message}: predicting instead of measuring (memprobe predict; nothing is measured and no result "
                "file is written)", err=True)
-    _predict_and_print(workloads, opts.precisions, COMMON_CARD_SIZES, (out_dir,), opts.steps, None)
+    _predict_and_print(workloads, opts.precisions, COMMON_CARD_SIZES, (out_dir,), opts.trial_steps, None, mode=opts.mode)

@@ -66,8 +66,12 @@ class FakeCudaMode(TorchDispatchMode):
         if func is _PRIM_DEVICE:  # asked for every `tensor.device`: the most frequent call by far
             return func(*args)
         kwargs = kwargs or {}
-        if func is aten._local_scalar_dense.default:
+        if func is aten._local_scalar_dense.default or func is aten.item.default:
             return self._scalar(args[0])
+        if func is aten.is_nonzero.default:
+            # Under inference_mode bool(tensor) reaches this mode as is_nonzero (no autograd key above it
+            # to decompose it into item()), and the fake mode's own decomposition cannot answer it.
+            return bool(self._scalar(args[0]))
         if func in _BOOL_INDEX_OPS and any(i is not None and i.dtype in (torch.bool, torch.uint8) for i in args[1]):
             indices = []
             for i in args[1]:

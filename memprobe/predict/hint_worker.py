@@ -1,7 +1,7 @@
 """The process that predicts a scan's max batch on the CPU while the scan's first trials run (probe/hint.py).
 
-Reads JSON lines on stdin: first {"workload": Workload.to_dict(), "precisions": [...], "steps": 3, "world": null or
-[N, "ddp"|"fsdp"] (per GPU, data_parallel.py)}, then
+Reads JSON lines on stdin: first {"workload": Workload.to_dict(), "precisions": [...], "steps": 3, "mode": "train" or
+"infer", "world": null or [N, "ddp"|"fsdp"] (per GPU, data_parallel.py)}, then
 {"precision": p, "capacity_bytes": n} requests. Traces the precisions in the order given (fake tensors, no GPU)
 and answers each request on stdout, once its precision is traced, with {"precision", "max_batch", "seconds"}
 or {"precision", "error"}. CUDA is hidden from it by its parent; it dies with its parent (lifeline.py).
@@ -114,7 +114,7 @@ def serve() -> int:
             from memprobe.predict.data_parallel import World
 
             world = World(*setup["world"])
-        sessions = trace_sessions(workload, int(setup.get("steps", 3)), world=world)
+        sessions = trace_sessions(workload, int(setup.get("steps", 3)), world=world, mode=setup.get("mode", "train"))
         session_for = sessions.__enter__()
     except Exception as exc:  # noqa: BLE001 - no world to trace in (bad strategy, no fake process group)
         failed.update({p: _text(exc) for p in setup["precisions"]})

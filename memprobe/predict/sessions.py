@@ -30,13 +30,14 @@ def world_wraps(world: Any) -> Iterator[Callable[[str], Callable | None]]:
 
 
 @contextmanager
-def trace_sessions(workload: Workload, steps: int = 3, target: Target = H100,
-                   world: Any = None) -> Iterator[Callable[[str], TraceSession]]:
+def trace_sessions(workload: Workload, steps: int = 3, target: Target = H100, world: Any = None,
+                   mode: str = "train") -> Iterator[Callable[[str], TraceSession]]:
     """Yields precision -> an open TraceSession to trace that precision in, all closed on exit.
 
     One GPU: one session shared by every precision (built once). With a `world`: a session per precision
     (the wrapper depends on it), built again for every traced batch (`fresh`). A session that cannot be
-    built raises PredictError when asked for, so other precisions can still be tried.
+    built raises PredictError when asked for, so other precisions can still be tried. `mode` "infer" traces
+    forward passes (TraceSession).
     """
     with ExitStack() as stack:
         wrap_for = stack.enter_context(world_wraps(world))
@@ -44,9 +45,10 @@ def trace_sessions(workload: Workload, steps: int = 3, target: Target = H100,
 
         def session_for(precision: str) -> TraceSession:
             if world is not None:
-                return stack.enter_context(TraceSession(workload, steps, target, wrap=wrap_for(precision), fresh=True))
+                return stack.enter_context(TraceSession(workload, steps, target, wrap=wrap_for(precision), fresh=True,
+                                                        mode=mode))
             if not shared:
-                shared.append(stack.enter_context(TraceSession(workload, steps, target)))
+                shared.append(stack.enter_context(TraceSession(workload, steps, target, mode=mode)))
             return shared[0]
 
         yield session_for

@@ -87,6 +87,7 @@ class Prediction:
     max_batch_comparison: list[MaxBatchComparison] = field(default_factory=list)
     compared_with: str = ""
     world: str = ""  # "2 GPUs, ddp": the figures are per GPU, for rank 0 of a data-parallel group
+    mode: str = "train"  # "infer": forward passes only
 
 
 def _predict_precision(traces: PrecisionTraces, sizes: Sequence[MemorySize]) -> PrecisionPrediction:
@@ -147,12 +148,13 @@ def _compare(traces: PrecisionTraces, p) -> tuple[list[ComparisonRow], MaxBatchC
 
 def predict(workload: Workload, precisions: Sequence[str], sizes: Sequence[MemorySize], overhead_bytes: int | None,
             overhead_source: str, steps: int = 3, target: Target = H100, check: bool = True,
-            compare_with: tuple[str, Any] | None = None, world: Any = None) -> Prediction:
+            compare_with: tuple[str, Any] | None = None, world: Any = None, mode: str = "train") -> Prediction:
     """Trace `workload` in each precision and predict its max batch for each memory size.
 
     `compare_with` = (path, ScanResult) of a real scan of this workload adds predicted-vs-measured rows.
     `world` (data_parallel.World) predicts per GPU for rank 0 of N data-parallel GPUs: one traced session per
-    precision, since the wrapper depends on it. Raises PredictError when the workload cannot be built,
+    precision, since the wrapper depends on it. `mode` "infer": forward passes under inference_mode, as a
+    `scan --mode infer` trial (its `steps` forward passes). Raises PredictError when the workload cannot be built,
     wrapped or stepped on fake tensors, ValueError for a precision other than fp32/tf32/fp16/bf16.
     """
     for p in precisions:
@@ -174,7 +176,9 @@ def predict(workload: Workload, precisions: Sequence[str], sizes: Sequence[Memor
     answers: dict = {}
     behaviour_notes: list[str] = []
     sessions: list[TraceSession] = []
-    with trace_sessions(workload, steps, target, world) as session_for:
+    if world is not None and mode != "train":
+        raise ValueError("a data-parallel prediction is of training (--mode train)")
+    with trace_sessions(workload, steps, target, world, mode) as session_for:
         for precision in precisions:
             session = session_for(precision)
             if session not in sessions:
@@ -215,7 +219,7 @@ def predict(workload: Workload, precisions: Sequence[str], sizes: Sequence[Memor
     seconds = time.perf_counter() - started
     return Prediction(workload.name, target.name, steps, seconds, build_seconds, list(sizes), overhead_bytes,
                       overhead_source, results, notes, rows, edges, compare_with[0] if compare_with else "",
-                      world.label if world is not None else "")
+                      world.label if world is not None else "", mode)
 
 
 def measured_overhead(paths: Sequence[str | Path]) -> tuple[int | None, str]:
@@ -265,8 +269,10 @@ def render(pred: Prediction) -> str:
     from tabulate import tabulate
 
     where = f" per GPU on {pred.world}" if pred.world else ""
+    trial = (f"(1 warm-up + {pred.steps - 1} steps, optimizer state included)" if pred.mode == "train"
+             else f"of inference ({pred.steps} forward passes under inference_mode)")
     lines = [f"memprobe predict: {pred.workload}{where} -- PREDICTED, not measured: a fake-tensor trace of one trial "
-             f"(1 warm-up + {pred.steps - 1} steps, optimizer state included) with the CUDA kernels of {pred.target}, "
+             f"{trial} with the CUDA kernels of {pred.target}, "
              f"replayed through a model of the CUDA caching allocator; {pred.seconds:.1f} s on this CPU."]
     if pred.overhead_bytes is not None:
         lines.append(f"Usable memory = memory - {gib(pred.overhead_bytes, 2)} GiB not allocatable, {pred.overhead_source}.")

@@ -87,13 +87,17 @@ class TraceSession:
     """One workload built on fake tensors, traced at any batch and precision. Use as a context manager."""
 
     def __init__(self, workload: Workload, steps: int = 3, target: Target = H100,
-                 wrap: Callable[[Any], dict[str, Any]] | None = None, fresh: bool = False) -> None:
+                 wrap: Callable[[Any], dict[str, Any]] | None = None, fresh: bool = False, mode: str = "train") -> None:
         """`wrap(task)`, when given, wraps the built task's model (data_parallel.wrap_for_trace) before the
         build events are taken, so what the wrapper allocates counts as built. `fresh`: build the model
         again before every trace after the first, for wrappers whose state outlives a trial (FSDP2
-        initialises lazily at its first forward; a scan's trial runs in a fresh process)."""
-        if steps < 3:
+        initialises lazily at its first forward; a scan's trial runs in a fresh process). `mode` "infer"
+        traces forward passes under inference_mode, as a `--mode infer` trial runs them."""
+        if mode not in ("train", "infer"):
+            raise ValueError(f"unknown mode '{mode}'")
+        if steps < (3 if mode == "train" else 1):
             raise ValueError("a trial is 1 warm-up step + K >= 2 steps")
+        self.mode = mode
         self.workload = workload
         self.steps = steps
         self.target = target
@@ -168,11 +172,12 @@ class TraceSession:
         task = self.task
         ran = None
         try:
-            task.start()
-            cuda_optimizers(task)
+            if self.mode == "train":
+                task.start()
+                cuda_optimizers(task)
             amp = _EmulatedAmp(precision, self.behaviour)
             inputs = task.make_batch(batch)
-            ran = run_until_state(lambda: run_step(task, amp, inputs, "train"), amp, self.steps, "train")
+            ran = run_until_state(lambda: run_step(task, amp, inputs, self.mode), amp, self.steps, self.mode)
             failure = None
         except Exception as exc:  # noqa: BLE001 - reported as a PredictError below, outside the except block
             failure = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"

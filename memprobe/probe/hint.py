@@ -30,10 +30,11 @@ class PredictedStart:
     records why in `notes`."""
 
     def __init__(self, workload: Workload, precisions: list[str], steps: int = 3, wait_s: float = WAIT_S,
-                 world: tuple[int, str] | None = None) -> None:
-        """`world` = (N, strategy) predicts per GPU for N data-parallel GPUs (predict --gpus N)."""
+                 world: tuple[int, str] | None = None, mode: str = "train") -> None:
+        """`world` = (N, strategy) predicts per GPU for N data-parallel GPUs (predict --gpus N); `mode` "infer"
+        predicts forward passes; `steps` as the scan's trial runs them."""
         self.workload, self.precisions, self.steps, self.wait_s = workload, precisions, steps, wait_s
-        self.world = world
+        self.world, self.mode = world, mode
         self.proc: subprocess.Popen | None = None
         self._buffer = b""
 
@@ -44,7 +45,7 @@ class PredictedStart:
                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                          start_new_session=True, env=env)
             self._send({"workload": self.workload.to_dict(), "precisions": self.precisions, "steps": self.steps,
-                        "world": list(self.world) if self.world else None})
+                        "mode": self.mode, "world": list(self.world) if self.world else None})
         except OSError:
             self.proc = None
         return self

@@ -56,7 +56,7 @@ class ScanOptions:
     timed_budget_s: float | None = 10.0
     soak: int = 0  # after the proof, train B this many steps in a fresh process, lowering B if it fails
     # Start the search at `memprobe predict`'s max batch, predicted on the CPU beside the scan (probe/hint.py).
-    # None: on for training on CUDA without --compile (what predict traces), off otherwise.
+    # None: on for CUDA without --compile (what predict traces), off otherwise.
     predicted_start: bool | None = None
 
     def __post_init__(self) -> None:
@@ -78,7 +78,7 @@ class ScanOptions:
         """Whether the search starts from a prediction (see predicted_start)."""
         if self.predicted_start is not None:
             return self.predicted_start
-        return self.device == "cuda" and self.mode == "train" and not self.compile
+        return self.device == "cuda" and not self.compile
 
     @property
     def trial_steps(self) -> int:

@@ -411,7 +411,8 @@ def scan_workload(workload: Workload, opts: ScanOptions, out_dir: str | Path, pr
             state["path"] = Path(out_dir) / result_filename(gpu, workload.name, opts.mode)
         write_result(result, state["path"])
 
-    start = PredictedStart(workload, opts.precisions, opts.steps) if opts.uses_predicted_start else None
+    start = (PredictedStart(workload, opts.precisions, opts.trial_steps, mode=opts.mode)
+             if opts.uses_predicted_start else None)
     try:
         with start or nullcontext():
             for precision in opts.precisions:
