@@ -1,7 +1,8 @@
 """A killed scan leaves no trial process behind (issue 16): parent-death signal and pipe watchers.
 
 A scan-like parent starts, on the CPU with the toy workload, a fork server, a trial process forked from
-it and an exec'd trial process, sets both running a long trial, and is then killed. Every process it
+it and an exec'd trial process, sets both running a long trial, starts the search's predict child
+(probe/hint.py), and is then killed. Every process it
 started must be gone within a few seconds.
 """
 
@@ -26,9 +27,11 @@ REPO = Path(__file__).resolve().parents[1]
 PARENT = textwrap.dedent("""
     import json, sys, time
     from memprobe.registry import load_registry
+    from memprobe.probe.hint import PredictedStart
     from memprobe.probe.runner import Worker, WorkerFactory, WorkerSpec
 
     toy = load_registry()["toy"]
+    hint = PredictedStart(toy, ["fp32"]).__enter__()  # the search's predict child, tracing beside the trials
     spec = WorkerSpec(toy, "fp32", "train", "cpu", 8 << 20, {}, timeout_s=600)
     factory = WorkerFactory(toy, forkserver=True)
     forked = factory.fresh(spec)
@@ -38,7 +41,7 @@ PARENT = textwrap.dedent("""
         worker.proc.stdin.write(json.dumps({"op": "trial", "batch": 16, "steps": 10**7}) + "\\n")
         worker.proc.stdin.flush()
     print(json.dumps({"zygote": factory._zygote.proc.pid, "forked": forked.proc.pid,
-                      "exec": execd.proc.popen.pid}), flush=True)
+                      "exec": execd.proc.popen.pid, "hint": hint.proc.pid}), flush=True)
     time.sleep(600)
 """)
 
