@@ -593,3 +593,16 @@ def test_a_hinted_trial_that_errors_stops_the_search():
     fake = FakeTrials(155, linear(), outcomes={155: "error"})
     result = find_max_batch(fake, linear()(155), hint=lambda: 155)
     assert result.stop == "error" and fake.calls == [1, 155]
+
+
+@pytest.mark.parametrize("offset", [-200, -40, -7, -1, 0, 1, 3, 7, 40, 200])
+def test_a_hint_a_little_off_on_a_large_static_is_walked_to_in_few_trials(offset):
+    # An LLM's longest sequence: a large static part, so batch 1 and 2 say little about the slope
+    # (predict said 17408 where the H100's edge was 17401).
+    peak = linear(static=40e9, per_sample=2e6)
+    edge = 17401
+    fake = FakeTrials(edge, peak)
+    result = find_max_batch(fake, capacity_bytes=peak(edge), hint=lambda: edge + offset)
+    assert (result.max_batch, result.first_failure) == (edge, edge + 1)
+    check_invariants(result, edge)
+    assert result.trials <= 2 + 2 * max(1, abs(offset)).bit_length() + 1, fake.calls

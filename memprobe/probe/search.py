@@ -210,8 +210,9 @@ def find_max_batch(
 ) -> SearchResult:
     """Search the largest batch n with try_batch(n).fits, assuming fits is monotone in n.
 
-    hint: asked once batch 1 fits, for a predicted max batch h (probe/hint.py); h is tried first, then h+1
-    when h fits or h-1 when it does not, and the search goes on from what they showed. None: no hint.
+    hint: asked once batch 1 fits, for a predicted max batch h (probe/hint.py); h is tried first, then the
+    search walks from it (h+1, h+3, h+7, ... while they fit; h-1, h-3, ... while they do not) and goes on
+    from the bracket. None: no hint.
 
     capacity_bytes: memory the workload may use, in the same terms as the attempts' peaks
     (peak_reserved, else peak_allocated); without it the search doubles until the first failure.
@@ -317,19 +318,29 @@ def find_max_batch(
     return SearchResult(lo, hi if hi <= max_batch else None, stop, attempts, error, state["hinted"])
 
 
+HINT_WALK = 4  # steps 1, 2, 4, 8 from a hint (15 batches either side), then the memory model takes over
+
+
 def _start_from_hint(hint: Callable[[], int | None] | None, max_batch: int, run: Callable[[int], Attempt],
                      state: dict) -> None:
-    """Try the hinted batch h, then h+1 (h fits) or h-1 (h does not); state["hinted"] = h (None without a
-    usable hint). Raises what run raises (_Stop)."""
+    """Try the hinted batch h, then walk from it by steps 1, 2, 4, 8 (up while it fits, down while it does
+    not) until the edge is bracketed or HINT_WALK steps are spent, leaving the rest to the search's memory
+    model; state["hinted"] = h (None without a usable hint). A walk first, because a prediction is off by
+    a few samples when it is off, and a model fitted on batch 1 and h cannot say by how much (an LLM's
+    longest sequence: predicted 17408, edge 17401). Raises what run raises (_Stop)."""
     h = hint() if hint is not None else None
     if h is None or h < 2:
         return
     h = state["hinted"] = min(h, max_batch)
-    if run(h).fits:
-        if h < max_batch:
-            run(h + 1)
-    elif h - 1 >= 2:
-        run(h - 1)
+    up = run(h).fits
+    batch, step = h, 1
+    for _ in range(HINT_WALK):
+        batch = batch + step if up else batch - step
+        if (up and batch > max_batch) or (not up and batch < 2):
+            return
+        if run(batch).fits != up:
+            return  # bracketed: the search bisects from here
+        step *= 2
 
 
 @dataclass
