@@ -52,3 +52,16 @@ def test_a_multi_gpu_scan_is_a_column_of_its_own_predicted_for_the_same_world(tm
     (row,) = calibration.predict_rows("toy", per_precision, (2, "fsdp"))  # traced as rank 0 of 2 under fsdp
     assert (row["card"], row["measured"], row["capacity_gib"]) == ("2x cpu fsdp, per GPU", 990, 0.0)
     assert row["predicted"] == 0  # 100,000 bytes hold less than the emulated cuBLAS workspace
+
+
+def test_the_predicted_start_replay_counts_fewer_trials_from_an_exact_prediction():
+    spec = importlib.util.spec_from_file_location("replay", REPO / "benchmarks" / "predicted_start_replay.py")
+    replay = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(replay)
+    precision = {"memory_model": {"peak_reserved": {"static_bytes": 1e9, "per_sample_bytes": 5e8}}, "max_batch": 155,
+                 "capacity_bytes": int(1e9 + 5e8 * 155.5), "search_seconds": 170.0,
+                 "attempts": [{"batch": 1, "seconds": 14.0, "fresh": False}, {"batch": 155, "seconds": 18.0, "fresh": True},
+                              {"batch": 156, "seconds": 20.0, "fresh": True}]}
+    got = replay.replay(precision, 155)
+    assert got["hinted_trials"] == 3 and got["hinted_seconds"] == 14.0 + 2 * 19.0
+    assert got["plain_trials"] > got["hinted_trials"]
