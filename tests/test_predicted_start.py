@@ -107,3 +107,23 @@ def test_an_inference_scan_gets_a_prediction_of_forward_passes():
     with PredictedStart(toy, ["bf16"]) as start:
         train = start.ask("bf16", 48 << 20)
     assert infer["max_batch"] > train["max_batch"] > 0  # no gradients, activations freed as the forward goes
+
+
+def test_a_child_that_dies_is_reported_at_once_not_after_the_wait():
+    import time
+
+    toy = load_registry()["toy"]
+    with PredictedStart(toy, ["fp32"], wait_s=60) as start:
+        start.proc.kill()
+        start.proc.wait()
+        began = time.monotonic()
+        answer = start.ask("fp32", GiB)
+    assert "not running" in answer["error"] and time.monotonic() - began < 5
+
+
+def test_a_child_that_ends_mid_answer_is_reported_as_ended(monkeypatch):
+    toy = load_registry()["toy"]
+    with PredictedStart(toy, ["fp32"], wait_s=60) as start:
+        monkeypatch.setattr(start, "_send", lambda message: start.proc.kill())  # gone before it answers
+        answer = start.ask("fp32", GiB)
+    assert answer["error"] == "no prediction: the prediction process ended without answering"

@@ -26,8 +26,8 @@ WAIT_S = 90.0  # how long the search waits for a prediction after its first tria
 
 class PredictedStart:
     """A hint_worker child predicting `workload`'s max batch per precision; one per scan. Use as a context
-    manager (the child is killed on exit). Never raises for the child's failures: `ask` returns None and
-    records why in `notes`."""
+    manager (the child is killed on exit). Never raises for the child's failures: `ask` answers
+    {"error": why} instead."""
 
     def __init__(self, workload: Workload, precisions: list[str], steps: int = 3, wait_s: float = WAIT_S,
                  world: tuple[int, str] | None = None, mode: str = "train") -> None:
@@ -66,6 +66,7 @@ class PredictedStart:
         self.proc.stdin.flush()
 
     def _read_line(self, deadline: float) -> dict[str, Any] | None:
+        """The child's next answer, None when none came by `deadline`. Raises OSError when the child is gone."""
         assert self.proc is not None and self.proc.stdout is not None
         fd = self.proc.stdout.fileno()
         while b"\n" not in self._buffer:
@@ -74,7 +75,7 @@ class PredictedStart:
                 return None
             chunk = os.read(fd, 65536)
             if not chunk:
-                return None
+                raise OSError("the prediction process ended without answering")
             self._buffer += chunk
         line, self._buffer = self._buffer.split(b"\n", 1)
         return json.loads(line)
@@ -97,9 +98,9 @@ class PredictedStart:
                 if answer.get("precision") == precision:
                     answer["waited_seconds"] = round(time.monotonic() - started, 2)
                     return answer
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError) as exc:  # ValueError: a line that is not JSON
             self.__exit__()
-            return {"error": f"the prediction process failed: {type(exc).__name__}: {exc}"}
+            return {"error": f"no prediction: {exc}"}
 
     def hint_for(self, precision: str, capacity_bytes: float | None, settings: dict[str, Any],
                  note: Callable[[str], None]) -> Callable[[], int | None]:
