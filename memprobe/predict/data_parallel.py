@@ -128,5 +128,9 @@ def notes(world: World) -> list[str]:
     if world.strategy == "ddp":
         out.append("ddp: the gradient buckets are in the trace; their rebuild in gradient-ready order after the "
                    "first step is not (same total size, another split into blocks).")
+    else:
+        out.append("fsdp: FSDP2 all-gathers and reduce-scatters on streams of their own; the caching allocator keeps "
+                   "each stream's blocks apart, the allocator model here has one pool, so fragmentation across "
+                   "streams is not predicted.")
     return out
 
