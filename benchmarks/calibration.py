@@ -31,7 +31,7 @@ sys.path[:0] = [str(REPO), str(REPO / "tests")]
 def _card_key(result) -> tuple[str, int]:
     """(column label, sort key): the real card first, then emulated caps by size; a multi-GPU scan is its
     own column, per GPU ("2x NVIDIA H200 ddp, per GPU")."""
-    from memprobe.compare.scaling import world_size
+    from memprobe.compare.scaling import strategy, world_size
 
     gpu = result.environment.get("gpu", {})
     cap = gpu.get("emulated_total_bytes")
@@ -39,20 +39,16 @@ def _card_key(result) -> tuple[str, int]:
         return f"{cap / 2**30:g} GiB emulated", int(cap)
     size = world_size(result)
     if size > 1:
-        return f"{size}x {gpu.get('name', '?')} {_strategy(result)}, per GPU", (1 << 62) - size
+        return f"{size}x {gpu.get('name', '?')} {strategy(result)}, per GPU", (1 << 62) - size
     return f"{gpu.get('name', '?')} (real)", 1 << 62
-
-
-def _strategy(result) -> str:
-    return (result.environment.get("distributed") or {}).get("strategy") or result.settings.get("strategy", "?")
 
 
 def _world(result) -> tuple[int, str] | None:
     """(N, strategy) of a multi-GPU scan, None for one GPU: the prediction is made for the same world."""
-    from memprobe.compare.scaling import world_size
+    from memprobe.compare.scaling import strategy, world_size
 
     size = world_size(result)
-    return (size, _strategy(result)) if size > 1 else None
+    return (size, strategy(result)) if size > 1 else None
 
 
 def collect(paths: list[str], models: list[str] | None) -> dict[tuple, dict[str, list[dict]]]:
@@ -83,8 +79,7 @@ def collect(paths: list[str], models: list[str] | None) -> dict[tuple, dict[str,
 def predict_rows(name: str, per_precision: dict[str, list[dict]], world: tuple[int, str] | None = None) -> list[dict]:
     """Trace `name` (as rank 0 of `world` when given) and predict the max batch at every recorded capacity."""
     from memprobe.catalog import PRECISIONS
-    from memprobe.predict.trace import MODEL_BATCHES
-    from memprobe.predict.batch_model import PrecisionTraces, max_batch_for
+    from memprobe.predict.batch_model import PrecisionTraces
     from memprobe.predict.data_parallel import World
     from memprobe.predict.sessions import trace_sessions
     from memprobe.registry import load_registry
@@ -99,8 +94,7 @@ def predict_rows(name: str, per_precision: dict[str, list[dict]], world: tuple[i
                 if entry["workload"].get("params") != workload.params:
                     raise SystemExit(f"{entry['file']}: {name} was scanned with other parameters than models.yaml has now")
                 capacity = entry["capacity_bytes"]
-                guess = traces.linear_guess(capacity) if traces.model is not None else MODEL_BATCHES[0]
-                predicted, _ = max_batch_for(traces.events_at, capacity, guess)
+                predicted, _ = traces.max_batch(capacity)
                 measured = entry["measured"]
                 rows.append({
                     "workload": name, "precision": precision, "card": entry["card"], "file": entry["file"],

@@ -63,6 +63,12 @@ class Workload:
     test_only: bool = False
     version: int = 1
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Workload":
+        """The workload a to_dict() stored (a result file's, a child process's request); test_only is not kept."""
+        return cls(data["name"], data["family"], data.get("description", ""), data.get("unit", "samples"),
+                   dict(data.get("params", {})), dict(data.get("optimizer", {})), version=int(data.get("version", 1)))
+
     def to_dict(self) -> dict[str, Any]:
         """The definition as stored in result files: enough to tell whether two results compare."""
         return {

@@ -216,7 +216,7 @@ def test_failed_scan_exits_1_and_says_why(run, tmp_path):
 # --- Ctrl-C -----------------------------------------------------------------------------------
 
 def interrupt_on_second_precision(calls):
-    def fake_scan_precision(workload, precision, opts, factory, progress, on_environment):
+    def fake_scan_precision(workload, precision, opts, factory, progress, on_environment, start=None):
         calls.append(precision)
         if len(calls) == 1:
             on_environment({"device_type": "cpu", "gpu": {"name": "cpu", "total_bytes": None}})

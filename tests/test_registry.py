@@ -234,3 +234,11 @@ def test_non_string_entry_name_still_gets_its_line(tmp_path):
     with pytest.raises(RegistryError) as info:
         load_registry(path)
     assert "entry '2020' (line 6)" in str(info.value)
+
+
+def test_a_workload_comes_back_from_its_dict():
+    from memprobe.registry import Workload, load_registry
+
+    for workload in load_registry().values():
+        back = Workload.from_dict(workload.to_dict())
+        assert back.to_dict() == workload.to_dict() and back.unit == workload.unit

@@ -63,18 +63,11 @@ def _predict_and_print(workloads: list[Workload], precisions: list[str], memory:
             click.echo(render(prediction))
 
 
-def _world_of(result) -> tuple[int, str | None]:
-    """(world size, strategy) a scan result file was measured with; (1, None) for a single-GPU scan."""
-    for p in result.precisions.values():
-        settings = p.settings or {}
-        if settings.get("world_size", 1) > 1:
-            return int(settings["world_size"]), settings.get("strategy")
-    return 1, None
-
-
 def _check_same_world(path: str, result, worlds: list | None) -> None:
     """--compare needs a scan made the way the prediction is: same GPU count and strategy."""
-    size, strategy = _world_of(result)
+    from memprobe.compare.scaling import strategy as strategy_of, world_size
+
+    size, strategy = world_size(result), strategy_of(result)
     asked = [(w.size, w.strategy) for w in worlds] if worlds else [(1, None)]
     if asked != [(size, strategy)]:
         made = f"{size} GPUs under {strategy}" if size > 1 else "1 GPU"

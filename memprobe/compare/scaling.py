@@ -18,6 +18,13 @@ def world_size(result: ScanResult) -> int:
     return int(value)
 
 
+def strategy(result: ScanResult) -> str | None:
+    """The data-parallel strategy of a multi-GPU result ("ddp", "fsdp"); None for a one-GPU result."""
+    if world_size(result) < 2:
+        return None
+    return (result.environment.get("distributed") or {}).get("strategy") or result.settings.get("strategy", "?")
+
+
 def split_by_world_size(items: Sequence[T]) -> tuple[list[T], list[T]]:
     """(single-GPU, multi-GPU) items; an item is a ScanResult or a (path, ScanResult) pair."""
     single: list[T] = []
@@ -49,9 +56,8 @@ def scaling_rows(multi: Sequence[ScanResult], single: Sequence[ScanResult] = ())
     newest: dict[tuple, tuple[ScanResult, Any]] = {}
     for r in multi:
         gpu = r.environment.get("gpu", {}).get("name", "?")
-        strategy = (r.environment.get("distributed") or {}).get("strategy") or r.settings.get("strategy", "?")
         for name, p in r.precisions.items():
-            key = (gpu, str(r.workload.get("name")), name, world_size(r), strategy)
+            key = (gpu, str(r.workload.get("name")), name, world_size(r), strategy(r))
             rank = (p.status == "done", r.created)
             if key not in newest or rank >= (newest[key][1].status == "done", newest[key][0].created):
                 newest[key] = (r, p)
@@ -59,7 +65,7 @@ def scaling_rows(multi: Sequence[ScanResult], single: Sequence[ScanResult] = ())
     order = {name: i for i, name in enumerate(PRECISIONS)}
     rows = []
     for key in sorted(newest, key=lambda k: (k[0], k[1], order.get(k[2], 99), k[3], k[4])):
-        gpu, workload, precision, n, strategy = key
+        gpu, workload, precision, n, how = key
         r, p = newest[key]
         scaling = (p.settings or {}).get("scaling") or {}
         proof = p.proof or {}
@@ -68,7 +74,7 @@ def scaling_rows(multi: Sequence[ScanResult], single: Sequence[ScanResult] = ())
         unit = scaling.get("unit")
         interconnect = ((r.environment.get("distributed") or {}).get("interconnect") or {}).get("summary", "-")
         rows.append([
-            gpu, workload, precision, strategy, n,
+            gpu, workload, precision, how, n,
             "-" if p.max_batch is None else p.max_batch, proven,
             edges.get((gpu, workload, precision), "-"),
             scaling.get("per_gpu_batch", "-"),

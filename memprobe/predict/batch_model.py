@@ -133,6 +133,12 @@ class PrecisionTraces:
     def peaks(self, batch: int, capacity: int | None = None) -> ReplayResult:
         return _replay(self.events_at(batch), capacity)
 
+    def max_batch(self, capacity: int) -> tuple[int, ReplayResult | None]:
+        """max_batch_for at `capacity` bytes, walking from the line's guess where the traces extrapolate
+        (from batch 2 where every batch is traced). Raises PredictError if a trace it needs fails."""
+        guess = self.linear_guess(capacity) if self.model is not None else MODEL_BATCHES[0]
+        return max_batch_for(self.events_at, capacity, guess)
+
     def linear_guess(self, capacity: int) -> int:
         """Where a line through the peaks reserved at two batches puts the edge (a starting point only)."""
         a, b = MODEL_BATCHES[0], 4 * MODEL_BATCHES[0]

@@ -61,13 +61,11 @@ def serve() -> int:
     import torch
 
     torch.set_num_threads(1)
-    from memprobe.predict.batch_model import PrecisionTraces, max_batch_for
+    from memprobe.predict.batch_model import PrecisionTraces
     from memprobe.predict.sessions import trace_sessions
     from memprobe.registry import Workload
 
-    w = setup["workload"]
-    workload = Workload(w["name"], w["family"], w.get("description", ""), w.get("unit", "samples"),
-                        dict(w.get("params", {})), dict(w.get("optimizer", {})), version=int(w.get("version", 1)))
+    workload = Workload.from_dict(setup["workload"])
     traced: dict[str, Any] = {}
     failed: dict[str, str] = {}
     started = time.perf_counter()
@@ -77,10 +75,8 @@ def serve() -> int:
             precision = request["precision"]
             if precision in traced:
                 traces = traced[precision]
-                capacity = int(request["capacity_bytes"])
-                guess = traces.linear_guess(capacity) if traces.model is not None else 2
                 try:
-                    batch, _fail = max_batch_for(traces.events_at, capacity, guess)
+                    batch, _fail = traces.max_batch(int(request["capacity_bytes"]))
                     _answer({"precision": precision, "max_batch": batch,
                              "seconds": round(time.perf_counter() - started, 2), "how": traces.how})
                 except Exception as exc:  # noqa: BLE001 - a batch that cannot be traced: no hint

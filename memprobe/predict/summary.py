@@ -18,8 +18,8 @@ from memprobe.registry import Workload
 from memprobe.probe.search import Attempt, MemoryModel, fit_memory_model
 from memprobe.units import gib
 from memprobe.predict.sessions import trace_sessions
-from memprobe.predict.trace import MODEL_BATCHES, PredictError, TraceSession
-from memprobe.predict.batch_model import FIT_BATCHES, PrecisionTraces, max_batch_for
+from memprobe.predict.trace import PredictError, TraceSession
+from memprobe.predict.batch_model import FIT_BATCHES, PrecisionTraces
 
 
 @dataclass
@@ -94,8 +94,7 @@ def _predict_precision(traces: PrecisionTraces, sizes: Sequence[MemorySize]) -> 
     max_batch: dict[str, int] = {}
     oom: dict[str, int] = {}
     for size in sizes:
-        guess = traces.linear_guess(size.capacity_bytes) if traces.model is not None else MODEL_BATCHES[0]
-        found, fail = max_batch_for(traces.events_at, size.capacity_bytes, guess)
+        found, fail = traces.max_batch(size.capacity_bytes)
         max_batch[size.label] = found
         if fail is not None and fail.oom is not None:
             oom[size.label] = fail.oom.requested
@@ -137,7 +136,7 @@ def _compare(traces: PrecisionTraces, p) -> tuple[list[ComparisonRow], MaxBatchC
                 str(a.get("message", ""))))
     if not capacity:
         return rows, None
-    predicted, _ = max_batch_for(traces.events_at, capacity, traces.linear_guess(capacity) if traces.model else 2)
+    predicted, _ = traces.max_batch(capacity)
     proof = p.proof or {}
     found = proof.get("search") or proof.get("in_process") or {}  # "in_process": files from before fresh search trials
     trial_fits = trial_fit_batches(checks)

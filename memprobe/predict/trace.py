@@ -104,7 +104,6 @@ class TraceSession:
         self.wrap = wrap
         self.fresh = fresh
         self._traced = 0
-        self.wrapped: dict[str, Any] | None = None
         self.seconds = 0.0
         self.build_seconds = 0.0
         self._stack: list = []
@@ -123,7 +122,7 @@ class TraceSession:
             for t in [*self.task.model.parameters(), *self.task.model.buffers()]:
                 self.recorder.track(t)
             if self.wrap is not None:
-                self.wrapped = self.wrap(self.task)
+                self.wrap(self.task)
             gc.collect()
             self.recorder.sweep()
         except Exception as exc:

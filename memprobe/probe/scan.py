@@ -418,9 +418,8 @@ def scan_workload(workload: Workload, opts: ScanOptions, out_dir: str | Path, pr
             for precision in opts.precisions:
                 progress.precision_start(workload.name, precision)
                 result.precisions[precision] = PrecisionResult(precision, status="running")
-                extra = {"start": start} if start else {}
                 result.precisions[precision] = scan_precision(workload, precision, opts, factory, progress, on_environment,
-                                                              **extra)
+                                                              start)
                 save()
         result.status = final_status(result.precisions)
         save()
