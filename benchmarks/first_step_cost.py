@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -80,6 +81,7 @@ def step_times(model: str, precision: str, batches: list[int], device: str, step
     return {"model": model, "precision": precision, "device": device, "cudnn": cudnn, "overrides": overrides,
             "gpu": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
             "torch": torch.__version__, "cudnn_version": torch.backends.cudnn.version() if dev.type == "cuda" else None,
+            "environment": {k: v for k, v in os.environ.items() if k.startswith(("TORCH_CUDNN", "CUDNN", "CUDA_MODULE"))},
             "build_seconds": round(build, 3), "runs": runs, "profile_of_first_step_at_second_batch": profiled}
 
 
@@ -106,6 +108,7 @@ def _profile_one(step, sync, dev) -> dict:
 
 def show(result: dict) -> None:
     print(f"== {result['model']} {result['precision']} on {result['gpu']} (cudnn {'on' if result['cudnn'] else 'off'}"
+          f"{', env ' + str(result['environment']) if result.get('environment') else ''}"
           f"{', ' + str(result['overrides']) if result['overrides'] else ''}): build {result['build_seconds']} s")
     for run in result["runs"]:
         print(f"   batch {run['batch']:>5} ({'seen before' if run['seen_before'] else 'new size'}): steps "
@@ -127,6 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-cudnn", action="store_true", help="torch.backends.cudnn.enabled = False")
     parser.add_argument("--set", action="append", default=[], metavar="PARAM=VALUE",
                         help="override a workload parameter (YAML value), e.g. channels_last=false")
+    parser.add_argument("--tag", default="", help="added to the file name (e.g. the environment variant run)")
     parser.add_argument("--out", required=True, help="folder for first_step_<model>_<precision>[...].json")
     args = parser.parse_args(argv)
     import yaml
@@ -135,7 +139,8 @@ def main(argv: list[str] | None = None) -> int:
     batches = [int(b) for b in args.batches.split(",") if b.strip()]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    suffix = "".join(f"_{k}-{v}" for k, v in overrides.items()) + ("_nocudnn" if args.no_cudnn else "")
+    suffix = ("".join(f"_{k}-{v}" for k, v in overrides.items()) + ("_nocudnn" if args.no_cudnn else "")
+              + (f"_{args.tag}" if args.tag else ""))
     for case in args.case:
         model, precision = case.split(":")
         result = step_times(model, precision, batches, args.device, args.steps, args.profile, not args.no_cudnn,
