@@ -25,6 +25,15 @@ INFER_CURVE_BUDGET_S = 20.0
 # spread at B on the H100 was at most 2.7% over 10 steps), so a curve costs seconds per point.
 CURVE_WARMUP = 2
 CURVE_TIMED_STEPS = 6
+MIN_TIMED_STEPS = 3  # a time budget never cuts the timed steps below this (a median and a spread)
+
+
+def timed_steps_within(steps: int, budget_s: float | None, step_s: float | None) -> int:
+    """How many of `steps` timed steps a timed run keeps within `budget_s` seconds when a step takes about
+    `step_s`: all of them without a budget or an estimate, else as many as fit, at least MIN_TIMED_STEPS."""
+    if not budget_s or not step_s or step_s * steps <= budget_s:
+        return steps
+    return max(MIN_TIMED_STEPS, min(steps, int(budget_s / step_s)))
 
 
 @dataclass
@@ -102,12 +111,17 @@ class ScanOptions:
             return self.curve_budget_s
         return min(self.curve_budget_s, INFER_CURVE_BUDGET_S)
 
+    @property
+    def curve_steps(self) -> tuple[int, int, float | None]:
+        """A curve point's timed run below B: (warm-up steps, timed steps, timed-step budget in seconds): at most
+        CURVE_WARMUP and CURVE_TIMED_STEPS, within half the timed-step budget (B's own point is the full run)."""
+        return (min(self.warmup_steps, CURVE_WARMUP), min(self.timed_steps, CURVE_TIMED_STEPS),
+                self.timed_budget_s / 2 if self.timed_budget_s else None)
+
     def curve_run(self, worker: Worker, batch: int) -> dict[str, Any]:
-        """A shorter timed run for a curve point below B: at most CURVE_WARMUP warm-up and CURVE_TIMED_STEPS
-        timed steps, within half the timed-step budget (B's own point is the full timed run)."""
-        budget = self.timed_budget_s / 2 if self.timed_budget_s else None
-        return worker.measure(batch, min(self.warmup_steps, CURVE_WARMUP), min(self.timed_steps, CURVE_TIMED_STEPS),
-                              budget_s=budget)
+        """A curve point's timed run at `batch` in `worker` (curve_steps), never raising for a failed step."""
+        warmup, timed, budget = self.curve_steps
+        return worker.measure(batch, warmup, timed, budget_s=budget)
 
     def to_dict(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if k != "precisions"} | {"precisions": list(self.precisions)}
