@@ -328,3 +328,48 @@ def test_ctrl_c_during_the_curve_keeps_the_proven_precision_and_the_points_timed
     # B, then the coarse pass's largest (64); its next, batch 1, was interrupted
     assert [c["batch"] for c in p.curve] == [64, 75] and p.best_batch == 75
     test_scan.assert_all_closed(world)
+
+
+# --- units: every curve line in the workload's unit, a length search speaks of lengths -----------------
+
+def test_curve_text_is_in_the_workloads_unit():
+    from memprobe.probe.curve import curve_text
+
+    images = {"batch": 512, "outcome": "fit", "fresh": False, "samples_per_s": 6216.0, "units_per_s": 6216.0}
+    assert curve_text(images, "images") == "curve: batch 512 -> 6216.0 images/s (shared process)"
+    llama = {"batch": 8, "outcome": "fit", "fresh": True, "samples_per_s": 24.2, "units_per_s": 49573.0, "phase": "knee"}
+    assert curve_text(llama, "tokens") == "curve: batch 8 -> 49573.0 tokens/s (knee bisection, fresh process)"
+    length = {"batch": 32256, "outcome": "fit", "fresh": True, "samples_per_s": 0.86, "units_per_s": 27639.4}
+    assert curve_text(length, "tokens", "seq len") == "curve: seq len 32256 -> 27639.4 tokens/s (fresh process)"
+    skipped = {"batch": 64, "outcome": "skipped", "phase": "refine", "error": "estimated 9.0 s, 2.0 s of the 45 s curve budget left"}
+    assert curve_text(skipped, "images") == ("curve: batch 64 -> skipped (refine): estimated 9.0 s, 2.0 s of the 45 s "
+                                             "curve budget left")
+
+
+def test_a_sequence_length_scan_prints_lengths_and_tokens_per_second(monkeypatch):
+    from conftest import RecordingProgress
+    from memprobe.probe.scan import scan_precision
+    from memprobe.registry import load_registry
+    from memprobe.variants import VariantRequest, apply_variant
+
+    world = World(75)
+    measure = test_scan.FakeWorker.measure
+
+    def in_tokens(self, batch, warmup, steps, budget_s=None):
+        out = measure(self, batch, warmup, steps, budget_s)
+        if out["outcome"] == "fit":  # 4 sequences of `batch` tokens per step
+            out.update(unit="tokens", units_per_s=out["samples_per_s"] * 4)
+        return out
+
+    monkeypatch.setattr(test_scan.FakeWorker, "measure", in_tokens)
+    workload = apply_variant(load_registry()["toy-llama"], VariantRequest(search="seq-len", batch=4))
+    opts = ScanOptions(precisions=["bf16"], device="cpu", cpu_budget_bytes=world.capacity)
+    progress = RecordingProgress()
+    result = scan_precision(workload, "bf16", opts, test_scan.FakeFactory(world), progress, lambda env: None)
+    assert result.max_batch == 75 and result.curve
+    lines = [n for n in progress.notes if n.startswith("curve:")]
+    assert lines and all(n.startswith("curve: seq len ") and "tokens/s" in n for n in lines)
+    assert any(n.startswith("throughput curve at seq len 1, 2, 4") for n in progress.notes)
+    best = next(n for n in progress.notes if "b* =" in n)
+    assert best.startswith(f"best seq len b* = {result.best_batch}: {result.best_units_per_s:.1f} tokens/s")
+    assert not any("samples/s" in n for n in progress.notes)

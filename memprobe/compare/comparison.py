@@ -70,6 +70,11 @@ class Point:
     best_batch: float | None = None  # b*, from the scan's throughput curve (None: no curve)
     best_throughput: float | None = None  # throughput at b*, in `unit`
     curve: list[tuple[float, float]] = field(default_factory=list)  # (batch, throughput in `unit`) that fit
+    curve_skipped: int = 0  # curve points the scan's time budget left untimed (b* is the best of those timed)
+    knee_batch: float | None = None  # the last batch before throughput falls by > 10% (probe/knee.py)
+    knee_after_batch: float | None = None  # the first batch timed after that fall
+    knee_drop: float | None = None  # throughput at knee_after_batch over that at knee_batch, minus 1
+    at: str = "B"  # where `throughput` was taken: "B", "b*" or "common N" (compare.curves.like_for_like)
 
     @property
     def oom(self) -> bool:
@@ -186,6 +191,9 @@ def _measured_points(loaded: Sequence[tuple[Path, ScanResult]], labels: list[str
                 best_batch=p.best_batch if done else None, best_throughput=p.best_units_per_s if done else None,
                 curve=[(c["batch"], c["units_per_s"]) for c in p.curve if done and c.get("outcome") == "fit"
                        and c.get("units_per_s")],
+                curve_skipped=len(p.curve_skipped) if done else 0,
+                knee_batch=p.knee_batch if done else None, knee_after_batch=p.knee_after_batch if done else None,
+                knee_drop=p.knee_drop if done else None,
             ))
     return points
 
@@ -208,7 +216,7 @@ def _published_points(figures: Iterable[Figure], catalog: Catalog) -> list[Point
             gpu=catalog.canonical(gpu), device=gpu, workload=workload, precision=precision, origin=PUBLISHED,
             source=source, max_batch=max_batch, batch_unit=batch.unit if batch else "",
             batch_lower_bound=bool(batch and batch.is_lower_bound), throughput=throughput,
-            unit=speed.unit if speed else "", mfu_why="published figure",
+            unit=speed.unit if speed else "", mfu_why="published figure", at="published",
         ))
     return points
 
