@@ -15,6 +15,7 @@ from typing import Any, Iterable, Sequence
 from memprobe.catalog import PRECISIONS, Catalog, default_catalog
 from memprobe.compare.published import Figure, default_published
 from memprobe.results import PrecisionResult, ScanResult
+from memprobe.variants import axis_name
 
 
 MEASURED, PUBLISHED, PREDICTED = "measured", "published", "predicted"
@@ -162,7 +163,10 @@ def _mfu(p: PrecisionResult, device: str) -> tuple[float | None, str]:
 
 def batch_unit(result: ScanResult, p: PrecisionResult) -> str:
     """What one step's batch counts: the workload's unit ("sequences"), or "samples of 128 tokens" when a sample
-    holds several units (translation: a sentence pair of tgt_len target tokens)."""
+    holds several units (translation: a sentence pair of tgt_len target tokens); for a sequence-length search,
+    "seq len at batch 1" (n is then a length)."""
+    if axis_name(result.workload) != "batch":  # a sequence-length search: n is a length, at a fixed batch
+        return f"{axis_name(result.workload)} at batch {(result.workload.get('params') or {}).get('batch', 1)}"
     unit = str(result.workload.get("unit", "samples"))
     per = (p.settings.get("task") or {}).get("units_per_sample")
     return unit if not per or float(per) == 1.0 else f"samples of {float(per):g} {unit}"

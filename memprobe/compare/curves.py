@@ -171,9 +171,9 @@ def ranking_table(comparison: Comparison) -> Table:
         rank_best = {id(p): i + 1 for i, p in enumerate(sorted(points, key=lambda q: -(best[id(q)] or 0.0)))}
         for p in sorted(points, key=lambda q: rank_best[id(q)]):
             b_star = fmt_number(p.best_batch) if p.best_batch is not None else "B (no curve)"
-            rows.append([workload, precision, p.gpu, fmt_number(p.max_batch or 0), Cell(fmt_number(at_b[id(p)]),
-                         at_b[id(p)]), rank_b[id(p)], b_star, Cell(fmt_number(best[id(p)]), best[id(p)]),
-                         rank_best[id(p)], p.unit])
+            speed_b, speed_best = at_b[id(p)] or 0.0, best[id(p)] or 0.0
+            rows.append([workload, precision, p.gpu, fmt_number(p.max_batch or 0), Cell(fmt_number(speed_b), speed_b),
+                         rank_b[id(p)], b_star, Cell(fmt_number(speed_best), speed_best), rank_best[id(p)], p.unit])
     notes = ["The same cards ranked two ways: at each card's max batch B (the 2020 study's method), and at each "
              "card's best batch b* (like for like). A card without a curve in its file is ranked at B in both."]
     return Table("ranking", "Cards ranked at max batch B and at best batch b*", columns, rows, notes)

@@ -150,5 +150,7 @@ def relative_table(relative: Relative) -> Table:
         rows.append(cells)
     notes = [f"Reference: {relative.reference} = 1.00 in every column it has. OOM counts as 0. The mean is the "
              "arithmetic mean over the columns a row has ((n/N) when it lacks some); means over different "
-             "columns are not comparable. (at B) = at the card's max batch: its file has no throughput curve."] + relative.notes
+             "columns are not comparable."] + relative.notes
+    if any(relative.fell_back(c) for row in relative.rows for c in row.cells.values()):
+        notes.append("(at B) = at the card's max batch B: its file has no throughput curve, so no best batch b*.")
     return Table("relative", f"Throughput relative to {relative.reference}", columns, rows, notes)

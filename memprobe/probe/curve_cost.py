@@ -18,6 +18,7 @@ estimate is scaled by COST_MARGIN before the curve holds it against its budget.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import pairwise
 from typing import Any
 
 from memprobe.probe.errors import FIT
@@ -47,7 +48,7 @@ class PointCost:
         known = sorted(self.steps.items())
         if not known:
             return 0.0
-        for (b0, t0), (b1, t1) in zip(known, known[1:]):
+        for (b0, t0), (b1, t1) in pairwise(known):
             if b0 <= batch <= b1:
                 return t0 + (t1 - t0) * (batch - b0) / (b1 - b0)
         b, t = known[0] if batch < known[0][0] else known[-1]

@@ -10,7 +10,8 @@ with the reason, and b* is then the best of the points timed, over the range the
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from memprobe.probe.curve import SKIPPED, curve_point, curve_text, ladder, phases, skipped_point, summary
 from memprobe.probe.curve_cost import PointCost, from_precision
@@ -102,9 +103,8 @@ def measure_curve(timer: PointTimer, batches: list[int], at_max: dict[str, Any] 
 
     def run(batch: int, phase: str) -> bool:
         estimate = cost.estimate(batch, timer.needs_process(batch))
-        left = None if budget_s is None else budget_s - (clock() - started)
-        if left is not None and estimate > left:
-            add(skipped_point(batch, phase, estimate, left, budget_s), phase)
+        if budget_s is not None and estimate > budget_s - (clock() - started):
+            add(skipped_point(batch, phase, estimate, budget_s - (clock() - started), budget_s), phase)
             return False
         point = timer.time(batch)
         point["estimated_s"] = round(estimate, 1)
@@ -118,8 +118,8 @@ def measure_curve(timer: PointTimer, batches: list[int], at_max: dict[str, Any] 
         elif max_batch in batches:
             run(max_batch, "max")
         coarse, refine = phases([b for b in batches if b < max_batch])
-        for batch in coarse:
-            run(batch, "coarse")
+        for planned in coarse:
+            run(planned, "coarse")
         given_up: set[tuple[int, int]] = set()
         while True:
             fall = next((f for f in falls(points.values())
@@ -129,10 +129,10 @@ def measure_curve(timer: PointTimer, batches: list[int], at_max: dict[str, Any] 
                 if middle is None or not run(middle, "knee"):
                     given_up.add((fall.before, fall.after))
                 continue
-            batch = next((b for b in refine if b not in points), None)
-            if batch is None:
+            rest = [b for b in refine if b not in points]
+            if not rest:
                 break
-            run(batch, "refine")
+            run(rest[0], "refine")
     finally:
         timer.close()
     return sorted(points.values(), key=lambda p: p["batch"])
@@ -143,7 +143,8 @@ def add_curve(result: PrecisionResult, factory: WorkerFactory, spec: WorkerSpec,
     """Time the curve up to B (B's point is the proof's timed run) and store the points, b* and the knee in
     `result`, also when interrupted (the points timed so far). `note` gets one line per point and a summary."""
     started = time.perf_counter()
-    batches = ladder(result.max_batch, opts.curve_points, opts.curve_batches or None)
+    max_batch = result.max_batch or 0
+    batches = ladder(max_batch, opts.curve_points, opts.curve_batches or None)
     unit = str((result.throughput or {}).get("unit") or spec.workload.unit)
     n_name = axis_name(spec.workload.to_dict())
     warmup, timed, timed_budget = opts.curve_steps
@@ -158,9 +159,9 @@ def add_curve(result: PrecisionResult, factory: WorkerFactory, spec: WorkerSpec,
         done.append(point)
         note(curve_text(point, unit, n_name))
 
-    timer = PointTimer(factory, spec, opts.curve_run, model, fresh_above_bytes, result.max_batch)
+    timer = PointTimer(factory, spec, opts.curve_run, model, fresh_above_bytes, max_batch)
     try:
-        measure_curve(timer, batches, result.throughput, result.max_batch, cost, budget, report)
+        measure_curve(timer, batches, result.throughput, max_batch, cost, budget, report)
     finally:  # interrupted too: the points timed so far are kept
         result.curve = sorted(done, key=lambda p: p["batch"])
         for key, value in {**summary(result.curve), **knee_fields(knee(result.curve))}.items():
@@ -180,14 +181,13 @@ def summary_lines(result: PrecisionResult, unit: str, n_name: str) -> list[str]:
     best = result.best_units_per_s or result.best_samples_per_s or 0.0
     drop = (f" ({at_max / best - 1:+.1%} at B = {result.max_batch})"
             if at_max and result.best_batch != result.max_batch else " (b* = B)")
-    lines = [f"best {n_name} b* = {result.best_batch}: {best:.1f} {unit}/s{drop}; "
-             f"curve took {result.curve_seconds:.1f} s"]
+    lines = [f"best {n_name} b* = {result.best_batch}: {best:.1f} {unit}/s{drop}; curve took {result.curve_seconds:.1f} s"]
     skipped = [p["batch"] for p in result.curve if p.get("outcome") == SKIPPED]
     timed = [p["batch"] for p in result.curve if p.get("outcome") == FIT]
     if skipped:
         lines.append(f"b* is the best of the {len(timed)} points timed ({n_name} {min(timed)}-{max(timed)}); "
                      f"skipped by the budget: {', '.join(map(str, sorted(skipped)))}")
-    if result.knee_batch is not None:
+    if result.knee_batch is not None and result.knee_after_batch is not None:
         before, after = result.knee_batch, result.knee_after_batch
         if resolved(before, after):
             how = f"located within {KNEE_RESOLUTION:.0%}"

@@ -13,8 +13,10 @@ the knee is the last batch before the fall, located by bisection. Two rules make
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Iterable
+from itertools import pairwise
+from typing import Any
 
 from memprobe.probe.errors import FIT
 
@@ -69,7 +71,7 @@ def falls(points: Iterable[dict[str, Any]]) -> list[Fall]:
     the largest fall first."""
     timed = _timed(points)
     found = [Fall(a["batch"], b["batch"], b["samples_per_s"] / a["samples_per_s"] - 1)
-             for a, b in zip(timed, timed[1:]) if counts(a, b)]
+             for a, b in pairwise(timed) if counts(a, b)]
     return sorted(found, key=lambda f: (f.drop, f.before))
 
 
