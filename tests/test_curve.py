@@ -226,7 +226,9 @@ def test_inference_trials_and_warmup_are_shorter():
     train = ScanOptions(precisions=["fp16"], steps=4, warmup=3)
     assert train.trial_steps == 4 and train.warmup_steps == 3
     assert opts.curve_budget == 20.0 and train.curve_budget == 45.0
-    assert ScanOptions(precisions=["fp16"], mode="infer", curve_budget_s=None).curve_budget is None
+    assert ScanOptions(precisions=["fp16"], mode="infer", curve_budget_s=60.0).curve_budget == 60.0
+    with pytest.raises(ValueError, match="curve budget"):
+        ScanOptions(precisions=["fp16"], curve_budget_s=0.0)
 
 
 def test_inference_scan_passes_the_short_trial_and_warmup_to_the_processes(monkeypatch):
@@ -267,6 +269,26 @@ def test_scan_curve_options_reach_the_scan_options(scan_options_seen, tmp_path):
     assert [(o.curve, o.curve_batches) for o in seen] == [(True, []), (True, []), (True, [64, 128]), (False, [])]
     bad = runner.invoke(main, [*base, "--curve", "64,x"])
     assert bad.exit_code == 2 and "Traceback" not in bad.output and "--curve" in bad.output
+    done = runner.invoke(main, [*base, "--curve-budget", "90"])
+    assert done.exit_code == 0, done.output
+    assert seen[-1].curve_budget_s == 90.0 and seen[-1].curve_budget == 90.0
+    for value in ("0", "-5", "x"):
+        bad = runner.invoke(main, [*base, "--curve-budget", value])
+        assert bad.exit_code == 2 and "Traceback" not in bad.output and "--curve-budget" in bad.output
+
+
+@pytest.mark.parametrize("options, expected", [
+    ({}, []),
+    ({"curve": False}, ["--no-curve"]),
+    ({"curve_batches": [64, 128], "curve_budget_s": 90.0}, ["--curve", "64,128", "--curve-budget", "90.0"]),
+])
+def test_parallel_children_get_the_curve_options(options, expected):
+    from memprobe.probe.parallel import scan_args
+
+    args = scan_args(ScanOptions(precisions=["fp16"], **options), None)
+    curve_args = [a for i, a in enumerate(args) if a.startswith("--curve") or a == "--no-curve"
+                  or (i and args[i - 1] in ("--curve", "--curve-budget"))]
+    assert curve_args == expected
 
 
 # --- the timed-step budget in a real (CPU) trial process session ---------------------------------

@@ -20,6 +20,10 @@ MODES = ("train", "infer")
 # made each trial 16-18 s.
 INFER_TRIAL_STEPS = 2
 INFER_WARMUP = 1
+# Inference curves get less time than training ones (DEFAULT_BUDGET_S, 45 s): forwards at the huge batches
+# inference reaches take seconds, and the six-workload inference suite should take minutes. Each point's
+# cost is estimated before it starts (probe/curve_cost.py) and the coarse pass spans the ladder first (its
+# largest, smallest and middle batches), so the budget bounds the curve without leaving small batches untimed.
 INFER_CURVE_BUDGET_S = 20.0
 # Curve points below B: enough warm-up for optimizer state, and a median over 6 steps (the step-time
 # spread at B on the H100 was at most 2.7% over 10 steps), so a curve costs seconds per point.
@@ -59,7 +63,9 @@ class ScanOptions:
     curve: bool = True  # time a ladder of batches up to B and find the best batch b*
     curve_batches: list[int] = field(default_factory=list)  # the ladder (empty: powers of two, see probe.curve)
     curve_points: int = DEFAULT_POINTS
-    curve_budget_s: float | None = DEFAULT_BUDGET_S  # no new curve point starts after this (None: no limit)
+    # No curve point starts whose estimated cost would end past this many seconds of curve (None: the mode's
+    # default, DEFAULT_BUDGET_S in training, INFER_CURVE_BUDGET_S in inference).
+    curve_budget_s: float | None = None
     # Timed steps stop early once they would run past this many seconds (at least MIN_TIMED_STEPS run):
     # at a batch whose step takes seconds, 10 timed steps cost more than they tell.
     timed_budget_s: float | None = 10.0
@@ -81,6 +87,8 @@ class ScanOptions:
         if self.memory_cap_bytes is not None and self.device != "cuda":
             raise ValueError("--memory-cap emulates a smaller GPU: it needs --device cuda")
         ladder(1, self.curve_points, self.curve_batches)  # raises CurveError (a ValueError) when unusable
+        if self.curve_budget_s is not None and not self.curve_budget_s > 0:
+            raise ValueError(f"the curve budget must be a positive number of seconds, got {self.curve_budget_s:g}")
 
     @property
     def uses_predicted_start(self) -> bool:
@@ -104,12 +112,12 @@ class ScanOptions:
         return worker.measure(batch, self.warmup_steps, self.timed_steps, budget_s=self.timed_budget_s)
 
     @property
-    def curve_budget(self) -> float | None:
-        """Seconds a curve may take before its remaining points are skipped: curve_budget_s, at most
-        INFER_CURVE_BUDGET_S in inference (forwards of seconds at huge batches; the goal is a minute)."""
-        if self.mode == "train" or self.curve_budget_s is None:
+    def curve_budget(self) -> float:
+        """Seconds of curve within which every point must end by its estimate: curve_budget_s when given, else
+        DEFAULT_BUDGET_S in training and INFER_CURVE_BUDGET_S in inference."""
+        if self.curve_budget_s is not None:
             return self.curve_budget_s
-        return min(self.curve_budget_s, INFER_CURVE_BUDGET_S)
+        return DEFAULT_BUDGET_S if self.mode == "train" else INFER_CURVE_BUDGET_S
 
     @property
     def curve_steps(self) -> tuple[int, int, float | None]:
