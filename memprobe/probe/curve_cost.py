@@ -8,7 +8,7 @@ budget as the trial process cuts them). The parts come from the precision's own 
 - process start: fresh search trials and failed proof checks, wall time minus trial time (without them, the time
   the precision's first process took to be ready, which includes the fork server's imports: an upper bound);
 - set-up of a new size: the fitting trials' time minus their steps (the first trial of the first process is left
-  out: it also pays the process's lazy initialisation);
+  out: it also pays the process's lazy initialisation), and the first step's excess in the timed run at B;
 - step time: the timed run at B, then every curve point timed, interpolated linearly in the batch.
 
 Each point timed updates the estimate (its step time, its first step's excess, its process start), and every
@@ -103,4 +103,8 @@ def from_precision(attempts: list[dict[str, Any]], checks: list[dict[str, Any]],
     cost.process_s = max(starts) if starts else float(settings.get("first_process_ready_seconds") or 0.0)
     fits = [a for a in attempts[1:] if a.get("outcome") == FIT] + [c for c in checks if c.get("outcome") == FIT]
     cost.setup_s = max([0.0, *(_excess(a, cost, trial_steps) for a in fits)])
+    if at_max and at_max.get("first_step_seconds") and at_max.get("warmup_step_seconds"):
+        # the timed run at B follows B's trial in its process, so its first step rarely sets anything up; when
+        # it does (a compilation per size), it says so here
+        cost.setup_s = max(cost.setup_s, float(at_max["first_step_seconds"]) - float(at_max["warmup_step_seconds"]))
     return cost
