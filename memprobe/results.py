@@ -17,7 +17,9 @@ from typing import Any, Callable
 
 SCHEMA = "memprobe.scan"
 # 2: throughput curve per precision (curve, best_batch, best_samples_per_s, best_units_per_s,
-# curve_seconds). Version-1 files still load, with no curve.
+# curve_seconds). Version-1 files still load, with no curve. Fields added since without a new version (an older
+# reader ignores them): the knee (knee_batch, knee_after_batch, knee_drop), skipped curve points
+# (outcome "skipped", with the reason), and the curve's cost estimate in settings["curve_cost"].
 SCHEMA_VERSION = 2
 
 
@@ -54,12 +56,28 @@ class PrecisionResult:
     best_samples_per_s: float | None = None
     best_units_per_s: float | None = None
     curve_seconds: float | None = None
+    # The knee (additive to schema 2; None where no fall counted, or in older files): the last batch before
+    # throughput falls by more than 10% (beyond the points' spread), the first batch after it, and the fall
+    # (after's samples/s over before's, minus 1). See probe/knee.py.
+    knee_batch: int | None = None
+    knee_after_batch: int | None = None
+    knee_drop: float | None = None
 
     @property
     def at_max_samples_per_s(self) -> float | None:
         """Samples/s at the max batch B (None when not measured)."""
         t = self.throughput or {}
         return t.get("samples_per_s") if t.get("outcome", "fit") == "fit" else None
+
+    @property
+    def curve_timed(self) -> list[int]:
+        """The batches of the curve that were timed and fit, ascending."""
+        return sorted(p["batch"] for p in self.curve if p.get("outcome") == "fit")
+
+    @property
+    def curve_skipped(self) -> list[int]:
+        """The batches of the curve its time budget left untimed (b* is then the best of the points timed)."""
+        return sorted(p["batch"] for p in self.curve if p.get("outcome") == "skipped")
 
 
 @dataclass

@@ -115,6 +115,11 @@ def search_axis(workload: dict) -> str:
     return str((workload.get("params") or {}).get("axis", "batch"))
 
 
+def axis_name(workload: dict) -> str:
+    """What a result's n counts, for people: "seq len" for a sequence-length search, else "batch"."""
+    return "seq len" if search_axis(workload) == "seq_len" else "batch"
+
+
 def base_name(name: str) -> str:
     """The registry name a variant was made from ('llama-1b+ckpt' -> 'llama-1b'); other names unchanged."""
     return name.split("+", 1)[0]

@@ -7,7 +7,9 @@ import itertools
 
 import pytest
 
-from memprobe.probe.curve import CurveError, best_point, curve_point, ladder, measure_curve, summary
+from memprobe.probe.curve import CurveError, best_point, curve_point, ladder, summary
+from memprobe.probe.curve_cost import PointCost
+from memprobe.probe.curve_run import PointTimer, measure_curve
 from memprobe.probe.scan import INFER_TRIAL_STEPS, INFER_WARMUP, ScanOptions
 from memprobe.probe.search import MemoryModel
 
@@ -105,6 +107,11 @@ class Factory:
         return proc
 
 
+def free_cost():
+    """An estimator that says every point costs nothing (the budget tests give their own)."""
+    return PointCost(process_s=0.0, setup_s=0.0, warmup=2, timed=6)
+
+
 def run_curve(factory, batches, max_batch=1000, at_max=None, model=None, fresh_above=None, budget=None):
     reported = []
 
@@ -115,8 +122,8 @@ def run_curve(factory, batches, max_batch=1000, at_max=None, model=None, fresh_a
         return {"batch": batch, "outcome": "fit", "samples_per_s": float(batch), "units_per_s": float(batch),
                 "step_time": {"median_s": 1.0, "p10_s": 1.0, "p90_s": 1.0, "steps": 3}}
 
-    points = measure_curve(factory, None, batches, at_max, max_batch, measure, model, fresh_above, reported.append,
-                           budget)
+    timer = PointTimer(factory, None, measure, model, fresh_above, max_batch)
+    points = measure_curve(timer, batches, at_max, max_batch, free_cost(), budget, reported.append)
     return points, reported
 
 
@@ -126,9 +133,11 @@ def test_points_below_the_edge_share_one_process_near_ones_are_fresh():
     points, reported = run_curve(factory, [64, 128, 256, 512, 1000], model=model, fresh_above=300.0,
                                  at_max={"batch": 1000, "outcome": "fit", "samples_per_s": 900.0})
     assert [p["batch"] for p in points] == [64, 128, 256, 512, 1000]
-    assert reported == points[::-1]  # timed from the largest down
+    # B first (the proof's run), then the coarse pass (every other batch from the top: 512, 128), then the rest
+    assert [p["batch"] for p in reported] == [1000, 512, 128, 256, 64]
+    assert [p["phase"] for p in reported] == ["max", "coarse", "coarse", "refine", "refine"]
     # B from the proof, not re-run; 512 (predicted 512 > 300) fresh in process 1; the rest share process 2
-    assert factory.log == [(1, 512), (2, 256), (2, 128), (2, 64)]
+    assert factory.log == [(1, 512), (2, 128), (2, 256), (2, 64)]
     assert [p["fresh"] for p in points] == [False, False, False, True, True]
     assert points[-1]["samples_per_s"] == 900.0
     assert all(p.closed for p in factory.procs)
@@ -142,12 +151,12 @@ def test_without_a_fork_server_every_point_shares_one_process():
 
 
 def test_a_crash_is_kept_as_a_point_and_the_next_batch_gets_a_new_process():
-    factory = Factory(forks=True, crash_at=(128,))
+    factory = Factory(forks=True, crash_at=(64,))
     model = MemoryModel(0.0, 1.0, "peak_reserved", 2)
     points, _ = run_curve(factory, [64, 128, 256, 1000], model=model, fresh_above=2000.0,
-                          at_max={"batch": 1000, "outcome": "fit", "samples_per_s": 1.0})
-    assert [(p["batch"], p["outcome"]) for p in points] == [(64, "fit"), (128, "crash"), (256, "fit"), (1000, "fit")]
-    assert factory.log == [(1, 256), (1, 128), (2, 64)]
+                          at_max={"batch": 1000, "outcome": "fit", "samples_per_s": 1000.0})
+    assert [(p["batch"], p["outcome"]) for p in points] == [(64, "crash"), (128, "fit"), (256, "fit"), (1000, "fit")]
+    assert factory.log == [(1, 256), (1, 64), (2, 128)]
     assert all(p.closed for p in factory.procs)
 
 
@@ -156,6 +165,7 @@ def test_points_past_the_time_budget_are_skipped_but_b_is_kept():
     points, _ = run_curve(factory, [64, 128, 1000], model=None, fresh_above=None, budget=0.0,
                           at_max={"batch": 1000, "outcome": "fit", "samples_per_s": 900.0})
     assert [(p["batch"], p["outcome"]) for p in points] == [(64, "skipped"), (128, "skipped"), (1000, "fit")]
+    assert all("of the 0 s curve budget left" in p["error"] for p in points[:2])
     assert factory.log == [] and best_point(points)["batch"] == 1000
 
 
@@ -165,8 +175,9 @@ def test_interrupt_kills_the_running_process():
     def measure(worker, batch):
         raise KeyboardInterrupt
 
+    timer = PointTimer(factory, None, measure, None, None, 1000)
     with pytest.raises(KeyboardInterrupt):
-        measure_curve(factory, None, [64, 1000], None, 1000, measure, None, None, lambda p: None)
+        measure_curve(timer, [64, 1000], None, 1000, free_cost(), None, lambda p: None)
     assert factory.procs[0].killed
 
 
@@ -179,9 +190,13 @@ def test_scan_stores_curve_best_batch_and_reuses_the_proofs_timed_run_at_b(monke
                         raising=False)
     result, progress, _ = run_scan(world, curve=True)
     assert result.max_batch == 75
-    assert [p["batch"] for p in result.curve] == [1, 2, 4, 8, 16, 32, 64, 75]
+    # the ladder, then the knee's bisection between 32 and 64 down to one batch apart
+    assert [p["batch"] for p in result.curve] == [1, 2, 4, 8, 16, 32, 33, 34, 36, 40, 48, 64, 75]
+    assert [p["batch"] for p in result.curve if p["phase"] == "knee"] == [33, 34, 36, 40, 48]
     assert all(p["outcome"] == "fit" for p in result.curve)
     assert result.best_batch == 32 and result.best_samples_per_s == pytest.approx(64.0)
+    assert (result.knee_batch, result.knee_after_batch, result.knee_drop) == (32, 33, -0.5)
+    assert "knee at batch 32: throughput -50.0% at 33 (located within 2%)" in progress.notes
     assert result.curve[-1]["samples_per_s"] == result.throughput["samples_per_s"]
     assert result.curve_seconds is not None
     measured_at_b = [e for e in world.log if e[0] == "measure" and e[2] == 75]
@@ -211,7 +226,9 @@ def test_inference_trials_and_warmup_are_shorter():
     train = ScanOptions(precisions=["fp16"], steps=4, warmup=3)
     assert train.trial_steps == 4 and train.warmup_steps == 3
     assert opts.curve_budget == 20.0 and train.curve_budget == 45.0
-    assert ScanOptions(precisions=["fp16"], mode="infer", curve_budget_s=None).curve_budget is None
+    assert ScanOptions(precisions=["fp16"], mode="infer", curve_budget_s=60.0).curve_budget == 60.0
+    with pytest.raises(ValueError, match="curve budget"):
+        ScanOptions(precisions=["fp16"], curve_budget_s=0.0)
 
 
 def test_inference_scan_passes_the_short_trial_and_warmup_to_the_processes(monkeypatch):
@@ -252,6 +269,26 @@ def test_scan_curve_options_reach_the_scan_options(scan_options_seen, tmp_path):
     assert [(o.curve, o.curve_batches) for o in seen] == [(True, []), (True, []), (True, [64, 128]), (False, [])]
     bad = runner.invoke(main, [*base, "--curve", "64,x"])
     assert bad.exit_code == 2 and "Traceback" not in bad.output and "--curve" in bad.output
+    done = runner.invoke(main, [*base, "--curve-budget", "90"])
+    assert done.exit_code == 0, done.output
+    assert seen[-1].curve_budget_s == 90.0 and seen[-1].curve_budget == 90.0
+    for value in ("0", "-5", "x"):
+        bad = runner.invoke(main, [*base, "--curve-budget", value])
+        assert bad.exit_code == 2 and "Traceback" not in bad.output and "--curve-budget" in bad.output
+
+
+@pytest.mark.parametrize("options, expected", [
+    ({}, []),
+    ({"curve": False}, ["--no-curve"]),
+    ({"curve_batches": [64, 128], "curve_budget_s": 90.0}, ["--curve", "64,128", "--curve-budget", "90.0"]),
+])
+def test_parallel_children_get_the_curve_options(options, expected):
+    from memprobe.probe.parallel import scan_args
+
+    args = scan_args(ScanOptions(precisions=["fp16"], **options), None)
+    curve_args = [a for i, a in enumerate(args) if a.startswith("--curve") or a == "--no-curve"
+                  or (i and args[i - 1] in ("--curve", "--curve-budget"))]
+    assert curve_args == expected
 
 
 # --- the timed-step budget in a real (CPU) trial process session ---------------------------------
@@ -310,5 +347,51 @@ def test_ctrl_c_during_the_curve_keeps_the_proven_precision_and_the_points_timed
     assert saved.status == "partial" and list(saved.precisions) == ["fp32"]
     p = saved.precisions["fp32"]
     assert p.status == "done" and p.max_batch == 75 and p.settings["curve_interrupted"] is True
-    assert [c["batch"] for c in p.curve] == [32, 64, 75] and p.best_batch == 75
+    # B, then the coarse pass's largest (64); its next, batch 1, was interrupted
+    assert [c["batch"] for c in p.curve] == [64, 75] and p.best_batch == 75
     test_scan.assert_all_closed(world)
+
+
+# --- units: every curve line in the workload's unit, a length search speaks of lengths -----------------
+
+def test_curve_text_is_in_the_workloads_unit():
+    from memprobe.probe.curve import curve_text
+
+    images = {"batch": 512, "outcome": "fit", "fresh": False, "samples_per_s": 6216.0, "units_per_s": 6216.0}
+    assert curve_text(images, "images") == "curve: batch 512 -> 6216.0 images/s (shared process)"
+    llama = {"batch": 8, "outcome": "fit", "fresh": True, "samples_per_s": 24.2, "units_per_s": 49573.0, "phase": "knee"}
+    assert curve_text(llama, "tokens") == "curve: batch 8 -> 49573.0 tokens/s (knee bisection, fresh process)"
+    length = {"batch": 32256, "outcome": "fit", "fresh": True, "samples_per_s": 0.86, "units_per_s": 27639.4}
+    assert curve_text(length, "tokens", "seq len") == "curve: seq len 32256 -> 27639.4 tokens/s (fresh process)"
+    skipped = {"batch": 64, "outcome": "skipped", "phase": "refine", "error": "estimated 9.0 s, 2.0 s of the 45 s curve budget left"}
+    assert curve_text(skipped, "images") == ("curve: batch 64 -> skipped (refine): estimated 9.0 s, 2.0 s of the 45 s "
+                                             "curve budget left")
+
+
+def test_a_sequence_length_scan_prints_lengths_and_tokens_per_second(monkeypatch):
+    from conftest import RecordingProgress
+    from memprobe.probe.scan import scan_precision
+    from memprobe.registry import load_registry
+    from memprobe.variants import VariantRequest, apply_variant
+
+    world = World(75)
+    measure = test_scan.FakeWorker.measure
+
+    def in_tokens(self, batch, warmup, steps, budget_s=None):
+        out = measure(self, batch, warmup, steps, budget_s)
+        if out["outcome"] == "fit":  # 4 sequences of `batch` tokens per step
+            out.update(unit="tokens", units_per_s=out["samples_per_s"] * 4)
+        return out
+
+    monkeypatch.setattr(test_scan.FakeWorker, "measure", in_tokens)
+    workload = apply_variant(load_registry()["toy-llama"], VariantRequest(search="seq-len", batch=4))
+    opts = ScanOptions(precisions=["bf16"], device="cpu", cpu_budget_bytes=world.capacity)
+    progress = RecordingProgress()
+    result = scan_precision(workload, "bf16", opts, test_scan.FakeFactory(world), progress, lambda env: None)
+    assert result.max_batch == 75 and result.curve
+    lines = [n for n in progress.notes if n.startswith("curve:")]
+    assert lines and all(n.startswith("curve: seq len ") and "tokens/s" in n for n in lines)
+    assert any(n.startswith("throughput curve at seq len 1, 2, 4") for n in progress.notes)
+    best = next(n for n in progress.notes if "b* =" in n)
+    assert best.startswith(f"best seq len b* = {result.best_batch}: {result.best_units_per_s:.1f} tokens/s")
+    assert not any("samples/s" in n for n in progress.notes)

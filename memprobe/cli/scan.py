@@ -73,6 +73,9 @@ class _ProgressPrinter:
               help="Throughput curve (default on): time a ladder of batches up to B and report the best batch b*. "
                    "Default ladder: powers of two below B (up to 7) plus B; give sizes to choose them.")
 @click.option("--no-curve", is_flag=True, help="Skip the throughput curve (only B is timed).")
+@click.option("--curve-budget", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
+              help="Seconds the curve may take per precision: no point starts whose estimated cost would end past "
+                   "them (default 45 in training, 20 in inference).")
 @click.option("--cudnn-benchmark", is_flag=True, help="Let cuDNN pick algorithms by timing (changes memory near the edge).")
 @click.option("--compile", "compile_step", is_flag=True,
               help="Run the model's forward and backward through torch.compile in every trial and timed run: the "
@@ -96,7 +99,7 @@ class _ProgressPrinter:
                    "(memprobe predict; a prediction, not a measurement; exit 0).")
 def scan_cmd(model: str, precision: str, mode: str, batches: str | None, out_dir: str, models_file: str | None,
              steps: int, warmup: int, timed_steps: int, max_batch: int, max_trials: int, no_throughput: bool, soak: int,
-             curve: str, no_curve: bool, predicted_start: bool | None, cudnn_benchmark: bool, compile_step: bool,
+             curve: str, no_curve: bool, curve_budget: float | None, predicted_start: bool | None, cudnn_benchmark: bool, compile_step: bool,
              device: str, cpu_memory_budget: str | None,
              memory_cap: str | None, input_size: str | None, optimizer: str | None, task: str | None,
              seq_len: int | None, gpus: str | None, strategy: str, parallel: bool, predict_if_no_gpu: bool, search: str,
@@ -128,7 +131,8 @@ def scan_cmd(model: str, precision: str, mode: str, batches: str | None, out_dir
                            max_batch=max_batch, max_trials=max_trials, measure=not no_throughput, device=device,
                            cpu_budget_bytes=budget, cudnn_benchmark=cudnn_benchmark, memory_cap_bytes=cap,
                            compile=compile_step, soak=soak, curve=not no_curve, predicted_start=predicted_start,
-                           curve_batches=[] if curve == "auto" else _int_list(curve, "--curve"))
+                           curve_batches=[] if curve == "auto" else _int_list(curve, "--curve"),
+                           curve_budget_s=curve_budget)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     if device == "cuda":

@@ -65,7 +65,8 @@ def relative_panels(relative: Relative) -> list[Panel]:
     panels = []
     for col in relative.columns:
         ref = relative.reference_values[col]
-        bars = [Bar(_short(r.gpu), c.value, c.origin, "OOM" if c.oom else f"{c.value:.2f}")
+        bars = [Bar(_short(r.gpu), c.value, c.origin,
+                    "OOM" if c.oom else f"{c.value:.2f}" + (" (at B)" if relative.fell_back(c) else ""))
                 for r in relative.rows for c in [r.cells.get(col)] if c is not None]
         bars.sort(key=lambda b: -b.value)
         origin = "published" if ref.origin == PUBLISHED else "measured"
@@ -228,9 +229,9 @@ def write_charts(comparison: Comparison, relative: Relative, loaded: Sequence, o
     note = " Published bars come from other implementations (see the report's notes)."
     jobs = [
         ("relative_throughput", relative_panels(relative),
-         f"Training throughput relative to {_short(relative.reference)} (= 1.0)",
+         f"Training throughput relative to {_short(relative.reference)} (= 1.0)\n{relative.basis}",
          f"{relative.basis[0].upper()}{relative.basis[1:]}, divided by the reference's, per workload and precision; "
-         "OOM = 0."),
+         "OOM = 0; (at B) = at the card's max batch, its file has no throughput curve."),
         ("max_batch", max_batch_panels(comparison, preds, catalog), "Max training batch per card",
          "Measured: exact maximum (B fits, B+1 does not). Predicted: fitted memory model, overhead carried over from "
          "the measured card. Published: a batch that fit (lower bound)."),

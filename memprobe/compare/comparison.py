@@ -15,6 +15,7 @@ from typing import Any, Iterable, Sequence
 from memprobe.catalog import PRECISIONS, Catalog, default_catalog
 from memprobe.compare.published import Figure, default_published
 from memprobe.results import PrecisionResult, ScanResult
+from memprobe.variants import axis_name
 
 
 MEASURED, PUBLISHED, PREDICTED = "measured", "published", "predicted"
@@ -70,6 +71,11 @@ class Point:
     best_batch: float | None = None  # b*, from the scan's throughput curve (None: no curve)
     best_throughput: float | None = None  # throughput at b*, in `unit`
     curve: list[tuple[float, float]] = field(default_factory=list)  # (batch, throughput in `unit`) that fit
+    curve_skipped: int = 0  # curve points the scan's time budget left untimed (b* is the best of those timed)
+    knee_batch: float | None = None  # the last batch before throughput falls by > 10% (probe/knee.py)
+    knee_after_batch: float | None = None  # the first batch timed after that fall
+    knee_drop: float | None = None  # throughput at knee_after_batch over that at knee_batch, minus 1
+    at: str = "B"  # where `throughput` was taken: "B", "b*" or "common N" (compare.curves.like_for_like)
 
     @property
     def oom(self) -> bool:
@@ -157,7 +163,10 @@ def _mfu(p: PrecisionResult, device: str) -> tuple[float | None, str]:
 
 def batch_unit(result: ScanResult, p: PrecisionResult) -> str:
     """What one step's batch counts: the workload's unit ("sequences"), or "samples of 128 tokens" when a sample
-    holds several units (translation: a sentence pair of tgt_len target tokens)."""
+    holds several units (translation: a sentence pair of tgt_len target tokens); for a sequence-length search,
+    "seq len at batch 1" (n is then a length)."""
+    if axis_name(result.workload) != "batch":  # a sequence-length search: n is a length, at a fixed batch
+        return f"{axis_name(result.workload)} at batch {(result.workload.get('params') or {}).get('batch', 1)}"
     unit = str(result.workload.get("unit", "samples"))
     per = (p.settings.get("task") or {}).get("units_per_sample")
     return unit if not per or float(per) == 1.0 else f"samples of {float(per):g} {unit}"
@@ -186,6 +195,9 @@ def _measured_points(loaded: Sequence[tuple[Path, ScanResult]], labels: list[str
                 best_batch=p.best_batch if done else None, best_throughput=p.best_units_per_s if done else None,
                 curve=[(c["batch"], c["units_per_s"]) for c in p.curve if done and c.get("outcome") == "fit"
                        and c.get("units_per_s")],
+                curve_skipped=len(p.curve_skipped) if done else 0,
+                knee_batch=p.knee_batch if done else None, knee_after_batch=p.knee_after_batch if done else None,
+                knee_drop=p.knee_drop if done else None,
             ))
     return points
 
@@ -208,7 +220,7 @@ def _published_points(figures: Iterable[Figure], catalog: Catalog) -> list[Point
             gpu=catalog.canonical(gpu), device=gpu, workload=workload, precision=precision, origin=PUBLISHED,
             source=source, max_batch=max_batch, batch_unit=batch.unit if batch else "",
             batch_lower_bound=bool(batch and batch.is_lower_bound), throughput=throughput,
-            unit=speed.unit if speed else "", mfu_why="published figure",
+            unit=speed.unit if speed else "", mfu_why="published figure", at="published",
         ))
     return points
 

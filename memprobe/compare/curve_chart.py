@@ -1,7 +1,8 @@
 """Chart of throughput against batch size: one panel per workload, one line per card and precision.
 
 No torch here. Drawn from the throughput curves in the result files (measured points only); b* is marked
-with a star and B (the max batch, the curve's last point) with a cross, so a drop at B shows at a glance.
+with a star, B (the max batch, the curve's last point) with a cross and the knee with a triangle and its fall,
+so a drop at B, and where it starts, show at a glance.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import math
 from pathlib import Path
 
 from memprobe.compare.comparison import MEASURED, Comparison, Point
+from memprobe.probe.knee import KNEE_FALL
 
 CHART_NAME = "throughput_vs_batch"
 FORMATS = ("png", "svg")
@@ -23,6 +25,15 @@ def curve_series(comparison: Comparison) -> dict[str, list[Point]]:
         if p.origin == MEASURED and len(p.curve) >= 2:
             series.setdefault(p.workload, []).append(p)
     return series
+
+
+def knee_mark(p: Point) -> tuple[float, float, str] | None:
+    """Where to mark a point's knee: (batch, throughput there, label such as "knee 2644: -36.7%"); None without a
+    knee or when the knee's batch is not on the drawn curve."""
+    if p.knee_batch is None or p.knee_drop is None:
+        return None
+    speed = next((y for x, y in p.curve if x == p.knee_batch), None)
+    return None if speed is None else (p.knee_batch, speed, f"knee {p.knee_batch:g}: {p.knee_drop:+.1%}")
 
 
 def write_curve_chart(comparison: Comparison, out_dir: str | Path) -> list[Path]:
@@ -49,6 +60,12 @@ def write_curve_chart(comparison: Comparison, out_dir: str | Path) -> list[Path]
                         markeredgecolor="black", markeredgewidth=0.5)
             if p.max_batch:
                 ax.plot([xs[-1]], [ys[-1]], "x", color="black", markersize=7)
+            knee = knee_mark(p)
+            if knee is not None:
+                ax.plot([knee[0]], [knee[1]], "v", color=colors[p.gpu], markersize=9, markeredgecolor="black",
+                        markeredgewidth=0.5)
+                ax.annotate(knee[2], knee[:2], textcoords="offset points", xytext=(-6, 9), ha="right", fontsize=7,
+                            color=colors[p.gpu])
         ax.set_xscale("log", base=2)
         ax.set_title(workload, fontsize=10)
         ax.set_xlabel("batch size (log 2)", fontsize=9)
@@ -59,7 +76,8 @@ def write_curve_chart(comparison: Comparison, out_dir: str | Path) -> list[Path]
         ax.legend(fontsize=7, frameon=False)
     for ax in list(axes.flat)[len(series):]:
         ax.set_visible(False)
-    fig.suptitle("Throughput against batch size (star: best batch b*; cross: max batch B)", fontsize=12)
+    fig.suptitle("Throughput against batch size (star: best batch b*; cross: max batch B; triangle: knee, the "
+                 f"last batch before a fall of more than {KNEE_FALL:.0%})", fontsize=12)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []

@@ -16,7 +16,7 @@ from typing import Any, Sequence
 
 from memprobe.catalog import Card, Catalog, default_catalog
 from memprobe.compare.comparison import MEASURED, PREDICTED, Comparison, ReportError, batch_unit, build_comparison, workload_labels
-from memprobe.compare.curves import LABELS, like_for_like
+from memprobe.compare.curves import LABELS, at_batch_text, knee_text, like_for_like
 from memprobe.compare.tables import Cell, Table, fmt_number
 from memprobe.compare.report import render
 from memprobe.results import PrecisionResult, ScanResult
@@ -282,8 +282,8 @@ def prediction_table(preds: Sequence[Prediction], cards: Sequence[Card], models:
 def value_table(comparison: Comparison | None, cards: Sequence[Card], workloads: Sequence[str] | None) -> Table:
     """Throughput per 1000 USD and per watt, where throughput is measured (on the file's card) or published."""
     allowed = {c.name: c for c in cards}
-    columns = ["workload", "precision", "card", "throughput", "unit", "price USD", "per 1000 USD", "TDP W",
-               "per W (TDP)", "per W (measured power)"]
+    columns = ["workload", "precision", "card", "throughput", "unit", "at batch", "knee (fall)", "price USD",
+               "per 1000 USD", "TDP W", "per W (TDP)", "per W (measured power)"]
     rows = []
     points = [] if comparison is None else [
         p for p in comparison.points
@@ -298,12 +298,14 @@ def value_table(comparison: Comparison | None, cards: Sequence[Card], workloads:
         power = ((p.utilization or {}).get("power_w") or {}).get("mean")
         per_power = Cell(f"{p.throughput / power:.3f}", p.throughput / power, MEASURED) if power else "-"
         rows.append([p.workload, p.precision, card.name, Cell(fmt_number(p.throughput) + mark, p.throughput, p.origin),
-                     p.unit, f"{price:,.0f}" if price else "-", per_usd,
+                     p.unit, at_batch_text(p), knee_text(p.knee_batch, p.knee_after_batch, p.knee_drop),
+                     f"{price:,.0f}" if price else "-", per_usd,
                      fmt_number(card.tdp_w) if card.tdp_w else "-", per_w, per_power])
     notes = ["Prices and TDP are the catalog's (gpus.yaml: datasheet TDP, published prices with their dates); "
              "throughput is memprobe's on the card a file was measured on, or published (pub). Card-only prices: "
              "a host, power and cooling are not included."]
-    return Table("value", "Throughput per 1000 USD and per watt", columns, rows, notes)
+    return Table("value", "Throughput per 1000 USD and per watt (measured: at the best batch b* where the scan timed "
+                 "a curve, else at max batch B)", columns, rows, notes)
 
 
 def verdict_table(verdicts_: Sequence[Verdict]) -> Table:

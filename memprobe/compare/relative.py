@@ -21,6 +21,7 @@ class RelativeCell:
     origin: str
     oom: bool = False
     vs_published: bool = False
+    at: str = "B"  # where the card's throughput was taken (comparison.Point.at)
 
 
 @dataclass
@@ -44,6 +45,11 @@ class Relative:
     rows: list[RelativeRow]
     notes: list[str] = field(default_factory=list)
     basis: str = "throughput at each card's max batch"  # what was normalized (compare.curves.LABELS)
+
+    def fell_back(self, cell: RelativeCell) -> bool:
+        """Whether a measured cell is at B while others are like for like (its file has no curve): marked."""
+        mixed = any(c.at != "B" for r in self.rows for c in r.cells.values() if c.origin == MEASURED)
+        return mixed and cell.origin == MEASURED and cell.at == "B" and not cell.oom
 
 
 def resolve_reference(comparison: Comparison, requested: str | None, catalog: Catalog | None = None) -> str:
@@ -107,7 +113,7 @@ def relative_throughput(comparison: Comparison, reference: str | None = None, ca
             continue
         ref_point = ref_values[col]
         row.cells[col] = RelativeCell(p.throughput / ref_point.throughput, p.origin, p.oom,
-                                      vs_published=p.origin == MEASURED and ref_point.origin == PUBLISHED)
+                                      vs_published=p.origin == MEASURED and ref_point.origin == PUBLISHED, at=p.at)
     for row in rows.values():
         row.count = len(row.cells)
         row.mean = sum(c.value for c in row.cells.values()) / row.count if row.count else None
@@ -134,7 +140,7 @@ def relative_table(relative: Relative) -> Table:
                 cells.append("-")
                 continue
             text = "0 (OOM)" if c.oom else f"{c.value:.2f}"
-            text = _mark(text, c.origin) + (" (vs pub)" if c.vs_published else "")
+            text = _mark(text, c.origin) + (" (vs pub)" if c.vs_published else "") + (" (at B)" if relative.fell_back(c) else "")
             cells.append(Cell(text, c.value, c.origin))
         if row.mean is None:
             cells.append("-")
@@ -145,4 +151,6 @@ def relative_table(relative: Relative) -> Table:
     notes = [f"Reference: {relative.reference} = 1.00 in every column it has. OOM counts as 0. The mean is the "
              "arithmetic mean over the columns a row has ((n/N) when it lacks some); means over different "
              "columns are not comparable."] + relative.notes
+    if any(relative.fell_back(c) for row in relative.rows for c in row.cells.values()):
+        notes.append("(at B) = at the card's max batch B: its file has no throughput curve, so no best batch b*.")
     return Table("relative", f"Throughput relative to {relative.reference}", columns, rows, notes)

@@ -8,10 +8,12 @@ from __future__ import annotations
 from typing import Any, Iterable, Sequence
 
 
+from memprobe.compare.curves import knee_text
 from memprobe.compare.tables import rows_text
 from memprobe.catalog import PRECISIONS
 from memprobe.results import PrecisionResult, ScanResult
 from memprobe.units import gib
+from memprobe.variants import axis_name
 
 
 def _proof_text(p: PrecisionResult) -> str:
@@ -34,6 +36,27 @@ def _agreed_text(p: PrecisionResult) -> str:
     # "in_process": files written before search trials near the edge ran in fresh processes
     found = (proof.get("search") or proof.get("in_process") or {}).get("fits")
     return f"no (search {found})"
+
+
+def _best_text(p: PrecisionResult, unit: str) -> str:
+    """b* and its throughput, with how far B's falls below it, e.g. "2048: 6686.0 images/s (B -36.6%)"."""
+    if p.best_batch is None or p.status != "done":
+        return "-"
+    speed = p.best_units_per_s or p.best_samples_per_s or 0.0
+    at_b = next((c.get("units_per_s") for c in p.curve if c["batch"] == p.max_batch and c.get("outcome") == "fit"), None)
+    change = f" (B {at_b / speed - 1:+.1%})" if at_b and speed and p.best_batch != p.max_batch else ""
+    return f"{p.best_batch}: {speed:.1f} {unit}/s{change}" + (" best of timed" if p.curve_skipped else "")
+
+
+def _curve_text(p: PrecisionResult) -> str:
+    """What the curve covered: points timed, their range, seconds, and points its budget skipped."""
+    timed = p.curve_timed
+    if not timed or p.status != "done":
+        return "-"
+    text = f"{len(timed)} timed, {timed[0]}-{timed[-1]}"
+    if p.curve_seconds is not None:
+        text += f", {p.curve_seconds:.0f} s"
+    return text + (f"; {len(p.curve_skipped)} skipped (budget)" if p.curve_skipped else "")
 
 
 def newest_finished(results: Sequence[ScanResult]) -> list[tuple[ScanResult, str, PrecisionResult]]:
@@ -66,8 +89,8 @@ def scan_rows(results: Iterable[ScanResult], newest_only: bool = False,
     rows = []
     for result, name, p in entries:
         gpu = result.environment.get("gpu", {}).get("name", "?")
-        unit = result.workload.get("unit", "samples")
         t = p.throughput or {}
+        unit = t.get("unit") or result.workload.get("unit", "samples")
         util = t.get("utilization") or {}
         gpu_util = (util.get("gpu_util_pct") or {}).get("mean")
         power = (util.get("power_w") or {}).get("mean")
@@ -76,16 +99,22 @@ def scan_rows(results: Iterable[ScanResult], newest_only: bool = False,
         rechecks = [c for c in proof.get("checks", []) if c["batch"] not in reused]
         fresh = sum(bool(a.get("fresh")) for a in p.attempts) + len(rechecks)
         mfu = t.get("mfu")
+        max_batch: Any = p.max_batch
+        if p.status == "done" and axis_name(result.workload) != "batch":
+            max_batch = f"{axis_name(result.workload)} {p.max_batch}"  # a sequence-length search: a length
         rows.append({
             "gpu": gpu,
             "model": result.workload.get("name"),
             "precision": name,
-            "max batch": p.max_batch if p.status == "done" else f"{p.status}: {p.error.splitlines()[0][:60]}" if p.error else p.status,
+            "max batch": max_batch if p.status == "done" else f"{p.status}: {p.error.splitlines()[0][:60]}" if p.error else p.status,
             "proof (fresh processes)": _proof_text(p),
             "agreed": _agreed_text(p),
             "trials (fresh)": f"{len(p.attempts) + len(rechecks)} ({fresh})",
             "search s": p.search_seconds if p.search_seconds is not None else "-",
-            f"throughput": f"{t['units_per_s']:.1f} {unit}/s" if t.get("units_per_s") else (t.get("error", "-")[:40] if t else "-"),
+            "throughput at B": f"{t['units_per_s']:.1f} {unit}/s" if t.get("units_per_s") else (t.get("error", "-")[:40] if t else "-"),
+            "b* (curve)": _best_text(p, unit),
+            "knee (fall)": knee_text(p.knee_batch, p.knee_after_batch, p.knee_drop) if p.status == "done" else "-",
+            "curve": _curve_text(p),
             "step ms (median)": f"{t['step_time']['median_s'] * 1000:.0f}" if t.get("step_time") else "-",
             "MFU %": f"{mfu * 100:.1f}" if mfu is not None else "-",
             "peak GiB": gib(t.get("peak_reserved")) if t else "-",

@@ -1,25 +1,22 @@
-"""Throughput curve of one precision: pick a ladder of batch sizes up to B, time each, find the best batch b*.
+"""Throughput curve of one precision: the ladder of batch sizes up to B, the order they are timed in, and b*.
 
-No torch here. The ladder and the best-batch choice are pure functions (tested with fakes); `measure_curve`
-times the ladder in trial processes: batches far below the edge share one process (no fresh start-up
-per point), batches whose predicted peak is near the capacity each get a fresh one, as in the search.
+No torch here: pure functions, tested with fakes. The points are timed by probe/curve_run.py (processes, budget,
+the knee's bisection); the knee itself is probe/knee.py, a point's estimated cost probe/curve_cost.py.
 """
 
 from __future__ import annotations
 
-import time
-from typing import Any, Callable
+from typing import Any
 
-from memprobe.probe.errors import CRASH, FIT, TIMEOUT
-from memprobe.probe.runner import WorkerError, WorkerFactory, WorkerSpec
-from memprobe.probe.search import MemoryModel
+from memprobe.probe.errors import FIT
 
 DEFAULT_POINTS = 8  # at most this many batches per curve, B included
-DEFAULT_BUDGET_S = 45.0  # no new curve point starts after this many seconds of one precision's curve
-SKIPPED = "skipped"  # a curve point not timed (budget spent); not a trial outcome
+DEFAULT_BUDGET_S = 45.0  # no curve point starts that its estimated cost says would end past this (seconds)
+SKIPPED = "skipped"  # a curve point not timed (its estimate would overrun the budget); not a trial outcome
 # A power of two this close under B adds little to the curve (the step differs from B's by < 1/8)
 # and costs a whole timed run: skipped.
 NEAR_MAX_SHARE = 7 / 8
+PHASES = ("max", "coarse", "knee", "refine")  # why a point was timed: B, the coarse pass, bisection, the rest
 
 
 class CurveError(ValueError):
@@ -51,27 +48,68 @@ def ladder(max_batch: int, points: int = DEFAULT_POINTS, requested: list[int] | 
     return below[len(below) - (points - 1):] + [max_batch] if points > 1 else [max_batch]
 
 
+def spread_order(batches: list[int]) -> list[int]:
+    """`batches` in the order that covers their range soonest: the largest (the neighbour of B, where a fall
+    to B shows), the smallest, then each time the batch in the middle of the widest gap left (in ladder
+    steps; the upper middle on a tie). A curve cut short by its budget thus still spans small to large."""
+    ordered = sorted(set(batches))
+    if len(ordered) <= 2:
+        return ordered[::-1]
+    chosen = [len(ordered) - 1, 0]
+    while len(chosen) < len(ordered):
+        index = sorted(chosen)
+        _, lo, hi = max((b - a, a, b) for a, b in zip(index, index[1:]))
+        chosen.append((lo + hi + 1) // 2)
+    return [ordered[i] for i in chosen]
+
+
+def phases(below: list[int]) -> tuple[list[int], list[int]]:
+    """The batches below B as two passes: coarse (every other batch, counted down from the largest) and refine
+    (the rest), each in spread_order. The knee's bisection runs between the two."""
+    descending = sorted(set(below), reverse=True)
+    return spread_order(descending[::2]), spread_order(descending[1::2])
+
+
 def curve_point(measured: dict[str, Any], fresh: bool) -> dict[str, Any]:
     """One curve entry from a timed run (worker.measure's answer): batch, outcome, samples/s, units/s,
-    step time median/p10/p90 (seconds) and peak allocated/reserved bytes; failures keep their error."""
+    step time median/p10/p90 and first/warm-up step (seconds) and peak allocated/reserved bytes; failures keep
+    their error."""
     point: dict[str, Any] = {"batch": measured.get("batch"), "outcome": measured.get("outcome"), "fresh": fresh}
     if measured.get("outcome") == FIT:
         times = measured.get("step_time") or {}
         point.update(samples_per_s=measured.get("samples_per_s"), units_per_s=measured.get("units_per_s"),
                      step_median_s=times.get("median_s"), step_p10_s=times.get("p10_s"),
                      step_p90_s=times.get("p90_s"), timed_steps=times.get("steps"))
+        for key, name in (("first_step_seconds", "first_step_s"), ("warmup_step_seconds", "warmup_step_s")):
+            if measured.get(key) is not None:
+                point[name] = measured[key]
     else:
         point["error"] = str(measured.get("error", ""))[:300]
     point.update(peak_allocated=measured.get("peak_allocated"), peak_reserved=measured.get("peak_reserved"))
     return point
 
 
-def curve_text(point: dict[str, Any]) -> str:
-    """One progress line for a curve point, e.g. "curve: batch 512 -> 6216.0 samples/s (shared process)"."""
+def skipped_point(batch: int, phase: str, estimate_s: float, left_s: float, budget_s: float) -> dict[str, Any]:
+    """A point that was not started: its estimate would have ended past the curve's budget."""
+    return {"batch": batch, "outcome": SKIPPED, "fresh": False, "phase": phase, "estimated_s": round(estimate_s, 1),
+            "error": f"estimated {estimate_s:.1f} s, {max(0.0, left_s):.1f} s of the {budget_s:g} s curve budget left"}
+
+
+def curve_text(point: dict[str, Any], unit: str = "samples", n_name: str = "batch") -> str:
+    """One progress line for a curve point in the workload's unit and axis, e.g.
+    "curve: batch 512 -> 6216.0 images/s (shared process)" or "curve: seq len 8192 -> 31583.9 tokens/s (...)"."""
     where = "fresh process" if point.get("fresh") else "shared process"
+    if point.get("phase") == "knee":
+        where = f"knee bisection, {where}"
+    head = f"curve: {n_name} {point.get('batch')} ->"
+    if point.get("outcome") == SKIPPED:
+        return f"{head} skipped ({point.get('phase', 'ladder')}): {point.get('error', '')}"
     if point.get("outcome") != FIT:
-        return f"curve: batch {point.get('batch')} -> {point.get('outcome')} ({where}): {point.get('error', '')[:120]}"
-    return f"curve: batch {point['batch']} -> {point['samples_per_s']:.1f} samples/s ({where})"
+        return f"{head} {point.get('outcome')} ({where}): {point.get('error', '')[:120]}"
+    speed = point.get("units_per_s")
+    if speed is None:  # a point from before units were recorded: samples are all it has
+        speed, unit = point["samples_per_s"], "samples"
+    return f"{head} {speed:.1f} {unit}/s ({where})"
 
 
 def best_point(points: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -88,63 +126,3 @@ def summary(points: list[dict[str, Any]]) -> dict[str, Any]:
     return {"best_batch": best["batch"] if best else None,
             "best_samples_per_s": best["samples_per_s"] if best else None,
             "best_units_per_s": best.get("units_per_s") if best else None}
-
-
-def measure_curve(factory: WorkerFactory, spec: WorkerSpec, batches: list[int], at_max: dict[str, Any] | None,
-                  max_batch: int, measure: Callable[[Any, int], dict[str, Any]], model: MemoryModel | None,
-                  fresh_above_bytes: float | None, report: Callable[[dict[str, Any]], None],
-                  budget_s: float | None = None) -> list[dict[str, Any]]:
-    """Time every batch of the ladder and return the curve's points, ascending.
-
-    B's point is `at_max` (the timed run of the fresh-process proof) when given. `measure(worker, batch)`
-    runs one timed run in a worker. A batch whose predicted peak (`model`) exceeds `fresh_above_bytes`
-    runs in a fresh process when the factory forks cheaply; the others share one process, replaced
-    after a crash or a timeout. Batches run from the largest down (b* is rarely among the smallest),
-    and once `budget_s` seconds have passed the rest are kept as "skipped" points: a new batch size
-    can cost seconds of set-up (NasNet-Large: ~14 s per new size on the H100, however small).
-    `report` gets each point when it is done. Never raises for a failed point: it is kept with its outcome.
-    """
-    points: list[dict[str, Any]] = []
-    shared = None
-    started = time.perf_counter()
-    try:
-        for batch in sorted(batches, reverse=True):
-            if budget_s is not None and time.perf_counter() - started > budget_s and batch != max_batch:
-                points.append({"batch": batch, "outcome": SKIPPED, "fresh": False,
-                               "error": f"curve time budget of {budget_s:g} s spent"})
-                report(points[-1])
-                continue
-            if batch == max_batch and at_max is not None:
-                points.append(curve_point(at_max, fresh=True))
-                report(points[-1])
-                continue
-            fresh = factory.forks and (batch == max_batch or model is None or fresh_above_bytes is None
-                                       or model.predict(batch) > fresh_above_bytes)
-            if fresh and shared is not None:
-                shared.close()  # its model and caches must not hold memory while a near-edge point runs
-                shared = None
-            try:
-                worker = factory.fresh(spec) if fresh or shared is None else shared
-            except WorkerError as exc:
-                points.append({"batch": batch, "outcome": exc.kind, "fresh": True, "error": str(exc)[:300]})
-                report(points[-1])
-                continue
-            started = time.perf_counter()
-            try:
-                measured = measure(worker, batch)
-            except BaseException:
-                worker.kill()
-                raise
-            point = curve_point(measured, fresh=fresh)
-            point["wall_seconds"] = round(time.perf_counter() - started, 3)
-            points.append(point)
-            report(point)
-            if fresh or measured.get("outcome") in (CRASH, TIMEOUT):
-                worker.close()
-                shared = None
-            else:
-                shared = worker
-    finally:
-        if shared is not None:
-            shared.close()
-    return sorted(points, key=lambda p: p["batch"])

@@ -20,11 +20,24 @@ MODES = ("train", "infer")
 # made each trial 16-18 s.
 INFER_TRIAL_STEPS = 2
 INFER_WARMUP = 1
+# Inference curves get less time than training ones (DEFAULT_BUDGET_S, 45 s): forwards at the huge batches
+# inference reaches take seconds, and the six-workload inference suite should take minutes. Each point's
+# cost is estimated before it starts (probe/curve_cost.py) and the coarse pass spans the ladder first (its
+# largest, smallest and middle batches), so the budget bounds the curve without leaving small batches untimed.
 INFER_CURVE_BUDGET_S = 20.0
 # Curve points below B: enough warm-up for optimizer state, and a median over 6 steps (the step-time
 # spread at B on the H100 was at most 2.7% over 10 steps), so a curve costs seconds per point.
 CURVE_WARMUP = 2
 CURVE_TIMED_STEPS = 6
+MIN_TIMED_STEPS = 3  # a time budget never cuts the timed steps below this (a median and a spread)
+
+
+def timed_steps_within(steps: int, budget_s: float | None, step_s: float | None) -> int:
+    """How many of `steps` timed steps a timed run keeps within `budget_s` seconds when a step takes about
+    `step_s`: all of them without a budget or an estimate, else as many as fit, at least MIN_TIMED_STEPS."""
+    if not budget_s or not step_s or step_s * steps <= budget_s:
+        return steps
+    return max(MIN_TIMED_STEPS, min(steps, int(budget_s / step_s)))
 
 
 @dataclass
@@ -50,7 +63,9 @@ class ScanOptions:
     curve: bool = True  # time a ladder of batches up to B and find the best batch b*
     curve_batches: list[int] = field(default_factory=list)  # the ladder (empty: powers of two, see probe.curve)
     curve_points: int = DEFAULT_POINTS
-    curve_budget_s: float | None = DEFAULT_BUDGET_S  # no new curve point starts after this (None: no limit)
+    # No curve point starts whose estimated cost would end past this many seconds of curve (None: the mode's
+    # default, DEFAULT_BUDGET_S in training, INFER_CURVE_BUDGET_S in inference).
+    curve_budget_s: float | None = None
     # Timed steps stop early once they would run past this many seconds (at least MIN_TIMED_STEPS run):
     # at a batch whose step takes seconds, 10 timed steps cost more than they tell.
     timed_budget_s: float | None = 10.0
@@ -72,6 +87,8 @@ class ScanOptions:
         if self.memory_cap_bytes is not None and self.device != "cuda":
             raise ValueError("--memory-cap emulates a smaller GPU: it needs --device cuda")
         ladder(1, self.curve_points, self.curve_batches)  # raises CurveError (a ValueError) when unusable
+        if self.curve_budget_s is not None and not self.curve_budget_s > 0:
+            raise ValueError(f"the curve budget must be a positive number of seconds, got {self.curve_budget_s:g}")
 
     @property
     def uses_predicted_start(self) -> bool:
@@ -95,19 +112,24 @@ class ScanOptions:
         return worker.measure(batch, self.warmup_steps, self.timed_steps, budget_s=self.timed_budget_s)
 
     @property
-    def curve_budget(self) -> float | None:
-        """Seconds a curve may take before its remaining points are skipped: curve_budget_s, at most
-        INFER_CURVE_BUDGET_S in inference (forwards of seconds at huge batches; the goal is a minute)."""
-        if self.mode == "train" or self.curve_budget_s is None:
+    def curve_budget(self) -> float:
+        """Seconds of curve within which every point must end by its estimate: curve_budget_s when given, else
+        DEFAULT_BUDGET_S in training and INFER_CURVE_BUDGET_S in inference."""
+        if self.curve_budget_s is not None:
             return self.curve_budget_s
-        return min(self.curve_budget_s, INFER_CURVE_BUDGET_S)
+        return DEFAULT_BUDGET_S if self.mode == "train" else INFER_CURVE_BUDGET_S
+
+    @property
+    def curve_steps(self) -> tuple[int, int, float | None]:
+        """A curve point's timed run below B: (warm-up steps, timed steps, timed-step budget in seconds): at most
+        CURVE_WARMUP and CURVE_TIMED_STEPS, within half the timed-step budget (B's own point is the full run)."""
+        return (min(self.warmup_steps, CURVE_WARMUP), min(self.timed_steps, CURVE_TIMED_STEPS),
+                self.timed_budget_s / 2 if self.timed_budget_s else None)
 
     def curve_run(self, worker: Worker, batch: int) -> dict[str, Any]:
-        """A shorter timed run for a curve point below B: at most CURVE_WARMUP warm-up and CURVE_TIMED_STEPS
-        timed steps, within half the timed-step budget (B's own point is the full timed run)."""
-        budget = self.timed_budget_s / 2 if self.timed_budget_s else None
-        return worker.measure(batch, min(self.warmup_steps, CURVE_WARMUP), min(self.timed_steps, CURVE_TIMED_STEPS),
-                              budget_s=budget)
+        """A curve point's timed run at `batch` in `worker` (curve_steps), never raising for a failed step."""
+        warmup, timed, budget = self.curve_steps
+        return worker.measure(batch, warmup, timed, budget_s=budget)
 
     def to_dict(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if k != "precisions"} | {"precisions": list(self.precisions)}

@@ -75,6 +75,12 @@ def scan_args(opts: ScanOptions, models_file: str | None) -> list[str]:
         args.append("--compile")
     if opts.predicted_start is not None:
         args.append("--predicted-start" if opts.predicted_start else "--no-predicted-start")
+    if not opts.curve:
+        args.append("--no-curve")
+    elif opts.curve_batches:
+        args += ["--curve", ",".join(map(str, opts.curve_batches))]
+    if opts.curve_budget_s is not None:
+        args += ["--curve-budget", repr(opts.curve_budget_s)]
     if opts.cpu_budget_bytes is not None:
         args += ["--cpu-memory-budget", str(opts.cpu_budget_bytes)]
     if opts.memory_cap_bytes is not None:

@@ -21,7 +21,7 @@ from memprobe.probe.runner import Worker, WorkerError, WorkerFactory, WorkerSpec
 from memprobe.probe.hint import PredictedStart
 from memprobe.probe.setup_failure import record_setup_oom
 from memprobe.probe.soak import soak_max_batch
-from memprobe.probe.curve import curve_text, ladder, measure_curve, summary
+from memprobe.probe.curve_run import add_curve
 # ScanOptions and its constants are re-exported: callers import them from here.
 from memprobe.probe.options import (  # noqa: F401
     CURVE_TIMED_STEPS, CURVE_WARMUP, INFER_TRIAL_STEPS, INFER_WARMUP, MODES, ScanOptions,
@@ -314,41 +314,13 @@ def scan_precision(workload: Workload, precision: str, opts: ScanOptions, factor
     result.status = "done"
     if opts.measure and opts.curve and edge.max_batch > 0:
         try:
-            _add_curve(result, factory, spec, opts, edge_model(found.attempts), progress)
+            add_curve(result, factory, spec, opts, edge_model(found.attempts),
+                      FRESH_ABOVE_SHARE * result.capacity_bytes if result.capacity_bytes else None, progress.note)
         except KeyboardInterrupt:
             # B is proven and timed: keep the precision, with the curve points timed before Ctrl-C
             result.settings["curve_interrupted"] = True
             raise CurveInterrupted(result) from None
     return result
-
-
-def _add_curve(result: PrecisionResult, factory: WorkerFactory, spec: WorkerSpec, opts: ScanOptions,
-               model: Any, progress: Progress) -> None:
-    """Time the ladder up to B (B's point is the proof's timed run) and store the curve and b*."""
-    started = time.perf_counter()
-    batches = ladder(result.max_batch, opts.curve_points, opts.curve_batches or None)
-    progress.note(f"throughput curve at batch {', '.join(map(str, batches))}")
-    fresh_above = FRESH_ABOVE_SHARE * result.capacity_bytes if result.capacity_bytes else None
-    done: list[dict[str, Any]] = []
-
-    def report(point: dict[str, Any]) -> None:
-        done.append(point)
-        progress.note(curve_text(point))
-
-    try:
-        measure_curve(factory, spec, batches, result.throughput, result.max_batch, opts.curve_run, model,
-                      fresh_above, report, opts.curve_budget)
-    finally:  # interrupted too: the points timed so far are kept
-        result.curve = sorted(done, key=lambda p: p["batch"])
-        for key, value in summary(result.curve).items():
-            setattr(result, key, value)
-        result.curve_seconds = round(time.perf_counter() - started, 2)
-    if result.best_batch is not None:
-        at_max = result.at_max_samples_per_s
-        drop = (f" ({at_max / result.best_samples_per_s - 1:+.1%} at B = {result.max_batch})"
-                if at_max and result.best_batch != result.max_batch else " (b* = B)")
-        progress.note(f"best batch b* = {result.best_batch}: {result.best_samples_per_s:.1f} samples/s{drop}; "
-                      f"curve took {result.curve_seconds:.1f} s")
 
 
 def add_mfu(measured: dict[str, Any] | None, flops_per_sample: float | None, gpu: str, precision: str) -> None:

@@ -38,12 +38,12 @@ from memprobe.device import torch_environment
 from memprobe.probe.errors import CRASH, USER_ERROR, classify_error, with_memory_state
 from memprobe.probe.measure import UtilizationSampler, summarize_times, time_steps
 from memprobe.probe.memcap import CapPlan, MemoryCapError, plan_cap
+from memprobe.probe.options import MIN_TIMED_STEPS, timed_steps_within  # noqa: F401 - MIN_TIMED_STEPS re-exported
 from memprobe.registry import family_builder
 from memprobe.probe.trial import Memory, run_step, run_trial, run_until_state
 from memprobe.workloads.base import Amp, UserModelError
 
 EXIT_AFTER_CRASH = 3
-MIN_TIMED_STEPS = 3  # a time budget never cuts the timed steps below this (a median and a spread)
 
 
 def apply_precision_flags(precision: str, cudnn_benchmark: bool) -> None:
@@ -188,10 +188,7 @@ class Session:
         with one warm-up step from that step, an upper bound: it carries whatever a new batch size sets
         up (NasNet-Large: ~14 s on the H100; with --compile, the compilation). Costs no extra step.
         Records `timed_steps_cut_from` when it cuts."""
-        estimate = result.get("warmup_step_seconds") or result.get("first_step_seconds")
-        if not budget_s or not estimate or estimate * steps <= budget_s:
-            return steps
-        n = max(MIN_TIMED_STEPS, min(steps, int(budget_s / estimate)))
+        n = timed_steps_within(steps, budget_s, result.get("warmup_step_seconds") or result.get("first_step_seconds"))
         if n < steps:
             result["timed_steps_cut_from"] = steps
         return n
