@@ -288,16 +288,39 @@ def test_forking_search_finds_the_fresh_edge_directly():
     assert not any("moved the edge" in n for n in progress.notes)
 
 
-def test_forking_search_with_throughput_reruns_only_b_with_its_timed_run():
+def test_forking_search_times_fresh_fits_that_could_be_b_and_the_proof_runs_nothing_again():
     world = World(75, measure_edge=74)
     result, _, _ = run_scan(world, forks=True, warmup=3, timed_steps=10)
-    # 76 failed fresh in the search (reused); 75 fit its trial but fails the timed run; 74 trains throughout
-    assert result.max_batch == 74
-    assert result.proof["reused_from_search"] == [76]
-    assert checks_of(result) == [(76, "oom"), (75, "oom"), (74, "fit")]
-    assert result.throughput["batch"] == 74
-    measured = [e[2] for e in world.log if e[0] == "measure"]
-    assert measured == [75, 74]
+    # 16: fresh, far below the model's edge, the trial alone; 75: the model's edge, so its fit went on to the
+    # timed run, which failed (a failure like the proof's); 74, just below that failure, trains throughout
+    assert [(a["batch"], a["outcome"], a["fresh"], a["timed_steps"]) for a in result.attempts] == [
+        (1, "fit", False, None), (2, "fit", False, None), (16, "fit", True, None), (75, "oom", True, None),
+        (74, "fit", True, 10)]
+    assert "failed at step 5 of the 13-step timed run" in result.attempts[3]["message"]
+    assert result.max_batch == 74 and result.proof["verified"] and result.proof["agreed"]
+    assert result.proof["reused_from_search"] == [75, 74]
+    assert checks_of(result) == [(75, "oom"), (74, "fit")]
+    # no batch size was built twice: one process per fresh trial, nothing re-run for the proof or the timing
+    trials = [e[2] for e in world.log if e[0] == "trial"]
+    assert trials == [1, 2, 16, 75, 74]
+    assert [e[2] for e in world.log if e[0] == "measure"] == [75, 74]
+    assert result.throughput["batch"] == 74 and result.throughput["outcome"] == "fit"
+    assert len(world.workers) == 4
+    assert_all_closed(world)
+
+
+def test_a_fresh_fit_of_b_that_was_not_timed_is_re_run_by_the_proof_with_its_timed_run():
+    # the capacity says 90 fit, so the model puts the edge above 75 when 75 fits (and 76 has not failed yet):
+    # the search's fresh trial at 75 is the trial alone, and B's proof runs it again with the timed run
+    world = World(75, capacity=STATIC + PER_SAMPLE * 90)
+    result, _, _ = run_scan(world, forks=True, warmup=3, timed_steps=10)
+    assert result.max_batch == 75 and result.proof["verified"]
+    fits = {a["batch"]: a["timed_steps"] for a in result.attempts if a["fresh"] and a["outcome"] == "fit"}
+    assert fits[75] is None  # the search's trial at 75 was the trial alone
+    assert 75 not in result.proof["reused_from_search"] and 76 in result.proof["reused_from_search"]
+    assert checks_of(result)[-1] == (75, "fit") and result.proof["checks"][-1]["timed_steps"] == 10
+    assert result.throughput["batch"] == 75
+    assert [e[2] for e in world.log if e[0] == "measure"].count(75) == 1
     assert_all_closed(world)
 
 
