@@ -108,12 +108,12 @@ class FakeFactory:
         self.closed = True
 
 
-def run_scan(world: World, forks: bool = False, **options):
+def run_scan(world: World, forks: bool = False, start=None, **options):
     options.setdefault("curve", False)  # the search and proof tests; the curve has its own below
     opts = ScanOptions(precisions=["fp32"], device="cpu", cpu_budget_bytes=world.capacity, **options)
     progress = RecordingProgress()
     envs = []
-    result = scan_precision(_toy(), "fp32", opts, FakeFactory(world, forks), progress, envs.append)
+    result = scan_precision(_toy(), "fp32", opts, FakeFactory(world, forks), progress, envs.append, start)
     return result, progress, envs
 
 
@@ -331,6 +331,52 @@ def test_cap_reached_is_checked_and_timed():
     assert checks_of(result) == [(50, "fit")]
     assert result.proof["fails"] is None and result.proof["verified"] is True
     assert result.throughput["batch"] == 50
+
+
+# --- a predicted start that comes late or never (the prediction is polled, never waited for) -------------
+
+class FakeStart:
+    """PredictedStart's hint_for, with a prediction that comes after `after` polls (never, when None)."""
+
+    def __init__(self, batch: int, after: int | None) -> None:
+        self.batch, self.after = batch, after
+        self.asked: list[tuple[str, float]] = []
+
+    def hint_for(self, precision, capacity_bytes, settings, note, started_at):
+        from memprobe.probe.hint import PrecisionHint
+        from test_search_hint import FakePrediction
+
+        self.asked.append((precision, capacity_bytes))
+        self.prediction = FakePrediction(None if self.after is None else {"precision": precision, "max_batch": self.batch,
+                                                                          "at": started_at + 7.0}, self.after or 0)
+        return PrecisionHint(self.prediction, settings, note, started_at)
+
+
+def test_a_prediction_that_comes_late_is_tried_then_and_its_fit_is_the_proof_and_the_throughput():
+    # the capacity says 80 fit, the edge is 75; the prediction (75) comes after the search's failure at 80
+    world = World(75, capacity=STATIC + PER_SAMPLE * 80)
+    start = FakeStart(75, after=4)  # polled at its creation, after batch 1, then before 16 and 80
+    result, progress, _ = run_scan(world, forks=True, start=start, warmup=3, timed_steps=10)
+    assert [a["batch"] for a in result.attempts] == [1, 2, 16, 80, 75, 76]
+    assert result.settings["predicted_start"] == {"precision": "fp32", "max_batch": 75, "arrived_s": 7.0,
+                                                  "after_trials": 4, "used": True, "why": ""}
+    assert any(n.endswith("came 7 s into the precision, after 4 trials: tried next") for n in progress.notes)
+    assert result.max_batch == 75 and result.proof["verified"] and result.proof["reused_from_search"] == [76, 75]
+    assert result.attempts[4]["fresh"] and result.attempts[4]["timed_steps"] == 10  # the predicted batch was timed
+    assert [e[2] for e in world.log if e[0] == "measure"] == [75] and result.throughput["batch"] == 75
+    assert len([e for e in world.log if e[0] == "trial"]) == 6  # nothing run again for the proof
+    assert start.prediction.polls == 5 and start.asked == [("fp32", world.capacity)]
+
+
+def test_a_prediction_that_never_comes_costs_the_scan_nothing_and_is_recorded():
+    world = World(75, capacity=STATIC + PER_SAMPLE * 80)
+    plain, _, _ = run_scan(World(75, capacity=STATIC + PER_SAMPLE * 80), forks=True, measure=False)
+    start = FakeStart(75, after=None)
+    result, progress, _ = run_scan(world, forks=True, start=start, measure=False)
+    assert [a["batch"] for a in result.attempts] == [a["batch"] for a in plain.attempts]
+    assert start.prediction.polls == len(result.attempts) + 1  # each decision point, and once at the end
+    assert result.settings["predicted_start"]["used"] is False and result.settings["predicted_start"]["arrived_s"] is None
+    assert progress.notes[0].startswith("no predicted start: no prediction before the search ended")
 
 
 # --- failures before or during the search -----------------------------------------------------

@@ -28,7 +28,7 @@ from memprobe.probe.options import (  # noqa: F401
 )
 from memprobe.probe.proof import confirm_edge, proof_record, reusable_checks
 from memprobe.probe.scan_trials import FRESH_ABOVE_SHARE, FreshRuns, SearchTrials, in_fresh_process, measure_fresh
-from memprobe.probe.search import Attempt, edge_model, find_max_batch, fit_memory_model
+from memprobe.probe.search import Attempt, HintUse, edge_model, find_max_batch, fit_memory_model
 
 class NoCudaError(RuntimeError):
     """The trial process found no usable CUDA device."""
@@ -82,7 +82,7 @@ def memory_models(attempts: list[Attempt]) -> dict[str, Any]:
 def scan_precision(workload: Workload, precision: str, opts: ScanOptions, factory: WorkerFactory,
                    progress: Progress, on_environment: Callable[[dict[str, Any]], None],
                    start: PredictedStart | None = None) -> PrecisionResult:
-    """Search, prove and measure one precision; `start` gives the search a predicted first batch.
+    """Search, prove and measure one precision; `start` predicts the max batch beside the search (polled, never waited for).
     Raises NoCudaError when there is no CUDA device."""
     result = PrecisionResult(precision, status="running")
     spec = WorkerSpec(workload, precision, opts.mode, opts.device, opts.cpu_budget_bytes,
@@ -124,10 +124,17 @@ def scan_precision(workload: Workload, precision: str, opts: ScanOptions, factor
     trials = SearchTrials(fresh, worker, result.capacity_bytes)
     hint = (start.hint_for(precision, result.capacity_bytes, result.settings, progress.note, started_at)
             if start else None)
+
+    def on_hint(use: HintUse) -> None:
+        assert hint is not None
+        hint.decided(use)
+        if use.used:
+            trials.predicted = use.batch  # likely B: its fresh fit goes on to the timed run
+
     try:
         found = find_max_batch(trials, result.capacity_bytes, opts.max_batch, opts.max_trials,
                                on_attempt=lambda a: _reported(a, progress, started),
-                               hint=hint.poll if hint else None, on_hint=hint.decided if hint else None)
+                               hint=hint.poll if hint else None, on_hint=on_hint)
     except BaseException:
         trials.kill()  # interrupted: do not wait for the shared process's running steps
         raise

@@ -122,6 +122,7 @@ class SearchTrials:
     def __init__(self, fresh: FreshRuns, worker: Worker | None, capacity_bytes: float | None) -> None:
         self.fresh, self.worker, self.capacity_bytes = fresh, worker, capacity_bytes
         self.attempts: list[Attempt] = []
+        self.predicted: int | None = None  # the predicted max batch, once the search tries it (probe/hint.py)
 
     def _near_edge(self, batch: int) -> bool:
         if not self.fresh.factory.forks or batch <= 2:
@@ -133,12 +134,13 @@ class SearchTrials:
 
     def could_be_edge(self, attempt: Attempt) -> bool:
         """Whether a fresh fit may turn out to be B, so that its timed run is worth having now: it lies just
-        below a failure, or the memory model refitted on it puts the edge at it, or no model can say.
+        below a failure, or it is the predicted max batch, or the memory model refitted on it puts the edge at
+        it, or no model can say.
         Timing every fresh fit would cost more than it saves: the committed H100 scans had 2.8 fresh fits per
         precision that were not B; this rule times 0.6 of them and misses B in 1 precision of 5 (which then
         re-runs B, as every precision did before), against a new process and its per-size set-up for each."""
         failed = [a.batch for a in self.attempts if not a.fits]
-        if failed and attempt.batch == min(failed) - 1:
+        if (failed and attempt.batch == min(failed) - 1) or attempt.batch == self.predicted:
             return True
         model = edge_model([*self.attempts, attempt]) if self.capacity_bytes else None
         return model is None or model.max_batch_for(self.capacity_bytes) <= attempt.batch
