@@ -201,6 +201,20 @@ def test_fresh_edge_one_lower():
     assert result.throughput["batch"] == 74
 
 
+def test_the_search_process_fitting_far_above_the_fresh_edge_is_proven_and_said():
+    # the H200's bert-large-squad fp16 inference: the search's process fit 9412, fresh processes fit only up to
+    # 9405; the checks walk down past the check limit of 6 to prove 9405 and 9406, and the result says why
+    world = World(9412, fresh_edge=9405)
+    result, progress, _ = run_scan(world, measure=False)
+    assert checks_of(result) == [(9413, "oom"), (9412, "oom"), (9411, "oom"), (9409, "oom"), (9405, "fit"),
+                                 (9407, "oom"), (9406, "oom")]
+    assert result.max_batch == 9405 and result.proof["verified"] and (result.proof["fits"], result.proof["fails"]) == (
+        9405, 9406)
+    record = result.proof["non_monotone"]
+    assert record["search_fits"] == [9412] and record["fails"] == [9406, 9407, 9409, 9411, 9412]
+    assert record["note"] in progress.notes and "B = 9405 fits fresh and 9406 fails fresh" in record["note"]
+
+
 def test_timed_run_failure_at_b_lowers_the_answer():
     # the H100 case: B completes the 3-step trial fresh, then runs out of memory in the timed run
     world = World(75, measure_edge=74)
