@@ -446,6 +446,16 @@ def test_requested_batches_are_timed_in_fresh_processes():
     assert_all_closed(world)
 
 
+def test_a_requested_batch_timed_fresh_already_is_not_built_again():
+    world = World(75)
+    result, progress, _ = run_scan(world, forks=True, batches=[75, 8])
+    assert [(e["batch"], e["outcome"]) for e in result.extra_batches] == [(75, "fit"), (8, "fit")]
+    assert [e[2] for e in world.log if e[0] == "measure"] == [75, 8]  # 75: the timed run of its fresh search trial
+    assert result.extra_batches[0] == result.throughput and result.extra_batches[0] is not result.throughput
+    assert "requested batch 75: the timed run of its fresh trial" in progress.notes
+    assert_all_closed(world)
+
+
 # --- scan_workload with the fake factory ------------------------------------------------------
 
 def test_scan_workload_writes_after_each_precision(monkeypatch, tmp_path):
