@@ -8,6 +8,8 @@ precision includes the first trial process's set-up) and trials, with and withou
 prediction (settings.predicted_start: the predicted batch, when it came, used or why not).
 
     python benchmarks/predicted_start_ab.py --out reports/benchmarks/predicted_start_ab_h200
+    python benchmarks/predicted_start_ab.py --out reports/benchmarks/predicted_start_ab_h200 --run nasnet-large \
+        --scan-option=-p --scan-option=fp16      # one precision at a time: the table merges a run's files
     python benchmarks/predicted_start_ab.py --out reports/benchmarks/predicted_start_ab_h200 --table-only
 """
 
@@ -52,17 +54,19 @@ def _prediction(settings: dict) -> str:
 
 def rows(out: Path, runs: list[str]) -> list[list[str]]:
     """One row per run and precision: run, precision, B with/without, search seconds with/without, trials
-    with/without, the prediction. A side without a result file shows '-'."""
-    found = {}
+    with/without, the prediction. Every result file of a side counts (a run scanned one precision at a time
+    too), the newest per precision; a side without one shows '-'."""
+    found: dict[tuple[str, str], dict] = {}
     for run in runs:
         for side in SIDES:
-            files = sorted(folder(out, run, side).glob("*.json"))
-            found[run, side] = read_result(files[-1]) if files else None
+            found[run, side] = {}
+            for path in sorted(folder(out, run, side).glob("*.json")):  # by time (in the name): the newest wins
+                found[run, side].update(read_result(path).precisions)
     table = []
     for run in runs:
         sides = [found[run, side] for side in SIDES]
-        for name in dict.fromkeys(n for r in sides if r for n in r.precisions):
-            got = [r.precisions.get(name) if r else None for r in sides]
+        for name in dict.fromkeys(n for precisions in sides for n in precisions):
+            got = [precisions.get(name) for precisions in sides]
 
             def cell(attr, got=got):
                 return [str(getattr(p, attr)) if p and getattr(p, attr) is not None else "-" for p in got]
