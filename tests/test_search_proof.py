@@ -60,22 +60,14 @@ def test_confirm_edge_runs_what_is_not_known():
     assert (edge.max_batch, edge.fits, edge.fails, edge.agreed) == (74, 74, 75, False)
 
 
-def test_confirm_edge_fresh_edge_one_higher():
-    check = FreshChecks(76)
+@pytest.mark.parametrize("fresh_edge, calls", [(76, [76, 77]), (74, [76, 75, 74])])
+def test_confirm_edge_fresh_edge_one_higher_or_lower(fresh_edge, calls):
+    check = FreshChecks(fresh_edge)
     edge = confirm_edge(check, searched(75))
-    assert (edge.max_batch, edge.fits, edge.fails) == (76, 76, 77)
+    assert (edge.max_batch, edge.fits, edge.fails) == (fresh_edge, fresh_edge, fresh_edge + 1)
     assert edge.agreed is False
     assert edge.verified is True
-    assert check.calls == [76, 77]
-
-
-def test_confirm_edge_fresh_edge_one_lower():
-    check = FreshChecks(74)
-    edge = confirm_edge(check, searched(75))
-    assert (edge.max_batch, edge.fits, edge.fails) == (74, 74, 75)
-    assert edge.agreed is False
-    assert edge.verified is True
-    assert check.calls == [76, 75, 74]
+    assert check.calls == calls
 
 
 @pytest.mark.parametrize("fresh_edge", [78, 72])

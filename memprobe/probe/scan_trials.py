@@ -142,8 +142,9 @@ class SearchTrials:
         failed = [a.batch for a in self.attempts if not a.fits]
         if (failed and attempt.batch == min(failed) - 1) or attempt.batch == self.predicted:
             return True
-        model = edge_model([*self.attempts, attempt]) if self.capacity_bytes else None
-        return model is None or model.max_batch_for(self.capacity_bytes) <= attempt.batch
+        capacity = self.capacity_bytes
+        model = edge_model([*self.attempts, attempt]) if capacity else None
+        return model is None or capacity is None or model.max_batch_for(capacity) <= attempt.batch
 
     def __call__(self, batch: int) -> Attempt:
         if self._near_edge(batch):
