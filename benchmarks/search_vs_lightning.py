@@ -184,7 +184,7 @@ def truth(model: str, precision: str, answer: int) -> dict:
     (forked from memprobe's fork server where available: a process that has run nothing else)."""
     from memprobe.registry import load_registry
     from memprobe.probe.runner import WorkerFactory, WorkerSpec
-    from memprobe.probe.scan import fresh_worker
+    from memprobe.probe.scan_trials import fresh_worker
 
     workload = load_registry()[model]
     factory = WorkerFactory(workload, spares=0)

@@ -136,8 +136,10 @@ def host_environment() -> dict[str, Any]:
     return env
 
 
-def torch_environment(device) -> dict[str, Any]:
-    """torch's view: versions, device properties and the numeric flags that change memory or speed."""
+def torch_environment(device, set_in_process: dict[str, Any] | None = None) -> dict[str, Any]:
+    """torch's view: versions, device properties and the numeric flags that change memory or speed, with the
+    settings the process made itself (`set_in_process`: attribute path under torch -> value read back) under
+    flags.set_in_trial_process."""
     import torch
 
     env: dict[str, Any] = {
@@ -151,6 +153,7 @@ def torch_environment(device) -> dict[str, Any]:
             "cudnn_benchmark": torch.backends.cudnn.benchmark,
             "cudnn_deterministic": torch.backends.cudnn.deterministic,
             "float32_matmul_precision": torch.get_float32_matmul_precision(),
+            "set_in_trial_process": dict(set_in_process or {}),
         },
     }
     if device.type == "cuda":

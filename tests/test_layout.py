@@ -14,7 +14,8 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "memprobe"
 # Modules that must not import torch: the CLI (fast, runs on a laptop), the core, the comparisons.
 PURE = ["memprobe.cli", "memprobe.registry", "memprobe.results", "memprobe.units", "memprobe.catalog",
-        "memprobe.device", "memprobe.probe.search", "memprobe.probe.scan", "memprobe.probe.runner",
+        "memprobe.device", "memprobe.probe.search", "memprobe.probe.proof", "memprobe.probe.scan",
+        "memprobe.probe.scan_trials", "memprobe.probe.hint", "memprobe.probe.runner",
         "memprobe.probe.memcap", "memprobe.probe.errors", "memprobe.predict.allocator",
         "memprobe.predict.torch_internals", "memprobe.compare.report", "memprobe.compare.scan_table",
         "memprobe.compare.comparison", "memprobe.compare.tables", "memprobe.compare.relative",

@@ -454,3 +454,19 @@ def test_report_scans_prints_the_scan_table_in_each_format(tmp_path):
     empty = runner.invoke(main, ["report", "--scans", str(tmp_path / "nothing-here")])
     assert empty.exit_code != 0 and "Traceback" not in empty.output
     assert pairs
+
+
+def test_report_scans_says_under_the_table_where_an_edge_was_not_monotone(tmp_path):
+    result = make_result(precisions={"fp32": {"batch": 10, "speed": 1.0}, "fp16": {"batch": 9405, "speed": 2.0}})
+    note = ("edge not monotone: 9412 fitted in the search's own trials (not fresh checks), at or above it (fresh failures "
+            "at 9406, 9407, 9409, 9411, 9412); B = 9405 fits fresh and 9406 fails fresh")
+    result.precisions["fp16"].proof["non_monotone"] = {"fits": [], "search_fits": [9412], "fails": [9406], "note": note}
+    loaded(result, tmp_path=tmp_path)
+    runner = CliRunner()
+    done = runner.invoke(main, ["report", "--scans", str(tmp_path)])
+    assert done.exit_code == 0, done.output
+    assert done.output.rstrip("\n").splitlines()[-1] == f"{H100} toy fp16: {note}"
+    assert done.output.count("edge not monotone") == 1  # fp32's edge was monotone
+    assert "not monotone" not in runner.invoke(main, ["report", "--scans", "-p", "fp32", str(tmp_path)]).output
+    as_json = json.loads(runner.invoke(main, ["report", "--scans", "--format", "json", str(tmp_path)]).output)
+    assert len(as_json) == 2  # json and csv keep the rows only: the note is in the result file's proof

@@ -108,12 +108,12 @@ class FakeFactory:
         self.closed = True
 
 
-def run_scan(world: World, forks: bool = False, **options):
+def run_scan(world: World, forks: bool = False, start=None, **options):
     options.setdefault("curve", False)  # the search and proof tests; the curve has its own below
     opts = ScanOptions(precisions=["fp32"], device="cpu", cpu_budget_bytes=world.capacity, **options)
     progress = RecordingProgress()
     envs = []
-    result = scan_precision(_toy(), "fp32", opts, FakeFactory(world, forks), progress, envs.append)
+    result = scan_precision(_toy(), "fp32", opts, FakeFactory(world, forks), progress, envs.append, start)
     return result, progress, envs
 
 
@@ -199,6 +199,20 @@ def test_fresh_edge_one_lower():
     assert checks_of(result) == [(76, "oom"), (75, "oom"), (74, "fit")]
     assert result.proof["verified"] is True and result.proof["agreed"] is False
     assert result.throughput["batch"] == 74
+
+
+def test_the_search_process_fitting_far_above_the_fresh_edge_is_proven_and_said():
+    # the H200's bert-large-squad fp16 inference: the search's process fit 9412, fresh processes fit only up to
+    # 9405; the checks walk down past the check limit of 6 to prove 9405 and 9406, and the result says why
+    world = World(9412, fresh_edge=9405)
+    result, progress, _ = run_scan(world, measure=False)
+    assert checks_of(result) == [(9413, "oom"), (9412, "oom"), (9411, "oom"), (9409, "oom"), (9405, "fit"),
+                                 (9407, "oom"), (9406, "oom")]
+    assert result.max_batch == 9405 and result.proof["verified"] and (result.proof["fits"], result.proof["fails"]) == (
+        9405, 9406)
+    record = result.proof["non_monotone"]
+    assert record["search_fits"] == [9412] and record["fails"] == [9406, 9407, 9409, 9411, 9412]
+    assert record["note"] in progress.notes and "B = 9405 fits fresh and 9406 fails fresh" in record["note"]
 
 
 def test_timed_run_failure_at_b_lowers_the_answer():
@@ -288,16 +302,39 @@ def test_forking_search_finds_the_fresh_edge_directly():
     assert not any("moved the edge" in n for n in progress.notes)
 
 
-def test_forking_search_with_throughput_reruns_only_b_with_its_timed_run():
+def test_forking_search_times_fresh_fits_that_could_be_b_and_the_proof_runs_nothing_again():
     world = World(75, measure_edge=74)
     result, _, _ = run_scan(world, forks=True, warmup=3, timed_steps=10)
-    # 76 failed fresh in the search (reused); 75 fit its trial but fails the timed run; 74 trains throughout
-    assert result.max_batch == 74
-    assert result.proof["reused_from_search"] == [76]
-    assert checks_of(result) == [(76, "oom"), (75, "oom"), (74, "fit")]
-    assert result.throughput["batch"] == 74
-    measured = [e[2] for e in world.log if e[0] == "measure"]
-    assert measured == [75, 74]
+    # 16: fresh, far below the model's edge, the trial alone; 75: the model's edge, so its fit went on to the
+    # timed run, which failed (a failure like the proof's); 74, just below that failure, trains throughout
+    assert [(a["batch"], a["outcome"], a["fresh"], a["timed_steps"]) for a in result.attempts] == [
+        (1, "fit", False, None), (2, "fit", False, None), (16, "fit", True, None), (75, "oom", True, None),
+        (74, "fit", True, 10)]
+    assert "failed at step 5 of the 13-step timed run" in result.attempts[3]["message"]
+    assert result.max_batch == 74 and result.proof["verified"] and result.proof["agreed"]
+    assert result.proof["reused_from_search"] == [75, 74]
+    assert checks_of(result) == [(75, "oom"), (74, "fit")]
+    # no batch size was built twice: one process per fresh trial, nothing re-run for the proof or the timing
+    trials = [e[2] for e in world.log if e[0] == "trial"]
+    assert trials == [1, 2, 16, 75, 74]
+    assert [e[2] for e in world.log if e[0] == "measure"] == [75, 74]
+    assert result.throughput["batch"] == 74 and result.throughput["outcome"] == "fit"
+    assert len(world.workers) == 4
+    assert_all_closed(world)
+
+
+def test_a_fresh_fit_of_b_that_was_not_timed_is_re_run_by_the_proof_with_its_timed_run():
+    # the capacity says 90 fit, so the model puts the edge above 75 when 75 fits (and 76 has not failed yet):
+    # the search's fresh trial at 75 is the trial alone, and B's proof runs it again with the timed run
+    world = World(75, capacity=STATIC + PER_SAMPLE * 90)
+    result, _, _ = run_scan(world, forks=True, warmup=3, timed_steps=10)
+    assert result.max_batch == 75 and result.proof["verified"]
+    fits = {a["batch"]: a["timed_steps"] for a in result.attempts if a["fresh"] and a["outcome"] == "fit"}
+    assert fits[75] is None  # the search's trial at 75 was the trial alone
+    assert 75 not in result.proof["reused_from_search"] and 76 in result.proof["reused_from_search"]
+    assert checks_of(result)[-1] == (75, "fit") and result.proof["checks"][-1]["timed_steps"] == 10
+    assert result.throughput["batch"] == 75
+    assert [e[2] for e in world.log if e[0] == "measure"].count(75) == 1
     assert_all_closed(world)
 
 
@@ -308,6 +345,52 @@ def test_cap_reached_is_checked_and_timed():
     assert checks_of(result) == [(50, "fit")]
     assert result.proof["fails"] is None and result.proof["verified"] is True
     assert result.throughput["batch"] == 50
+
+
+# --- a predicted start that comes late or never (the prediction is polled, never waited for) -------------
+
+class FakeStart:
+    """PredictedStart's hint_for, with a prediction that comes after `after` polls (never, when None)."""
+
+    def __init__(self, batch: int, after: int | None) -> None:
+        self.batch, self.after = batch, after
+        self.asked: list[tuple[str, float]] = []
+
+    def hint_for(self, precision, capacity_bytes, settings, note, started_at):
+        from memprobe.probe.hint import PrecisionHint
+        from test_search_hint import FakePrediction
+
+        self.asked.append((precision, capacity_bytes))
+        self.prediction = FakePrediction(None if self.after is None else {"precision": precision, "max_batch": self.batch,
+                                                                          "at": started_at + 7.0}, self.after or 0)
+        return PrecisionHint(self.prediction, settings, note, started_at)
+
+
+def test_a_prediction_that_comes_late_is_tried_then_and_its_fit_is_the_proof_and_the_throughput():
+    # the capacity says 80 fit, the edge is 75; the prediction (75) comes after the search's failure at 80
+    world = World(75, capacity=STATIC + PER_SAMPLE * 80)
+    start = FakeStart(75, after=4)  # polled at its creation, after batch 1, then before 16 and 80
+    result, progress, _ = run_scan(world, forks=True, start=start, warmup=3, timed_steps=10)
+    assert [a["batch"] for a in result.attempts] == [1, 2, 16, 80, 75, 76]
+    assert result.settings["predicted_start"] == {"precision": "fp32", "max_batch": 75, "arrived_s": 7.0,
+                                                  "after_trials": 4, "used": True, "why": ""}
+    assert any(n.endswith("came 7 s into the precision, after 4 trials: tried next") for n in progress.notes)
+    assert result.max_batch == 75 and result.proof["verified"] and result.proof["reused_from_search"] == [76, 75]
+    assert result.attempts[4]["fresh"] and result.attempts[4]["timed_steps"] == 10  # the predicted batch was timed
+    assert [e[2] for e in world.log if e[0] == "measure"] == [75] and result.throughput["batch"] == 75
+    assert len([e for e in world.log if e[0] == "trial"]) == 6  # nothing run again for the proof
+    assert start.prediction.polls == 5 and start.asked == [("fp32", world.capacity)]
+
+
+def test_a_prediction_that_never_comes_costs_the_scan_nothing_and_is_recorded():
+    world = World(75, capacity=STATIC + PER_SAMPLE * 80)
+    plain, _, _ = run_scan(World(75, capacity=STATIC + PER_SAMPLE * 80), forks=True, measure=False)
+    start = FakeStart(75, after=None)
+    result, progress, _ = run_scan(world, forks=True, start=start, measure=False)
+    assert [a["batch"] for a in result.attempts] == [a["batch"] for a in plain.attempts]
+    assert start.prediction.polls == len(result.attempts) + 1  # each decision point, and once at the end
+    assert result.settings["predicted_start"]["used"] is False and result.settings["predicted_start"]["arrived_s"] is None
+    assert progress.notes[0].startswith("no predicted start: no prediction before the search ended")
 
 
 # --- failures before or during the search -----------------------------------------------------
@@ -360,6 +443,16 @@ def test_requested_batches_are_timed_in_fresh_processes():
     measures = [e for e in world.log if e[0] == "measure" and e[2] in (8, 500)]
     assert [e[3] for e in measures] == [0, 0], "timed in processes that ran nothing before"
     assert sum("requested batch" in n for n in progress.notes) == 2
+    assert_all_closed(world)
+
+
+def test_a_requested_batch_timed_fresh_already_is_not_built_again():
+    world = World(75)
+    result, progress, _ = run_scan(world, forks=True, batches=[75, 8])
+    assert [(e["batch"], e["outcome"]) for e in result.extra_batches] == [(75, "fit"), (8, "fit")]
+    assert [e[2] for e in world.log if e[0] == "measure"] == [75, 8]  # 75: the timed run of its fresh search trial
+    assert result.extra_batches[0] == result.throughput and result.extra_batches[0] is not result.throughput
+    assert "requested batch 75: the timed run of its fresh trial" in progress.notes
     assert_all_closed(world)
 
 

@@ -78,8 +78,26 @@ def test_session_setup_reports_the_cpu_environment(session):
     assert info["environment"]["device_type"] == "cpu"
     assert info["environment"]["gpu"]["name"] == "cpu"
     assert info["environment"]["flags"]["matmul_allow_tf32"] is False  # fp32 means TF32 off
+    assert info["environment"]["flags"]["set_in_trial_process"] == {
+        "backends.cudnn.benchmark": False, "backends.cuda.matmul.allow_tf32": False, "backends.cudnn.allow_tf32": False}
     assert info["task"]["parameters"] > 0
     assert info["unit"] == "samples"
+
+
+@pytest.mark.parametrize("precision, tf32", [("fp32", False), ("tf32", True), ("bf16", None), ("fp16", None)])
+def test_a_trial_process_makes_its_torch_settings_and_reads_them_back(precision, tf32):
+    from memprobe.probe.worker import apply_precision_flags
+
+    before = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32, torch.backends.cudnn.benchmark)
+    try:
+        applied = apply_precision_flags(precision, cudnn_benchmark=True)
+        expected = {"backends.cudnn.benchmark": True}
+        if tf32 is not None:  # fp16/bf16 keep PyTorch's TF32 defaults
+            expected |= {"backends.cuda.matmul.allow_tf32": tf32, "backends.cudnn.allow_tf32": tf32}
+            assert torch.backends.cuda.matmul.allow_tf32 is tf32 and torch.backends.cudnn.allow_tf32 is tf32
+        assert applied == expected and torch.backends.cudnn.benchmark is True
+    finally:
+        (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32, torch.backends.cudnn.benchmark) = before
 
 
 def test_small_batch_fits_with_peaks(session):
@@ -331,8 +349,12 @@ def test_scan_precision_is_done_and_proved(scanned):
     assert [c["batch"] for c in checks] == [p.max_batch + 1, p.max_batch]
     assert [c["outcome"] for c in checks] == ["oom", "fit"]
     assert all(c["fresh"] for c in checks)
-    # forked trial processes: B+1 failed fresh in the search and stands; B is re-run for its timed run
-    assert proof["reused_from_search"] == [p.max_batch + 1]
+    # forked trial processes: B+1 failed fresh in the search and stands; B is taken from the search when its
+    # fresh trial went on to the timed run (the search took it for B), else re-run for its timed run
+    searched_b = next(a for a in p.attempts if a["batch"] == p.max_batch)
+    assert proof["reused_from_search"] == ([p.max_batch + 1, p.max_batch] if searched_b["timed_steps"]
+                                           else [p.max_batch + 1])
+    assert checks[1]["timed_steps"] and p.throughput["batch"] == p.max_batch
     assert 10 < p.max_batch < 100_000
 
 

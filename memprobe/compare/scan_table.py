@@ -74,20 +74,31 @@ def newest_finished(results: Sequence[ScanResult]) -> list[tuple[ScanResult, str
     return [best[k] for k in sorted(best, key=lambda k: (k[0], k[1], order.get(k[2], len(order))))]
 
 
+def _entries(results: Iterable[ScanResult], newest_only: bool,
+             precisions: Sequence[str] | None) -> list[tuple[ScanResult, str, PrecisionResult]]:
+    """The (result, precision name, precision) a scan table shows (see scan_rows)."""
+    results = list(results)
+    entries = newest_finished(results) if newest_only else [(r, n, p) for r in results for n, p in r.precisions.items()]
+    return [e for e in entries if e[1] in precisions] if precisions else entries
+
+
+def scan_notes(results: Iterable[ScanResult], newest_only: bool = False,
+               precisions: Sequence[str] | None = None) -> list[str]:
+    """One line per precision of the table whose edge was not monotone (proof.non_monotone): which sizes fit,
+    which failed, and the B reported."""
+    return [f"{result.environment.get('gpu', {}).get('name', '?')} {result.workload.get('name')} {name}: "
+            f"{p.proof['non_monotone']['note']}"
+            for result, name, p in _entries(results, newest_only, precisions)
+            if (p.proof or {}).get("non_monotone", {}).get("note")]
+
+
 def scan_rows(results: Iterable[ScanResult], newest_only: bool = False,
               precisions: Sequence[str] | None = None) -> list[dict[str, Any]]:
     """One row per workload and precision with the headline numbers of a scan. With `newest_only`,
     one row per GPU, workload and precision across all `results` (see newest_finished);
     `precisions` keeps only those."""
-    results = list(results)
-    if newest_only:
-        entries = newest_finished(results)
-    else:
-        entries = [(r, name, p) for r in results for name, p in r.precisions.items()]
-    if precisions:
-        entries = [e for e in entries if e[1] in precisions]
     rows = []
-    for result, name, p in entries:
+    for result, name, p in _entries(results, newest_only, precisions):
         gpu = result.environment.get("gpu", {}).get("name", "?")
         t = p.throughput or {}
         unit = t.get("unit") or result.workload.get("unit", "samples")
@@ -126,6 +137,9 @@ def scan_rows(results: Iterable[ScanResult], newest_only: bool = False,
 
 def scan_table(results: Iterable[ScanResult], fmt: str = "github", newest_only: bool = False,
                precisions: Sequence[str] | None = None) -> str:
-    """The scan summary as text: a table (github, plain or another tabulate format), csv or json."""
-    rows = scan_rows(results, newest_only, precisions)
-    return rows_text(rows, fmt, "(no results)")
+    """The scan summary as text: a table (github, plain or another tabulate format) with a line under it for
+    each precision whose edge was not monotone, csv or json (the table's rows only)."""
+    results = list(results)
+    text = rows_text(scan_rows(results, newest_only, precisions), fmt, "(no results)")
+    notes = scan_notes(results, newest_only, precisions) if fmt not in ("json", "csv") else []
+    return "\n".join([text, *notes])

@@ -2,9 +2,9 @@
 
 Reads JSON lines on stdin: first {"workload": Workload.to_dict(), "precisions": [...], "steps": 3, "mode": "train" or
 "infer", "world": null or [N, "ddp"|"fsdp"] (per GPU, data_parallel.py)}, then
-{"precision": p, "capacity_bytes": n} requests. Traces the precisions in the order given (fake tensors, no GPU)
-and answers each request on stdout, once its precision is traced, with {"precision", "max_batch", "seconds"}
-or {"precision", "error"}. CUDA is hidden from it by its parent; it dies with its parent (lifeline.py).
+{"precision": p, "capacity_bytes": n, "id": i} requests. Traces the precisions in the order given (fake tensors, no
+GPU) and answers each request on stdout, once its precision is traced, with {"id", "precision", "max_batch", "seconds",
+"at"} or {"id", "precision", "error", "at"} ("at": time.time() of the answer). CUDA is hidden from it by its parent; it dies with its parent (lifeline.py).
 """
 
 from __future__ import annotations
@@ -43,7 +43,9 @@ class _Requests:
         return [json.loads(line) for line in lines if line.strip()]
 
 
-def _answer(message: dict[str, Any]) -> None:
+def _answer(request: dict[str, Any], message: dict[str, Any]) -> None:
+    """Answer `request`: its id echoed, and when (time.time(), so the scan can say when its prediction came)."""
+    message = {"id": request.get("id"), "precision": request["precision"], **message, "at": time.time()}
     sys.stdout.write(json.dumps(message) + "\n")
     sys.stdout.flush()
 
@@ -77,12 +79,12 @@ def serve() -> int:
                 traces = traced[precision]
                 try:
                     batch, _fail = traces.max_batch(int(request["capacity_bytes"]))
-                    _answer({"precision": precision, "max_batch": batch,
-                             "seconds": round(time.perf_counter() - started, 2), "how": traces.how})
+                    _answer(request, {"max_batch": batch, "seconds": round(time.perf_counter() - started, 2),
+                                      "how": traces.how})
                 except Exception as exc:  # noqa: BLE001 - a batch that cannot be traced: no hint
-                    _answer({"precision": precision, "error": _text(exc)})
+                    _answer(request, {"error": _text(exc)})
             elif precision in failed:
-                _answer({"precision": precision, "error": failed[precision]})
+                _answer(request, {"error": failed[precision]})
             else:
                 continue
             pending.remove(request)

@@ -116,7 +116,7 @@ def _predict_precision(traces: PrecisionTraces, sizes: Sequence[MemorySize]) -> 
 
 def trial_fit_batches(checks: Sequence[dict]) -> list[int]:
     """Batches whose 3-step trial fitted in a fresh-process check (proof["checks"] of a result file),
-    including those whose timed run failed afterwards (scan._FreshChecks says "..., then failed")."""
+    including those whose timed run failed afterwards (scan_trials.FreshRuns says "..., then failed")."""
     return sorted({c["batch"] for c in checks if c.get("outcome") == "fit"
                    or "ran the 3-step trial" in str(c.get("message", "")) or "then failed" in str(c.get("message", ""))})
 

@@ -7,6 +7,8 @@ corrupted CUDA context cannot run another trial whatever else the message says.
 
 from __future__ import annotations
 
+import re
+
 # Outcomes of one trial. Everything except FIT means "this batch does not train".
 FIT = "fit"
 OOM = "oom"          # out of memory: the allocator or a library could not get memory
@@ -102,3 +104,31 @@ def with_memory_state(outcome: str, type_name: str, message: str, peak_reserved:
     if changed == outcome:
         return outcome, ""
     return changed, f" [counted as out of memory: {share:.0%} of the capacity was reserved]"
+
+
+_SIZE = r"([\d.]+) (GiB|MiB|KiB|bytes|B)\b"
+_UNITS = {"GiB": 2**30, "MiB": 2**20, "KiB": 2**10, "bytes": 1, "B": 1}
+# The figures of PyTorch's CUDA out-of-memory message ("Tried to allocate 27.60 GiB. GPU 0 has a total capacity of
+# 139.81 GiB of which 12.19 GiB is free. Including non-PyTorch memory, this process has 127.61 GiB memory in use. Of
+# the allocated memory 125.02 GiB is allocated by PyTorch, and 1.84 GiB is reserved by PyTorch but unallocated."),
+# each read on its own: a message cut short keeps the figures before the cut.
+_OOM_FIGURES = {
+    "requested_bytes": rf"Tried to allocate {_SIZE}",
+    "total_bytes": rf"total capacity of {_SIZE}",
+    "free_bytes": rf"of which {_SIZE} is free",
+    "process_in_use_bytes": rf"this process has {_SIZE} memory in use",
+    "allocated_bytes": rf"{_SIZE} is allocated by PyTorch",
+    "reserved_unallocated_bytes": rf"{_SIZE} is reserved by PyTorch but unallocated",
+}
+
+
+def oom_numbers(message: str) -> dict[str, int]:
+    """The byte figures of PyTorch's CUDA out-of-memory message, by name (requested_bytes, total_bytes,
+    free_bytes, process_in_use_bytes, allocated_bytes, reserved_unallocated_bytes): those the message
+    states, {} when it states none (another error, another allocator). Never raises."""
+    numbers = {}
+    for name, pattern in _OOM_FIGURES.items():
+        found = re.search(pattern, message or "")
+        if found:
+            numbers[name] = round(float(found.group(1)) * _UNITS[found.group(2)])
+    return numbers

@@ -1,15 +1,19 @@
-"""The search's predicted start: `memprobe predict` run on the CPU beside a scan, its max batch tried first.
+"""The search's predicted start: `memprobe predict` run on the CPU beside a scan, its max batch polled by the search.
 
 A scan's search spends most of its time on trials far from the edge (NasNet-Large on the H100: 9 trials of
 10-28 s each, most of it per-batch-size set-up). The prediction (fake tensors, no GPU) lands on the edge or
-within a few samples for the committed workloads, so trying it first, then one more, leaves the search two or
-three trials. It is only a start: the search and the fresh-process proof are unchanged, a wrong or missing
-prediction costs at most the trials it was meant to save. No torch here: the prediction runs in a child
-process (predict/hint_worker.py) started when the scan starts, with CUDA hidden from it.
+within a few samples for the committed workloads, so trying it, then one more, can leave the search two or
+three trials. It is only a start, and never waited for: the search polls for it before each trial and goes on
+with its own memory model until it comes (a prediction takes seconds to a minute; llama-1b's waited-for one
+made a search 27.5 s where the memory model alone took 17.9 s). The search and the fresh-process proof are
+unchanged; a prediction that comes too late is recorded and left unused. No torch here: the prediction runs
+in a child process (predict/hint_worker.py) started when the scan starts, with CUDA hidden from it; it
+predicts the precisions in turn for the whole scan and is killed when the scan ends.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import select
@@ -19,24 +23,28 @@ import time
 from typing import Any, Callable
 
 from memprobe.probe.lifeline import PARENT_ENV
+from memprobe.probe.search import HintUse, SearchResult
 from memprobe.registry import Workload
 
-WAIT_S = 90.0  # how long the search waits for a prediction after its first trial before going on without
+ENDED = "the prediction process ended without answering"
 
 
 class PredictedStart:
     """A hint_worker child predicting `workload`'s max batch per precision; one per scan. Use as a context
-    manager (the child is killed on exit). Never raises for the child's failures: `ask` answers
+    manager (the child is killed on exit). Never raises for the child's failures: an answer is
     {"error": why} instead."""
 
-    def __init__(self, workload: Workload, precisions: list[str], steps: int = 3, wait_s: float = WAIT_S,
+    def __init__(self, workload: Workload, precisions: list[str], steps: int = 3,
                  world: tuple[int, str] | None = None, mode: str = "train") -> None:
         """`world` = (N, strategy) predicts per GPU for N data-parallel GPUs (predict --gpus N); `mode` "infer"
         predicts forward passes; `steps` as the scan's trial runs them."""
-        self.workload, self.precisions, self.steps, self.wait_s = workload, precisions, steps, wait_s
+        self.workload, self.precisions, self.steps = workload, precisions, steps
         self.world, self.mode = world, mode
         self.proc: subprocess.Popen | None = None
         self._buffer = b""
+        self._ids = itertools.count(1)
+        self._answers: dict[int, dict[str, Any]] = {}  # by request id: answers are never taken for another request
+        self._ended = ""  # why no more answers will come ("" while the child runs)
 
     def __enter__(self) -> "PredictedStart":
         env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "PYTHONUNBUFFERED": "1", PARENT_ENV: str(os.getpid())}
@@ -47,7 +55,8 @@ class PredictedStart:
             self._send({"workload": self.workload.to_dict(), "precisions": self.precisions, "steps": self.steps,
                         "mode": self.mode, "world": list(self.world) if self.world else None})
         except OSError:
-            self.proc = None
+            self.__exit__()
+            self._ended = "the prediction process could not be started"
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -59,61 +68,125 @@ class PredictedStart:
                 if pipe is not None:
                     pipe.close()
             self.proc = None
+        self._ended = self._ended or "the prediction process is not running"
 
     def _send(self, message: dict[str, Any]) -> None:
         assert self.proc is not None and self.proc.stdin is not None
         self.proc.stdin.write((json.dumps(message) + "\n").encode())
         self.proc.stdin.flush()
 
-    def _read_line(self, deadline: float) -> dict[str, Any] | None:
-        """The child's next answer, None when none came by `deadline`. Raises OSError when the child is gone."""
-        assert self.proc is not None and self.proc.stdout is not None
+    def _pump(self, timeout_s: float) -> None:
+        """Read what the child has sent, waiting at most `timeout_s` for the first bytes (0: not at all), and
+        file each complete answer under its request id. A child that ended or sent garbage ends the prediction."""
+        if self.proc is None or self.proc.stdout is None:
+            return
         fd = self.proc.stdout.fileno()
-        while b"\n" not in self._buffer:
-            left = deadline - time.monotonic()
-            if left <= 0 or not select.select([fd], [], [], left)[0]:
-                return None
-            chunk = os.read(fd, 65536)
-            if not chunk:
-                raise OSError("the prediction process ended without answering")
-            self._buffer += chunk
-        line, self._buffer = self._buffer.split(b"\n", 1)
-        return json.loads(line)
-
-    def ask(self, precision: str, capacity_bytes: float | None) -> dict[str, Any]:
-        """The predicted max batch of `precision` at `capacity_bytes` (the scan's allocator capacity), waiting
-        up to wait_s: {"max_batch": n, "seconds": s, ...}, or {"error": why} (no capacity, child gone, slow)."""
-        if not capacity_bytes:
-            return {"error": "no allocator capacity to predict at"}
-        if self.proc is None or self.proc.poll() is not None:
-            return {"error": "the prediction process is not running"}
-        started = time.monotonic()
         try:
-            self._send({"precision": precision, "capacity_bytes": int(capacity_bytes)})
-            while True:
-                answer = self._read_line(started + self.wait_s)
-                if answer is None:
-                    self.__exit__()  # a late answer would be read as the next precision's
-                    return {"error": f"no prediction within {self.wait_s:g} s"}
-                if answer.get("precision") == precision:
-                    answer["waited_seconds"] = round(time.monotonic() - started, 2)
-                    return answer
+            while select.select([fd], [], [], timeout_s)[0]:
+                timeout_s = 0.0
+                chunk = os.read(fd, 65536)
+                if not chunk:
+                    raise OSError(ENDED)
+                self._buffer += chunk
+                *lines, self._buffer = self._buffer.split(b"\n")
+                for line in lines:
+                    answer = json.loads(line)
+                    answer["received_at"] = time.time()
+                    self._answers[answer.pop("id", 0)] = answer
         except (OSError, ValueError) as exc:  # ValueError: a line that is not JSON
+            self._ended = str(exc) if isinstance(exc, OSError) and str(exc) else f"no prediction: {exc}"
             self.__exit__()
-            return {"error": f"no prediction: {exc}"}
+
+    def ask(self, precision: str, capacity_bytes: float | None) -> "Prediction":
+        """Ask for the predicted max batch of `precision` at `capacity_bytes` (the scan's allocator capacity);
+        returns at once. The Prediction's poll gives the answer when it has come."""
+        if not capacity_bytes:
+            return Prediction(self, 0, {"error": "no allocator capacity to predict at"})
+        if self.proc is None or self.proc.poll() is not None:
+            return Prediction(self, 0, {"error": self._ended or "the prediction process is not running"})
+        ident = next(self._ids)
+        try:
+            self._send({"precision": precision, "capacity_bytes": int(capacity_bytes), "id": ident})
+        except OSError:
+            self._ended = ENDED
+            self.__exit__()
+            return Prediction(self, 0, {"error": ENDED})
+        return Prediction(self, ident)
 
     def hint_for(self, precision: str, capacity_bytes: float | None, settings: dict[str, Any],
-                 note: Callable[[str], None]) -> Callable[[], int | None]:
-        """The search's `hint`: asks for the prediction when called, records the answer in
-        settings["predicted_start"] and says what happened through `note`."""
+                 note: Callable[[str], None], started_at: float) -> "PrecisionHint":
+        """The search's hint for one precision (see PrecisionHint), asked now. `started_at`: time.time() when
+        the precision started (arrival times are counted from it)."""
+        return PrecisionHint(self.ask(precision, capacity_bytes), settings, note, started_at)
 
-        def hint() -> int | None:
-            answer = settings["predicted_start"] = self.ask(precision, capacity_bytes)
-            if answer.get("max_batch"):
-                note(f"predicted max batch {answer['max_batch']} (memprobe predict on the CPU, "
-                     f"{answer.get('waited_seconds', 0):g} s waited): tried first")
-            else:
-                note(f"no predicted start: {answer.get('error', 'nothing fits by the prediction')}")
-            return answer.get("max_batch")
 
-        return hint
+class Prediction:
+    """One asked-for prediction. `poll` answers {"max_batch": n, "seconds": s, "at": t, ...} or {"error": why}
+    once the child has answered this request, None until then."""
+
+    def __init__(self, start: PredictedStart, ident: int, answer: dict[str, Any] | None = None) -> None:
+        self.start, self.ident, self.answer = start, ident, answer
+
+    def poll(self, timeout_s: float = 0.0) -> dict[str, Any] | None:
+        """The answer if it has come, waiting at most `timeout_s` for it (0, the search's way: not at all)."""
+        deadline = time.monotonic() + timeout_s
+        while self.answer is None:
+            self.start._pump(max(0.0, deadline - time.monotonic()))
+            self.answer = self.start._answers.pop(self.ident, None)
+            if self.answer is None and self.start.proc is None:
+                self.answer = {"error": self.start._ended or ENDED}
+            if self.answer is None and time.monotonic() >= deadline:
+                return None
+        return self.answer
+
+
+class PrecisionHint:
+    """What find_max_batch polls for one precision (`poll`), is told what became of the prediction (`decided`),
+    and `finish`es with after the search. Keeps settings["predicted_start"]: the answer, `arrived_s` (seconds
+    from the precision's start to the child's answer), `after_trials`, `used` and `why` not; says each step
+    through `note`."""
+
+    def __init__(self, prediction: Prediction, settings: dict[str, Any], note: Callable[[str], None],
+                 started_at: float) -> None:
+        self.prediction, self.settings, self.note, self.started_at = prediction, settings, note, started_at
+        self.record: dict[str, Any] | None = None
+        self.poll()  # an answer that cannot come (no capacity, no child) is said at once
+
+    def poll(self) -> int | None:
+        """The predicted max batch once it has come, else None; never waits."""
+        if self.record is not None:
+            return self.record.get("max_batch")
+        answer = self.prediction.poll()
+        if answer is None:
+            return None
+        record = self.record = self.settings["predicted_start"] = dict(answer)
+        at = record.pop("at", None) or record.pop("received_at", None)
+        record.pop("received_at", None)
+        record["arrived_s"] = round(max(0.0, at - self.started_at), 2) if at else 0.0
+        if record.get("max_batch") is None:
+            record.update(used=False, why=record.get("error", "no max batch in the answer"))
+            self.note(f"no predicted start: {record['why']}")
+        return record.get("max_batch")
+
+    def decided(self, use: HintUse) -> None:
+        """Record and say what the search did with the prediction."""
+        assert self.record is not None
+        self.record.update(after_trials=use.after_trials, used=use.used, why=use.why)
+        came = (f"predicted max batch {use.batch} (memprobe predict on the CPU) came {self.record['arrived_s']:g} s "
+                f"into the precision, after {use.after_trials} trial{'s' if use.after_trials != 1 else ''}")
+        self.note(f"{came}: tried next" if use.used else f"{came}: not used, {use.why}")
+
+    def finish(self, found: SearchResult, search_seconds: float) -> None:
+        """After the search: record (and say) a prediction the search never judged: late, or never come."""
+        if self.record is not None and "used" in self.record:
+            return
+        batch = self.poll()
+        if self.record is None:
+            self.record = self.settings["predicted_start"] = {
+                "arrived_s": None, "used": False,
+                "why": f"no prediction before the search ended ({search_seconds:g} s, {found.trials} trials)"}
+            self.note(f"no predicted start: {self.record['why']}")
+        elif "used" not in self.record:
+            self.record.update(after_trials=found.trials, used=False, why="came after the search had ended")
+            self.note(f"predicted max batch {batch} came {self.record['arrived_s']:g} s into the precision, "
+                      f"after the search had ended ({search_seconds:g} s): not used")

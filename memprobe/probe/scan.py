@@ -7,17 +7,17 @@ rewritten atomically after every precision, so an interrupted scan keeps what it
 from __future__ import annotations
 
 import time
-from contextlib import contextmanager, nullcontext
+from contextlib import nullcontext
 from pathlib import Path
-from typing import Any, Callable, Iterator, Protocol
+from typing import Any, Callable, Protocol
 
 from memprobe.catalog import peak_tflops
 from memprobe.device import host_environment
 from memprobe.probe.memcap import emulated_name
-from memprobe.probe.errors import CRASH, ERROR, FIT, OOM, OUTCOMES, STOPPING, TIMEOUT, USER_ERROR
+from memprobe.probe.errors import FIT, OOM, STOPPING, USER_ERROR
 from memprobe.registry import Workload
 from memprobe.results import PrecisionResult, ScanResult, final_status, result_filename, write_result
-from memprobe.probe.runner import Worker, WorkerError, WorkerFactory, WorkerSpec
+from memprobe.probe.runner import WorkerError, WorkerFactory, WorkerSpec
 from memprobe.probe.hint import PredictedStart
 from memprobe.probe.setup_failure import record_setup_oom
 from memprobe.probe.soak import soak_max_batch
@@ -26,14 +26,9 @@ from memprobe.probe.curve_run import add_curve
 from memprobe.probe.options import (  # noqa: F401
     CURVE_TIMED_STEPS, CURVE_WARMUP, INFER_TRIAL_STEPS, INFER_WARMUP, MODES, ScanOptions,
 )
-from memprobe.probe.search import Attempt, EdgeCheck, SearchResult, confirm_edge, edge_model, find_max_batch, fit_memory_model
-
-# With the fork server, a search trial runs in a fresh process once its predicted peak passes this
-# share of the capacity. Far below the edge, the few GiB by which an in-process run can differ from
-# a fresh one (fragmentation: 4.3 GiB seen on the H100 at 80 GB) cannot change the outcome, and the
-# shared process skips a fresh process's start-up (~2 s on the H100: CUDA context, lazy kernels).
-FRESH_ABOVE_SHARE = 0.5
-
+from memprobe.probe.proof import confirm_edge, proof_record, reusable_checks
+from memprobe.probe.scan_trials import FRESH_ABOVE_SHARE, FreshRuns, SearchTrials, in_fresh_process, measure_fresh
+from memprobe.probe.search import Attempt, HintUse, edge_model, find_max_batch, fit_memory_model
 
 class NoCudaError(RuntimeError):
     """The trial process found no usable CUDA device."""
@@ -74,129 +69,6 @@ class Progress(Protocol):
     def note(self, text: str) -> None: ...
 
 
-class _SearchTrials:
-    """try_batch for the search.
-
-    Batch 1 and 2 (which only feed the memory model) run in the process that was set up first, as
-    does any later trial whose peak the memory model puts below FRESH_ABOVE_SHARE of the capacity.
-    When fresh processes are cheap (forked from the fork server), trials nearer the edge each run in
-    a fresh process: the pair that brackets the edge is then already the fresh-process proof, so it
-    is not run twice, and no near-edge trial inherits another's fragmentation. Without the fork
-    server (a fresh process costs the imports) all trials share one process, replaced after a crash.
-    """
-
-    def __init__(self, factory: WorkerFactory, spec: WorkerSpec, worker: Worker, steps: int,
-                 announce: Callable[[int, bool], None], capacity_bytes: float | None) -> None:
-        self.factory, self.spec, self.worker, self.steps, self.announce = factory, spec, worker, steps, announce
-        self.capacity_bytes = capacity_bytes
-        self.attempts: list[Attempt] = []
-
-    def _near_edge(self, batch: int) -> bool:
-        if not self.factory.forks or len(self.attempts) < 2:
-            return False
-        if not self.capacity_bytes:
-            return True
-        model = edge_model(self.attempts)
-        return model is None or model.predict(batch) > FRESH_ABOVE_SHARE * self.capacity_bytes
-
-    def __call__(self, batch: int) -> Attempt:
-        attempt = self._fresh(batch) if self._near_edge(batch) else self._shared(batch)
-        self.attempts.append(attempt)
-        return attempt
-
-    def _fresh(self, batch: int) -> Attempt:
-        self.close()  # the shared process's model and optimizer state must not hold GPU memory now
-        self.announce(batch, True)
-        return in_fresh_process(self.factory, self.spec, batch, lambda worker: worker.trial(batch, self.steps))
-
-    def _shared(self, batch: int) -> Attempt:
-        self.announce(batch, False)
-        if self.worker is None:
-            try:
-                self.worker = self.factory.fresh(self.spec)
-            except WorkerError as exc:
-                return Attempt(batch, ERROR, message=f"could not restart the trial process: {exc}")
-        attempt = self.worker.trial(batch, self.steps)
-        if attempt.outcome in (CRASH, TIMEOUT) or not self.worker.alive:
-            self.close()  # the context is unusable; the next trial gets a new process
-        return attempt
-
-    def kill(self) -> None:
-        if self.worker is not None:
-            self.worker.kill()
-
-    def close(self) -> None:
-        if self.worker is not None:
-            self.worker.close()
-            self.worker = None
-
-
-class _FreshChecks:
-    """check(n) for confirm_edge: each batch in a new process that has run nothing else.
-
-    With throughput on, a batch that completes the trial then runs the timed steps in the same
-    process, and only counts as fitting if those complete too: at the edge, fragmentation can grow
-    after the third step (seen on an H100 with BERT-Large in fp16: batch 108 ran 3 steps, then ran
-    out of memory during the timed steps). So the proven B trains for the whole measured run.
-    """
-
-    def __init__(self, factory: WorkerFactory, spec: WorkerSpec, opts: ScanOptions,
-                 announce: Callable[[int, bool], None]) -> None:
-        self.factory, self.spec, self.opts, self.announce = factory, spec, opts, announce
-        self.measurements: dict[int, dict[str, Any]] = {}
-
-    def __call__(self, batch: int) -> Attempt:
-        self.announce(batch, True)
-        return in_fresh_process(self.factory, self.spec, batch, lambda worker: self._check(worker, batch))
-
-    def _check(self, worker: Worker, batch: int) -> Attempt:
-        attempt = worker.trial(batch, self.opts.trial_steps)
-        if not (attempt.fits and self.opts.measure):
-            return attempt
-        measured = self.opts.timed_run(worker, batch)
-        if measured.get("outcome") == FIT:
-            self.measurements[batch] = measured
-            attempt.peak_allocated = max(attempt.peak_allocated or 0, measured["peak_allocated"] or 0)
-            attempt.peak_reserved = max(attempt.peak_reserved or 0, measured["peak_reserved"] or 0)
-            return attempt
-        total = self.opts.warmup_steps + self.opts.timed_steps
-        return Attempt(batch, measured.get("outcome", ERROR), measured.get("peak_allocated"),
-                       measured.get("peak_reserved"), attempt.seconds,
-                       f"ran the {self.opts.trial_steps}-step trial, then failed at step "
-                       f"{measured.get('failed_at_step')} of the {total}-step timed run: "
-                       f"{measured.get('error', '')[:200]}")
-
-
-@contextmanager
-def fresh_worker(factory: WorkerFactory, spec: WorkerSpec) -> Iterator[Worker]:
-    """A new trial process for one job, ended after it: closed (which waits for the exit, so the next
-    process finds the memory free), or killed at once when the job is interrupted (Ctrl-C), rather
-    than left to finish its running steps. Raises WorkerError when the process cannot be set up."""
-    worker = factory.fresh(spec)
-    try:
-        yield worker
-    except BaseException:
-        worker.kill()
-        raise
-    finally:
-        worker.close()
-
-
-def in_fresh_process(factory: WorkerFactory, spec: WorkerSpec, batch: int,
-                     run: Callable[[Worker], Attempt]) -> Attempt:
-    """Run `run` in a new trial process and end the process; the Attempt is marked fresh and
-    carries the process's wall time. A process that cannot be set up becomes a failed Attempt."""
-    started = time.perf_counter()
-    try:
-        with fresh_worker(factory, spec) as worker:
-            attempt = run(worker)
-    except WorkerError as exc:
-        return Attempt(batch, exc.kind if exc.kind in OUTCOMES else ERROR, message=str(exc), fresh=True)
-    attempt.fresh = True
-    attempt.wall_seconds = round(time.perf_counter() - started, 3)
-    return attempt
-
-
 def memory_models(attempts: list[Attempt]) -> dict[str, Any]:
     """Static and per-sample bytes fitted on every successful trial, by allocated and reserved peaks."""
     models = {}
@@ -207,23 +79,10 @@ def memory_models(attempts: list[Attempt]) -> dict[str, Any]:
     return models
 
 
-def _proof(edge: EdgeCheck, found: SearchResult) -> dict[str, Any]:
-    return {
-        "search": {"fits": found.max_batch, "fails": found.first_failure},
-        "fits": edge.fits,
-        "fails": edge.fails,
-        "fail_outcome": next((a.outcome for a in edge.checks if a.batch == edge.fails), None),
-        "agreed": edge.agreed,
-        "verified": edge.verified,
-        "checks": [a.to_dict() for a in edge.checks],
-        "reused_from_search": edge.reused,
-    }
-
-
 def scan_precision(workload: Workload, precision: str, opts: ScanOptions, factory: WorkerFactory,
                    progress: Progress, on_environment: Callable[[dict[str, Any]], None],
                    start: PredictedStart | None = None) -> PrecisionResult:
-    """Search, prove and measure one precision; `start` gives the search a predicted first batch.
+    """Search, prove and measure one precision; `start` predicts the max batch beside the search (polled, never waited for).
     Raises NoCudaError when there is no CUDA device."""
     result = PrecisionResult(precision, status="running")
     spec = WorkerSpec(workload, precision, opts.mode, opts.device, opts.cpu_budget_bytes,
@@ -236,7 +95,7 @@ def scan_precision(workload: Workload, precision: str, opts: ScanOptions, factor
         counter["n"] += 1
         progress.trial_start(workload.name, precision, counter["n"], batch, fresh)
 
-    started = time.perf_counter()
+    started, started_at = time.perf_counter(), time.time()
     try:
         worker = factory.fresh(spec)  # the first waits for the fork server's imports
     except WorkerError as exc:
@@ -261,17 +120,29 @@ def scan_precision(workload: Workload, precision: str, opts: ScanOptions, factor
     result.settings["flops_per_sample"] = flops.get("flops_per_sample")
     if flops.get("error"):
         result.settings["flops_error"] = flops["error"]
-    trials = _SearchTrials(factory, spec, worker, opts.trial_steps, announce, result.capacity_bytes)
-    hint = start.hint_for(precision, result.capacity_bytes, result.settings, progress.note) if start else None
+    fresh = FreshRuns(factory, spec, opts, announce)
+    trials = SearchTrials(fresh, worker, result.capacity_bytes)
+    hint = (start.hint_for(precision, result.capacity_bytes, result.settings, progress.note, started_at)
+            if start else None)
+
+    def on_hint(use: HintUse) -> None:
+        assert hint is not None
+        hint.decided(use)
+        if use.used:
+            trials.predicted = use.batch  # likely B: its fresh fit goes on to the timed run
+
     try:
         found = find_max_batch(trials, result.capacity_bytes, opts.max_batch, opts.max_trials,
-                               on_attempt=lambda a: _reported(a, progress, started), hint=hint)
+                               on_attempt=lambda a: _reported(a, progress, started),
+                               hint=hint.poll if hint else None, on_hint=on_hint)
     except BaseException:
         trials.kill()  # interrupted: do not wait for the shared process's running steps
         raise
     finally:
         trials.close()
     result.search_seconds = round(time.perf_counter() - started, 2)
+    if hint is not None:
+        hint.finish(found, result.search_seconds)
     result.attempts = [a.to_dict() for a in found.attempts]
     result.memory_model = memory_models(found.attempts)
     result.stop = found.stop
@@ -279,13 +150,14 @@ def scan_precision(workload: Workload, precision: str, opts: ScanOptions, factor
         result.status, result.error, result.max_batch = "error", found.error, None
         return result
 
-    checks = _FreshChecks(factory, spec, opts, announce)
-    # A fresh search trial is a fresh check by the same definition, except that with throughput on
-    # the check of B must also complete the timed run, so fits are re-run then.
-    known = {a.batch: a for a in found.attempts if a.fresh and not (a.fits and opts.measure)}
-    edge = confirm_edge(lambda n: _reported(checks(n), progress, started), found, opts.fresh_checks, opts.max_batch, known)
+    # A fresh search trial is a fresh check by the same definition where it ran what a check runs (with
+    # throughput on, a fit the search thought could be B went on to the timed run), so the proof takes it
+    # instead of building that batch size again.
+    known = reusable_checks(found.attempts, fresh.measurements if opts.measure else None)
+    edge = confirm_edge(lambda n: _reported(fresh(n), progress, started), found, opts.fresh_checks, opts.max_batch,
+                        known)
     result.max_batch = edge.max_batch
-    result.proof = _proof(edge, found)
+    result.proof = proof_record(edge, found, known)
     result.proof["fit_check"] = (f"{opts.trial_steps} steps (1 warm-up + {opts.trial_steps - 1})"
                                  + (f", then {opts.warmup_steps} warm-up + {opts.timed_steps} timed steps"
                                     + (f" (fewer past {opts.timed_budget_s:g} s)" if opts.timed_budget_s else "")
@@ -294,6 +166,8 @@ def scan_precision(workload: Workload, precision: str, opts: ScanOptions, factor
     if not edge.agreed:
         progress.note(f"fresh-process check moved the edge: search {found.max_batch}, fresh {edge.max_batch}"
                       + ("" if edge.verified else " (not verified within the check limit)"))
+    if "non_monotone" in result.proof:
+        progress.note(result.proof["non_monotone"]["note"])
     if opts.soak and edge.max_batch > 0:
         def soak_run(batch: int, steps: int) -> Attempt:
             announce(batch, True)
@@ -302,12 +176,16 @@ def scan_precision(workload: Workload, precision: str, opts: ScanOptions, factor
 
         result.max_batch = soak_max_batch(result.proof, result.max_batch, opts.soak, soak_run, progress.note)
     if opts.measure and result.max_batch > 0:
-        result.throughput = checks.measurements.get(result.max_batch)
+        result.throughput = fresh.measurements.get(result.max_batch)
         if result.throughput is None:  # not proven fresh (check limit, batch cap, soak): time it now
-            result.throughput = _measure_fresh(factory, spec, result.max_batch, opts)
+            result.throughput = measure_fresh(factory, spec, result.max_batch, opts)
     for batch in opts.batches:
+        if batch in fresh.measurements:  # timed fresh already, the same way
+            progress.note(f"requested batch {batch}: the timed run of its fresh trial")
+            result.extra_batches.append(dict(fresh.measurements[batch]))
+            continue
         progress.note(f"timing {opts.timed_steps} steps at requested batch {batch}")
-        result.extra_batches.append(_measure_fresh(factory, spec, batch, opts))
+        result.extra_batches.append(measure_fresh(factory, spec, batch, opts))
     gpu = worker.info["environment"].get("gpu", {}).get("name", "")
     for measured in [result.throughput, *result.extra_batches]:
         add_mfu(measured, result.settings["flops_per_sample"], gpu, precision)
@@ -345,14 +223,6 @@ def _reported(attempt: Attempt, progress: Progress, started: float) -> Attempt:
     attempt.done_at_s = round(time.perf_counter() - started, 3)
     progress.trial_end(attempt)
     return attempt
-
-
-def _measure_fresh(factory: WorkerFactory, spec: WorkerSpec, batch: int, opts: ScanOptions) -> dict[str, Any]:
-    try:
-        with fresh_worker(factory, spec) as worker:
-            return opts.timed_run(worker, batch)
-    except WorkerError as exc:
-        return {"batch": batch, "outcome": exc.kind, "error": str(exc)}
 
 
 def scan_workload(workload: Workload, opts: ScanOptions, out_dir: str | Path, progress: Progress) -> tuple[ScanResult, Path]:

@@ -10,18 +10,19 @@ Strategy (see DESIGN.md, "Finding the max batch in few trials"):
    after each fit), so a prediction off by d costs O(log d) trials; after an out-of-memory trial the
    bytes its failed allocation lacked (from PyTorch's message) bound how far back the next guess goes;
 4. once the edge is bracketed, alternate the model's guess (clamped into the bracket) with halving.
-Without a capacity figure the jump is replaced by doubling.
+Without a capacity figure the jump is replaced by doubling. A predicted max batch (probe/hint.py) is
+polled before each trial, never waited for; when it comes while the bracket is still wide it is tried
+next and walked from (steps 1, 2, 4, 8), and the memory model goes on from there.
 Batch and trial count are bounded, so the worst case stays logarithmic in the cap.
 """
 
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import asdict, dataclass, field
-from typing import Callable, Iterable, Mapping, Sequence
+from typing import Callable, Iterable, Sequence
 
-from memprobe.probe.errors import FIT, STOPPING
+from memprobe.probe.errors import FIT, STOPPING, oom_numbers
 
 MAX_GROWTH = 8  # largest jump, as a multiple of the largest batch known to fit, before a failure is seen
 
@@ -41,6 +42,7 @@ class Attempt:
     wall_seconds: float | None = None  # fresh trials: start to end of their own process (fork, build, trial, exit)
     loss_scale: float | None = None  # fp16 fits: the GradScaler's scale at the end (the next trial starts there)
     done_at_s: float | None = None  # seconds from the precision's start to this trial's end: the search's timeline
+    timed_steps: int | None = None  # fresh fits with throughput on: the timed steps run after the trial, same process
 
     @property
     def fits(self) -> bool:
@@ -59,21 +61,15 @@ class Attempt:
         return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
 
 
-_SIZE = r"([\d.]+) (GiB|MiB|KiB|bytes|B)\b"
-_OOM_NUMBERS = re.compile(rf"Tried to allocate {_SIZE}.*?of which {_SIZE} is free", re.S)
-_UNITS = {"GiB": 2**30, "MiB": 2**20, "KiB": 2**10, "bytes": 1, "B": 1}
-
-
 def oom_shortfall(message: str) -> float | None:
     """Bytes a failed CUDA allocation lacked (requested minus free on the device), read from
     PyTorch's out-of-memory message ("Tried to allocate 8.23 GiB. ... of which 3.42 GiB is free");
     None when the message does not say, or says nothing was lacking."""
-    found = _OOM_NUMBERS.search(message or "")
-    if not found:
+    numbers = oom_numbers(message)
+    if "requested_bytes" not in numbers or "free_bytes" not in numbers:
         return None
-    requested = float(found.group(1)) * _UNITS[found.group(2)]
-    free = float(found.group(3)) * _UNITS[found.group(4)]
-    return requested - free if requested > free else None
+    lacked = numbers["requested_bytes"] - numbers["free_bytes"]
+    return float(lacked) if lacked > 0 else None
 
 
 @dataclass
@@ -179,6 +175,23 @@ def edge_model(attempts: Iterable[Attempt]) -> MemoryModel | None:
     return fit_memory_model(pair, basis=basis) or fit_memory_model(attempts, basis=basis)
 
 
+HINT_MIN_GAP = 3  # a prediction is tried only while more than this many batches lie between the fit and the failure
+HINT_WALK = 4  # steps 1, 2, 4, 8 from a prediction (15 batches either side), then the memory model takes over
+
+
+@dataclass
+class HintUse:
+    """What the search did with a predicted max batch: tried it next (`used`), or why not."""
+
+    batch: int
+    after_trials: int  # trials the search had run when it first saw the prediction
+    used: bool
+    why: str = ""  # why it was not used ("" when used)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
 @dataclass
 class SearchResult:
     """Outcome of the search. `max_batch` fits; `first_failure` (= max_batch + 1 when
@@ -189,7 +202,8 @@ class SearchResult:
     stop: str  # "edge" | "nothing-fits" | "cap" | "trial-limit" | "error" | "user-error"
     attempts: list[Attempt] = field(default_factory=list)
     error: str = ""
-    hinted: int | None = None  # the predicted batch tried first, if any
+    hinted: int | None = None  # the predicted batch the search tried, if any
+    hint_use: HintUse | None = None  # what became of a prediction the search saw (None: none came)
 
     @property
     def trials(self) -> int:
@@ -207,12 +221,16 @@ def find_max_batch(
     max_trials: int = 40,
     on_attempt: Callable[[Attempt], None] | None = None,
     hint: Callable[[], int | None] | None = None,
+    on_hint: Callable[[HintUse], None] | None = None,
 ) -> SearchResult:
     """Search the largest batch n with try_batch(n).fits, assuming fits is monotone in n.
 
-    hint: asked once batch 1 fits, for a predicted max batch h (probe/hint.py); h is tried first, then the
-    search walks from it (h+1, h+3, h+7, ... while they fit; h-1, h-3, ... while they do not) and goes on
-    from the bracket. None: no hint.
+    hint: a predicted max batch h (probe/hint.py), polled before each trial once batch 1 fits; it must answer
+    at once, None while no prediction has come. The first h it answers is judged once (`on_hint` gets the
+    HintUse): while the edge's bracket (lo, hi) holds h and more than HINT_MIN_GAP batches, h is tried next
+    and the search walks from it (h+1, h+3, h+7, ... while they fit; h-1, h-3, ... while they do not), then
+    goes on from the bracket with its memory model; otherwise h is only recorded. Until h comes the search
+    goes on with its own memory model, so a slow prediction never delays it. None: no hint.
 
     capacity_bytes: memory the workload may use, in the same terms as the attempts' peaks
     (peak_reserved, else peak_allocated); without it the search doubles until the first failure.
@@ -224,7 +242,7 @@ def find_max_batch(
         raise ValueError("max_batch must be at least 1")
     attempts: list[Attempt] = []
     lo, hi = 0, max_batch + 1  # invariant: lo fits (0 = nothing known), hi does not (cap+1 = unknown)
-    state = {"lo": lo, "hi": hi}
+    state: dict = {"lo": lo, "hi": hi, "hint": hint, "hinted": None, "hint_use": None}
 
     def run(batch: int) -> Attempt:
         if len(attempts) >= max_trials:
@@ -256,19 +274,39 @@ def find_max_batch(
             guess = min(guess, state["hi"] - math.ceil(lacked / model.per_sample_bytes))
         return guess
 
+    def take_hint() -> bool:
+        """Poll the prediction; True when it has just come, still useful, and was tried and walked from."""
+        if state["hint"] is None:
+            return False
+        predicted = state["hint"]()
+        if predicted is None:
+            return False
+        state["hint"] = None  # judged once: a prediction that came too late stays unused
+        use = state["hint_use"] = _judge_hint(min(predicted, max_batch), len(attempts), state["lo"], state["hi"])
+        if on_hint is not None:
+            on_hint(use)
+        if use.used:
+            state["hinted"] = use.batch
+            _walk_from_hint(use.batch, run, state)
+        return use.used
+
     stop = "edge"
-    state["hinted"] = None
     try:
         if not run(1).fits:
             return SearchResult(0, 1, "nothing-fits", attempts)
-        _start_from_hint(hint, max_batch, run, state)
+        take_hint()
         if max_batch >= 2 and 2 < state["hi"] and sum(a.fits for a in attempts) < 2:
             run(2)  # the edge model needs two fits
-        step = base_step = 1
-        direction = 0  # +1 walking up from a fit, -1 walking down from a failure, 0 not walking
-        bracketed_by_walk = False
-        guessed_last = False
+        new_walk = True
         while state["hi"] - state["lo"] > 1:
+            if take_hint():
+                new_walk = True  # the prediction's walk moved the bracket: the memory model starts over from it
+                continue
+            if new_walk:
+                new_walk = False
+                step = base_step = 1
+                direction = 0  # +1 walking up from a fit, -1 walking down from a failure, 0 not walking
+                bracketed_by_walk = guessed_last = False
             lo, hi = state["lo"], state["hi"]
             guess = predict()
             stepped = False
@@ -315,119 +353,35 @@ def find_max_batch(
         stop = str(reason)
     lo, hi = state["lo"], state["hi"]
     error = attempts[-1].message if stop in STOPPING else ""
-    return SearchResult(lo, hi if hi <= max_batch else None, stop, attempts, error, state["hinted"])
+    return SearchResult(lo, hi if hi <= max_batch else None, stop, attempts, error, state["hinted"], state["hint_use"])
 
 
-HINT_WALK = 4  # steps 1, 2, 4, 8 from a hint (15 batches either side), then the memory model takes over
+def _judge_hint(predicted: int, after_trials: int, lo: int, hi: int) -> HintUse:
+    """Whether a prediction that came after `after_trials` trials is still worth trying, with (lo, hi) the
+    bracket known so far (hi = cap + 1 when nothing failed yet): it is while it lies inside the bracket
+    and the bracket is wider than HINT_MIN_GAP batches (the memory model closes a narrower one as fast)."""
+    if predicted <= lo:
+        return HintUse(predicted, after_trials, False, f"at or below batch {lo}, which already fitted")
+    if predicted >= hi:
+        return HintUse(predicted, after_trials, False, f"at or above batch {hi}, which already failed")
+    if hi - lo - 1 <= HINT_MIN_GAP:
+        return HintUse(predicted, after_trials, False,
+                       f"the search had already narrowed the edge to between {lo} (fits) and {hi} (fails)")
+    return HintUse(predicted, after_trials, True)
 
 
-def _start_from_hint(hint: Callable[[], int | None] | None, max_batch: int, run: Callable[[int], Attempt],
-                     state: dict) -> None:
-    """Try the hinted batch h, then walk from it by steps 1, 2, 4, 8 (up while it fits, down while it does
-    not) until the edge is bracketed or HINT_WALK steps are spent, leaving the rest to the search's memory
-    model; state["hinted"] = h (None without a usable hint). A walk first, because a prediction is off by
-    a few samples when it is off, and a model fitted on batch 1 and h cannot say by how much (an LLM's
-    longest sequence: predicted 17408, edge 17401). Raises what run raises (_Stop)."""
-    h = hint() if hint is not None else None
-    if h is None or h < 2:
-        return
-    h = state["hinted"] = min(h, max_batch)
+def _walk_from_hint(h: int, run: Callable[[int], Attempt], state: dict) -> None:
+    """Try the predicted batch h, then walk from it by steps 1, 2, 4, 8 (up while it fits, down while it does
+    not) until the edge is bracketed, the walk reaches the bracket (state's lo, hi) or HINT_WALK steps are
+    spent, leaving the rest to the search's memory model. A walk first, because a prediction is off by a few
+    samples when it is off, and a model fitted on batch 1 and h cannot say by how much (an LLM's longest
+    sequence: predicted 17408, edge 17401). Raises what run raises (_Stop)."""
     up = run(h).fits
     batch, step = h, 1
     for _ in range(HINT_WALK):
         batch = batch + step if up else batch - step
-        if (up and batch > max_batch) or (not up and batch < 2):
-            return
+        if batch >= state["hi"] or batch <= state["lo"]:
+            return  # bracketed on that side already: the search bisects from here
         if run(batch).fits != up:
             return  # bracketed: the search bisects from here
         step *= 2
-
-
-@dataclass
-class EdgeCheck:
-    """The proof pair re-checked in fresh processes: `fits` fits and `fails` does not."""
-
-    max_batch: int
-    fits: int | None
-    fails: int | None
-    agreed: bool  # True when the fresh checks confirmed the search's answer unchanged
-    verified: bool  # True when both halves of the pair were seen in fresh processes
-    checks: list[Attempt] = field(default_factory=list)
-    reused: list[int] = field(default_factory=list)  # batches whose fresh search trial served as the check
-
-
-def confirm_edge(
-    check: Callable[[int], Attempt],
-    found: SearchResult,
-    max_checks: int = 6,
-    max_batch: int = 65536,
-    known: Mapping[int, Attempt] | None = None,
-) -> EdgeCheck:
-    """Re-check the search's answer in fresh processes and move it if the fresh edge differs.
-
-    `check(n)` must run batch n in a process that ran nothing else. `known` holds search trials that
-    already ran in fresh processes by the same definition: a batch found there is taken as its check
-    instead of being run again (listed in `reused`; it still counts towards `max_checks`).
-    The pair is checked failure-side first (B+1), then B, so that the last fresh process is the one
-    that proved B fits (the caller can measure throughput in it). If the edge moved, walk in the
-    direction the checks say (steps 1, 1, 2, 4, ...) and bisect once bracketed, at most `max_checks`
-    checks in all. When no fresh check fits, `max_batch` is the bound below the lowest fresh
-    failure and `verified` is False.
-    """
-    checks: list[Attempt] = []
-    reused: list[int] = []
-    known = dict(known or {})
-
-    def run(batch: int) -> Attempt:
-        if batch in known:
-            attempt = known.pop(batch)
-            reused.append(batch)
-        else:
-            attempt = check(batch)
-        attempt.fresh = True
-        checks.append(attempt)
-        return attempt
-
-    claimed = found.max_batch
-    if found.stop in STOPPING:
-        return EdgeCheck(claimed, None, None, False, False, checks, reused)
-    if claimed >= max_batch:  # everything fit up to the cap: only B can be checked
-        ok = run(claimed).fits
-        return EdgeCheck(claimed, claimed if ok else None, None, ok, ok, checks, reused)
-
-    # Walk from the claimed pair towards the fresh edge with steps 1, 1, 2, 4, ... and bisect once
-    # a fresh fit and a fresh failure bracket it: an edge that moved by one costs one extra check.
-    fit_at: int | None = None
-    fail_at: int | None = None
-    walked = 0
-    batch = claimed + 1
-    while len(checks) < max_checks:
-        if run(batch).fits:
-            fit_at = batch if fit_at is None else max(fit_at, batch)
-        else:
-            fail_at = batch if fail_at is None else min(fail_at, batch)
-        if fit_at is not None and fail_at is not None:
-            if fail_at - fit_at == 1:
-                break
-            batch = (fit_at + fail_at) // 2
-            continue
-        step = 1 if walked < 2 else 2 ** (walked - 1)
-        walked += 1
-        if fail_at is None:  # everything checked so far fits: walk up
-            batch = min(fit_at + step, max_batch)
-            if batch == fit_at:
-                break  # the cap itself fits
-        else:  # everything checked so far fails: walk down
-            if fail_at == 1:
-                fit_at = 0  # batch 1 does not train in a fresh process either
-                break
-            batch = max(1, fail_at - step)
-    verified = fit_at is not None and fail_at is not None and fail_at == fit_at + 1
-    agreed = verified and fit_at == claimed
-    if fit_at is not None:
-        best = fit_at
-    else:
-        # No fresh process fitted within the check limit: all that is known is that nothing from
-        # `fail_at` up trains, so report the bound below it, unverified.
-        best = fail_at - 1
-    return EdgeCheck(best, fit_at, fail_at, agreed, verified, checks, reused)

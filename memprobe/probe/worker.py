@@ -18,6 +18,7 @@ initialised is safe; the child creates its own CUDA context at setup.
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
 import importlib
 import inspect
@@ -46,15 +47,28 @@ from memprobe.workloads.base import Amp, UserModelError
 EXIT_AFTER_CRASH = 3
 
 
-def apply_precision_flags(precision: str, cudnn_benchmark: bool) -> None:
-    """fp32 is true FP32 (TF32 off everywhere); tf32 turns TF32 on; fp16/bf16 keep PyTorch's defaults."""
-    if precision == "fp32":
-        torch.backends.cuda.matmul.allow_tf32 = False
-        torch.backends.cudnn.allow_tf32 = False
-    elif precision == "tf32":
-        torch.backends.cuda.matmul.allow_tf32 = True
-        torch.backends.cudnn.allow_tf32 = True
-    torch.backends.cudnn.benchmark = cudnn_benchmark
+def trial_settings(precision: str, cudnn_benchmark: bool) -> dict[str, Any]:
+    """The torch settings a trial process makes before it builds the model, by attribute path under `torch`:
+    fp32 is true FP32 (TF32 off everywhere), tf32 turns TF32 on, fp16/bf16 keep PyTorch's defaults; cuDNN's
+    benchmark mode as asked. One more setting is one more entry here: apply_precision_flags makes it and the
+    result's environment records it (flags.set_in_trial_process)."""
+    settings: dict[str, Any] = {"backends.cudnn.benchmark": cudnn_benchmark}
+    if precision in ("fp32", "tf32"):
+        settings["backends.cuda.matmul.allow_tf32"] = settings["backends.cudnn.allow_tf32"] = precision == "tf32"
+    return settings
+
+
+def _torch_attribute(path: str) -> tuple[Any, str]:
+    *owners, name = path.split(".")
+    return functools.reduce(getattr, owners, torch), name
+
+
+def apply_precision_flags(precision: str, cudnn_benchmark: bool) -> dict[str, Any]:
+    """Make trial_settings' settings in this process; returns them as torch reads them back, by path."""
+    settings = trial_settings(precision, cudnn_benchmark)
+    for path, value in settings.items():
+        setattr(*_torch_attribute(path), value)
+    return {path: getattr(*_torch_attribute(path)) for path in settings}
 
 
 class Session:
@@ -88,7 +102,7 @@ class Session:
             device = torch.device("cuda", torch.cuda.current_device())
         settings = req.get("settings", {})
         self.precision, self.mode = req["precision"], req.get("mode", "train")
-        apply_precision_flags(self.precision, bool(settings.get("cudnn_benchmark", False)))
+        applied = apply_precision_flags(self.precision, bool(settings.get("cudnn_benchmark", False)))
         tracker = None
         if device.type == "cpu":
             tracker = LiveBytes(req.get("cpu_budget_bytes"))
@@ -147,7 +161,7 @@ class Session:
         self.capacity_bytes = capacity
         return {
             "ok": True,
-            "environment": torch_environment(device),
+            "environment": torch_environment(device, applied),
             "capacity_bytes": capacity,
             "weights_bytes": weights,
             "build_seconds": round(build_seconds, 3),

@@ -25,8 +25,9 @@ from memprobe.probe.distributed.topology import interconnect, visible_indices
 from memprobe.probe.distributed.wrap import NONE, STRATEGIES
 from memprobe.probe.errors import ERROR, FIT, OOM
 from memprobe.probe.hint import PredictedStart
-from memprobe.probe.scan import Progress, ScanOptions, interrupted, memory_models, _proof
-from memprobe.probe.search import Attempt, confirm_edge, find_max_batch
+from memprobe.probe.proof import confirm_edge, proof_record, reusable_checks
+from memprobe.probe.scan import Progress, ScanOptions, interrupted, memory_models
+from memprobe.probe.search import Attempt, find_max_batch
 from memprobe.registry import Workload
 from memprobe.results import PrecisionResult, ScanResult, final_status, result_filename, write_result
 
@@ -164,7 +165,7 @@ def scan_precision_distributed(workload: Workload, precision: str, opts: ScanOpt
     label = f"{world_size}x{strategy}"
     result = PrecisionResult(precision, status="running")
     launches = _Launches(workload, precision, opts, world_size, strategy, progress, launcher, label)
-    started = time.perf_counter()
+    started, started_at = time.perf_counter(), time.time()
     trials = _SearchTrials(launches, opts.max_batch)
     setup = trials.first.setup
     result.capacity_bytes = trials.capacity_bytes
@@ -178,9 +179,13 @@ def scan_precision_distributed(workload: Workload, precision: str, opts: ScanOpt
         # failed (an import, the launcher, NCCL), which says nothing about any batch.
         result.status, result.error = "error", trials.first.attempts[0].message
         return result, None
-    hint = start.hint_for(precision, result.capacity_bytes, result.settings, progress.note) if start else None
-    found = find_max_batch(trials, result.capacity_bytes, opts.max_batch, opts.max_trials, hint=hint)
+    hint = (start.hint_for(precision, result.capacity_bytes, result.settings, progress.note, started_at)
+            if start else None)
+    found = find_max_batch(trials, result.capacity_bytes, opts.max_batch, opts.max_trials,
+                           hint=hint.poll if hint else None, on_hint=hint.decided if hint else None)
     result.search_seconds = round(time.perf_counter() - started, 2)
+    if hint is not None:
+        hint.finish(found, result.search_seconds)
     result.attempts = [a.to_dict() for a in found.attempts]
     result.memory_model = memory_models(found.attempts)
     result.stop = found.stop
@@ -188,10 +193,13 @@ def scan_precision_distributed(workload: Workload, precision: str, opts: ScanOpt
         result.status, result.error, result.max_batch = "error", found.error, None
         return result, setup
     checks = _Checks(launches, opts.measure)
-    known = {a.batch: a for a in found.attempts if a.fresh and not (a.fits and opts.measure)}
+    # With throughput on, a check of a fit also runs the timed steps, which the search's launches did not.
+    known = reusable_checks(found.attempts, checks.measurements if opts.measure else None)
     edge = confirm_edge(checks, found, opts.fresh_checks, opts.max_batch, known)
     result.max_batch = edge.max_batch
-    result.proof = _proof(edge, found)
+    result.proof = proof_record(edge, found, known)
+    if "non_monotone" in result.proof:
+        progress.note(result.proof["non_monotone"]["note"])
     result.proof["fit_check"] = (f"{opts.steps} steps on each of {world_size} ranks in a fresh process group"
                                  + (f", then {opts.warmup} warm-up + {opts.timed_steps} timed steps" if opts.measure else ""))
     result.proof["seconds"] = round(time.perf_counter() - started - result.search_seconds, 2)
