@@ -1,5 +1,5 @@
 """benchmarks/first_step_cost.py on the CPU: steps timed per batch size in one process, sizes seen before
-marked, the first step at the second size profiled, and the JSON written (the GPU run is in issue12_cliff.sh)."""
+marked, the first step at the second size profiled, and the JSON written (the GPU run is in cliff.sh)."""
 
 import importlib.util
 import json

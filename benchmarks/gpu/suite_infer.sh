@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 12, inference: `memprobe scan --mode infer` of all six workloads in fp16 and bf16, with throughput curves
+# Inference: `memprobe scan --mode infer` of all six workloads in fp16 and bf16, with throughput curves
 # (~6 minutes: the goal is under 60 s per workload and precision).
 #
 # The suite script in inference mode: run from the repository root on a GPU machine, with OUT set. Result files,
@@ -11,4 +11,4 @@ MODE=infer \
 MODELS="${MODELS:-resnet50,bert-large-squad,bert-large,transformer-big,nasnet-large,pix2pixhd}" \
 PRECISIONS="${PRECISIONS:-fp16,bf16}" \
 PER_MODEL_S="${PER_MODEL_S:-150}" \
-    exec bash "$(dirname "${BASH_SOURCE[0]}")/issue12_suite.sh"
+    exec bash "$(dirname "${BASH_SOURCE[0]}")/suite.sh"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 12, the throughput cliff: profile resnet50 fp16 at its max batch B and at its best batch b*, and either
+# The throughput cliff: profile resnet50 fp16 at its max batch B and at its best batch b*, and either
 # side of the batch where the stem's output passes 2^31 elements; then time NasNet-Large's first step at new
 # batch sizes (per-batch-size set-up that makes its trials take 10-34 s). About 3 minutes.
 #
@@ -26,7 +26,7 @@ case "$gpu" in
 esac
 B="${B:-$dB}"
 BSTAR="${BSTAR:-$dS}"
-say "issue12 cliff on $gpu: resnet50 fp16 B=$B b*=$BSTAR, $(date -u +%FT%TZ)"
+say "cliff on $gpu: resnet50 fp16 B=$B b*=$BSTAR, $(date -u +%FT%TZ)"
 python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "cudnn", torch.backends.cudnn.version())' >>"$LOG" 2>&1
 
 # One process per case: a case near B must not share the GPU with the previous case's model.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 12, whole suite: `memprobe scan` of every workload in fp32/fp16/bf16, training, with throughput curves.
+# The whole suite: `memprobe scan` of every workload in fp32/fp16/bf16, training, with throughput curves.
 #
 # Run from the repository root on a GPU machine, with OUT set (results come back from $OUT). Everything goes
 # under $OUT/w (result files, one log per model, suite.log with the times) and is tarred to $OUT/r.tgz at the end.
@@ -7,13 +7,13 @@
 # finished (marked partial) on Ctrl-C; the tarball is rewritten after every model.
 # Resumable by model list: MODELS (comma-separated, default all six) picks the models, so the suite can be
 # split over two ~9-minute device calls, e.g.
-#   MODELS=nasnet-large,resnet50,bert-large-squad   bash benchmarks/gpu/issue12_suite.sh
-#   MODELS=bert-large,transformer-big,pix2pixhd      bash benchmarks/gpu/issue12_suite.sh
+#   MODELS=nasnet-large,resnet50,bert-large-squad   bash benchmarks/gpu/suite.sh
+#   MODELS=bert-large,transformer-big,pix2pixhd      bash benchmarks/gpu/suite.sh
 # and the suite time is the sum of the two "suite total" lines. A model whose line says "cut" or "not started"
 # is rerun by naming it in MODELS.
 # Env: MODELS, PRECISIONS (fp32,fp16,bf16), BUDGET_S (seconds for the whole call, default 520: a 600 s call
 # minus start-up and the tarball), EXTRA (more `memprobe scan` options, e.g. "--no-curve"), MODE (train, or
-# infer: issue12_infer.sh sets it), PER_MODEL_S (the most seconds one model may take; default: what is left).
+# infer: suite_infer.sh sets it), PER_MODEL_S (the most seconds one model may take; default: what is left).
 set -u
 : "${OUT:?set OUT to the folder whose files come back}"
 MODELS="${MODELS:-nasnet-large,resnet50,bert-large-squad,bert-large,transformer-big,pix2pixhd}"
@@ -31,7 +31,7 @@ start=$(date +%s)
 pack() { tar -czf "$OUT/r.tgz.tmp" -C "$OUT" w && mv "$OUT/r.tgz.tmp" "$OUT/r.tgz"; }
 say() { echo "$*" | tee -a "$LOG"; }
 
-say "issue12 $NAME ($MODE): models $MODELS, precisions $PRECISIONS, budget ${BUDGET_S}s, $(date -u +%FT%TZ)"
+say "$NAME ($MODE): models $MODELS, precisions $PRECISIONS, budget ${BUDGET_S}s, $(date -u +%FT%TZ)"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | tee -a "$LOG"
 python3 -m memprobe device >>"$LOG" 2>&1
 python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "cudnn", torch.backends.cudnn.version())' >>"$LOG" 2>&1
