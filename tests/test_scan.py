@@ -55,7 +55,7 @@ class FakeWorker:
     def alive(self) -> bool:
         return not self.closed
 
-    def trial(self, batch: int, steps: int) -> Attempt:
+    def trial(self, batch: int, steps: int, keep: bool = False) -> Attempt:
         assert not self.closed
         edge = self.world.fresh_edge if self.ran == 0 else self.world.inproc_edge
         self.ran += 1
@@ -67,7 +67,7 @@ class FakeWorker:
         peak = STATIC + PER_SAMPLE * batch
         return Attempt(batch, "fit", peak, peak, 0.01)
 
-    def measure(self, batch: int, warmup: int, steps: int, budget_s: float | None = None) -> dict:
+    def measure(self, batch: int, warmup: int, steps: int, budget_s: float | None = None, cont: bool = False) -> dict:
         assert not self.closed
         self.world.log.append(("measure", self.number, batch, self.ran))
         peak = STATIC + PER_SAMPLE * batch
@@ -166,7 +166,7 @@ def test_throughput_comes_from_the_process_that_proved_b():
     fit_check = result.proof["checks"][1]
     assert fit_check["peak_allocated"] == STATIC + PER_SAMPLE * 75 + 1
     assert fit_check["peak_reserved"] == STATIC + PER_SAMPLE * 75 + 2
-    assert "then 2 warm-up + 4 timed steps" in result.proof["fit_check"]
+    assert "then in the same run 1 more warm-up + 4 timed steps" in result.proof["fit_check"]
 
 
 def test_no_throughput_means_no_timed_runs():
@@ -222,7 +222,7 @@ def test_timed_run_failure_at_b_lowers_the_answer():
     assert result.max_batch == 74
     assert checks_of(result) == [(76, "oom"), (75, "oom"), (74, "fit")]
     failed = result.proof["checks"][1]
-    assert "failed at step 5 of the 13-step timed run" in failed["message"]
+    assert "failed at step 3 of the 11 steps that followed it" in failed["message"]
     assert "fragmentation" in failed["message"]
     assert failed["peak_reserved"] == STATIC + PER_SAMPLE * 75 + 7
     assert result.proof["fails"] == 75 and result.proof["fail_outcome"] == "oom"
@@ -310,7 +310,7 @@ def test_forking_search_times_fresh_fits_that_could_be_b_and_the_proof_runs_noth
     assert [(a["batch"], a["outcome"], a["fresh"], a["timed_steps"]) for a in result.attempts] == [
         (1, "fit", False, None), (2, "fit", False, None), (16, "fit", True, None), (75, "oom", True, None),
         (74, "fit", True, 10)]
-    assert "failed at step 5 of the 13-step timed run" in result.attempts[3]["message"]
+    assert "failed at step 3 of the 11 steps that followed it" in result.attempts[3]["message"]
     assert result.max_batch == 74 and result.proof["verified"] and result.proof["agreed"]
     assert result.proof["reused_from_search"] == [75, 74]
     assert checks_of(result) == [(75, "oom"), (74, "fit")]

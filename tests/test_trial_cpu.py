@@ -157,6 +157,36 @@ def test_session_measure_times_the_first_step_apart(session):
     assert "compile_seconds" not in m  # eager: nothing compiled, nothing to report
 
 
+def test_timed_steps_go_on_from_a_kept_trial_without_rebuilding(session):
+    # A fit kept with "keep" leaves its optimizer state and batch in place: the timed steps that "continue"
+    # from it build nothing new, so the live bytes at their start are the trial's, and the peak covers both.
+    live = session.memory.cpu.current
+    attempt = session.trial({"op": "trial", "batch": 64, "steps": 3, "keep": True})["attempt"]
+    assert attempt["outcome"] == "fit"
+    assert session.memory.cpu.current > live  # optimizer state and the batch are still alive
+    m = session.measure({"op": "measure", "batch": 64, "warmup": 1, "steps": 3, "continue": True})
+    assert m["outcome"] == "fit" and m["continued_from_trial"] is True, m
+    assert m["peak_allocated"] >= attempt["peak_allocated"]
+    assert session.memory.cpu.current == live  # everything released at the end, as after any timed run
+
+
+def test_a_kept_trial_is_released_when_no_timed_run_goes_on_from_it(session):
+    live = session.memory.cpu.current
+    assert trial(session, 64, 3) and session.trial({"batch": 64, "steps": 3, "keep": True})["attempt"]["outcome"] == "fit"
+    # another batch size: not a continuation, so the kept state is dropped and the run is built afresh
+    m = session.measure({"op": "measure", "batch": 32, "warmup": 1, "steps": 2, "continue": True})
+    assert m["outcome"] == "fit" and m["continued_from_trial"] is False
+    assert session.memory.cpu.current == live
+    assert session.trial({"batch": 16, "steps": 3, "keep": True})["attempt"]["outcome"] == "fit"
+    assert trial(session, 16)["outcome"] == "fit" and session.memory.cpu.current == live
+
+
+def test_a_kept_trial_that_fails_keeps_nothing(session):
+    live = session.memory.cpu.current
+    assert session.trial({"batch": HUGE, "steps": 3, "keep": True})["attempt"]["outcome"] == "oom"
+    assert session.kept is None and session.memory.cpu.current == live
+
+
 def test_setup_freezes_the_built_model_and_trials_still_free_everything(toy):
     # Frozen objects are skipped by gc.collect (run twice per trial), but never collected: the model
     # is frozen once at setup, and what a trial makes must still be freed when it ends.
@@ -390,7 +420,8 @@ def test_scan_throughput_at_the_max_batch(scanned):
     assert t["batch"] == p.max_batch
     assert t["samples_per_s"] > 0
     assert t["step_time"]["steps"] == 2
-    assert t["warmup_steps"] == scanned.opts.warmup
+    # the timed steps went on from B's fresh trial (its steps were the warm-up), one more warm-up step apart
+    assert t["continued_from_trial"] is True and t["warmup_steps"] == 1
 
 
 def test_scan_edge_is_exact_in_process(scanned, session):

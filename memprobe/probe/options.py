@@ -107,9 +107,12 @@ class ScanOptions:
         """Warm-up steps before timing: `warmup`, at most INFER_WARMUP in inference."""
         return self.warmup if self.mode == "train" else min(self.warmup, INFER_WARMUP)
 
-    def timed_run(self, worker: Worker, batch: int) -> dict[str, Any]:
-        """Warm-up and timed steps at `batch` in `worker` (its answer, never raising for a failed step)."""
-        return worker.measure(batch, self.warmup_steps, self.timed_steps, budget_s=self.timed_budget_s)
+    def timed_run(self, worker: Worker, batch: int, cont: bool = False) -> dict[str, Any]:
+        """Warm-up and timed steps at `batch` in `worker` (its answer, never raising for a failed step). `cont`:
+        the steps go on from the trial the worker just ran at `batch` (kept), so the trial's steps were the
+        warm-up and one more warm-up step is enough (it is also timed apart, as the first step)."""
+        return worker.measure(batch, 1 if cont else self.warmup_steps, self.timed_steps,
+                              budget_s=self.timed_budget_s, cont=cont)
 
     @property
     def curve_budget(self) -> float:

@@ -271,11 +271,12 @@ class Worker:
         self.info = answer
         return answer
 
-    def trial(self, batch: int, steps: int) -> Attempt:
-        """Run one trial; a dead or hung process becomes a CRASH or TIMEOUT attempt."""
+    def trial(self, batch: int, steps: int, keep: bool = False) -> Attempt:
+        """Run one trial; a dead or hung process becomes a CRASH or TIMEOUT attempt. `keep`: a fit leaves its
+        training state in the process, for a timed run that goes on from it (measure(..., cont=True))."""
         started = time.perf_counter()
-        answer = self.request({"op": "trial", "batch": batch, "steps": steps, "loss_scale": self.spec.loss_scale},
-                              self.spec.timeout_s)
+        answer = self.request({"op": "trial", "batch": batch, "steps": steps, "loss_scale": self.spec.loss_scale,
+                               "keep": keep}, self.spec.timeout_s)
         lost = self._lost(answer)
         if lost is not None:
             outcome = OOM if lost[0] == CRASH and classify_error("", lost[1]) == OOM else lost[0]
@@ -294,11 +295,14 @@ class Worker:
             return {"flops_per_sample": None, "error": f"while counting FLOPs: {lost[1]}"}
         return answer
 
-    def measure(self, batch: int, warmup: int, steps: int, budget_s: float | None = None) -> dict[str, Any]:
+    def measure(self, batch: int, warmup: int, steps: int, budget_s: float | None = None,
+                cont: bool = False) -> dict[str, Any]:
         """Warm-up and timed steps at `batch` (fewer timed steps when they would run past `budget_s`
-        seconds); a dead or hung process becomes a CRASH or TIMEOUT outcome."""
+        seconds); a dead or hung process becomes a CRASH or TIMEOUT outcome. `cont`: go on from the trial just
+        run with keep=True at this batch, as one continuous training run."""
         answer = self.request({"op": "measure", "batch": batch, "warmup": warmup, "steps": steps,
-                               "budget_s": budget_s, "loss_scale": self.spec.loss_scale}, self.spec.timeout_s)
+                               "budget_s": budget_s, "loss_scale": self.spec.loss_scale, "continue": cont},
+                              self.spec.timeout_s)
         lost = self._lost(answer)
         if lost is not None:
             return {"batch": batch, "outcome": lost[0], "error": lost[1]}

@@ -159,7 +159,7 @@ def scan_precision(workload: Workload, precision: str, opts: ScanOptions, factor
     result.max_batch = edge.max_batch
     result.proof = proof_record(edge, found, known)
     result.proof["fit_check"] = (f"{opts.trial_steps} steps (1 warm-up + {opts.trial_steps - 1})"
-                                 + (f", then {opts.warmup_steps} warm-up + {opts.timed_steps} timed steps"
+                                 + (f", then in the same run 1 more warm-up + {opts.timed_steps} timed steps"
                                     + (f" (fewer past {opts.timed_budget_s:g} s)" if opts.timed_budget_s else "")
                                     if opts.measure else ""))
     result.proof["seconds"] = round(time.perf_counter() - started - result.search_seconds, 2)

@@ -86,22 +86,23 @@ class FreshRuns:
         return in_fresh_process(self.factory, self.spec, batch, lambda worker: self._run(worker, batch, time_it))
 
     def _run(self, worker: Worker, batch: int, time_it: Callable[[Attempt], bool] | None) -> Attempt:
-        attempt = worker.trial(batch, self.opts.trial_steps)
+        # With throughput on, a fit keeps its training state, so the timed steps go on from the trial as one run.
+        attempt = worker.trial(batch, self.opts.trial_steps, keep=self.opts.measure)
         if not (attempt.fits and self.opts.measure and (time_it is None or time_it(attempt))):
             return attempt
-        measured = self.opts.timed_run(worker, batch)
+        measured = self.opts.timed_run(worker, batch, cont=True)
         if measured.get("outcome") == FIT:
             self.measurements[batch] = measured
             attempt.peak_allocated = max(attempt.peak_allocated or 0, measured["peak_allocated"] or 0)
             attempt.peak_reserved = max(attempt.peak_reserved or 0, measured["peak_reserved"] or 0)
             attempt.timed_steps = (measured.get("step_time") or {}).get("steps")
             return attempt
-        total = self.opts.warmup_steps + self.opts.timed_steps
+        total = 1 + self.opts.timed_steps
         # The whole error (at most 500 characters from the worker): its out-of-memory figures are read back.
         return Attempt(batch, measured.get("outcome", ERROR), measured.get("peak_allocated"),
                        measured.get("peak_reserved"), attempt.seconds,
                        f"ran the {self.opts.trial_steps}-step trial, then failed at step "
-                       f"{measured.get('failed_at_step')} of the {total}-step timed run: "
+                       f"{measured.get('failed_at_step')} of the {total} steps that followed it: "
                        f"{measured.get('error', '')}")
 
 

@@ -97,12 +97,15 @@ def _traceback_tail(chars: int = 8000) -> str:
 
 def run_trial(task: TrainTask, precision: str, mode: str, batch_size: int, steps: int, memory: Memory,
               before: Callable[[], Any] | None = None, capacity_bytes: int | None = None,
-              loss_scale: float | None = None) -> dict:
+              loss_scale: float | None = None, keep: dict | None = None) -> dict:
     """Run one trial and return an Attempt as a dict (batch, outcome, peaks, seconds, message, steps,
     and for fp16 the loss scale the trial ended at, to start the next one from).
 
-    `before` runs after the memory reset and before the steps (the --memory-cap re-cap). Never raises
-    for errors inside the step; a CRASH outcome means the caller's process must end.
+    `before` runs after the memory reset and before the steps (the --memory-cap re-cap). With `keep` (a dict),
+    a trial that fits leaves its training state in place (optimizer state, gradients, cached blocks) and puts
+    its batch and mixed-precision state in keep["amp"], keep["inputs"], so that timed steps can go on from it
+    as one continuous run (worker.Session.measure with "continue"). Never raises for errors inside the step;
+    a CRASH outcome means the caller's process must end.
     """
     memory.reset()
     started = time.perf_counter()
@@ -127,6 +130,9 @@ def run_trial(task: TrainTask, precision: str, mode: str, batch_size: int, steps
         # Keep nothing from the exception: its traceback holds the step's tensors.
         del exc
     seconds = time.perf_counter() - started
+    kept = keep is not None and outcome == FIT
+    if kept:
+        keep.update(amp=amp, inputs=inputs, batch=batch_size)
     # Cleanup outside the except block, so the traceback's frames are gone before memory is freed.
     inputs = amp = None  # noqa: F841
     peak_allocated, peak_reserved = memory.peaks()
@@ -136,7 +142,7 @@ def run_trial(task: TrainTask, precision: str, mode: str, batch_size: int, steps
         if outcome == ERROR and user_traceback:
             # The user's own model code raised: they need the traceback, kept in the message.
             outcome, message = USER_ERROR, f"{message}\n{user_traceback}"
-    if outcome != CRASH:
+    if outcome != CRASH and not kept:
         task.stop()
         memory.reset()
     return {
