@@ -239,10 +239,10 @@ def test_ctrl_c_during_a_trial_kills_its_process_at_once(forks, monkeypatch):
     world = World(75)
     original = FakeWorker.trial
 
-    def interrupted_at_16(self, batch, steps):
+    def interrupted_at_16(self, batch, steps, keep=False):
         if batch == 16:
             raise KeyboardInterrupt
-        return original(self, batch, steps)
+        return original(self, batch, steps, keep)
 
     monkeypatch.setattr(FakeWorker, "trial", interrupted_at_16)
     with pytest.raises(KeyboardInterrupt):
