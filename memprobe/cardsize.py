@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from memprobe.cardnames import CardNameError, resolve_cards
 from memprobe.catalog import Card, Catalog, default_catalog
 from memprobe.units import parse_size
 
@@ -57,9 +58,9 @@ def _datasheet_match(nbytes: int, catalog: Catalog) -> list[Card]:
 
 
 def read_sizes(memory: str | None, gpus: str | None, catalog: Catalog | None = None) -> Sizes:
-    """The sizes named by `memory` (comma-separated byte sizes) and `gpus` (comma-separated catalog names or
-    aliases), in that order. Raises SizeError for an unreadable or non-positive size, an unknown card, or
-    nothing given at all."""
+    """The sizes named by `memory` (comma-separated byte sizes) and `gpus` (comma-separated card names, resolved by
+    cardnames.resolve_card), in that order. Raises SizeError for an unreadable or non-positive size, an unknown or
+    empty card name, or nothing given at all."""
     catalog = catalog or default_catalog()
     sizes = Sizes()
     for item in (t.strip() for t in (memory or "").split(",")):
@@ -83,16 +84,14 @@ def read_sizes(memory: str | None, gpus: str | None, catalog: Catalog | None = N
             names = ", ".join(f"--gpu \"{c.name}\"" for c in matches[:3])
             sizes.notes.append(f"{item} is the datasheet size of {', '.join(c.name for c in matches[:3])}; "
                                f"a real card reports a different total: {names} uses the card's own figure")
-    for name in (t.strip() for t in (gpus or "").split(",")):
-        if not name:
-            continue
-        card = catalog.find(name)
-        if card is None:
-            known = ", ".join(c.name for c in catalog.cards)
-            raise SizeError(f"unknown GPU '{name}' (catalog names and aliases work; known: {known})", "--gpu")
-        nbytes, how = card_size(card)
-        sizes.labels.append((card.name, nbytes))
-        sizes.notes.append(how)
+    try:
+        resolved = resolve_cards(gpus, catalog)
+    except CardNameError as exc:
+        raise SizeError(str(exc), "--gpu") from None
+    for found in resolved:
+        nbytes, how = card_size(found.card)
+        sizes.labels.append((found.card.name, nbytes))
+        sizes.notes += [n for n in (found.note, how) if n]
     if not sizes.labels:
         raise SizeError("give at least one memory size (--memory 24GiB) or card (--gpu H200)", "--memory")
     return sizes

@@ -55,20 +55,17 @@ def stop_on_signals() -> Iterator[list[int]]:
 
 
 def card_names(gpus: str | None) -> list[str] | None:
-    """Catalog names of the cards in a comma-separated --gpu (names or aliases); None when not given.
-    BadParameter for an unknown card."""
+    """Catalog names of the cards in a comma-separated --gpu (cardnames.resolve_card: names, aliases, short names),
+    saying on stderr how an ambiguous one was taken; None when not given. BadParameter for a bad name."""
     if gpus is None:
         return None
-    from memprobe.catalog import default_catalog
+    from memprobe.cardnames import CardNameError, resolve_cards
 
-    catalog = default_catalog()
-    names = []
-    for name in (t.strip() for t in gpus.split(",") if t.strip()):
-        card = catalog.find(name)
-        if card is None:
-            raise click.BadParameter(f"unknown GPU '{name}' (catalog names and aliases work; `memprobe guide` lists them)",
-                                     param_hint="--gpu")
-        names.append(card.name)
-    if not names:
-        raise click.BadParameter("give at least one card name", param_hint="--gpu")
-    return names
+    try:
+        resolved = resolve_cards(gpus)
+    except CardNameError as exc:
+        raise click.BadParameter(str(exc), param_hint="--gpu") from None
+    for found in resolved:
+        if found.note:
+            click.echo(f"note: {found.note}", err=True)
+    return [found.card.name for found in resolved]
