@@ -138,30 +138,50 @@ def find_max_batch(model: Model, precision: str | Sequence[str] = "bf16", device
 
 
 def predict_max_batch(model: Model, memory: str | Sequence[str] = "24GiB", precision: str | Sequence[str] = "bf16", *,
-                      overhead_from: Sequence[str | Path] = ("reports",), steps: int = 3, optimizer: str | None = None,
+                      gpu: str | None = None, overhead_from: Sequence[str | Path] | None = None,
+                      overhead: str | int | None = None, steps: int = 3, optimizer: str | None = None,
                       input_size: Sequence[int] | None = None, task: str | None = None, seq_len: int | None = None,
                       models_file: str | Path | None = None, gpus: int = 1, strategy: str = "ddp"):
     """Predict the max batch of `model` on cards of the given memory sizes, with no GPU (fake tensors).
 
-    `model` as in find_max_batch (a build function is called once, with precision=None). The memory a
-    real card's allocator cannot use is taken from the scan result files under `overhead_from` (none
-    found: the whole size is assumed usable). `gpus` > 1 predicts per GPU for that many GPUs training
+    `model` as in find_max_batch (a build function is called once, with precision=None). `gpu`: catalog cards by
+    name instead of (or besides) sizes ("H100", "a100 80gb"; memory=None for cards only). The memory a real
+    card's allocator cannot use comes from the figures memprobe ships (measured per scanned card, carried over to
+    the others; the same wherever this runs), or from `overhead_from` (scan result files or folders) or
+    `overhead` (a size, 0 for none) when given. `gpus` > 1 predicts per GPU for that many GPUs training
     data-parallel under `strategy` ("ddp" or "fsdp"). Returns memprobe.predict.summary.Prediction:
-    `prediction.precisions["bf16"].max_batch["24GiB"]`. Raises PredictError when the model cannot be
-    built or stepped on fake tensors, ValueError for a bad size, precision, GPU count or strategy,
-    CustomModelError / RegistryError for a model that cannot be resolved.
+    `prediction.precisions["bf16"].max_batch["24GiB"]` (the card's catalog name as the key for a card).
+
+    Raises PredictError when the model cannot be built or stepped on fake tensors; ValueError for a bad size,
+    card name, precision, GPU count, strategy or overhead (memprobe.cardsize.SizeError and
+    memprobe.overhead.OverheadError are ValueErrors); CustomModelError / RegistryError for a model that cannot be
+    resolved.
     """
-    from memprobe.predict.summary import measured_overhead, memory_sizes, predict
+    from memprobe.cardsize import read_sizes
+    from memprobe.overhead import given_overhead, overhead_from_files
+    from memprobe.predict.summary import memory_sizes, predict
     from memprobe.units import parse_size
 
     workload = resolve_model(model, optimizer, input_size, task, seq_len, models_file)
-    labels = [m.strip() for m in memory.split(",")] if isinstance(memory, str) else list(memory)
+    text = memory if memory is None or isinstance(memory, str) else ",".join(memory)
+    asked = read_sizes(text, gpu)
     precisions = [p.strip() for p in precision.split(",")] if isinstance(precision, str) else list(precision)
-    overhead, source = measured_overhead(overhead_from)
-    sizes = memory_sizes([(label, parse_size(label)) for label in labels], overhead)
+    if overhead_from is not None and overhead is not None:
+        raise ValueError("give overhead_from or overhead, not both")
+    override = None
+    if overhead is not None:
+        nbytes = overhead if isinstance(overhead, int) else parse_size(overhead)
+        if nbytes < 0:
+            raise ValueError(f"overhead must be 0 or more, got {overhead!r}")
+        override = given_overhead(nbytes)
+    elif overhead_from is not None:
+        if isinstance(overhead_from, (str, Path)):
+            overhead_from = [overhead_from]
+        override = overhead_from_files(list(overhead_from))
+    sizes = memory_sizes(asked.labels, asked.cards, override)
     world = None
     if gpus != 1:
         from memprobe.predict.data_parallel import World
 
         world = World(gpus, strategy)  # StrategyError is a ValueError
-    return predict(workload, precisions, sizes, overhead, source, steps=steps, world=world)
+    return predict(workload, precisions, sizes, None, "", steps=steps, world=world)

@@ -26,10 +26,12 @@ class SizeError(ValueError):
 
 @dataclass
 class Sizes:
-    """(label, bytes) per memory size to predict for, and notes saying how each was read."""
+    """(label, bytes) per memory size to predict for, notes saying how each was read, and the card of each label
+    given by card name."""
 
     labels: list[tuple[str, int]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    cards: dict[str, Card] = field(default_factory=dict)
 
 
 def _mib(nbytes: int) -> str:
@@ -91,6 +93,7 @@ def read_sizes(memory: str | None, gpus: str | None, catalog: Catalog | None = N
     for found in resolved:
         nbytes, how = card_size(found.card)
         sizes.labels.append((found.card.name, nbytes))
+        sizes.cards[found.card.name] = found.card
         sizes.notes += [n for n in (found.note, how) if n]
     if not sizes.labels:
         raise SizeError("give at least one memory size (--memory 24GiB) or card (--gpu H200)", "--memory")

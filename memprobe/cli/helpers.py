@@ -21,8 +21,8 @@ def positive_size(text: str, option: str) -> int:
     return nbytes
 
 
-def memory_list(text: str | None, gpus: str | None = None) -> list[tuple[str, int]]:
-    """(label, bytes) for --memory sizes and --gpu cards, saying on stderr how each was read."""
+def memory_list(text: str | None, gpus: str | None = None):
+    """The cardsize.Sizes of --memory sizes and --gpu cards, saying on stderr how each was read."""
     from memprobe.cardsize import SizeError, read_sizes
 
     try:
@@ -31,7 +31,7 @@ def memory_list(text: str | None, gpus: str | None = None) -> list[tuple[str, in
         raise click.BadParameter(str(exc), param_hint=exc.option) from None
     for note in sizes.notes:
         click.echo(f"note: {note}", err=True)
-    return sizes.labels
+    return sizes
 
 
 @contextmanager

@@ -135,7 +135,7 @@ def scan_cmd(model: str, precision: str, mode: str, batches: str | None, out_dir
         try:
             _require_gpu()
         except NoGPUExit as exc:
-            _no_gpu(exc.message, workloads, opts, mode, out_dir, predict_if_no_gpu)
+            _no_gpu(exc.message, workloads, opts, mode, predict_if_no_gpu)
             return
 
     if parallel:
@@ -163,7 +163,7 @@ def scan_cmd(model: str, precision: str, mode: str, batches: str | None, out_dir
         except DistributedScanError as exc:
             raise click.UsageError(str(exc)) from None
         except NoCudaError as exc:
-            _no_gpu(f"no CUDA device: {exc}", workloads, opts, mode, out_dir, predict_if_no_gpu)
+            _no_gpu(f"no CUDA device: {exc}", workloads, opts, mode, predict_if_no_gpu)
             return
         except ScanInterrupted as stop:
             kept = (f"the finished precisions are in {stop.path} (marked partial)" if stop.path
@@ -243,10 +243,10 @@ def _require_gpu() -> None:
                    "the max batch found will be lower than on an idle card", err=True)
 
 
-def _no_gpu(message: str, workloads: list[Workload], opts, mode: str, out_dir: str, predict_instead: bool) -> None:
+def _no_gpu(message: str, workloads: list[Workload], opts, mode: str, predict_instead: bool) -> None:
     """No CUDA device for a scan: exit 2 offering `memprobe predict`, or (predict_instead) predict and return.
 
-    The prediction subtracts the overhead measured in the result files under --out, when there are any.
+    The prediction subtracts the overhead memprobe ships (memprobe/data/overhead.yaml), as `memprobe predict` does.
     """
     names = ",".join(dict.fromkeys(base_name(w.name) for w in workloads))
     same = " (with the same --search, --seq-len, --checkpointing and --lora)" if any("+" in w.name for w in workloads) else ""
@@ -257,4 +257,4 @@ def _no_gpu(message: str, workloads: list[Workload], opts, mode: str, out_dir: s
         raise NoGPUExit(f"{message}; --predict-if-no-gpu predicts training steps only (--mode train)")
     click.echo(f"{message}: predicting instead of measuring (memprobe predict; nothing is measured and no result "
                "file is written)", err=True)
-    _predict_and_print(workloads, opts.precisions, COMMON_CARD_SIZES, (out_dir,), opts.trial_steps, None, mode=opts.mode)
+    _predict_and_print(workloads, opts.precisions, COMMON_CARD_SIZES, None, opts.trial_steps, None, mode=opts.mode)
