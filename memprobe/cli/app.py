@@ -1,16 +1,18 @@
 """The `memprobe` click group, the options and helpers every command shares, and the small commands (list, device).
 
 User errors are one line and a non-zero exit: 1 for a failed scan or bad file, 2 for bad usage or
-no CUDA device (unless `scan --predict-if-no-gpu` predicted instead: 0), 130 for Ctrl-C (after
-writing what finished).
+no CUDA device (unless `scan --predict-if-no-gpu` predicted instead: 0), 130 for Ctrl-C, 143 for SIGTERM and
+129 for SIGHUP (after writing what finished), in every command: the group (MemprobeGroup) does it once for all.
 """
 
 from __future__ import annotations
 
+import sys
 
 import click
 from tabulate import tabulate
 
+from memprobe.cli.helpers import one_line, stop_on_signals
 from memprobe.cli.models import resolve_workloads
 from memprobe.cli.variants import variants as _variants
 from memprobe.registry import RegistryError, Workload, load_registry
@@ -71,7 +73,25 @@ def _int_list(text: str | None, what: str) -> list[int]:
     return values
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class MemprobeGroup(click.Group):
+    """The memprobe group: what every command shares when it ends. Ctrl-C exits 130 and SIGTERM/SIGHUP 128 +
+    the signal (not click's "Aborted!" and 1), after the command's own clean-up ran (a scan writes what finished);
+    an error message is one line a terminal can show (helpers.one_line)."""
+
+    def invoke(self, ctx: click.Context):
+        with stop_on_signals() as received:
+            try:
+                return super().invoke(ctx)
+            except KeyboardInterrupt:
+                how = {15: "SIGTERM", 1: "SIGHUP"}.get(received[0], f"signal {received[0]}") if received else "Ctrl-C"
+                click.echo(f"\ninterrupted ({how}): stopped", err=True)
+                sys.exit(128 + received[0] if received else EXIT_INTERRUPTED)
+            except click.ClickException as exc:
+                exc.message = one_line(exc.message)
+                raise
+
+
+@click.group(cls=MemprobeGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="memprobe")
 def main() -> None:
     """memprobe: the exact largest batch that trains on your GPU, and how fast it trains there.
@@ -130,14 +150,24 @@ _FORMATS = ("github", "plain", "csv", "json")
 
 
 def _load_results(paths: tuple[str, ...]) -> list:
-    """(path, result) pairs. A file named explicitly must be a result file (one-line error otherwise);
-    a .json found under a folder that is not one is skipped with a warning (e.g. benchmark outputs)."""
+    """(path, result) pairs of the result files in `paths` (files, and folders searched for *.json). A file that is
+    not a valid result file is skipped with one warning line naming it and what is wrong; when nothing is left, one
+    error line: that file's reason, or how many were skipped."""
     from memprobe.results import ResultFileError, load_results
 
-    try:
-        return load_results(list(paths), on_skip=lambda exc: click.echo(f"warning: skipped {exc}", err=True))
-    except ResultFileError as exc:
-        raise click.ClickException(str(exc)) from None
+    skipped: list[ResultFileError] = []
+    loaded = load_results(list(paths), on_skip=skipped.append, strict_files=False)
+    if not loaded and len(skipped) == 1:
+        from pathlib import Path
+
+        folders = [p for p in paths if Path(p).is_dir()]
+        raise click.ClickException(f"no memprobe result files in {', '.join(folders)}; skipped {skipped[0]}"
+                                   if folders else str(skipped[0]))
+    for exc in skipped:
+        click.echo(f"warning: skipped {exc}", err=True)
+    if not loaded and skipped:
+        raise click.ClickException(f"no memprobe result files in {', '.join(paths)} ({len(skipped)} skipped, above)")
+    return loaded
 
 
 def _precision_list(text: str | None) -> list[str] | None:

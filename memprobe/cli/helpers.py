@@ -34,13 +34,31 @@ def memory_list(text: str | None, gpus: str | None = None):
     return sizes
 
 
+# An error line longer than this is cut: a terminal shows it whole, and the rest is said to be cut.
+MAX_ERROR_CHARS = 400
+
+
+def one_line(message: str, limit: int = MAX_ERROR_CHARS) -> str:
+    """`message` as one line a terminal can show: its first line, cut at `limit` characters with what was cut said."""
+    lines = message.strip().splitlines() or [""]
+    text, rest = lines[0], sum(len(line) + 1 for line in lines[1:])
+    if len(text) > limit:
+        rest += len(text) - limit
+        text = text[:limit].rstrip()
+    return text + (f" ... ({rest} more characters not shown)" if rest else "")
+
+
 @contextmanager
 def stop_on_signals() -> Iterator[list[int]]:
-    """While scanning, SIGTERM and SIGHUP stop the scan as Ctrl-C does (trial processes ended, finished
-    precisions kept, file marked partial); the yielded list gets the signal, for exit status 128 + signal."""
+    """SIGTERM and SIGHUP stop a command as Ctrl-C does (a scan ends its trial processes, keeps the finished
+    precisions, marks its file partial); the yielded list gets the signal, for exit status 128 + signal."""
     import signal
+    import threading
 
     received: list[int] = []
+    if threading.current_thread() is not threading.main_thread():  # only the main thread may set handlers
+        yield received
+        return
 
     def stop(signum: int, _frame) -> None:
         received.append(signum)

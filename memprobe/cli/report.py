@@ -46,6 +46,8 @@ def report_cmd(paths: tuple[str, ...], reference: str | None, precision: str | N
 
     from memprobe.compare.scaling import scaling_table, split_by_world_size
 
+    if charts_dir:  # before the report prints: a folder that cannot be written is one line, not a late traceback
+        _charts_folder(charts_dir)
     loaded, multi = split_by_world_size(_load_results(paths))
     if llm:
         from memprobe.compare.llm import llm_table
@@ -80,9 +82,23 @@ def report_cmd(paths: tuple[str, ...], reference: str | None, precision: str | N
     click.echo(text, nl=False)
     if charts_dir:
         from memprobe.compare.charts import write_charts
+        from memprobe.outputs import OutputError
 
-        for written in write_charts(comparison, relative, loaded, charts_dir):
-            click.echo(f"wrote {written}", err=True)
+        try:
+            for written in write_charts(comparison, relative, loaded, charts_dir):
+                click.echo(f"wrote {written}", err=True)
+        except OutputError as exc:
+            raise click.ClickException(str(exc)) from None
+
+
+def _charts_folder(path: str) -> None:
+    """--charts: the folder exists or can be made, can be written, and holds no folder where a chart file goes."""
+    from memprobe.outputs import OutputError, prepare_dir
+
+    try:
+        prepare_dir(path)
+    except OutputError as exc:
+        raise click.ClickException(str(exc)) from None
 
 
 @main.command("guide")
