@@ -59,10 +59,15 @@ def _datasheet_match(nbytes: int, catalog: Catalog) -> list[Card]:
     return out
 
 
-def read_sizes(memory: str | None, gpus: str | None, catalog: Catalog | None = None) -> Sizes:
+# No GPU has had more than a few hundred GB; a size past this is a typo, not a card.
+MAX_MEMORY_BYTES = 16 * 2**40
+
+
+def read_sizes(memory: str | None, gpus: str | None, catalog: Catalog | None = None, hints: bool = True) -> Sizes:
     """The sizes named by `memory` (comma-separated byte sizes) and `gpus` (comma-separated card names, resolved by
     cardnames.resolve_card), in that order. Raises SizeError for an unreadable or non-positive size, an unknown or
-    empty card name, or nothing given at all."""
+    empty card name, a size past MAX_MEMORY_BYTES, or nothing given at all. `hints`: say how each size was read and
+    name the cards whose datasheet size it is (off for memprobe's own default sizes)."""
     catalog = catalog or default_catalog()
     sizes = Sizes()
     for item in (t.strip() for t in (memory or "").split(",")):
@@ -74,7 +79,11 @@ def read_sizes(memory: str | None, gpus: str | None, catalog: Catalog | None = N
             raise SizeError(str(exc)) from None
         if nbytes <= 0:
             raise SizeError(f"memory size '{item}' must be larger than 0 (e.g. 24GiB)")
+        if nbytes > MAX_MEMORY_BYTES:
+            raise SizeError(f"memory size '{item}' is more than any GPU has (at most {MAX_MEMORY_BYTES // 2**40}TiB)")
         sizes.labels.append((item, nbytes))
+        if not hints:
+            continue
         unit = item.lstrip("0123456789. ").lower()
         if unit in ("gb", "mb", "tb", "kb"):
             sizes.notes.append(f"{item} read as decimal {unit.upper()}: {nbytes:,} bytes = {nbytes / 2**30:.2f} GiB "

@@ -70,6 +70,10 @@ def _int_list(text: str | None, what: str) -> list[int]:
         raise click.BadParameter(f"expected comma-separated integers, got '{text}'", param_hint=what) from None
     if any(v < 1 for v in values):
         raise click.BadParameter("batch sizes must be at least 1", param_hint=what)
+    from memprobe.cli.checks import MAX_BATCH
+
+    if any(v > MAX_BATCH for v in values):
+        raise click.BadParameter(f"batch sizes must be at most {MAX_BATCH}", param_hint=what)
     return values
 
 
@@ -102,16 +106,28 @@ def main() -> None:
 
 
 @main.command("list")
+@click.argument("names", nargs=-1)
 @click.option("--models", "models_file", type=click.Path(dir_okay=False), help="Registry file (default: the packaged models.yaml).")
 @click.option("--all", "show_all", is_flag=True, help="Include test-only workloads.")
-def list_cmd(models_file: str | None, show_all: bool) -> None:
-    """List the workloads memprobe can scan."""
+def list_cmd(names: tuple[str, ...], models_file: str | None, show_all: bool) -> None:
+    """List the workloads memprobe can scan; with NAMES (wildcards work), each one's whole entry and params."""
+    from memprobe.listing import workload_detail, workload_table
+    from memprobe.registry import match
+
     registry = _registry(models_file)
-    rows = [
-        [w.name, w.family, w.unit, w.optimizer.get("name"), ", ".join(f"{k}={v}" for k, v in w.params.items()), w.description]
-        for w in registry.values() if show_all or not w.test_only
-    ]
-    click.echo(tabulate(rows, headers=["name", "family", "unit", "optimizer", "params", "description"], tablefmt="github"))
+    if not names:
+        click.echo(workload_table([w for w in registry.values() if show_all or not w.test_only]))
+        return
+    if show_all:
+        raise click.UsageError("--all has no effect with NAMES (a name lists its workload, test-only or not)")
+    chosen: list[Workload] = []
+    for name in names:
+        try:
+            found = match(registry, name)
+        except RegistryError as exc:
+            raise click.ClickException(str(exc)) from None
+        chosen += [w for w in found if w not in chosen]
+    click.echo("\n\n".join(workload_detail(w) for w in chosen))
 
 
 @main.command("device")

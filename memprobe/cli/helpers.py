@@ -21,12 +21,13 @@ def positive_size(text: str, option: str) -> int:
     return nbytes
 
 
-def memory_list(text: str | None, gpus: str | None = None):
-    """The cardsize.Sizes of --memory sizes and --gpu cards, saying on stderr how each was read."""
+def memory_list(text: str | None, gpus: str | None = None, hints: bool = True):
+    """The cardsize.Sizes of --memory sizes and --gpu cards, saying on stderr how each was read (sizes: with
+    `hints`)."""
     from memprobe.cardsize import SizeError, read_sizes
 
     try:
-        sizes = read_sizes(text, gpus)
+        sizes = read_sizes(text, gpus, hints=hints)
     except SizeError as exc:
         raise click.BadParameter(str(exc), param_hint=exc.option) from None
     for note in sizes.notes:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import click
 
+from memprobe.cli import checks
 from memprobe.cli.helpers import memory_list
 from memprobe.cli.models import model_options as _model_options
 from memprobe.cli.variants import variant_options as _variant_options
@@ -27,7 +28,7 @@ def _predict_and_print(workloads: list[Workload], precisions: list[str], memory:
     except TorchInternalsError as exc:
         raise click.ClickException(str(exc)) from None
 
-    asked = memory_list(memory, cards)
+    asked = memory_list(memory, cards, hints=memory != COMMON_CARD_SIZES)  # no hints about memprobe's own default
     if standin_reason():
         click.echo(f"note: {standin_reason()}; a stand-in that raises on use takes its place (no workload calls "
                    "torchvision)", err=True)
@@ -98,7 +99,7 @@ def _worlds(count: int, strategy: str) -> list | None:
                    "FILE.py:FUNCTION or package.module:FUNCTION.")
 @click.option("--memory", help=f"Comma-separated memory sizes to predict for (24GiB, 11GB = decimal; default without "
                                f"--gpu: {COMMON_CARD_SIZES}).")
-@click.option("--gpus", "world_size", default=1, show_default=True, type=click.IntRange(1),
+@click.option("--gpus", "world_size", default=1, show_default=True, type=click.IntRange(1, checks.MAX_GPUS),
               help="Predict per GPU for N GPUs training data-parallel (rank 0 of N, under each --strategy).")
 @click.option("--strategy", default="ddp", show_default=True,
               help="With --gpus N > 1, comma-separated: ddp (DistributedDataParallel), fsdp (FSDP2 fully_shard per block).")
@@ -117,14 +118,14 @@ def _worlds(count: int, strategy: str) -> list | None:
 @click.option("--compare", type=click.Path(exists=True, dir_okay=False),
               help="A scan result file of this workload: also print predicted vs measured peaks for its trials, and "
                    "the predicted max batch at its allocator capacity beside the measured one.")
-@click.option("--steps", default=None, type=click.IntRange(1),
+@click.option("--steps", default=None, type=click.IntRange(1, checks.MAX_PREDICT_STEPS),
               help="Steps per trial, as the scan's: 1 warm-up + K >= 2 in training (default 3); forward passes in "
                    "inference (default 2).")
 @click.option("--mode", type=click.Choice(["train", "infer"]), default="train", show_default=True,
               help="infer: predict the max batch of forward passes under inference_mode (as `scan --mode infer`).")
 @_model_options
 @_variant_options
-@click.option("--batch", default=1, show_default=True, type=click.IntRange(1),
+@click.option("--batch", default=1, show_default=True, type=click.IntRange(1, checks.MAX_SEQ_BATCH),
               help="With --search seq-len: the batch the sequence length is predicted at.")
 def predict_cmd(model: str, memory: str | None, world_size: int, strategy: str, cards: str | None, precision: str,
                 models_file: str | None,
@@ -139,6 +140,7 @@ def predict_cmd(model: str, memory: str | None, world_size: int, strategy: str, 
     records every allocation and replays it through a model of the CUDA caching allocator. Takes
     seconds to a minute on a CPU. Needs torch, but no GPU.
     """
+    checks.predict_checks(click.get_current_context(), world_size, search)
     workloads = _workloads(models_file, model, precision, input_size, optimizer, task, seq_len,
                            search, batch, checkpointing, lora)
     precisions = _precision_list(precision) or []

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import click
 
+from memprobe.cli import checks
 from memprobe.cli.helpers import card_names
 from memprobe.cli.app import _FORMATS, _load_results, _precision_list, main
 
@@ -46,6 +47,7 @@ def report_cmd(paths: tuple[str, ...], reference: str | None, precision: str | N
 
     from memprobe.compare.scaling import scaling_table, split_by_world_size
 
+    checks.report_checks(click.get_current_context(), scans, llm)
     if charts_dir:  # before the report prints: a folder that cannot be written is one line, not a late traceback
         _charts_folder(charts_dir)
     loaded, multi = split_by_world_size(_load_results(paths))
@@ -114,7 +116,12 @@ def guide_cmd(paths: tuple[str, ...], budget: float | None, gpus: str | None, fm
     the scanned card; adds throughput per 1000 USD and per watt where measured or published, and a
     one-line verdict per card. Without PATHS it shows the catalog and the published figures only.
     """
+    import math
+
     from memprobe.compare.guide import guide_report
+
+    if budget is not None and not math.isfinite(budget):
+        raise click.BadParameter(f"expected a price in USD, got {budget}", param_hint="--budget")
     from memprobe.compare.scaling import split_by_world_size
 
     loaded, _multi_gpu = split_by_world_size(_load_results(paths))  # the guide is about one card

@@ -8,6 +8,7 @@ import sys
 
 import click
 
+from memprobe.cli import checks
 from memprobe.cli.helpers import positive_size, stop_on_signals
 from memprobe.cli.models import model_options as _model_options
 from memprobe.cli.variants import split_batches, variant_options as _variant_options
@@ -56,13 +57,17 @@ class _ProgressPrinter:
 @click.option("--out", "out_dir", default="reports", show_default=True, type=click.Path(file_okay=False),
               help="Folder for the result file.")
 @click.option("--models", "models_file", type=click.Path(dir_okay=False), help="Registry file (default: the packaged models.yaml).")
-@click.option("--steps", default=3, show_default=True, type=click.IntRange(3), help="Steps per trial: 1 warm-up + K >= 2.")
-@click.option("--warmup", default=3, show_default=True, type=click.IntRange(0), help="Warm-up steps before timing.")
-@click.option("--timed-steps", default=10, show_default=True, type=click.IntRange(1), help="Timed steps for throughput.")
-@click.option("--max-batch", default=65536, show_default=True, type=click.IntRange(1), help="Largest batch the search tries.")
-@click.option("--max-trials", default=40, show_default=True, type=click.IntRange(2), help="Most search trials per precision (fresh-process proof checks not counted).")
+@click.option("--steps", default=3, show_default=True, type=click.IntRange(3, checks.MAX_SCAN_STEPS),
+              help="Steps per trial: 1 warm-up + K >= 2 (longer runs: --soak).")
+@click.option("--warmup", default=3, show_default=True, type=click.IntRange(0, checks.MAX_WARMUP),
+              help="Warm-up steps before timing.")
+@click.option("--timed-steps", default=10, show_default=True, type=click.IntRange(1, checks.MAX_TIMED_STEPS),
+              help="Timed steps for throughput.")
+@click.option("--max-batch", default=65536, show_default=True, type=click.IntRange(1, checks.MAX_BATCH),
+              help="Largest batch the search tries.")
+@click.option("--max-trials", default=40, show_default=True, type=click.IntRange(2, checks.MAX_TRIALS), help="Most search trials per precision (fresh-process proof checks not counted).")
 @click.option("--no-throughput", is_flag=True, help="Only find the max batch; skip timing.")
-@click.option("--soak", default=0, show_default=True, type=click.IntRange(0),
+@click.option("--soak", default=0, show_default=True, type=click.IntRange(0, checks.MAX_SOAK),
               help="After the proof, train the max batch this many more steps in a fresh process and lower it "
                    "until that passes (recorded as proof.soak); 0 = off.")
 @click.option("--predicted-start/--no-predicted-start", "predicted_start", default=None,
@@ -111,6 +116,7 @@ def scan_cmd(model: str, precision: str, mode: str, batches: str | None, out_dir
     """
     from memprobe.probe.scan import NoCudaError, ScanInterrupted, ScanOptions
 
+    checks.scan_checks(click.get_current_context(), device, gpus, no_curve, no_throughput, parallel)
     request_batch, timed_batches = split_batches(search, _int_list(batches, "--batch"))
     workloads = _workloads(models_file, model, precision, input_size, optimizer, task, seq_len,
                            search, request_batch, checkpointing, lora)
