@@ -189,9 +189,11 @@ def _load_results(paths: tuple[str, ...]) -> list:
 def _precision_list(text: str | None) -> list[str] | None:
     from memprobe.catalog import PRECISIONS
 
-    if not text:
+    if text is None:
         return None
     chosen = [p.strip() for p in text.split(",") if p.strip()]
+    if not chosen:
+        raise click.BadParameter("give at least one precision (e.g. fp16,bf16)", param_hint="--precision")
     unknown = [p for p in chosen if p not in PRECISIONS]
     if unknown:
         raise click.BadParameter(f"unknown precision(s) {', '.join(unknown)} (known: {', '.join(PRECISIONS)})",

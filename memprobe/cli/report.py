@@ -48,6 +48,8 @@ def report_cmd(paths: tuple[str, ...], reference: str | None, precision: str | N
     from memprobe.compare.scaling import scaling_table, split_by_world_size
 
     checks.report_checks(click.get_current_context(), scans, llm)
+    if reference is not None and not reference.strip():
+        raise click.BadParameter("give a GPU name (e.g. \"H100 SXM\")", param_hint="--reference")
     if charts_dir:  # before the report prints: a folder that cannot be written is one line, not a late traceback
         _charts_folder(charts_dir)
     loaded, multi = split_by_world_size(_load_results(paths))

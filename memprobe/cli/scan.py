@@ -144,6 +144,7 @@ def scan_cmd(model: str, precision: str, mode: str, batches: str | None, out_dir
             _no_gpu(exc.message, workloads, opts, mode, predict_if_no_gpu)
             return
 
+    _writable(out_dir)  # now, not after the first precision's minutes of trials
     if parallel:
         _scan_parallel(workloads, opts, gpus, out_dir, models_file)
         return
@@ -235,6 +236,16 @@ def _scan_parallel(workloads: list[Workload], opts, gpus: str | None, out_dir: s
     _print_scans([result for result, _path in written])
     if any(j["returncode"] not in (0, None) for j in summary.jobs):
         sys.exit(1)
+
+
+def _writable(out_dir: str) -> None:
+    """--out exists or can be made, and a result file can be written there; one-line error otherwise."""
+    from memprobe.outputs import OutputError, prepare_dir
+
+    try:
+        prepare_dir(out_dir, suffixes=(".json",))
+    except OutputError as exc:
+        raise click.BadParameter(str(exc), param_hint="--out") from None
 
 
 def _require_gpu() -> None:
