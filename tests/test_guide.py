@@ -125,7 +125,7 @@ def test_guide_on_the_packaged_catalog_marks_predictions_and_states_the_overhead
     # the usable memory is the packaged data's, as predict takes it, whatever the file measured
     assert "Usable memory per card, as `memprobe predict --gpu CARD` takes it" in text
     assert "minus 1.43 GiB measured on the H100 SXM, carried over" in text
-    assert "`memprobe predict -m bert-large -p fp16 --gpu CARD` replays the trial" in text
+    assert "`memprobe predict -m WORKLOAD -p PRECISION --gpu CARD` replays the trial" in text
     # RTX 3090: 24 GiB - 1.43 GiB overhead - 4 GiB static = 18.57 GiB / 0.75 GiB = 24 sequences
     line = next(l for l in text.splitlines() if l.strip().startswith("GeForce RTX 3090") and "(pred)" in l)
     assert " 24 (pred)" in line

@@ -223,10 +223,10 @@ def prediction_table(preds: Sequence[Prediction], cards: Sequence[Card], models:
     cols = [(m.workload, m.precision) for m in models]
     by = {(p.card.name, p.workload, p.precision): p for p in preds}
     workloads = list(dict.fromkeys(m.workload for m in models))
-    columns = ["card", "memory GiB"] + [f"{w} {p}" for w, p in cols] + ["trains (workloads)"]
+    columns = ["card", "memory GiB", "usable GiB"] + [f"{w} {p}" for w, p in cols] + ["trains (workloads)"]
     rows = []
     for card in cards:
-        row: list[Any] = [card.name, fmt_number(card.memory_bytes / 2**30)]
+        row: list[Any] = [card.name, fmt_number(card.memory_bytes / 2**30), gib(card_capacity(card, table), 2)]
         for w, pr in cols:
             p = by.get((card.name, w, pr))
             if p is None or p.batch is None:
@@ -239,14 +239,14 @@ def prediction_table(preds: Sequence[Prediction], cards: Sequence[Card], models:
         trains = len({w for w, b in batches if b})
         row.append(f"{trains}/{len(workloads)}")
         rows.append(row)
-    notes = []
+    notes = ["(pred) = the scan's straight line (below) at the card's usable memory, the one `memprobe predict --gpu "
+             "CARD` takes (column 'usable GiB'). `memprobe predict -m WORKLOAD -p PRECISION --gpu CARD` replays the "
+             "trial through a model of the caching allocator instead of a line, so for the same card its answer can "
+             "differ by a few percent: the line runs through the peaks of the search's trials, not through the edge.",
+             usable_note(table)]
     for m in models:
         notes.append(f"{m.workload} {m.precision}: peak reserved = {gib(m.static_bytes, 2)} GiB + "
-                     f"{gib(m.per_sample_bytes, 3)} GiB x batch ({m.batch_unit}), fitted in {Path(m.source).name}; "
-                     f"this line is the guide's prediction. `memprobe predict -m {m.workload} -p {m.precision} --gpu "
-                     "CARD` replays the trial through a model of the allocator at the same usable memory instead, "
-                     "so its answer can differ by a few percent.")
-    notes.append(usable_note(table))
+                     f"{gib(m.per_sample_bytes, 3)} GiB x batch ({m.batch_unit}), fitted in {Path(m.source).name}.")
     checks = [f"{m.workload} {m.precision} predicted {p.predicted_batch}, measured {p.batch}"
               for m in models for p in preds
               if p.origin == MEASURED and p.workload == m.workload and p.precision == m.precision]
