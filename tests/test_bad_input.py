@@ -48,6 +48,11 @@ CASES = [
     ("charts-folder-where-a-chart-goes", ["report", "{H100}", "--charts", "{charts_blocked}"],
      "max_batch.png is a folder, where a chart file would be written"),
     ("charts-on-a-file", ["report", "{H100}", "--charts", "{a_file}"], "is a file"),
+    # empty paths are not the working folder
+    ("report-empty-path", ["report", ""], "an empty path"),
+    ("guide-empty-path", ["guide", " "], "an empty path"),
+    ("charts-empty-path", ["report", "{H100}", "--charts", ""], "an empty path"),
+    ("list-empty-models", ["list", "--models", ""], "an empty path"),
     # options that do nothing together
     ("report-scans-and-llm", ["report", "--scans", "--llm", "{H100}"], "give --scans or --llm, not both"),
     ("report-scans-charts", ["report", "--scans", "{H100}", "--charts", "{tmp}/c"], "--charts has no effect with --scans"),

@@ -91,6 +91,8 @@ CASES = [
     ("compare-other-model", P + ["--compare", "{H100}"], "is a scan of resnet50, not of toy"),
     ("compare-missing", P + ["--compare", "{tmp}/gone.json"], "does not exist"),
     ("relative-compare-path", ["predict", "--model", "resnet50", "--compare", "reports/h100/x.json"], "does not exist"),
+    ("compare-empty-path", P + ["--compare", ""], "an empty path"),
+    ("overhead-from-empty-path", P + ["--overhead-from", ""], "an empty path"),
     ("models-bad-unit", P + ["--models", "{bad_unit.yaml}"], "entry 'toy' (line 6): unit"),
 ]
 

@@ -62,6 +62,7 @@ CASES = [
     ("gpus-garbage", CPU + ["--gpus", "x"], "--gpus takes numbers or 'all'"),
     # --out that cannot be written: refused before any trial
     ("out-in-proc", CPU + ["--out", "/proc/memprobe-x"], "cannot make the folder /proc/memprobe-x"),
+    ("out-empty", CPU + ["--out", ""], "an empty path"),
     ("out-on-a-file", CPU + ["--out", "{a_file}"], "is a file"),
     # malformed models.yaml
     ("models-unknown-family", S + ["--models", "{unknown_family.yaml}"],

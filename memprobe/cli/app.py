@@ -12,6 +12,7 @@ import sys
 import click
 from tabulate import tabulate
 
+from memprobe.cli import checks
 from memprobe.cli.helpers import one_line, stop_on_signals
 from memprobe.cli.models import resolve_workloads
 from memprobe.cli.variants import variants as _variants
@@ -107,7 +108,7 @@ def main() -> None:
 
 @main.command("list")
 @click.argument("names", nargs=-1)
-@click.option("--models", "models_file", type=click.Path(dir_okay=False), help="Registry file (default: the packaged models.yaml).")
+@click.option("--models", "models_file", type=checks.Path(dir_okay=False), help="Registry file (default: the packaged models.yaml).")
 @click.option("--all", "show_all", is_flag=True, help="Include test-only workloads.")
 def list_cmd(names: tuple[str, ...], models_file: str | None, show_all: bool) -> None:
     """List the workloads memprobe can scan; with NAMES (wildcards work), each one's whole entry and params."""

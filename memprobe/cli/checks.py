@@ -21,6 +21,15 @@ MAX_SOAK = 100000
 MAX_GPUS = 1024  # per-GPU prediction for a data-parallel world (rank 0 of N)
 
 
+class Path(click.Path):
+    """click.Path that refuses an empty path: '' would be the working folder (`report ''`, `scan --out ''`)."""
+
+    def convert(self, value, param, ctx):  # type: ignore[override]
+        if isinstance(value, str) and not value.strip():
+            self.fail("an empty path (give a file or folder name)", param, ctx)
+        return super().convert(value, param, ctx)
+
+
 def given(ctx: click.Context, *names: str) -> list[str]:
     """The options among the parameters `names` the user set (on the command line or by environment), as typed."""
     flags = {p.name: max(getattr(p, "opts", []) or [p.name or ""], key=len) for p in ctx.command.params}

@@ -107,15 +107,15 @@ def _worlds(count: int, strategy: str) -> list | None:
                                     "total memory the card's driver reports (see `memprobe guide` for the catalog).")
 @click.option("--precision", "-p", default="fp32,fp16,bf16", show_default=True,
               help="Comma-separated: fp32, tf32, fp16, bf16 (as in scan).")
-@click.option("--models", "models_file", type=click.Path(dir_okay=False), help="Registry file (default: the packaged models.yaml).")
-@click.option("--overhead-from", "overhead_from", multiple=True, type=click.Path(exists=True),
+@click.option("--models", "models_file", type=checks.Path(dir_okay=False), help="Registry file (default: the packaged models.yaml).")
+@click.option("--overhead-from", "overhead_from", multiple=True, type=checks.Path(exists=True),
               help="Scan result file(s) or folder(s) to take the memory a real card's allocator could not use (CUDA "
                    "context, driver) from, subtracted from every size. Default: the figures memprobe ships "
                    "(memprobe/data/overhead.yaml: measured per scanned card, carried over to the others).")
 @click.option("--overhead", "overhead_size",
               help="The memory the allocator cannot use, given directly (e.g. 1.5GiB; 0 subtracts nothing); "
                    "replaces the shipped figures.")
-@click.option("--compare", type=click.Path(exists=True, dir_okay=False),
+@click.option("--compare", type=checks.Path(exists=True, dir_okay=False),
               help="A scan result file of this workload: also print predicted vs measured peaks for its trials, and "
                    "the predicted max batch at its allocator capacity beside the measured one.")
 @click.option("--steps", default=None, type=click.IntRange(1, checks.MAX_PREDICT_STEPS),

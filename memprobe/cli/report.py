@@ -12,7 +12,7 @@ from memprobe.cli.app import _FORMATS, _load_results, _precision_list, main
 
 
 @main.command("report")
-@click.argument("paths", nargs=-1, required=True, type=click.Path())
+@click.argument("paths", nargs=-1, required=True, type=checks.Path())
 @click.option("--reference", help="GPU that throughput is normalized to (catalog or device name). "
                                   "Default: Quadro RTX 8000 where present, else the first GPU given.")
 @click.option("--precision", "-p", "precision", help="Comma-separated precisions to show (default: all found).")
@@ -21,7 +21,7 @@ from memprobe.cli.app import _FORMATS, _load_results, _precision_list, main
 @click.option("--with-published", is_flag=True,
               help="Add published figures (2020 study, 2023-2025 PyTorch catalog) for the workloads that have them, "
                    "marked (pub).")
-@click.option("--charts", "charts_dir", type=click.Path(file_okay=False),
+@click.option("--charts", "charts_dir", type=checks.Path(file_okay=False),
               help="Also write PNG and SVG charts into this folder.")
 @click.option("--at-batch", type=click.Choice(["best", "common", "max"]), default="best", show_default=True,
               help="Throughput normalized across cards: best (at each card's best batch b*, from the scan's curve), "
@@ -106,7 +106,7 @@ def _charts_folder(path: str) -> None:
 
 
 @main.command("guide")
-@click.argument("paths", nargs=-1, type=click.Path())
+@click.argument("paths", nargs=-1, type=checks.Path())
 @click.option("--budget", type=click.FloatRange(min=0), help="Only cards whose typical price (USD) is at most this.")
 @click.option("--gpu", "gpus", help="Only these catalog cards, by name or alias, comma-separated (e.g. \"H200,A100 80GB SXM4\").")
 @click.option("--format", "fmt", type=click.Choice(_FORMATS), default="github", show_default=True,

@@ -54,9 +54,9 @@ class _ProgressPrinter:
 @click.option("--batch", "batches", help="Also measure throughput at these batch sizes (an OOM there is reported). "
                                          "With --search seq-len: the one batch the sequence length is searched at (default 1).")
 @_variant_options
-@click.option("--out", "out_dir", default="reports", show_default=True, type=click.Path(file_okay=False),
+@click.option("--out", "out_dir", default="reports", show_default=True, type=checks.Path(file_okay=False),
               help="Folder for the result file.")
-@click.option("--models", "models_file", type=click.Path(dir_okay=False), help="Registry file (default: the packaged models.yaml).")
+@click.option("--models", "models_file", type=checks.Path(dir_okay=False), help="Registry file (default: the packaged models.yaml).")
 @click.option("--steps", default=3, show_default=True, type=click.IntRange(3, checks.MAX_SCAN_STEPS),
               help="Steps per trial: 1 warm-up + K >= 2 (longer runs: --soak).")
 @click.option("--warmup", default=3, show_default=True, type=click.IntRange(0, checks.MAX_WARMUP),
