@@ -60,6 +60,8 @@ CASES = [
     ("strategy-without-gpus", S + ["--strategy", "fsdp"], "--strategy has no effect without --gpus N > 1"),
     ("gpus-zero", CPU + ["--gpus", "0"], "a world size must be at least 1"),
     ("gpus-garbage", CPU + ["--gpus", "x"], "--gpus takes numbers or 'all'"),
+    ("parallel-gpus-zero", CPU + ["--parallel", "--gpus", "0"], "--gpus 0: give 1 or more GPUs"),
+    ("parallel-gpus-garbage", CPU + ["--parallel", "--gpus", "two"], "--parallel takes --gpus N"),
     # --out that cannot be written: refused before any trial
     ("out-in-proc", CPU + ["--out", "/proc/memprobe-x"], "cannot make the folder /proc/memprobe-x"),
     ("out-empty", CPU + ["--out", ""], "an empty path"),

@@ -219,6 +219,8 @@ def _scan_parallel(workloads: list[Workload], opts, gpus: str | None, out_dir: s
 
     try:
         count = None if gpus in (None, "", "all") else int(gpus)
+        if count is not None and count < 1:
+            raise ValueError(f"--gpus {count}: give 1 or more GPUs")
         slots = gpu_slots(count, opts.device)
     except ValueError as exc:
         raise click.UsageError(f"--parallel: {exc}" if "--gpus" in str(exc) else
