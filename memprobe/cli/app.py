@@ -13,7 +13,7 @@ import click
 from tabulate import tabulate
 
 from memprobe.cli import checks
-from memprobe.cli.helpers import one_line, stop_on_signals
+from memprobe.cli.helpers import SIGNALS_KEY, interrupted_status, one_line, stop_on_signals
 from memprobe.cli.models import resolve_workloads
 from memprobe.cli.variants import variants as _variants
 from memprobe.registry import RegistryError, Workload, load_registry
@@ -21,9 +21,6 @@ from memprobe.units import gib
 
 
 EXIT_NO_GPU = 2
-
-
-EXIT_INTERRUPTED = 130
 
 
 # Card sizes a no-GPU scan offers to predict for: 11 GB (GTX 1080 Ti / RTX 2080 Ti class), 24 GB (RTX 3090/4090),
@@ -85,12 +82,13 @@ class MemprobeGroup(click.Group):
 
     def invoke(self, ctx: click.Context):
         with stop_on_signals() as received:
+            ctx.meta[SIGNALS_KEY] = received  # a command that says more itself exits with interrupted_status()
             try:
                 return super().invoke(ctx)
             except KeyboardInterrupt:
                 how = {15: "SIGTERM", 1: "SIGHUP"}.get(received[0], f"signal {received[0]}") if received else "Ctrl-C"
                 click.echo(f"\ninterrupted ({how}): stopped", err=True)
-                sys.exit(128 + received[0] if received else EXIT_INTERRUPTED)
+                sys.exit(interrupted_status())
             except click.ClickException as exc:
                 exc.message = one_line(exc.message)
                 raise

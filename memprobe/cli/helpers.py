@@ -49,6 +49,15 @@ def one_line(message: str, limit: int = MAX_ERROR_CHARS) -> str:
     return text + (f" ... ({rest} more characters not shown)" if rest else "")
 
 
+SIGNALS_KEY = "memprobe.signals"  # ctx.meta: the signals the group's handlers received while the command ran
+
+
+def interrupted_status() -> int:
+    """The exit status of a command stopped by Ctrl-C or a signal: 128 + the signal (SIGINT 130, SIGTERM 143)."""
+    received = click.get_current_context().meta.get(SIGNALS_KEY) or []
+    return 128 + (received[0] if received else 2)
+
+
 @contextmanager
 def stop_on_signals() -> Iterator[list[int]]:
     """SIGTERM and SIGHUP stop a command as Ctrl-C does (a scan ends its trial processes, keeps the finished

@@ -9,13 +9,13 @@ import sys
 import click
 
 from memprobe.cli import checks
-from memprobe.cli.helpers import positive_size, stop_on_signals
+from memprobe.cli.helpers import interrupted_status, positive_size
 from memprobe.cli.models import model_options as _model_options
 from memprobe.cli.variants import split_batches, variant_options as _variant_options
 from memprobe.registry import Workload
 from memprobe.units import gib
 from memprobe.variants import base_name
-from memprobe.cli.app import COMMON_CARD_SIZES, EXIT_INTERRUPTED, NoGPUExit, _int_list, _workloads, main
+from memprobe.cli.app import COMMON_CARD_SIZES, NoGPUExit, _int_list, _workloads, main
 from memprobe.cli.predict import _predict_and_print
 
 
@@ -162,11 +162,10 @@ def scan_cmd(model: str, precision: str, mode: str, batches: str | None, out_dir
     user_errors = []
     for workload in workloads:
         try:
-            with stop_on_signals() as stopped_by:
-                for result, path in scan_runs(workload, opts, sizes, strategies, out_dir, progress):
-                    finished.append(result)
-                    failed |= any(p.status == "error" for p in result.precisions.values())
-                    user_errors += _after_scan(result, path, workload)
+            for result, path in scan_runs(workload, opts, sizes, strategies, out_dir, progress):
+                finished.append(result)
+                failed |= any(p.status == "error" for p in result.precisions.values())
+                user_errors += _after_scan(result, path, workload)
         except DistributedScanError as exc:
             raise click.UsageError(str(exc)) from None
         except NoCudaError as exc:
@@ -176,7 +175,7 @@ def scan_cmd(model: str, precision: str, mode: str, batches: str | None, out_dir
             kept = (f"the finished precisions are in {stop.path} (marked partial)" if stop.path
                     else f"no precision of {workload.name} had finished, so no result file was written")
             click.echo(f"\ninterrupted: {kept}", err=True)
-            sys.exit(128 + stopped_by[0] if stopped_by else EXIT_INTERRUPTED)
+            sys.exit(interrupted_status())
     _print_scans(finished)
     if user_errors:
         raise click.ClickException(user_errors[0])
@@ -230,7 +229,7 @@ def _scan_parallel(workloads: list[Workload], opts, gpus: str | None, out_dir: s
                                         on_event=lambda text: click.echo(text, err=True))
     except KeyboardInterrupt:
         click.echo("\ninterrupted: the finished precisions were merged into result files (marked partial)", err=True)
-        sys.exit(EXIT_INTERRUPTED)
+        sys.exit(interrupted_status())
     for _result, path in written:
         click.echo(f"wrote {path}", err=True)
     click.echo(f"parallel scan on {len(slots)} GPU(s): {summary.wall_seconds:.0f} s wall, serial estimate (sum of the "
