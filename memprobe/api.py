@@ -166,27 +166,15 @@ def predict_max_batch(model: Model, memory: str | Sequence[str] = "24GiB", preci
     RegistryError for a model that cannot be resolved.
     """
     from memprobe.cardsize import read_sizes
-    from memprobe.overhead import given_overhead, overhead_from_files
+    from memprobe.overhead import choose_override
     from memprobe.predict.summary import memory_sizes, predict
-    from memprobe.units import parse_size
 
     workload = resolve_model(model, optimizer, input_size, task, seq_len, models_file)
     text = memory if memory is None or isinstance(memory, str) else ",".join(memory)
     asked = read_sizes(text, gpu)
     precisions = [p.strip() for p in precision.split(",")] if isinstance(precision, str) else list(precision)
-    if overhead_from is not None and overhead is not None:
-        raise ValueError("give overhead_from or overhead, not both")
-    override = None
-    if overhead is not None:
-        nbytes = overhead if isinstance(overhead, int) else parse_size(overhead)
-        if nbytes < 0:
-            raise ValueError(f"overhead must be 0 or more, got {overhead!r}")
-        override = given_overhead(nbytes)
-    elif overhead_from is not None:
-        if isinstance(overhead_from, (str, Path)):
-            overhead_from = [overhead_from]
-        override = overhead_from_files(list(overhead_from))
-    sizes = memory_sizes(asked.labels, asked.cards, override)
+    paths = [overhead_from] if isinstance(overhead_from, (str, Path)) else overhead_from
+    sizes = memory_sizes(asked.labels, asked.cards, choose_override(paths, overhead))
     world = None
     if gpus != 1:
         from memprobe.predict.data_parallel import World

@@ -187,7 +187,7 @@ def overhead_from_files(paths: Sequence[str | Path]) -> Override:
 
     missing = [str(p) for p in paths if not Path(p).exists()]
     if missing:
-        raise OverheadError(f"{', '.join(missing)} does not exist")
+        raise OverheadError(f"--overhead-from: {', '.join(missing)} does not exist")
     results = load_results([Path(p) for p in paths], strict_files=False)
     results.sort(key=lambda item: item[1].created, reverse=True)  # the newest measurement first
     catalog = default_catalog()
@@ -196,10 +196,24 @@ def overhead_from_files(paths: Sequence[str | Path]) -> Override:
             found = overhead_for(result, p, catalog)
             if found is not None:
                 return Override(found.bytes, f"from --overhead-from, {found.describe()} ({path})")
-    raise OverheadError(f"no scan result with a recorded allocator capacity in "
+    raise OverheadError(f"--overhead-from: no scan result with a recorded allocator capacity in "
                         f"{', '.join(str(p) for p in paths)}")
 
 
-def given_overhead(nbytes: int) -> Override:
-    """An overhead given directly in bytes (`predict --overhead SIZE`; 0: subtract nothing)."""
-    return Override(nbytes, "given with --overhead")
+def choose_override(paths: Sequence[str | Path] | None = None, size: str | int | None = None) -> Override | None:
+    """The overhead that replaces the shipped figures: measured in the result files `paths` (overhead_from_files),
+    or `size` given directly (bytes or a size such as '1.5GiB'; 0 subtracts nothing); None when neither is given.
+    Raises OverheadError for both, a size that is not one or is negative, or paths without a usable scan."""
+    from memprobe.units import parse_size
+
+    if paths and size is not None:
+        raise OverheadError("give --overhead-from (overhead_from) or --overhead (overhead), not both")
+    if size is not None:
+        try:
+            nbytes = size if isinstance(size, int) and not isinstance(size, bool) else parse_size(str(size))
+        except ValueError as exc:
+            raise OverheadError(f"--overhead: {exc}") from None
+        if nbytes < 0:
+            raise OverheadError(f"--overhead must be 0 or more, got {size!r}")
+        return Override(nbytes, "given with --overhead")
+    return overhead_from_files(paths) if paths else None

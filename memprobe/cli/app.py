@@ -68,10 +68,8 @@ def _int_list(text: str | None, what: str) -> list[int]:
         raise click.BadParameter(f"expected comma-separated integers, got '{text}'", param_hint=what) from None
     if any(v < 1 for v in values):
         raise click.BadParameter("batch sizes must be at least 1", param_hint=what)
-    from memprobe.cli.checks import MAX_BATCH
-
-    if any(v > MAX_BATCH for v in values):
-        raise click.BadParameter(f"batch sizes must be at most {MAX_BATCH}", param_hint=what)
+    if any(v > checks.MAX_BATCH for v in values):
+        raise click.BadParameter(f"batch sizes must be at most {checks.MAX_BATCH}", param_hint=what)
     return values
 
 

@@ -103,8 +103,9 @@ def _worlds(count: int, strategy: str) -> list | None:
               help="Predict per GPU for N GPUs training data-parallel (rank 0 of N, under each --strategy).")
 @click.option("--strategy", default="ddp", show_default=True,
               help="With --gpus N > 1, comma-separated: ddp (DistributedDataParallel), fsdp (FSDP2 fully_shard per block).")
-@click.option("--gpu", "cards", help="Comma-separated catalog cards by name or alias (\"H200\", \"H100 SXM\"): predicts at the "
-                                    "total memory the card's driver reports (see `memprobe guide` for the catalog).")
+@click.option("--gpu", "cards", help="Comma-separated cards by name, alias or short name (\"H200\", \"H100 SXM\", \"a100 80gb\", "
+                                    "4090): predicts at the total memory the card's driver reports (see `memprobe "
+                                    "guide` for the catalog).")
 @click.option("--precision", "-p", default="fp32,fp16,bf16", show_default=True,
               help="Comma-separated: fp32, tf32, fp16, bf16 (as in scan).")
 @click.option("--models", "models_file", type=checks.Path(dir_okay=False), help="Registry file (default: the packaged models.yaml).")
@@ -161,22 +162,9 @@ def predict_cmd(model: str, memory: str | None, world_size: int, strategy: str, 
 
 def _override(paths: tuple[str, ...], size: str | None):
     """The overhead.Override --overhead-from or --overhead give; None for the packaged figures."""
-    from memprobe.overhead import OverheadError, given_overhead, overhead_from_files
-    from memprobe.units import parse_size
+    from memprobe.overhead import OverheadError, choose_override
 
-    if paths and size is not None:
-        raise click.UsageError("give --overhead-from or --overhead, not both")
-    if size is not None:
-        try:
-            nbytes = parse_size(size)
-        except ValueError as exc:
-            raise click.BadParameter(str(exc), param_hint="--overhead") from None
-        if nbytes < 0:
-            raise click.BadParameter(f"must be 0 or more, got '{size}'", param_hint="--overhead")
-        return given_overhead(nbytes)
-    if not paths:
-        return None
     try:
-        return overhead_from_files(paths)
+        return choose_override(paths, size)
     except OverheadError as exc:
-        raise click.BadParameter(str(exc), param_hint="--overhead-from") from None
+        raise click.UsageError(str(exc)) from None
