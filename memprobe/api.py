@@ -16,10 +16,13 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence, Union
 
 from memprobe.custom import CustomModelError, CustomOptions, resolve, select_models, target_of
-from memprobe.registry import Workload, load_registry
+from memprobe.device import NoGPUError
+from memprobe.registry import RegistryError, Workload, load_registry
 from memprobe.results import ScanResult
 
 Model = Union[str, Callable[..., Any]]
+__all__ = ["find_max_batch", "predict_max_batch", "resolve_model", "Model", "UserCodeError", "NoGPUError",
+           "CustomModelError", "RegistryError"]
 
 
 class UserCodeError(RuntimeError):
@@ -112,12 +115,13 @@ def find_max_batch(model: Model, precision: str | Sequence[str] = "bf16", device
     for the result file (default: none kept). Other ScanOptions fields (steps, max_batch, ...) pass through.
     Returns the ScanResult: `.max_batch`, `.throughput`, `.to_json()`, `.precisions[p]` for each precision.
 
-    Raises UserCodeError when the model's own code raised (its traceback in `.details`), CustomModelError /
-    RegistryError for a model that cannot be named or resolved, ValueError for bad options, and
-    memprobe.probe.scan.NoCudaError when there is no CUDA device.
+    Raises (all importable from `memprobe`): UserCodeError when the model's own code raised (its traceback in
+    `.details`); CustomModelError / RegistryError for a model that cannot be named or resolved; ValueError for bad
+    options; NoGPUError when there is no CUDA device (a torch built without CUDA, no driver, no GPU): use
+    predict_max_batch there.
     """
     from memprobe.probe.errors import USER_ERROR
-    from memprobe.probe.scan import ScanOptions, scan_workload
+    from memprobe.probe.scan import NoCudaError, ScanOptions, scan_workload
     from memprobe.units import parse_size
 
     workload = resolve_model(model, optimizer, input_size, task, seq_len, models_file)
@@ -129,8 +133,12 @@ def find_max_batch(model: Model, precision: str | Sequence[str] = "bf16", device
                            cpu_budget_bytes=parse_size(cpu_memory_budget) if cpu_memory_budget else None,
                            memory_cap_bytes=parse_size(memory_cap) if memory_cap else None, **scan_options)
         with tempfile.TemporaryDirectory(prefix="memprobe-") as scratch:
-            result, _path = scan_workload(workload, opts, out if out is not None else scratch,
-                                          _Printed() if verbose else _Quiet())
+            try:
+                result, _path = scan_workload(workload, opts, out if out is not None else scratch,
+                                              _Printed() if verbose else _Quiet())
+            except NoCudaError as exc:
+                raise NoGPUError(f"no CUDA GPU to measure on ({exc}); memprobe.predict_max_batch predicts the max "
+                                 "batch without one") from None
     failed = next((p for p in result.precisions.values() if p.stop == USER_ERROR), None)
     if failed is not None:
         raise UserCodeError(f"{workload.name} {failed.precision}: {failed.error.splitlines()[0]}", result, failed.error)
@@ -138,30 +146,38 @@ def find_max_batch(model: Model, precision: str | Sequence[str] = "bf16", device
 
 
 def predict_max_batch(model: Model, memory: str | Sequence[str] = "24GiB", precision: str | Sequence[str] = "bf16", *,
-                      overhead_from: Sequence[str | Path] = ("reports",), steps: int = 3, optimizer: str | None = None,
+                      gpu: str | None = None, overhead_from: Sequence[str | Path] | None = None,
+                      overhead: str | int | None = None, steps: int = 3, optimizer: str | None = None,
                       input_size: Sequence[int] | None = None, task: str | None = None, seq_len: int | None = None,
                       models_file: str | Path | None = None, gpus: int = 1, strategy: str = "ddp"):
     """Predict the max batch of `model` on cards of the given memory sizes, with no GPU (fake tensors).
 
-    `model` as in find_max_batch (a build function is called once, with precision=None). The memory a
-    real card's allocator cannot use is taken from the scan result files under `overhead_from` (none
-    found: the whole size is assumed usable). `gpus` > 1 predicts per GPU for that many GPUs training
+    `model` as in find_max_batch (a build function is called once, with precision=None). `gpu`: catalog cards by
+    name instead of (or besides) sizes ("H100", "a100 80gb"; memory=None for cards only). The memory a real
+    card's allocator cannot use comes from the figures memprobe ships (measured per scanned card, carried over to
+    the others; the same wherever this runs), or from `overhead_from` (scan result files or folders) or
+    `overhead` (a size, 0 for none) when given. `gpus` > 1 predicts per GPU for that many GPUs training
     data-parallel under `strategy` ("ddp" or "fsdp"). Returns memprobe.predict.summary.Prediction:
-    `prediction.precisions["bf16"].max_batch["24GiB"]`. Raises PredictError when the model cannot be
-    built or stepped on fake tensors, ValueError for a bad size, precision, GPU count or strategy,
-    CustomModelError / RegistryError for a model that cannot be resolved.
+    `prediction.precisions["bf16"].max_batch["24GiB"]` (the card's catalog name as the key for a card).
+
+    Raises memprobe.predict.trace.PredictError (a RuntimeError) when the model cannot be built or stepped on fake
+    tensors; ValueError for a bad size, card name, precision, GPU count, strategy or overhead
+    (memprobe.cardsize.SizeError and memprobe.overhead.OverheadError are ValueErrors); CustomModelError /
+    RegistryError for a model that cannot be resolved.
     """
-    from memprobe.predict.summary import measured_overhead, memory_sizes, predict
-    from memprobe.units import parse_size
+    from memprobe.cardsize import read_sizes
+    from memprobe.overhead import choose_override
+    from memprobe.predict.summary import memory_sizes, predict
 
     workload = resolve_model(model, optimizer, input_size, task, seq_len, models_file)
-    labels = [m.strip() for m in memory.split(",")] if isinstance(memory, str) else list(memory)
+    text = memory if memory is None or isinstance(memory, str) else ",".join(memory)
+    asked = read_sizes(text, gpu)
     precisions = [p.strip() for p in precision.split(",")] if isinstance(precision, str) else list(precision)
-    overhead, source = measured_overhead(overhead_from)
-    sizes = memory_sizes([(label, parse_size(label)) for label in labels], overhead)
+    paths = [overhead_from] if isinstance(overhead_from, (str, Path)) else overhead_from
+    sizes = memory_sizes(asked.labels, asked.cards, choose_override(paths, overhead))
     world = None
     if gpus != 1:
         from memprobe.predict.data_parallel import World
 
         world = World(gpus, strategy)  # StrategyError is a ValueError
-    return predict(workload, precisions, sizes, overhead, source, steps=steps, world=world)
+    return predict(workload, precisions, sizes, None, "", steps=steps, world=world)

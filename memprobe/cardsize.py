@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from memprobe.cardnames import CardNameError, resolve_cards
 from memprobe.catalog import Card, Catalog, default_catalog
 from memprobe.units import parse_size
 
@@ -25,10 +26,12 @@ class SizeError(ValueError):
 
 @dataclass
 class Sizes:
-    """(label, bytes) per memory size to predict for, and notes saying how each was read."""
+    """(label, bytes) per memory size to predict for, notes saying how each was read, and the card of each label
+    given by card name."""
 
     labels: list[tuple[str, int]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    cards: dict[str, Card] = field(default_factory=dict)
 
 
 def _mib(nbytes: int) -> str:
@@ -56,10 +59,15 @@ def _datasheet_match(nbytes: int, catalog: Catalog) -> list[Card]:
     return out
 
 
-def read_sizes(memory: str | None, gpus: str | None, catalog: Catalog | None = None) -> Sizes:
-    """The sizes named by `memory` (comma-separated byte sizes) and `gpus` (comma-separated catalog names or
-    aliases), in that order. Raises SizeError for an unreadable or non-positive size, an unknown card, or
-    nothing given at all."""
+# No GPU has had more than a few hundred GB; a size past this is a typo, not a card.
+MAX_MEMORY_BYTES = 16 * 2**40
+
+
+def read_sizes(memory: str | None, gpus: str | None, catalog: Catalog | None = None, hints: bool = True) -> Sizes:
+    """The sizes named by `memory` (comma-separated byte sizes) and `gpus` (comma-separated card names, resolved by
+    cardnames.resolve_card), in that order. Raises SizeError for an unreadable or non-positive size, an unknown or
+    empty card name, a size past MAX_MEMORY_BYTES, or nothing given at all. `hints`: say how each size was read and
+    name the cards whose datasheet size it is (off for memprobe's own default sizes)."""
     catalog = catalog or default_catalog()
     sizes = Sizes()
     for item in (t.strip() for t in (memory or "").split(",")):
@@ -71,7 +79,11 @@ def read_sizes(memory: str | None, gpus: str | None, catalog: Catalog | None = N
             raise SizeError(str(exc)) from None
         if nbytes <= 0:
             raise SizeError(f"memory size '{item}' must be larger than 0 (e.g. 24GiB)")
+        if nbytes > MAX_MEMORY_BYTES:
+            raise SizeError(f"memory size '{item}' is more than any GPU has (at most {MAX_MEMORY_BYTES // 2**40}TiB)")
         sizes.labels.append((item, nbytes))
+        if not hints:
+            continue
         unit = item.lstrip("0123456789. ").lower()
         if unit in ("gb", "mb", "tb", "kb"):
             sizes.notes.append(f"{item} read as decimal {unit.upper()}: {nbytes:,} bytes = {nbytes / 2**30:.2f} GiB "
@@ -83,16 +95,15 @@ def read_sizes(memory: str | None, gpus: str | None, catalog: Catalog | None = N
             names = ", ".join(f"--gpu \"{c.name}\"" for c in matches[:3])
             sizes.notes.append(f"{item} is the datasheet size of {', '.join(c.name for c in matches[:3])}; "
                                f"a real card reports a different total: {names} uses the card's own figure")
-    for name in (t.strip() for t in (gpus or "").split(",")):
-        if not name:
-            continue
-        card = catalog.find(name)
-        if card is None:
-            known = ", ".join(c.name for c in catalog.cards)
-            raise SizeError(f"unknown GPU '{name}' (catalog names and aliases work; known: {known})", "--gpu")
-        nbytes, how = card_size(card)
-        sizes.labels.append((card.name, nbytes))
-        sizes.notes.append(how)
+    try:
+        resolved = resolve_cards(gpus, catalog)
+    except CardNameError as exc:
+        raise SizeError(str(exc), "--gpu") from None
+    for found in resolved:
+        nbytes, how = card_size(found.card)
+        sizes.labels.append((found.card.name, nbytes))
+        sizes.cards[found.card.name] = found.card
+        sizes.notes += [n for n in (found.note, how) if n]
     if not sizes.labels:
         raise SizeError("give at least one memory size (--memory 24GiB) or card (--gpu H200)", "--memory")
     return sizes

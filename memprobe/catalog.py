@@ -80,10 +80,12 @@ class Card:
 
 @dataclass(frozen=True)
 class Catalog:
-    """All cards in file order, and the source ids with their citations."""
+    """All cards in file order, the source ids with their citations, and the cards a name that fits several
+    resolves to (cardnames.resolve_card), in order of preference."""
 
     cards: tuple[Card, ...]
     sources: dict[str, str]
+    preferred: tuple[str, ...] = ()
 
     def find(self, name: str) -> Card | None:
         """The card a device, catalog or published name refers to, or None. Exact names win over patterns.
@@ -129,7 +131,11 @@ def load_catalog(path: str | Path | None = None) -> Catalog:
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
         raise CatalogError(f"{path}: duplicate card name(s) {', '.join(dupes)}")
-    return Catalog(cards=cards, sources=sources)
+    preferred = tuple(str(n) for n in data.get("preferred") or ())
+    unknown = [n for n in preferred if n not in names]
+    if unknown:
+        raise CatalogError(f"{path}: 'preferred' names no card {', '.join(unknown)}")
+    return Catalog(cards=cards, sources=sources, preferred=preferred)
 
 
 def _number(value: Any, where: str, what: str) -> float | None:

@@ -60,14 +60,21 @@ def is_custom_name(text: str) -> bool:
     return ":" in text
 
 
+# An image side past this (64K pixels, 4 Gpixel images) is a typo, not a training input.
+MAX_IMAGE_SIDE = 65536
+MAX_CHANNELS = 4096
+
+
 def parse_input_size(text: str) -> tuple[int, int, int]:
-    """'3,384,384' -> (3, 384, 384). Raises ValueError."""
+    """'3,384,384' -> (3, 384, 384). Raises ValueError, also past MAX_CHANNELS channels or MAX_IMAGE_SIDE pixels."""
     try:
         values = tuple(int(v) for v in text.split(","))
     except ValueError:
         raise ValueError(f"expected C,H,W (e.g. 3,224,224), got '{text}'") from None
     if len(values) != 3 or min(values) < 1:
         raise ValueError(f"expected three positive integers C,H,W (e.g. 3,224,224), got '{text}'")
+    if values[0] > MAX_CHANNELS or max(values[1:]) > MAX_IMAGE_SIDE:
+        raise ValueError(f"C,H,W must be at most {MAX_CHANNELS},{MAX_IMAGE_SIDE},{MAX_IMAGE_SIDE}, got '{text}'")
     return values  # type: ignore[return-value]
 
 
@@ -137,7 +144,8 @@ def check_target(target: str) -> str:
     if module.endswith(".py"):
         path = Path(module).expanduser()
         if not path.is_file():
-            raise CustomModelError(f"'{target}': no file {path}")
+            where = "" if path.is_absolute() else f" (relative paths are read from the working folder, {Path.cwd()})"
+            raise CustomModelError(f"'{target}': no file {path}{where}")
         return f"{path.resolve()}:{function}"
     if not _IDENTIFIER.fullmatch(module):
         raise CustomModelError(f"'{target}': '{module}' is neither a .py file nor a module name")

@@ -7,13 +7,13 @@ the same folder, fsync, rename) so a crash or Ctrl-C never leaves half a file be
 from __future__ import annotations
 
 import json
-import os
 import re
-import tempfile
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
+
+from memprobe.result_check import problem
 
 SCHEMA = "memprobe.scan"
 # 2: throughput curve per precision (curve, best_batch, best_samples_per_s, best_units_per_s,
@@ -24,7 +24,16 @@ SCHEMA_VERSION = 2
 
 
 class ResultFileError(ValueError):
-    """A result file cannot be read: missing, not JSON, not a memprobe result, or a newer schema."""
+    """A result file cannot be read: missing, not JSON, not a memprobe result, a newer or invalid schema version, or
+    a field of the wrong type or range (result_check)."""
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:40] + "..."
+
+
+PRECISION_STATUSES = ("pending", "done", "error", "interrupted")
 
 
 @dataclass
@@ -37,7 +46,7 @@ class PrecisionResult:
     """
 
     precision: str
-    status: str = "pending"  # pending | done | error | interrupted
+    status: str = "pending"  # one of PRECISION_STATUSES
     max_batch: int | None = None
     stop: str = ""
     proof: dict[str, Any] = field(default_factory=dict)
@@ -172,24 +181,16 @@ def result_filename(gpu_name: str, workload: str, mode: str, when: datetime | No
 
 def write_result(result: ScanResult, path: str | Path) -> Path:
     """Write the result atomically: a temp file in the target folder, fsync, then rename over."""
+    from memprobe.outputs import atomic_write
+
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(result.to_dict(), handle, indent=1, sort_keys=False)
-            handle.write("\n")
-            handle.flush()
-            os.fsync(handle.fileno())
-        # mkstemp creates 0600; a result file is meant to be shared, so honour the umask instead.
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+
+    def fill(handle) -> None:
+        json.dump(result.to_dict(), handle, indent=1, sort_keys=False)
+        handle.write("\n")
+
+    return atomic_write(path, fill)
 
 
 def read_result(path: str | Path) -> ScanResult:
@@ -204,16 +205,18 @@ def read_result(path: str | Path) -> ScanResult:
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
         raise ResultFileError(f"{path}: not a memprobe result file (no '{SCHEMA}' schema field)")
     version = data.get("schema_version")
-    if not isinstance(version, int) or version > SCHEMA_VERSION:
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise ResultFileError(f"{path}: {_shown(version)} is not a valid schema version (an integer from 1)")
+    if version > SCHEMA_VERSION:
         raise ResultFileError(
-            f"{path}: schema version {version!r} is newer than this memprobe reads ({SCHEMA_VERSION}); upgrade memprobe"
+            f"{path}: schema version {version} is newer than this memprobe reads ({SCHEMA_VERSION}); upgrade memprobe"
         )
-    for key, kind in (("workload", dict), ("environment", dict), ("precisions", dict)):
-        if not isinstance(data.get(key), kind):
-            raise ResultFileError(f"{path}: malformed result file ('{key}' must be a {kind.__name__})")
-    bad = [name for name, p in data["precisions"].items() if not isinstance(p, dict)]
-    if bad:
-        raise ResultFileError(f"{path}: malformed result file (precision '{bad[0]}' is not a mapping)")
+    for key in ("workload", "environment", "precisions"):
+        if not isinstance(data.get(key), dict):
+            raise ResultFileError(f"{path}: malformed result file ('{key}' must be a mapping)")
+    wrong = problem(data)
+    if wrong:
+        raise ResultFileError(f"{path}: malformed result file ({wrong})")
     try:
         result = ScanResult.from_dict(data)
         result.status = effective_status(result)

@@ -16,6 +16,7 @@ from memprobe.compare.guide import (
 )
 from memprobe.compare.comparison import MEASURED
 from memprobe.compare.comparison import PREDICTED
+from memprobe.overhead import OverheadTable, ScannedCard
 from memprobe.results import write_result
 
 from test_report import H100, GiB, loaded, make_result
@@ -33,6 +34,8 @@ def card(name: str, gib: float, cc: str = "8.6", usd: float | None = None, tdp: 
 BIG = card("Big 80", 80, patterns=("BIGCARD",))
 SMALL_CATALOG = Catalog(cards=(card("Six", 6, cc="7.5"), card("Eight", 8), card("Card 24", 24, usd=2000),
                                card("Card 48", 48, usd=5000), BIG), sources={"test": "test"})
+# The overhead data as if memprobe had scanned the Big 80: capacity 78 GiB, 2 GiB overhead carried to the others.
+TABLE = OverheadTable({"Big 80": ScannedCard("Big 80", 78 * GiB, 2 * GiB, 1, ("BIGCARD",), ("test",))}, "test")
 
 
 def measured(static_gib: float = 4, per_sample_gib: float = 1, batch: int = 74, precision: str = "fp16"):
@@ -72,7 +75,7 @@ def test_overhead_of_a_card_the_catalog_does_not_know_uses_the_reported_total():
 def test_predictions_on_every_card_against_the_hand_computed_model():
     models, notes = memory_models(loaded(measured()), SMALL_CATALOG)
     assert notes == [] and len(models) == 1
-    by_card = {p.card.name: p for p in predictions(models, SMALL_CATALOG.cards)}
+    by_card = {p.card.name: p for p in predictions(models, SMALL_CATALOG.cards, TABLE)}
     # usable = card - 2 GiB; batch = floor((usable - 4 GiB) / 1 GiB)
     assert by_card["Six"].batch == 0                      # 4 GiB usable: only the static part fits
     assert by_card["Eight"].batch == 2
@@ -84,7 +87,7 @@ def test_predictions_on_every_card_against_the_hand_computed_model():
 
 def test_bf16_is_not_predicted_on_cards_without_it():
     models, _ = memory_models(loaded(measured(precision="bf16")), SMALL_CATALOG)
-    by_card = {p.card.name: p for p in predictions(models, SMALL_CATALOG.cards)}
+    by_card = {p.card.name: p for p in predictions(models, SMALL_CATALOG.cards, TABLE)}
     assert by_card["Six"].batch is None   # compute capability 7.5: no bf16
     assert by_card["Eight"].batch == 2
 
@@ -102,7 +105,7 @@ def test_verdicts_follow_the_rule():
     heavy = make_result("BIGCARD", workload="heavy", precisions={"fp16": {
         "batch": 36, "speed": 5.0, "static": 40 * GiB, "per_sample": 1 * GiB, "capacity": 78 * GiB}}, total_bytes=79 * GiB)
     models, _ = memory_models(loaded(light, heavy), SMALL_CATALOG)
-    found = {v.card.name: v for v in verdicts(predictions(models, SMALL_CATALOG.cards), SMALL_CATALOG.cards)}
+    found = {v.card.name: v for v in verdicts(predictions(models, SMALL_CATALOG.cards, TABLE), SMALL_CATALOG.cards)}
     # largest batches: toy 74, heavy 36 (both on Big 80) -> roomy from ceil(74/8) = 10 and ceil(36/8) = 5
     assert found["Six"].verdict == VERDICT_NO                 # toy 0, heavy 0
     assert found["Eight"].verdict == VERDICT_MOST             # toy 2 (small), heavy 0: half of them train
@@ -119,9 +122,11 @@ def test_guide_on_the_packaged_catalog_marks_predictions_and_states_the_overhead
         "batch": 100, "speed": 100.0, "static": 4 * GiB, "per_sample": 0.75 * GiB, "capacity": 78 * GiB,
         "util": {"power_w": {"mean": 500.0}}}}, total_bytes=79 * GiB)
     text = guide_report(loaded(result, tmp_path=tmp_path), fmt="plain")
-    assert "carried over from the measured card" in text
-    assert "measured on H100 SXM: 80.00 GiB datasheet memory - 78.00 GiB" in text
-    # RTX 3090: 24 GiB - 2 GiB overhead - 4 GiB static = 18 GiB / 0.75 GiB = 24 sequences
+    # the usable memory is the packaged data's, as predict takes it, whatever the file measured
+    assert "Usable memory per card, as `memprobe predict --gpu CARD` takes it" in text
+    assert "minus 1.43 GiB measured on the H100 SXM, carried over" in text
+    assert "`memprobe predict -m WORKLOAD -p PRECISION --gpu CARD` replays the trial" in text
+    # RTX 3090: 24 GiB - 1.43 GiB overhead - 4 GiB static = 18.57 GiB / 0.75 GiB = 24 sequences
     line = next(l for l in text.splitlines() if l.strip().startswith("GeForce RTX 3090") and "(pred)" in l)
     assert " 24 (pred)" in line
     assert "Verdict rule" in text and "trains all the large models" in text

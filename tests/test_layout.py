@@ -19,7 +19,8 @@ PURE = ["memprobe.cli", "memprobe.registry", "memprobe.results", "memprobe.units
         "memprobe.probe.memcap", "memprobe.probe.errors", "memprobe.predict.allocator",
         "memprobe.predict.torch_internals", "memprobe.compare.report", "memprobe.compare.scan_table",
         "memprobe.compare.comparison", "memprobe.compare.tables", "memprobe.compare.relative",
-        "memprobe.compare.guide", "memprobe.compare.charts", "memprobe.compare.published"]
+        "memprobe.compare.guide", "memprobe.compare.charts", "memprobe.compare.published", "memprobe.overhead",
+        "memprobe.cardnames", "memprobe.cardsize", "memprobe.result_check", "memprobe.outputs", "memprobe.listing"]
 MAX_LINES = 450
 
 

@@ -219,7 +219,7 @@ def test_predict_each_kind(user_dir, timm_standin, monkeypatch):
     cases = [(own.build, {}), (f"hf-config:{user_dir / 'config.json'}", {"seq_len": 16}),
              ("timm:test_convnext", {})]
     for model, options in cases:
-        prediction = memprobe.predict_max_batch(model, memory="1GiB", precision="fp32", overhead_from=(), **options)
+        prediction = memprobe.predict_max_batch(model, memory="1GiB", precision="fp32", overhead=0, **options)
         got = prediction.precisions["fp32"]
         assert got.max_batch["1GiB"] >= 1
         assert got.model_reserved is None or got.model_reserved.per_sample_bytes > 0
@@ -227,7 +227,7 @@ def test_predict_each_kind(user_dir, timm_standin, monkeypatch):
 
 def test_predict_user_build_that_raises_says_why_in_one_line(run, user_dir):
     result = run("predict", "--model", f"{user_dir / 'own_model.py'}:raises", "--memory", "1GiB",
-                 "--precision", "fp32", "--overhead-from", user_dir)
+                 "--precision", "fp32", "--overhead", "0")
     assert result.exit_code == 1 and "Traceback" not in result.output
     (line,) = error_lines(result)
     assert "my build is broken" in line

@@ -19,7 +19,8 @@ from memprobe.probe.cpu_memory import LiveBytes  # noqa: E402
 from memprobe.predict.fake_mode import FakeCudaMode  # noqa: E402
 from memprobe.predict.session import fake_session  # noqa: E402
 from memprobe.predict.trace import TRIAL_MARK, TraceSession  # noqa: E402
-from memprobe.predict.summary import MemorySize, measured_overhead, predict  # noqa: E402
+from memprobe.overhead import OverheadError, overhead_from_files  # noqa: E402
+from memprobe.predict.summary import MemorySize, predict  # noqa: E402
 from memprobe.predict.batch_model import PrecisionTraces, _replay, max_batch_for  # noqa: E402
 from memprobe.registry import load_registry  # noqa: E402
 from memprobe.probe.trial import Memory, run_step, run_until_state  # noqa: E402
@@ -190,14 +191,17 @@ def test_data_dependent_questions_get_well_formed_answers():
 # --- the overhead carried over from a real card ------------------------------------------------------
 
 def test_overhead_is_the_one_guide_derives_from_the_h100_scan():
-    overhead, source = measured_overhead([H100_RESULT])
-    assert overhead == 80 * 2**30 - 84368621568  # datasheet 80 GiB minus the capacity the scan recorded
+    overhead = overhead_from_files([H100_RESULT])
+    assert overhead.bytes == 80 * 2**30 - 84368621568  # datasheet 80 GiB minus the capacity the scan recorded
+    source = overhead.source
     assert "H100" in source
 
 
-def test_no_overhead_without_a_result(tmp_path):
-    overhead, source = measured_overhead([tmp_path])
-    assert overhead is None and "no scan result" in source
+def test_an_override_without_a_result_or_a_path_is_an_error(tmp_path):
+    with pytest.raises(OverheadError, match="no scan result"):
+        overhead_from_files([tmp_path])
+    with pytest.raises(OverheadError, match="does not exist"):
+        overhead_from_files([tmp_path / "gone"])
 
 
 # --- the command line ------------------------------------------------------------------------------
@@ -208,11 +212,11 @@ def error_lines(result):
 
 def test_predict_command_labels_its_output_predicted(run, tmp_path):
     result = run("predict", "--model", "toy", "--memory", "40MiB,80MiB", "--precision", "fp32",
-                 "--overhead-from", tmp_path)
+                 "--overhead", "0")
     assert result.exit_code == 0, result.output
     assert "PREDICTED, not measured" in result.output
     assert "40MiB: predicted max batch" in result.output and "80MiB: predicted max batch" in result.output
-    assert "not subtracted" in result.output  # no measured overhead in tmp_path: said so
+    assert "0.00 GiB not allocatable, given with --overhead" in result.output
 
 
 def test_predict_command_subtracts_the_measured_overhead(run):
@@ -247,7 +251,7 @@ def test_predict_bad_options(run, args):
 def test_predict_memory_below_the_overhead(run):
     result = run("predict", "--model", "toy", "--memory", "1GiB", "--overhead-from", H100_RESULT)
     assert result.exit_code == 2
-    assert "not larger than the measured overhead" in result.output
+    assert "not larger than the 1.43 GiB the allocator cannot use" in result.output
 
 
 @no_gpu_only

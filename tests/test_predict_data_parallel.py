@@ -105,7 +105,7 @@ def test_world_rejects_bad_sizes_and_strategies():
 
 def test_cli_predicts_per_gpu_and_says_so():
     result = CliRunner().invoke(main, ["predict", "--model", "toy", "-p", "bf16", "--memory", "1GiB",
-                                       "--gpus", "2", "--strategy", "ddp,fsdp", "--overhead-from", "none"])
+                                       "--gpus", "2", "--strategy", "ddp,fsdp", "--overhead", "0"])
     assert result.exit_code == 0, result.output
     assert "toy per GPU on 2 GPUs, ddp -- PREDICTED" in result.output
     assert "toy per GPU on 2 GPUs, fsdp -- PREDICTED" in result.output
@@ -143,11 +143,11 @@ def test_cli_compare_needs_the_same_world(tmp_path):
 def test_api_predicts_per_gpu():
     from memprobe.api import predict_max_batch
 
-    prediction = predict_max_batch("toy", "8GiB", "bf16", overhead_from=(), gpus=2, strategy="fsdp")
+    prediction = predict_max_batch("toy", "8GiB", "bf16", overhead=0, gpus=2, strategy="fsdp")
     assert prediction.world == "2 GPUs, fsdp"
     assert prediction.precisions["bf16"].max_batch["8GiB"] > 0
     with pytest.raises(ValueError):
-        predict_max_batch("toy", "8GiB", "bf16", overhead_from=(), gpus=2, strategy="zero3")
+        predict_max_batch("toy", "8GiB", "bf16", overhead=0, gpus=2, strategy="zero3")
 
 
 def test_cli_refuses_what_a_multi_gpu_scan_refuses():
@@ -159,7 +159,7 @@ def test_cli_refuses_what_a_multi_gpu_scan_refuses():
 
 def test_cli_predicts_inference_and_refuses_it_for_several_gpus():
     infer = CliRunner().invoke(main, ["predict", "--model", "toy", "-p", "bf16", "--memory", "8GiB", "--mode", "infer",
-                                      "--overhead-from", "none"])
+                                      "--overhead", "0"])
     assert infer.exit_code == 0, infer.output
     assert "of inference (2 forward passes under inference_mode)" in infer.output
     both = CliRunner().invoke(main, ["predict", "--model", "toy", "--memory", "8GiB", "--mode", "infer", "--gpus", "2"])

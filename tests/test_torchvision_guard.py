@@ -78,7 +78,7 @@ def test_predict_notes_the_stand_in(tmp_path):
     done = run_with(tmp_path, BROKEN, """
         from click.testing import CliRunner
         from memprobe.cli import main
-        result = CliRunner().invoke(main, ["predict", "--model", "toy", "--memory", "1GiB", "--precision", "fp32"])
+        result = CliRunner().invoke(main, ["predict", "--model", "toy", "--memory", "8GiB", "--precision", "fp32"])
         print("EXIT", result.exit_code)
         print(result.output)
     """)

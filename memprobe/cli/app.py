@@ -1,16 +1,19 @@
 """The `memprobe` click group, the options and helpers every command shares, and the small commands (list, device).
 
 User errors are one line and a non-zero exit: 1 for a failed scan or bad file, 2 for bad usage or
-no CUDA device (unless `scan --predict-if-no-gpu` predicted instead: 0), 130 for Ctrl-C (after
-writing what finished).
+no CUDA device (unless `scan --predict-if-no-gpu` predicted instead: 0), 130 for Ctrl-C, 143 for SIGTERM and
+129 for SIGHUP (after writing what finished), in every command: the group (MemprobeGroup) does it once for all.
 """
 
 from __future__ import annotations
 
+import sys
 
 import click
 from tabulate import tabulate
 
+from memprobe.cli import checks
+from memprobe.cli.helpers import SIGNALS_KEY, interrupted_status, one_line, stop_on_signals
 from memprobe.cli.models import resolve_workloads
 from memprobe.cli.variants import variants as _variants
 from memprobe.registry import RegistryError, Workload, load_registry
@@ -18,9 +21,6 @@ from memprobe.units import gib
 
 
 EXIT_NO_GPU = 2
-
-
-EXIT_INTERRUPTED = 130
 
 
 # Card sizes a no-GPU scan offers to predict for: 11 GB (GTX 1080 Ti / RTX 2080 Ti class), 24 GB (RTX 3090/4090),
@@ -68,10 +68,31 @@ def _int_list(text: str | None, what: str) -> list[int]:
         raise click.BadParameter(f"expected comma-separated integers, got '{text}'", param_hint=what) from None
     if any(v < 1 for v in values):
         raise click.BadParameter("batch sizes must be at least 1", param_hint=what)
+    if any(v > checks.MAX_BATCH for v in values):
+        raise click.BadParameter(f"batch sizes must be at most {checks.MAX_BATCH}", param_hint=what)
     return values
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class MemprobeGroup(click.Group):
+    """The memprobe group: what every command shares when it ends. Ctrl-C exits 130 and SIGTERM/SIGHUP 128 +
+    the signal (not click's "Aborted!" and 1), after the command's own clean-up ran (a scan writes what finished);
+    an error message is one line a terminal can show (helpers.one_line)."""
+
+    def invoke(self, ctx: click.Context):
+        with stop_on_signals() as received:
+            ctx.meta[SIGNALS_KEY] = received  # a command that says more itself exits with interrupted_status()
+            try:
+                return super().invoke(ctx)
+            except KeyboardInterrupt:
+                how = {15: "SIGTERM", 1: "SIGHUP"}.get(received[0], f"signal {received[0]}") if received else "Ctrl-C"
+                click.echo(f"\ninterrupted ({how}): stopped", err=True)
+                sys.exit(interrupted_status())
+            except click.ClickException as exc:
+                exc.message = one_line(exc.message)
+                raise
+
+
+@click.group(cls=MemprobeGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="memprobe")
 def main() -> None:
     """memprobe: the exact largest batch that trains on your GPU, and how fast it trains there.
@@ -82,16 +103,28 @@ def main() -> None:
 
 
 @main.command("list")
-@click.option("--models", "models_file", type=click.Path(dir_okay=False), help="Registry file (default: the packaged models.yaml).")
+@click.argument("names", nargs=-1)
+@click.option("--models", "models_file", type=checks.Path(dir_okay=False), help="Registry file (default: the packaged models.yaml).")
 @click.option("--all", "show_all", is_flag=True, help="Include test-only workloads.")
-def list_cmd(models_file: str | None, show_all: bool) -> None:
-    """List the workloads memprobe can scan."""
+def list_cmd(names: tuple[str, ...], models_file: str | None, show_all: bool) -> None:
+    """List the workloads memprobe can scan; with NAMES (wildcards work), each one's whole entry and params."""
+    from memprobe.listing import workload_detail, workload_table
+    from memprobe.registry import match
+
     registry = _registry(models_file)
-    rows = [
-        [w.name, w.family, w.unit, w.optimizer.get("name"), ", ".join(f"{k}={v}" for k, v in w.params.items()), w.description]
-        for w in registry.values() if show_all or not w.test_only
-    ]
-    click.echo(tabulate(rows, headers=["name", "family", "unit", "optimizer", "params", "description"], tablefmt="github"))
+    if not names:
+        click.echo(workload_table([w for w in registry.values() if show_all or not w.test_only]))
+        return
+    if show_all:
+        raise click.UsageError("--all has no effect with NAMES (a name lists its workload, test-only or not)")
+    chosen: list[Workload] = []
+    for name in names:
+        try:
+            found = match(registry, name)
+        except RegistryError as exc:
+            raise click.ClickException(str(exc)) from None
+        chosen += [w for w in found if w not in chosen]
+    click.echo("\n\n".join(workload_detail(w) for w in chosen))
 
 
 @main.command("device")
@@ -130,22 +163,34 @@ _FORMATS = ("github", "plain", "csv", "json")
 
 
 def _load_results(paths: tuple[str, ...]) -> list:
-    """(path, result) pairs. A file named explicitly must be a result file (one-line error otherwise);
-    a .json found under a folder that is not one is skipped with a warning (e.g. benchmark outputs)."""
+    """(path, result) pairs of the result files in `paths` (files, and folders searched for *.json). A file that is
+    not a valid result file is skipped with one warning line naming it and what is wrong; when nothing is left, one
+    error line: that file's reason, or how many were skipped."""
     from memprobe.results import ResultFileError, load_results
 
-    try:
-        return load_results(list(paths), on_skip=lambda exc: click.echo(f"warning: skipped {exc}", err=True))
-    except ResultFileError as exc:
-        raise click.ClickException(str(exc)) from None
+    skipped: list[ResultFileError] = []
+    loaded = load_results(list(paths), on_skip=skipped.append, strict_files=False)
+    if not loaded and len(skipped) == 1:
+        from pathlib import Path
+
+        folders = [p for p in paths if Path(p).is_dir()]
+        raise click.ClickException(f"no memprobe result files in {', '.join(folders)}; skipped {skipped[0]}"
+                                   if folders else str(skipped[0]))
+    for exc in skipped:
+        click.echo(f"warning: skipped {exc}", err=True)
+    if not loaded and skipped:
+        raise click.ClickException(f"no memprobe result files in {', '.join(paths)} ({len(skipped)} skipped, above)")
+    return loaded
 
 
 def _precision_list(text: str | None) -> list[str] | None:
     from memprobe.catalog import PRECISIONS
 
-    if not text:
+    if text is None:
         return None
     chosen = [p.strip() for p in text.split(",") if p.strip()]
+    if not chosen:
+        raise click.BadParameter("give at least one precision (e.g. fp16,bf16)", param_hint="--precision")
     unknown = [p for p in chosen if p not in PRECISIONS]
     if unknown:
         raise click.BadParameter(f"unknown precision(s) {', '.join(unknown)} (known: {', '.join(PRECISIONS)})",

@@ -21,26 +21,54 @@ def positive_size(text: str, option: str) -> int:
     return nbytes
 
 
-def memory_list(text: str | None, gpus: str | None = None) -> list[tuple[str, int]]:
-    """(label, bytes) for --memory sizes and --gpu cards, saying on stderr how each was read."""
+def memory_list(text: str | None, gpus: str | None = None, hints: bool = True):
+    """The cardsize.Sizes of --memory sizes and --gpu cards, saying on stderr how each was read (sizes: with
+    `hints`)."""
     from memprobe.cardsize import SizeError, read_sizes
 
     try:
-        sizes = read_sizes(text, gpus)
+        sizes = read_sizes(text, gpus, hints=hints)
     except SizeError as exc:
         raise click.BadParameter(str(exc), param_hint=exc.option) from None
     for note in sizes.notes:
         click.echo(f"note: {note}", err=True)
-    return sizes.labels
+    return sizes
+
+
+# An error line longer than this is cut: a terminal shows it whole, and the rest is said to be cut.
+MAX_ERROR_CHARS = 400
+
+
+def one_line(message: str, limit: int = MAX_ERROR_CHARS) -> str:
+    """`message` as one line a terminal can show: its first line, cut at `limit` characters with what was cut said."""
+    lines = message.strip().splitlines() or [""]
+    text, rest = lines[0], sum(len(line) + 1 for line in lines[1:])
+    if len(text) > limit:
+        rest += len(text) - limit
+        text = text[:limit].rstrip()
+    return text + (f" ... ({rest} more characters not shown)" if rest else "")
+
+
+SIGNALS_KEY = "memprobe.signals"  # ctx.meta: the signals the group's handlers received while the command ran
+
+
+def interrupted_status() -> int:
+    """The exit status of a command stopped by Ctrl-C or a signal: 128 + the signal (SIGINT 130, SIGTERM 143)."""
+    received = click.get_current_context().meta.get(SIGNALS_KEY) or []
+    return 128 + (received[0] if received else 2)
 
 
 @contextmanager
 def stop_on_signals() -> Iterator[list[int]]:
-    """While scanning, SIGTERM and SIGHUP stop the scan as Ctrl-C does (trial processes ended, finished
-    precisions kept, file marked partial); the yielded list gets the signal, for exit status 128 + signal."""
+    """SIGTERM and SIGHUP stop a command as Ctrl-C does (a scan ends its trial processes, keeps the finished
+    precisions, marks its file partial); the yielded list gets the signal, for exit status 128 + signal."""
     import signal
+    import threading
 
     received: list[int] = []
+    if threading.current_thread() is not threading.main_thread():  # only the main thread may set handlers
+        yield received
+        return
 
     def stop(signum: int, _frame) -> None:
         received.append(signum)
@@ -55,20 +83,17 @@ def stop_on_signals() -> Iterator[list[int]]:
 
 
 def card_names(gpus: str | None) -> list[str] | None:
-    """Catalog names of the cards in a comma-separated --gpu (names or aliases); None when not given.
-    BadParameter for an unknown card."""
+    """Catalog names of the cards in a comma-separated --gpu (cardnames.resolve_card: names, aliases, short names),
+    saying on stderr how an ambiguous one was taken; None when not given. BadParameter for a bad name."""
     if gpus is None:
         return None
-    from memprobe.catalog import default_catalog
+    from memprobe.cardnames import CardNameError, resolve_cards
 
-    catalog = default_catalog()
-    names = []
-    for name in (t.strip() for t in gpus.split(",") if t.strip()):
-        card = catalog.find(name)
-        if card is None:
-            raise click.BadParameter(f"unknown GPU '{name}' (catalog names and aliases work; `memprobe guide` lists them)",
-                                     param_hint="--gpu")
-        names.append(card.name)
-    if not names:
-        raise click.BadParameter("give at least one card name", param_hint="--gpu")
-    return names
+    try:
+        resolved = resolve_cards(gpus)
+    except CardNameError as exc:
+        raise click.BadParameter(str(exc), param_hint="--gpu") from None
+    for found in resolved:
+        if found.note:
+            click.echo(f"note: {found.note}", err=True)
+    return [found.card.name for found in resolved]

@@ -24,6 +24,7 @@ def resolve_workloads(registry: dict[str, Workload], model: str, input_size: str
 
 def model_options(command):
     """The options that shape a model given by name rather than by a registry entry."""
+    from memprobe.cli.checks import MAX_SEQ_LEN
     from memprobe.custom import HF_TASKS
 
     for option in reversed([
@@ -31,7 +32,7 @@ def model_options(command):
         click.option("--optimizer", type=click.Choice(["sgd", "adam", "adamw"]),
                      help="Models given by name: the optimizer (default: sgd momentum for timm:, adamw otherwise)."),
         click.option("--task", type=click.Choice(HF_TASKS), help="hf: models: the task head (default: causal-lm)."),
-        click.option("--seq-len", type=click.IntRange(2),
+        click.option("--seq-len", type=click.IntRange(2, MAX_SEQ_LEN),
                      help="hf: models: the sequence length (default: the config's maximum, at most 1024); LLM "
                           "registry workloads (llama-*): the sequence length of the batch search."),
     ]):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import click
 
+from memprobe.cli import checks
 from memprobe.cli.helpers import memory_list
 from memprobe.cli.models import model_options as _model_options
 from memprobe.cli.variants import variant_options as _variant_options
@@ -13,27 +14,28 @@ from memprobe.registry import Workload
 from memprobe.cli.app import COMMON_CARD_SIZES, _precision_list, _workloads, main
 
 
-def _predict_and_print(workloads: list[Workload], precisions: list[str], memory: str | None, overhead_from: tuple[str, ...],
+def _predict_and_print(workloads: list[Workload], precisions: list[str], memory: str | None, override,
                        steps: int, compare: str | None, cards: str | None = None, worlds: list | None = None,
                        mode: str = "train") -> None:
+    """Predict each workload for the sizes and cards asked and print it. `override`: an overhead.Override
+    (--overhead-from / --overhead) or None for the packaged per-card figures."""
     from memprobe.predict.torch_internals import TorchInternalsError
     from memprobe.workloads.torchvision_guard import standin_reason
 
     try:
-        from memprobe.predict.summary import measured_overhead, memory_sizes, predict, render
+        from memprobe.predict.summary import memory_sizes, predict, render
         from memprobe.predict.trace import PredictError
     except TorchInternalsError as exc:
         raise click.ClickException(str(exc)) from None
 
-    labels = memory_list(memory, cards)
+    asked = memory_list(memory, cards, hints=memory != COMMON_CARD_SIZES)  # no hints about memprobe's own default
     if standin_reason():
         click.echo(f"note: {standin_reason()}; a stand-in that raises on use takes its place (no workload calls "
                    "torchvision)", err=True)
-    overhead, source = measured_overhead(overhead_from)
     try:
-        sizes = memory_sizes(labels, overhead)
+        sizes = memory_sizes(asked.labels, asked.cards, override)
     except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="--memory") from None
+        raise click.BadParameter(str(exc), param_hint="--gpu" if asked.cards else "--memory") from None
     compare_with = None
     if compare:
         from memprobe.results import ResultFileError, read_result
@@ -54,7 +56,7 @@ def _predict_and_print(workloads: list[Workload], precisions: list[str], memory:
             where = f" as rank 0 of {world.label}" if world else ""
             click.echo(f"[{workload.name}] tracing on fake tensors{where} (no GPU used) ...", err=True)
             try:
-                prediction = predict(workload, precisions, sizes, overhead, source, steps=steps,
+                prediction = predict(workload, precisions, sizes, None, "", steps=steps,
                                      compare_with=compare_with if compare_with and
                                      compare_with[1].workload.get("name") == workload.name else None, world=world,
                                      mode=mode)
@@ -97,34 +99,39 @@ def _worlds(count: int, strategy: str) -> list | None:
                    "FILE.py:FUNCTION or package.module:FUNCTION.")
 @click.option("--memory", help=f"Comma-separated memory sizes to predict for (24GiB, 11GB = decimal; default without "
                                f"--gpu: {COMMON_CARD_SIZES}).")
-@click.option("--gpus", "world_size", default=1, show_default=True, type=click.IntRange(1),
+@click.option("--gpus", "world_size", default=1, show_default=True, type=click.IntRange(1, checks.MAX_GPUS),
               help="Predict per GPU for N GPUs training data-parallel (rank 0 of N, under each --strategy).")
 @click.option("--strategy", default="ddp", show_default=True,
               help="With --gpus N > 1, comma-separated: ddp (DistributedDataParallel), fsdp (FSDP2 fully_shard per block).")
-@click.option("--gpu", "cards", help="Comma-separated catalog cards by name or alias (\"H200\", \"H100 SXM\"): predicts at the "
-                                    "total memory the card's driver reports (see `memprobe guide` for the catalog).")
+@click.option("--gpu", "cards", help="Comma-separated cards by name, alias or short name (\"H200\", \"H100 SXM\", \"a100 80gb\", "
+                                    "4090): predicts at the total memory the card's driver reports (see `memprobe "
+                                    "guide` for the catalog).")
 @click.option("--precision", "-p", default="fp32,fp16,bf16", show_default=True,
               help="Comma-separated: fp32, tf32, fp16, bf16 (as in scan).")
-@click.option("--models", "models_file", type=click.Path(dir_okay=False), help="Registry file (default: the packaged models.yaml).")
-@click.option("--overhead-from", "overhead_from", multiple=True, type=click.Path(), default=("reports",),
-              show_default=True,
-              help="Scan result file(s) or folder(s): the memory a real card's allocator could not use (CUDA context, "
-                   "driver) is measured there and subtracted from each size, as `memprobe guide` does.")
-@click.option("--compare", type=click.Path(exists=True, dir_okay=False),
+@click.option("--models", "models_file", type=checks.Path(dir_okay=False), help="Registry file (default: the packaged models.yaml).")
+@click.option("--overhead-from", "overhead_from", multiple=True, type=checks.Path(exists=True),
+              help="Scan result file(s) or folder(s) to take the memory a real card's allocator could not use (CUDA "
+                   "context, driver) from, subtracted from every size. Default: the figures memprobe ships "
+                   "(memprobe/data/overhead.yaml: measured per scanned card, carried over to the others).")
+@click.option("--overhead", "overhead_size",
+              help="The memory the allocator cannot use, given directly (e.g. 1.5GiB; 0 subtracts nothing); "
+                   "replaces the shipped figures.")
+@click.option("--compare", type=checks.Path(exists=True, dir_okay=False),
               help="A scan result file of this workload: also print predicted vs measured peaks for its trials, and "
                    "the predicted max batch at its allocator capacity beside the measured one.")
-@click.option("--steps", default=None, type=click.IntRange(1),
+@click.option("--steps", default=None, type=click.IntRange(1, checks.MAX_PREDICT_STEPS),
               help="Steps per trial, as the scan's: 1 warm-up + K >= 2 in training (default 3); forward passes in "
                    "inference (default 2).")
 @click.option("--mode", type=click.Choice(["train", "infer"]), default="train", show_default=True,
               help="infer: predict the max batch of forward passes under inference_mode (as `scan --mode infer`).")
 @_model_options
 @_variant_options
-@click.option("--batch", default=1, show_default=True, type=click.IntRange(1),
+@click.option("--batch", default=1, show_default=True, type=click.IntRange(1, checks.MAX_SEQ_BATCH),
               help="With --search seq-len: the batch the sequence length is predicted at.")
 def predict_cmd(model: str, memory: str | None, world_size: int, strategy: str, cards: str | None, precision: str,
                 models_file: str | None,
-                overhead_from: tuple[str, ...], compare: str | None, steps: int, input_size: str | None,
+                overhead_from: tuple[str, ...], overhead_size: str | None, compare: str | None, steps: int,
+                input_size: str | None,
                 optimizer: str | None, task: str | None, seq_len: int | None, search: str, checkpointing: bool,
                 lora: str | None, batch: int, mode: str) -> None:
     """Predict the max batch for any memory size, with no GPU (labelled predicted, not measured).
@@ -134,6 +141,7 @@ def predict_cmd(model: str, memory: str | None, world_size: int, strategy: str, 
     records every allocation and replays it through a model of the CUDA caching allocator. Takes
     seconds to a minute on a CPU. Needs torch, but no GPU.
     """
+    checks.predict_checks(click.get_current_context(), world_size, search)
     workloads = _workloads(models_file, model, precision, input_size, optimizer, task, seq_len,
                            search, batch, checkpointing, lora)
     precisions = _precision_list(precision) or []
@@ -148,4 +156,15 @@ def predict_cmd(model: str, memory: str | None, world_size: int, strategy: str, 
         raise click.BadParameter("a training trial is 1 warm-up step + K >= 2 steps (3 or more)", param_hint="--steps")
     if memory is None and cards is None:
         memory = COMMON_CARD_SIZES
-    _predict_and_print(workloads, precisions, memory, overhead_from, steps, compare, cards, worlds, mode)
+    _predict_and_print(workloads, precisions, memory, _override(overhead_from, overhead_size), steps, compare, cards,
+                       worlds, mode)
+
+
+def _override(paths: tuple[str, ...], size: str | None):
+    """The overhead.Override --overhead-from or --overhead give; None for the packaged figures."""
+    from memprobe.overhead import OverheadError, choose_override
+
+    try:
+        return choose_override(paths, size)
+    except OverheadError as exc:
+        raise click.UsageError(str(exc)) from None

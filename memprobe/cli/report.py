@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import click
 
+from memprobe.cli import checks
 from memprobe.cli.helpers import card_names
 from memprobe.cli.app import _FORMATS, _load_results, _precision_list, main
 
 
 @main.command("report")
-@click.argument("paths", nargs=-1, required=True, type=click.Path())
+@click.argument("paths", nargs=-1, required=True, type=checks.Path())
 @click.option("--reference", help="GPU that throughput is normalized to (catalog or device name). "
                                   "Default: Quadro RTX 8000 where present, else the first GPU given.")
 @click.option("--precision", "-p", "precision", help="Comma-separated precisions to show (default: all found).")
@@ -20,7 +21,7 @@ from memprobe.cli.app import _FORMATS, _load_results, _precision_list, main
 @click.option("--with-published", is_flag=True,
               help="Add published figures (2020 study, 2023-2025 PyTorch catalog) for the workloads that have them, "
                    "marked (pub).")
-@click.option("--charts", "charts_dir", type=click.Path(file_okay=False),
+@click.option("--charts", "charts_dir", type=checks.Path(file_okay=False),
               help="Also write PNG and SVG charts into this folder.")
 @click.option("--at-batch", type=click.Choice(["best", "common", "max"]), default="best", show_default=True,
               help="Throughput normalized across cards: best (at each card's best batch b*, from the scan's curve), "
@@ -46,6 +47,11 @@ def report_cmd(paths: tuple[str, ...], reference: str | None, precision: str | N
 
     from memprobe.compare.scaling import scaling_table, split_by_world_size
 
+    checks.report_checks(click.get_current_context(), scans, llm)
+    if reference is not None and not reference.strip():
+        raise click.BadParameter("give a GPU name (e.g. \"H100 SXM\")", param_hint="--reference")
+    if charts_dir:  # before the report prints: a folder that cannot be written is one line, not a late traceback
+        _charts_folder(charts_dir)
     loaded, multi = split_by_world_size(_load_results(paths))
     if llm:
         from memprobe.compare.llm import llm_table
@@ -80,13 +86,27 @@ def report_cmd(paths: tuple[str, ...], reference: str | None, precision: str | N
     click.echo(text, nl=False)
     if charts_dir:
         from memprobe.compare.charts import write_charts
+        from memprobe.outputs import OutputError
 
-        for written in write_charts(comparison, relative, loaded, charts_dir):
-            click.echo(f"wrote {written}", err=True)
+        try:
+            for written in write_charts(comparison, relative, loaded, charts_dir):
+                click.echo(f"wrote {written}", err=True)
+        except OutputError as exc:
+            raise click.ClickException(str(exc)) from None
+
+
+def _charts_folder(path: str) -> None:
+    """--charts: the folder exists or can be made, can be written, and holds no folder where a chart file goes."""
+    from memprobe.outputs import OutputError, prepare_dir
+
+    try:
+        prepare_dir(path)
+    except OutputError as exc:
+        raise click.ClickException(str(exc)) from None
 
 
 @main.command("guide")
-@click.argument("paths", nargs=-1, type=click.Path())
+@click.argument("paths", nargs=-1, type=checks.Path())
 @click.option("--budget", type=click.FloatRange(min=0), help="Only cards whose typical price (USD) is at most this.")
 @click.option("--gpu", "gpus", help="Only these catalog cards, by name or alias, comma-separated (e.g. \"H200,A100 80GB SXM4\").")
 @click.option("--format", "fmt", type=click.Choice(_FORMATS), default="github", show_default=True,
@@ -98,7 +118,12 @@ def guide_cmd(paths: tuple[str, ...], budget: float | None, gpus: str | None, fm
     the scanned card; adds throughput per 1000 USD and per watt where measured or published, and a
     one-line verdict per card. Without PATHS it shows the catalog and the published figures only.
     """
+    import math
+
     from memprobe.compare.guide import guide_report
+
+    if budget is not None and not math.isfinite(budget):
+        raise click.BadParameter(f"expected a price in USD, got {budget}", param_hint="--budget")
     from memprobe.compare.scaling import split_by_world_size
 
     loaded, _multi_gpu = split_by_world_size(_load_results(paths))  # the guide is about one card

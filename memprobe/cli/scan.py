@@ -8,13 +8,14 @@ import sys
 
 import click
 
-from memprobe.cli.helpers import positive_size, stop_on_signals
+from memprobe.cli import checks
+from memprobe.cli.helpers import interrupted_status, positive_size
 from memprobe.cli.models import model_options as _model_options
 from memprobe.cli.variants import split_batches, variant_options as _variant_options
 from memprobe.registry import Workload
 from memprobe.units import gib
 from memprobe.variants import base_name
-from memprobe.cli.app import COMMON_CARD_SIZES, EXIT_INTERRUPTED, NoGPUExit, _int_list, _workloads, main
+from memprobe.cli.app import COMMON_CARD_SIZES, NoGPUExit, _int_list, _workloads, main
 from memprobe.cli.predict import _predict_and_print
 
 
@@ -53,16 +54,20 @@ class _ProgressPrinter:
 @click.option("--batch", "batches", help="Also measure throughput at these batch sizes (an OOM there is reported). "
                                          "With --search seq-len: the one batch the sequence length is searched at (default 1).")
 @_variant_options
-@click.option("--out", "out_dir", default="reports", show_default=True, type=click.Path(file_okay=False),
+@click.option("--out", "out_dir", default="reports", show_default=True, type=checks.Path(file_okay=False),
               help="Folder for the result file.")
-@click.option("--models", "models_file", type=click.Path(dir_okay=False), help="Registry file (default: the packaged models.yaml).")
-@click.option("--steps", default=3, show_default=True, type=click.IntRange(3), help="Steps per trial: 1 warm-up + K >= 2.")
-@click.option("--warmup", default=3, show_default=True, type=click.IntRange(0), help="Warm-up steps before timing.")
-@click.option("--timed-steps", default=10, show_default=True, type=click.IntRange(1), help="Timed steps for throughput.")
-@click.option("--max-batch", default=65536, show_default=True, type=click.IntRange(1), help="Largest batch the search tries.")
-@click.option("--max-trials", default=40, show_default=True, type=click.IntRange(2), help="Most search trials per precision (fresh-process proof checks not counted).")
+@click.option("--models", "models_file", type=checks.Path(dir_okay=False), help="Registry file (default: the packaged models.yaml).")
+@click.option("--steps", default=3, show_default=True, type=click.IntRange(3, checks.MAX_SCAN_STEPS),
+              help="Steps per trial: 1 warm-up + K >= 2 (longer runs: --soak).")
+@click.option("--warmup", default=3, show_default=True, type=click.IntRange(0, checks.MAX_WARMUP),
+              help="Warm-up steps before timing.")
+@click.option("--timed-steps", default=10, show_default=True, type=click.IntRange(1, checks.MAX_TIMED_STEPS),
+              help="Timed steps for throughput.")
+@click.option("--max-batch", default=65536, show_default=True, type=click.IntRange(1, checks.MAX_BATCH),
+              help="Largest batch the search tries.")
+@click.option("--max-trials", default=40, show_default=True, type=click.IntRange(2, checks.MAX_TRIALS), help="Most search trials per precision (fresh-process proof checks not counted).")
 @click.option("--no-throughput", is_flag=True, help="Only find the max batch; skip timing.")
-@click.option("--soak", default=0, show_default=True, type=click.IntRange(0),
+@click.option("--soak", default=0, show_default=True, type=click.IntRange(0, checks.MAX_SOAK),
               help="After the proof, train the max batch this many more steps in a fresh process and lower it "
                    "until that passes (recorded as proof.soak); 0 = off.")
 @click.option("--predicted-start/--no-predicted-start", "predicted_start", default=None,
@@ -114,6 +119,7 @@ def scan_cmd(model: str, precision: str, mode: str, batches: str | None, out_dir
     """
     from memprobe.probe.scan import NoCudaError, ScanInterrupted, ScanOptions
 
+    checks.scan_checks(click.get_current_context(), device, gpus, no_curve, no_throughput, parallel)
     request_batch, timed_batches = split_batches(search, _int_list(batches, "--batch"))
     workloads = _workloads(models_file, model, precision, input_size, optimizer, task, seq_len,
                            search, request_batch, checkpointing, lora)
@@ -139,9 +145,10 @@ def scan_cmd(model: str, precision: str, mode: str, batches: str | None, out_dir
         try:
             _require_gpu()
         except NoGPUExit as exc:
-            _no_gpu(exc.message, workloads, opts, mode, out_dir, predict_if_no_gpu)
+            _no_gpu(exc.message, workloads, opts, mode, predict_if_no_gpu)
             return
 
+    _writable(out_dir)  # now, not after the first precision's minutes of trials
     if parallel:
         _scan_parallel(workloads, opts, gpus, out_dir, models_file)
         return
@@ -159,21 +166,20 @@ def scan_cmd(model: str, precision: str, mode: str, batches: str | None, out_dir
     user_errors = []
     for workload in workloads:
         try:
-            with stop_on_signals() as stopped_by:
-                for result, path in scan_runs(workload, opts, sizes, strategies, out_dir, progress):
-                    finished.append(result)
-                    failed |= any(p.status == "error" for p in result.precisions.values())
-                    user_errors += _after_scan(result, path, workload)
+            for result, path in scan_runs(workload, opts, sizes, strategies, out_dir, progress):
+                finished.append(result)
+                failed |= any(p.status == "error" for p in result.precisions.values())
+                user_errors += _after_scan(result, path, workload)
         except DistributedScanError as exc:
             raise click.UsageError(str(exc)) from None
         except NoCudaError as exc:
-            _no_gpu(f"no CUDA device: {exc}", workloads, opts, mode, out_dir, predict_if_no_gpu)
+            _no_gpu(f"no CUDA device: {exc}", workloads, opts, mode, predict_if_no_gpu)
             return
         except ScanInterrupted as stop:
             kept = (f"the finished precisions are in {stop.path} (marked partial)" if stop.path
                     else f"no precision of {workload.name} had finished, so no result file was written")
             click.echo(f"\ninterrupted: {kept}", err=True)
-            sys.exit(128 + stopped_by[0] if stopped_by else EXIT_INTERRUPTED)
+            sys.exit(interrupted_status())
     _print_scans(finished)
     if user_errors:
         raise click.ClickException(user_errors[0])
@@ -216,6 +222,8 @@ def _scan_parallel(workloads: list[Workload], opts, gpus: str | None, out_dir: s
 
     try:
         count = None if gpus in (None, "", "all") else int(gpus)
+        if count is not None and count < 1:
+            raise ValueError(f"--gpus {count}: give 1 or more GPUs")
         slots = gpu_slots(count, opts.device)
     except ValueError as exc:
         raise click.UsageError(f"--parallel: {exc}" if "--gpus" in str(exc) else
@@ -225,7 +233,7 @@ def _scan_parallel(workloads: list[Workload], opts, gpus: str | None, out_dir: s
                                         on_event=lambda text: click.echo(text, err=True))
     except KeyboardInterrupt:
         click.echo("\ninterrupted: the finished precisions were merged into result files (marked partial)", err=True)
-        sys.exit(EXIT_INTERRUPTED)
+        sys.exit(interrupted_status())
     for _result, path in written:
         click.echo(f"wrote {path}", err=True)
     click.echo(f"parallel scan on {len(slots)} GPU(s): {summary.wall_seconds:.0f} s wall, serial estimate (sum of the "
@@ -233,6 +241,16 @@ def _scan_parallel(workloads: list[Workload], opts, gpus: str | None, out_dir: s
     _print_scans([result for result, _path in written])
     if any(j["returncode"] not in (0, None) for j in summary.jobs):
         sys.exit(1)
+
+
+def _writable(out_dir: str) -> None:
+    """--out exists or can be made, and a result file can be written there; one-line error otherwise."""
+    from memprobe.outputs import OutputError, prepare_dir
+
+    try:
+        prepare_dir(out_dir, suffixes=(".json",))
+    except OutputError as exc:
+        raise click.BadParameter(str(exc), param_hint="--out") from None
 
 
 def _require_gpu() -> None:
@@ -247,10 +265,10 @@ def _require_gpu() -> None:
                    "the max batch found will be lower than on an idle card", err=True)
 
 
-def _no_gpu(message: str, workloads: list[Workload], opts, mode: str, out_dir: str, predict_instead: bool) -> None:
+def _no_gpu(message: str, workloads: list[Workload], opts, mode: str, predict_instead: bool) -> None:
     """No CUDA device for a scan: exit 2 offering `memprobe predict`, or (predict_instead) predict and return.
 
-    The prediction subtracts the overhead measured in the result files under --out, when there are any.
+    The prediction subtracts the overhead memprobe ships (memprobe/data/overhead.yaml), as `memprobe predict` does.
     """
     names = ",".join(dict.fromkeys(base_name(w.name) for w in workloads))
     same = " (with the same --search, --seq-len, --checkpointing and --lora)" if any("+" in w.name for w in workloads) else ""
@@ -261,4 +279,4 @@ def _no_gpu(message: str, workloads: list[Workload], opts, mode: str, out_dir: s
         raise NoGPUExit(f"{message}; --predict-if-no-gpu predicts training steps only (--mode train)")
     click.echo(f"{message}: predicting instead of measuring (memprobe predict; nothing is measured and no result "
                "file is written)", err=True)
-    _predict_and_print(workloads, opts.precisions, COMMON_CARD_SIZES, (out_dir,), opts.trial_steps, None, mode=opts.mode)
+    _predict_and_print(workloads, opts.precisions, COMMON_CARD_SIZES, None, opts.trial_steps, None, mode=opts.mode)

@@ -15,6 +15,7 @@ from typing import Sequence
 from memprobe.catalog import Catalog, default_catalog
 from memprobe.compare.comparison import MEASURED, PREDICTED, PUBLISHED, Comparison
 from memprobe.compare.relative import Relative
+from memprobe.outputs import prepare_dir, save_figure
 
 STYLE = {
     MEASURED: {"color": "#1f5fa8", "hatch": "", "label": "measured by memprobe"},
@@ -199,7 +200,7 @@ def draw(panels: Sequence[Panel], title: str, footer: str, out_base: Path) -> li
                         title=title, title_fontproperties={"size": 13, "weight": "bold"})
     legend.get_title().set_multialignment("center")
     fig.supxlabel(footer, fontsize=7.5, color="#444444", wrap=True)
-    out_base.parent.mkdir(parents=True, exist_ok=True)
+    prepare_dir(out_base.parent)
     # Lay out once, then freeze: otherwise constrained layout runs again for every file format (it dominates).
     fig.draw_without_rendering()
     fig.set_layout_engine("none")
@@ -209,7 +210,7 @@ def draw(panels: Sequence[Panel], title: str, footer: str, out_base: Path) -> li
         for ext in FORMATS:
             path = out_base.with_suffix(f".{ext}")
             metadata = {"Date": None} if ext == "svg" else {"Software": None}
-            fig.savefig(path, dpi=110, metadata=metadata)
+            save_figure(fig, path, dpi=110, metadata=metadata)  # atomic: Ctrl-C leaves no half a file
             written.append(path)
     return written
 

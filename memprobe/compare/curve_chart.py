@@ -11,6 +11,7 @@ import math
 from pathlib import Path
 
 from memprobe.compare.comparison import MEASURED, Comparison, Point
+from memprobe.outputs import prepare_dir, save_figure
 from memprobe.probe.knee import KNEE_FALL
 
 CHART_NAME = "throughput_vs_batch"
@@ -79,12 +80,12 @@ def write_curve_chart(comparison: Comparison, out_dir: str | Path) -> list[Path]
     fig.suptitle("Throughput against batch size (star: best batch b*; cross: max batch B; triangle: knee, the "
                  f"last batch before a fall of more than {KNEE_FALL:.0%})", fontsize=12)
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    prepare_dir(out_dir)
     written = []
     # Same settings as the other charts: SVG text stays text, and re-runs are byte-identical.
     with rc_context({"svg.fonttype": "none", "svg.hashsalt": "memprobe"}):
         for ext in FORMATS:
             path = out_dir / f"{CHART_NAME}.{ext}"
-            fig.savefig(path, dpi=110, metadata={"Date": None} if ext == "svg" else {"Software": None})
+            save_figure(fig, path, dpi=110, metadata={"Date": None} if ext == "svg" else {"Software": None})
             written.append(path)
     return written

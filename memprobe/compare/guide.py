@@ -1,9 +1,9 @@
 """`memprobe guide`: which cards train these workloads, at what batch, and what a dollar and a watt buy.
 
 No torch here. For every workload and precision in the result files, the memory model fitted during the scan
-(peak reserved bytes = static + per_sample x batch) predicts the max batch on every catalog card. The memory
-a process cannot use (driver reservation, CUDA context, runtime) is not assumed: it is carried over from the
-measured card (its datasheet memory minus the allocator capacity the scan recorded). Throughput per 1000 USD and
+(peak reserved bytes = static + per_sample x batch) predicts the max batch on every catalog card, at the usable
+memory `memprobe predict --gpu CARD` takes for it (memprobe/overhead.py: measured where memprobe scanned the card,
+carried over elsewhere; the same data wherever it runs). Throughput per 1000 USD and
 per watt is given only where throughput was measured or published; verdicts per card follow one stated rule.
 """
 
@@ -14,12 +14,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
+from memprobe.cardsize import card_size
 from memprobe.catalog import Card, Catalog, default_catalog
 from memprobe.compare.comparison import MEASURED, PREDICTED, Comparison, ReportError, batch_unit, build_comparison, workload_labels
 from memprobe.compare.curves import LABELS, at_batch_text, knee_text, like_for_like
 from memprobe.compare.tables import Cell, Table, fmt_number
 from memprobe.compare.report import render
-from memprobe.results import PrecisionResult, ScanResult
+from memprobe.overhead import Overhead, OverheadTable, default_overhead_table, overhead_for, usable_memory
+from memprobe.results import ScanResult
 from memprobe.probe.search import MemoryModel as LinearModel  # guide.MemoryModel is the per-workload record below
 from memprobe.units import gib
 
@@ -37,35 +39,6 @@ VERDICT_RULE = (
     f"'{VERDICT_ALL}': every workload trains roomily; '{VERDICT_MOST}': at least half of the workloads train; "
     f"'{VERDICT_NO}': fewer than half train."
 )
-
-
-@dataclass(frozen=True)
-class Overhead:
-    """Memory of the measured card that the allocator could not use, carried over to every other card.
-
-    bytes = datasheet memory of the measured card - capacity_bytes (free + reserved after the model was built).
-    When the catalog does not know the measured card, it falls back to total_bytes - capacity_bytes, which misses
-    the driver's reservation (said in `describe`).
-    """
-
-    bytes: int
-    gpu: str
-    capacity_bytes: int
-    total_bytes: int | None
-    nominal_bytes: int | None
-
-    def describe(self) -> str:
-        """One sentence: the overhead and where it comes from."""
-        if self.nominal_bytes is not None:
-            parts = [f"{gib(self.nominal_bytes, 2)} GiB datasheet memory - {gib(self.capacity_bytes, 2)} GiB that the "
-                     f"scan's allocator could use = {gib(self.bytes, 2)} GiB"]
-            if self.total_bytes is not None:
-                parts.append(f"{gib(self.nominal_bytes - self.total_bytes, 2)} GiB the driver does not expose + "
-                             f"{gib(self.total_bytes - self.capacity_bytes, 2)} GiB CUDA context and runtime")
-            return f"measured on {self.gpu}: " + " (".join(parts) + (")" if len(parts) > 1 else "")
-        return (f"measured on {self.gpu} (not in the catalog): total {gib(self.total_bytes, 2)} GiB - capacity "
-                f"{gib(self.capacity_bytes, 2)} GiB = {gib(self.bytes, 2)} GiB; the driver's own reservation is unknown "
-                "and not included")
 
 
 @dataclass(frozen=True)
@@ -119,22 +92,6 @@ def predict_max_batch(static_bytes: float, per_sample_bytes: float, usable_bytes
     return LinearModel(static_bytes, per_sample_bytes, "peak_reserved", 0).max_batch_for(usable_bytes)
 
 
-def overhead_for(result: ScanResult, p: PrecisionResult, catalog: Catalog) -> Overhead | None:
-    """The non-allocatable memory of the card a result was measured on, or None without a recorded capacity."""
-    if not p.capacity_bytes:
-        return None
-    gpu_env = result.environment.get("gpu", {})
-    device = str(gpu_env.get("name", "?"))
-    # An emulated card (scan --memory-cap) has the cap as its memory, not the real card's.
-    total = gpu_env.get("emulated_total_bytes") or gpu_env.get("total_bytes")
-    card = catalog.find(device)
-    if card is not None:
-        return Overhead(card.memory_bytes - p.capacity_bytes, card.name, p.capacity_bytes, total, card.memory_bytes)
-    if total is None:
-        return None
-    return Overhead(int(total) - p.capacity_bytes, device, p.capacity_bytes, int(total), None)
-
-
 def memory_models(loaded: Sequence[tuple[Path, ScanResult]], catalog: Catalog | None = None) -> tuple[list[MemoryModel], list[str]]:
     """The usable memory models in the files, one per workload label and precision (the first given), and notes."""
     catalog = catalog or default_catalog()
@@ -163,15 +120,24 @@ def memory_models(loaded: Sequence[tuple[Path, ScanResult]], catalog: Catalog | 
     return list(models.values()), notes
 
 
-def predictions(models: Sequence[MemoryModel], cards: Sequence[Card]) -> list[Prediction]:
-    """Every model on every card: usable memory = card memory - the model's carried-over overhead."""
+def card_capacity(card: Card, table: OverheadTable | None = None) -> int:
+    """The allocator capacity of a card, as `memprobe predict --gpu CARD` takes it (overhead.usable_memory: measured
+    where memprobe scanned the card, else its memory minus the overhead carried over); 0 when nothing is left."""
+    try:
+        return usable_memory(card.name, card_size(card)[0], card, table=table).capacity_bytes
+    except ValueError:
+        return 0
+
+
+def predictions(models: Sequence[MemoryModel], cards: Sequence[Card], table: OverheadTable | None = None) -> list[Prediction]:
+    """Every model on every card, at the card's capacity as predict takes it (card_capacity)."""
     out = []
     for m in models:
         for card in cards:
             if not card.supports(m.precision):
                 out.append(Prediction(card, m.workload, m.precision, None, None, PREDICTED))
                 continue
-            predicted = predict_max_batch(m.static_bytes, m.per_sample_bytes, card.memory_bytes - m.overhead.bytes)
+            predicted = predict_max_batch(m.static_bytes, m.per_sample_bytes, card_capacity(card, table))
             if card.name == m.gpu and m.measured_max_batch is not None:
                 out.append(Prediction(card, m.workload, m.precision, int(m.measured_max_batch), predicted, MEASURED))
             else:
@@ -239,15 +205,28 @@ def catalog_table(cards: Sequence[Card]) -> Table:
     return Table("catalog", "GPU catalog (datasheets and published prices, not measured)", columns, rows, notes)
 
 
-def prediction_table(preds: Sequence[Prediction], cards: Sequence[Card], models: Sequence[MemoryModel]) -> Table:
+def usable_note(table: OverheadTable | None = None) -> str:
+    """One sentence: the usable memory per card, and where it comes from (memprobe/data/overhead.yaml)."""
+    table = table or default_overhead_table()
+    scanned = ", ".join(f"the {c.card} {gib(c.capacity_bytes, 2)} GiB" for c in table.cards.values())
+    carried = table.carried()
+    rest = (f"on the others, the card's memory (driver-reported total where the catalog has it, else datasheet) "
+            f"minus {gib(carried.overhead_bytes, 2)} GiB measured on the {carried.card}, carried over" if carried
+            else "on the others, the whole memory (no scanned card to measure the overhead on)")
+    return (f"Usable memory per card, as `memprobe predict --gpu CARD` takes it (memprobe/data/overhead.yaml): "
+            f"measured where memprobe scanned the card ({scanned or 'none'}); {rest}.")
+
+
+def prediction_table(preds: Sequence[Prediction], cards: Sequence[Card], models: Sequence[MemoryModel],
+                     table: OverheadTable | None = None) -> Table:
     """Predicted max batch per card (rows) and workload/precision (columns), and how many workloads train."""
     cols = [(m.workload, m.precision) for m in models]
     by = {(p.card.name, p.workload, p.precision): p for p in preds}
     workloads = list(dict.fromkeys(m.workload for m in models))
-    columns = ["card", "memory GiB"] + [f"{w} {p}" for w, p in cols] + ["trains (workloads)"]
+    columns = ["card", "memory GiB", "usable GiB"] + [f"{w} {p}" for w, p in cols] + ["trains (workloads)"]
     rows = []
     for card in cards:
-        row: list[Any] = [card.name, fmt_number(card.memory_bytes / 2**30)]
+        row: list[Any] = [card.name, fmt_number(card.memory_bytes / 2**30), gib(card_capacity(card, table), 2)]
         for w, pr in cols:
             p = by.get((card.name, w, pr))
             if p is None or p.batch is None:
@@ -260,22 +239,24 @@ def prediction_table(preds: Sequence[Prediction], cards: Sequence[Card], models:
         trains = len({w for w, b in batches if b})
         row.append(f"{trains}/{len(workloads)}")
         rows.append(row)
-    notes = []
+    notes = ["(pred) = the scan's straight line (below) at the card's usable memory, the one `memprobe predict --gpu "
+             "CARD` takes (column 'usable GiB'). `memprobe predict -m WORKLOAD -p PRECISION --gpu CARD` replays the "
+             "trial through a model of the caching allocator instead of a line, so for the same card its answer can "
+             "differ by a few percent: the line runs through the peaks of the search's trials, not through the edge.",
+             usable_note(table)]
     for m in models:
         notes.append(f"{m.workload} {m.precision}: peak reserved = {gib(m.static_bytes, 2)} GiB + "
                      f"{gib(m.per_sample_bytes, 3)} GiB x batch ({m.batch_unit}), fitted in {Path(m.source).name}.")
-    overheads = {m.overhead.describe() for m in models}
-    notes += [f"Usable memory = card memory - overhead; the overhead is carried over from the measured card, "
-              f"not measured on the others: {o}." for o in sorted(overheads)]
     checks = [f"{m.workload} {m.precision} predicted {p.predicted_batch}, measured {p.batch}"
               for m in models for p in preds
               if p.origin == MEASURED and p.workload == m.workload and p.precision == m.precision]
     if checks:
-        notes.append("Check on the measured card(s): " + "; ".join(checks) + ". The linear model ignores allocator "
-                     "fragmentation near the edge, so a prediction can be 1-2 above the true maximum.")
+        notes.append("Check on the measured card(s): " + "; ".join(checks) + ". The line is fitted to the peaks of "
+                     "the search's trials, not to the edge, so it can miss the true maximum by a few percent either "
+                     "way.")
     notes.append("Other cards run other kernels and library workspaces (cuDNN, cuBLAS), so their true maxima can "
                  "differ by a few samples; 'n/a' = the card has no such precision (tf32/bf16 need Ampere or newer).")
-    return Table("predicted", "Max batch on every catalog card (predicted from the fitted memory model)", columns,
+    return Table("predicted", "Max batch on every catalog card (predicted from the scan's fitted memory line)", columns,
                  rows, notes)
 
 
@@ -320,7 +301,8 @@ def verdict_table(verdicts_: Sequence[Verdict]) -> Table:
 
 
 def guide_report(loaded: Sequence[tuple[Path, ScanResult]], budget: float | None = None, fmt: str = "github",
-                 catalog: Catalog | None = None, only: Sequence[str] | None = None) -> str:
+                 catalog: Catalog | None = None, only: Sequence[str] | None = None,
+                 table: OverheadTable | None = None) -> str:
     """Build and render `memprobe guide`, for the catalog cards named in `only` (all when None). Raises
     ValueError for an unknown format or a negative budget."""
     if budget is not None and budget < 0:
@@ -337,11 +319,11 @@ def guide_report(loaded: Sequence[tuple[Path, ScanResult]], budget: float | None
                      "sourced price are left out.")
     models, model_notes = memory_models(loaded, catalog)
     notes += model_notes
-    preds = predictions(models, all_cards)
+    preds = predictions(models, all_cards, table)
     tables = [catalog_table(shown)]
     names = {c.name for c in shown}
     if models:
-        tables.append(prediction_table([p for p in preds if p.card.name in names], shown, models))
+        tables.append(prediction_table([p for p in preds if p.card.name in names], shown, models, table))
     try:
         comparison = like_for_like(build_comparison(loaded, with_published=True, catalog=catalog)).comparison
     except ReportError:

@@ -1,7 +1,7 @@
 """`memprobe predict`: max batch per memory size and precision, compared with a scan, rendered.
 
 The max batch for a memory size is found by replaying the trace with the allocator's capacity set to that
-memory minus the non-allocatable overhead measured on a real card (guide.overhead_for); a line
+memory minus the non-allocatable overhead measured on a real card (memprobe/overhead.py); a line
 peak(b) = static + per_sample x b through the replayed peaks near the edge is reported beside it.
 """
 
@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Sequence
 
 from memprobe.probe.errors import FIT
@@ -29,6 +28,7 @@ class MemorySize:
     label: str
     memory_bytes: int
     capacity_bytes: int
+    how: str = ""  # where the capacity comes from (overhead.usable_memory), when not from the Prediction's overhead
 
 
 @dataclass
@@ -221,38 +221,19 @@ def predict(workload: Workload, precisions: Sequence[str], sizes: Sequence[Memor
                       world.label if world is not None else "", mode)
 
 
-def measured_overhead(paths: Sequence[str | Path]) -> tuple[int | None, str]:
-    """The non-allocatable memory measured on a real card (guide.overhead_for: datasheet memory minus the
-    allocator capacity a scan recorded), from the newest result file under `paths` that has one;
-    (None, why) when there is none."""
-    from memprobe.catalog import default_catalog
-    from memprobe.compare.guide import overhead_for
-    from memprobe.results import load_results
+def memory_sizes(labels: Sequence[tuple[str, int]], cards: dict[str, Any] | None = None,
+                 override: Any = None) -> list[MemorySize]:
+    """Memory sizes with the capacity the allocator gets of each (overhead.usable_memory: the packaged per-card data,
+    or `override`, an overhead.Override). `cards` maps a label to its catalog Card (sizes given by card name).
 
-    existing = [Path(p) for p in paths if Path(p).exists()]
-    if not existing:
-        return None, "no scan result found to measure the overhead from"
-    results = load_results(existing, strict_files=False)
-    results.sort(key=lambda item: item[1].created, reverse=True)  # the newest measurement first
-    for path, result in results:
-        for p in result.precisions.values():
-            overhead = overhead_for(result, p, default_catalog())
-            if overhead is not None:
-                return overhead.bytes, f"{overhead.describe()} ({path})"
-    return None, f"no scan result with a recorded allocator capacity under {', '.join(str(p) for p in existing)}"
-
-
-def memory_sizes(labels: Sequence[tuple[str, int]], overhead_bytes: int | None) -> list[MemorySize]:
-    """Memory sizes with the capacity the allocator gets (memory - overhead; the memory itself without one).
-
-    Raises ValueError for a size not larger than the overhead.
+    Raises overhead.OverheadError (a ValueError) for a size not larger than the overhead.
     """
+    from memprobe.overhead import usable_memory
+
     out = []
     for label, nbytes in labels:
-        capacity = nbytes - (overhead_bytes or 0)
-        if capacity <= 0:
-            raise ValueError(f"{label} is not larger than the measured overhead of {overhead_bytes / 2**30:.2f} GiB")
-        out.append(MemorySize(label, nbytes, capacity))
+        usable = usable_memory(label, nbytes, (cards or {}).get(label), override)
+        out.append(MemorySize(label, nbytes, usable.capacity_bytes, usable.how))
     return out
 
 
@@ -273,12 +254,14 @@ def render(pred: Prediction) -> str:
     lines = [f"memprobe predict: {pred.workload}{where} -- PREDICTED, not measured: a fake-tensor trace of one trial "
              f"{trial} with the CUDA kernels of {pred.target}, "
              f"replayed through a model of the CUDA caching allocator; {pred.seconds:.1f} s on this CPU."]
-    if pred.overhead_bytes is not None:
+    if any(s.how for s in pred.sizes):
+        lines += [f"Usable memory, {s.label}: {gib(s.capacity_bytes, 2)} of {gib(s.memory_bytes, 2)} GiB; {s.how}."
+                  for s in pred.sizes]
+    elif pred.overhead_bytes is not None:
         lines.append(f"Usable memory = memory - {gib(pred.overhead_bytes, 2)} GiB not allocatable, {pred.overhead_source}.")
     else:
         lines.append(f"Usable memory = the memory given ({pred.overhead_source}): the CUDA context and the driver's "
-                     "reservation are not subtracted, so these predictions are optimistic; give --overhead-from a scan "
-                     "result to subtract the overhead measured on a real card.")
+                     "reservation are not subtracted, so these predictions are optimistic.")
     headers = ["precision", "predicted static GiB", "predicted GiB/sample"] + [f"{s.label}: predicted max batch" for s in pred.sizes]
     rows = []
     for name, p in pred.precisions.items():

@@ -8,6 +8,7 @@ as the source). Every sequence is full length, the worst case. The KV cache is o
 
 from __future__ import annotations
 
+import difflib
 from typing import Any
 
 import torch
@@ -18,6 +19,7 @@ from transformers import (  # resolving the Auto classes loads their mapping mod
     AutoConfig, AutoModelForCausalLM, AutoModelForMaskedLM, AutoModelForQuestionAnswering, AutoModelForSeq2SeqLM,
     AutoModelForSequenceClassification,
 )
+from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
 from .base import TrainTask, UserModelError
 
@@ -33,11 +35,20 @@ def make_config(config: dict[str, Any]):
     """A transformers config object from its mapping, with the weights' dtype left at float32 (memprobe's
     precisions autocast over fp32 weights) and the KV cache off. Raises UserModelError for an unknown model_type."""
     values = {k: v for k, v in config.items() if k not in _DROPPED_KEYS and k != "model_type"}
+    kind = config.get("model_type")
+    known = list(CONFIG_MAPPING.keys())
+    if not isinstance(kind, str) or kind not in known:
+        # transformers' own message lists every model type it knows (12 KB on one line): name the closest instead
+        close = difflib.get_close_matches(str(kind), known, n=3, cutoff=0.5)
+        hint = f"; closest: {', '.join(close)}" if close else ""
+        raise UserModelError(f"transformers {transformers.__version__} knows no model_type {str(kind)[:60]!r} "
+                             f"({len(known)} types known{hint})")
     try:
-        made = AutoConfig.for_model(config["model_type"], **values)
-    except (KeyError, ValueError) as exc:
+        made = AutoConfig.for_model(kind, **values)
+    except (KeyError, ValueError, TypeError) as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise UserModelError(f"transformers {transformers.__version__} cannot make a config of model_type "
-                             f"'{config.get('model_type')}': {exc}") from exc
+                             f"'{kind}': {first[:300]}") from exc
     made.use_cache = False
     return made
 

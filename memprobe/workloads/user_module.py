@@ -3,7 +3,8 @@
 The task is the project's interface: a TrainTask (model, make_batch(n), loss(batch); override
 train_step for several optimizers, as GANs need), or any object with `.model`, `.make_batch(n)` and
 `.loss(batch)`, trained with the entry's optimizer. Anything the user's code raises that is not out
-of memory is a UserModelError carrying its traceback (outcome `user-error`), never taken for an OOM.
+of memory is a UserModelError carrying its traceback (outcome `user-error`), never taken for an OOM; a
+sys.exit() in it is such an error too, not memprobe's own exit.
 """
 
 from __future__ import annotations
@@ -55,6 +56,8 @@ def load_target(target: str) -> Callable[..., Any]:
                     raise
         else:
             module = importlib.import_module(module_name)
+    except SystemExit as exc:  # sys.exit() at import must not end memprobe with the user's status and no word
+        raise UserModelError(f"importing {module_name} called sys.exit({exc.code!r})", user_traceback()) from None
     except Exception as exc:  # noqa: BLE001 - the user's module failed to import: they need its traceback
         raise UserModelError(f"importing {module_name} raised {type(exc).__name__}: {exc}", user_traceback()) from exc
     found: Any = module
@@ -117,10 +120,29 @@ def build(params: dict[str, Any], optimizer: dict[str, Any], device: torch.devic
     function = load_target(target)
     try:
         made = function(device, precision)
+    except SystemExit as exc:
+        raise UserModelError(f"{target} called sys.exit({exc.code!r})", user_traceback()) from None
     except Exception as exc:  # noqa: BLE001 - whatever the user's build raises, they need its traceback
         if classify_error(type(exc).__name__, str(exc)) != ERROR:
             raise  # out of memory (the model alone does not fit) or a crash: not the user's bug
         raise UserModelError(f"{target} raised {type(exc).__name__}: {exc}", user_traceback()) from exc
     task = as_task(made, optimizer, device, target)
     task.user_code = True
+    for name in ("make_batch", "loss", "train_step", "infer"):
+        setattr(task, name, _no_exit(getattr(task, name), f"{target}'s {name}"))
     return task
+
+
+class UserExit(RuntimeError):
+    """The user's make_batch, loss or train_step called sys.exit(): an error of their code, not memprobe's exit."""
+
+
+def _no_exit(method: Callable[..., Any], what: str) -> Callable[..., Any]:
+    """`method` with a SystemExit it raises turned into UserExit (a RuntimeError a trial classifies as the user's
+    error), so sys.exit() in the user's step neither ends a trial process silently nor memprobe itself."""
+    def guarded(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(*args, **kwargs)
+        except SystemExit as exc:
+            raise UserExit(f"{what} called sys.exit({exc.code!r})") from None
+    return guarded

@@ -1,0 +1,100 @@
+"""Write memprobe/data/overhead.yaml: per scanned catalog card, the allocator capacity memprobe's scans recorded.
+
+`predict` and `guide` take the memory a card's allocator cannot use from that file (memprobe/overhead.py says the
+rule), never from the working folder. Re-run this when new result files land, and commit both:
+
+    python benchmarks/overhead_table.py reports            # rewrite the packaged file
+    python benchmarks/overhead_table.py reports --check    # exit 1 when the packaged file is not what reports/ says
+
+Taken: single-GPU scans of a card the catalog knows, on the real card (not `scan --memory-cap`, whose capacity is
+that of the emulated size), every precision that recorded an allocator capacity. Per card the smallest capacity is
+kept (the most memory the CUDA context, runtime and driver ever held outside the allocator), so a prediction made
+from it is safe rather than optimistic.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+HEADER = """\
+# The memory a card's allocator cannot use, as memprobe's own scans measured it. WRITTEN BY
+# benchmarks/overhead_table.py from the committed result files; do not edit by hand, re-run the script.
+# Per scanned card: capacity_bytes, the smallest allocator capacity a scan recorded (free + reserved once the model
+# was built, single GPU, real card), and overhead_bytes = datasheet memory (gpus.yaml) - capacity_bytes.
+# How predict and guide use it (memprobe/overhead.py): a scanned card gets its capacity; any other card or size gets
+# its memory minus the largest overhead_bytes here, carried over and labelled so.
+"""
+
+
+def rows(paths: list[str]) -> list[dict]:
+    """One row per scanned catalog card, in catalog order."""
+    from memprobe.catalog import default_catalog
+    from memprobe.compare.scaling import world_size
+    from memprobe.probe.memcap import is_emulated
+    from memprobe.results import load_results
+
+    catalog = default_catalog()
+    found: dict[str, dict] = {}
+    for path, result in load_results(paths, strict_files=False):
+        gpu = result.environment.get("gpu") or {}
+        name = str(gpu.get("name", ""))
+        card = catalog.find(name)
+        if card is None or is_emulated(name) or gpu.get("emulated_total_bytes") or world_size(result) != 1:
+            continue
+        for p in result.precisions.values():
+            if not p.capacity_bytes:
+                continue
+            row = found.setdefault(card.name, {"card": card.name, "capacity_bytes": p.capacity_bytes,
+                                               "scans": 0, "devices": set(), "sources": set()})
+            row["capacity_bytes"] = min(row["capacity_bytes"], int(p.capacity_bytes))
+            row["scans"] += 1
+            row["devices"].add(name)
+            folder = Path(path).resolve().parent
+            row["sources"].add(folder.relative_to(REPO).as_posix() if folder.is_relative_to(REPO) else str(folder))
+    out = []
+    for card in catalog.cards:
+        if card.name in found:
+            row = found[card.name]
+            out.append({"card": card.name, "capacity_bytes": row["capacity_bytes"],
+                        "overhead_bytes": card.memory_bytes - row["capacity_bytes"], "scans": row["scans"],
+                        "devices": sorted(row["devices"]), "sources": sorted(row["sources"])})
+    return out
+
+
+def render(paths: list[str]) -> str:
+    """The file's text for the result files under `paths`."""
+    data = {"made_by": "benchmarks/overhead_table.py from the committed result files under reports/",
+            "cards": rows(paths)}
+    body = yaml.safe_dump(data, sort_keys=False, width=120)
+    notes = "".join(f"# {r['card']}: capacity {r['capacity_bytes'] / 2**20:.1f} MiB, overhead "
+                    f"{r['overhead_bytes'] / 2**20:.1f} MiB ({r['scans']} precision results)\n" for r in data["cards"])
+    return HEADER + notes + body
+
+
+def main() -> int:
+    from memprobe.overhead import default_overhead_path
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("paths", nargs="*", default=[str(REPO / "reports")], help="result files or folders")
+    parser.add_argument("--check", action="store_true", help="compare with the packaged file instead of writing it")
+    args = parser.parse_args()
+    text = render(args.paths)
+    target = default_overhead_path()
+    if args.check:
+        same = target.exists() and target.read_text(encoding="utf-8") == text
+        print(f"{target}: {'up to date' if same else 'OUT OF DATE: re-run benchmarks/overhead_table.py'}")
+        return 0 if same else 1
+    target.write_text(text, encoding="utf-8")
+    print(f"wrote {target}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,77 @@
+"""Every option a command accepts has an effect or is refused: the bounds of numeric options, and options that
+do nothing in the company of others (a `--strategy` without `--gpus N > 1`, `--charts` with `--scans`, ...)."""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+import click
+from click.core import ParameterSource
+
+# Bounds of numeric options, each with why it is where it is.
+MAX_BATCH = 1 << 20  # no model memprobe has met trains 1M samples per step on one GPU; past that a typo
+MAX_SEQ_LEN = 1 << 20  # 1M tokens, 8x Llama 3.1's 128K context: past that a typo
+MAX_SEQ_BATCH = 65536  # --search seq-len --batch: the scan's default batch cap
+MAX_SCAN_STEPS = 100  # trial steps: the peak is reached by the 2nd step; long runs are --soak's job
+MAX_PREDICT_STEPS = 10  # predict traces every step on the CPU, seconds each; the peak is reached by the 2nd
+MAX_WARMUP = 1000
+MAX_TIMED_STEPS = 10000
+MAX_TRIALS = 1000
+MAX_SOAK = 100000
+MAX_GPUS = 1024  # per-GPU prediction for a data-parallel world (rank 0 of N)
+
+
+class Path(click.Path):
+    """click.Path that refuses an empty path: '' would be the working folder (`report ''`, `scan --out ''`)."""
+
+    def convert(self, value, param, ctx):  # type: ignore[override]
+        if isinstance(value, str) and not value.strip():
+            self.fail("an empty path (give a file or folder name)", param, ctx)
+        return super().convert(value, param, ctx)
+
+
+def given(ctx: click.Context, *names: str) -> list[str]:
+    """The options among the parameters `names` the user set (on the command line or by environment), as typed."""
+    flags = {p.name: max(getattr(p, "opts", []) or [p.name or ""], key=len) for p in ctx.command.params}
+    return [flags[name] for name in names
+            if ctx.get_parameter_source(name) in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)]
+
+
+def refuse(options: Iterable[str], why: str) -> None:
+    """A UsageError naming the options that have no effect here, when there are any."""
+    options = list(options)
+    if options:
+        raise click.UsageError(f"{', '.join(options)} {'has' if len(options) == 1 else 'have'} no effect {why}")
+
+
+def predict_checks(ctx: click.Context, world_size: int, search: str) -> None:
+    """predict: --strategy needs --gpus N > 1; --batch needs --search seq-len."""
+    if world_size == 1:
+        refuse(given(ctx, "strategy"), "without --gpus N > 1 (one GPU has no data-parallel strategy)")
+    if search != "seq-len":
+        refuse(given(ctx, "batch"), "without --search seq-len (it is the batch the length is predicted at)")
+
+
+def scan_checks(ctx: click.Context, device: str, gpus: str | None, no_curve: bool, no_throughput: bool,
+                parallel: bool) -> None:
+    """scan: options that only make sense with others (--cpu-memory-budget with --device cpu, ...)."""
+    if device != "cpu":
+        refuse(given(ctx, "cpu_memory_budget"), "without --device cpu (a GPU's allocator has its own limit)")
+    else:
+        refuse(given(ctx, "predict_if_no_gpu"), "with --device cpu (the scan does not need a GPU)")
+        refuse(given(ctx, "cudnn_benchmark"), "with --device cpu (no cuDNN there)")
+    if no_curve or no_throughput:
+        refuse(given(ctx, "curve"), "with --no-curve or --no-throughput (no curve is timed)")
+    if gpus in (None, "1") and not parallel:
+        refuse(given(ctx, "strategy"), "without --gpus N > 1 (one GPU has no data-parallel strategy)")
+
+
+def report_checks(ctx: click.Context, scans: bool, llm: bool) -> None:
+    """report: --scans and --llm print their own tables; the comparison's options do nothing there."""
+    if scans and llm:
+        raise click.UsageError("give --scans or --llm, not both")
+    if scans:
+        refuse(given(ctx, "charts_dir", "reference", "at_batch"), "with --scans (they shape the comparison report)")
+    if llm:
+        refuse(given(ctx, "charts_dir", "reference", "at_batch", "with_published", "precision"),
+               "with --llm (they shape the comparison report)")
