@@ -470,3 +470,14 @@ def test_report_scans_says_under_the_table_where_an_edge_was_not_monotone(tmp_pa
     assert "not monotone" not in runner.invoke(main, ["report", "--scans", "-p", "fp32", str(tmp_path)]).output
     as_json = json.loads(runner.invoke(main, ["report", "--scans", "--format", "json", str(tmp_path)]).output)
     assert len(as_json) == 2  # json and csv keep the rows only: the note is in the result file's proof
+
+
+def test_an_inference_scan_is_never_a_row_of_training():
+    # one card, one workload, one precision: trained and inferred are two questions, two rows, no "two files" note
+    train = make_result(precisions={"fp16": {"batch": 354, "speed": 478.0}})
+    infer = make_result(precisions={"fp16": {"batch": 9406, "speed": 1524.0}}, created="2026-01-02T00:00:00+00:00")
+    infer.settings["mode"] = "infer"
+    comparison = build_comparison(loaded(train, infer))
+    rows = {(p.workload, p.precision): p.max_batch for p in comparison.points}
+    assert rows == {("toy", "fp16"): 354, ("toy (inference)", "fp16"): 9406}
+    assert not any("two files" in note for note in comparison.notes)

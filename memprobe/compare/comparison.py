@@ -141,7 +141,9 @@ def workload_labels(results: Sequence[ScanResult]) -> tuple[list[str], list[str]
         shown = ", ".join(sorted(labels_for[(name, k)] for k in defs))
         notes.append(f"{name}: {len(defs)} different workload definitions in the inputs (they differ in {what}); "
                      f"shown apart as {shown} and never compared with each other.")
-    return [labels_for[(str(r.workload.get('name', '?')), definition_key(r.workload))] for r in results], notes
+    # An inference scan answers another question (forward passes only): never in a row with training.
+    return [labels_for[(str(r.workload.get('name', '?')), definition_key(r.workload))]
+            + (" (inference)" if r.settings.get("mode") == "infer" else "") for r in results], notes
 
 
 def _mfu(p: PrecisionResult, device: str) -> tuple[float | None, str]:
