@@ -30,7 +30,7 @@ from memprobe.workloads.toy import build as build_toy  # noqa: E402
 from conftest import has_nvidia_gpu  # noqa: E402
 
 TOLERANCE = 0.01  # predicted live bytes vs LiveBytes on the CPU, same trial (they agree exactly today)
-H100_RESULT = Path(__file__).resolve().parents[1] / "reports" / "h100" / "nvidia-h100-80gb-hbm3_bert-large_train_20261121-195009.json"
+H100_RESULT = Path(__file__).resolve().parents[1] / "tests" / "data" / "nvidia-h100-80gb-hbm3_bert-large_train_20261121-195009.json"
 no_gpu_only = pytest.mark.skipif(has_nvidia_gpu(), reason="checks the behaviour on a machine without an NVIDIA GPU")
 MiB = 1 << 20
 

@@ -14,7 +14,7 @@ from memprobe.cli import main
 from memprobe.results import ResultFileError, find_result_files, read_result
 
 REPO = Path(__file__).resolve().parents[1]
-GOOD = REPO / "reports" / "h100" / "nvidia-h100-80gb-hbm3_resnet50_train_20261121-184725.json"
+GOOD = REPO / "tests" / "data" / "nvidia-h100-80gb-hbm3_resnet50_train_20261121-184725.json"  # a frozen copy: reports/ is tidied
 BASE = json.loads(GOOD.read_text())
 
 
