@@ -169,6 +169,21 @@ def test_emulated_autocast_follows_the_cuda_policy():
     assert len(casts) == 1  # the fp16 copy of the weight is cached within the autocast region
 
 
+def test_weight_copies_made_while_recomputing_a_checkpoint_go_with_its_autocast_region():
+    # On CUDA, checkpointing's recomputation enters torch.autocast and its exit clears the autocast cache;
+    # copies kept past it held memory a GPU frees, and made the first traced step differ from the next.
+    native = torch.clear_autocast_cache
+    with fake_session() as (_, behaviour):
+        linear = torch.nn.Linear(16, 16)
+        x = torch.randn(4, 16, requires_grad=True)
+        with behaviour.autocast(torch.float16):
+            y = torch.utils.checkpoint.checkpoint(linear, x, use_reentrant=False)
+        assert not behaviour._cache
+        y.float().sum().backward()
+        assert not behaviour._cache
+    assert torch.clear_autocast_cache is native
+
+
 def test_emulation_is_undone_after_the_session():
     with fake_session():
         pass

@@ -37,9 +37,8 @@ from __future__ import annotations
 import math
 import weakref
 from collections import Counter
-from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any
 
 import torch
 
@@ -146,7 +145,7 @@ class CudaBehaviour:
         self.target = target
         self.notes: list[str] = []
         self._cache: dict[int, tuple[weakref.ref, torch.Tensor]] = {}
-        self._depth = 0
+        self._clear_native_cache = None
         self.sdpa_choices: Counter = Counter()
         self._lib: torch.library.Library | None = None
 
@@ -163,29 +162,34 @@ class CudaBehaviour:
             self._lib.impl("scaled_dot_product_attention", self._sdpa, "CompositeImplicitAutograd")
             self._lib.impl("softmax.int", self._softmax, "CompositeImplicitAutograd")
             self._lib.impl("log_softmax.int", self._log_softmax, "CompositeImplicitAutograd")
+        # The cache of low-precision weight copies lives as long as the native one: torch.autocast's exit
+        # clears that when it leaves the outermost autocast region (nesting 0), whoever entered it -- our
+        # forward, or activation checkpointing's recomputation in the backward pass, which enters
+        # torch.autocast itself. Clearing only at the end of our own region kept the copies made while
+        # recomputing alive into the next step: more memory than CUDA holds, and a trace whose first step
+        # differs from the others.
+        self._clear_native_cache = torch.clear_autocast_cache
+
+        def clear_autocast_cache() -> None:
+            self._clear_native_cache()
+            self._cache.clear()
+
+        torch.clear_autocast_cache = clear_autocast_cache
         return self
 
     def __exit__(self, *exc) -> None:
         if self._lib is not None:
             self._lib._destroy()
             self._lib = None
+        if self._clear_native_cache is not None:
+            torch.clear_autocast_cache = self._clear_native_cache
+            self._clear_native_cache = None
         self._cache.clear()
 
-    @contextmanager
-    def autocast(self, dtype: torch.dtype) -> Iterator[None]:
-        """Autocast for the emulated CUDA device (what `torch.autocast("cuda", dtype)` is on the GPU).
-
-        Clears the cache of low-precision weight copies when the outermost region ends, as
-        torch.autocast's exit clears the native cache.
-        """
-        with torch.autocast("cpu", dtype=dtype):
-            self._depth += 1
-            try:
-                yield
-            finally:
-                self._depth -= 1
-                if self._depth == 0:
-                    self._cache.clear()
+    def autocast(self, dtype: torch.dtype):
+        """Autocast for the emulated CUDA device (what `torch.autocast("cuda", dtype)` is on the GPU): the
+        CPU autocast whose kernels this emulation replaced. Its exit at nesting 0 clears the weight-copy cache."""
+        return torch.autocast("cpu", dtype=dtype)
 
     # -- autocast -----------------------------------------------------------------------------
     def _register_autocast(self) -> None:
