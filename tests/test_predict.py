@@ -324,3 +324,13 @@ def test_inference_is_traced_under_inference_mode_and_needs_less_than_training(r
     train = predict(registry["toy-bert-squad"], ["bf16"], size, None, "test")
     infer = predict(registry["toy-bert-squad"], ["bf16"], size, None, "test", steps=2, mode="infer")
     assert infer.mode == "infer" and infer.precisions["bf16"].max_batch["cap"] > train.precisions["bf16"].max_batch["cap"] > 0
+
+
+def test_a_sequence_length_prediction_speaks_of_lengths(run, tmp_path):
+    result = run("predict", "--model", "toy-llama", "--search", "seq-len", "--memory", "1GiB", "--precision", "bf16",
+                 "--overhead-from", tmp_path)
+    assert result.exit_code == 0, result.output
+    table = [line for line in result.stdout.splitlines() if line.startswith("|")]
+    assert "predicted MiB/token" in table[0] and "1GiB: predicted max length (tokens)" in table[0]
+    assert "GiB/sample" not in result.stdout and "max batch" not in result.stdout
+    assert int(table[2].split("|")[-2]) > 1000  # a 2-layer, 64-wide model holds long sequences in 1 GiB

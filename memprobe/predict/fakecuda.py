@@ -23,7 +23,7 @@ CPU are made to take the CUDA path while the emulation is active:
   (half_to_float) instead of first making an fp32 copy of the input.
 - kernel workspaces that never show up as tensors: the cuBLAS workspace (32 MiB on sm90, allocated
   through the caching allocator at the first GEMM) and the temporaries inside the flash and
-  memory-efficient attention backward kernels (`kernel_workspaces`).
+  memory-efficient attention backward kernels (workspaces.py).
 - optimizers: `make_optimizer` builds the fused kernels on CUDA (foreach on the CPU, whose
   temporaries are as large as the parameters); `cuda_optimizers` rebuilds them fused.
 
@@ -354,29 +354,6 @@ class CudaBehaviour:
                 query, key, value, bias, compute_lse, dropout_p, is_causal, scale=scale)[0]
         return aten._scaled_dot_product_attention_math.default(
             query, key, value, attn_mask, dropout_p, is_causal, None, scale=scale, enable_gqa=enable_gqa)[0]
-
-
-def kernel_workspaces(func, args: tuple, out: Any) -> list[int]:
-    """Bytes that the CUDA kernel of `func` allocates for itself and frees before returning.
-
-    These never appear as tensors on fake tensors. Sources:
-    - flash attention backward (flash_api.cpp mha_bwd): softmax_d (B, H, round128(M)) fp32 and
-      dq_accum (B, round128(M), H, round32(K)) fp32;
-    - memory-efficient attention backward (attention_backward.cu): for fp32, where the kernel does not
-      compute delta itself, (grad_out.float() * out.float()) (B, M, H, K) and its sum (B, H, M) fp32.
-    """
-    if func is aten._scaled_dot_product_flash_attention_backward.default:
-        q = args[1]
-        b, h, m, k = q.shape
-        m128 = -(-m // 128) * 128
-        k32 = -(-k // 32) * 32 if k <= 192 else 256
-        return [b * h * m128 * 4, b * m128 * h * k32 * 4]
-    if func is aten._scaled_dot_product_efficient_attention_backward.default:
-        q, out_t = args[1], args[5]
-        if q.dtype == torch.float32:  # kKernelComputesDelta is false for fp32 kernels
-            b, h, m, _ = q.shape
-            return [out_t.numel() * 4, b * h * m * 4]
-    return []
 
 
 def cuda_optimizers(task) -> None:
