@@ -140,17 +140,21 @@ def find_max_batch(model: Model, precision: str | Sequence[str] = "bf16", device
 def predict_max_batch(model: Model, memory: str | Sequence[str] = "24GiB", precision: str | Sequence[str] = "bf16", *,
                       overhead_from: Sequence[str | Path] = ("reports",), steps: int = 3, optimizer: str | None = None,
                       input_size: Sequence[int] | None = None, task: str | None = None, seq_len: int | None = None,
-                      models_file: str | Path | None = None, gpus: int = 1, strategy: str = "ddp"):
+                      models_file: str | Path | None = None, gpus: int = 1, strategy: str = "ddp",
+                      verbose: bool = False):
     """Predict the max batch of `model` on cards of the given memory sizes, with no GPU (fake tensors).
 
     `model` as in find_max_batch (a build function is called once, with precision=None). The memory a
     real card's allocator cannot use is taken from the scan result files under `overhead_from` (none
     found: the whole size is assumed usable). `gpus` > 1 predicts per GPU for that many GPUs training
-    data-parallel under `strategy` ("ddp" or "fsdp"). Returns memprobe.predict.summary.Prediction:
-    `prediction.precisions["bf16"].max_batch["24GiB"]`. Raises PredictError when the model cannot be
-    built or stepped on fake tensors, ValueError for a bad size, precision, GPU count or strategy,
-    CustomModelError / RegistryError for a model that cannot be resolved.
+    data-parallel under `strategy` ("ddp" or "fsdp"). The trials are traced on every CPU core this process
+    may use (forked children on Linux); `verbose` prints a line per trace on stderr. Returns
+    memprobe.predict.summary.Prediction: `prediction.precisions["bf16"].max_batch["24GiB"]`. Raises
+    PredictError when the model cannot be built or stepped on fake tensors, ValueError for a bad size,
+    precision, GPU count or strategy, CustomModelError / RegistryError for a model that cannot be resolved.
     """
+    from memprobe.predict.parallel import cores
+    from memprobe.predict.progress import Progress, silent
     from memprobe.predict.summary import measured_overhead, memory_sizes, predict
     from memprobe.units import parse_size
 
@@ -164,4 +168,6 @@ def predict_max_batch(model: Model, memory: str | Sequence[str] = "24GiB", preci
         from memprobe.predict.data_parallel import World
 
         world = World(gpus, strategy)  # StrategyError is a ValueError
-    return predict(workload, precisions, sizes, overhead, source, steps=steps, world=world)
+    progress = Progress(lambda text: print(f"memprobe: {text}", file=sys.stderr)) if verbose else silent()
+    return predict(workload, precisions, sizes, overhead, source, steps=steps, world=world, workers=cores(),
+                   progress=progress)

@@ -144,3 +144,14 @@ def test_predict_prints_progress_on_stderr_only(run, tmp_path):
     assert "tracing toy fp32 at batch 2 (1 of 3) ..." in result.stderr
     assert not [line for line in result.stdout.splitlines() if line.startswith(("tracing", "building", "replaying"))]
     assert "still" not in result.stderr  # not a terminal: no heartbeat
+
+
+@pytest.mark.parametrize("verbose", [True, False])
+def test_the_api_prints_progress_only_when_verbose(tmp_path, capfd, verbose):
+    from memprobe.api import predict_max_batch
+
+    prediction = predict_max_batch("toy", "64MiB", "fp32", overhead_from=[tmp_path], verbose=verbose)
+    assert prediction.precisions["fp32"].max_batch["64MiB"] > 0
+    out, err = capfd.readouterr()
+    assert "tracing" not in out
+    assert ("memprobe: tracing toy fp32 at batch 2 (1 of 3) ..." in err) is verbose
