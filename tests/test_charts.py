@@ -13,6 +13,7 @@ from memprobe.cli import main
 from memprobe.compare.chart_layout import DPI, MAX_HEIGHT_PX, MAX_WIDTH_PX, figure_size, grid_shape
 from memprobe.compare.charts import relative_heat, value_heat, write_charts
 from memprobe.compare.comparison import MEASURED, PREDICTED, PUBLISHED, build_comparison
+from memprobe.compare.curve_chart import curve_figure, curve_series
 from memprobe.compare.guide import memory_models, predictions
 from memprobe.compare.heatmap import Heat, HeatCell, draw_heat, heat_figure
 from memprobe.compare.max_batch_chart import batch_panels, draw_max_batch, max_batch_figure
@@ -149,6 +150,25 @@ def test_the_committed_results_chart_at_screen_size():
         width, height = pixels(fig)
         assert width <= MAX_WIDTH_PX and height <= MAX_HEIGHT_PX, (name, width, height)
         assert clipped(fig) == [], name
+
+
+def test_the_curve_chart_is_a_grid_with_one_legend():
+    from test_like_for_like import with_curve
+
+    results = []
+    for workload in ("resnet50", "bert-large", "transformer-big", "nasnet-large", "pix2pixhd", "llama-1b", "toy"):
+        result = make_result(H100, workload, {p: {"batch": 512, "speed": 1000.0} for p in ("fp32", "bf16")})
+        for p in ("fp32", "bf16"):
+            with_curve(result, p, {16: 400.0, 128: 900.0, 512: 1000.0})
+        results.append(result)
+    series = curve_series(build_comparison(loaded(*results)))
+    fig = curve_figure(series)
+    assert len([ax for ax in fig.axes if ax.get_visible()]) == 7
+    assert fig.axes[0].get_subplotspec().get_gridspec().get_geometry() == (3, 3)
+    assert all(ax.get_legend() is None for ax in fig.axes) and len(fig.legends) == 1
+    width, height = pixels(fig)
+    assert width <= MAX_WIDTH_PX and height <= MAX_HEIGHT_PX
+    assert clipped(fig) == []
 
 
 def test_cli_report_charts(tmp_path):
