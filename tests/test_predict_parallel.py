@@ -155,3 +155,22 @@ def test_the_api_prints_progress_only_when_verbose(tmp_path, capfd, verbose):
     out, err = capfd.readouterr()
     assert "tracing" not in out
     assert ("memprobe: tracing toy fp32 at batch 2 (1 of 3) ..." in err) is verbose
+
+
+def _trace(n: int) -> Trace:
+    """A made-up trace at n: one size quadratic in n (an n x n mask), one affine, one flash-attention workspace."""
+    flash = Workspace("aten._scaled_dot_product_flash_attention_backward.default", 1, (1, 4, n, 16))
+    return Trace(n, [("alloc", 1, n * n + 3 * n + 7, "mask"), ("alloc", 2, 512 * n, "act"),
+                     ("alloc", 3, flash.nbytes, flash), ("free", 3), ("free", 1), ("free", 2)], 3)
+
+
+def test_a_model_from_three_lengths_gives_quadratic_sizes_and_rounded_workspaces():
+    from memprobe.predict.batch_model import BatchModel
+
+    quadratic = BatchModel([_trace(2), _trace(3), _trace(4)])
+    assert quadratic.aligned()
+    assert quadratic.events_at(1000) == _trace(1000).events  # dq_accum rounds 1000 up to 1024 rows, as traced
+    assert quadratic.reproduces(_trace(30000)) and quadratic.checked_at == 30000
+    line = BatchModel([_trace(2), _trace(3)])
+    assert not line.reproduces(_trace(4))  # a line through 2 and 3 misses the n x n size at 4
+    assert line.events_at(4)[1] == _trace(4).events[1]  # the affine size it gets right

@@ -45,10 +45,12 @@ def _differences(values: Sequence[int]) -> tuple[int, ...]:
     return tuple(out)
 
 
-def _at(terms: tuple[int, ...], steps: int) -> int:
-    """The polynomial through the points the differences came from, `steps` points past the first.
-    Raises ValueError when the value is negative."""
-    value = sum(term * _binomial(steps, k) for k, term in enumerate(terms))
+def _weighted(terms: tuple[int, ...], weights: list[int]) -> int:
+    """The polynomial through the points the differences came from, at the point whose binomial weights
+    (steps choose k) are given. Raises ValueError when the value is negative."""
+    value = terms[0]
+    for k in range(1, len(terms)):
+        value += terms[k] * weights[k]
     if value < 0:
         raise ValueError("an allocation size would be negative at this batch")
     return value
@@ -66,6 +68,7 @@ class BatchModel:
         self.first = batches[0]
         self.exact = False  # the model reproduced a trace it was not made from, byte for byte
         self.checked_at: int | None = None
+        self._cached_terms: list | None = None
 
     def aligned(self) -> bool:
         """Whether the traces have the same events in the same order (only ALLOC sizes, and the dims of
@@ -85,18 +88,33 @@ class BatchModel:
     def events_at(self, batch: int) -> list[tuple]:
         """The trace at `batch`. Raises ValueError if a size goes negative (call only when aligned())."""
         steps = batch - self.first
+        weights = [_binomial(steps, k) for k in range(len(self.traces))]
         out = []
-        for column in zip(*(t.events for t in self.traces)):
-            x = column[0]
-            if x[0] != ALLOC:
-                out.append(x)
-            elif isinstance(x[3], Workspace):
-                dims = tuple(_at(_differences(ds), steps) for ds in zip(*(e[3].dims for e in column)))
-                workspace = Workspace(x[3].op, x[3].index, dims)
-                out.append((ALLOC, x[1], workspace.nbytes, workspace))
+        for event, terms in zip(self.traces[0].events, self._terms()):
+            if terms is None:
+                out.append(event)
+            elif isinstance(event[3], Workspace):
+                dims = tuple(_weighted(t, weights) for t in terms)
+                workspace = Workspace(event[3].op, event[3].index, dims)
+                out.append((ALLOC, event[1], workspace.nbytes, workspace))
             else:
-                out.append((ALLOC, x[1], _at(_differences([e[2] for e in column]), steps), x[3]))
+                out.append((ALLOC, event[1], _weighted(terms, weights), event[3]))
         return out
+
+    def _terms(self) -> list:
+        """Per event: None (not an allocation), the forward differences of its size, or of each workspace dim."""
+        if self._cached_terms is None:
+            terms: list = []
+            for column in zip(*(t.events for t in self.traces)):
+                x = column[0]
+                if x[0] != ALLOC:
+                    terms.append(None)
+                elif isinstance(x[3], Workspace):
+                    terms.append(tuple(_differences(ds) for ds in zip(*(e[3].dims for e in column))))
+                else:
+                    terms.append(_differences([e[2] for e in column]))
+            self._cached_terms = terms
+        return self._cached_terms
 
     def reproduces(self, trace: Trace) -> bool:
         """Whether the model gives `trace`'s events exactly; records the check."""
