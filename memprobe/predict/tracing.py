@@ -52,11 +52,12 @@ class _Tracing:
         self.sessions: dict[str, TraceSession] = {}
 
     def run(self, jobs: list[Job]) -> dict[Job, Trace | PredictError]:
-        started = time.perf_counter()
+        started, built = time.perf_counter(), self.out.build_seconds
         try:
             return trace_jobs(jobs, self.workers, self.progress)
         finally:
-            self.out.trace_seconds += time.perf_counter() - started
+            # a session rebuilt before a trace here (fresh) counts that as building, not tracing
+            self.out.trace_seconds += time.perf_counter() - started - (self.out.build_seconds - built)
 
     def job(self, precision: str, batch: int) -> Job:
         unit = "length" if self.axis == "seq_len" else "batch"
