@@ -16,11 +16,10 @@ import pickle
 import select
 import signal
 import sys
-import time
 import warnings
 from collections import Counter
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Sequence
 
 from memprobe.predict.allocator import ALLOC
 from memprobe.predict.progress import Progress, silent
@@ -163,7 +162,9 @@ class _Children:
         label = self.progress.tracing(job.what)
         sys.stdout.flush()
         sys.stderr.flush()
-        with self.progress.lock:  # no heartbeat line is half-written when the child is copied
+        with self.progress.lock, warnings.catch_warnings():  # no heartbeat line is half-written in the copy
+            # Python 3.12+ warns about forking with threads (the heartbeat's); the child uses none of them.
+            warnings.simplefilter("ignore", DeprecationWarning)
             pid = os.fork()
         if pid == 0:
             os.close(read_fd)
@@ -207,9 +208,3 @@ class _Children:
             os.close(fd)
             self.progress.done(label)
         self.running.clear()
-
-
-def timed(run: Callable[[], dict]) -> tuple[dict, float]:
-    """run() and the wall seconds it took."""
-    started = time.perf_counter()
-    return run(), time.perf_counter() - started
