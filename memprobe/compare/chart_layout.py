@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
 DPI = 110
 MAX_WIDTH_PX = 1600
@@ -16,7 +17,7 @@ MAX_HEIGHT_PX = 1000
 MAX_COLUMNS = 4
 FORMATS = ("png", "svg")
 PRECISION_COLORS = {"fp32": "#4c4c4c", "tf32": "#8c6bb1", "fp16": "#e6550d", "bf16": "#1f5fa8"}
-PRECISION_LINESTYLES = {"fp32": ":", "tf32": "-.", "fp16": "-", "bf16": "--"}
+PRECISION_LINESTYLES: dict[str, Any] = {"fp32": ":", "tf32": "-.", "fp16": "-", "bf16": "--"}
 
 
 def grid_shape(panels: int, max_columns: int = MAX_COLUMNS) -> tuple[int, int]:

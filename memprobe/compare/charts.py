@@ -48,7 +48,7 @@ def relative_heat(relative: Relative) -> Heat:
     columns = []
     for col in relative.columns:
         ref = relative.reference_values[col]
-        columns.append((col[0], header(col[1], f"= {_fmt(ref.throughput)} {ref.unit}"
+        columns.append((col[0], header(col[1], f"= {_fmt(ref.throughput or 0.0)} {ref.unit}"
                                                f"{' (pub)' if ref.origin == PUBLISHED else ''}", width=14)))
     total = len(relative.columns)
     mean_column = total if total > 1 else None

@@ -61,7 +61,7 @@ def batch_panels(comparison: Comparison, predictions: Sequence, catalog: Catalog
     for point in known:
         card = catalog.find(point.gpu)
         # a published batch in another unit (tokens vs sentence pairs) would mislead on one axis
-        if card is None or point.batch_unit != units[point.workload]:
+        if card is None or point.max_batch is None or point.batch_unit != units[point.workload]:
             continue
         panel = panels.setdefault(point.workload, BatchPanel(point.workload, units[point.workload]))
         panel.points.append(BatchPoint(card.memory_bytes / GIB, float(point.max_batch),

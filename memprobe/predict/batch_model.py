@@ -217,12 +217,12 @@ class PrecisionTraces:
         self._found: dict[int, tuple[int, ReplayResult | None]] = {}
         points = LENGTH_BATCHES if axis == "seq_len" else MODEL_BATCHES
         got = self._get(points)
-        model: BatchModel | None = BatchModel([got[b] for b in points])
-        if not model.aligned():
-            model = None
-        elif check and axis != "seq_len" and not model.reproduces(self._get([CHECK_BATCH])[CHECK_BATCH]):
-            model = None
-        self.model = model
+        made = BatchModel([got[b] for b in points])
+        self.model: BatchModel | None = made
+        if not made.aligned():
+            self.model = None
+        elif check and axis != "seq_len" and not made.reproduces(self._get([CHECK_BATCH])[CHECK_BATCH]):
+            self.model = None
 
     @property
     def how(self) -> str:

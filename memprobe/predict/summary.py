@@ -200,8 +200,8 @@ def predict(workload: Workload, precisions: Sequence[str], sizes: Sequence[Memor
             for key, n in session.recorder.answers.items():
                 answers[key] = answers.get(key, 0) + n
             behaviour_notes += [n for n in session.behaviour.notes if n not in behaviour_notes]
-    for precision, p in results.items():
-        if p.how == "traced" and precision not in traced.shared:
+    for precision, result in results.items():
+        if result.how == "traced" and precision not in traced.shared:
             notes.append(f"{precision}: the traces at small batches do not extrapolate (the op sequence or a size "
                          "changes with the batch), so every batch needed was traced.")
     if traced.shared:
