@@ -129,13 +129,15 @@ def _child(job: Job, fd: int) -> None:
         os._exit(code)
 
 
+_SHOWN: set[tuple] = set()  # the children's warnings shown here
+
+
 class _Children:
     """Forks a child per job, `workers` at a time, and collects their answers."""
 
     def __init__(self, progress: Progress) -> None:
         self.progress = progress
         self.running: dict[int, tuple[Job, int, bytearray, str]] = {}  # read fd -> (job, pid, data, label)
-        self.shown: set[tuple] = set()
 
     def run(self, jobs: list[Job], workers: int) -> dict[Job, Trace | PredictError]:
         results: dict[Job, Trace | PredictError] = {}
@@ -190,8 +192,8 @@ class _Children:
         job.session.behaviour.notes += [n for n in notes if n not in job.session.behaviour.notes]
         for message, category, filename, lineno in answer["warnings"]:
             key = (message, category, filename, lineno)
-            if key not in self.shown:
-                self.shown.add(key)
+            if key not in _SHOWN:  # once per process, as Python's default filter shows a warning once per place
+                _SHOWN.add(key)
                 warnings.warn_explicit(message, category, filename, lineno)
         if "error" in answer:
             return job, PredictError(answer["error"])
