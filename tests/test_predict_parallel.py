@@ -174,3 +174,12 @@ def test_a_model_from_three_lengths_gives_quadratic_sizes_and_rounded_workspaces
     line = BatchModel([_trace(2), _trace(3)])
     assert not line.reproduces(_trace(4))  # a line through 2 and 3 misses the n x n size at 4
     assert line.events_at(4)[1] == _trace(4).events[1]  # the affine size it gets right
+
+
+def test_no_heartbeat_lines_unless_asked():
+    sink = Lines()
+    progress = sink.progress(heartbeat=False)
+    progress.tracing("toy fp32 at batch 2")
+    sink.now = 60.0
+    progress.beat()
+    assert sink.lines == ["tracing toy fp32 at batch 2 (1 of 1) ..."]  # a log gets a line per trace, no pulses

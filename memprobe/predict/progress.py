@@ -68,7 +68,10 @@ class Progress:
             self.line(f"{text} ...")
 
     def beat(self) -> None:
-        """Write a "still ..." line if `every` seconds passed since the last line (the heartbeat's tick)."""
+        """With `heartbeat`, write a "still ..." line if `every` seconds passed since the last line (the
+        heartbeat thread's tick; a loop waiting on children calls it too). Without, nothing."""
+        if not self.heartbeat:
+            return
         with self.lock:
             waited = self.clock() - self.last
             if waited < self.every:
