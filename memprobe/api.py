@@ -149,7 +149,8 @@ def predict_max_batch(model: Model, memory: str | Sequence[str] = "24GiB", preci
                       gpu: str | None = None, overhead_from: Sequence[str | Path] | None = None,
                       overhead: str | int | None = None, steps: int = 3, optimizer: str | None = None,
                       input_size: Sequence[int] | None = None, task: str | None = None, seq_len: int | None = None,
-                      models_file: str | Path | None = None, gpus: int = 1, strategy: str = "ddp"):
+                      models_file: str | Path | None = None, gpus: int = 1, strategy: str = "ddp",
+                      verbose: bool = False):
     """Predict the max batch of `model` on cards of the given memory sizes, with no GPU (fake tensors).
 
     `model` as in find_max_batch (a build function is called once, with precision=None). `gpu`: catalog cards by
@@ -157,7 +158,8 @@ def predict_max_batch(model: Model, memory: str | Sequence[str] = "24GiB", preci
     card's allocator cannot use comes from the figures memprobe ships (measured per scanned card, carried over to
     the others; the same wherever this runs), or from `overhead_from` (scan result files or folders) or
     `overhead` (a size, 0 for none) when given. `gpus` > 1 predicts per GPU for that many GPUs training
-    data-parallel under `strategy` ("ddp" or "fsdp"). Returns memprobe.predict.summary.Prediction:
+    data-parallel under `strategy` ("ddp" or "fsdp"). The trials are traced on every CPU core this process may
+    use (forked children on Linux); `verbose` prints a line per trace on stderr. Returns memprobe.predict.summary.Prediction:
     `prediction.precisions["bf16"].max_batch["24GiB"]` (the card's catalog name as the key for a card).
 
     Raises memprobe.predict.trace.PredictError (a RuntimeError) when the model cannot be built or stepped on fake
@@ -167,6 +169,8 @@ def predict_max_batch(model: Model, memory: str | Sequence[str] = "24GiB", preci
     """
     from memprobe.cardsize import read_sizes
     from memprobe.overhead import choose_override
+    from memprobe.predict.parallel import cores
+    from memprobe.predict.progress import Progress, silent
     from memprobe.predict.summary import memory_sizes, predict
 
     workload = resolve_model(model, optimizer, input_size, task, seq_len, models_file)
@@ -180,4 +184,6 @@ def predict_max_batch(model: Model, memory: str | Sequence[str] = "24GiB", preci
         from memprobe.predict.data_parallel import World
 
         world = World(gpus, strategy)  # StrategyError is a ValueError
-    return predict(workload, precisions, sizes, None, "", steps=steps, world=world)
+    progress = Progress(lambda text: print(f"memprobe: {text}", file=sys.stderr)) if verbose else silent()
+    return predict(workload, precisions, sizes, None, "", steps=steps, world=world, workers=cores(),
+                   progress=progress)

@@ -1,22 +1,29 @@
-"""Charts: the PNG and SVG files are written, are real images, and tell measured, published and predicted apart."""
+"""Charts: the PNG and SVG files are written, are real images, tell measured, published and predicted apart,
+and are read at screen size: at most about 1600 x 1000 pixels, panels in a grid, no label outside the figure."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
-from memprobe.compare.charts import Bar, Panel, draw, max_batch_panels, relative_panels, value_panels, write_charts
-from memprobe.cli import main
-from memprobe.compare.guide import memory_models, predictions
 from memprobe.catalog import load_catalog
-from memprobe.compare.comparison import MEASURED, build_comparison
-from memprobe.compare.comparison import PREDICTED, PUBLISHED
+from memprobe.cli import main
+from memprobe.compare.chart_layout import DPI, MAX_HEIGHT_PX, MAX_WIDTH_PX, figure_size, grid_shape
+from memprobe.compare.charts import relative_heat, value_heat, write_charts
+from memprobe.compare.comparison import MEASURED, PREDICTED, PUBLISHED, build_comparison
+from memprobe.compare.curve_chart import curve_figure, curve_series
+from memprobe.compare.guide import memory_models, predictions
+from memprobe.compare.heatmap import Heat, HeatCell, draw_heat, heat_figure
+from memprobe.compare.max_batch_chart import batch_panels, draw_max_batch, max_batch_figure
 from memprobe.compare.relative import relative_throughput
-from memprobe.results import write_result
+from memprobe.results import load_results, write_result
 
 from test_report import A100, H100, GiB, loaded, make_result
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+COMMITTED = Path(__file__).resolve().parents[1] / "reports" / "h100"
 
 
 def squad_results():
@@ -27,36 +34,65 @@ def squad_results():
     return loaded(h100, a100)
 
 
-def test_panels_keep_origins_apart():
+def pixels(fig) -> tuple[int, int]:
+    width, height = fig.get_size_inches()
+    return round(width * DPI), round(height * DPI)
+
+
+def clipped(fig) -> list[str]:
+    """What of a laid-out figure reaches past its edges: a label cut off in the PNG. The tight bounding box
+    covers every artist that is drawn (axes with their tick labels, legends, titles)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    fig.draw_without_rendering()
+    width, height = fig.get_size_inches()
+    tight = fig.get_tightbbox(renderer)
+    out = []
+    for artist in [*fig.axes, *fig.legends, *fig.texts]:
+        if not artist.get_visible():
+            continue
+        box = artist.get_tightbbox(renderer).transformed(fig.dpi_scale_trans.inverted())
+        if box.x0 < -0.01 or box.y0 < -0.01 or box.x1 > width + 0.01 or box.y1 > height + 0.01:
+            out.append(f"{type(artist).__name__} {box.bounds}")
+    assert tight is not None
+    return out
+
+
+def test_heat_and_panels_keep_origins_apart():
     pairs = squad_results()
     comparison = build_comparison(pairs, with_published=True)
-    relative = relative_throughput(comparison)
-    panel = next(p for p in relative_panels(relative) if p.title.startswith("bert-large-squad fp16"))
-    assert panel.hline == 1.0
-    origins = {b.label: b.origin for b in panel.bars}
-    assert origins["H100 SXM"] in (MEASURED, PUBLISHED)
-    assert {MEASURED, PUBLISHED} <= set(origins.values()) | {b.origin for b in panel.bars}
-    oom = [b for b in panel.bars if b.text == "OOM"]
-    assert oom and oom[0].value == 0.0  # the A100 OOM counts as 0
+    heat = relative_heat(relative_throughput(comparison))
+    column = next(i for i, (group, label) in enumerate(heat.columns) if group == "bert-large-squad" and "fp16" in label)
+    origins = {heat.rows[r]: cell for (r, c), cell in heat.cells.items() if c == column}
+    assert origins[("H100 SXM", MEASURED)].origin == MEASURED
+    assert any(origin == PUBLISHED for _label, origin in origins)
+    oom = [cell for cell in origins.values() if cell.text == "OOM"]
+    assert oom and oom[0].oom and oom[0].value == 0.0  # the A100 OOM counts as 0
+    assert heat.columns[-1][0] == "mean"
 
     catalog = load_catalog()
     models, _ = memory_models(pairs, catalog)
-    batches = max_batch_panels(comparison, predictions(models, catalog.cards), catalog)
-    fp16 = next(p for p in batches if p.title == "bert-large-squad fp16")
-    kinds = {b.origin for b in fp16.bars}
-    assert kinds == {MEASURED, PREDICTED, PUBLISHED}
-    assert fp16.ylabel == "max batch (sequences per step)"
-    assert any(b.label == "H100 SXM" and b.origin == MEASURED and b.value == 120 for b in fp16.bars)
+    panel = next(p for p in batch_panels(comparison, predictions(models, catalog.cards), catalog)
+                 if p.workload == "bert-large-squad")
+    assert {p.origin for p in panel.points if p.precision == "fp16"} == {MEASURED, PREDICTED, PUBLISHED}
+    assert panel.unit == "sequences"
+    assert any(p.card == "H100 SXM" and p.origin == MEASURED and p.batch == 120 for p in panel.points)
+    assert not any(p.card == "H100 SXM" and p.origin == PREDICTED for p in panel.points)  # measured, not predicted
+    h200 = next(p for p in panel.points if p.card == "H200 SXM" and p.precision == "fp16")
+    assert h200.memory_gib == pytest.approx(catalog.find("H200 SXM").memory_bytes / GiB)
 
-    value = next(p for p in value_panels(comparison, catalog) if p.title == "bert-large-squad fp16")
-    assert value.ylabel == "sequences/s per 1000 USD"
-    h100 = next(b for b in value.bars if b.label == "H100 SXM")
-    assert h100.value == pytest.approx(300 / 36718.75 * 1000)
+    value, units = value_heat(comparison, catalog)
+    assert units["bert-large-squad"] == "sequences/s"
+    row = value.rows.index(("H100 SXM", MEASURED))
+    cell = next(cell for (r, _c), cell in value.cells.items() if r == row)
+    assert cell.text == f"{300 / 36718.75 * 1000:.3g}"
+    assert 0 < cell.value <= 1  # the color is the share of the column's best
 
 
 def test_write_charts_writes_non_empty_png_and_svg(tmp_path):
     pairs = squad_results()
-    # One workload and precision keeps the test fast; measured, published and predicted bars are all still there.
+    # One workload and precision keeps the test fast; measured, published and predicted values are all still there.
     comparison = build_comparison(pairs, with_published=True, precisions=["fp16"])
     comparison.points = [p for p in comparison.points if p.workload == "bert-large-squad"]
     written = write_charts(comparison, relative_throughput(comparison), pairs, tmp_path / "charts")
@@ -71,15 +107,68 @@ def test_write_charts_writes_non_empty_png_and_svg(tmp_path):
         else:
             text = data.decode()
             assert "<svg" in text and "measured by memprobe" in text and "published (other implementation)" in text
-    assert "predicted from the memory model" in (tmp_path / "charts" / "max_batch.svg").read_text()
-    assert "Quadro RTX 8000 = 1.0" in (tmp_path / "charts" / "relative_throughput.svg").read_text()
+    assert "predicted (memory model)" in (tmp_path / "charts" / "max_batch.svg").read_text()
+    assert "relative to Quadro RTX 8000 (= 1.0)" in (tmp_path / "charts" / "relative_throughput.svg").read_text()
 
 
-def test_draw_refuses_an_empty_chart(tmp_path):
+def test_nothing_to_draw_is_refused(tmp_path):
     with pytest.raises(ValueError, match="nothing to draw"):
-        draw([], "t", "f", tmp_path / "x")
-    written = draw([Panel("p", "samples/s", [Bar("a", 1.0, MEASURED, "1")])], "t", "f", tmp_path / "x")
-    assert [p.suffix for p in written] == [".png", ".svg"]
+        draw_heat(Heat([("w", "fp32")], [("H100", MEASURED)]), "t", "f", tmp_path / "x")
+    with pytest.raises(ValueError, match="nothing to draw"):
+        draw_max_batch([], "f", tmp_path / "y")
+    heat = Heat([("w", "fp32")], [("H100", MEASURED)], {(0, 0): HeatCell(1.0, "1.00", MEASURED)})
+    assert [p.suffix for p in draw_heat(heat, "t", "f", tmp_path / "x")] == [".png", ".svg"]
+
+
+@pytest.mark.parametrize("panels, shape", [(1, (1, 1)), (3, (1, 3)), (4, (2, 2)), (6, (2, 3)), (7, (3, 3)),
+                                           (9, (3, 3)), (12, (3, 4)), (13, (4, 4))])
+def test_grids_are_at_most_four_wide(panels, shape):
+    assert grid_shape(panels) == shape
+    rows, columns = shape
+    width, height = figure_size(rows, columns)
+    assert round(width * DPI) <= MAX_WIDTH_PX
+    assert round(height * DPI) <= MAX_HEIGHT_PX or rows > 3  # past 3 rows the figure grows rather than the panels shrink
+
+
+def test_the_committed_results_chart_at_screen_size():
+    pairs = load_results([COMMITTED], strict_files=False)
+    comparison = build_comparison(pairs, with_published=True)
+    catalog = load_catalog()
+    models, _ = memory_models(pairs, catalog)
+    panels = batch_panels(comparison, predictions(models, catalog.cards), catalog)
+    assert len(panels) == len(comparison.workloads()) >= 6
+    batch = max_batch_figure(panels, "footer")
+    assert len([ax for ax in batch.axes if ax.get_visible()]) == len(panels)  # a panel per workload
+    assert batch.axes[0].get_subplotspec().get_gridspec().get_geometry() == grid_shape(len(panels))
+    relative = relative_throughput(comparison)
+    heat = relative_heat(relative)
+    value, _units = value_heat(comparison, catalog)
+    figures = {"max_batch": batch, "relative": heat_figure(heat, "relative", "footer"),
+               "value": heat_figure(value, "value", "footer")}
+    assert len(heat.rows) == len(relative.rows) > 20  # every card in one chart, one row each
+    for name, fig in figures.items():
+        width, height = pixels(fig)
+        assert width <= MAX_WIDTH_PX and height <= MAX_HEIGHT_PX, (name, width, height)
+        assert clipped(fig) == [], name
+
+
+def test_the_curve_chart_is_a_grid_with_one_legend():
+    from test_like_for_like import with_curve
+
+    results = []
+    for workload in ("resnet50", "bert-large", "transformer-big", "nasnet-large", "pix2pixhd", "llama-1b", "toy"):
+        result = make_result(H100, workload, {p: {"batch": 512, "speed": 1000.0} for p in ("fp32", "bf16")})
+        for p in ("fp32", "bf16"):
+            with_curve(result, p, {16: 400.0, 128: 900.0, 512: 1000.0})
+        results.append(result)
+    series = curve_series(build_comparison(loaded(*results)))
+    fig = curve_figure(series)
+    assert len([ax for ax in fig.axes if ax.get_visible()]) == 7
+    assert fig.axes[0].get_subplotspec().get_gridspec().get_geometry() == (3, 3)
+    assert all(ax.get_legend() is None for ax in fig.axes) and len(fig.legends) == 1
+    width, height = pixels(fig)
+    assert width <= MAX_WIDTH_PX and height <= MAX_HEIGHT_PX
+    assert clipped(fig) == []
 
 
 def test_cli_report_charts(tmp_path):

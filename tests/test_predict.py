@@ -170,6 +170,21 @@ def test_emulated_autocast_follows_the_cuda_policy():
     assert len(casts) == 1  # the fp16 copy of the weight is cached within the autocast region
 
 
+def test_weight_copies_made_while_recomputing_a_checkpoint_go_with_its_autocast_region():
+    # On CUDA, checkpointing's recomputation enters torch.autocast and its exit clears the autocast cache;
+    # copies kept past it held memory a GPU frees, and made the first traced step differ from the next.
+    native = torch.clear_autocast_cache
+    with fake_session() as (_, behaviour):
+        linear = torch.nn.Linear(16, 16)
+        x = torch.randn(4, 16, requires_grad=True)
+        with behaviour.autocast(torch.float16):
+            y = torch.utils.checkpoint.checkpoint(linear, x, use_reentrant=False)
+        assert not behaviour._cache
+        y.float().sum().backward()
+        assert not behaviour._cache
+    assert torch.clear_autocast_cache is native
+
+
 def test_emulation_is_undone_after_the_session():
     with fake_session():
         pass
@@ -313,3 +328,13 @@ def test_inference_is_traced_under_inference_mode_and_needs_less_than_training(r
     train = predict(registry["toy-bert-squad"], ["bf16"], size, None, "test")
     infer = predict(registry["toy-bert-squad"], ["bf16"], size, None, "test", steps=2, mode="infer")
     assert infer.mode == "infer" and infer.precisions["bf16"].max_batch["cap"] > train.precisions["bf16"].max_batch["cap"] > 0
+
+
+def test_a_sequence_length_prediction_speaks_of_lengths(run, tmp_path):
+    result = run("predict", "--model", "toy-llama", "--search", "seq-len", "--memory", "1GiB", "--precision", "bf16",
+                 "--overhead-from", tmp_path)
+    assert result.exit_code == 0, result.output
+    table = [line for line in result.stdout.splitlines() if line.startswith("|")]
+    assert "predicted MiB/token" in table[0] and "1GiB: predicted max length (tokens)" in table[0]
+    assert "GiB/sample" not in result.stdout and "max batch" not in result.stdout
+    assert int(table[2].split("|")[-2]) > 1000  # a 2-layer, 64-wide model holds long sequences in 1 GiB

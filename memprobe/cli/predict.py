@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 
+import sys
+
 import click
 
 from memprobe.cli import checks
@@ -12,6 +14,8 @@ from memprobe.cli.models import model_options as _model_options
 from memprobe.cli.variants import variant_options as _variant_options
 from memprobe.registry import Workload
 from memprobe.cli.app import COMMON_CARD_SIZES, _precision_list, _workloads, main
+
+PROGRESS_EVERY_S = 5.0  # on a terminal, the longest silence while predicting
 
 
 def _predict_and_print(workloads: list[Workload], precisions: list[str], memory: str | None, override,
@@ -23,7 +27,9 @@ def _predict_and_print(workloads: list[Workload], precisions: list[str], memory:
     from memprobe.workloads.torchvision_guard import standin_reason
 
     try:
-        from memprobe.predict.summary import memory_sizes, predict, render
+        from memprobe.predict.parallel import cores
+        from memprobe.predict.render import render
+        from memprobe.predict.summary import memory_sizes, predict
         from memprobe.predict.trace import PredictError
     except TorchInternalsError as exc:
         raise click.ClickException(str(exc)) from None
@@ -56,13 +62,23 @@ def _predict_and_print(workloads: list[Workload], precisions: list[str], memory:
             where = f" as rank 0 of {world.label}" if world else ""
             click.echo(f"[{workload.name}] tracing on fake tensors{where} (no GPU used) ...", err=True)
             try:
-                prediction = predict(workload, precisions, sizes, None, "", steps=steps,
-                                     compare_with=compare_with if compare_with and
-                                     compare_with[1].workload.get("name") == workload.name else None, world=world,
-                                     mode=mode)
+                with _progress() as progress:
+                    prediction = predict(workload, precisions, sizes, None, "", steps=steps,
+                                         compare_with=compare_with if compare_with and
+                                         compare_with[1].workload.get("name") == workload.name else None,
+                                         world=world, mode=mode, workers=cores(), progress=progress)
             except (PredictError, TorchInternalsError, RuntimeError) as exc:
                 raise click.ClickException(str(exc).splitlines()[0]) from None
             click.echo(render(prediction))
+
+
+def _progress():
+    """Progress lines on stderr (stdout keeps the prediction alone); on a terminal also a line whenever
+    PROGRESS_EVERY_S seconds pass without one."""
+    from memprobe.predict.progress import Progress
+
+    return Progress(lambda text: click.echo(text, err=True), every=PROGRESS_EVERY_S,
+                    heartbeat=sys.stderr.isatty())
 
 
 def _check_same_world(path: str, result, worlds: list | None) -> None:

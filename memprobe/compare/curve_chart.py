@@ -7,16 +7,14 @@ so a drop at B, and where it starts, show at a glance.
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
+from memprobe.compare.chart_layout import PRECISION_LINESTYLES as LINESTYLES
+from memprobe.compare.chart_layout import figure_size, grid_shape, save
 from memprobe.compare.comparison import MEASURED, Comparison, Point
-from memprobe.outputs import prepare_dir, save_figure
 from memprobe.probe.knee import KNEE_FALL
 
 CHART_NAME = "throughput_vs_batch"
-FORMATS = ("png", "svg")
-LINESTYLES = {"fp32": ":", "tf32": "-.", "fp16": "-", "bf16": "--"}
 
 
 def curve_series(comparison: Comparison) -> dict[str, list[Point]]:
@@ -42,15 +40,20 @@ def write_curve_chart(comparison: Comparison, out_dir: str | Path) -> list[Path]
     series = curve_series(comparison)
     if not series:
         return []
-    from matplotlib import rc_context
-    from matplotlib.figure import Figure
+    return save(curve_figure(series), Path(out_dir) / CHART_NAME)
 
-    ncols = min(len(series), 3)
-    nrows = math.ceil(len(series) / ncols)
-    fig = Figure(figsize=(5.6 * ncols, 4.2 * nrows + 0.8), layout="constrained")
-    axes = fig.subplots(nrows, ncols, squeeze=False)
+
+def curve_figure(series: dict[str, list[Point]]):
+    """A panel per workload in a grid, one legend for all, as a matplotlib Figure (not laid out yet)."""
+    from matplotlib.figure import Figure
+    from matplotlib.lines import Line2D
+
+    rows, columns = grid_shape(len(series))
+    fig = Figure(figsize=figure_size(rows, columns), layout="constrained")
+    axes = fig.subplots(rows, columns, squeeze=False)
     gpus = list(dict.fromkeys(p.gpu for ps in series.values() for p in ps))
     colors = {gpu: f"C{i % 10}" for i, gpu in enumerate(gpus)}
+    precisions = list(dict.fromkeys(p.precision for ps in series.values() for p in ps))
     for ax, (workload, points) in zip(axes.flat, series.items()):
         for p in points:
             xs, ys = zip(*sorted(p.curve))
@@ -69,23 +72,23 @@ def write_curve_chart(comparison: Comparison, out_dir: str | Path) -> list[Path]
                             color=colors[p.gpu])
         ax.set_xscale("log", base=2)
         ax.set_title(workload, fontsize=10)
-        ax.set_xlabel("batch size (log 2)", fontsize=9)
-        ax.set_ylabel(points[0].unit, fontsize=9)
+        ax.set_xlabel("batch size (log 2)", fontsize=8.5)
+        ax.set_ylabel(points[0].unit, fontsize=8.5)
         ax.set_ylim(bottom=0)
         ax.grid(alpha=0.3)
         ax.tick_params(labelsize=8)
-        ax.legend(fontsize=7, frameon=False)
     for ax in list(axes.flat)[len(series):]:
         ax.set_visible(False)
-    fig.suptitle("Throughput against batch size (star: best batch b*; cross: max batch B; triangle: knee, the "
-                 f"last batch before a fall of more than {KNEE_FALL:.0%})", fontsize=12)
-    out_dir = Path(out_dir)
-    prepare_dir(out_dir)
-    written = []
-    # Same settings as the other charts: SVG text stays text, and re-runs are byte-identical.
-    with rc_context({"svg.fonttype": "none", "svg.hashsalt": "memprobe"}):
-        for ext in FORMATS:
-            path = out_dir / f"{CHART_NAME}.{ext}"
-            save_figure(fig, path, dpi=110, metadata={"Date": None} if ext == "svg" else {"Software": None})
-            written.append(path)
-    return written
+    # One legend for every panel: a card is a color, a precision a line style.
+    handles = [Line2D([0], [0], color=colors[g], linewidth=2, label=g) for g in gpus]
+    handles += [Line2D([0], [0], color="#555555", linestyle=LINESTYLES.get(p, "-"), label=p) for p in precisions]
+    handles += [Line2D([0], [0], marker="*", color="#555555", markeredgecolor="black", linestyle="none",
+                       markersize=10, label="best batch b*"),
+                Line2D([0], [0], marker="x", color="black", linestyle="none", markersize=7, label="max batch B"),
+                Line2D([0], [0], marker="v", color="#555555", markeredgecolor="black", linestyle="none",
+                       markersize=8, label=f"knee (then a fall > {KNEE_FALL:.0%})")]
+    legend = fig.legend(handles=handles, loc="outside upper center", ncols=min(len(handles), 8), fontsize=8.5,
+                        frameon=False, title="Throughput against batch size",
+                        title_fontproperties={"size": 13, "weight": "bold"})
+    legend.get_title().set_multialignment("center")
+    return fig

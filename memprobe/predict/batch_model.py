@@ -1,62 +1,129 @@
-"""The trace at any batch from two traced batches, and the max batch a capacity holds.
+"""The trace at any batch (or sequence length) from a few traced ones, and the max batch a capacity holds.
 
-Tracing is the slow part (about a second per step for BERT-Large), so each precision is traced at two batch
-sizes (2 and 3) only: every allocation of a transformer step is affine in the batch, so the two traces give
-the trace at any batch; a third traced batch (4) checks that byte for byte. Batch 1, and every batch of a
-workload whose op sequence changes with the batch, is traced directly.
+Tracing is the slow part (seconds per trial), so each precision is traced at a few small batches only.
+Along the batch every allocation of a step is affine in the batch: the traces at 2 and 3 give the trace at
+any batch, and a third traced batch (4) checks that byte for byte. Along the sequence length some sizes
+are quadratic (an attention mask is length x length): the traces at lengths 2, 3 and 4 give the trace at
+any length, checked byte for byte against a trace at the longest length predicted, where an error would
+show. A kernel workspace's size is recomputed from its extrapolated dims (workspaces.py), with the
+kernel's rounding. Batch 1, and every batch of a workload whose op sequence changes with the batch or
+whose check fails, is traced directly.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Sequence
 
 from memprobe.predict.allocator import ALLOC, ReplayResult, replay
-from memprobe.predict.trace import CHECK_BATCH, MODEL_BATCHES, TRIAL_MARK, Trace, TraceSession
+from memprobe.predict.trace import TRIAL_MARK, PredictError, Trace, TraceSession
+from memprobe.predict.workspaces import Workspace
 
-
+MODEL_BATCHES = (2, 3)  # traced and extrapolated from; batch 1 can take other paths (size-1 dims broadcast)
+CHECK_BATCH = 4  # traced to check the extrapolation byte for byte
+LENGTH_BATCHES = (2, 3, 4)  # along the sequence length: sizes up to quadratic in it
 FIT_BATCHES = (2, 4, 8, 16, 32, 64, 128, 256, 512)  # replayed for the reported linear fit (up to the edge)
-
-
 MAX_SEARCH_BATCH = 1 << 16
 
+Tracer = Callable[[Sequence[int]], dict[int, "Trace | PredictError"]]
 
-@dataclass
+
+def _binomial(n: int, k: int) -> int:
+    """n choose k for any integer n (n (n-1) ... (n-k+1) / k!, exact: k consecutive integers' product)."""
+    top, bottom = 1, 1
+    for i in range(k):
+        top *= n - i
+        bottom *= i + 1
+    return top // bottom
+
+
+def _differences(values: Sequence[int]) -> tuple[int, ...]:
+    """Newton's forward differences at the first point: values[0], its first difference, second, ..."""
+    out, row = [], list(values)
+    while row:
+        out.append(row[0])
+        row = [b - a for a, b in zip(row, row[1:])]
+    return tuple(out)
+
+
+def _weighted(terms: tuple[int, ...], weights: list[int]) -> int:
+    """The polynomial through the points the differences came from, at the point whose binomial weights
+    (steps choose k) are given. Raises ValueError when the value is negative."""
+    value = terms[0]
+    for k in range(1, len(terms)):
+        value += terms[k] * weights[k]
+    if value < 0:
+        raise ValueError("an allocation size would be negative at this batch")
+    return value
+
+
 class BatchModel:
-    """Traces of one precision at two batches; gives the trace at any batch (sizes affine in the batch)."""
+    """Traces of one precision at consecutive batches; gives the trace at any batch, each allocation size the
+    polynomial through its sizes in the traces (degree: traces - 1; two traces: a line)."""
 
-    low: Trace
-    high: Trace
-    checked: Trace | None = None
-    exact: bool = False  # the extrapolation reproduced the checked trace byte for byte
+    def __init__(self, traces: Sequence[Trace]) -> None:
+        batches = [t.batch for t in traces]
+        if len(traces) < 2 or batches != list(range(batches[0], batches[0] + len(traces))):
+            raise ValueError(f"a batch model needs traces at consecutive batches, got {batches}")
+        self.traces = list(traces)
+        self.first = batches[0]
+        self.exact = False  # the model reproduced a trace it was not made from, byte for byte
+        self.checked_at: int | None = None
+        self._cached_terms: list | None = None
 
     def aligned(self) -> bool:
-        """Whether the two traces have the same events in the same order (only ALLOC sizes may differ)."""
-        a, b = self.low.events, self.high.events
-        if len(a) != len(b):
-            return False
-        for x, y in zip(a, b):
-            if x[0] != y[0] or x[1] != y[1] or (x[0] == ALLOC and x[3] != y[3]):
+        """Whether the traces have the same events in the same order (only ALLOC sizes, and the dims of
+        kernel workspaces, may differ)."""
+        first = self.traces[0].events
+        for other in self.traces[1:]:
+            events = other.events
+            if len(events) != len(first):
                 return False
+            for x, y in zip(first, events):
+                if x[0] != y[0] or x[1] != y[1]:
+                    return False
+                if x[0] == ALLOC and x[3] != y[3] and not (isinstance(x[3], Workspace) and x[3].same_kind(y[3])):
+                    return False
         return True
 
     def events_at(self, batch: int) -> list[tuple]:
-        """The trace at `batch`. Raises ValueError if the two traces do not align or a size goes negative."""
-        lo, hi = self.low, self.high
-        span = hi.batch - lo.batch
+        """The trace at `batch`. Raises ValueError if a size goes negative (call only when aligned())."""
+        steps = batch - self.first
+        weights = [_binomial(steps, k) for k in range(len(self.traces))]
         out = []
-        for x, y in zip(lo.events, hi.events):
-            if x[0] != ALLOC:
-                out.append(x)
-                continue
-            step, rem = divmod(y[2] - x[2], span)
-            if rem:
-                raise ValueError("allocation sizes are not affine in the batch")
-            size = x[2] + step * (batch - lo.batch)
-            if size < 0:
-                raise ValueError("an allocation size would be negative at this batch")
-            out.append((ALLOC, x[1], size, x[3]))
+        for event, terms in zip(self.traces[0].events, self._terms()):
+            if terms is None:
+                out.append(event)
+            elif isinstance(event[3], Workspace):
+                dims = tuple(_weighted(t, weights) for t in terms)
+                workspace = Workspace(event[3].op, event[3].index, dims)
+                out.append((ALLOC, event[1], workspace.nbytes, workspace))
+            else:
+                out.append((ALLOC, event[1], _weighted(terms, weights), event[3]))
         return out
+
+    def _terms(self) -> list:
+        """Per event: None (not an allocation), the forward differences of its size, or of each workspace dim."""
+        if self._cached_terms is None:
+            terms: list = []
+            for column in zip(*(t.events for t in self.traces)):
+                x = column[0]
+                if x[0] != ALLOC:
+                    terms.append(None)
+                elif isinstance(x[3], Workspace):
+                    terms.append(tuple(_differences(ds) for ds in zip(*(e[3].dims for e in column))))
+                else:
+                    terms.append(_differences([e[2] for e in column]))
+            self._cached_terms = terms
+        return self._cached_terms
+
+    def reproduces(self, trace: Trace) -> bool:
+        """Whether the model gives `trace`'s events exactly; records the check."""
+        try:
+            self.exact = self.events_at(trace.batch) == trace.events
+        except ValueError:
+            self.exact = False
+        self.checked_at = trace.batch
+        return self.exact
 
 
 def _replay(events: list[tuple], capacity: int | None = None) -> ReplayResult:
@@ -108,18 +175,74 @@ def max_batch_for(events_at: Callable[[int], list[tuple]], capacity: int, guess:
     return lo, cache.get(hi)
 
 
-class PrecisionTraces:
-    """The trial of one precision at any batch: extrapolated from two traces, or traced (and kept)."""
+def trace_each(session: TraceSession, precision: str) -> Tracer:
+    """A Tracer that traces the batches here, one after another."""
 
-    def __init__(self, session: TraceSession, precision: str, check: bool = True) -> None:
+    def trace(batches: Sequence[int]) -> dict[int, Trace | PredictError]:
+        out: dict[int, Trace | PredictError] = {}
+        for b in batches:
+            try:
+                out[b] = session.trace(precision, b)
+            except PredictError as exc:
+                out[b] = exc
+        return out
+
+    return trace
+
+
+def model_batches(axis: str, check: bool = True) -> tuple[int, ...]:
+    """The batches a precision is traced at before anything else: the model's, and the batch axis' check."""
+    if axis == "seq_len":
+        return LENGTH_BATCHES
+    return MODEL_BATCHES + ((CHECK_BATCH,) if check else ())
+
+
+class PrecisionTraces:
+    """The trial of one precision at any batch: extrapolated from a few traces, or traced (and kept).
+
+    `traced`: traces made already (batch -> Trace, or the PredictError tracing it raised); `tracer` traces
+    the others (default: here, one after another). `axis` "seq_len": the batch is a sequence length (a
+    quadratic model, checked at the edge by check_at). Raises PredictError when a trace it needs fails.
+    """
+
+    def __init__(self, session: TraceSession, precision: str, check: bool = True,
+                 traced: dict[int, Trace | PredictError] | None = None, tracer: Tracer | None = None,
+                 axis: str = "batch") -> None:
         self.session = session
         self.precision = precision
-        self.model, traces = batch_model(session, precision, check)
-        self._traced: dict[int, list[tuple]] = {b: t.events for b, t in traces.items()}
+        self.axis = axis
+        self._tracer = tracer or trace_each(session, precision)
+        self._pending = dict(traced or {})
+        self._traced: dict[int, list[tuple]] = {}
+        self._found: dict[int, tuple[int, ReplayResult | None]] = {}
+        points = LENGTH_BATCHES if axis == "seq_len" else MODEL_BATCHES
+        got = self._get(points)
+        made = BatchModel([got[b] for b in points])
+        self.model: BatchModel | None = made
+        if not made.aligned():
+            self.model = None
+        elif check and axis != "seq_len" and not made.reproduces(self._get([CHECK_BATCH])[CHECK_BATCH]):
+            self.model = None
+
+    @property
+    def how(self) -> str:
+        """"checked": extrapolated and checked byte for byte; "unchecked"; "traced": every batch traced."""
         if self.model is None:
-            self.how = "traced"
-        else:
-            self.how = "checked" if self.model.exact else "unchecked"
+            return "traced"
+        return "checked" if self.model.exact else "unchecked"
+
+    def _get(self, batches: Sequence[int]) -> dict[int, Trace]:
+        missing = [b for b in batches if b not in self._pending]
+        if missing:
+            self._pending.update(self._tracer(missing))
+        out = {}
+        for b in batches:
+            got = self._pending[b]
+            if isinstance(got, PredictError):
+                raise got
+            self._traced.setdefault(b, got.events)
+            out[b] = got
+        return out
 
     def events_at(self, batch: int) -> list[tuple]:
         """The trace at `batch` (build + trial). Raises PredictError if tracing fails."""
@@ -127,8 +250,7 @@ class PrecisionTraces:
             return self._traced[batch]
         if self.model is not None and batch >= MODEL_BATCHES[0]:
             return self.model.events_at(batch)
-        self._traced[batch] = self.session.trace(self.precision, batch).events
-        return self._traced[batch]
+        return self._get([batch])[batch].events
 
     def peaks(self, batch: int, capacity: int | None = None) -> ReplayResult:
         return _replay(self.events_at(batch), capacity)
@@ -136,8 +258,10 @@ class PrecisionTraces:
     def max_batch(self, capacity: int) -> tuple[int, ReplayResult | None]:
         """max_batch_for at `capacity` bytes, walking from the line's guess where the traces extrapolate
         (from batch 2 where every batch is traced). Raises PredictError if a trace it needs fails."""
-        guess = self.linear_guess(capacity) if self.model is not None else MODEL_BATCHES[0]
-        return max_batch_for(self.events_at, capacity, guess)
+        if capacity not in self._found:
+            guess = self.linear_guess(capacity) if self.model is not None else MODEL_BATCHES[0]
+            self._found[capacity] = max_batch_for(self.events_at, capacity, guess)
+        return self._found[capacity]
 
     def linear_guess(self, capacity: int) -> int:
         """Where a line through the peaks reserved at two batches puts the edge (a starting point only)."""
@@ -148,26 +272,24 @@ class PrecisionTraces:
             return MODEL_BATCHES[0]
         return max(1, int((capacity - (ra - per * a)) / per))
 
+    def needs_edge_check(self, capacities: Sequence[int]) -> int | None:
+        """The batch to check an unchecked model at (the largest edge of `capacities`), or None when there is
+        nothing to check (no model, checked already, or an edge among the traced batches)."""
+        if self.model is None or self.model.exact:
+            return None
+        edge = max((self.max_batch(c)[0] for c in capacities), default=0)
+        return edge if edge > max(LENGTH_BATCHES) else None
 
-def batch_model(session: TraceSession, precision: str, check: bool = True) -> tuple[BatchModel | None, dict[int, Trace]]:
-    """Trace `precision` at MODEL_BATCHES (and CHECK_BATCH, to check the extrapolation byte for byte).
-
-    Returns (None, traces) when the traces do not line up: every batch is then traced instead.
-    """
-    low = session.trace(precision, MODEL_BATCHES[0])
-    high = session.trace(precision, MODEL_BATCHES[1])
-    model = BatchModel(low, high)
-    traces = {low.batch: low, high.batch: high}
-    if not model.aligned():
-        return None, traces
-    if check:
-        checked = session.trace(precision, CHECK_BATCH)
-        traces[CHECK_BATCH] = checked
-        model.checked = checked
-        try:
-            model.exact = model.events_at(CHECK_BATCH) == checked.events
-        except ValueError:
-            model.exact = False
-        if not model.exact:
-            return None, traces
-    return model, traces
+    def check_at(self, trace: Trace | PredictError) -> bool:
+        """Compare the model with a trace it was not made from, byte for byte; on a mismatch drop the model
+        (every batch is traced from then on). Returns whether it matched. Raises the trace's PredictError."""
+        if isinstance(trace, PredictError):
+            raise trace
+        self._pending[trace.batch] = trace
+        if self.model is None:
+            return False
+        if not self.model.reproduces(trace):
+            self.model = None
+            self._found.clear()
+        self._traced[trace.batch] = trace.events
+        return self.model is not None

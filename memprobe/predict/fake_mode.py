@@ -64,7 +64,14 @@ class FakeCudaMode(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         if func is _PRIM_DEVICE:  # asked for every `tensor.device`: the most frequent call by far
-            return func(*args)
+            # Answered here as FakeTensor.__torch_dispatch__ answers it, without a second trip through the
+            # dispatcher (the autograd engine asks it for every tensor it touches).
+            t = args[0]
+            device = getattr(t, "fake_device", None)
+            mode = getattr(t, "fake_mode", None)
+            if device is None or mode is None or mode.in_kernel_invocation:
+                return func(*args)
+            return device
         kwargs = kwargs or {}
         if func is aten._local_scalar_dense.default or func is aten.item.default:
             return self._scalar(args[0])

@@ -23,7 +23,7 @@ CPU are made to take the CUDA path while the emulation is active:
   (half_to_float) instead of first making an fp32 copy of the input.
 - kernel workspaces that never show up as tensors: the cuBLAS workspace (32 MiB on sm90, allocated
   through the caching allocator at the first GEMM) and the temporaries inside the flash and
-  memory-efficient attention backward kernels (`kernel_workspaces`).
+  memory-efficient attention backward kernels (workspaces.py).
 - optimizers: `make_optimizer` builds the fused kernels on CUDA (foreach on the CPU, whose
   temporaries are as large as the parameters); `cuda_optimizers` rebuilds them fused.
 
@@ -37,9 +37,8 @@ from __future__ import annotations
 import math
 import weakref
 from collections import Counter
-from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any
 
 import torch
 
@@ -146,7 +145,7 @@ class CudaBehaviour:
         self.target = target
         self.notes: list[str] = []
         self._cache: dict[int, tuple[weakref.ref, torch.Tensor]] = {}
-        self._depth = 0
+        self._clear_native_cache = None
         self.sdpa_choices: Counter = Counter()
         self._lib: torch.library.Library | None = None
 
@@ -163,29 +162,34 @@ class CudaBehaviour:
             self._lib.impl("scaled_dot_product_attention", self._sdpa, "CompositeImplicitAutograd")
             self._lib.impl("softmax.int", self._softmax, "CompositeImplicitAutograd")
             self._lib.impl("log_softmax.int", self._log_softmax, "CompositeImplicitAutograd")
+        # The cache of low-precision weight copies lives as long as the native one: torch.autocast's exit
+        # clears that when it leaves the outermost autocast region (nesting 0), whoever entered it -- our
+        # forward, or activation checkpointing's recomputation in the backward pass, which enters
+        # torch.autocast itself. Clearing only at the end of our own region kept the copies made while
+        # recomputing alive into the next step: more memory than CUDA holds, and a trace whose first step
+        # differs from the others.
+        self._clear_native_cache = torch.clear_autocast_cache
+
+        def clear_autocast_cache() -> None:
+            self._clear_native_cache()
+            self._cache.clear()
+
+        torch.clear_autocast_cache = clear_autocast_cache
         return self
 
     def __exit__(self, *exc) -> None:
         if self._lib is not None:
             self._lib._destroy()
             self._lib = None
+        if self._clear_native_cache is not None:
+            torch.clear_autocast_cache = self._clear_native_cache
+            self._clear_native_cache = None
         self._cache.clear()
 
-    @contextmanager
-    def autocast(self, dtype: torch.dtype) -> Iterator[None]:
-        """Autocast for the emulated CUDA device (what `torch.autocast("cuda", dtype)` is on the GPU).
-
-        Clears the cache of low-precision weight copies when the outermost region ends, as
-        torch.autocast's exit clears the native cache.
-        """
-        with torch.autocast("cpu", dtype=dtype):
-            self._depth += 1
-            try:
-                yield
-            finally:
-                self._depth -= 1
-                if self._depth == 0:
-                    self._cache.clear()
+    def autocast(self, dtype: torch.dtype):
+        """Autocast for the emulated CUDA device (what `torch.autocast("cuda", dtype)` is on the GPU): the
+        CPU autocast whose kernels this emulation replaced. Its exit at nesting 0 clears the weight-copy cache."""
+        return torch.autocast("cpu", dtype=dtype)
 
     # -- autocast -----------------------------------------------------------------------------
     def _register_autocast(self) -> None:
@@ -350,29 +354,6 @@ class CudaBehaviour:
                 query, key, value, bias, compute_lse, dropout_p, is_causal, scale=scale)[0]
         return aten._scaled_dot_product_attention_math.default(
             query, key, value, attn_mask, dropout_p, is_causal, None, scale=scale, enable_gqa=enable_gqa)[0]
-
-
-def kernel_workspaces(func, args: tuple, out: Any) -> list[int]:
-    """Bytes that the CUDA kernel of `func` allocates for itself and frees before returning.
-
-    These never appear as tensors on fake tensors. Sources:
-    - flash attention backward (flash_api.cpp mha_bwd): softmax_d (B, H, round128(M)) fp32 and
-      dq_accum (B, round128(M), H, round32(K)) fp32;
-    - memory-efficient attention backward (attention_backward.cu): for fp32, where the kernel does not
-      compute delta itself, (grad_out.float() * out.float()) (B, M, H, K) and its sum (B, H, M) fp32.
-    """
-    if func is aten._scaled_dot_product_flash_attention_backward.default:
-        q = args[1]
-        b, h, m, k = q.shape
-        m128 = -(-m // 128) * 128
-        k32 = -(-k // 32) * 32 if k <= 192 else 256
-        return [b * h * m128 * 4, b * m128 * h * k32 * 4]
-    if func is aten._scaled_dot_product_efficient_attention_backward.default:
-        q, out_t = args[1], args[5]
-        if q.dtype == torch.float32:  # kKernelComputesDelta is false for fp32 kernels
-            b, h, m, _ = q.shape
-            return [out_t.numel() * 4, b * h * m * 4]
-    return []
 
 
 def cuda_optimizers(task) -> None:

@@ -14,7 +14,8 @@ from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
 from memprobe.predict.allocator import ALLOC, FREE, MARK
 from memprobe.predict.fake_mode import FakeCudaMode
-from memprobe.predict.fakecuda import CUBLAS_OPS, Target, kernel_workspaces
+from memprobe.predict.fakecuda import CUBLAS_OPS, Target
+from memprobe.predict.workspaces import kernel_workspaces
 
 
 class Recorder(FakeCudaMode):
@@ -149,6 +150,6 @@ class Recorder(FakeCudaMode):
             # The cuBLAS workspace comes from the caching allocator at the first GEMM and stays.
             self.cublas_allocated = True
             self._alloc(self.target.cublas_workspace_bytes, "cuBLAS workspace")
-        temps = [self._alloc(n, f"{func} workspace") for n in kernel_workspaces(func, args, out) if n > 0]
+        temps = [self._alloc(w.nbytes, w) for w in kernel_workspaces(func, args, out) if w.nbytes > 0]
         for alloc_id in temps:
             self._free(alloc_id)

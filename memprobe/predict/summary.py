@@ -15,9 +15,9 @@ from memprobe.probe.errors import FIT
 from memprobe.predict.fakecuda import H100, Target
 from memprobe.registry import Workload
 from memprobe.probe.search import Attempt, MemoryModel, fit_memory_model
-from memprobe.units import gib
-from memprobe.predict.sessions import trace_sessions
-from memprobe.predict.trace import PredictError, TraceSession
+from memprobe.predict.progress import Progress, silent
+from memprobe.predict.trace import PredictError
+from memprobe.predict.tracing import axis_of, traced_precisions
 from memprobe.predict.batch_model import FIT_BATCHES, PrecisionTraces
 
 
@@ -88,6 +88,7 @@ class Prediction:
     compared_with: str = ""
     world: str = ""  # "2 GPUs, ddp": the figures are per GPU, for rank 0 of a data-parallel group
     mode: str = "train"  # "infer": forward passes only
+    axis: str = "batch"  # "seq_len": n is the sequence length (of `batch` sequences per step), not the batch
 
 
 def _predict_precision(traces: PrecisionTraces, sizes: Sequence[MemorySize]) -> PrecisionPrediction:
@@ -147,14 +148,17 @@ def _compare(traces: PrecisionTraces, p) -> tuple[list[ComparisonRow], MaxBatchC
 
 def predict(workload: Workload, precisions: Sequence[str], sizes: Sequence[MemorySize], overhead_bytes: int | None,
             overhead_source: str, steps: int = 3, target: Target = H100, check: bool = True,
-            compare_with: tuple[str, Any] | None = None, world: Any = None, mode: str = "train") -> Prediction:
+            compare_with: tuple[str, Any] | None = None, world: Any = None, mode: str = "train", workers: int = 1,
+            progress: Progress | None = None) -> Prediction:
     """Trace `workload` in each precision and predict its max batch for each memory size.
 
     `compare_with` = (path, ScanResult) of a real scan of this workload adds predicted-vs-measured rows.
     `world` (data_parallel.World) predicts per GPU for rank 0 of N data-parallel GPUs: one traced session per
     precision, since the wrapper depends on it. `mode` "infer": forward passes under inference_mode, as a
-    `scan --mode infer` trial (its `steps` forward passes). Raises PredictError when the workload cannot be built,
-    wrapped or stepped on fake tensors, ValueError for a precision other than fp32/tf32/fp16/bf16.
+    `scan --mode infer` trial (its `steps` forward passes). `workers` > 1 traces that many trials at once (forked
+    children, parallel.py; the numbers do not depend on it); `progress` gets a line per trace. Raises PredictError
+    when the workload cannot be built, wrapped or stepped on fake tensors, ValueError for a precision other than
+    fp32/tf32/fp16/bf16.
     """
     for p in precisions:
         if p not in ("fp32", "tf32", "fp16", "bf16"):
@@ -174,32 +178,35 @@ def predict(workload: Workload, precisions: Sequence[str], sizes: Sequence[Memor
     sdpa: dict = {}
     answers: dict = {}
     behaviour_notes: list[str] = []
-    sessions: list[TraceSession] = []
     if world is not None and mode != "train":
         raise ValueError("a data-parallel prediction is of training (--mode train)")
-    with trace_sessions(workload, steps, target, world, mode) as session_for:
+    progress = progress or silent()
+    scanned = compare_with[1].precisions if compare_with is not None else {}
+    capacities = [s.capacity_bytes for s in sizes] + [p.capacity_bytes for p in scanned.values() if p.capacity_bytes]
+    with traced_precisions(workload, precisions, capacities, steps, target, world, mode, check, workers,
+                           progress) as (traces_for, traced):
         for precision in precisions:
-            session = session_for(precision)
-            if session not in sessions:
-                sessions.append(session)
-            traces = PrecisionTraces(session, precision, check)
-            if traces.how == "traced":
-                notes.append(f"{precision}: the op sequence changes with the batch, so every batch needed was traced.")
+            traces = traces_for(precision)
+            progress.phase(f"replaying {precision} through the allocator model")
             results[precision] = _predict_precision(traces, sizes)
-            if compare_with is not None and precision in compare_with[1].precisions:
-                got_rows, edge = _compare(traces, compare_with[1].precisions[precision])
+            if precision in scanned:
+                got_rows, edge = _compare(traces, scanned[precision])
                 rows += got_rows
                 if edge is not None:
                     edges.append(edge)
-        for session in sessions:  # counted before the sessions close
+        for session in traced.sessions:  # counted before the sessions close
             for key, n in session.behaviour.sdpa_choices.items():
                 sdpa[key] = sdpa.get(key, 0) + n
             for key, n in session.recorder.answers.items():
                 answers[key] = answers.get(key, 0) + n
             behaviour_notes += [n for n in session.behaviour.notes if n not in behaviour_notes]
-    traced_seconds = sum(s.seconds for s in sessions)
-    build_seconds = sum(s.build_seconds for s in sessions)
-    if "tf32" in precisions:
+    for precision, result in results.items():
+        if result.how == "traced" and precision not in traced.shared:
+            notes.append(f"{precision}: the traces at small batches do not extrapolate (the op sequence or a size "
+                         "changes with the batch), so every batch needed was traced.")
+    if traced.shared:
+        notes.append("tf32: fp32's traces (TF32 changes the math, not the tensors).")
+    elif "tf32" in precisions:
         notes.append("tf32: traced like fp32 (TF32 changes the math, not the tensors).")
     choices = ", ".join(f"{backend} ({dtype}) x{n}" for (backend, dtype), n in sorted(sdpa.items()))
     if choices:
@@ -212,13 +219,15 @@ def predict(workload: Workload, precisions: Sequence[str], sizes: Sequence[Memor
         from memprobe.predict.data_parallel import notes as world_notes
 
         notes += world_notes(world)
-    notes.append(f"time: {build_seconds:.1f} s to import and build the model, "
-                 f"{traced_seconds - build_seconds:.1f} s tracing trials, "
-                 f"{time.perf_counter() - started - traced_seconds:.1f} s replaying them through the allocator model.")
+    build_seconds, trace_seconds = traced.build_seconds, traced.trace_seconds
+    at_once = f" ({workers} at a time)" if workers > 1 else ""
+    notes.append(f"time: {build_seconds:.1f} s to import and build the model, {trace_seconds:.1f} s tracing trials"
+                 f"{at_once}, {time.perf_counter() - started - build_seconds - trace_seconds:.1f} s replaying them "
+                 "through the allocator model.")
     seconds = time.perf_counter() - started
     return Prediction(workload.name, target.name, steps, seconds, build_seconds, list(sizes), overhead_bytes,
                       overhead_source, results, notes, rows, edges, compare_with[0] if compare_with else "",
-                      world.label if world is not None else "", mode)
+                      world.label if world is not None else "", mode, axis_of(workload))
 
 
 def memory_sizes(labels: Sequence[tuple[str, int]], cards: dict[str, Any] | None = None,
@@ -235,70 +244,3 @@ def memory_sizes(labels: Sequence[tuple[str, int]], cards: dict[str, Any] | None
         usable = usable_memory(label, nbytes, (cards or {}).get(label), override)
         out.append(MemorySize(label, nbytes, usable.capacity_bytes, usable.how))
     return out
-
-
-def _pct(pred: float | None, meas: float | None) -> str:
-    if pred is None or not meas:
-        return "-"
-    return f"{(pred / meas - 1) * 100:+.2f}%"
-
-
-def render(pred: Prediction) -> str:
-    """The prediction as text: per precision the fitted line and the predicted max batch per memory size,
-    then (with a comparison) predicted vs measured. Every figure is labelled predicted."""
-    from tabulate import tabulate
-
-    where = f" per GPU on {pred.world}" if pred.world else ""
-    trial = (f"(1 warm-up + {pred.steps - 1} steps, optimizer state included)" if pred.mode == "train"
-             else f"of inference ({pred.steps} forward passes under inference_mode)")
-    lines = [f"memprobe predict: {pred.workload}{where} -- PREDICTED, not measured: a fake-tensor trace of one trial "
-             f"{trial} with the CUDA kernels of {pred.target}, "
-             f"replayed through a model of the CUDA caching allocator; {pred.seconds:.1f} s on this CPU."]
-    if any(s.how for s in pred.sizes):
-        lines += [f"Usable memory, {s.label}: {gib(s.capacity_bytes, 2)} of {gib(s.memory_bytes, 2)} GiB; {s.how}."
-                  for s in pred.sizes]
-    elif pred.overhead_bytes is not None:
-        lines.append(f"Usable memory = memory - {gib(pred.overhead_bytes, 2)} GiB not allocatable, {pred.overhead_source}.")
-    else:
-        lines.append(f"Usable memory = the memory given ({pred.overhead_source}): the CUDA context and the driver's "
-                     "reservation are not subtracted, so these predictions are optimistic.")
-    headers = ["precision", "predicted static GiB", "predicted GiB/sample"] + [f"{s.label}: predicted max batch" for s in pred.sizes]
-    rows = []
-    for name, p in pred.precisions.items():
-        m = p.model_reserved
-        rows.append([name, gib(m.static_bytes, 2) if m else "-", gib(m.per_sample_bytes, 3) if m else "-"]
-                    + [str(p.max_batch[s.label]) for s in pred.sizes])
-    lines += ["", tabulate(rows, headers=headers, tablefmt="github"), ""]
-    lines.append("static / per sample: least-squares line through the predicted peak reserved bytes at batches "
-                 "2, 4, 8, ... up to the largest edge; max batch: the largest batch whose trial fits the usable memory "
-                 "in the allocator model (not the line).")
-    if pred.comparison:
-        lines += ["", f"Predicted vs measured ({pred.compared_with}); predictions replayed with the scan's allocator capacity:", ""]
-        crow = []
-        for r in pred.comparison:
-            measured_ok = r.measured_outcome == "fit"
-            measured = r.measured_outcome
-            if not measured_ok and "ran the 3-step trial" in r.measured_message:
-                measured = "trial fit; timed run oom"  # a fresh check times 3 + 10 more steps after the trial
-            crow.append([r.precision, r.batch, r.where, measured,
-                         "fit" if r.predicted_fits else f"oom ({gib(r.predicted_request, 2)} GiB request)",
-                         gib(r.measured_allocated, 2), gib(r.predicted_allocated, 2),
-                         _pct(r.predicted_allocated, r.measured_allocated) if measured_ok else "(oom: partial)",
-                         gib(r.measured_reserved, 2), gib(r.predicted_reserved, 2),
-                         _pct(r.predicted_reserved, r.measured_reserved) if measured_ok else "(oom: partial)"])
-        lines.append(tabulate(crow, headers=["precision", "batch", "trial", "measured", "predicted",
-                                             "peak alloc GiB measured", "predicted", "error",
-                                             "peak reserved GiB measured", "predicted", "error"], tablefmt="github"))
-        if pred.max_batch_comparison:
-            lines.append("")
-            erow = []
-            for e in pred.max_batch_comparison:
-                err = f"{(e.predicted / e.measured - 1) * 100:+.1f}%" if e.measured else "-"
-                erow.append([e.precision, gib(e.capacity_bytes, 2), e.predicted, e.measured, err,
-                             f"{e.search[0]}/{e.search[1]}", f"{e.fresh[0]}/{e.fresh[1]}",
-                             ", ".join(map(str, e.trial_fits_fresh)) or "-"])
-            lines.append(tabulate(erow, headers=["precision", "capacity GiB", "predicted max batch", "measured max batch",
-                                                 "error", "search fits/fails", "fresh fits/fails",
-                                                 "3-step trial fit in a fresh process at"], tablefmt="github"))
-    lines += [""] + [f"note: {n}" for n in pred.notes]
-    return "\n".join(lines) + "\n"

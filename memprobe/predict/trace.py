@@ -26,12 +26,6 @@ from memprobe.predict.recorder import Recorder
 TRIAL_MARK = "trial"  # where run_trial called reset_peak_memory_stats (after empty_cache)
 
 
-MODEL_BATCHES = (2, 3)  # traced and extrapolated from; batch 1 can take other paths (size-1 dims broadcast)
-
-
-CHECK_BATCH = 4  # traced to check the extrapolation byte for byte
-
-
 class PredictError(RuntimeError):
     """The workload cannot be predicted (it cannot be built or stepped on fake tensors)."""
 

@@ -1,0 +1,163 @@
+"""A table drawn as a heatmap: a row per card, a column per workload and precision, the number in each cell.
+
+No torch. Many cards times many columns read at screen size as one grid, where a bar chart per column
+needed a panel each. Measured cells are bold and outlined, published ones plain; out-of-memory cells are
+grey. The color shows `Heat.scale`: a ratio on a log scale centred on 1 (relative throughput), or a share
+of the column's best (0 to 1).
+"""
+
+from __future__ import annotations
+
+import math
+import textwrap
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from memprobe.compare.chart_layout import DPI, MAX_WIDTH_PX, save
+from memprobe.compare.comparison import MEASURED, PUBLISHED
+
+MEASURED_EDGE = "#0b2e59"
+OOM_FILL = "#d9d9d9"
+ROW_INCHES = 0.27
+COLUMN_INCHES = 1.2
+LABEL_INCHES = 2.1
+FIXED_INCHES = 2.2  # title and legend, column headers, footer
+
+
+@dataclass
+class HeatCell:
+    """One cell: the number the color shows, the text written, where it comes from."""
+
+    value: float
+    text: str
+    origin: str
+    oom: bool = False
+
+
+@dataclass
+class Heat:
+    """Rows (label, origin) x columns (group, label): a group (a workload) names consecutive columns (its
+    precisions) once, above them; the cells there are, and how to color them."""
+
+    columns: list[tuple[str, str]]
+    rows: list[tuple[str, str]]
+    cells: dict[tuple[int, int], HeatCell] = field(default_factory=dict)
+    scale: str = "ratio"  # "ratio": log scale centred on 1; "share": 0 to 1
+    colorbar: str = ""
+
+    def groups(self) -> list[tuple[str, int, int]]:
+        """(group, first column, last column) of each run of columns with the same group."""
+        out: list[tuple[str, int, int]] = []
+        for i, (group, _label) in enumerate(self.columns):
+            if out and out[-1][0] == group:
+                out[-1] = (group, out[-1][1], i)
+            else:
+                out.append((group, i, i))
+        return out
+
+
+def heat_size(heat: Heat) -> tuple[float, float]:
+    """Figure (width, height) in inches: within MAX_WIDTH_PX x MAX_HEIGHT_PX while rows fit, taller beyond."""
+    width = min(LABEL_INCHES + COLUMN_INCHES * len(heat.columns) + 1.3, MAX_WIDTH_PX / DPI)
+    height = FIXED_INCHES + ROW_INCHES * len(heat.rows)
+    return max(width, 7.0), height
+
+
+def _colors(heat: Heat):
+    from matplotlib import colormaps
+    from matplotlib.colors import Normalize, TwoSlopeNorm
+
+    if heat.scale == "ratio":
+        spread = max([abs(math.log2(c.value)) for c in heat.cells.values() if c.value > 0] + [1.0])
+        return colormaps["RdBu"], TwoSlopeNorm(0.0, -spread, spread), lambda v: math.log2(v) if v > 0 else None
+    return colormaps["Greens"], Normalize(0.0, 1.0), lambda v: v
+
+
+def draw_heat(heat: Heat, title: str, footer: str, out_base: Path) -> list[Path]:
+    """Draw the heatmap and write out_base.png and .svg. Raises ValueError when it has no cells."""
+    if not heat.cells:
+        raise ValueError(f"nothing to draw for {out_base.name}")
+    return save(heat_figure(heat, title, footer), out_base)
+
+
+def heat_figure(heat: Heat, title: str, footer: str):
+    """The heatmap as a matplotlib Figure (not laid out yet). Raises ValueError when it has no cells."""
+    import numpy as np
+    from matplotlib.figure import Figure
+    from matplotlib.patches import Patch, Rectangle
+
+    if not heat.cells:
+        raise ValueError("a heatmap needs cells")
+    cmap, norm, transform = _colors(heat)
+    grid = np.full((len(heat.rows), len(heat.columns)), np.nan)
+    for (r, c), cell in heat.cells.items():
+        shown = transform(cell.value) if not cell.oom else None
+        if shown is not None:
+            grid[r, c] = shown
+    fig = Figure(figsize=heat_size(heat), layout="constrained")
+    ax = fig.add_subplot()
+    image = ax.imshow(np.ma.masked_invalid(grid), cmap=cmap, norm=norm, aspect="auto")
+    for (r, c), cell in heat.cells.items():
+        if cell.oom:
+            ax.add_patch(Rectangle((c - 0.5, r - 0.5), 1, 1, facecolor=OOM_FILL, edgecolor="none"))
+        measured = cell.origin == MEASURED
+        ax.text(c, r, cell.text, ha="center", va="center", fontsize=7.5, color=_ink(cmap, norm, grid[r, c]),
+                fontweight="bold" if measured else "normal")
+        if measured:
+            ax.add_patch(Rectangle((c - 0.47, r - 0.45), 0.94, 0.9, fill=False, edgecolor=MEASURED_EDGE, linewidth=1.3))
+    ax.set_xticks(range(len(heat.columns)))
+    ax.set_xticklabels([label for _group, label in heat.columns], fontsize=7.5)
+    groups = heat.groups()
+    top = ax.secondary_xaxis("top")
+    top.set_xticks([(first + last) / 2 for _g, first, last in groups])
+    chars = _chars_per_column(fig, heat)
+    top.set_xticklabels([header(g, width=max(8, chars * (last - first + 1))) for g, first, last in groups],
+                        fontsize=8, fontweight="bold")
+    top.tick_params(length=0)
+    for _g, first, _last in groups[1:]:
+        ax.axvline(first - 0.5, color="#333333", linewidth=1.4)
+    ax.set_yticks(range(len(heat.rows)))
+    ax.set_yticklabels([label for label, _ in heat.rows], fontsize=8)
+    for tick, (_, origin) in zip(ax.get_yticklabels(), heat.rows):
+        if origin == MEASURED:
+            tick.set_fontweight("bold")
+    ax.set_xticks([x - 0.5 for x in range(1, len(heat.columns))], minor=True)
+    ax.set_yticks([y - 0.5 for y in range(1, len(heat.rows))], minor=True)
+    ax.tick_params(which="both", length=0)
+    ax.grid(which="minor", color="white", linewidth=1.0)
+    bar = fig.colorbar(image, ax=ax, shrink=0.6, pad=0.01)
+    bar.set_label(heat.colorbar, fontsize=8)
+    bar.ax.tick_params(labelsize=7.5)
+    if heat.scale == "ratio":
+        ticks = [t for t in range(-4, 5) if norm.vmin <= t <= norm.vmax]
+        bar.set_ticks(ticks, labels=[f"{2.0 ** t:g}x" for t in ticks])
+    handles = [Patch(facecolor="white", edgecolor=MEASURED_EDGE, linewidth=1.3, label="measured by memprobe (bold)")]
+    if any(origin == PUBLISHED for _, origin in heat.rows):
+        handles.append(Patch(facecolor="white", edgecolor="#bbbbbb", label="published (other implementation)"))
+    if any(c.oom for c in heat.cells.values()):
+        handles.append(Patch(facecolor=OOM_FILL, edgecolor="none", label="OOM: did not fit (counts as 0)"))
+    legend = fig.legend(handles=handles, loc="outside upper center", ncols=len(handles), fontsize=8.5, frameon=False,
+                        title=title, title_fontproperties={"size": 13, "weight": "bold"})
+    legend.get_title().set_multialignment("center")
+    fig.supxlabel(footer, fontsize=7.5, color="#444444", wrap=True)
+    return fig
+
+
+def _chars_per_column(fig, heat: Heat) -> int:
+    """About how many 8-pt characters fit across one column (row labels and colorbar take the rest)."""
+    inches = (fig.get_figwidth() - LABEL_INCHES - 1.3) / max(1, len(heat.columns))
+    return max(6, int(inches * 72 / 8 * 1.6))
+
+
+def _ink(cmap, norm, value: float) -> str:
+    """Black or white text, whichever reads on the cell's color (black on an empty or OOM cell)."""
+    if math.isnan(value):
+        return "black"
+    r, g, b, _a = cmap(norm(value))
+    return "white" if 0.299 * r + 0.587 * g + 0.114 * b < 0.5 else "black"
+
+
+def header(*parts: str, width: int = 16) -> str:
+    """A column header: each part wrapped to `width` characters, one part per line at least."""
+    return "\n".join(line for part in parts if part
+                     for line in textwrap.wrap(part, width, break_on_hyphens=False))

@@ -1,0 +1,212 @@
+"""Trace several trials at once, each in a forked copy of this process that has the model built.
+
+A trace runs one trial on fake tensors: single-threaded Python for seconds. The trials of one prediction
+(each precision at batches 2, 3 and 4) do not depend on each other, so on a machine with several cores
+each runs in a child forked from the process that built the model, `workers` at a time, and sends its
+events back through a pipe. A forked child starts from the state right after the build, as a scan's
+trial starts in a fresh process; the parent never traces, so every child starts from the same state and
+the events are those of a trace run here (tests/test_predict_parallel.py compares them).
+Without fork (not Linux) or with one worker, the traces run here, one after another.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import select
+import signal
+import sys
+import warnings
+from collections import Counter
+from dataclasses import dataclass
+from typing import Sequence
+
+from memprobe.predict.allocator import ALLOC
+from memprobe.predict.progress import Progress, silent
+from memprobe.predict.trace import PredictError, Trace, TraceSession
+from memprobe.predict.workspaces import Workspace
+
+
+@dataclass(frozen=True)
+class Job:
+    """One trial to trace: a precision at a batch, in an open session."""
+
+    session: TraceSession
+    precision: str
+    batch: int
+    what: str  # for the progress line: "bert-large fp16 at batch 2"
+
+
+def cores() -> int:
+    """CPU cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def can_fork() -> bool:
+    """Whether traces can run in forked children here (Linux: fork copies a running torch safely enough)."""
+    return sys.platform.startswith("linux") and hasattr(os, "fork")
+
+
+def trace_jobs(jobs: Sequence[Job], workers: int = 1, progress: Progress | None = None) -> dict[Job, Trace | PredictError]:
+    """Trace every job; returns job -> its Trace, or the PredictError it raised (raised where it is needed).
+
+    With workers > 1 (and fork), at most `workers` children run at once. A child that dies without an
+    answer (a signal, memory) gives a PredictError saying so.
+    """
+    progress = progress or silent()
+    progress.plan(len(jobs))
+    if workers <= 1 or not can_fork():
+        return {job: _trace_here(job, progress) for job in jobs}
+    return _Children(progress).run(list(jobs), workers)
+
+
+def _trace_here(job: Job, progress: Progress) -> Trace | PredictError:
+    label = progress.tracing(job.what)
+    try:
+        return job.session.trace(job.precision, job.batch)
+    except PredictError as exc:
+        return exc
+    finally:
+        progress.done(label)
+
+
+# --- children ---------------------------------------------------------------------------------------
+
+def _portable(events: list[tuple]) -> list[tuple]:
+    """Events with op labels (OpOverload, not picklable) as ("op", "aten.mm.default")."""
+    return [(e[0], e[1], e[2], e[3] if isinstance(e[3], (str, Workspace)) else ("op", str(e[3])))
+            if e[0] == ALLOC else e for e in events]
+
+
+def _resolve(events: list[tuple]) -> list[tuple]:
+    """_portable's inverse: op labels back to the OpOverload objects a trace made here holds."""
+    import torch
+
+    ops: dict[str, object] = {}
+
+    def op(name: str) -> object:
+        if name not in ops:
+            namespace, packet, overload = name.split(".")
+            ops[name] = getattr(getattr(getattr(torch.ops, namespace), packet), overload)
+        return ops[name]
+
+    return [(e[0], e[1], e[2], op(e[3][1])) if e[0] == ALLOC and isinstance(e[3], tuple) else e for e in events]
+
+
+def _counts(session: TraceSession) -> tuple[Counter, Counter, list[str]]:
+    return Counter(session.recorder.answers), Counter(session.behaviour.sdpa_choices), list(session.behaviour.notes)
+
+
+def _child(job: Job, fd: int) -> None:
+    """In the forked child: trace the job, write the pickled answer to `fd`, end. Never returns."""
+    code = 0
+    try:
+        from memprobe.probe.lifeline import set_death_signal
+
+        set_death_signal()  # a killed prediction leaves no child tracing
+        signal.signal(signal.SIGINT, signal.SIG_DFL)  # Ctrl-C ends it quietly; the parent reports it
+        answers, choices, notes = _counts(job.session)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")  # the parent's filters decide what is shown, once
+            try:
+                trace = job.session.trace(job.precision, job.batch)
+                answer: dict = {"batch": trace.batch, "events": _portable(trace.events), "steps": trace.steps}
+            except PredictError as exc:
+                answer = {"error": str(exc)}
+        now = _counts(job.session)
+        answer["counts"] = (now[0] - answers, now[1] - choices, [n for n in now[2] if n not in notes])
+        answer["warnings"] = [(str(w.message), w.category, w.filename, w.lineno) for w in caught]
+        data = pickle.dumps(answer, protocol=pickle.HIGHEST_PROTOCOL)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    except BaseException:  # noqa: BLE001 - nothing may escape into the parent's code; the parent sees no answer
+        code = 1
+    finally:
+        os._exit(code)
+
+
+_SHOWN: set[tuple] = set()  # the children's warnings shown here
+
+
+class _Children:
+    """Forks a child per job, `workers` at a time, and collects their answers."""
+
+    def __init__(self, progress: Progress) -> None:
+        self.progress = progress
+        self.running: dict[int, tuple[Job, int, bytearray, str]] = {}  # read fd -> (job, pid, data, label)
+
+    def run(self, jobs: list[Job], workers: int) -> dict[Job, Trace | PredictError]:
+        results: dict[Job, Trace | PredictError] = {}
+        waiting = list(jobs)
+        try:
+            while waiting or self.running:
+                while waiting and len(self.running) < workers:
+                    self._start(waiting.pop(0))
+                ready, _w, _x = select.select(list(self.running), [], [], 1.0)
+                for fd in ready:
+                    chunk = os.read(fd, 1 << 20)
+                    if chunk:
+                        self.running[fd][2].extend(chunk)
+                        continue
+                    job, result = self._finish(fd)
+                    results[job] = result
+                self.progress.beat()
+        finally:
+            self._kill_all()
+        return results
+
+    def _start(self, job: Job) -> None:
+        read_fd, write_fd = os.pipe()
+        label = self.progress.tracing(job.what)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        with self.progress.lock, warnings.catch_warnings():  # no heartbeat line is half-written in the copy
+            # Python 3.12+ warns about forking with threads (the heartbeat's); the child uses none of them.
+            warnings.simplefilter("ignore", DeprecationWarning)
+            pid = os.fork()
+        if pid == 0:
+            os.close(read_fd)
+            _child(job, write_fd)
+        os.close(write_fd)
+        self.running[read_fd] = (job, pid, bytearray(), label)
+
+    def _finish(self, fd: int) -> tuple[Job, Trace | PredictError]:
+        job, pid, data, label = self.running.pop(fd)
+        os.close(fd)
+        _pid, status = os.waitpid(pid, 0)
+        self.progress.done(label)
+        try:
+            answer = pickle.loads(bytes(data)) if data else None
+        except (pickle.UnpicklingError, EOFError, ValueError):
+            answer = None
+        if answer is None:
+            how = f"signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status) else f"exit code {os.WEXITSTATUS(status)}"
+            return job, PredictError(f"{job.what}: the tracing process ended without an answer ({how})")
+        answers, choices, notes = answer["counts"]
+        job.session.recorder.answers.update(answers)
+        job.session.behaviour.sdpa_choices.update(choices)
+        job.session.behaviour.notes += [n for n in notes if n not in job.session.behaviour.notes]
+        for message, category, filename, lineno in answer["warnings"]:
+            key = (message, category, filename, lineno)
+            if key not in _SHOWN:  # once per process, as Python's default filter shows a warning once per place
+                _SHOWN.add(key)
+                warnings.warn_explicit(message, category, filename, lineno)
+        if "error" in answer:
+            return job, PredictError(answer["error"])
+        return job, Trace(answer["batch"], _resolve(answer["events"]), answer["steps"])
+
+    def _kill_all(self) -> None:
+        """End and reap every child still running (an exception or Ctrl-C in the parent)."""
+        for fd, (_job, pid, _data, label) in list(self.running.items()):
+            try:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+            except (ProcessLookupError, ChildProcessError):
+                pass
+            os.close(fd)
+            self.progress.done(label)
+        self.running.clear()

@@ -1,0 +1,120 @@
+"""Trace every precision of a prediction: build the sessions, trace the trials each needs (several at once
+where there are cores), make the batch models, and check a sequence-length model at its edge."""
+
+from __future__ import annotations
+
+import copy
+import gc
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Sequence
+
+from memprobe.predict.batch_model import PrecisionTraces, model_batches
+from memprobe.predict.fakecuda import H100, Target
+from memprobe.predict.parallel import Job, trace_jobs
+from memprobe.predict.progress import Progress, silent
+from memprobe.predict.sessions import trace_sessions
+from memprobe.predict.trace import PredictError, Trace, TraceSession
+from memprobe.registry import Workload
+
+
+@dataclass
+class Traced:
+    """The sessions a prediction traced in, and where the time went; `traces_for(precision)` gives a
+    precision's PrecisionTraces (traced on its first call)."""
+
+    sessions: list[TraceSession] = field(default_factory=list)
+    trace_seconds: float = 0.0  # wall seconds spent tracing (several traces may run at once)
+    shared: dict[str, str] = field(default_factory=dict)  # precision -> the precision whose traces it uses
+    traces: dict[str, PrecisionTraces] = field(default_factory=dict)
+
+    @property
+    def build_seconds(self) -> float:
+        return sum(s.build_seconds for s in self.sessions)
+
+
+def axis_of(workload: Workload) -> str:
+    """"seq_len" when the workload's n is the sequence length (--search seq-len), else "batch"."""
+    return "seq_len" if (workload.params or {}).get("axis") == "seq_len" else "batch"
+
+
+class _Tracing:
+    """Builds sessions and traces precisions for traced_precisions (see there)."""
+
+    def __init__(self, workload: Workload, precisions: Sequence[str], capacities: Sequence[int], check: bool,
+                 workers: int, progress: Progress, world: Any, session_for: Any) -> None:
+        self.workload, self.capacities, self.check = workload, list(capacities), check
+        self.workers, self.progress, self.world, self.session_for = workers, progress, world, session_for
+        self.axis = axis_of(workload)
+        self.own = [p for p in precisions if not (p == "tf32" and "fp32" in precisions)]
+        self.out = Traced(shared={p: "fp32" for p in precisions if p not in self.own})
+        self.sessions: dict[str, TraceSession] = {}
+
+    def run(self, jobs: list[Job]) -> dict[Job, Trace | PredictError]:
+        started, built = time.perf_counter(), self.out.build_seconds
+        try:
+            return trace_jobs(jobs, self.workers, self.progress)
+        finally:
+            # a session rebuilt before a trace here (fresh) counts that as building, not tracing
+            self.out.trace_seconds += time.perf_counter() - started - (self.out.build_seconds - built)
+
+    def job(self, precision: str, batch: int) -> Job:
+        unit = "length" if self.axis == "seq_len" else "batch"
+        return Job(self.sessions[precision], precision, batch, f"{self.workload.name} {precision} at {unit} {batch}")
+
+    def tracer(self, precision: str):
+        return lambda batches: {j.batch: r for j, r in self.run([self.job(precision, b) for b in batches]).items()}
+
+    def traces_for(self, precision: str) -> PrecisionTraces:
+        if precision in self.out.traces:
+            return self.out.traces[precision]
+        like = self.out.shared.get(precision)
+        if like is not None:
+            shared = copy.copy(self.traces_for(like))
+            shared.precision = precision
+            self.out.traces[precision] = shared
+            return shared
+        # One GPU: one session serves every precision, so all are traced at once. Data-parallel: a session per
+        # precision (the wrapper depends on it), each built and traced in turn: only the newest is in use.
+        group = [precision] if self.world is not None else self.own
+        self._build(group)
+        first = self.run([self.job(p, b) for p in group for b in model_batches(self.axis, self.check)])
+        for p in group:
+            made = {j.batch: r for j, r in first.items() if j.precision == p}
+            self.out.traces[p] = PrecisionTraces(self.sessions[p], p, self.check, traced=made,
+                                                 tracer=self.tracer(p), axis=self.axis)
+        edges = {p: self.out.traces[p].needs_edge_check(self.capacities) for p in group}
+        for j, result in self.run([self.job(p, e) for p, e in edges.items() if e is not None]).items():
+            self.out.traces[j.precision].check_at(result)
+        return self.out.traces[precision]
+
+    def _build(self, group: list[str]) -> None:
+        for precision in group:
+            if self.world is not None or not self.out.sessions:
+                where = f" for {precision}" if self.world is not None else ""
+                self.progress.phase(f"building {self.workload.name} on fake tensors{where}")
+            self.sessions[precision] = self.session_for(precision)
+            if self.sessions[precision] not in self.out.sessions:
+                self.out.sessions.append(self.sessions[precision])
+        # What was built stays: the collector no longer walks it in every trace, nor copies its pages in a fork.
+        gc.collect()
+        gc.freeze()
+
+
+@contextmanager
+def traced_precisions(workload: Workload, precisions: Sequence[str], capacities: Sequence[int], steps: int = 3,
+                      target: Target = H100, world: Any = None, mode: str = "train", check: bool = True,
+                      workers: int = 1, progress: Progress | None = None) -> Iterator[tuple[Any, Traced]]:
+    """Yields (traces_for, Traced): traces_for(precision) is the precision's PrecisionTraces; the sessions stay
+    open inside (a batch the models do not give is traced on demand). `capacities`: the allocator capacities the
+    max batch is asked at (a sequence-length model is checked at the largest edge among them). tf32 uses
+    fp32's traces when both are asked for (TF32 changes the math, not the tensors). `workers` > 1 traces that
+    many trials at once (parallel.py). traces_for raises PredictError when a precision cannot be built or traced.
+    """
+    with trace_sessions(workload, steps, target, world, mode) as session_for:
+        tracing = _Tracing(workload, precisions, capacities, check, workers, progress or silent(), world, session_for)
+        try:
+            yield tracing.traces_for, tracing.out
+        finally:
+            gc.unfreeze()
