@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from memprobe.cli import main
-from memprobe.compare.charts import relative_panels
+from memprobe.compare.charts import relative_heat
 from memprobe.compare.comparison import build_comparison
 from memprobe.compare.curve_chart import knee_mark, write_curve_chart
 from memprobe.compare.curves import knee_text, like_for_like, ranking_table
@@ -83,8 +83,10 @@ def test_a_card_without_a_curve_is_marked_at_b_in_the_relative_table_and_chart()
     a100 = next(v for k, v in rows.items() if "A100" in k)
     h200 = next(v for k, v in rows.items() if "H200" in k)
     assert a100[2].endswith("(at B)") and not h200[2].endswith("(at B)")
-    bars = {b.label: b.text for b in relative_panels(relative)[0].bars}
-    assert next(t for k, t in bars.items() if "A100" in k).endswith("(at B)")
+    heat = relative_heat(relative)
+    a100_row = next(i for i, (label, _) in enumerate(heat.rows) if "A100" in label)
+    h200_row = next(i for i, (label, _) in enumerate(heat.rows) if "H200" in label)
+    assert heat.cells[(a100_row, 0)].text.endswith(" B") and not heat.cells[(h200_row, 0)].text.endswith(" B")
     # all at B (no curves anywhere): nothing to mark
     plain = relative_throughput(like_for_like(build_comparison(loaded(old)), "best").comparison)
     assert not any("(at B)" in str(c) for row in relative_table(plain).rows for c in row)

@@ -16,7 +16,7 @@ from memprobe.compare.guide import (
 )
 from memprobe.compare.comparison import MEASURED
 from memprobe.compare.comparison import PREDICTED
-from memprobe.overhead import OverheadTable, ScannedCard
+from memprobe.overhead import OverheadTable, ScannedCard, default_overhead_table
 from memprobe.results import write_result
 
 from test_report import H100, GiB, loaded, make_result
@@ -124,7 +124,8 @@ def test_guide_on_the_packaged_catalog_marks_predictions_and_states_the_overhead
     text = guide_report(loaded(result, tmp_path=tmp_path), fmt="plain")
     # the usable memory is the packaged data's, as predict takes it, whatever the file measured
     assert "Usable memory per card, as `memprobe predict --gpu CARD` takes it" in text
-    assert "minus 1.43 GiB measured on the H100 SXM, carried over" in text
+    carried = default_overhead_table().carried()
+    assert f"minus {carried.overhead_bytes / 2**30:.2f} GiB measured on the {carried.card}, carried over" in text
     assert "`memprobe predict -m WORKLOAD -p PRECISION --gpu CARD` replays the trial" in text
     # RTX 3090: 24 GiB - 1.43 GiB overhead - 4 GiB static = 18.57 GiB / 0.75 GiB = 24 sequences
     line = next(l for l in text.splitlines() if l.strip().startswith("GeForce RTX 3090") and "(pred)" in l)

@@ -139,7 +139,7 @@ def test_the_heartbeat_thread_runs_only_when_asked():
 
 def test_predict_prints_progress_on_stderr_only(run, tmp_path):
     result = run("predict", "--model", "toy", "--memory", "2GiB", "--precision", "fp32",
-                 "--overhead-from", tmp_path)
+                 "--overhead", "0")
     assert result.exit_code == 0, result.output
     assert "tracing toy fp32 at batch 2 (1 of 3) ..." in result.stderr
     assert not [line for line in result.stdout.splitlines() if line.startswith(("tracing", "building", "replaying"))]
@@ -150,7 +150,7 @@ def test_predict_prints_progress_on_stderr_only(run, tmp_path):
 def test_the_api_prints_progress_only_when_verbose(tmp_path, capfd, verbose):
     from memprobe.api import predict_max_batch
 
-    prediction = predict_max_batch("toy", "64MiB", "fp32", overhead_from=[tmp_path], verbose=verbose)
+    prediction = predict_max_batch("toy", "64MiB", "fp32", overhead=0, verbose=verbose)
     assert prediction.precisions["fp32"].max_batch["64MiB"] > 0
     out, err = capfd.readouterr()
     assert "tracing" not in out
