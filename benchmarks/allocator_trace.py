@@ -50,8 +50,8 @@ def capture(model: str, precision: str, batch: int, steps: int, loss_scale: floa
     """Run one trial on the GPU with the allocator's history recorded; write it as gzipped JSON."""
     import torch
 
-    from memprobe.registry import family_builder, load_registry
-    from memprobe.probe.trial import Memory, run_trial
+    from memprobe.core.registry import family_builder, load_registry
+    from memprobe.training.step import Memory, run_trial
     from memprobe.probe.worker import apply_precision_flags
 
     workload = load_registry()[model]
@@ -205,7 +205,7 @@ def compare_fake(doc: dict, events: list[tuple], labels: list[str]) -> None:
     from memprobe.predict.allocator import ALLOC, FREE, replay
     from memprobe.predict.trace import TRIAL_MARK, TraceSession
     from memprobe.predict.batch_model import PrecisionTraces
-    from memprobe.registry import load_registry
+    from memprobe.core.registry import load_registry
 
     workload = load_registry()[doc["model"]]
     with TraceSession(workload, steps=doc["steps"]) as session:

@@ -39,9 +39,9 @@ def step_times(model: str, precision: str, batches: list[int], device: str, step
     step at the second batch size when `profile`."""
     import torch
 
-    from memprobe.probe.trial import run_step
+    from memprobe.training.step import run_step
     from memprobe.probe.worker import apply_precision_flags
-    from memprobe.registry import family_builder, load_registry
+    from memprobe.core.registry import family_builder, load_registry
     from memprobe.workloads.base import Amp
 
     workload = load_registry()[model]

@@ -55,9 +55,9 @@ def one(model: str, precision: str, batch: int, device_name: str) -> dict:
     import torch
 
     from memprobe.probe.measure import time_steps
-    from memprobe.probe.trial import Memory, run_step, run_trial
+    from memprobe.training.step import Memory, run_step, run_trial
     from memprobe.probe.worker import apply_precision_flags
-    from memprobe.registry import family_builder, load_registry
+    from memprobe.core.registry import family_builder, load_registry
     from memprobe.workloads.base import Amp
 
     workload = load_registry()[model]

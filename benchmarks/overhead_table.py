@@ -1,6 +1,6 @@
 """Write memprobe/data/overhead.yaml: per scanned catalog card, the allocator capacity memprobe's scans recorded.
 
-`predict` and `guide` take the memory a card's allocator cannot use from that file (memprobe/overhead.py says the
+`predict` and `guide` take the memory a card's allocator cannot use from that file (memprobe/core/overhead.py says the
 rule), never from the working folder. Re-run this when new result files land, and commit both:
 
     python benchmarks/overhead_table.py reports            # rewrite the packaged file
@@ -28,17 +28,17 @@ HEADER = """\
 # benchmarks/overhead_table.py from the committed result files; do not edit by hand, re-run the script.
 # Per scanned card: capacity_bytes, the smallest allocator capacity a scan recorded (free + reserved once the model
 # was built, single GPU, real card), and overhead_bytes = datasheet memory (gpus.yaml) - capacity_bytes.
-# How predict and guide use it (memprobe/overhead.py): a scanned card gets its capacity; any other card or size gets
+# How predict and guide use it (memprobe/core/overhead.py): a scanned card gets its capacity; any other card or size gets
 # its memory minus the largest overhead_bytes here, carried over and labelled so.
 """
 
 
 def rows(paths: list[str]) -> list[dict]:
     """One row per scanned catalog card, in catalog order."""
-    from memprobe.catalog import default_catalog
+    from memprobe.core.catalog import default_catalog
     from memprobe.compare.scaling import world_size
-    from memprobe.probe.memcap import is_emulated
-    from memprobe.results import load_results
+    from memprobe.core.memcap import is_emulated
+    from memprobe.core.results import load_results
 
     catalog = default_catalog()
     found: dict[str, dict] = {}
@@ -79,7 +79,7 @@ def render(paths: list[str]) -> str:
 
 
 def main() -> int:
-    from memprobe.overhead import default_overhead_path
+    from memprobe.core.overhead import default_overhead_path
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("paths", nargs="*", default=[str(REPO / "reports")], help="result files or folders")

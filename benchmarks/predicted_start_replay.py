@@ -22,7 +22,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from memprobe.probe.search import Attempt, find_max_batch  # noqa: E402
+from memprobe.core.memory_model import Attempt
+
+from memprobe.probe.search import find_max_batch
 
 
 def stand_in(edge: int, static: float, per_sample: float):
@@ -60,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--calibration", type=Path, required=True, help="benchmarks/calibration.py --json output")
     args = parser.parse_args(argv)
     from memprobe.compare.scan_table import newest_finished
-    from memprobe.results import load_results
+    from memprobe.core.results import load_results
 
     predicted = {(r["workload"], r["precision"], r["card"]): r["predicted"]
                  for r in json.loads(args.calibration.read_text())["rows"]}

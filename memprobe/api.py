@@ -15,10 +15,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence, Union
 
-from memprobe.custom import CustomModelError, CustomOptions, resolve, select_models, target_of
-from memprobe.device import NoGPUError
-from memprobe.registry import RegistryError, Workload, load_registry
-from memprobe.results import ScanResult
+from memprobe.workloads.custom import CustomModelError, CustomOptions, resolve, select_models, target_of
+from memprobe.probe.device import NoGPUError
+from memprobe.core.registry import RegistryError, Workload, load_registry
+from memprobe.core.results import ScanResult
 
 Model = Union[str, Callable[..., Any]]
 __all__ = ["find_max_batch", "predict_max_batch", "resolve_model", "Model", "UserCodeError", "NoGPUError",
@@ -120,9 +120,9 @@ def find_max_batch(model: Model, precision: str | Sequence[str] = "bf16", device
     options; NoGPUError when there is no CUDA device (a torch built without CUDA, no driver, no GPU): use
     predict_max_batch there.
     """
-    from memprobe.probe.errors import USER_ERROR
+    from memprobe.core.outcomes import USER_ERROR
     from memprobe.probe.scan import NoCudaError, ScanOptions, scan_workload
-    from memprobe.units import parse_size
+    from memprobe.core.units import parse_size
 
     workload = resolve_model(model, optimizer, input_size, task, seq_len, models_file)
     precisions = [p.strip() for p in precision.split(",")] if isinstance(precision, str) else list(precision)
@@ -164,11 +164,11 @@ def predict_max_batch(model: Model, memory: str | Sequence[str] = "24GiB", preci
 
     Raises memprobe.predict.trace.PredictError (a RuntimeError) when the model cannot be built or stepped on fake
     tensors; ValueError for a bad size, card name, precision, GPU count, strategy or overhead
-    (memprobe.cardsize.SizeError and memprobe.overhead.OverheadError are ValueErrors); CustomModelError /
+    (memprobe.core.cardsize.SizeError and memprobe.core.overhead.OverheadError are ValueErrors); CustomModelError /
     RegistryError for a model that cannot be resolved.
     """
-    from memprobe.cardsize import read_sizes
-    from memprobe.overhead import choose_override
+    from memprobe.core.cardsize import read_sizes
+    from memprobe.core.overhead import choose_override
     from memprobe.predict.parallel import cores
     from memprobe.predict.progress import Progress, silent
     from memprobe.predict.summary import memory_sizes, predict

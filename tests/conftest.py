@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from memprobe.registry import default_registry_path, load_registry
+from memprobe.core.registry import default_registry_path, load_registry
 
 
 def has_nvidia_gpu() -> bool:
     """True when NVML sees a GPU (then the 'no GPU' tests do not apply to this machine)."""
     try:
-        from memprobe.device import gpus
+        from memprobe.probe.device import gpus
 
         return bool(gpus())
     except Exception:  # noqa: BLE001 - no driver, no library, no GPU: all mean "no GPU"
@@ -81,7 +81,7 @@ def scan_options_seen(monkeypatch, tmp_path):
     """Replace the scan itself with a recorder: `memprobe scan` then only parses its options. Returns the
     list of ScanOptions each scan was called with."""
     import memprobe.probe.scan
-    from memprobe.results import ScanResult
+    from memprobe.core.results import ScanResult
 
     seen = []
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 from click.testing import CliRunner
 
-from memprobe.cardnames import CardNameError, closest_names, resolve_card, resolve_cards
-from memprobe.cardsize import SizeError, read_sizes
-from memprobe.catalog import CatalogError, default_catalog, load_catalog
+from memprobe.core.cardnames import CardNameError, closest_names, resolve_card, resolve_cards
+from memprobe.core.cardsize import SizeError, read_sizes
+from memprobe.core.catalog import CatalogError, default_catalog, load_catalog
 from memprobe.cli import main
 
 

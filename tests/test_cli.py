@@ -7,7 +7,7 @@ import json
 import pytest
 
 import memprobe.probe.scan
-from memprobe.results import PrecisionResult, read_result
+from memprobe.core.results import PrecisionResult, read_result
 from memprobe.probe.scan import ScanOptions, scan_workload
 
 from conftest import RecordingProgress, has_nvidia_gpu
@@ -67,7 +67,7 @@ def test_list_shows_bert_large(run):
 
 
 def test_list_hides_test_only_unless_all(run, packaged_models):
-    from memprobe.registry import load_registry
+    from memprobe.core.registry import load_registry
 
     registry = load_registry(packaged_models)
     shown = table_names(run("list", "--models", packaged_models).output)

@@ -11,7 +11,7 @@ from memprobe.probe.curve import CurveError, best_point, curve_point, ladder, su
 from memprobe.probe.curve_cost import PointCost
 from memprobe.probe.curve_run import PointTimer, measure_curve
 from memprobe.probe.scan import INFER_TRIAL_STEPS, INFER_WARMUP, ScanOptions
-from memprobe.probe.search import MemoryModel
+from memprobe.core.memory_model import MemoryModel
 
 import test_scan
 from test_scan import World, run_scan
@@ -327,7 +327,7 @@ def test_steps_within_budget(first, later, budget, expected):
 def test_ctrl_c_during_the_curve_keeps_the_proven_precision_and_the_points_timed(monkeypatch, tmp_path):
     import memprobe.probe.scan
     from memprobe.probe.scan import ScanInterrupted, scan_workload
-    from memprobe.results import read_result
+    from memprobe.core.results import read_result
     from conftest import RecordingProgress
 
     world = World(75)
@@ -371,8 +371,8 @@ def test_curve_text_is_in_the_workloads_unit():
 def test_a_sequence_length_scan_prints_lengths_and_tokens_per_second(monkeypatch):
     from conftest import RecordingProgress
     from memprobe.probe.scan import scan_precision
-    from memprobe.registry import load_registry
-    from memprobe.variants import VariantRequest, apply_variant
+    from memprobe.core.registry import load_registry
+    from memprobe.core.variants import VariantRequest, apply_variant
 
     world = World(75)
     measure = test_scan.FakeWorker.measure

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from memprobe.custom import (
+from memprobe.workloads.custom import (
     CustomModelError, CustomOptions, load_hf_config, packaged_hf_configs, prepare, resolve, select_models, target_of,
 )
-from memprobe.registry import FAMILIES, RegistryError, load_registry
-from memprobe.results import ScanResult, read_result
+from memprobe.core.registry import FAMILIES, RegistryError, load_registry
+from memprobe.core.results import ScanResult, read_result
 
 REPO = Path(__file__).resolve().parents[1]
 TINY_GPT2 = {"model_type": "gpt2", "n_layer": 2, "n_embd": 32, "n_head": 2, "vocab_size": 100, "n_positions": 64,
@@ -27,8 +27,8 @@ def error_lines(result):
 
 
 def test_importing_memprobe_and_resolving_names_does_not_import_torch():
-    code = ("import sys, memprobe, memprobe.custom, memprobe.api, memprobe.cli\n"
-            "from memprobe.custom import resolve\n"
+    code = ("import sys, memprobe, memprobe.workloads.custom, memprobe.api, memprobe.cli\n"
+            "from memprobe.workloads.custom import resolve\n"
             "resolve('timm:convnext_large'); resolve('hf:gpt2-large'); resolve('examples/my_model.py:build')\n"
             "assert callable(memprobe.find_max_batch) and callable(memprobe.predict_max_batch)\n"
             "print('torch' in sys.modules)")
@@ -79,7 +79,7 @@ def test_hf_config_path(tmp_path):
 
 
 def test_hf_name_without_local_config_is_one_line_saying_how(monkeypatch):
-    monkeypatch.setattr("memprobe.custom._cached_hf_config", lambda name: None)
+    monkeypatch.setattr("memprobe.workloads.custom._cached_hf_config", lambda name: None)
     with pytest.raises(CustomModelError) as info:
         resolve("hf:meta-llama/Llama-3.1-405B")
     message = str(info.value)
@@ -191,7 +191,7 @@ def test_bad_registry_entries_of_custom_families(tmp_path, family, params, words
 
 @pytest.mark.parametrize("command", ["scan", "predict"])
 def test_cli_missing_hf_config_is_one_line(run, command, monkeypatch):
-    monkeypatch.setattr("memprobe.custom._cached_hf_config", lambda name: None)
+    monkeypatch.setattr("memprobe.workloads.custom._cached_hf_config", lambda name: None)
     result = run(command, "--model", "hf:not-packaged-model", "--device" if command == "scan" else "--steps",
                  "cpu" if command == "scan" else "3")
     assert result.exit_code == 1 and "Traceback" not in result.output

@@ -17,12 +17,12 @@ from memprobe.probe.distributed.efficiency import scaling_efficiency, scaling_re
 from memprobe.probe.distributed.launch import SAFE_ENV, LaunchRequest, LaunchResult, aggregate, launch, launch_env
 from memprobe.probe.distributed.scan import DistributedScanError, scan_distributed, scan_precision_distributed
 from memprobe.probe.distributed.trial import collective_outcome
-from memprobe.probe.errors import CRASH, ERROR, FIT, OOM, TIMEOUT
+from memprobe.core.outcomes import CRASH, ERROR, FIT, OOM, TIMEOUT
 from memprobe.probe.multi import parse_gpus, parse_strategies
 from memprobe.probe.scan import ScanOptions
-from memprobe.probe.search import Attempt
-from memprobe.registry import load_registry
-from memprobe.results import read_result
+from memprobe.core.memory_model import Attempt
+from memprobe.core.registry import load_registry
+from memprobe.core.results import read_result
 
 from conftest import RecordingProgress
 
@@ -246,8 +246,8 @@ def test_gpus_and_strategy_options_parse_or_say_what_is_wrong():
 def test_fsdp_shards_the_repeated_blocks_and_the_root_keeps_the_rest():
     import torch
 
-    from memprobe.probe.distributed.wrap import shard_blocks
-    from memprobe.registry import family_builder
+    from memprobe.training.wrap import shard_blocks
+    from memprobe.core.registry import family_builder
 
     registry = load_registry()
     expected = {"toy-bert-squad": ({"BertLayer"}, 2), "toy-transformer": ({"EncoderLayer", "DecoderLayer"}, 4),
@@ -281,7 +281,7 @@ def test_fsdp_relays_channels_last_parameters_and_gathers_batchnorm_models_in_fl
     import torch.distributed as dist
     from torch import nn
 
-    from memprobe.probe.distributed.wrap import wrap_model
+    from memprobe.training.wrap import wrap_model
 
     dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
     try:

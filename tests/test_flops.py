@@ -1,7 +1,7 @@
-"""FLOPs per sample (memprobe.probe.flops): tiny workloads on the CPU, full sizes on the meta device.
+"""FLOPs per sample (memprobe.training.flops): tiny workloads on the CPU, full sizes on the meta device.
 
 The full-size counts are checked against closed-form matmul counts (Transformer-Big, BERT-Large SQuAD)
-and against the Pix2PixHD figure in DESIGN.md.
+and against the published Pix2PixHD figure (about 11.6 TFLOP per training image at 2048x1024).
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from memprobe.probe.flops import flops_per_sample, workload_flops_per_sample  # noqa: E402
-from memprobe.registry import FAMILIES, load_registry  # noqa: E402
+from memprobe.training.flops import flops_per_sample, workload_flops_per_sample  # noqa: E402
+from memprobe.core.registry import FAMILIES, load_registry  # noqa: E402
 from memprobe.workloads.base import TrainTask  # noqa: E402
 
 CPU = torch.device("cpu")
@@ -112,7 +112,7 @@ def test_bert_large_squad_matches_closed_form():
 
 
 def test_pix2pixhd_full_resolution_on_meta():
-    # DESIGN.md: about 11.6 TFLOP per training image at 2048x1024, which is what a backward of the
+    # The published figure: about 11.6 TFLOP per training image at 2048x1024, which is what a backward of the
     # generator loss into D's weights too gives (11.57); this step restricts that backward to G's
     # weights (D's gradient from G's loss is discarded anyway), so it counts 11.23.
     w = load_registry()["pix2pixhd"]

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from memprobe.registry import load_registry
+from memprobe.core.registry import load_registry
 from memprobe.probe.runner import Worker, WorkerFactory, WorkerSpec, Zygote, ZygoteError, _ExecProcess, _ForkedProcess
 
 BUDGET = 8 << 20

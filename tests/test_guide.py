@@ -8,7 +8,7 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from memprobe.catalog import Card, Catalog, Price, load_catalog
+from memprobe.core.catalog import Card, Catalog, Price, load_catalog
 from memprobe.cli import main
 from memprobe.compare.guide import (
     VERDICT_ALL, VERDICT_MOST, VERDICT_NO, guide_report, memory_models, overhead_for, predict_max_batch, predictions,
@@ -16,8 +16,8 @@ from memprobe.compare.guide import (
 )
 from memprobe.compare.comparison import MEASURED
 from memprobe.compare.comparison import PREDICTED
-from memprobe.overhead import OverheadTable, ScannedCard, default_overhead_table
-from memprobe.results import write_result
+from memprobe.core.overhead import OverheadTable, ScannedCard, default_overhead_table
+from memprobe.core.results import write_result
 
 from test_report import H100, GiB, loaded, make_result
 

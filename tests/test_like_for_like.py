@@ -16,8 +16,8 @@ from memprobe.compare.guide import guide_report
 from memprobe.compare.comparison import ReportError, build_comparison
 from memprobe.compare.relative import relative_throughput
 from memprobe.compare.report import comparison_report
-from memprobe.probe.errors import CRASH, OOM, classify_error
-from memprobe.results import PrecisionResult, read_result, write_result
+from memprobe.core.outcomes import CRASH, OOM, classify_error
+from memprobe.core.results import PrecisionResult, read_result, write_result
 
 from test_report import H100, loaded, make_result
 

@@ -17,8 +17,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from memprobe.registry import load_registry  # noqa: E402
-from memprobe.variants import VariantRequest, apply_variant  # noqa: E402
+from memprobe.core.registry import load_registry  # noqa: E402
+from memprobe.core.variants import VariantRequest, apply_variant  # noqa: E402
 
 from torchvision_standin import forget, install_standin, torchvision_usable  # noqa: E402
 
@@ -152,7 +152,7 @@ def test_sequence_length_search_trials_and_timed_run_report_tokens_and_flops_at_
 
 
 def test_flops_per_sequence_are_counted_on_a_meta_twin_and_do_not_depend_on_the_batch(llm):
-    from memprobe.probe.flops import flops_per_sample
+    from memprobe.training.flops import flops_per_sample
 
     task = build(llm)
     two, three = flops_per_sample(task, 2), flops_per_sample(task, 3)
@@ -234,7 +234,7 @@ def standin_for_workers(tmp_path, monkeypatch):
 
 def test_sequence_length_scan_proves_the_edge_in_fresh_processes(standin_for_workers, tmp_path):
     from memprobe.probe.scan import ScanOptions, scan_workload
-    from memprobe.results import read_result
+    from memprobe.core.results import read_result
 
     from conftest import RecordingProgress
 

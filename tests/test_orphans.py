@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 PARENT = textwrap.dedent("""
     import json, sys, time
-    from memprobe.registry import load_registry
+    from memprobe.core.registry import load_registry
     from memprobe.probe.hint import PredictedStart
     from memprobe.probe.runner import Worker, WorkerFactory, WorkerSpec
 

@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from memprobe.cardsize import card_size
-from memprobe.catalog import default_catalog
+from memprobe.core.cardsize import card_size
+from memprobe.core.catalog import default_catalog
 from memprobe.cli import main
 from memprobe.compare.guide import card_capacity
-from memprobe.overhead import (
+from memprobe.core.overhead import (
     OverheadError, default_overhead_path, default_overhead_table, load_overhead_table, overhead_from_files,
     usable_memory,
 )

@@ -16,9 +16,10 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import memprobe  # noqa: E402
-from memprobe.probe.errors import USER_ERROR  # noqa: E402
-from memprobe.probe.search import Attempt, find_max_batch as search  # noqa: E402
-from memprobe.results import read_result  # noqa: E402
+from memprobe.core.outcomes import USER_ERROR  # noqa: E402
+from memprobe.core.memory_model import Attempt
+from memprobe.probe.search import find_max_batch as search
+from memprobe.core.results import read_result  # noqa: E402
 from memprobe.workloads.base import UserModelError  # noqa: E402
 
 from torchvision_standin import forget, install_standin, torchvision_usable  # noqa: E402
@@ -264,7 +265,7 @@ def test_api_throughput_and_names(tmp_path):
 
 
 def test_api_refuses_a_function_no_process_can_import():
-    from memprobe.custom import CustomModelError
+    from memprobe.workloads.custom import CustomModelError
 
     with pytest.raises(CustomModelError, match="top-level function"):
         memprobe.find_max_batch(lambda device, precision: None, device="cpu", cpu_memory_budget=BUDGET)

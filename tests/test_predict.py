@@ -1,7 +1,7 @@
 """memprobe predict on the CPU: fake-tensor traces, the CUDA emulation, the predict command and the no-GPU scan.
 
 The prediction of the toy workload is checked against the CPU's own measurement of the same trial
-(memprobe.probe.cpu_memory.LiveBytes, the fake allocator of `scan --device cpu`): the live storage bytes the
+(memprobe.training.cpu_memory.LiveBytes, the fake allocator of `scan --device cpu`): the live storage bytes the
 trace records must match what LiveBytes counts, within TOLERANCE. BERT-Large itself takes about half a
 minute to trace, so the transformer paths are checked on the registry's 2-layer BERT (toy-bert-squad).
 """
@@ -15,15 +15,15 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from memprobe.predict.allocator import ALLOC, FREE, MARK  # noqa: E402
-from memprobe.probe.cpu_memory import LiveBytes  # noqa: E402
+from memprobe.training.cpu_memory import LiveBytes  # noqa: E402
 from memprobe.predict.fake_mode import FakeCudaMode  # noqa: E402
 from memprobe.predict.session import fake_session  # noqa: E402
 from memprobe.predict.trace import TRIAL_MARK, TraceSession  # noqa: E402
-from memprobe.overhead import OverheadError, overhead_from_files  # noqa: E402
+from memprobe.core.overhead import OverheadError, overhead_from_files  # noqa: E402
 from memprobe.predict.summary import MemorySize, predict  # noqa: E402
 from memprobe.predict.batch_model import PrecisionTraces, _replay, max_batch_for  # noqa: E402
-from memprobe.registry import load_registry  # noqa: E402
-from memprobe.probe.trial import Memory, run_step, run_until_state  # noqa: E402
+from memprobe.core.registry import load_registry  # noqa: E402
+from memprobe.training.step import Memory, run_step, run_until_state  # noqa: E402
 from memprobe.workloads.base import Amp, make_optimizer  # noqa: E402
 from memprobe.workloads.toy import build as build_toy  # noqa: E402
 

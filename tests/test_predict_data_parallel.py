@@ -21,8 +21,8 @@ from memprobe.predict.data_parallel import World  # noqa: E402
 from memprobe.predict.sessions import world_wraps  # noqa: E402
 from memprobe.predict.summary import MemorySize, predict  # noqa: E402
 from memprobe.predict.trace import TRIAL_MARK, TraceSession  # noqa: E402
-from memprobe.probe.distributed.wrap import StrategyError  # noqa: E402
-from memprobe.registry import load_registry  # noqa: E402
+from memprobe.training.wrap import StrategyError  # noqa: E402
+from memprobe.core.registry import load_registry  # noqa: E402
 from memprobe.workloads.base import Amp  # noqa: E402
 
 MiB = 1 << 20
@@ -124,7 +124,7 @@ def test_cli_bad_world_is_one_line(args, words):
 
 
 def test_cli_compare_needs_the_same_world(tmp_path):
-    from memprobe.results import ScanResult  # noqa: F401 - the file below is written the way results.py reads it
+    from memprobe.core.results import ScanResult  # noqa: F401 - the file below is written the way results.py reads it
 
     runner = CliRunner()
     out = tmp_path / "scan"

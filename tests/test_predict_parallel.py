@@ -18,8 +18,8 @@ from memprobe.predict.progress import Progress  # noqa: E402
 from memprobe.predict.summary import MemorySize, predict  # noqa: E402
 from memprobe.predict.trace import PredictError, Trace, TraceSession  # noqa: E402
 from memprobe.predict.workspaces import Workspace  # noqa: E402
-from memprobe.registry import load_registry  # noqa: E402
-from memprobe.variants import VariantRequest, apply_variant  # noqa: E402
+from memprobe.core.registry import load_registry  # noqa: E402
+from memprobe.core.variants import VariantRequest, apply_variant  # noqa: E402
 
 MiB = 1 << 20
 forks = pytest.mark.skipif(not can_fork(), reason="traces run in forked children on Linux only")

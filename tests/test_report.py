@@ -14,14 +14,14 @@ import pytest
 from click.testing import CliRunner
 
 from memprobe.compare import scan_table as report
-from memprobe.catalog import find_card, load_catalog, peak_tflops
+from memprobe.core.catalog import find_card, load_catalog, peak_tflops
 from memprobe.cli import main
 from memprobe.compare.published import comparable, load_published
 from memprobe.compare.comparison import ReportError, build_comparison
 from memprobe.compare.tables import gains_table, max_batch_table, throughput_table, utilization_table
 from memprobe.compare.relative import relative_table, relative_throughput
 from memprobe.compare.report import render
-from memprobe.results import PrecisionResult, ScanResult, read_result, write_result
+from memprobe.core.results import PrecisionResult, ScanResult, read_result, write_result
 
 GiB = 2**30
 H100 = "NVIDIA H100 80GB HBM3"
@@ -393,7 +393,7 @@ def test_cli_help(run, command):
 
 
 def test_report_modules_do_not_import_torch():
-    code = ("import sys, memprobe.compare.report, memprobe.compare.guide, memprobe.compare.charts, memprobe.catalog, memprobe.compare.published; "
+    code = ("import sys, memprobe.compare.report, memprobe.compare.guide, memprobe.compare.charts, memprobe.core.catalog, memprobe.compare.published; "
             "assert 'torch' not in sys.modules, 'torch imported'")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr

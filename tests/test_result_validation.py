@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from memprobe.cli import main
-from memprobe.results import ResultFileError, find_result_files, read_result
+from memprobe.core.results import ResultFileError, find_result_files, read_result
 
 REPO = Path(__file__).resolve().parents[1]
 GOOD = REPO / "tests" / "data" / "nvidia-h100-80gb-hbm3_resnet50_train_20261121-184725.json"  # a frozen copy: reports/ is tidied

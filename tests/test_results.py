@@ -8,9 +8,9 @@ from datetime import datetime, timezone
 
 import pytest
 
-from memprobe.probe import errors
-from memprobe.probe.errors import classify_error
-from memprobe.results import (
+from memprobe.core import outcomes as errors
+from memprobe.core.outcomes import classify_error
+from memprobe.core.results import (
     SCHEMA,
     SCHEMA_VERSION,
     PrecisionResult,
@@ -22,8 +22,8 @@ from memprobe.results import (
     slug,
     write_result,
 )
-from memprobe.probe.search import Attempt
-from memprobe.units import gib, parse_size
+from memprobe.core.memory_model import Attempt
+from memprobe.core.units import gib, parse_size
 
 
 def sample_result() -> ScanResult:

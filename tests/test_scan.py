@@ -12,10 +12,10 @@ import itertools
 import pytest
 
 import memprobe.probe.scan
-from memprobe.results import read_result
+from memprobe.core.results import read_result
 from memprobe.probe.runner import WorkerError
 from memprobe.probe.scan import NoCudaError, ScanOptions, scan_precision, scan_workload
-from memprobe.probe.search import Attempt
+from memprobe.core.memory_model import Attempt
 
 from conftest import RecordingProgress
 
@@ -118,7 +118,7 @@ def run_scan(world: World, forks: bool = False, start=None, **options):
 
 
 def _toy():
-    from memprobe.registry import load_registry
+    from memprobe.core.registry import load_registry
 
     return load_registry()["toy"]
 
@@ -495,7 +495,7 @@ def test_scan_workload_no_cuda_writes_nothing(monkeypatch, tmp_path):
 
 
 def test_mfu_against_the_catalog_peak_of_a_known_gpu():
-    from memprobe.catalog import peak_tflops
+    from memprobe.core.catalog import peak_tflops
 
     world = World(gpu="NVIDIA H100 80GB HBM3", flops_per_sample=1e12)
     result, _, _ = run_scan(world)

@@ -8,7 +8,9 @@ from typing import Callable
 
 import pytest
 
-from memprobe.probe.search import Attempt, MemoryModel, SearchResult, edge_model, find_max_batch, fit_memory_model
+from memprobe.core.memory_model import Attempt, MemoryModel, edge_model, fit_memory_model
+
+from memprobe.probe.search import SearchResult, find_max_batch
 
 
 class FakeTrials:
@@ -136,7 +138,7 @@ def test_the_shortfall_in_an_oom_message_guides_the_walk_back():
     ("", None),
 ])
 def test_oom_shortfall_reads_pytorchs_message(message, expected):
-    from memprobe.probe.search import oom_shortfall
+    from memprobe.core.memory_model import oom_shortfall
 
     got = oom_shortfall(message)
     assert got == (pytest.approx(expected) if expected is not None else None)

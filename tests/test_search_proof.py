@@ -7,7 +7,8 @@ import random
 import pytest
 
 from memprobe.probe.proof import confirm_edge, non_monotone, proof_record
-from memprobe.probe.search import Attempt, SearchResult, find_max_batch
+from memprobe.core.memory_model import Attempt
+from memprobe.probe.search import SearchResult, find_max_batch
 
 from test_search import FakeTrials, linear
 

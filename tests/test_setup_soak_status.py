@@ -8,11 +8,11 @@ import pytest
 
 import memprobe.probe.scan
 import memprobe.probe.setup_failure
-from memprobe.probe.errors import OOM, classify_error
+from memprobe.core.outcomes import OOM, classify_error
 from memprobe.probe.scan import ScanOptions, scan_workload
-from memprobe.probe.search import Attempt
+from memprobe.core.memory_model import Attempt
 from memprobe.probe.soak import apply_soak, soak
-from memprobe.results import SCHEMA, read_result
+from memprobe.core.results import SCHEMA, read_result
 
 from conftest import RecordingProgress
 from test_scan import FakeFactory, FakeWorker, World, _toy, assert_all_closed, run_scan

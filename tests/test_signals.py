@@ -34,7 +34,7 @@ COMMANDS = [
     (["report", str(H100)], "memprobe.compare.report", "comparison_report"),
     (["report", "--scans", str(H100)], "memprobe.compare.scan_table", "scan_table"),
     (["guide", str(H100)], "memprobe.compare.guide", "guide_report"),
-    (["list"], "memprobe.listing", "workload_table"),
+    (["list"], "memprobe.cli.listing", "workload_table"),
 ]
 
 

@@ -1,4 +1,4 @@
-"""The real trial runner on the CPU with the toy workload and the fake allocator (memprobe.probe.cpu_memory).
+"""The real trial runner on the CPU with the toy workload and the fake allocator (memprobe.training.cpu_memory).
 
 In-process through memprobe.probe.worker.Session, as a subprocess through memprobe.probe.runner.Worker, and a
 whole scan through memprobe.probe.scan.scan_workload. Each worker process costs seconds (it imports
@@ -18,8 +18,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from memprobe.probe.cpu_memory import LiveBytes  # noqa: E402
-from memprobe.results import read_result  # noqa: E402
+from memprobe.training.cpu_memory import LiveBytes  # noqa: E402
+from memprobe.core.results import read_result  # noqa: E402
 from memprobe.probe.runner import Worker, WorkerError, WorkerSpec  # noqa: E402
 from memprobe.probe.scan import ScanOptions, scan_workload  # noqa: E402
 from memprobe.probe.worker import Session  # noqa: E402
@@ -465,7 +465,7 @@ class _SkippingAmp:
 
 
 def test_trial_runs_until_k_steps_had_optimizer_state():
-    from memprobe.probe.trial import run_until_state
+    from memprobe.training.step import run_until_state
 
     amp = _SkippingAmp(skips=0)
     assert run_until_state(amp.step, amp, 3, "train") == 3  # no skips: warm-up + 2, as before
@@ -476,7 +476,7 @@ def test_trial_runs_until_k_steps_had_optimizer_state():
 
 
 def test_trial_gives_up_when_loss_scaling_skips_every_update():
-    from memprobe.probe.trial import MAX_SKIPPED_STEPS, NoOptimizerStepError, run_until_state
+    from memprobe.training.step import MAX_SKIPPED_STEPS, NoOptimizerStepError, run_until_state
 
     amp = _SkippingAmp(skips=10**9)
     with pytest.raises(NoOptimizerStepError, match="skipped"):
@@ -485,7 +485,7 @@ def test_trial_gives_up_when_loss_scaling_skips_every_update():
 
 
 def _fp16_spec(name: str) -> WorkerSpec:
-    from memprobe.registry import load_registry
+    from memprobe.core.registry import load_registry
 
     return WorkerSpec(load_registry()[name], "fp16", "train", "cpu", None, {}, timeout_s=120)
 
@@ -526,7 +526,7 @@ def test_worker_passes_the_settled_loss_scale_to_the_next_process():
 
 
 def test_infer_mode_runs_exactly_the_steps():
-    from memprobe.probe.trial import run_until_state
+    from memprobe.training.step import run_until_state
 
     calls = []
     assert run_until_state(lambda: calls.append(1), None, 3, "infer") == 3 and len(calls) == 3
@@ -569,7 +569,7 @@ class _FixedPeaks:
 
 @pytest.mark.parametrize("reserved, expected", [(98, "oom"), (40, "error")])
 def test_trial_counts_a_cudnn_internal_error_at_full_memory_as_oom(reserved, expected):
-    from memprobe.probe.trial import run_trial
+    from memprobe.training.step import run_trial
 
     task = _RaisingTask("cuDNN error: CUDNN_STATUS_INTERNAL_ERROR")
     attempt = run_trial(task, "fp32", "train", 80, 3, _FixedPeaks(reserved), capacity_bytes=100)

@@ -7,9 +7,9 @@ from click.testing import CliRunner
 
 from memprobe.cli import main
 from memprobe.probe.nothing_fits import explain_nothing_fits
-from memprobe.registry import load_registry
-from memprobe.results import PrecisionResult, ScanResult, read_result, write_result
-from memprobe.variants import VariantError, VariantRequest, apply_variant, base_name, parse_lora, search_axis
+from memprobe.core.registry import Workload, load_registry
+from memprobe.core.results import PrecisionResult, ScanResult, read_result, write_result
+from memprobe.core.variants import VariantError, VariantRequest, apply_variant, base_name, parse_lora, search_axis
 
 REGISTRY = load_registry()
 LLAMA = REGISTRY["llama-8b"]
@@ -193,3 +193,15 @@ def test_seq_len_reaches_each_model_of_a_mixed_list():
     workloads = _workloads(None, "toy-llama,hf:gpt2-large", "bf16", None, None, None, 64, "batch", 1, False, None)
     assert [(w.name, w.params.get("seq_len")) for w in workloads] == [("toy-llama+seq64", 64), ("hf:gpt2-large", 64)]
 
+
+
+def test_the_need_is_traced_in_a_child_process_by_module_name():
+    """probe does not import predict: the default need runs `python -m memprobe.predict.need` and reads its answer."""
+    pytest.importorskip("torch")
+    from memprobe.probe.nothing_fits import NeedError, _default_need
+
+    toy = REGISTRY["toy"]
+    assert _default_need(toy, "fp32") > 0
+    broken = Workload.from_dict({**toy.to_dict(), "params": {**toy.params, "layers": "three"}})
+    with pytest.raises(NeedError, match="three"):  # the child's own error, passed on
+        _default_need(broken, "fp32")

@@ -23,7 +23,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from memprobe.registry import FAMILIES, load_registry  # noqa: E402
+from memprobe.core.registry import FAMILIES, load_registry  # noqa: E402
 from memprobe.workloads import pix2pixhd, translation, vision  # noqa: E402
 from memprobe.workloads.base import Amp, make_optimizer  # noqa: E402
 
@@ -321,7 +321,7 @@ def test_timm_full_size_on_meta(timm_ready):
 
 
 def test_timm_flops_on_meta(timm_ready):
-    from memprobe.probe.flops import flops_per_sample
+    from memprobe.training.flops import flops_per_sample
 
     # published forward cost: ResNet-50 4.09 GMACs at 224, NASNet-A Large 23.8 GMACs at 331
     resnet = build("resnet50", META)

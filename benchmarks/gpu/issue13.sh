@@ -33,8 +33,8 @@ start=$(date +%s)
 
 # The card's datasheet memory from memprobe's catalog (what `predict --memory` means), else NVML's total.
 CARD_MEM=$($PY - <<'PY'
-from memprobe.catalog import find_card
-from memprobe.device import visible_gpu
+from memprobe.core.catalog import find_card
+from memprobe.probe.device import visible_gpu
 gpu = visible_gpu()
 card = find_card(gpu.name)
 print(f"{card.memory_bytes / 2**30:g}GiB" if card else f"{gpu.total_bytes / 2**30:.0f}GiB")

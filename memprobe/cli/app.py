@@ -16,8 +16,8 @@ from memprobe.cli import checks
 from memprobe.cli.helpers import SIGNALS_KEY, interrupted_status, one_line, stop_on_signals
 from memprobe.cli.models import resolve_workloads
 from memprobe.cli.variants import variants as _variants
-from memprobe.registry import RegistryError, Workload, load_registry
-from memprobe.units import gib
+from memprobe.core.registry import RegistryError, Workload, load_registry
+from memprobe.core.units import gib
 
 
 EXIT_NO_GPU = 2
@@ -45,7 +45,7 @@ def _workloads(models_file: str | None, model: str, precision: str, input_size: 
     """The workloads a command names: registry entries or models given by name (timm:, hf:, FILE.py:FUNC),
     then made LLM variants as --search/--seq-len/--checkpointing/--lora ask. --seq-len shapes an hf: model
     given by name, or the sequence length of a registry LLM."""
-    from memprobe.custom import is_custom_name
+    from memprobe.workloads.custom import is_custom_name
 
     registry = _registry(models_file)
     items = [item.strip() for item in model.split(",") if item.strip()]
@@ -108,8 +108,8 @@ def main() -> None:
 @click.option("--all", "show_all", is_flag=True, help="Include test-only workloads.")
 def list_cmd(names: tuple[str, ...], models_file: str | None, show_all: bool) -> None:
     """List the workloads memprobe can scan; with NAMES (wildcards work), each one's whole entry and params."""
-    from memprobe.listing import workload_detail, workload_table
-    from memprobe.registry import match
+    from memprobe.cli.listing import workload_detail, workload_table
+    from memprobe.core.registry import match
 
     registry = _registry(models_file)
     if not names:
@@ -130,7 +130,7 @@ def list_cmd(names: tuple[str, ...], models_file: str | None, show_all: bool) ->
 @main.command("device")
 def device_cmd() -> None:
     """Show the GPUs: memory, driver, CUDA and torch versions, and other processes holding memory."""
-    from memprobe.device import NoGPUError, gpus, host_environment
+    from memprobe.probe.device import NoGPUError, gpus, host_environment
 
     env = host_environment()
     try:
@@ -166,7 +166,7 @@ def _load_results(paths: tuple[str, ...]) -> list:
     """(path, result) pairs of the result files in `paths` (files, and folders searched for *.json). A file that is
     not a valid result file is skipped with one warning line naming it and what is wrong; when nothing is left, one
     error line: that file's reason, or how many were skipped."""
-    from memprobe.results import ResultFileError, load_results
+    from memprobe.core.results import ResultFileError, load_results
 
     skipped: list[ResultFileError] = []
     loaded = load_results(list(paths), on_skip=skipped.append, strict_files=False)
@@ -184,7 +184,7 @@ def _load_results(paths: tuple[str, ...]) -> list:
 
 
 def _precision_list(text: str | None) -> list[str] | None:
-    from memprobe.catalog import PRECISIONS
+    from memprobe.core.catalog import PRECISIONS
 
     if text is None:
         return None

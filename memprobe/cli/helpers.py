@@ -7,7 +7,7 @@ from typing import Iterator
 
 import click
 
-from memprobe.units import parse_size
+from memprobe.core.units import parse_size
 
 
 def positive_size(text: str, option: str) -> int:
@@ -24,7 +24,7 @@ def positive_size(text: str, option: str) -> int:
 def memory_list(text: str | None, gpus: str | None = None, hints: bool = True):
     """The cardsize.Sizes of --memory sizes and --gpu cards, saying on stderr how each was read (sizes: with
     `hints`)."""
-    from memprobe.cardsize import SizeError, read_sizes
+    from memprobe.core.cardsize import SizeError, read_sizes
 
     try:
         sizes = read_sizes(text, gpus, hints=hints)
@@ -87,7 +87,7 @@ def card_names(gpus: str | None) -> list[str] | None:
     saying on stderr how an ambiguous one was taken; None when not given. BadParameter for a bad name."""
     if gpus is None:
         return None
-    from memprobe.cardnames import CardNameError, resolve_cards
+    from memprobe.core.cardnames import CardNameError, resolve_cards
 
     try:
         resolved = resolve_cards(gpus)

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import click
 
-from memprobe.registry import RegistryError, Workload
+from memprobe.core.registry import RegistryError, Workload
 
 
 def resolve_workloads(registry: dict[str, Workload], model: str, input_size: str | None, optimizer: str | None,
                       task: str | None, seq_len: int | None) -> list[Workload]:
     """Registry names and models given by name (timm:, hf:, hf-config:, FILE.py:FUNC), resolved; one-line errors."""
-    from memprobe.custom import CustomOptions, parse_input_size, select_models
+    from memprobe.workloads.custom import CustomOptions, parse_input_size, select_models
 
     try:
         size = parse_input_size(input_size) if input_size else None
@@ -25,7 +25,7 @@ def resolve_workloads(registry: dict[str, Workload], model: str, input_size: str
 def model_options(command):
     """The options that shape a model given by name rather than by a registry entry."""
     from memprobe.cli.checks import MAX_SEQ_LEN
-    from memprobe.custom import HF_TASKS
+    from memprobe.workloads.custom import HF_TASKS
 
     for option in reversed([
         click.option("--input-size", help="timm: models: input C,H,W (default: the model's pretrained_cfg size)."),

@@ -12,7 +12,7 @@ from memprobe.cli import checks
 from memprobe.cli.helpers import memory_list
 from memprobe.cli.models import model_options as _model_options
 from memprobe.cli.variants import variant_options as _variant_options
-from memprobe.registry import Workload
+from memprobe.core.registry import Workload
 from memprobe.cli.app import COMMON_CARD_SIZES, _precision_list, _workloads, main
 
 PROGRESS_EVERY_S = 5.0  # on a terminal, the longest silence while predicting
@@ -44,7 +44,7 @@ def _predict_and_print(workloads: list[Workload], precisions: list[str], memory:
         raise click.BadParameter(str(exc), param_hint="--gpu" if asked.cards else "--memory") from None
     compare_with = None
     if compare:
-        from memprobe.results import ResultFileError, read_result
+        from memprobe.core.results import ResultFileError, read_result
 
         try:
             compare_with = (compare, read_result(compare))
@@ -178,7 +178,7 @@ def predict_cmd(model: str, memory: str | None, world_size: int, strategy: str, 
 
 def _override(paths: tuple[str, ...], size: str | None):
     """The overhead.Override --overhead-from or --overhead give; None for the packaged figures."""
-    from memprobe.overhead import OverheadError, choose_override
+    from memprobe.core.overhead import OverheadError, choose_override
 
     try:
         return choose_override(paths, size)

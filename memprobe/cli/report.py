@@ -86,7 +86,7 @@ def report_cmd(paths: tuple[str, ...], reference: str | None, precision: str | N
     click.echo(text, nl=False)
     if charts_dir:
         from memprobe.compare.charts import write_charts
-        from memprobe.outputs import OutputError
+        from memprobe.core.outputs import OutputError
 
         try:
             for written in write_charts(comparison, relative, loaded, charts_dir):
@@ -97,7 +97,7 @@ def report_cmd(paths: tuple[str, ...], reference: str | None, precision: str | N
 
 def _charts_folder(path: str) -> None:
     """--charts: the folder exists or can be made, can be written, and holds no folder where a chart file goes."""
-    from memprobe.outputs import OutputError, prepare_dir
+    from memprobe.core.outputs import OutputError, prepare_dir
 
     try:
         prepare_dir(path)

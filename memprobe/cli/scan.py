@@ -12,9 +12,9 @@ from memprobe.cli import checks
 from memprobe.cli.helpers import interrupted_status, positive_size
 from memprobe.cli.models import model_options as _model_options
 from memprobe.cli.variants import split_batches, variant_options as _variant_options
-from memprobe.registry import Workload
-from memprobe.units import gib
-from memprobe.variants import base_name
+from memprobe.core.registry import Workload
+from memprobe.core.units import gib
+from memprobe.core.variants import base_name
 from memprobe.cli.app import COMMON_CARD_SIZES, NoGPUExit, _int_list, _workloads, main
 from memprobe.cli.predict import _predict_and_print
 
@@ -189,7 +189,7 @@ def scan_cmd(model: str, precision: str, mode: str, batches: str | None, out_dir
 
 def _after_scan(result, path, workload: Workload) -> list[str]:
     """Say what a finished scan wrote and explain a model that fits nothing; returns its user-code errors."""
-    from memprobe.probe.errors import USER_ERROR
+    from memprobe.core.outcomes import USER_ERROR
 
     click.echo(f"wrote {path}" + (" (status failed: every precision ended in an error)"
                                   if result.status == "failed" else ""), err=True)
@@ -245,7 +245,7 @@ def _scan_parallel(workloads: list[Workload], opts, gpus: str | None, out_dir: s
 
 def _writable(out_dir: str) -> None:
     """--out exists or can be made, and a result file can be written there; one-line error otherwise."""
-    from memprobe.outputs import OutputError, prepare_dir
+    from memprobe.core.outputs import OutputError, prepare_dir
 
     try:
         prepare_dir(out_dir, suffixes=(".json",))
@@ -254,7 +254,7 @@ def _writable(out_dir: str) -> None:
 
 
 def _require_gpu() -> None:
-    from memprobe.device import NoGPUError, visible_gpu
+    from memprobe.probe.device import NoGPUError, visible_gpu
 
     try:
         gpu = visible_gpu()

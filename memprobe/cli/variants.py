@@ -7,8 +7,8 @@ from typing import Callable
 
 import click
 
-from memprobe.registry import Workload
-from memprobe.variants import VariantError, VariantRequest, apply_variant, parse_lora
+from memprobe.core.registry import Workload
+from memprobe.core.variants import VariantError, VariantRequest, apply_variant, parse_lora
 
 
 def variant_options(command: Callable) -> Callable:
@@ -29,7 +29,7 @@ def variant_options(command: Callable) -> Callable:
 def variants(workloads: list[Workload], precision: str, search: str, batch: int, seq_len: int | None,
               checkpointing: bool, lora: str | None) -> list[Workload]:
     """The workloads as the options ask. Raises click.UsageError for a variant they cannot have."""
-    from memprobe.custom import CUSTOM_FAMILIES
+    from memprobe.workloads.custom import CUSTOM_FAMILIES
 
     try:
         request = VariantRequest(search, batch, seq_len, checkpointing, parse_lora(lora))

@@ -12,7 +12,7 @@ from pathlib import Path
 from memprobe.compare.chart_layout import PRECISION_LINESTYLES as LINESTYLES
 from memprobe.compare.chart_layout import figure_size, grid_shape, save
 from memprobe.compare.comparison import MEASURED, Comparison, Point
-from memprobe.probe.knee import KNEE_FALL
+from memprobe.core.knee import KNEE_FALL
 
 CHART_NAME = "throughput_vs_batch"
 

@@ -2,7 +2,7 @@
 
 No torch here. For every workload and precision in the result files, the memory model fitted during the scan
 (peak reserved bytes = static + per_sample x batch) predicts the max batch on every catalog card, at the usable
-memory `memprobe predict --gpu CARD` takes for it (memprobe/overhead.py: measured where memprobe scanned the card,
+memory `memprobe predict --gpu CARD` takes for it (memprobe/core/overhead.py: measured where memprobe scanned the card,
 carried over elsewhere; the same data wherever it runs). Throughput per 1000 USD and
 per watt is given only where throughput was measured or published; verdicts per card follow one stated rule.
 """
@@ -14,16 +14,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from memprobe.cardsize import card_size
-from memprobe.catalog import Card, Catalog, default_catalog
+from memprobe.core.cardsize import card_size
+from memprobe.core.catalog import Card, Catalog, default_catalog
 from memprobe.compare.comparison import MEASURED, PREDICTED, Comparison, ReportError, batch_unit, build_comparison, workload_labels
 from memprobe.compare.curves import LABELS, at_batch_text, knee_text, like_for_like
 from memprobe.compare.tables import Cell, Table, fmt_number
 from memprobe.compare.report import render
-from memprobe.overhead import Overhead, OverheadTable, default_overhead_table, overhead_for, usable_memory
-from memprobe.results import ScanResult
-from memprobe.probe.search import MemoryModel as LinearModel  # guide.MemoryModel is the per-workload record below
-from memprobe.units import gib
+from memprobe.core.overhead import Overhead, OverheadTable, default_overhead_table, overhead_for, usable_memory
+from memprobe.core.results import ScanResult
+from memprobe.core.memory_model import MemoryModel as LinearModel
+from memprobe.core.units import gib
 
 # A batch is "roomy" on a card when it is at least this fraction of the largest batch any catalog card reaches for
 # that workload (1/8: three halvings below the biggest card). Relative, so that a workload that trains at batch 1-2

@@ -11,9 +11,9 @@ from typing import Any, Iterable
 
 
 from memprobe.compare.tables import rows_text
-from memprobe.results import ScanResult
-from memprobe.units import gib
-from memprobe.variants import LLM_FAMILIES, base_name
+from memprobe.core.results import ScanResult
+from memprobe.core.units import gib
+from memprobe.core.variants import LLM_FAMILIES, base_name
 
 
 def setting_label(params: dict[str, Any]) -> str:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from memprobe.catalog import Catalog
+from memprobe.core.catalog import Catalog
 from memprobe.compare.chart_layout import PRECISION_COLORS, PRECISION_LINESTYLES, figure_size, grid_shape, save
 from memprobe.compare.comparison import MEASURED, PREDICTED, PUBLISHED, PRECISION_ORDER, Comparison
 

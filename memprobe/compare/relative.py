@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from memprobe.catalog import Catalog, default_catalog
+from memprobe.core.catalog import Catalog, default_catalog
 from memprobe.compare.comparison import Comparison, DEFAULT_REFERENCE, MEASURED, PRECISION_ORDER, PUBLISHED, Point, ReportError
 from memprobe.compare.tables import Cell, Table, _mark, fmt_number
 

@@ -13,7 +13,7 @@ from typing import Any, Sequence
 
 from tabulate import tabulate
 
-from memprobe.results import ScanResult
+from memprobe.core.results import ScanResult
 from memprobe.compare.comparison import Comparison, FORMATS, LEGEND, build_comparison
 from memprobe.compare.tables import Cell, Table, gains_table, max_batch_table, source_notes, throughput_table, utilization_table
 from memprobe.compare.relative import Relative, relative_table, relative_throughput

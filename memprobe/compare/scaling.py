@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any, Sequence, TypeVar
 
-from memprobe.catalog import PRECISIONS
+from memprobe.core.catalog import PRECISIONS
 from memprobe.compare.report import render
 from memprobe.compare.tables import Table, fmt_number
-from memprobe.results import ScanResult
+from memprobe.core.results import ScanResult
 
 T = TypeVar("T")
 

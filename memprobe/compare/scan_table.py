@@ -10,10 +10,10 @@ from typing import Any, Iterable, Sequence
 
 from memprobe.compare.curves import knee_text
 from memprobe.compare.tables import rows_text
-from memprobe.catalog import PRECISIONS
-from memprobe.results import PrecisionResult, ScanResult
-from memprobe.units import gib
-from memprobe.variants import axis_name
+from memprobe.core.catalog import PRECISIONS
+from memprobe.core.results import PrecisionResult, ScanResult
+from memprobe.core.units import gib
+from memprobe.core.variants import axis_name
 
 
 def _proof_text(p: PrecisionResult) -> str:

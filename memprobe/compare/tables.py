@@ -14,7 +14,7 @@ from typing import Any, Iterable
 from tabulate import tabulate
 
 from memprobe.compare.published import SOURCES, Figure, default_published
-from memprobe.units import gib
+from memprobe.core.units import gib
 from memprobe.compare.comparison import Comparison, MARKS, MEASURED, PUBLISHED, Point
 
 

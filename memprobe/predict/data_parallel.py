@@ -20,7 +20,7 @@ import torch
 import torch.distributed as dist
 
 from memprobe.predict.torch_internals import DATA_PARALLEL_OBJECTS, internal
-from memprobe.probe.distributed.wrap import STRATEGIES, StrategyError, wrap_model
+from memprobe.training.wrap import STRATEGIES, StrategyError, wrap_model
 
 _DDP_MODULE = "torch.nn.parallel.distributed"
 # DDP's constructor checks parameter shapes across ranks and broadcasts rank 0's weights; both read tensor

@@ -16,7 +16,7 @@ import sys
 import time
 from typing import Any
 
-from memprobe.probe.lifeline import die_with_parent, expected_parent
+from memprobe.core.lifeline import die_with_parent, expected_parent
 
 
 class _Requests:
@@ -65,7 +65,7 @@ def serve() -> int:
     torch.set_num_threads(1)
     from memprobe.predict.batch_model import PrecisionTraces
     from memprobe.predict.sessions import trace_sessions
-    from memprobe.registry import Workload
+    from memprobe.core.registry import Workload
 
     workload = Workload.from_dict(setup["workload"])
     traced: dict[str, Any] = {}

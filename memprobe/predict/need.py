@@ -1,10 +1,19 @@
-"""The memory one trial at a given n needs, from a fake-tensor trace: what a card would have to offer."""
+"""The memory one trial at a given n needs, from a fake-tensor trace: what a card would have to offer.
+
+Also a child process for the scan (probe/nothing_fits.py starts `python -m memprobe.predict.need`, so probe never
+imports predict): reads one JSON line {"workload": Workload.to_dict(), "precision": p} on stdin and prints
+{"need_bytes": n} or {"error": "Type: message"}; CUDA is hidden from it, and it dies with its parent.
+"""
 
 from __future__ import annotations
 
+import json
+import sys
+
 from memprobe.predict.allocator import replay
 from memprobe.predict.trace import TRIAL_MARK, TraceSession
-from memprobe.registry import Workload
+from memprobe.core.lifeline import die_with_parent, expected_parent
+from memprobe.core.registry import Workload
 
 
 def trial_need_bytes(workload: Workload, precision: str, n: int = 1, steps: int = 3) -> int:
@@ -16,3 +25,19 @@ def trial_need_bytes(workload: Workload, precision: str, n: int = 1, steps: int 
     with TraceSession(workload, steps) as session:
         trace = session.trace(precision, n)
     return replay(trace.events, capacity=None, measure_from=TRIAL_MARK).peak_reserved
+
+
+def main() -> int:
+    """The child's loop: one request on stdin, one answer on stdout; exit 0 either way (the answer says)."""
+    die_with_parent(expected_parent())
+    request = json.loads(sys.stdin.readline())
+    try:
+        answer = {"need_bytes": trial_need_bytes(Workload.from_dict(request["workload"]), request["precision"])}
+    except Exception as exc:  # noqa: BLE001 - any failure is the answer, reported by the parent
+        answer = {"error": f"{type(exc).__name__}: {exc}"[:400]}
+    print(json.dumps(answer), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

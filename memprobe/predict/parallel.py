@@ -104,7 +104,7 @@ def _child(job: Job, fd: int) -> None:
     """In the forked child: trace the job, write the pickled answer to `fd`, end. Never returns."""
     code = 0
     try:
-        from memprobe.probe.lifeline import set_death_signal
+        from memprobe.core.lifeline import set_death_signal
 
         set_death_signal()  # a killed prediction leaves no child tracing
         signal.signal(signal.SIGINT, signal.SIG_DFL)  # Ctrl-C ends it quietly; the parent reports it

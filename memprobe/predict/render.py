@@ -4,7 +4,7 @@ length) per memory size, then, beside a scan, predicted vs measured. Every figur
 from __future__ import annotations
 
 from memprobe.predict.summary import Prediction
-from memprobe.units import gib
+from memprobe.core.units import gib
 
 
 def _pct(pred: float | None, meas: float | None) -> str:

@@ -7,7 +7,7 @@ from typing import Any, Callable, Iterator
 
 from memprobe.predict.fakecuda import H100, Target
 from memprobe.predict.trace import TraceSession
-from memprobe.registry import Workload
+from memprobe.core.registry import Workload
 
 
 @contextmanager

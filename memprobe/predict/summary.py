@@ -1,7 +1,7 @@
 """`memprobe predict`: max batch per memory size and precision, compared with a scan, rendered.
 
 The max batch for a memory size is found by replaying the trace with the allocator's capacity set to that
-memory minus the non-allocatable overhead measured on a real card (memprobe/overhead.py); a line
+memory minus the non-allocatable overhead measured on a real card (memprobe/core/overhead.py); a line
 peak(b) = static + per_sample x b through the replayed peaks near the edge is reported beside it.
 """
 
@@ -11,10 +11,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from memprobe.probe.errors import FIT
+from memprobe.core.outcomes import FIT
 from memprobe.predict.fakecuda import H100, Target
-from memprobe.registry import Workload
-from memprobe.probe.search import Attempt, MemoryModel, fit_memory_model
+from memprobe.core.registry import Workload
+from memprobe.core.memory_model import Attempt, MemoryModel, fit_memory_model
 from memprobe.predict.progress import Progress, silent
 from memprobe.predict.trace import PredictError
 from memprobe.predict.tracing import axis_of, traced_precisions
@@ -164,11 +164,11 @@ def predict(workload: Workload, precisions: Sequence[str], sizes: Sequence[Memor
         if p not in ("fp32", "tf32", "fp16", "bf16"):
             raise ValueError(f"unknown precision '{p}'")
     if world is not None:
-        from memprobe.probe.distributed.scan import DistributedScanError, check_workload
+        from memprobe.training.wrap import StrategyError, check_workload
 
         try:
             check_workload(workload)  # what a multi-GPU scan refuses is not predicted either
-        except DistributedScanError as exc:
+        except StrategyError as exc:
             raise PredictError(str(exc)) from None
     notes: list[str] = []
     results: dict[str, PrecisionPrediction] = {}
@@ -237,7 +237,7 @@ def memory_sizes(labels: Sequence[tuple[str, int]], cards: dict[str, Any] | None
 
     Raises overhead.OverheadError (a ValueError) for a size not larger than the overhead.
     """
-    from memprobe.overhead import usable_memory
+    from memprobe.core.overhead import usable_memory
 
     out = []
     for label, nbytes in labels:

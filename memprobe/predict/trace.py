@@ -17,8 +17,8 @@ import torch
 from memprobe.predict.allocator import ALLOC, FREE, MARK
 from memprobe.predict.fakecuda import H100, Target, cuda_optimizers
 from memprobe.predict.session import fake_session
-from memprobe.registry import Workload, family_builder
-from memprobe.probe.trial import run_step, run_until_state
+from memprobe.core.registry import Workload, family_builder
+from memprobe.training.step import run_step, run_until_state
 from memprobe.workloads.base import Amp
 from memprobe.predict.recorder import Recorder
 

@@ -16,7 +16,7 @@ from memprobe.predict.parallel import Job, trace_jobs
 from memprobe.predict.progress import Progress, silent
 from memprobe.predict.sessions import trace_sessions
 from memprobe.predict.trace import PredictError, Trace, TraceSession
-from memprobe.registry import Workload
+from memprobe.core.registry import Workload
 
 
 @dataclass

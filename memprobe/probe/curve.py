@@ -1,14 +1,14 @@
 """Throughput curve of one precision: the ladder of batch sizes up to B, the order they are timed in, and b*.
 
 No torch here: pure functions, tested with fakes. The points are timed by probe/curve_run.py (processes, budget,
-the knee's bisection); the knee itself is probe/knee.py, a point's estimated cost probe/curve_cost.py.
+the knee's bisection); the knee itself is core/knee.py, a point's estimated cost probe/curve_cost.py.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from memprobe.probe.errors import FIT
+from memprobe.core.outcomes import FIT
 
 DEFAULT_POINTS = 8  # at most this many batches per curve, B included
 DEFAULT_BUDGET_S = 45.0  # no curve point starts that its estimated cost says would end past this (seconds)

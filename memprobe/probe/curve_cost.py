@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import Any
 
-from memprobe.probe.errors import FIT
+from memprobe.core.outcomes import FIT
 from memprobe.probe.options import timed_steps_within
 
 # Step times vary by a few percent, a new size's set-up by more (NasNet-Large: 16-28 s between sizes), so an

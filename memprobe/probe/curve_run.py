@@ -2,7 +2,7 @@
 
 No torch: the points run in trial processes (runner.Worker). Order: B's point is the proof's timed run; then a
 coarse pass over every other ladder batch (largest, smallest, then the middles: probe.curve.phases), then the
-knee's bisection wherever throughput falls by a counted step (probe/knee.py), then the rest of the ladder. No
+knee's bisection wherever throughput falls by a counted step (core/knee.py), then the rest of the ladder. No
 point starts whose estimated cost (probe/curve_cost.py) would end past the budget: it is kept as a skipped point
 with the reason, and b* is then the best of the points timed, over the range they cover.
 """
@@ -15,13 +15,13 @@ from typing import Any
 
 from memprobe.probe.curve import SKIPPED, curve_point, curve_text, ladder, phases, skipped_point, summary
 from memprobe.probe.curve_cost import PointCost, from_precision
-from memprobe.probe.errors import CRASH, FIT, TIMEOUT
-from memprobe.probe.knee import KNEE_RESOLUTION, bisect_batch, falls, knee, knee_fields, resolved
+from memprobe.core.outcomes import CRASH, FIT, TIMEOUT
+from memprobe.core.knee import KNEE_RESOLUTION, bisect_batch, falls, knee, knee_fields, resolved
 from memprobe.probe.options import ScanOptions
 from memprobe.probe.runner import Worker, WorkerError, WorkerFactory, WorkerSpec
-from memprobe.probe.search import MemoryModel
-from memprobe.results import PrecisionResult
-from memprobe.variants import axis_name
+from memprobe.core.memory_model import MemoryModel
+from memprobe.core.results import PrecisionResult
+from memprobe.core.variants import axis_name
 
 
 class PointTimer:

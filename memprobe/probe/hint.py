@@ -22,9 +22,9 @@ import sys
 import time
 from typing import Any, Callable
 
-from memprobe.probe.lifeline import PARENT_ENV
+from memprobe.core.lifeline import PARENT_ENV
 from memprobe.probe.search import HintUse, SearchResult
-from memprobe.registry import Workload
+from memprobe.core.registry import Workload
 
 ENDED = "the prediction process ended without answering"
 

@@ -7,8 +7,8 @@ from typing import Callable, Iterator
 
 from memprobe.probe import scan as single_gpu
 from memprobe.probe.scan import Progress, ScanOptions
-from memprobe.registry import Workload
-from memprobe.results import ScanResult
+from memprobe.core.registry import Workload
+from memprobe.core.results import ScanResult
 
 STRATEGIES = ("ddp", "fsdp")
 

@@ -1,19 +1,24 @@
 """When even n = 1 does not train: the memory a step would need (traced) and which settings would fit.
 
-No torch at import: the trace (predict.need) is imported when a scan found nothing that fits. The
+No torch here: the trace runs in a child process (predict/need.py) when a scan found nothing that fits. The
 answer is stored in the precision's settings under "nothing_fits" and said in one plain paragraph.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from memprobe.registry import Workload
-from memprobe.results import ScanResult, write_result
-from memprobe.units import gib
-from memprobe.variants import LLM_FAMILIES, VariantError, VariantRequest, apply_variant
+from memprobe.core.lifeline import PARENT_ENV
+from memprobe.core.registry import Workload
+from memprobe.core.results import ScanResult, write_result
+from memprobe.core.units import gib
+from memprobe.core.variants import LLM_FAMILIES, VariantError, VariantRequest, apply_variant
 
 # What an LLM user tries next, in order of how much they change the training.
 ALTERNATIVES = (("--checkpointing", VariantRequest(checkpointing=True)),
@@ -61,14 +66,36 @@ class Shortfall:
             text += " Predicted to fit at 1: " + "; ".join(f"{a.flags} ({gib(a.need_bytes)} GiB)" for a in fitting) + "."
         if others:
             text += " Still too big: " + "; ".join(f"{a.flags} ({gib(a.need_bytes)} GiB)" for a in others) + "."
-        text += " Sharding the weights, gradients and optimizer state over several GPUs (FSDP) is not measured by memprobe yet."
+        text += (" Sharding the weights, gradients and optimizer state over several GPUs: `memprobe predict --gpus N "
+                 "--strategy fsdp` predicts it, `memprobe scan --gpus N --strategy fsdp` measures it.")
         return text
 
 
-def _default_need(workload: Workload, precision: str) -> int:
-    from memprobe.predict.need import trial_need_bytes
+NEED_TIMEOUT_S = 600.0  # a trace of the largest LLMs at n = 1 takes about a minute on a laptop
 
-    return trial_need_bytes(workload, precision)
+
+class NeedError(RuntimeError):
+    """The need could not be traced (the child's error, or the child itself failed)."""
+
+
+def _default_need(workload: Workload, precision: str) -> int:
+    """Trace the need in a child (`python -m memprobe.predict.need`, CUDA hidden): probe does not import predict,
+    and the trace's memory and imports stay out of the scan's process. Raises NeedError."""
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", PARENT_ENV: str(os.getpid())}
+    request = json.dumps({"workload": workload.to_dict(), "precision": precision}) + "\n"
+    try:
+        done = subprocess.run([sys.executable, "-m", "memprobe.predict.need"], input=request, capture_output=True,
+                              text=True, env=env, timeout=NEED_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise NeedError(f"the trace took more than {NEED_TIMEOUT_S:.0f} s") from None
+    lines = done.stdout.strip().splitlines()
+    if done.returncode != 0 or not lines:
+        tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise NeedError(f"the trace process ended with exit code {done.returncode}: {tail}")
+    answer = json.loads(lines[-1])
+    if "error" in answer:
+        raise NeedError(answer["error"])
+    return int(answer["need_bytes"])
 
 
 def _alternatives(workload: Workload, precision: str, capacity: int | None, need: NeedFn) -> list[Alternative]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from memprobe.catalog import PRECISIONS
+from memprobe.core.catalog import PRECISIONS
 from memprobe.probe.curve import DEFAULT_BUDGET_S, DEFAULT_POINTS, ladder
 from memprobe.probe.runner import Worker
 

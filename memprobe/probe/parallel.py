@@ -24,8 +24,8 @@ from typing import Any, Callable
 
 from memprobe.probe.distributed.launch import launch_env
 from memprobe.probe.scan import ScanOptions
-from memprobe.registry import Workload
-from memprobe.results import ResultFileError, ScanResult, read_result, result_filename, write_result
+from memprobe.core.registry import Workload
+from memprobe.core.results import ResultFileError, ScanResult, read_result, result_filename, write_result
 
 POLL_S = 0.5
 
@@ -99,7 +99,7 @@ def gpu_slots(count: int | None, device: str, visible: str | None = None) -> lis
     if visible is not None and visible.strip():
         ids = [v.strip() for v in visible.split(",") if v.strip()]
     else:
-        from memprobe.device import gpus
+        from memprobe.probe.device import gpus
 
         ids = [str(g.index) for g in gpus()]
     if count is not None:

@@ -11,8 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Collection, Mapping
 
-from memprobe.probe.errors import STOPPING, oom_numbers
-from memprobe.probe.search import Attempt, SearchResult
+from memprobe.core.outcomes import STOPPING, oom_numbers
+from memprobe.core.memory_model import Attempt
+from memprobe.probe.search import SearchResult
 
 # Closing a bracket that the walk found within the check limit may take up to this many times the limit
 # in all: a limit that runs out one check before B+1 is seen would leave the pair unverified.

@@ -11,12 +11,12 @@ from contextlib import nullcontext
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
-from memprobe.catalog import peak_tflops
-from memprobe.device import host_environment
-from memprobe.probe.memcap import emulated_name
-from memprobe.probe.errors import FIT, OOM, STOPPING, USER_ERROR
-from memprobe.registry import Workload
-from memprobe.results import PrecisionResult, ScanResult, final_status, result_filename, write_result
+from memprobe.core.catalog import peak_tflops
+from memprobe.probe.device import host_environment
+from memprobe.core.memcap import emulated_name
+from memprobe.core.outcomes import FIT, OOM, STOPPING, USER_ERROR
+from memprobe.core.registry import Workload
+from memprobe.core.results import PrecisionResult, ScanResult, final_status, result_filename, write_result
 from memprobe.probe.runner import WorkerError, WorkerFactory, WorkerSpec
 from memprobe.probe.hint import PredictedStart
 from memprobe.probe.setup_failure import record_setup_oom
@@ -28,7 +28,8 @@ from memprobe.probe.options import (  # noqa: F401
 )
 from memprobe.probe.proof import confirm_edge, proof_record, reusable_checks
 from memprobe.probe.scan_trials import FRESH_ABOVE_SHARE, FreshRuns, SearchTrials, in_fresh_process, measure_fresh
-from memprobe.probe.search import Attempt, HintUse, edge_model, find_max_batch, fit_memory_model
+from memprobe.core.memory_model import Attempt, edge_model, fit_memory_model
+from memprobe.probe.search import HintUse, find_max_batch
 
 class NoCudaError(RuntimeError):
     """The trial process found no usable CUDA device."""
@@ -279,7 +280,7 @@ def _nvml_gpu_name(device: str) -> str:
     if device == "cpu":
         return "cpu"
     try:
-        from memprobe.device import visible_gpu
+        from memprobe.probe.device import visible_gpu
 
         return visible_gpu().name
     except Exception:  # noqa: BLE001 - only a file name is at stake

@@ -10,10 +10,10 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from memprobe.probe.errors import OOM
+from memprobe.core.outcomes import OOM
 from memprobe.probe.runner import WorkerError
-from memprobe.results import PrecisionResult
-from memprobe.units import gib
+from memprobe.core.results import PrecisionResult
+from memprobe.core.units import gib
 
 # Memory held by other processes from which a setup OOM is blamed on them, not on the model.
 OTHERS_MATTER_BYTES = 256 * 2**20
@@ -25,7 +25,7 @@ def other_gpu_processes(device: str) -> list[dict[str, Any]]:
     if device != "cuda":
         return []
     try:
-        from memprobe.device import visible_gpu
+        from memprobe.probe.device import visible_gpu
 
         gpu = visible_gpu()
     except Exception:  # noqa: BLE001 - no NVML: nothing can be named

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from typing import Any, Callable
 
-from memprobe.probe.search import Attempt
+from memprobe.core.memory_model import Attempt
 
 # Soak runs before giving up lowering the batch: each failed one lowers B by one. A proven edge that
 # needs more than this is not an edge a soak should move; the result says the soak did not settle.

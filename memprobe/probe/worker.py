@@ -33,15 +33,15 @@ from typing import Any
 
 import torch
 
-from memprobe.probe import lifeline
-from memprobe.probe.cpu_memory import LiveBytes
-from memprobe.device import torch_environment
-from memprobe.probe.errors import CRASH, USER_ERROR, classify_error, with_memory_state
+from memprobe.core import lifeline
+from memprobe.training.cpu_memory import LiveBytes
+from memprobe.probe.device import torch_environment
+from memprobe.core.outcomes import CRASH, USER_ERROR, classify_error, with_memory_state
 from memprobe.probe.measure import UtilizationSampler, summarize_times, time_steps
-from memprobe.probe.memcap import CapPlan, MemoryCapError, plan_cap
+from memprobe.core.memcap import CapPlan, MemoryCapError, plan_cap
 from memprobe.probe.options import MIN_TIMED_STEPS, timed_steps_within  # noqa: F401 - MIN_TIMED_STEPS re-exported
-from memprobe.registry import family_builder
-from memprobe.probe.trial import Memory, run_step, run_trial, run_until_state
+from memprobe.core.registry import family_builder
+from memprobe.training.step import Memory, run_step, run_trial, run_until_state
 from memprobe.workloads.base import Amp, UserModelError
 
 EXIT_AFTER_CRASH = 3
@@ -193,7 +193,7 @@ class Session:
 
     def flops(self, req: dict[str, Any]) -> dict[str, Any]:
         """FLOPs per sample of one step (forward + backward, or forward in infer mode), counted once."""
-        from memprobe.probe.flops import flops_per_sample
+        from memprobe.training.flops import flops_per_sample
 
         self._drop_kept()
         if getattr(self.task, "flops_vary_with_n", False):
@@ -310,7 +310,7 @@ class Session:
 
 def _flops_at(task, n: int, mode: str) -> float | None:
     """FLOPs per unit of n at this n, for tasks whose count depends on it (None if it cannot be counted)."""
-    from memprobe.probe.flops import flops_per_sample
+    from memprobe.training.flops import flops_per_sample
 
     try:
         with torch.compiler.set_stance("force_eager"):

@@ -1,6 +1,6 @@
 """Any transformers architecture from its config (`hf:NAME`, `hf-config:PATH`), random weights, sdpa attention.
 
-The config arrives as a mapping (memprobe.custom read it from a local file: nothing is downloaded).
+The config arrives as a mapping (memprobe.workloads.custom read it from a local file: nothing is downloaded).
 The task head picks the Auto class and the synthetic batch: causal-lm (labels = inputs), masked-lm
 (15% of positions labelled), seq-cls (2 labels), qa (start/end positions), seq2seq (target as long
 as the source). Every sequence is full length, the worst case. The KV cache is off, as in training.

@@ -157,15 +157,14 @@ class LlamaTask(TrainTask):
         trainable = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizers = [make_optimizer(trainable, self.optimizer_spec, self.device)]
 
-    def count_flops(self, n: int, mode: str = "train") -> float:
-        """FLOPs per unit of n of one step at n, counted on a twin built on the meta device (nothing is
-        allocated, so any length can be counted beside a model that fills the GPU). Checkpointing's
-        recomputation is not counted: model FLOPs, not hardware FLOPs."""
-        from memprobe.probe.flops import count_step_flops
-
+    @contextmanager
+    def flops_twin(self) -> Iterator["LlamaTask"]:
+        """A twin of this task on the meta device, for counting FLOPs (training/flops.py): nothing is allocated,
+        so any length can be counted beside a model that fills the GPU. Checkpointing is off in the twin, so
+        its recomputation is not counted: model FLOPs, not hardware FLOPs."""
         twin = LlamaTask({**self.params, "checkpointing": False}, self.optimizer_spec, torch.device("meta"))
         with _no_packed_sequence_check():
-            return count_step_flops(twin, n, mode)
+            yield twin
 
     def describe(self) -> dict[str, Any]:
         info = super().describe()

@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 import torch
 
-from memprobe.probe.errors import ERROR, classify_error
+from memprobe.core.outcomes import ERROR, classify_error
 
 from .base import TrainTask, UserModelError
 

@@ -18,25 +18,23 @@ from contextlib import nullcontext
 from pathlib import Path
 from typing import Any, Callable
 
-from memprobe.device import host_environment
+from memprobe.probe.device import host_environment
 from memprobe.probe.distributed.efficiency import scaling_record
 from memprobe.probe.distributed.launch import LaunchRequest, LaunchResult, launch, launch_env, nccl_env
 from memprobe.probe.distributed.topology import interconnect, visible_indices
-from memprobe.probe.distributed.wrap import NONE, STRATEGIES
-from memprobe.probe.errors import ERROR, FIT, OOM
+from memprobe.training.wrap import NONE, STRATEGIES, StrategyError, check_workload
+from memprobe.core.outcomes import ERROR, FIT, OOM
 from memprobe.probe.hint import PredictedStart
 from memprobe.probe.proof import confirm_edge, proof_record, reusable_checks
 from memprobe.probe.scan import Progress, ScanOptions, interrupted, memory_models
-from memprobe.probe.search import Attempt, find_max_batch
-from memprobe.registry import Workload
-from memprobe.results import PrecisionResult, ScanResult, final_status, result_filename, write_result
+from memprobe.core.memory_model import Attempt
+from memprobe.probe.search import find_max_batch
+from memprobe.core.registry import Workload
+from memprobe.core.results import PrecisionResult, ScanResult, final_status, result_filename, write_result
 
 Launcher = Callable[[LaunchRequest], LaunchResult]
 BASELINE_HALVINGS = 3  # how often the common batch is halved when B does not train on one GPU
-PG_TIMEOUT_S = 180.0
-# Families whose step the wrappers do not cover, and why.
-UNSUPPORTED_FAMILIES = {"pix2pixhd": "--gpus N wraps one model trained by one optimizer; Pix2PixHD's step updates a "
-                                     "generator and a discriminator with two optimizers (not supported yet)"}  # a collective blocked this long ends its rank (a BERT-Large step takes < 1 s on an H100)
+PG_TIMEOUT_S = 180.0  # a collective blocked this long ends its rank (a BERT-Large step takes < 1 s on an H100)
 
 
 class DistributedScanError(ValueError):
@@ -55,12 +53,6 @@ def check_options(opts: ScanOptions, world_size: int, strategy: str) -> None:
         raise DistributedScanError("--compile is not supported with --gpus N yet")
     if opts.memory_cap_bytes is not None:
         raise DistributedScanError("--memory-cap is not supported with --gpus N")
-
-
-def check_workload(workload: Workload) -> None:
-    """Raise DistributedScanError for a workload the wrappers cannot train data-parallel."""
-    if workload.family in UNSUPPORTED_FAMILIES:
-        raise DistributedScanError(f"{workload.name}: {UNSUPPORTED_FAMILIES[workload.family]}")
 
 
 class _Launches:
@@ -234,7 +226,10 @@ def scan_distributed(workload: Workload, opts: ScanOptions, world_size: int, str
     the result file after each. Raises DistributedScanError for unsupported options; on
     KeyboardInterrupt writes what finished, marked partial, and raises ScanInterrupted."""
     check_options(opts, world_size, strategy)
-    check_workload(workload)
+    try:
+        check_workload(workload)
+    except StrategyError as exc:
+        raise DistributedScanError(str(exc)) from None
     result = ScanResult(workload=workload.to_dict(), environment=host_environment(),
                         settings=opts.to_dict() | {"world_size": world_size, "strategy": strategy})
     state: dict[str, Any] = {"path": None, "env": False}
@@ -280,6 +275,6 @@ def gpu_count(visible: str | None = None) -> int:
     visible = os.environ.get("CUDA_VISIBLE_DEVICES") if visible is None else visible
     if visible is not None and visible.strip():
         return len([v for v in visible.split(",") if v.strip()])
-    from memprobe.device import gpus
+    from memprobe.probe.device import gpus
 
     return len(gpus())

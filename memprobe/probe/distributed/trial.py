@@ -37,7 +37,7 @@ _COLLECTIVE_MARKERS = ("distbackenderror", "nccl", "gloo", "connection closed", 
 def collective_outcome(outcome: str, message: str) -> str:
     """The outcome of a failure raised by a collective: a timeout is TIMEOUT, a lost peer is CRASH;
     anything else keeps `outcome`. Never raises."""
-    from memprobe.probe.errors import CRASH, ERROR, TIMEOUT
+    from memprobe.core.outcomes import CRASH, ERROR, TIMEOUT
 
     text = (message or "").lower()
     if outcome not in (ERROR, CRASH) or not any(m in text for m in _COLLECTIVE_MARKERS + ("timed out", "timeout")):
@@ -94,7 +94,7 @@ class Rank:
 def _watch_steps(task, rank: Rank, where: dict[str, Any]) -> None:
     """Record a step's failure the moment it is raised, before run_trial's clean-up (which
     synchronizes the device and could block on a collective that a peer will never join)."""
-    from memprobe.probe.errors import classify_error
+    from memprobe.core.outcomes import classify_error
 
     step = task.train_step
 
@@ -114,8 +114,8 @@ def run(req: dict[str, Any]) -> int:
     import torch
     import torch.distributed as dist
 
-    from memprobe.probe.errors import CRASH, ERROR, FIT, classify_error
-    from memprobe.probe.distributed.wrap import wrap_model
+    from memprobe.core.outcomes import CRASH, ERROR, FIT, classify_error
+    from memprobe.training.wrap import wrap_model
     from memprobe.probe.worker import Session
 
     rank_id, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])

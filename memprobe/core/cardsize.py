@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from memprobe.cardnames import CardNameError, resolve_cards
-from memprobe.catalog import Card, Catalog, default_catalog
-from memprobe.units import parse_size
+from memprobe.core.cardnames import CardNameError, resolve_cards
+from memprobe.core.catalog import Card, Catalog, default_catalog
+from memprobe.core.units import parse_size
 
 
 class SizeError(ValueError):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from memprobe.registry import Workload
+from memprobe.core.registry import Workload
 
 # Families whose builder understands seq_len, axis, batch, checkpointing and lora (workloads/llm.py).
 LLM_FAMILIES = ("llama-causal-lm",)

@@ -21,12 +21,12 @@ from typing import TYPE_CHECKING, Sequence
 
 import yaml
 
-from memprobe.catalog import Catalog, default_catalog
-from memprobe.units import gib
+from memprobe.core.catalog import Catalog, default_catalog
+from memprobe.core.units import gib
 
 if TYPE_CHECKING:
-    from memprobe.catalog import Card
-    from memprobe.results import PrecisionResult, ScanResult
+    from memprobe.core.catalog import Card
+    from memprobe.core.results import PrecisionResult, ScanResult
 
 
 class OverheadError(ValueError):
@@ -183,7 +183,7 @@ def usable_memory(label: str, memory_bytes: int, card: "Card | None" = None, ove
 def overhead_from_files(paths: Sequence[str | Path]) -> Override:
     """The overhead measured in the newest result file under `paths` that recorded an allocator capacity (an
     explicit override). Raises OverheadError for a path that is not there or no usable scan under them."""
-    from memprobe.results import load_results
+    from memprobe.core.results import load_results
 
     missing = [str(p) for p in paths if not Path(p).exists()]
     if missing:
@@ -204,7 +204,7 @@ def choose_override(paths: Sequence[str | Path] | None = None, size: str | int |
     """The overhead that replaces the shipped figures: measured in the result files `paths` (overhead_from_files),
     or `size` given directly (bytes or a size such as '1.5GiB'; 0 subtracts nothing); None when neither is given.
     Raises OverheadError for both, a size that is not one or is negative, or paths without a usable scan."""
-    from memprobe.units import parse_size
+    from memprobe.core.units import parse_size
 
     if paths and size is not None:
         raise OverheadError("give --overhead-from (overhead_from) or --overhead (overhead), not both")

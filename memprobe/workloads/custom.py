@@ -17,7 +17,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Callable
 
-from memprobe.registry import OPTIMIZERS, RegistryError, Workload, match
+from memprobe.core.registry import OPTIMIZERS, RegistryError, Workload, match
 
 CUSTOM_FAMILIES = ("timm", "hf", "module")
 # Said after the known registry names when a name matches none of them.

@@ -13,7 +13,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
-from memprobe.result_check import problem
+from memprobe.core.result_check import problem
 
 SCHEMA = "memprobe.scan"
 # 2: throughput curve per precision (curve, best_batch, best_samples_per_s, best_units_per_s,
@@ -67,7 +67,7 @@ class PrecisionResult:
     curve_seconds: float | None = None
     # The knee (additive to schema 2; None where no fall counted, or in older files): the last batch before
     # throughput falls by more than 10% (beyond the points' spread), the first batch after it, and the fall
-    # (after's samples/s over before's, minus 1). See probe/knee.py.
+    # (after's samples/s over before's, minus 1). See core/knee.py.
     knee_batch: int | None = None
     knee_after_batch: int | None = None
     knee_drop: float | None = None
@@ -181,7 +181,7 @@ def result_filename(gpu_name: str, workload: str, mode: str, when: datetime | No
 
 def write_result(result: ScanResult, path: str | Path) -> Path:
     """Write the result atomically: a temp file in the target folder, fsync, then rename over."""
-    from memprobe.outputs import atomic_write
+    from memprobe.core.outputs import atomic_write
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

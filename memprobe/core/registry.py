@@ -23,7 +23,7 @@ FAMILIES: dict[str, str] = {
     "transformer-translation": "memprobe.workloads.translation:build",
     "timm-classifier": "memprobe.workloads.vision:build",
     "pix2pixhd": "memprobe.workloads.pix2pixhd:build",
-    # Models given by name or by the user's own code (memprobe.custom resolves them, without torch).
+    # Models given by name or by the user's own code (memprobe.workloads.custom resolves them, without torch).
     "timm": "memprobe.workloads.timm_any:build",
     "hf": "memprobe.workloads.hf_config:build",
     "module": "memprobe.workloads.user_module:build",

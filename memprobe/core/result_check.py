@@ -84,7 +84,7 @@ def _precision(name: str, p: dict) -> str | None:
     found = _fields(p, PRECISION, where)
     if found:
         return found
-    from memprobe.results import PRECISION_STATUSES
+    from memprobe.core.results import PRECISION_STATUSES
 
     if p.get("status", "pending") not in PRECISION_STATUSES:
         return f"{where}status must be one of {', '.join(PRECISION_STATUSES)}, got {_shown(p.get('status'))}"
@@ -125,7 +125,7 @@ def problem(data: dict) -> str | None:
                              "settings.")
     if found:
         return found
-    from memprobe.results import FILE_STATUSES
+    from memprobe.core.results import FILE_STATUSES
 
     if data.get("status", "partial") not in FILE_STATUSES:
         return f"status must be one of {', '.join(FILE_STATUSES)}, got {_shown(data.get('status'))}"

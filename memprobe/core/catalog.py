@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from memprobe.probe.memcap import is_emulated
+from memprobe.core.memcap import is_emulated
 
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
 # TF32 and BF16 tensor cores arrived with Ampere (compute capability 8.0).

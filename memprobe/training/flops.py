@@ -54,16 +54,17 @@ def _counter() -> FlopCounterMode:
 def flops_per_sample(task: TrainTask, batch: int = 2, mode: str = "train") -> float:
     """FLOPs of one sample's training step (forward + backward) or forward pass.
 
-    A task that counts its own (`count_flops(n, mode)`, e.g. on a meta-device twin) is asked;
-    otherwise see count_step_flops. Raises ValueError for a batch below 1 or an unknown mode.
+    A task that offers a twin for counting (`flops_twin()`, a context manager giving e.g. a meta-device copy) is
+    counted on the twin; otherwise see count_step_flops. Raises ValueError for a batch below 1 or an unknown mode.
     """
     if batch < 1:
         raise ValueError(f"batch must be at least 1, got {batch}")
     if mode not in MODES:
         raise ValueError(f"mode must be one of {', '.join(MODES)}, got '{mode}'")
-    own = getattr(task, "count_flops", None)
-    if own is not None:
-        return own(batch, mode)
+    twin = getattr(task, "flops_twin", None)
+    if twin is not None:
+        with twin() as counted:
+            return count_step_flops(counted, batch, mode)
     return count_step_flops(task, batch, mode)
 
 

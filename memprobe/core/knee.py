@@ -1,6 +1,6 @@
 """The knee of a throughput curve: the last batch before throughput falls by more than KNEE_FALL.
 
-No torch. DESIGN.md's definition: where throughput falls by more than about 10% between neighbouring batch sizes,
+No torch. The definition (docs/definitions.md): where throughput falls by more than about 10% between neighbouring batch sizes,
 the knee is the last batch before the fall, located by bisection. Two rules make that a measurement:
 
 - Noise: a fall counts only when it is larger than the two points' step-time spread. The slow end of the smaller
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from itertools import pairwise
 from typing import Any
 
-from memprobe.probe.errors import FIT
+from memprobe.core.outcomes import FIT
 
 KNEE_FALL = 0.10  # a fall of more than this share of the smaller batch's throughput
 KNEE_RESOLUTION = 0.02  # bisect until the bracket is at most this share of the batch wide

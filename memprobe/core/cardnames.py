@@ -17,7 +17,7 @@ import difflib
 import re
 from dataclasses import dataclass
 
-from memprobe.catalog import Card, Catalog, default_catalog
+from memprobe.core.catalog import Card, Catalog, default_catalog
 
 # Words a card's name may carry or not: "NVIDIA GeForce RTX 4090" is the "RTX 4090".
 _BRAND_WORDS = {"nvidia", "geforce", "tesla"}

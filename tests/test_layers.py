@@ -1,0 +1,117 @@
+"""Imports only go down the layers, for every import in every module (inside functions too):
+
+    cli, api                   (the top: anything below)
+    probe | predict | compare  (probe and predict never import each other; compare reads records: core only)
+    training                   (the step, mixed precision, the DDP/FSDP wrapper, FLOP counting)
+    workloads
+    core                       (records and rules; no torch)
+
+A child process started by module name (`python -m memprobe.predict.need`) is not an import: that is how probe
+uses predict's trace without depending on it.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "memprobe"
+
+# What each layer may import (besides itself and the standard library).
+ALLOWED = {
+    "core": set(),
+    "workloads": {"core"},
+    "training": {"core", "workloads"},
+    "probe": {"core", "workloads", "training"},
+    "predict": {"core", "workloads", "training"},
+    "compare": {"core"},
+    "cli": {"core", "workloads", "training", "probe", "predict", "compare", "api"},
+    "api": {"core", "workloads", "training", "probe", "predict", "compare"},
+}
+ROOT_NAMES = {"__version__"}  # the only names a layer may take from the package root (memprobe/__init__.py)
+
+
+def _layer(module: str) -> str:
+    """memprobe.probe.scan -> probe; memprobe.api -> api; memprobe / memprobe.__main__ -> the root."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and parts[1] != "__main__" else "root"
+
+
+def _module_name(path: Path, package: Path = PACKAGE) -> str:
+    parts = list(path.relative_to(package.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def memprobe_imports(path: Path, root: Path = PACKAGE) -> list[tuple[int, str, list[str]]]:
+    """(line, imported module, names) for every import of memprobe in the file, at any depth."""
+    tree = ast.parse(path.read_text())
+    name = _module_name(path, root)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, a.name, []) for a in node.names if a.name.split(".")[0] == "memprobe"]
+        elif isinstance(node, ast.ImportFrom):
+            module = node.module or ""
+            if node.level:  # relative: resolve against the file's package
+                base = package.split(".")
+                base = base[:len(base) - (node.level - 1)]
+                module = ".".join(base + ([module] if module else []))
+            if module.split(".")[0] != "memprobe":
+                continue
+            names = [a.name for a in node.names]
+            if module == "memprobe" and not set(names) <= ROOT_NAMES:
+                found += [(node.lineno, f"memprobe.{n}", []) for n in names]  # `from memprobe import api`
+            elif module.count(".") == 1 and _layer(module) in ALLOWED and module.split(".")[1] in ALLOWED:
+                # `from memprobe.core import outcomes`: the submodules are what is imported
+                found += [(node.lineno, f"{module}.{n}", []) for n in names]
+            else:
+                found.append((node.lineno, module, names))
+    return found
+
+
+def violations(package: Path = PACKAGE) -> list[str]:
+    """Every import that goes up or sideways, as 'file:line: layer imports module'."""
+    out = []
+    for path in sorted(package.rglob("*.py")):
+        layer = _layer(_module_name(path, package))
+        for line, module, names in memprobe_imports(path, package):
+            target = _layer(module)
+            if target == layer or (module == "memprobe" and set(names) <= ROOT_NAMES):
+                continue
+            if layer == "root":  # memprobe/__init__.py and __main__.py: the entry points, on top of everything
+                continue
+            if target not in ALLOWED.get(layer, set()):
+                out.append(f"{path.relative_to(package.parent)}:{line}: {layer} imports {module}")
+    return out
+
+
+def test_every_import_goes_down_the_layers():
+    assert violations() == []
+
+
+def test_the_layers_have_no_cycle():
+    """The allowed table itself is a DAG, so no chain of allowed imports comes back."""
+    def reaches(start: str, goal: str, seen: frozenset = frozenset()) -> bool:
+        return any(n == goal or (n not in seen and reaches(n, goal, seen | {n})) for n in ALLOWED.get(start, ()))
+
+    assert [layer for layer in ALLOWED if reaches(layer, layer)] == []
+    assert not reaches("probe", "predict") and not reaches("predict", "probe")
+
+
+@pytest.mark.parametrize("source, expected", [
+    ("from memprobe.predict.need import trial_need_bytes\n", ["probe imports memprobe.predict.need"]),
+    ("def f():\n    from memprobe.cli import main\n", ["probe imports memprobe.cli.main"]),  # inside a function
+    ("import memprobe.compare.guide\n", ["probe imports memprobe.compare.guide"]),
+    ("from memprobe import api\n", ["probe imports memprobe.api"]),
+    ("from ...predict import summary\n", ["probe imports memprobe.predict.summary"]),  # relative, two levels up
+    ("from memprobe.core.units import gib\nfrom memprobe import __version__\n", []),
+])
+def test_the_check_catches_an_import_that_goes_the_wrong_way(tmp_path, source, expected):
+    (tmp_path / "memprobe" / "probe" / "distributed").mkdir(parents=True)
+    (tmp_path / "memprobe" / "probe" / "distributed" / "bad.py").write_text(source)
+    assert [v.split(": ", 1)[1] for v in violations(tmp_path / "memprobe")] == expected
