@@ -236,14 +236,14 @@ def test_inference_scan_passes_the_short_trial_and_warmup_to_the_processes(monke
     seen = {"trial": set(), "warmup": set(), "budget": set()}
     trial, measure = test_scan.FakeWorker.trial, test_scan.FakeWorker.measure
 
-    def spy_trial(self, batch, steps):
+    def spy_trial(self, batch, steps, keep=False):
         seen["trial"].add(steps)
-        return trial(self, batch, steps)
+        return trial(self, batch, steps, keep)
 
-    def spy_measure(self, batch, warmup, steps, budget_s=None):
+    def spy_measure(self, batch, warmup, steps, budget_s=None, cont=False):
         seen["warmup"].add(warmup)
         seen["budget"].add(budget_s)
-        return measure(self, batch, warmup, steps, budget_s)
+        return measure(self, batch, warmup, steps, budget_s, cont)
 
     monkeypatch.setattr(test_scan.FakeWorker, "trial", spy_trial)
     monkeypatch.setattr(test_scan.FakeWorker, "measure", spy_measure)
@@ -333,10 +333,10 @@ def test_ctrl_c_during_the_curve_keeps_the_proven_precision_and_the_points_timed
     world = World(75)
     measure = test_scan.FakeWorker.measure
 
-    def interrupted_below_32(self, batch, warmup, steps, budget_s=None):
+    def interrupted_below_32(self, batch, warmup, steps, budget_s=None, cont=False):
         if batch < 32:
             raise KeyboardInterrupt
-        return measure(self, batch, warmup, steps, budget_s)
+        return measure(self, batch, warmup, steps, budget_s, cont)
 
     monkeypatch.setattr(test_scan.FakeWorker, "measure", interrupted_below_32)
     monkeypatch.setattr(memprobe.probe.scan, "WorkerFactory", lambda workload: test_scan.FakeFactory(world))
@@ -377,7 +377,7 @@ def test_a_sequence_length_scan_prints_lengths_and_tokens_per_second(monkeypatch
     world = World(75)
     measure = test_scan.FakeWorker.measure
 
-    def in_tokens(self, batch, warmup, steps, budget_s=None):
+    def in_tokens(self, batch, warmup, steps, budget_s=None, cont=False):
         out = measure(self, batch, warmup, steps, budget_s)
         if out["outcome"] == "fit":  # 4 sequences of `batch` tokens per step
             out.update(unit="tokens", units_per_s=out["samples_per_s"] * 4)
