@@ -91,3 +91,10 @@ def scan_options_seen(monkeypatch, tmp_path):
 
     monkeypatch.setattr(memprobe.probe.scan, "scan_workload", fake_scan_workload)
     return seen
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """--torch-include: the include/ folder of another torch wheel, for tests/test_torch_facts.py (default: the
+    installed torch's)."""
+    parser.addoption("--torch-include", default=None,
+                     help="torch include/ folder whose headers tests/test_torch_facts.py reads (default: installed)")

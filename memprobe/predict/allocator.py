@@ -37,6 +37,8 @@ import bisect
 from dataclasses import dataclass, field
 from typing import Iterable
 
+# tests/test_torch_facts.py compares these with the installed torch's c10/core/AllocatorConfig.h, except
+# kLargeBuffer, which only CUDACachingAllocator.cpp defines (not shipped in the wheel).
 K_MIN_BLOCK_SIZE = 512  # kMinBlockSize: all sizes are rounded to at least 512 bytes
 K_SMALL_SIZE = 1 << 20  # kSmallSize: largest "small" allocation is 1 MiB
 K_SMALL_BUFFER = 2 << 20  # kSmallBuffer: "small" allocations are packed in 2 MiB segments

@@ -19,7 +19,7 @@ from typing import Any, Iterator
 import torch
 import torch.distributed as dist
 
-from memprobe.predict.torch_internals import DATA_PARALLEL_OBJECTS, internal
+from memprobe.predict.torch_internals import internal, require_internals
 from memprobe.training.wrap import STRATEGIES, StrategyError, wrap_model
 
 _DDP_MODULE = "torch.nn.parallel.distributed"
@@ -53,8 +53,8 @@ FSDP_VIEW_WARNING = r"FSDP2-wrapped module .* returned a view tensor"
 def fake_world(world: World) -> Iterator[Any]:
     """This process as rank 0 of `world.size` in a fake process group; yields the 1-D device mesh FSDP
     shards over. Raises RuntimeError when a process group is already initialised here."""
-    (store_path,) = DATA_PARALLEL_OBJECTS
-    fake_store = internal(store_path)  # its import registers the `fake` backend
+    require_internals(("data_parallel",))
+    fake_store = internal("torch.testing._internal.distributed.fake_pg.FakeStore")  # registers the `fake` backend
     init_device_mesh = internal("torch.distributed.device_mesh.init_device_mesh")
     if dist.is_initialized():
         raise RuntimeError("a torch.distributed process group is already initialised in this process")

@@ -73,7 +73,10 @@ class Target:
 
 H100 = Target()
 
-# --- the CUDA autocast policy (torch 2.13 ATen/autocast_mode.h, AT_FORALL_* lists) ---------------
+# --- the CUDA autocast policy (ATen/autocast_mode.h, AT_FORALL_* lists, of torch 2.11 and 2.13) ----
+# An op is given its policy only where the installed torch registers it for AutocastCUDA, so entries of one
+# release only (rms_norm: 2.13; the Dimname overloads: 2.11) do nothing on the other.
+# tests/test_torch_facts.py compares these lists with the installed torch's header.
 LOWER_PRECISION_FP = (
     "_convolution.deprecated", "_convolution", "conv1d", "conv2d", "conv3d", "conv_tbc", "conv_transpose1d",
     "conv_transpose2d.input", "conv_transpose3d.input", "convolution", "prelu", "addmm", "addmv", "addr", "matmul",
@@ -98,11 +101,17 @@ FP32 = (
 FP32_SET_OPT_DTYPE = (
     "prod", "prod.dim_int", "softmax.int", "log_softmax.int", "cumprod", "cumsum", "linalg_vector_norm",
     "linalg_matrix_norm", "linalg_matrix_norm.str_ord", "sum", "sum.dim_IntList",
+    "prod.dim_Dimname", "softmax.Dimname", "log_softmax.Dimname", "cumprod.dimname", "cumsum.dimname",
+    "sum.dim_DimnameList",  # torch 2.11
 )
-FP32_APPEND_DTYPE = {"norm.Scalar": "ScalarOpt_dtype", "norm.ScalarOpt_dim": "ScalarOpt_dim_dtype"}
+FP32_APPEND_DTYPE = {"norm.Scalar": "ScalarOpt_dtype", "norm.ScalarOpt_dim": "ScalarOpt_dim_dtype",
+                     "norm.names_ScalarOpt_dim": "names_ScalarOpt_dim_dtype"}  # the last: torch 2.11
 PROMOTE = ("addcdiv", "addcmul", "atan2", "bilinear", "cross", "dot", "vdot", "grid_sampler", "index_put",
            "tensordot", "scatter_add")
 BANNED = ("binary_cross_entropy",)
+
+# --- scaled_dot_product_attention on sm80+ (sdp_utils.cpp; checked where the wheel shows them) ---------------------
+FLASH_MAX_HEAD_DIM = 256  # flash_attn/static_switch.h HEADDIM_SWITCH: the largest head dim with a kernel
 
 # Ops that run a cuBLAS GEMM on CUDA (the first one allocates the cuBLAS workspace).
 CUBLAS_OPS = frozenset({
@@ -255,7 +264,7 @@ class CudaBehaviour:
                     out_type = torch.float32 if _eligible(first) else first.dtype
                     target = getattr(aten.norm, FP32_APPEND_DTYPE[f"norm.{op._overloadname}"])
                     rest = list(args[1:]) or [2]
-                    if op._overloadname == "ScalarOpt_dim" and len(rest) == 2:
+                    if op._overloadname in ("ScalarOpt_dim", "names_ScalarOpt_dim") and len(rest) == 2:
                         rest.append(kwargs.pop("keepdim", False))  # the dtype overload has no keepdim default
                     return target(first, *rest, **kwargs, dtype=out_type)
                 if policy == "promote":
@@ -312,7 +321,7 @@ class CudaBehaviour:
         same_head = head == key.size(-1) == value.size(-1)
         half = query.dtype in (torch.float16, torch.bfloat16)
         if (backends.flash_sdp_enabled() and sm80 and dims_ok and half and attn_mask is None and same_head
-                and head <= 256 and query.dtype == key.dtype == value.dtype):
+                and head <= FLASH_MAX_HEAD_DIM and query.dtype == key.dtype == value.dtype):
             return "flash"
         # mem-efficient: fp32, fp16 (sm50+), bf16 (sm80+); last dims aligned for the GEMMs
         # (minimum_gemm_alignment: 4 elements for fp32, 8 for half on tensor-core GPUs).

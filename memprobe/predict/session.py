@@ -88,7 +88,9 @@ def _treat_fakes_as_eager() -> list[tuple[Any, str, Any]]:
     """
     restore = []
     utils = sys.modules.get("transformers.utils.import_utils")
-    if utils is not None and hasattr(utils, "is_fake_tensor"):
+    if utils is not None:
+        # A transformers without is_fake_tensor may still treat fake tensors as traced: refuse, naming it.
+        require_internals(("transformers",))
         restore.append((utils, "is_fake_tensor", utils.is_fake_tensor))
         utils.is_fake_tensor = lambda x: False
     return restore

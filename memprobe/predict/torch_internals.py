@@ -5,53 +5,114 @@ public API: fake tensors, dispatch modes, the autocast dispatch keys, private AT
 memory-efficient attention), and a few private attributes. Any of these can move between torch releases.
 A missing one must stop a prediction with a clear error naming it and the torch version, never let the
 emulation fall back to a CPU code path and print a wrong number. `require_internals()` checks them all
-once per process before a trace starts; `internal(dotted)` resolves one at import time with the same error.
+once per process before a trace starts; `internal(dotted)` resolves one listed name with the same error.
+tests/test_torch_internals.py scans predict/ and training/ for private names and fails on one not listed.
 """
 
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from functools import lru_cache
-from typing import Any
+from typing import Any, NamedTuple
 
-# Tested with torch 2.11 (the lent GPUs) and 2.13 (CI). Dotted paths, resolved from the top module.
-OBJECTS = (
-    "torch._subclasses.fake_tensor.FakeTensorMode",
-    "torch._subclasses.fake_tensor.FakeTensor",
-    "torch._subclasses.fake_tensor.DynamicOutputShapeException",
-    "torch.utils._python_dispatch.TorchDispatchMode",
-    "torch.utils._python_dispatch._get_current_dispatch_mode_stack",
-    "torch.utils._python_dispatch.is_traceable_wrapper_subclass",
-    "torch.distributed.device_mesh.init_device_mesh",
-    "torch.nn.parallel.distributed._verify_param_shape_across_processes",
-    "torch.nn.parallel.distributed._sync_module_states",
-    "torch.utils._pytree.tree_flatten",
-    "torch.multiprocessing.reductions.StorageWeakRef",
-    "torch._C.DispatchKeySet",
-    "torch._C.DispatchKey.AutocastCPU",
-    "torch._C._dispatch_get_registrations_for_dispatch_key",
-    "torch._C._ExcludeDispatchKeyGuard",
-    "torch.ops.prim.device.default",
+
+class Internal(NamedTuple):
+    """One private name: its dotted path, what uses it, and when it is checked.
+
+    The path starts at a module (`torch...`, `transformers...`) or at one of SAMPLES (`FakeTensor.fake_device`:
+    an attribute of an object of that kind). `group` is "predict" (checked before every trace),
+    "data_parallel" (only by `predict --gpus N`: importing it registers the fake process-group backend, about a
+    second) or "transformers" (checked when transformers is installed: the workloads that use it import it).
+    """
+
+    path: str
+    used_by: str
+    group: str = "predict"
+
+
+_SDPA = "fakecuda: the attention kernel CUDA runs"
+_BWD = "fakecuda/workspaces: the CUDA attention backward and its workspaces"
+# Tested with torch 2.11 (the lent GPUs) and 2.13 (CI).
+INTERNALS: tuple[Internal, ...] = (
+    Internal("torch._subclasses.fake_tensor.FakeTensorMode", "fakecuda, session: the fake tensors"),
+    Internal("torch._subclasses.fake_tensor.FakeTensor", "session: deep copies of fake tensors in the session's mode"),
+    Internal("torch._subclasses.fake_tensor.DynamicOutputShapeException", "fake_mode: data-dependent shapes"),
+    Internal("FakeTensorMode.fake_tensor_converter.meta_converter.tensor_memo",
+             "session: cleared before swap_tensors, which refuses the memo's weak references"),
+    Internal("FakeTensorMode.in_kernel_invocation", "fake_mode: answers tensor.device as FakeTensor does"),
+    Internal("FakeTensor.fake_device", "fake_mode, recorder: a fake tensor's device without a dispatch"),
+    Internal("FakeTensor.fake_mode", "fake_mode: answers tensor.device as FakeTensor does"),
+    Internal("FakeParameter._is_param", "session: a deep-copied fake Parameter stays a Parameter"),
+    Internal("torch.utils._python_dispatch.TorchDispatchMode", "fake_mode, training/cpu_memory: dispatch modes"),
+    Internal("torch.utils._python_dispatch._get_current_dispatch_mode_stack", "session: modes told of swap_tensors"),
+    Internal("torch.utils._python_dispatch.is_traceable_wrapper_subclass", "recorder: FSDP2's DTensor wrappers"),
+    Internal("torch.utils._pytree.tree_flatten", "recorder, training/cpu_memory: tensors in an op's output"),
+    Internal("torch.multiprocessing.reductions.StorageWeakRef", "recorder, training/cpu_memory: storage lifetimes"),
+    Internal("torch._C.DispatchKeySet", "fakecuda: the autocast kernels' exclude guard"),
+    Internal("torch._C.DispatchKey.AutocastCPU", "fakecuda: the autocast kernels' exclude guard"),
+    Internal("torch._C._dispatch_get_registrations_for_dispatch_key", "fakecuda: which ops CUDA autocasts"),
+    Internal("torch._C._ExcludeDispatchKeyGuard", "fakecuda: the autocast kernels redispatch below autocast"),
+    Internal("torch.library.Library._destroy", "fakecuda: removes the CUDA-path kernels when the session ends"),
+    Internal("torch.ops.prim.device.default", "fake_mode: tensor.device, answered without a second dispatch"),
+    Internal("torch.ops.aten._local_scalar_dense.default", "fake_mode: scalar reads (.item())"),
+    Internal("torch.ops.aten._index_put_impl_.default", "fake_mode: boolean-mask indexing at its worst case"),
+    Internal("torch.ops.aten._unsafe_index.Tensor", "fake_mode: boolean-mask indexing at its worst case"),
+    Internal("torch.ops.aten._addmm_activation.default", "fakecuda: a cuBLAS GEMM (the workspace's first use)"),
+    Internal("torch.ops.aten._softmax.default", "fakecuda: CUDA's half_to_float softmax"),
+    Internal("torch.ops.aten._log_softmax.default", "fakecuda: CUDA's half_to_float log_softmax"),
+    Internal("torch.ops.aten._scaled_dot_product_flash_attention.default", _SDPA),
+    Internal("torch.ops.aten._scaled_dot_product_efficient_attention.default", _SDPA),
+    Internal("torch.ops.aten._scaled_dot_product_attention_math.default", _SDPA),
+    Internal("torch.ops.aten._scaled_dot_product_flash_attention_backward.default", _BWD),
+    Internal("torch.ops.aten._scaled_dot_product_efficient_attention_backward.default", _BWD),
+    Internal("Tensor._is_view", "fakecuda: autocast caches casts of leaf weights only, as on CUDA"),
+    Internal("OpOverload._schema", "fakecuda: where an autocast op takes its dtype"),
+    Internal("OpOverload._overloadname", "fakecuda: the fp32_append_dtype autocast ops"),
+    Internal("UntypedStorage._cdata", "recorder: a storage's identity"),
+    Internal("torch.nn.modules.batchnorm._BatchNorm", "training/wrap: models with batch norm under DDP"),
+    Internal("torch.nn.parallel.distributed", "data_parallel: DDP's construction syncs are skipped", "data_parallel"),
+    Internal("torch.nn.parallel.distributed._verify_param_shape_across_processes",
+             "data_parallel: skipped (reads tensor data)", "data_parallel"),
+    Internal("torch.nn.parallel.distributed._sync_module_states", "data_parallel: skipped (reads tensor data)",
+             "data_parallel"),
+    Internal("torch._C._distributed_c10d.Reducer._rebuild_buckets",
+             "data_parallel: _ReducerKeepingBuckets overrides it (the rebuild reads tensor data)", "data_parallel"),
+    Internal("torch.distributed.device_mesh.init_device_mesh", "data_parallel: the mesh FSDP shards over",
+             "data_parallel"),
+    Internal("torch.testing._internal.distributed.fake_pg.FakeStore", "data_parallel: the fake process group",
+             "data_parallel"),
+    Internal("transformers.utils.import_utils.is_fake_tensor",
+             "session: transformers keeps an all-ones attention mask for fake tensors, not on a GPU", "transformers"),
 )
-# Resolved only by `predict --gpus N` (data_parallel.fake_world), with the same error when missing: importing
-# it registers the `fake` process-group backend and takes about a second.
-DATA_PARALLEL_OBJECTS = ("torch.testing._internal.distributed.fake_pg.FakeStore",)
-# Private ATen kernels the emulation calls or recognizes (torch.ops.aten.<name>.default).
-ATEN_OPS = (
-    "_addmm_activation", "_softmax", "_log_softmax", "_local_scalar_dense", "_index_put_impl_",
-    "_scaled_dot_product_flash_attention", "_scaled_dot_product_flash_attention_backward",
-    "_scaled_dot_product_efficient_attention", "_scaled_dot_product_efficient_attention_backward",
-    "_scaled_dot_product_attention_math",
-)
-# Private attributes read on ordinary objects: (what it is read on, attribute).
-ATTRIBUTES = (
-    ("Tensor", "_is_view"),
-    ("OpOverload", "_schema"),
-    ("OpOverload", "_overloadname"),
-    ("UntypedStorage", "_cdata"),
-)
+GROUPS = ("predict", "data_parallel", "transformers")
 # Names looked up in the dispatcher's registrations: CUDA's autocast policy is read from these.
 DISPATCH_KEYS = ("AutocastCUDA", "AutocastCPU")
+
+
+def _fake_mode() -> Any:
+    return _resolve("torch._subclasses.fake_tensor.FakeTensorMode")()
+
+
+def _fake_tensor(parameter: bool = False) -> Any:
+    import torch
+
+    with _fake_mode():
+        t = torch.empty(1)
+        return torch.nn.Parameter(t) if parameter else t
+
+
+def _samples() -> dict[str, Callable[[], Any]]:
+    import torch
+
+    return {"Tensor": lambda: torch.empty(0), "UntypedStorage": lambda: torch.empty(0).untyped_storage(),
+            "OpOverload": lambda: torch.ops.aten.add.Tensor, "FakeTensorMode": _fake_mode,
+            "FakeTensor": _fake_tensor, "FakeParameter": lambda: _fake_tensor(parameter=True)}
+
+
+# The objects a path may start from besides a module (made by _samples, each only when a path asks for it).
+SAMPLES = ("Tensor", "UntypedStorage", "OpOverload", "FakeTensorMode", "FakeTensor", "FakeParameter")
+PATHS = frozenset(entry.path for entry in INTERNALS)
 
 
 class TorchInternalsError(RuntimeError):
@@ -67,7 +128,11 @@ def _message(what: list[str]) -> str:
 
 def _resolve(dotted: str) -> Any:
     parts = dotted.split(".")
-    obj: Any = None
+    if parts[0] in SAMPLES:
+        obj = _samples()[parts[0]]()
+        for name in parts[1:]:
+            obj = getattr(obj, name)
+        return obj
     for i in range(len(parts), 0, -1):  # the longest importable module prefix, then attributes
         try:
             obj = importlib.import_module(".".join(parts[:i]))
@@ -80,38 +145,56 @@ def _resolve(dotted: str) -> Any:
 
 
 def internal(dotted: str) -> Any:
-    """The object at `dotted` (one of OBJECTS). Raises TorchInternalsError naming it when it is missing."""
+    """The object at `dotted`, one of INTERNALS. Raises TorchInternalsError naming it when it is missing,
+    ValueError when it is not listed in INTERNALS (every private name predict touches is listed there)."""
+    if dotted not in PATHS:
+        raise ValueError(f"{dotted} is not listed in torch_internals.INTERNALS")
     try:
         return _resolve(dotted)
     except (ImportError, AttributeError):
         raise TorchInternalsError(_message([dotted])) from None
 
 
-def missing_internals() -> list[str]:
-    """Every listed internal that the installed torch lacks (empty when all are there)."""
+def _installed(package: str) -> bool:
+    try:
+        importlib.import_module(package)
+    except ImportError:
+        return False
+    return True
+
+
+def missing_internals(groups: tuple[str, ...] = ("predict",)) -> list[str]:
+    """Every listed internal of `groups` that the installed torch lacks (empty when all are there).
+
+    The "transformers" group is checked only when transformers is installed. Raises ValueError for an unknown group.
+    """
     import torch
 
+    unknown = set(groups) - set(GROUPS)
+    if unknown:
+        raise ValueError(f"unknown groups of internals: {', '.join(sorted(unknown))}")
+    if "transformers" in groups and not _installed("transformers"):
+        groups = tuple(g for g in groups if g != "transformers")
     missing = []
-    for dotted in OBJECTS:
+    for entry in INTERNALS:
+        if entry.group not in groups:
+            continue
         try:
-            _resolve(dotted)
+            _resolve(entry.path)
         except (ImportError, AttributeError):
-            missing.append(dotted)
-    missing += [f"torch.ops.aten.{name}" for name in ATEN_OPS if not hasattr(torch.ops.aten, name)]
-    samples = {"Tensor": torch.empty(0), "OpOverload": torch.ops.aten.add.Tensor,
-               "UntypedStorage": torch.empty(0).untyped_storage()}
-    missing += [f"{kind}.{attr}" for kind, attr in ATTRIBUTES if not hasattr(samples[kind], attr)]
-    try:
-        for key in DISPATCH_KEYS:
-            torch._C._dispatch_get_registrations_for_dispatch_key(key)
-    except (AttributeError, RuntimeError, ValueError) as exc:
-        missing.append(f"dispatch key registrations ({type(exc).__name__})")
+            missing.append(entry.path)
+    if "predict" in groups:
+        try:
+            for key in DISPATCH_KEYS:
+                torch._C._dispatch_get_registrations_for_dispatch_key(key)
+        except (AttributeError, RuntimeError, ValueError) as exc:
+            missing.append(f"dispatch key registrations ({type(exc).__name__})")
     return missing
 
 
-@lru_cache(maxsize=1)
-def require_internals() -> None:
-    """Check every listed internal once per process. Raises TorchInternalsError listing the missing ones."""
-    missing = missing_internals()
+@lru_cache(maxsize=4)
+def require_internals(groups: tuple[str, ...] = ("predict",)) -> None:
+    """Check every listed internal of `groups` once per process. Raises TorchInternalsError listing the missing."""
+    missing = missing_internals(groups)
     if missing:
         raise TorchInternalsError(_message(missing))
