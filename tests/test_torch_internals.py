@@ -215,3 +215,15 @@ def test_fake_session_refuses_a_transformers_without_is_fake_tensor(monkeypatch)
             pass
     finally:
         ti.require_internals.cache_clear()
+
+
+def test_predict_notes_a_torch_it_is_not_tested_on(monkeypatch):
+    torch = pytest.importorskip("torch")
+    from memprobe.predict.torch_internals import untested_torch_note
+
+    monkeypatch.setattr(torch, "__version__", "2.13.0+cpu")
+    assert untested_torch_note() is None
+    monkeypatch.setattr(torch, "__version__", "2.11.0+cu128")
+    assert "tested on torch 2.13" in untested_torch_note() and "compared with its headers" in untested_torch_note()
+    monkeypatch.setattr(torch, "__version__", "2.12.1")
+    assert "nothing was checked for it" in untested_torch_note()

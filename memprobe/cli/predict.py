@@ -23,7 +23,7 @@ def _predict_and_print(workloads: list[Workload], precisions: list[str], memory:
                        mode: str = "train") -> None:
     """Predict each workload for the sizes and cards asked and print it. `override`: an overhead.Override
     (--overhead-from / --overhead) or None for the packaged per-card figures."""
-    from memprobe.predict.torch_internals import TorchInternalsError
+    from memprobe.predict.torch_internals import TorchInternalsError, untested_torch_note
     from memprobe.workloads.torchvision_guard import standin_reason
 
     try:
@@ -35,6 +35,8 @@ def _predict_and_print(workloads: list[Workload], precisions: list[str], memory:
         raise click.ClickException(str(exc)) from None
 
     asked = memory_list(memory, cards, hints=memory != COMMON_CARD_SIZES)  # no hints about memprobe's own default
+    if untested_torch_note():
+        click.echo(f"note: {untested_torch_note()}", err=True)
     if standin_reason():
         click.echo(f"note: {standin_reason()}; a stand-in that raises on use takes its place (no workload calls "
                    "torchvision)", err=True)

@@ -198,3 +198,21 @@ def require_internals(groups: tuple[str, ...] = ("predict",)) -> None:
     missing = missing_internals(groups)
     if missing:
         raise TorchInternalsError(_message(missing))
+
+
+TESTED_TORCH = "2.13"  # the torch CI installs and runs the predict tests on (a CPU wheel)
+HEADER_CHECKED_TORCH = ("2.11", "2.13")  # whose shipped headers the autocast and allocator facts were compared with
+
+
+def untested_torch_note() -> str | None:
+    """A note for a torch other than the one the emulation is tested on in CI, saying what was checked for it;
+    None on the tested torch. The claim (pyproject: torch 2.11 to 2.13) is wider than CI, and the user should know."""
+    import torch
+
+    version = ".".join(torch.__version__.split("+")[0].split(".")[:2])
+    if version == TESTED_TORCH:
+        return None
+    headers = ("its autocast lists and allocator constants were compared with its headers, its run-time "
+               "behaviour was not tested" if version in HEADER_CHECKED_TORCH else "nothing was checked for it")
+    return (f"predict's CUDA emulation is tested on torch {TESTED_TORCH}; this is torch {torch.__version__} "
+            f"({headers}): treat the numbers with more caution")
