@@ -1,6 +1,6 @@
 """Benchmark: `memprobe predict` (no GPU) against every committed scan, real and with emulated caps.
 
-Issue 5's calibration in one command. For each workload and precision it takes the newest finished
+For each workload and precision it takes the newest finished
 scan per card from the result folders given (the real H100, and `scan --memory-cap` runs on it,
 labelled "... [emulated 24 GiB cap]"), traces the trial once on fake tensors, and predicts the max
 batch at exactly the allocator capacity each scan recorded, so prediction and scan answer the same
@@ -65,6 +65,8 @@ def collect(paths: list[str], models: list[str] | None) -> dict[tuple, dict[str,
         name = str(result.workload.get("name"))
         if (models and name not in models) or p.status != "done" or p.max_batch is None or not p.capacity_bytes:
             continue
+        if result.settings.get("mode", "train") != "train":
+            continue  # the traced trial is a training step; an inference scan answers another question
         label, order = _card_key(result)
         trial_fits = trial_fit_batches((p.proof or {}).get("checks") or [])
         out.setdefault((name, _world(result)), {}).setdefault(precision, []).append({
@@ -133,7 +135,11 @@ def table(rows: list[dict]) -> str:
             cells += [str(r["measured"]), str(r["predicted"]), f"{mark}{err:+.1f}%{mark}" if err is not None else "-"]
         lines.append("| " + " | ".join(cells) + " |")
     within = sum(1 for r in rows if r["error_percent"] is not None and abs(r["error_percent"]) <= 3)
-    lines += ["", f"Within 3%: {within} of {len(rows)} comparisons."]
+    exact = sum(1 for r in rows if r["predicted"] == r["measured"])
+    unsafe = [r for r in rows if r["predicted"] > r["measured"]]
+    lines += ["", f"Within 3%: {within} of {len(rows)} comparisons; exact: {exact}.",
+              f"Unsafe (predicted above the measured B, a batch that did not train): {len(unsafe)} of {len(rows)}"
+              + (f", by at most {max(r['predicted'] - r['measured'] for r in unsafe)} batch" if unsafe else "") + "."]
     return "\n".join(lines)
 
 
