@@ -14,7 +14,7 @@ import importlib
 from functools import lru_cache
 from typing import Any
 
-# Tested with torch 2.11 (the lent GPUs) and 2.13 (CI). Dotted paths, resolved from the top module.
+# Tested with torch 2.11 (the GPU machines measured) and 2.13 (CI). Dotted paths, resolved from the top module.
 OBJECTS = (
     "torch._subclasses.fake_tensor.FakeTensorMode",
     "torch._subclasses.fake_tensor.FakeTensor",
