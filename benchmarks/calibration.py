@@ -1,6 +1,6 @@
 """Benchmark: `memprobe predict` (no GPU) against every committed scan, real and with emulated caps.
 
-For each workload and precision it takes the newest finished
+The prediction calibration in one command. For each workload and precision it takes the newest finished
 scan per card from the result folders given (the real H100, and `scan --memory-cap` runs on it,
 labelled "... [emulated 24 GiB cap]"), traces the trial once on fake tensors, and predicts the max
 batch at exactly the allocator capacity each scan recorded, so prediction and scan answer the same

@@ -5,7 +5,7 @@ for fp16, fused optimizer on CUDA, channels_last for CNNs, sdpa attention, synth
 once), built straight from transformers / timm, NOT through memprobe's task code; and memprobe's
 timed run (`Worker.measure`, the code behind `memprobe scan`'s throughput) at the same batch. Each
 runs in its own fresh process, alternating plain, memprobe, plain, memprobe, so drift shows up.
-Prints samples/s of each run and the ratio memprobe / plain (the issue asks for >= 0.97).
+Prints samples/s of each run and the ratio memprobe / plain (the goal: >= 0.97).
 With --compile, each round also times memprobe's step through torch.compile (`scan --compile`) in
 a third fresh process, and prints its compile seconds and the ratio compiled / eager.
 

@@ -125,7 +125,7 @@ def warm_up(model: str, precisions: list[str], cache: str | None) -> dict:
     warm-up) read and write compiled bytecode under it. Returns what was done, for the output file.
 
     A pip-installed package normally ships its .pyc files; on a machine that has none and forbids
-    writing them (PYTHONDONTWRITEBYTECODE=1, as on the lent H100) every process compiles torch,
+    writing them (PYTHONDONTWRITEBYTECODE=1, as on the H100 machine measured) every process compiles torch,
     transformers and lightning from source, which adds the same ~7 s to both tools' start.
     """
     global CHILD_ENV

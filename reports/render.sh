@@ -1,24 +1,29 @@
 #!/bin/bash
-# Re-render reports/report.md, reports/guide.md and reports/charts/ from the committed H100 result
-# files. Run from the repository root with memprobe installed: bash reports/render.sh
+# Re-render reports/report.md, reports/guide.md, reports/charts/ and the per-card scan tables from the committed
+# H100 and H200 result files. Run from the repository root with memprobe importable (pip install -e . , or
+# PYTHONPATH=$PWD): bash reports/render.sh. It runs `python -m memprobe`, so the memprobe of this checkout's
+# Python is the one used (set PYTHON to pick another interpreter).
 set -euo pipefail
-command -v memprobe >/dev/null || { echo "render.sh: memprobe is not on PATH (pip install -e .)" >&2; exit 1; }
-render() {  # render OUTPUT TITLE COMMAND...
+PYTHON=${PYTHON:-python}
+"$PYTHON" -c "import memprobe" 2>/dev/null || { echo "render.sh: $PYTHON cannot import memprobe (pip install -e .)" >&2; exit 1; }
+render() {  # render OUTPUT TITLE ARGS...: `memprobe ARGS...` into OUTPUT, with the command and its stderr
     local out=$1 title=$2; shift 2
     local err; err=$(mktemp)
-    local body; body=$("$@" 2>"$err")
+    local body; body=$("$PYTHON" -m memprobe "$@" 2>"$err")
     {
         echo "# $title"; echo; echo "Command (run from the repository root):"; echo
-        echo '```'; echo "$*"; echo '```'; echo
+        echo '```'; echo "memprobe $*"; echo '```'; echo
         if [ -s "$err" ]; then echo "What it said on stderr:"; echo; echo '```'; cat "$err"; echo '```'; echo; fi
         echo "$body"
     } > "$out"
     rm -f "$err"
 }
-render reports/report.md "memprobe report on the committed results" \
-    memprobe report reports/h100 --with-published --charts reports/charts
-render reports/guide.md "memprobe guide on the committed results" memprobe guide reports/h100
+render reports/report.md "memprobe report on the committed results (H100 and H200)" \
+    report reports/h100 reports/h200 --with-published --charts reports/charts
+render reports/guide.md "memprobe guide on the committed results (H100 and H200)" guide reports/h100 reports/h200
 render reports/scans_h100.md "memprobe scans on the H100 (the newest finished run of each workload and precision)" \
-    memprobe report --scans reports/h100
+    report --scans reports/h100
+render reports/scans_h200.md "memprobe scans on the H200 (the newest finished run of each workload and precision)" \
+    report --scans reports/h200
 render reports/scans_h100_emulated.md "memprobe scans on the H100 with emulated memory caps (scan --memory-cap)" \
-    memprobe report --scans reports/emulated_h100
+    report --scans reports/emulated_h100

@@ -1,4 +1,4 @@
-"""Cards by name for predict (issue 16): --gpu takes catalog names and aliases and uses the driver-reported
+"""Cards by name for predict: --gpu takes catalog names and aliases and uses the driver-reported
 total; --memory says how it was read and points at --gpu when it is a card's datasheet size."""
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ REPORTS = Path(__file__).resolve().parents[1] / "reports"
 
 
 def h200_with_knee(skipped: bool = False):
-    """The H200's resnet50 fp16 as the issue measured it: b* 2048, the knee at 2644 (-36.6% at 2684), B 3321."""
+    """The H200's resnet50 fp16 as an earlier scan measured it: b* 2048, the knee at 2644 (-36.6% at 2684), B 3321."""
     result = with_curve(make_result(H200, "resnet50", {"fp16": {"batch": 3321, "speed": 4241.0}}, unit="images"), "fp16",
                         {256: 5863.0, 512: 6216.0, 1024: 6476.0, 2048: 6686.0, 2644: 6690.0, 2684: 4241.0,
                          3321: 4241.0})

@@ -1,4 +1,4 @@
-"""Models outside the registry (issue 13), resolved without torch: timm:NAME, hf:NAME, hf-config:PATH,
+"""Models outside the registry, resolved without torch: timm:NAME, hf:NAME, hf-config:PATH,
 FILE.py:FUNC, pkg.mod:FUNC, models.yaml entries of the timm / hf / module families, and their one-line errors.
 """
 

@@ -36,7 +36,7 @@ def with_curve(result, precision: str, curve: dict[int, float]):
 
 
 def cards(tmp_path=None):
-    """The issue's case: at B the H200 looks slower than the H100; at its best batch it is faster."""
+    """The H200 case: at B the H200 looks slower than the H100; at its best batch it is faster."""
     h100 = with_curve(make_result(H100, "resnet50", {"fp16": {"batch": 1870, "speed": 5223.0}}), "fp16",
                       {256: 5100.0, 512: 5150.0, 1024: 5200.0, 1870: 5223.0})
     h200 = with_curve(make_result(H200, "resnet50", {"fp16": {"batch": 3321, "speed": 4360.0}}), "fp16",

@@ -1,4 +1,4 @@
-"""A killed scan leaves no trial process behind (issue 16): parent-death signal and pipe watchers.
+"""A killed scan leaves no trial process behind: parent-death signal and pipe watchers.
 
 A scan-like parent starts, on the CPU with the toy workload, a fork server, a trial process forked from
 it and an exec'd trial process, sets both running a long trial, starts the search's predict child

@@ -1,4 +1,4 @@
-"""Your own model (issue 13) through the real code paths on the CPU: tiny models of each kind scanned
+"""Your own model through the real code paths on the CPU: tiny models of each kind scanned
 through the fork server and the fresh-process proof (`scan --device cpu`, the CPU's fake allocator),
 predicted on fake tensors, and called from the Python API; the error paths end in one-line errors with
 the user's traceback in the result file, outcome `user-error`, never taken for out of memory.

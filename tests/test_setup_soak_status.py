@@ -1,4 +1,4 @@
-"""Issue 16 on the scan side: setup OOMs classified, honest file statuses, and `scan --soak` (fakes, no GPU)."""
+"""The scan side of reliability: setup OOMs classified, honest file statuses, and `scan --soak` (fakes, no GPU)."""
 
 from __future__ import annotations
 

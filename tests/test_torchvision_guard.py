@@ -1,4 +1,4 @@
-"""The laptop install (issue 16): an installed torchvision that cannot load with this torch is replaced by a
+"""The laptop install: an installed torchvision that cannot load with this torch is replaced by a
 stand-in, so timm and transformers import and `memprobe predict` runs; a working or absent one is left alone.
 
 Each case runs in a fresh interpreter with a fake `torchvision` package first on the path.

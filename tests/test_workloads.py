@@ -1,4 +1,4 @@
-"""The large-model workloads (issue 3) on the CPU: tiny variants train, full sizes are counted on meta.
+"""The large-model workloads on the CPU: tiny variants train, full sizes are counted on meta.
 
 Each tiny variant (toy-*) is built through the registry and its family's builder, exactly as the trial
 process does, and takes real training steps: the loss is finite and every trainable weight moves.

@@ -3,10 +3,10 @@
 # side of the batch where the stem's output passes 2^31 elements; then time NasNet-Large's first step at new
 # batch sizes (per-batch-size set-up that makes its trials take 10-34 s). About 3 minutes.
 #
-# Hypothesis to test: resnet50's first convolution writes B x 64 x 112 x 112 values, more than 2^31 from batch
-# 2676 (2^31 / 802816 = 2674.9): past it PyTorch splits the convolution into 32-bit-indexable pieces or cuDNN
-# and the element-wise kernels (batch norm, ReLU, max-pool) switch to 64-bit indexing. An H100 (B = 1870 in
-# fp16) never gets there; an H200 (B = 3321) does. The profiles at 2672 and 2680 show what changes.
+# What it showed on an H200 (docs/results.md): resnet50's first convolution writes B x 64 x 112 x 112 values, more
+# than 2^31 from batch 2675 (2^31 / 802816 = 2674.9); past it PyTorch's native batch norm with 64-bit indexing
+# replaces cuDNN's NHWC batch norm for those layers, and max-pool switches to 64-bit indexing: a step at 2680 takes
+# 1.5x one at 2672. An H100 (B = 1870 in fp16) never gets there; an H200 (B = 3321) does.
 #
 # Run from the repository root on a GPU machine (an H200 shows the cliff), with OUT set; profiles (JSON) and logs
 # go under $OUT/w, tarred to $OUT/r.tgz. Env: B and BSTAR (defaults by GPU: H200 3321 and 1870, H100 1870 and

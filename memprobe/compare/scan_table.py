@@ -59,14 +59,20 @@ def _curve_text(p: PrecisionResult) -> str:
     return text + (f"; {len(p.curve_skipped)} skipped (budget)" if p.curve_skipped else "")
 
 
+def model_label(result: ScanResult) -> str:
+    """The workload's name, with " (inference)" for an inference scan: it answers another question, so it is
+    never a row of training (nor replaces one)."""
+    return str(result.workload.get("name")) + (" (inference)" if result.settings.get("mode") == "infer" else "")
+
+
 def newest_finished(results: Sequence[ScanResult]) -> list[tuple[ScanResult, str, PrecisionResult]]:
-    """Per (GPU, workload, precision): the newest finished precision, or, if none finished, the newest
+    """Per (GPU, workload and mode, precision): the newest finished precision, or, if none finished, the newest
     one. A rerun thus replaces an interrupted or earlier row; sorted by workload, then precision order."""
     best: dict[tuple[str, str, str], tuple[ScanResult, str, PrecisionResult]] = {}
     for result in results:
         gpu = result.environment.get("gpu", {}).get("name", "?")
         for name, p in result.precisions.items():
-            key = (gpu, str(result.workload.get("name")), name)
+            key = (gpu, model_label(result), name)
             rank = (p.status == "done", result.created)
             if key not in best or rank >= (best[key][2].status == "done", best[key][0].created):
                 best[key] = (result, name, p)
@@ -115,7 +121,7 @@ def scan_rows(results: Iterable[ScanResult], newest_only: bool = False,
             max_batch = f"{axis_name(result.workload)} {p.max_batch}"  # a sequence-length search: a length
         rows.append({
             "gpu": gpu,
-            "model": result.workload.get("name"),
+            "model": model_label(result),
             "precision": name,
             "max batch": max_batch if p.status == "done" else f"{p.status}: {p.error.splitlines()[0][:60]}" if p.error else p.status,
             "proof (fresh processes)": _proof_text(p),

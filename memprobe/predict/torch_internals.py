@@ -33,7 +33,7 @@ class Internal(NamedTuple):
 
 _SDPA = "fakecuda: the attention kernel CUDA runs"
 _BWD = "fakecuda/workspaces: the CUDA attention backward and its workspaces"
-# Tested with torch 2.11 (the lent GPUs) and 2.13 (CI).
+# Tested with torch 2.11 (on the GPU machines) and 2.13 (CI).
 INTERNALS: tuple[Internal, ...] = (
     Internal("torch._subclasses.fake_tensor.FakeTensorMode", "fakecuda, session: the fake tensors"),
     Internal("torch._subclasses.fake_tensor.FakeTensor", "session: deep copies of fake tensors in the session's mode"),

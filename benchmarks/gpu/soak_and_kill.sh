@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 16 on a GPU: (1) the kill test -- SIGKILL a running `memprobe scan` mid-trial and show with
+# Reliability on a GPU: (1) the kill test -- SIGKILL a running `memprobe scan` mid-trial and show with
 # nvidia-smi that no process is left on the GPU 10 s later; (2) the soak -- `scan --soak 1000` of
 # bert-large fp16 and resnet50 fp16 (the found B trains 1000 more steps in a fresh process, lowered
 # if it fails). Every log and result file goes under $OUT/w and is packed into $OUT/r.tgz.
@@ -19,7 +19,7 @@ mkdir -p "$W"
 PART=${PART:-all}
 SOAK=${SOAK:-1000}
 export PYTHONPATH=$PWD
-LOG="$W/issue16_${PART}.log"
+LOG="$W/soak_and_kill_${PART}.log"
 say() { echo "[$(date -u +%H:%M:%S)] $*" | tee -a "$LOG"; }
 apps() { nvidia-smi --query-compute-apps=pid,used_memory --format=csv 2>&1; }
 tree_of() {  # pid and all its descendants
@@ -28,7 +28,7 @@ tree_of() {  # pid and all its descendants
 pack() { tar -czf "$OUT/r.tgz" -C "$OUT" w; say "packed $OUT/r.tgz"; }
 trap pack EXIT
 
-say "issue16.sh PART=$PART SOAK=$SOAK on $(hostname)"
+say "soak_and_kill.sh PART=$PART SOAK=$SOAK on $(hostname)"
 nvidia-smi --query-gpu=name,memory.total,memory.used,driver_version --format=csv | tee -a "$LOG"
 python3 -m memprobe device 2>&1 | tee -a "$LOG"
 

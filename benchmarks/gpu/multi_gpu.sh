@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 17 on 2 GPUs (the device tool's kind nvidia-h200-x2; ~9 minutes per part): per-GPU max batch
+# Several GPUs (2x H200; ~9 minutes per part): per-GPU max batch
 # under DDP and FSDP2, 1-to-2 scaling, and a --parallel scan, with memprobe.
 #   PART=1 (default): `--parallel` scan of the six workloads in bf16 over both GPUs (its wall time against the
 #                     serial estimate, the sum of the jobs' own times; these are also the 1-GPU edges), then
@@ -14,7 +14,7 @@
 # Every process gets NCCL_NVLS_ENABLE=0, TORCH_SYMM_MEM_DISABLE_MULTICAST=1, NVSHMEM_DISABLE_NVLS=1
 # (exported here, and set by memprobe's launcher for every rank and child scan it starts).
 # Results and logs go to $OUT/w, packed into $OUT/r.tgz at the end.
-# Run from the repository root: OUT=/some/dir [PART=1] bash benchmarks/gpu/issue17.sh
+# Run from the repository root: OUT=/some/dir [PART=1] bash benchmarks/gpu/multi_gpu.sh
 set -uo pipefail
 : "${OUT:?set OUT to the output folder}"
 export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0}
@@ -40,7 +40,7 @@ left() { echo $(( BUDGET_S - ($(date +%s) - START) )); }
 } > "$W/environment.txt" 2>&1
 $PY -m memprobe device >> "$W/environment.txt" 2>&1
 
-# Throughput curves (another issue) are not what this one measures: skip them where the option exists.
+# Throughput curves are not what this script measures: skip them where the option exists.
 EXTRA=()
 if $PY -m memprobe scan --help 2>/dev/null | grep -q -- "--no-curve"; then EXTRA+=(--no-curve); fi
 

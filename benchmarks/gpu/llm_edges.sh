@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Issue 14 on one GPU (H100 80GB; ~9 minutes): LLM fine-tuning edges with memprobe.
+# LLM fine-tuning edges on one GPU (H100 80GB; ~9 minutes): max batch, max sequence length,
+# checkpointing and LoRA, each scanned and predicted.
 #   1. llama-1b bf16, batch search at seq 2048
 #   2. llama-1b-4k bf16, batch search at seq 4096
 #   3. llama-1b bf16, longest sequence at batch 1
@@ -11,7 +12,7 @@
 #   then predictions for each scanned variant with --compare (predicted vs measured), on the CPU.
 # Steps run in this order while the time budget lasts (BUDGET_S, default 500 s; predictions may take 70 s more); a step cut short
 # leaves its log. Results and logs go to $OUT/w, packed into $OUT/r.tgz at the end.
-# Run from the repository root: OUT=/some/dir bash benchmarks/gpu/issue14.sh
+# Run from the repository root: OUT=/some/dir bash benchmarks/gpu/llm_edges.sh
 set -uo pipefail
 : "${OUT:?set OUT to the output folder}"
 W="$OUT/w"
@@ -25,7 +26,7 @@ left() { echo $(( BUDGET_S - ($(date +%s) - START) )); }
 
 { nvidia-smi; $PY -m pip show peft transformers torch 2>/dev/null | grep -E '^(Name|Version)'; } > "$W/environment.txt" 2>&1
 
-# --no-curve exists once throughput curves land: skip them here (the edges are what this issue needs).
+# --no-curve exists once throughput curves land: skip them here (the edges are what this script measures).
 EXTRA=()
 if $PY -m memprobe scan --help 2>/dev/null | grep -q -- "--no-curve"; then EXTRA+=(--no-curve); fi
 # Short timed runs: the long-sequence steps take seconds each.

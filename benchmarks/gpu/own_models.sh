@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 13 on a GPU (~7 min on an H100): your own model, three ways in, each scanned in bf16 and predicted.
+# Your own model on a GPU (~7 min on an H100), three ways in, each scanned in bf16 and predicted.
 #
 #   timm:vit_large_patch16_224, timm:convnext_large   (timm by name, pretrained_cfg input size, SGD momentum)
 #   hf:gpt2-large --task causal-lm --seq-len 1024     (packaged transformers config, AdamW)
@@ -9,7 +9,7 @@
 # `memprobe predict` at the card's datasheet memory with --compare against that scan (predicted max batch
 # at the scan's own allocator capacity beside the measured one). The predictions run on the CPU in the
 # background (4 threads) while the next scan runs. Every result file and log goes to $OUT/w, then $OUT/r.tgz.
-# Run from the repository root: OUT=/some/dir bash benchmarks/gpu/issue13.sh
+# Run from the repository root: OUT=/some/dir bash benchmarks/gpu/own_models.sh
 set -u
 : "${OUT:?set OUT to the output folder}"
 W="$OUT/w"
