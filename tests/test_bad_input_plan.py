@@ -31,6 +31,22 @@ CASES = [
     ("results-foreign", P + ["--results", "{foreign.json}"], "not a memprobe result file"),
     ("results-empty-path", P + ["--results", ""], "an empty path"),
     ("bad-format", P + ["--format", "xml"], "'xml' is not one of"),
+    # --search frontier (scan and predict)
+    ("frontier-vision", ["predict", "--model", "resnet50", "--search", "frontier", "--gpu", "H100"],
+     "--search frontier applies to LLM workloads"),
+    ("frontier-seq-len", ["scan", "--model", "llama-1b", "--search", "frontier", "--seq-len", "1024"],
+     "walks the sequence lengths itself"),
+    ("frontier-batch", ["scan", "--model", "llama-1b", "--search", "frontier", "--batch", "2"],
+     "walks the batches itself"),
+    ("frontier-budget-alone", ["scan", "--model", "llama-1b", "--frontier-budget", "60"],
+     "--frontier-budget has no effect without --search frontier"),
+    ("frontier-budget-zero", ["scan", "--model", "llama-1b", "--search", "frontier", "--frontier-budget", "0"],
+     "--frontier-budget"),
+    ("frontier-two-sizes", ["predict", "--model", "toy-llama", "--search", "frontier", "--memory", "8GiB,16GiB"],
+     "one memory size or card"),
+    ("frontier-no-size", ["predict", "--model", "toy-llama", "--search", "frontier"], "give --gpu or --memory"),
+    ("predict-out-alone", ["predict", "--model", "toy", "--out", "{tmp}"], "--out has no effect without"),
+    ("report-frontier-none", ["report", "--frontier", "{H100}"], "no frontier in these result files"),
 ]
 
 
