@@ -1,4 +1,4 @@
-"""Python API: the exact max batch of a model (find_max_batch) or its prediction (predict_max_batch), from code.
+"""Python API: the exact max batch of a model (find_max_batch), its prediction (predict_max_batch), or a plan (plan).
 
 The same code paths and result schema as `memprobe scan` / `memprobe predict`. A model is a registry
 name, a name outside it (timm:NAME, hf:NAME, hf-config:PATH, FILE.py:FUNC, pkg.mod:FUNC) or a build
@@ -21,7 +21,7 @@ from memprobe.core.registry import RegistryError, Workload, load_registry
 from memprobe.core.results import ScanResult
 
 Model = Union[str, Callable[..., Any]]
-__all__ = ["find_max_batch", "predict_max_batch", "resolve_model", "Model", "UserCodeError", "NoGPUError",
+__all__ = ["find_max_batch", "predict_max_batch", "plan", "resolve_model", "Model", "UserCodeError", "NoGPUError",
            "CustomModelError", "RegistryError"]
 
 
@@ -187,3 +187,32 @@ def predict_max_batch(model: Model, memory: str | Sequence[str] = "24GiB", preci
     progress = Progress(lambda text: print(f"memprobe: {text}", file=sys.stderr)) if verbose else silent()
     return predict(workload, precisions, sizes, None, "", steps=steps, world=world, workers=cores(),
                    progress=progress)
+
+
+def plan(model: Model, gpu: str, global_batch: int | None = None, *, seq_len: int | None = None,
+         precision: str | Sequence[str] = ("fp32", "fp16", "bf16"), lora: int | None = None,
+         optimizers: Sequence[str] = (), results: Sequence[str | Path] = (),
+         models_file: str | Path | None = None, verbose: bool = False):
+    """The micro-batch and accumulation to run `model` on the card `gpu`, per memory lever, as `memprobe plan`.
+
+    Each precision (and for LLM workloads checkpointing off/on, and LoRA of rank `lora`; for models given by name
+    each of `optimizers`) gets a row: max micro-batch measured where `results` (result files or folders) holds a
+    scan of that card and setting, else predicted (labelled); the micro-batch (at most b*, never past the knee of a
+    measured curve); the accumulation steps to reach `global_batch`; headroom; samples/s and seconds per global
+    batch only where measured. Returns memprobe.core.plan.Plan (`.rows`: PlanRow records, sorted by time per global
+    batch, unknown last; `.to_dict()`).
+
+    Raises memprobe.core.plan.PlanError (a ValueError) for an unknown card, a global batch below 1, a lever the
+    workload lacks or an unreadable result file; CustomModelError / RegistryError for a model that cannot be
+    resolved; memprobe.predict.trace.PredictError when a setting cannot be predicted.
+    """
+    from memprobe.plan.build import build_plan
+    from memprobe.predict.parallel import cores
+    from memprobe.workloads.custom import is_custom_name
+
+    named = callable(model) or is_custom_name(str(model))
+    workload = resolve_model(model, seq_len=seq_len if named else None, models_file=models_file)
+    precisions = [p.strip() for p in precision.split(",")] if isinstance(precision, str) else list(precision)
+    on_line = (lambda text: print(f"memprobe: {text}", file=sys.stderr)) if verbose else None
+    return build_plan(workload, gpu, global_batch, precisions, None if named else seq_len, lora, list(optimizers),
+                      list(results), workers=cores(), on_line=on_line)

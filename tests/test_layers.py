@@ -27,8 +27,9 @@ ALLOWED = {
     "probe": {"core", "workloads", "training"},
     "predict": {"core", "workloads", "training"},
     "compare": {"core"},
-    "cli": {"core", "workloads", "training", "probe", "predict", "compare", "api"},
-    "api": {"core", "workloads", "training", "probe", "predict", "compare"},
+    "cli": {"core", "workloads", "training", "probe", "predict", "compare", "plan", "api"},
+    "api": {"core", "workloads", "training", "probe", "predict", "compare", "plan"},
+    "plan": {"core", "workloads", "training", "predict", "compare"},
 }
 ROOT_NAMES = {"__version__"}  # the only names a layer may take from the package root (memprobe/__init__.py)
 

@@ -5,6 +5,6 @@ share. Importing this package registers every command on `main`.
 """
 
 from memprobe.cli.app import main
-from memprobe.cli import predict, report, scan  # noqa: F401  (registers the commands on main)
+from memprobe.cli import plan, predict, report, scan  # noqa: F401  (registers the commands on main)
 
 __all__ = ["main"]

@@ -146,12 +146,14 @@ def _worlds(count: int, strategy: str) -> list | None:
 @_variant_options
 @click.option("--batch", default=1, show_default=True, type=click.IntRange(1, checks.MAX_SEQ_BATCH),
               help="With --search seq-len: the batch the sequence length is predicted at.")
+@click.option("--out", "out_dir", type=checks.Path(file_okay=False),
+              help="With --search frontier: a folder to write the predicted frontier to (for `report --frontier`).")
 def predict_cmd(model: str, memory: str | None, world_size: int, strategy: str, cards: str | None, precision: str,
                 models_file: str | None,
                 overhead_from: tuple[str, ...], overhead_size: str | None, compare: str | None, steps: int,
                 input_size: str | None,
                 optimizer: str | None, task: str | None, seq_len: int | None, search: str, checkpointing: bool,
-                lora: str | None, batch: int, mode: str) -> None:
+                lora: str | None, batch: int, mode: str, frontier_budget: float | None, out_dir: str | None) -> None:
     """Predict the max batch for any memory size, with no GPU (labelled predicted, not measured).
 
     Runs the scan's trial (1 warm-up + K steps, optimizer state included) on fake tensors with the
@@ -159,9 +161,15 @@ def predict_cmd(model: str, memory: str | None, world_size: int, strategy: str, 
     records every allocation and replays it through a model of the CUDA caching allocator. Takes
     seconds to a minute on a CPU. Needs torch, but no GPU.
     """
+    from memprobe.cli.frontier import frontier_request
+
     checks.predict_checks(click.get_current_context(), world_size, search)
-    workloads = _workloads(models_file, model, precision, input_size, optimizer, task, seq_len,
-                           search, batch, checkpointing, lora)
+    frontier = frontier_request(search, seq_len, None, frontier_budget)
+    if out_dir and not frontier:
+        raise click.UsageError("--out has no effect without --search frontier")
+    workloads = (_workloads(models_file, model, precision, input_size, optimizer, task, None, "batch", 1, False, None)
+                 if frontier else _workloads(models_file, model, precision, input_size, optimizer, task, seq_len,
+                                             search, batch, checkpointing, lora))
     precisions = _precision_list(precision) or []
     if not precisions:
         raise click.BadParameter("give at least one precision", param_hint="--precision")
@@ -172,10 +180,40 @@ def predict_cmd(model: str, memory: str | None, world_size: int, strategy: str, 
         steps = 3 if mode == "train" else 2
     elif mode == "train" and steps < 3:
         raise click.BadParameter("a training trial is 1 warm-up step + K >= 2 steps (3 or more)", param_hint="--steps")
+    if frontier:
+        _predict_frontier(workloads, precisions, memory, cards, _override(overhead_from, overhead_size), steps,
+                          frontier_budget, checkpointing, lora, out_dir, bool(worlds) or mode != "train" or compare)
+        return
     if memory is None and cards is None:
         memory = COMMON_CARD_SIZES
     _predict_and_print(workloads, precisions, memory, _override(overhead_from, overhead_size), steps, compare, cards,
                        worlds, mode)
+
+
+def _predict_frontier(workloads: list[Workload], precisions: list[str], memory: str | None, cards: str | None,
+                      override, steps: int, budget: float | None, checkpointing: bool, lora: str | None,
+                      out_dir: str | None, refused: bool) -> None:
+    """predict --search frontier: one memory size or card, one GPU, training, no --compare."""
+    from memprobe.cli.frontier import predict_frontiers
+    from memprobe.core.variants import VariantError, parse_lora
+    from memprobe.predict.summary import memory_sizes
+
+    if refused:
+        raise click.UsageError("--search frontier predicts one-GPU training: drop --gpus, --mode infer and --compare")
+    if memory is None and cards is None:
+        raise click.UsageError("--search frontier predicts for one card or size: give --gpu or --memory")
+    asked = memory_list(memory, cards)
+    try:
+        sizes = memory_sizes(asked.labels, asked.cards, override)
+        rank = parse_lora(lora)
+    except (ValueError, VariantError) as exc:
+        raise click.UsageError(str(exc)) from None
+    if out_dir:
+        from memprobe.cli.scan import _writable
+
+        _writable(out_dir)
+    with _progress() as progress:
+        predict_frontiers(workloads, precisions, sizes, budget, checkpointing, rank, steps, out_dir, progress)
 
 
 def _override(paths: tuple[str, ...], size: str | None):

@@ -33,8 +33,11 @@ from memprobe.cli.app import _FORMATS, _load_results, _precision_list, main
 @click.option("--llm", is_flag=True,
               help="Print the LLM edges instead: max batch or max sequence length per setting (plain, checkpointing, "
                    "LoRA) and how much each raises it over plain, with tokens per step, tokens/s and MFU.")
+@click.option("--frontier", is_flag=True,
+              help="Print the batch x sequence-length frontiers instead (scan/predict --search frontier): measured and "
+                   "predicted points side by side; with --charts, a frontier chart.")
 def report_cmd(paths: tuple[str, ...], reference: str | None, precision: str | None, fmt: str, with_published: bool,
-               charts_dir: str | None, at_batch: str, scans: bool, llm: bool) -> None:
+               charts_dir: str | None, at_batch: str, scans: bool, llm: bool, frontier: bool) -> None:
     """Compare result files from any number of machines.
 
     PATHS are result files or folders (searched for *.json; other JSON files there are skipped with a
@@ -52,6 +55,13 @@ def report_cmd(paths: tuple[str, ...], reference: str | None, precision: str | N
         raise click.BadParameter("give a GPU name (e.g. \"H100 SXM\")", param_hint="--reference")
     if charts_dir:  # before the report prints: a folder that cannot be written is one line, not a late traceback
         _charts_folder(charts_dir)
+    if frontier:
+        if scans or llm:
+            raise click.UsageError("give one of --frontier, --scans and --llm")
+        checks.refuse(checks.given(click.get_current_context(), "reference", "at_batch", "with_published"),
+                      "with --frontier (they shape the comparison report)")
+        _frontier_report(_load_results(paths), fmt, charts_dir)
+        return
     loaded, multi = split_by_world_size(_load_results(paths))
     if llm:
         from memprobe.compare.llm import llm_table
@@ -93,6 +103,20 @@ def report_cmd(paths: tuple[str, ...], reference: str | None, precision: str | N
                 click.echo(f"wrote {written}", err=True)
         except OutputError as exc:
             raise click.ClickException(str(exc)) from None
+
+
+def _frontier_report(loaded: list, fmt: str, charts_dir: str | None) -> None:
+    """The frontier table of the results that have one (and its chart under `charts_dir`)."""
+    from memprobe.compare.frontier import frontier_rows, write_frontier_chart
+    from memprobe.compare.tables import rows_text
+
+    rows = frontier_rows(loaded)
+    if not rows:
+        raise click.ClickException("no frontier in these result files (made by scan or predict --search frontier)")
+    click.echo(rows_text(rows, "github" if fmt == "github" else fmt))
+    if charts_dir:
+        for path in write_frontier_chart(loaded, charts_dir):
+            click.echo(f"wrote {path}", err=True)
 
 
 def _charts_folder(path: str) -> None:

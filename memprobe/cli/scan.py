@@ -108,7 +108,7 @@ def scan_cmd(model: str, precision: str, mode: str, batches: str | None, out_dir
              device: str, cpu_memory_budget: str | None,
              memory_cap: str | None, input_size: str | None, optimizer: str | None, task: str | None,
              seq_len: int | None, gpus: str | None, strategy: str, parallel: bool, predict_if_no_gpu: bool, search: str,
-             checkpointing: bool, lora: str | None) -> None:
+             checkpointing: bool, lora: str | None, frontier_budget: float | None) -> None:
     """Find the exact max batch of each model and precision on this GPU, then measure throughput there.
 
     For each precision: a memory-guided search (small batches in one trial process, trials near
@@ -119,10 +119,14 @@ def scan_cmd(model: str, precision: str, mode: str, batches: str | None, out_dir
     """
     from memprobe.probe.scan import NoCudaError, ScanInterrupted, ScanOptions
 
+    from memprobe.cli.frontier import frontier_request
+
     checks.scan_checks(click.get_current_context(), device, gpus, no_curve, no_throughput, parallel)
+    frontier = frontier_request(search, seq_len, batches, frontier_budget)
     request_batch, timed_batches = split_batches(search, _int_list(batches, "--batch"))
-    workloads = _workloads(models_file, model, precision, input_size, optimizer, task, seq_len,
-                           search, request_batch, checkpointing, lora)
+    workloads = (_workloads(models_file, model, precision, input_size, optimizer, task, None, "batch", 1, False, None)
+                 if frontier else _workloads(models_file, model, precision, input_size, optimizer, task, seq_len,
+                                             search, request_batch, checkpointing, lora))
     budget = None
     if device == "cpu":
         if not cpu_memory_budget:
@@ -149,6 +153,15 @@ def scan_cmd(model: str, precision: str, mode: str, batches: str | None, out_dir
             return
 
     _writable(out_dir)  # now, not after the first precision's minutes of trials
+    if frontier:
+        from memprobe.cli.frontier import scan_frontiers
+        from memprobe.core.variants import parse_lora
+
+        if parallel or gpus not in (None, "1"):
+            raise click.UsageError("--search frontier runs on one GPU: drop --parallel and --gpus")
+        scan_frontiers(workloads, opts, out_dir, frontier_budget, checkpointing, parse_lora(lora), _ProgressPrinter(
+            {f"{w.name}": "n" for w in workloads}))
+        return
     if parallel:
         _scan_parallel(workloads, opts, gpus, out_dir, models_file)
         return

@@ -101,6 +101,9 @@ class ScanResult:
     created: str = field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
     schema: str = SCHEMA
     schema_version: int = SCHEMA_VERSION
+    # Optional (additive to schema 2): precision -> the batch x sequence-length frontier (core/frontier.py, whose
+    # Frontier.from_dict/to_dict read and write it); absent from files of ordinary scans.
+    frontier: dict[str, Any] | None = None
 
     def _first(self) -> PrecisionResult | None:
         return next(iter(self.precisions.values()), None)
@@ -124,6 +127,8 @@ class ScanResult:
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
+        if data.get("frontier") is None:
+            data.pop("frontier")
         # schema fields first so a reader sees what the file is before anything else
         return {"schema": data.pop("schema"), "schema_version": data.pop("schema_version"), **data}
 
@@ -143,6 +148,7 @@ class ScanResult:
             created=data.get("created", ""),
             schema=data["schema"],
             schema_version=data["schema_version"],
+            frontier=data.get("frontier"),
         )
 
 

@@ -1,0 +1,83 @@
+"""`--search frontier` for scan and predict: the batch x sequence-length frontier (probe/frontier.py, predict/frontier.py)."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from memprobe.core.registry import Workload
+
+
+def frontier_request(search: str, seq_len: int | None, batches: str | None, budget: float | None) -> bool:
+    """Whether this is a frontier run; refuses what a frontier does not take (it walks lengths and batches itself)
+    and --frontier-budget without one."""
+    if search != "frontier":
+        if budget is not None:
+            raise click.UsageError("--frontier-budget has no effect without --search frontier")
+        return False
+    if seq_len is not None:
+        raise click.UsageError("--search frontier walks the sequence lengths itself: drop --seq-len")
+    if batches:
+        raise click.UsageError("--search frontier walks the batches itself: drop --batch")
+    return True
+
+
+def scan_frontiers(workloads: list[Workload], opts, out_dir: str, budget: float | None, checkpointing: bool,
+                   lora: int | None, progress) -> None:
+    """Measure each workload's frontier, say where it is written, and print its table."""
+    from memprobe.cli.helpers import interrupted_status
+    from memprobe.compare.frontier import frontier_rows
+    from memprobe.compare.tables import rows_text
+    from memprobe.core.frontier import FrontierError
+    from memprobe.probe.frontier import scan_frontier
+    from memprobe.probe.scan import ScanInterrupted
+
+    loaded = []
+    for workload in workloads:
+        try:
+            result, path = scan_frontier(workload, opts, out_dir, progress, budget, checkpointing, lora)
+        except FrontierError as exc:
+            raise click.UsageError(str(exc)) from None
+        except ScanInterrupted as stop:
+            click.echo(f"\ninterrupted: the finished points are in {stop.path} (marked partial)" if stop.path else
+                       "\ninterrupted: no frontier point had finished", err=True)
+            sys.exit(interrupted_status())
+        click.echo(f"wrote {path}", err=True)
+        loaded.append((path, result))
+    click.echo(rows_text(frontier_rows(loaded)))
+
+
+def predict_frontiers(workloads: list[Workload], precisions: list[str], sizes: list, budget: float | None,
+                      checkpointing: bool, lora: int | None, steps: int, out_dir: str | None, progress) -> None:
+    """Predict each workload's frontier for the one memory size, print it, and write it to `out_dir` when given."""
+    from memprobe.compare.frontier import frontier_rows
+    from memprobe.compare.tables import rows_text
+    from memprobe.core.frontier import FrontierError, frontier_name
+    from memprobe.core.results import ScanResult, result_filename, write_result
+    from memprobe.predict.frontier import predict_frontier
+    from memprobe.predict.parallel import cores
+
+    if len(sizes) != 1:
+        raise click.UsageError("--search frontier predicts for one memory size or card: give one --memory or --gpu")
+    size = sizes[0]
+    loaded = []
+    for workload in workloads:
+        try:
+            frontiers = {p: predict_frontier(workload, p, size, budget, checkpointing, lora, steps, cores(), progress)
+                         for p in precisions}
+        except FrontierError as exc:
+            raise click.UsageError(str(exc)) from None
+        name = frontier_name(workload, checkpointing, lora)
+        result = ScanResult(workload={**workload.to_dict(), "name": name},
+                            environment={"gpu": {"name": size.label, "predicted": True}},
+                            settings={"search": "frontier", "predicted": True, "frontier_budget_s": budget,
+                                      "capacity_bytes": size.capacity_bytes, "capacity_how": size.how},
+                            status="complete" if any(p.found is not None for f in frontiers.values() for p in f.points)
+                            else "failed", frontier={p: f.to_dict() for p, f in frontiers.items()})
+        path = None
+        if out_dir:
+            path = write_result(result, f"{out_dir}/{result_filename(size.label + ' predicted', name, 'train')}")
+            click.echo(f"wrote {path}", err=True)
+        loaded.append((path, result))
+    click.echo(rows_text(frontier_rows(loaded)))

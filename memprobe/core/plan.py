@@ -1,0 +1,186 @@
+"""The plan's records and arithmetic: from what fits on a card to the micro-batch and accumulation to run. No torch.
+
+A plan row is one lever setting (precision; checkpointing and LoRA for LLMs; the optimizer of a model given by
+name) on one card. Its max micro-batch B is measured (a result file for that card and setting) or predicted
+(labelled). The micro-batch it recommends never goes past the knee: the cap is b* (the curve's best batch) or the
+knee where a measured curve has one, whichever is smaller; B otherwise. The global batch N is reached with the
+fewest accumulation steps that cap allows, the micro-batch spread evenly over them (ceil(N / steps)), so the
+effective global batch is N or the nearest multiple above it. Throughput and time per global batch come only
+from a timed run at that exact micro-batch; anything else is "not measured".
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+MEASURED, PREDICTED = "measured", "predicted"
+
+
+class PlanError(ValueError):
+    """A plan that cannot be made as asked (bad global batch, unknown card, a lever the workload lacks); one line."""
+
+
+@dataclass(frozen=True)
+class Levers:
+    """One memory-lever setting: precision, activation checkpointing, LoRA rank, and the optimizer when chosen."""
+
+    precision: str
+    checkpointing: bool = False
+    lora: int | None = None
+    optimizer: str | None = None
+
+    def label(self) -> str:
+        """E.g. 'bf16 +ckpt +lora16' or 'fp16 adam'."""
+        parts = [self.precision]
+        if self.checkpointing:
+            parts.append("+ckpt")
+        if self.lora:
+            parts.append(f"+lora{self.lora}")
+        if self.optimizer:
+            parts.append(self.optimizer)
+        return " ".join(parts)
+
+
+@dataclass
+class Capacity:
+    """What is known of one setting on the card: B, where it comes from, and the measured or predicted facts
+    the plan uses. `timed`: batch -> samples/s of measured timed runs that fit; `peaks`: batch -> peak reserved
+    bytes (measured trials, or the predictor's replay); `static_bytes`/`per_sample_bytes`: the fitted line
+    peak(b) = static + per_sample x b (None where there is none)."""
+
+    levers: Levers
+    workload: str
+    source: str  # MEASURED or PREDICTED
+    max_batch: int
+    capacity_bytes: int | None = None
+    best_batch: int | None = None
+    knee_batch: int | None = None
+    timed: dict[int, float] = field(default_factory=dict)
+    peaks: dict[int, int] = field(default_factory=dict)
+    static_bytes: float | None = None
+    per_sample_bytes: float | None = None
+    unit: str = "samples"
+    origin: str = ""  # the result file, or how it was predicted
+
+
+@dataclass
+class PlanRow:
+    """One row of the plan (see the module docstring for each rule)."""
+
+    setting: str
+    workload: str
+    source: str
+    max_micro_batch: int
+    cap: int
+    cap_reason: str
+    micro_batch: int
+    accumulation_steps: int | None
+    global_batch: int | None  # effective: accumulation_steps x micro_batch
+    headroom_bytes: int | None
+    headroom_how: str
+    samples_per_s: float | None
+    seconds_per_global_batch: float | None
+    note: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class Plan:
+    """A plan for one workload on one card: rows sorted by time per global batch (unknown last) and notes."""
+
+    model: str
+    card: str
+    global_batch: int | None
+    rows: list[PlanRow]
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"model": self.model, "card": self.card, "global_batch": self.global_batch,
+                "rows": [r.to_dict() for r in self.rows], "notes": list(self.notes)}
+
+
+def check_global_batch(global_batch: int | None) -> None:
+    """Raises PlanError for a global batch below 1."""
+    if global_batch is not None and (isinstance(global_batch, bool) or global_batch < 1):
+        raise PlanError(f"--global-batch must be at least 1, got {global_batch}")
+
+
+def micro_cap(c: Capacity) -> tuple[int, str]:
+    """The largest micro-batch the plan recommends, and why: min(b*, knee) where measured with a curve, else B."""
+    if c.source == MEASURED and c.best_batch:
+        if c.knee_batch and c.knee_batch < c.best_batch:
+            return min(c.knee_batch, c.max_batch), f"knee {c.knee_batch} (b* {c.best_batch} is past it)"
+        knee = f", knee {c.knee_batch}" if c.knee_batch else ", no knee"
+        return min(c.best_batch, c.max_batch), f"b* {c.best_batch}{knee}"
+    if c.source == MEASURED:
+        return c.max_batch, "B (no throughput curve in the result)"
+    return c.max_batch, "B (predicted; no curve)"
+
+
+def accumulate(global_batch: int, cap: int) -> tuple[int, int, int]:
+    """(accumulation steps, micro-batch, effective global batch) reaching `global_batch` with micro-batches of at
+    most `cap`: the fewest steps, ceil(N / cap), with the micro-batch spread evenly, ceil(N / steps).
+    Raises PlanError for a global batch or cap below 1."""
+    check_global_batch(global_batch)
+    if cap < 1:
+        raise PlanError(f"a micro-batch cap must be at least 1, got {cap}")
+    steps = math.ceil(global_batch / cap)
+    micro = math.ceil(global_batch / steps)
+    return steps, micro, steps * micro
+
+
+def headroom(c: Capacity, micro: int) -> tuple[int | None, str]:
+    """Bytes the allocator has left at `micro` (capacity minus the peak reserved), and how the peak is known:
+    a trial at that batch, else the fitted line (said so), else unknown."""
+    if not c.capacity_bytes:
+        return None, "no allocator capacity"
+    how = "measured peak" if c.source == MEASURED else "predicted peak"
+    if micro in c.peaks:
+        return c.capacity_bytes - c.peaks[micro], how
+    if c.static_bytes is not None and c.per_sample_bytes is not None:
+        peak = c.static_bytes + c.per_sample_bytes * micro
+        return int(c.capacity_bytes - peak), ("fitted line of measured peaks" if c.source == MEASURED
+                                              else "fitted line of predicted peaks")
+    return None, "no peak at this batch"
+
+
+def plan_row(c: Capacity, global_batch: int | None) -> PlanRow:
+    """The plan for one setting. Without a global batch the micro-batch is the cap and there is no accumulation."""
+    if c.max_batch < 1:
+        return PlanRow(c.levers.label(), c.workload, c.source, c.max_batch, 0, "batch 1 does not fit", 0, None,
+                       None, None, "", None, None, "does not train at batch 1 on this card")
+    cap, reason = micro_cap(c)
+    if global_batch is None:
+        steps, micro, effective = 1, cap, cap
+    else:
+        steps, micro, effective = accumulate(global_batch, cap)
+    room, how = headroom(c, micro)
+    speed = c.timed.get(micro) if c.source == MEASURED else None
+    seconds = steps * micro / speed if speed else None
+    notes = []
+    if global_batch is not None and effective != global_batch:
+        notes.append(f"{global_batch} is not a multiple of {micro}: the effective global batch is {effective}")
+    if speed is None:
+        notes.append("throughput not measured at this micro-batch" if c.source == MEASURED
+                     else "throughput not measured (predicted row)")
+    return PlanRow(c.levers.label(), c.workload, c.source, c.max_batch, cap, reason, micro, steps, effective, room, how,
+                   speed, seconds, "; ".join(notes))
+
+
+def sort_rows(rows: list[PlanRow]) -> list[PlanRow]:
+    """Rows by time per global batch, fastest first; rows without one last (measured before predicted, then the
+    larger micro-batch first)."""
+    return sorted(rows, key=lambda r: (r.seconds_per_global_batch is None, r.seconds_per_global_batch or 0.0,
+                                       r.source != MEASURED, -r.micro_batch, r.setting))
+
+
+def make_plan(model: str, card: str, capacities: list[Capacity], global_batch: int | None,
+              notes: list[str] | None = None) -> Plan:
+    """The plan of `capacities` for `global_batch`, rows sorted (sort_rows). Raises PlanError for a bad global batch."""
+    check_global_batch(global_batch)
+    rows = sort_rows([plan_row(c, global_batch) for c in capacities])
+    return Plan(model, card, global_batch, rows, list(notes or []))

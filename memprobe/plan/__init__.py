@@ -1,0 +1,1 @@
+"""The plan: from what fits on a card to which micro-batch and accumulation to run, per memory lever (build.py)."""

@@ -1,0 +1,67 @@
+"""Build a plan: the lever settings of a workload, each measured (result files of the card) or else predicted."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable, Sequence
+
+from memprobe.core.cardnames import CardNameError, resolve_card
+from memprobe.core.catalog import default_catalog
+from memprobe.core.plan import PREDICTED, Plan, PlanError, check_global_batch, make_plan
+from memprobe.core.registry import Workload
+from memprobe.core.results import ResultFileError, ScanResult, load_results
+from memprobe.plan.levers import settings as lever_settings
+from memprobe.plan.measured import measured
+from memprobe.plan.predicted import predicted
+
+NO_RESULTS_NOTE = ("no result files given (--results): every row is predicted. memprobe ships no measurements; give "
+                   "the folders of your scans (or the repository's reports/) to plan from measured curves")
+
+
+def build_plan(workload: Workload, card_name: str, global_batch: int | None = None,
+               precisions: Sequence[str] = ("fp32", "fp16", "bf16"), seq_len: int | None = None,
+               lora: int | None = None, optimizers: Sequence[str] = (), results: Sequence[str | Path] = (),
+               workers: int = 1, on_line: Callable[[str], None] | None = None) -> Plan:
+    """The plan for `workload` on the card `card_name` reaching `global_batch` (None: one micro-batch per step).
+
+    A setting is measured where a finished result of it on that card is among `results` (files or folders), else
+    predicted. Raises PlanError for an unknown card, a global batch below 1, a lever the workload lacks or a result
+    file named that cannot be read; memprobe.predict.trace.PredictError when a setting cannot be predicted.
+    """
+    check_global_batch(global_batch)
+    catalog = default_catalog()
+    try:
+        resolved = resolve_card(card_name, catalog)
+    except CardNameError as exc:
+        raise PlanError(str(exc)) from None
+    card = resolved.card
+    chosen = lever_settings(workload, precisions, seq_len, lora, optimizers)
+    unsupported = sorted({s.levers.precision for s in chosen if not card.supports(s.levers.precision)})
+    chosen = [s for s in chosen if card.supports(s.levers.precision)]
+    notes = [resolved.note] if resolved.note else []
+    if unsupported:
+        notes.append(f"the {card.name} cannot train in {', '.join(unsupported)} (compute capability "
+                     f"{card.compute_capability}): left out")
+    loaded: list[tuple[Path, ScanResult]] = []
+    if results:
+        try:
+            loaded = load_results(list(results), strict_files=True)
+        except ResultFileError as exc:
+            raise PlanError(str(exc)) from None
+    else:
+        notes.append(NO_RESULTS_NOTE)
+    found = {id(s): measured(s, loaded, card, catalog) for s in chosen}
+    missing = [s for s in chosen if found[id(s)] is None]
+    capacities = [c for c in found.values() if c is not None]
+    if missing:
+        capacities += predicted(missing, card, workers, on_line)
+    if any(c.source == PREDICTED for c in capacities):
+        notes.append("predicted rows: max micro-batch from `memprobe predict` (fake tensors, no GPU; not measured); "
+                     "they recommend B itself, as no throughput curve exists for them")
+    notes.append("micro-batch: the fewest accumulation steps whose micro-batch stays at or below the cap (b* or the "
+                 "knee, whichever is smaller, where a measured curve exists; else B), spread evenly")
+    notes.append("samples/s and time per global batch only where a timed run at that exact micro-batch was measured")
+    for c in capacities:
+        if c.source != PREDICTED:
+            notes.append(f"{c.levers.label()}: measured in {c.origin}")
+    return make_plan(workload.name, card.name, capacities, global_batch, notes)

@@ -1,0 +1,60 @@
+"""Measured capacities for a plan: the newest result file of this card, workload definition and precision."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+from memprobe.compare.scaling import world_size
+from memprobe.core.catalog import Card, Catalog
+from memprobe.core.outcomes import FIT
+from memprobe.core.plan import MEASURED, Capacity
+from memprobe.core.registry import Workload
+from memprobe.core.results import PrecisionResult, ScanResult
+from memprobe.plan.levers import Setting
+
+
+def same_definition(result: ScanResult, workload: Workload) -> bool:
+    """Whether a result measured this workload as defined (name, family, params and optimizer; not the description)."""
+    mine = workload.to_dict()
+    return all(result.workload.get(k) == mine[k] for k in ("name", "family", "params", "optimizer"))
+
+
+def on_card(result: ScanResult, card: Card, catalog: Catalog) -> bool:
+    """Whether a result ran on `card` (the catalog's reading of its device name; emulated cards never match), on
+    one GPU, in training mode."""
+    name = (result.environment.get("gpu") or {}).get("name", "")
+    found = catalog.find(name) if name else None
+    return (found is not None and found.name == card.name and world_size(result) == 1
+            and (result.settings or {}).get("mode", "train") == "train")
+
+
+def capacity_of(setting: Setting, p: PrecisionResult, unit: str, origin: str) -> Capacity:
+    """A precision result as the plan's Capacity: B, b*, knee, timed samples/s and measured peaks by batch."""
+    timed: dict[int, float] = {}
+    peaks: dict[int, int] = {}
+    runs = [*p.curve, *([p.throughput] if p.throughput else []), *p.extra_batches]
+    for run in runs:
+        if run.get("outcome", FIT) == FIT and run.get("samples_per_s"):
+            timed.setdefault(int(run["batch"]), float(run["samples_per_s"]))
+    for run in [*p.attempts, *(p.proof or {}).get("checks", []), *runs]:
+        if run.get("outcome") == FIT and run.get("peak_reserved"):
+            peaks[int(run["batch"])] = max(peaks.get(int(run["batch"]), 0), int(run["peak_reserved"]))
+    line = (p.memory_model or {}).get("peak_reserved") or {}
+    return Capacity(setting.levers, setting.workload.name, MEASURED, int(p.max_batch or 0), p.capacity_bytes,
+                    p.best_batch, p.knee_batch, timed, peaks, line.get("static_bytes"), line.get("per_sample_bytes"),
+                    unit, origin)
+
+
+def measured(setting: Setting, loaded: Sequence[tuple[Path, ScanResult]], card: Card,
+             catalog: Catalog) -> Capacity | None:
+    """The setting's Capacity from the newest finished result of it on `card`, or None when there is none."""
+    found = [(result.created, path, result, result.precisions[setting.levers.precision])
+             for path, result in loaded
+             if setting.levers.precision in result.precisions and on_card(result, card, catalog)
+             and same_definition(result, setting.workload)]
+    done = [f for f in found if f[3].status == "done" and f[3].max_batch is not None]
+    if not done:
+        return None
+    _created, path, result, p = max(done, key=lambda f: f[0])
+    return capacity_of(setting, p, str(result.workload.get("unit", "samples")), str(path))

@@ -1,0 +1,49 @@
+"""A plan as text: a table (github, plain), json or csv."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from memprobe.compare.tables import rows_text
+from memprobe.core.plan import Plan, PlanRow
+from memprobe.core.units import gib
+
+FORMATS = ("github", "plain", "json", "csv")
+NOT_MEASURED = "not measured"
+
+
+def _shown(row: PlanRow) -> dict[str, Any]:
+    room = ("" if row.headroom_bytes is None
+            else f"{gib(row.headroom_bytes, 2)} GiB" + ("" if "measured peak" == row.headroom_how else
+                                                        f" ({row.headroom_how})"))
+    return {
+        "setting": row.setting,
+        "source": row.source,
+        "max micro-batch": row.max_micro_batch,
+        "cap (why)": f"{row.cap} ({row.cap_reason})",
+        "micro-batch": row.micro_batch,
+        "accumulation": "" if row.accumulation_steps is None else row.accumulation_steps,
+        "global batch": "" if row.global_batch is None else row.global_batch,
+        "headroom": room,
+        "samples/s": NOT_MEASURED if row.samples_per_s is None else f"{row.samples_per_s:,.0f}",
+        "s per global batch": NOT_MEASURED if row.seconds_per_global_batch is None
+        else f"{row.seconds_per_global_batch:.3f}",
+        "note": row.note,
+    }
+
+
+def render_plan(plan: Plan, fmt: str = "github") -> str:
+    """The plan in `fmt` (FORMATS). json is the Plan's to_dict (raw numbers); csv has the raw fields too.
+    Raises ValueError for an unknown format."""
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown format '{fmt}' (choose from {', '.join(FORMATS)})")
+    if fmt == "json":
+        return json.dumps(plan.to_dict(), indent=1)
+    if fmt == "csv":
+        return rows_text([r.to_dict() for r in plan.rows], "csv")
+    target = f"global batch {plan.global_batch}" if plan.global_batch else "one micro-batch per optimizer step"
+    head = f"plan for {plan.model} on the {plan.card}, {target}"
+    bullet = "- " if fmt == "github" else "  "
+    return "\n\n".join([head, rows_text([_shown(r) for r in plan.rows], fmt, empty="(no settings)"),
+                        "\n".join(bullet + n for n in plan.notes)])

@@ -1,0 +1,80 @@
+"""`memprobe scan --search frontier`: the batch x sequence-length frontier, each point a scan of its own variant.
+
+A point is the existing per-point scan (probe/scan.py scan_workload: the search, then the fresh-process proof) of
+the workload made a variant: "max batch at length L" is the batch search at --seq-len L, "max length at batch b"
+the sequence-length search at batch b. Points are timed by nothing else (throughput and the curve are off), and
+each writes its own result file under <out>/frontier-points/. The frontier file (the base workload's name
++frontier) holds the `frontier` section, rewritten atomically after every point.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from memprobe.core.frontier import (ERROR, MEASURED, Frontier, FrontierPoint, frontier_kinds, frontier_name,
+                                    point_workload, walk)
+from memprobe.core.registry import Workload
+from memprobe.core.results import ScanResult, result_filename, write_result
+from memprobe.probe.device import host_environment
+from memprobe.probe.options import ScanOptions
+from memprobe.probe.scan import Progress, ScanInterrupted, scan_workload
+
+def scan_frontier(workload: Workload, opts: ScanOptions, out_dir: str | Path, progress: Progress,
+                  budget_s: float | None, checkpointing: bool = False, lora: int | None = None
+                  ) -> tuple[ScanResult, Path]:
+    """Measure the frontier of `workload` in each precision of `opts`, each within `budget_s` seconds (None: no
+    limit). Returns the frontier result and its path. Raises FrontierError for a workload without one; on Ctrl-C
+    the file keeps the points finished (partial) and ScanInterrupted is raised."""
+    kinds = frontier_kinds(workload)
+    name = frontier_name(workload, checkpointing, lora)
+    record = {**workload.to_dict(), "name": name, "params": {**workload.params, "checkpointing": checkpointing,
+                                                            "lora": lora}}
+    result = ScanResult(workload=record, environment=host_environment(),
+                        settings={**opts.to_dict(), "search": "frontier", "frontier_budget_s": budget_s}, frontier={})
+    points_dir = Path(out_dir) / "frontier-points"
+    state: dict[str, Any] = {"path": None}
+
+    def save() -> None:
+        if state["path"] is None:
+            gpu = (result.environment.get("gpu") or {}).get("name") or opts.device
+            state["path"] = Path(out_dir) / result_filename(gpu, name, opts.mode)
+        write_result(result, state["path"])
+
+    for precision in opts.precisions:
+        frontier = Frontier(precision, MEASURED, budget_s)
+        point_opts = replace(opts, precisions=[precision], measure=False, curve=False, predicted_start=False)
+
+        def measure(kind: str, fixed: int, precision: str = precision, frontier: Frontier = frontier) -> FrontierPoint:
+            variant = point_workload(workload, kind, fixed, checkpointing, lora)
+            try:
+                scanned, path = scan_workload(variant, point_opts, points_dir, progress)
+            except ScanInterrupted:
+                result.settings["interrupted"] = True
+                save()
+                raise ScanInterrupted(state["path"]) from None
+            if not (result.environment.get("gpu") or {}).get("name"):
+                result.environment.update(scanned.environment)
+            p = scanned.precisions[precision]
+            proof = p.proof or {}
+            point = (FrontierPoint(kind, fixed, MEASURED, p.max_batch, proof.get("fails"), bool(proof.get("verified")),
+                                   file=str(path))
+                     if p.status == "done" else
+                     FrontierPoint(kind, fixed, ERROR, file=str(path), note=(p.error or p.stop).splitlines()[0][:200]))
+            frontier.points.append(point)
+            result.frontier[precision] = frontier.to_dict()
+            save()
+            return point
+
+        points, notes = walk(measure, budget_s, opts.max_batch, opts.max_batch,
+                             kinds=kinds)
+        frontier.points, frontier.notes = points, notes
+        if workload.family == "hf":
+            frontier.notes.append("hf: models have no sequence-length search: only the max batch at each length")
+        result.frontier[precision] = frontier.to_dict()
+        save()
+    found_any = any(p["status"] == MEASURED for f in result.frontier.values() for p in f["points"])
+    result.status = "complete" if found_any else "failed"
+    save()
+    return result, state["path"]
