@@ -33,7 +33,7 @@ def run_with(tmp_path: Path, package: str | None, code: str) -> subprocess.Compl
 
 def test_a_torchvision_that_cannot_load_gets_the_stand_in(tmp_path):
     done = run_with(tmp_path, BROKEN, """
-        import memprobe.workloads
+        import memprobe.workloads.bert  # a family module that imports transformers: it installs the guard first
         from memprobe.workloads.torchvision_guard import standin_reason
         print("REASON", standin_reason())
         import torchvision
@@ -65,8 +65,8 @@ def test_timm_imports_with_the_stand_in(tmp_path):
 
 def test_a_working_torchvision_is_used_as_it_is(tmp_path):
     done = run_with(tmp_path, WORKING, """
-        import memprobe.workloads
-        from memprobe.workloads.torchvision_guard import standin_reason
+        from memprobe.workloads.torchvision_guard import ensure_loadable, standin_reason
+        ensure_loadable()  # what every family module that imports timm or transformers does first
         import torchvision
         print("REASON", standin_reason(), torchvision.ops.nms())
     """)

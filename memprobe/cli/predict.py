@@ -24,7 +24,7 @@ def _predict_and_print(workloads: list[Workload], precisions: list[str], memory:
     """Predict each workload for the sizes and cards asked and print it. `override`: an overhead.Override
     (--overhead-from / --overhead) or None for the packaged per-card figures."""
     from memprobe.predict.torch_internals import TorchInternalsError, untested_torch_note
-    from memprobe.workloads.torchvision_guard import standin_reason
+    from memprobe.workloads.torchvision_guard import ensure_loadable, standin_reason
 
     try:
         from memprobe.predict.parallel import cores
@@ -37,6 +37,7 @@ def _predict_and_print(workloads: list[Workload], precisions: list[str], memory:
     asked = memory_list(memory, cards, hints=memory != COMMON_CARD_SIZES)  # no hints about memprobe's own default
     if untested_torch_note():
         click.echo(f"note: {untested_torch_note()}", err=True)
+    ensure_loadable()  # before the first workload imports timm or transformers, so the note below is true
     if standin_reason():
         click.echo(f"note: {standin_reason()}; a stand-in that raises on use takes its place (no workload calls "
                    "torchvision)", err=True)

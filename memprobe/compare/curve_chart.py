@@ -55,6 +55,7 @@ def curve_figure(series: dict[str, list[Point]]):
     colors = {gpu: f"C{i % 10}" for i, gpu in enumerate(gpus)}
     precisions = list(dict.fromkeys(p.precision for ps in series.values() for p in ps))
     for ax, (workload, points) in zip(axes.flat, series.items()):
+        knees = 0  # knee labels in this panel so far: each next one sits lower, so two knees never overlap
         for p in points:
             xs, ys = zip(*sorted(p.curve))
             ax.plot(xs, ys, LINESTYLES.get(p.precision, "-"), color=colors[p.gpu], marker="o", markersize=3,
@@ -68,13 +69,15 @@ def curve_figure(series: dict[str, list[Point]]):
             if knee is not None:
                 ax.plot([knee[0]], [knee[1]], "v", color=colors[p.gpu], markersize=9, markeredgecolor="black",
                         markeredgewidth=0.5)
-                ax.annotate(knee[2], knee[:2], textcoords="offset points", xytext=(-6, 9), ha="right", fontsize=7,
+                ax.annotate(knee[2], knee[:2], textcoords="offset points", xytext=(-6, 9 - 11 * knees), ha="right",
+                            fontsize=7, va="bottom",
                             color=colors[p.gpu])
         ax.set_xscale("log", base=2)
         ax.set_title(workload, fontsize=10)
         ax.set_xlabel("batch size (log 2)", fontsize=8.5)
         ax.set_ylabel(points[0].unit, fontsize=8.5)
-        ax.set_ylim(bottom=0)
+        # room above the highest point for its marker and a knee's label
+        ax.set_ylim(bottom=0, top=1.12 * max(y for p in points for _, y in p.curve))
         ax.grid(alpha=0.3)
         ax.tick_params(labelsize=8)
     for ax in list(axes.flat)[len(series):]:

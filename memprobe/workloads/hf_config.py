@@ -14,6 +14,9 @@ from typing import Any
 import torch
 # Imported at module load, not in the builder: the fork server preloads this module, so a fresh trial
 # process does not pay transformers' import (seconds) again.
+from memprobe.workloads.torchvision_guard import ensure_loadable
+
+ensure_loadable()  # before timm or transformers imports torchvision (see torchvision_guard.py)
 import transformers
 from transformers import (  # resolving the Auto classes loads their mapping modules now
     AutoConfig, AutoModelForCausalLM, AutoModelForMaskedLM, AutoModelForQuestionAnswering, AutoModelForSeq2SeqLM,

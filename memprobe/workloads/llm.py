@@ -24,6 +24,9 @@ from typing import Any, Iterator
 
 import torch
 # Imported at module load: the trial process preloads this module before setup (see bert.py).
+from memprobe.workloads.torchvision_guard import ensure_loadable
+
+ensure_loadable()  # before timm or transformers imports torchvision (see torchvision_guard.py)
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from .base import TrainTask, materialize, make_optimizer

@@ -17,7 +17,9 @@ import torch
 import torch.nn.functional as F
 
 from .base import TrainTask
+from .torchvision_guard import ensure_loadable
 
+ensure_loadable()  # before timm imports torchvision (see torchvision_guard.py)
 try:
     import timm as _timm
     _TIMM_ERROR: Exception | None = None
