@@ -62,7 +62,7 @@ def test_round_trip_gives_equal_dicts(tmp_path):
     assert back.to_dict() == result.to_dict()
     assert back == result
     assert isinstance(back.precisions["fp32"], PrecisionResult)
-    assert back.precisions["fp32"].proof["verified"] is True
+    assert back.precisions["fp32"].proof.verified is True
 
 
 def test_file_is_versioned_json_with_schema_first(tmp_path):
