@@ -163,7 +163,7 @@ def test_user_errors_are_one_line_with_the_traceback_in_the_result(run, tmp_path
     if function in ("raises", "bad_loss"):  # the user's own code raised: its frames are in the result
         assert "Traceback (most recent call last)" in p.error and "own_model.py" in p.error
     if function == "bad_loss":  # a trial ran and failed: it is the search's last attempt, not an OOM
-        assert [a["outcome"] for a in p.attempts] == [USER_ERROR]
+        assert [a.outcome for a in p.attempts] == [USER_ERROR]
 
 
 def test_unknown_timm_name_is_a_user_error_naming_close_ones(timm_standin):

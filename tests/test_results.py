@@ -300,7 +300,6 @@ def test_gib():
 
 
 def test_written_result_file_is_readable_by_others_under_the_umask(tmp_path):
-    import os
     import stat
 
     old = os.umask(0o022)

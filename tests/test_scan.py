@@ -419,7 +419,7 @@ def test_error_during_search_is_an_error_result():
     assert result.status == "error" and result.stop == "error"
     assert result.max_batch is None
     assert result.error == "forced error"
-    assert result.proof == {}
+    assert result.proof is None and result.to_dict()["proof"] == {}
     assert len(world.workers) == 1, "no fresh checks after an error"
     assert_all_closed(world)
 
@@ -439,7 +439,7 @@ def test_crash_replaces_the_search_process():
 def test_requested_batches_are_timed_in_fresh_processes():
     world = World(75)
     result, progress, _ = run_scan(world, batches=[8, 500])
-    assert [(e["batch"], e["outcome"]) for e in result.extra_batches] == [(8, "fit"), (500, "oom")]
+    assert [(e.batch, e.outcome) for e in result.extra_batches] == [(8, "fit"), (500, "oom")]
     measures = [e for e in world.log if e[0] == "measure" and e[2] in (8, 500)]
     assert [e[3] for e in measures] == [0, 0], "timed in processes that ran nothing before"
     assert sum("requested batch" in n for n in progress.notes) == 2
@@ -449,7 +449,7 @@ def test_requested_batches_are_timed_in_fresh_processes():
 def test_a_requested_batch_timed_fresh_already_is_not_built_again():
     world = World(75)
     result, progress, _ = run_scan(world, forks=True, batches=[75, 8])
-    assert [(e["batch"], e["outcome"]) for e in result.extra_batches] == [(75, "fit"), (8, "fit")]
+    assert [(e.batch, e.outcome) for e in result.extra_batches] == [(75, "fit"), (8, "fit")]
     assert [e[2] for e in world.log if e[0] == "measure"] == [75, 8]  # 75: the timed run of its fresh search trial
     assert result.extra_batches[0] == result.throughput and result.extra_batches[0] is not result.throughput
     assert "requested batch 75: the timed run of its fresh trial" in progress.notes
@@ -502,9 +502,9 @@ def test_mfu_against_the_catalog_peak_of_a_known_gpu():
     t = result.throughput
     assert result.settings["flops_per_sample"] == 1e12
     # the fake timed run: batch 75 at a 0.5 s median step -> 150 samples/s -> 150 TFLOP/s achieved
-    assert t["achieved_tflops"] == pytest.approx(150.0)
-    assert t["peak_tflops"] == peak_tflops("NVIDIA H100 80GB HBM3", "fp32") == pytest.approx(67.0)
-    assert t["mfu"] == pytest.approx(150.0 / 67.0)
+    assert t.achieved_tflops == pytest.approx(150.0)
+    assert t.peak_tflops == peak_tflops("NVIDIA H100 80GB HBM3", "fp32") == pytest.approx(67.0)
+    assert t.mfu == pytest.approx(150.0 / 67.0)
 
 
 def test_mfu_absent_with_a_reason_for_an_unknown_gpu_or_no_flop_count():
