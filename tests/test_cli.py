@@ -243,7 +243,7 @@ def test_interrupt_keeps_finished_precision(monkeypatch, tmp_path, toy):
     assert data["precisions"]["fp32"]["max_batch"] == 42
     assert data["precisions"]["bf16"]["status"] == "interrupted"
     assert "fp16" not in data["precisions"]
-    assert read_result(files[0]).precisions["fp32"].proof["verified"] is True
+    assert read_result(files[0]).precisions["fp32"].proof.verified is True
 
 
 def test_ctrl_c_exits_130(run, monkeypatch, tmp_path):

@@ -191,13 +191,13 @@ def test_scan_stores_curve_best_batch_and_reuses_the_proofs_timed_run_at_b(monke
     result, progress, _ = run_scan(world, curve=True)
     assert result.max_batch == 75
     # the ladder, then the knee's bisection between 32 and 64 down to one batch apart
-    assert [p["batch"] for p in result.curve] == [1, 2, 4, 8, 16, 32, 33, 34, 36, 40, 48, 64, 75]
-    assert [p["batch"] for p in result.curve if p["phase"] == "knee"] == [33, 34, 36, 40, 48]
-    assert all(p["outcome"] == "fit" for p in result.curve)
+    assert [p.batch for p in result.curve] == [1, 2, 4, 8, 16, 32, 33, 34, 36, 40, 48, 64, 75]
+    assert [p.batch for p in result.curve if p.phase == "knee"] == [33, 34, 36, 40, 48]
+    assert all(p.outcome == "fit" for p in result.curve)
     assert result.best_batch == 32 and result.best_samples_per_s == pytest.approx(64.0)
     assert (result.knee_batch, result.knee_after_batch, result.knee_drop) == (32, 33, -0.5)
     assert "knee at batch 32: throughput -50.0% at 33 (located within 2%)" in progress.notes
-    assert result.curve[-1]["samples_per_s"] == result.throughput["samples_per_s"]
+    assert result.curve[-1].samples_per_s == result.throughput.samples_per_s
     assert result.curve_seconds is not None
     measured_at_b = [e for e in world.log if e[0] == "measure" and e[2] == 75]
     assert len(measured_at_b) == 1  # the proof's timed run; the curve did not time B again
@@ -215,7 +215,7 @@ def test_no_curve_option_times_only_b():
 def test_requested_ladder_is_used():
     world = World(75)
     result, _, _ = run_scan(world, curve=True, curve_batches=[10, 40, 500])
-    assert [p["batch"] for p in result.curve] == [10, 40, 75]
+    assert [p.batch for p in result.curve] == [10, 40, 75]
 
 
 # --- inference: fewer steps per trial -----------------------------------------------------------
@@ -250,7 +250,7 @@ def test_inference_scan_passes_the_short_trial_and_warmup_to_the_processes(monke
     result, _, _ = run_scan(world, mode="infer", curve=True, timed_budget_s=5.0)
     assert result.max_batch == 75
     assert seen == {"trial": {2}, "warmup": {1}, "budget": {5.0, 2.5}}  # curve points: half the budget
-    assert "2 steps (1 warm-up + 1)" in result.proof["fit_check"]
+    assert "2 steps (1 warm-up + 1)" in result.proof.fit_check
 
 
 # --- the CLI's --curve / --no-curve -------------------------------------------------------------

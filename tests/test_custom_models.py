@@ -211,7 +211,7 @@ def test_scan_result_conveniences_on_a_committed_file():
     result = read_result(path)
     first = next(iter(result.precisions.values()))
     assert result.max_batch == first.max_batch and result.max_batch > 0
-    assert result.throughput == pytest.approx(first.throughput["samples_per_s"])
+    assert result.throughput == pytest.approx(first.throughput.samples_per_s)
     again = ScanResult.from_dict(json.loads(result.to_json()))
     assert again.to_dict() == result.to_dict()
     assert ScanResult({}, {}, {}).max_batch is None and ScanResult({}, {}, {}).throughput is None

@@ -178,10 +178,10 @@ def test_the_per_gpu_search_finds_the_edge_of_the_tightest_rank_and_proves_it():
     group = FakeGroup()
     result, _setup = scan_precision_distributed(TOY, "fp32", _opts(), 2, "ddp", RecordingProgress(), group)
     assert result.max_batch == 990  # rank 1: 1000 + 100 x 990 = 100,000 bytes; 991 does not fit
-    assert result.proof["verified"] and (result.proof["fits"], result.proof["fails"]) == (990, 991)
+    assert result.proof.verified and (result.proof.fits, result.proof.fails) == (990, 991)
     assert all(req.world_size == 2 and req.strategy == "ddp" for req in group.requests[:-1])
     assert group.requests[0].batches == [1, 2]  # the first launch runs both model-fitting trials
-    assert result.throughput["samples_per_s"] == pytest.approx(2 * 990 / 0.55)
+    assert result.throughput.samples_per_s == pytest.approx(2 * 990 / 0.55)
     scaling = result.settings["scaling"]
     assert group.requests[-1].world_size == 1 and group.requests[-1].strategy == "none"
     assert scaling["per_gpu_batch"] == 990

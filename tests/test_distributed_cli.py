@@ -37,7 +37,7 @@ def test_a_parallel_scan_spreads_precisions_over_gpus_and_writes_one_file_per_wo
     merged = read_result(files[0])
     assert list(merged.precisions) == ["fp32", "bf16"] and merged.status == "complete"
     assert {p.settings["parallel"]["gpu"] for p in merged.precisions.values()} == {"0", "1"}  # both at once
-    assert all(p.max_batch == 40 and p.proof["verified"] for p in merged.precisions.values())
+    assert all(p.max_batch == 40 and p.proof.verified for p in merged.precisions.values())
     (folder,) = tmp_path.glob("parallel_*")
     summary = [json.loads(line) for line in (folder / "summary.jsonl").read_text().splitlines()]
     assert summary[-1]["serial_estimate_seconds"] >= summary[-1]["wall_seconds"] > 0

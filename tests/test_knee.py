@@ -208,7 +208,8 @@ def committed(name: str, precision: str):
 
 
 def estimator(p):
-    return from_precision(p.attempts, p.proof.get("checks", []), p.throughput, p.settings, 3, 2, 6, 5.0)
+    return from_precision([a.to_dict() for a in p.attempts], [c.to_dict() for c in p.checks],
+                          p.throughput.to_dict() if p.throughput else None, p.settings, 3, 2, 6, 5.0)
 
 
 def test_estimator_from_a_nasnet_record_charges_its_per_size_set_up():

@@ -113,7 +113,7 @@ def test_user_module_scan_through_fork_server_and_fresh_proof(run, tmp_path, use
     assert result.exit_code == 0, result.output
     p = saved.precisions["fp32"]
     assert p.status == "done" and p.stop == "edge" and p.max_batch > 2
-    assert (p.proof["fits"], p.proof["fails"]) == (p.max_batch, p.max_batch + 1) and p.proof["verified"]
+    assert (p.proof.fits, p.proof.fails) == (p.max_batch, p.max_batch + 1) and p.proof.verified
     assert saved.workload["family"] == "module" and saved.workload["params"]["target"].endswith("own_model.py:build")
 
 
@@ -121,7 +121,7 @@ def test_hf_config_scan(run, tmp_path, user_dir):
     result, saved = scan(run, tmp_path, f"hf-config:{user_dir / 'config.json'}", "--seq-len", "16")
     assert result.exit_code == 0, result.output
     p = saved.precisions["fp32"]
-    assert p.status == "done" and p.max_batch >= 1 and p.proof["verified"]
+    assert p.status == "done" and p.max_batch >= 1 and p.proof.verified
     task = p.settings["task"]
     assert (task["model_class"], task["task"], task["seq_len"], task["attention"]) == ("GPT2LMHeadModel", "causal-lm", 16, "sdpa")
 
@@ -140,7 +140,7 @@ def test_timm_scan(run, tmp_path, standin_in_trial_processes):
     result, saved = scan(run, tmp_path, "timm:test_vit", "--input-size", "3,32,32", "--cpu-memory-budget", "8MiB")
     assert result.exit_code == 0, result.output
     p = saved.precisions["fp32"]
-    assert p.status == "done" and p.max_batch >= 1 and p.proof["verified"]
+    assert p.status == "done" and p.max_batch >= 1 and p.proof.verified
     assert p.settings["task"]["timm_model"] == "test_vit" and p.settings["task"]["input_size"] == [3, 32, 32]
 
 
@@ -163,7 +163,7 @@ def test_user_errors_are_one_line_with_the_traceback_in_the_result(run, tmp_path
     if function in ("raises", "bad_loss"):  # the user's own code raised: its frames are in the result
         assert "Traceback (most recent call last)" in p.error and "own_model.py" in p.error
     if function == "bad_loss":  # a trial ran and failed: it is the search's last attempt, not an OOM
-        assert [a["outcome"] for a in p.attempts] == [USER_ERROR]
+        assert [a.outcome for a in p.attempts] == [USER_ERROR]
 
 
 def test_unknown_timm_name_is_a_user_error_naming_close_ones(timm_standin):
@@ -243,7 +243,7 @@ def test_api_find_max_batch_with_a_function(user_dir, monkeypatch):
                                      throughput=False)
     assert result.workload["name"] == "own_model:build"
     assert result.max_batch == result.precisions["fp32"].max_batch > 2
-    assert result.precisions["fp32"].proof["verified"]
+    assert result.precisions["fp32"].proof.verified
     assert json.loads(result.to_json())["schema"] == "memprobe.scan"
 
     with pytest.raises(memprobe.UserCodeError) as info:
@@ -258,7 +258,7 @@ def test_api_throughput_and_names(tmp_path):
     result = memprobe.find_max_batch("toy", precision="fp32", device="cpu", cpu_memory_budget="64MiB", out=tmp_path,
                                      timed_steps=2, warmup=1, max_batch=8)
     assert result.max_batch == 8 and result.precisions["fp32"].stop == "cap"
-    assert result.throughput == result.precisions["fp32"].throughput["samples_per_s"] > 0
+    assert result.throughput == result.precisions["fp32"].throughput.samples_per_s > 0
     assert len(list(tmp_path.glob("*.json"))) == 1
     with pytest.raises(ValueError, match="cpu_memory_budget"):
         memprobe.find_max_batch("toy", device="cpu")

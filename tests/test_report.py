@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from memprobe.core.memory_model import Attempt
+from memprobe.core.records import Check, Pair
 from memprobe.compare import scan_table as report
 from memprobe.core.catalog import find_card, load_catalog, peak_tflops
 from memprobe.cli import main
@@ -403,15 +405,15 @@ def test_scan_rows_count_fresh_trials_once_and_show_mfu():
     result = make_result(precisions={"fp16": {"batch": 108, "speed": 266.0}, "bf16": {"batch": 107, "speed": None}})
     fp16 = result.precisions["fp16"]
     # the search's fresh trials at 109 and 108 served as the proof: nothing was re-run
-    fp16.attempts = [{"batch": b, "outcome": o, "fresh": f} for b, o, f in
+    fp16.attempts = [Attempt(b, o, fresh=f) for b, o, f in
                      [(1, "fit", False), (2, "fit", False), (16, "fit", False), (105, "fit", True),
                       (108, "fit", True), (109, "oom", True)]]
-    fp16.proof.update(checks=[{"batch": 109, "outcome": "oom"}, {"batch": 108, "outcome": "fit"}],
-                      reused_from_search=[109, 108], search={"fits": 108, "fails": 109})
-    fp16.throughput.update(mfu=0.321, step_time={"median_s": 0.402})
+    fp16.proof.checks, fp16.proof.reused_from_search = [Check(109, "oom"), Check(108, "fit")], [109, 108]
+    fp16.proof.search = Pair(108, 109)
+    fp16.throughput.mfu, fp16.throughput.step_time = 0.321, {"median_s": 0.402}
     bf16 = result.precisions["bf16"]  # a file from before fresh search trials: two re-checks
-    bf16.attempts = [{"batch": 1, "outcome": "fit"}, {"batch": 108, "outcome": "oom"}]
-    bf16.proof.update(checks=[{"batch": 108, "outcome": "oom"}, {"batch": 107, "outcome": "fit"}])
+    bf16.attempts = [Attempt(1, "fit"), Attempt(108, "oom")]
+    bf16.proof.checks = [Check(108, "oom"), Check(107, "fit")]
     by = {r["precision"]: r for r in report.scan_rows([result])}
     assert by["fp16"]["trials (fresh)"] == "6 (3)"
     assert by["fp16"]["MFU %"] == "32.1"
@@ -460,7 +462,7 @@ def test_report_scans_says_under_the_table_where_an_edge_was_not_monotone(tmp_pa
     result = make_result(precisions={"fp32": {"batch": 10, "speed": 1.0}, "fp16": {"batch": 9405, "speed": 2.0}})
     note = ("edge not monotone: 9412 fitted in the search's own trials (not fresh checks), at or above it (fresh failures "
             "at 9406, 9407, 9409, 9411, 9412); B = 9405 fits fresh and 9406 fails fresh")
-    result.precisions["fp16"].proof["non_monotone"] = {"fits": [], "search_fits": [9412], "fails": [9406], "note": note}
+    result.precisions["fp16"].proof.non_monotone = {"fits": [], "search_fits": [9412], "fails": [9406], "note": note}
     loaded(result, tmp_path=tmp_path)
     runner = CliRunner()
     done = runner.invoke(main, ["report", "--scans", str(tmp_path)])

@@ -62,7 +62,7 @@ def test_round_trip_gives_equal_dicts(tmp_path):
     assert back.to_dict() == result.to_dict()
     assert back == result
     assert isinstance(back.precisions["fp32"], PrecisionResult)
-    assert back.precisions["fp32"].proof["verified"] is True
+    assert back.precisions["fp32"].proof.verified is True
 
 
 def test_file_is_versioned_json_with_schema_first(tmp_path):
@@ -300,7 +300,6 @@ def test_gib():
 
 
 def test_written_result_file_is_readable_by_others_under_the_umask(tmp_path):
-    import os
     import stat
 
     old = os.umask(0o022)

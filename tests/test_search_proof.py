@@ -214,8 +214,8 @@ def test_the_search_process_fitting_where_fresh_processes_fail_is_recorded_with_
     edge = confirm_edge(check, found, known=known)
     assert check.calls == [9412, 9411, 9409, 9405, 9407, 9406] and edge.reused == [9413]
     proof = proof_record(edge, found, known)
-    assert (proof["fits"], proof["fails"], proof["verified"]) == (9405, 9406, True)
-    assert proof["non_monotone"] == {
+    assert (proof.fits, proof.fails, proof.verified) == (9405, 9406, True)
+    assert proof.non_monotone == {
         "fits": [], "search_fits": [9412], "fails": [9406, 9407, 9409, 9411, 9412],
         "note": "edge not monotone: 9412 fitted in the search's own trials (not fresh checks), at or above it "
                 "(fresh failures at 9406, 9407, 9409, 9411, 9412); B = 9405 fits fresh and 9406 fails fresh"}
@@ -246,7 +246,7 @@ def test_an_unverified_non_monotone_edge_says_so():
 def test_a_monotone_edge_has_no_record():
     found = searched(75)
     edge = confirm_edge(FreshChecks(75), found)
-    assert non_monotone(found, edge) is None and "non_monotone" not in proof_record(edge, found)
+    assert non_monotone(found, edge) is None and proof_record(edge, found).non_monotone is None
     lower = confirm_edge(FreshChecks(76), found)  # the fresh edge above the search's: still one edge
     assert non_monotone(found, lower) is None
 
@@ -255,11 +255,11 @@ def test_every_failed_check_carries_its_out_of_memory_figures():
     found = bert_infer_search()
     edge = confirm_edge(FitSet(set(range(1, 9406)), OOM_H200), found, known={9413: found.attempts[-1]})
     proof = proof_record(edge, found)
-    failed = [c for c in proof["checks"] if c["outcome"] != "fit"]
-    assert [c["batch"] for c in failed] == [9413, 9412, 9411, 9409, 9407, 9406]
-    assert "oom" not in failed[0]  # the search's failure said nothing of its bytes
-    assert failed[1]["oom"] == {"requested_bytes": round(27.60 * 2**30), "total_bytes": round(139.81 * 2**30),
+    failed = [c for c in proof.checks if c.outcome != "fit"]
+    assert [c.batch for c in failed] == [9413, 9412, 9411, 9409, 9407, 9406]
+    assert failed[0].oom is None and "oom" not in failed[0].to_dict()  # the search's failure said nothing of its bytes
+    assert failed[1].oom == {"requested_bytes": round(27.60 * 2**30), "total_bytes": round(139.81 * 2**30),
                                 "free_bytes": round(12.19 * 2**30), "process_in_use_bytes": round(127.61 * 2**30),
                                 "allocated_bytes": round(125.02 * 2**30),
                                 "reserved_unallocated_bytes": round(1.84 * 2**30)}
-    assert all("oom" not in c for c in proof["checks"] if c["outcome"] == "fit")
+    assert all(c.oom is None for c in proof.checks if c.outcome == "fit")

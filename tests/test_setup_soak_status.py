@@ -11,6 +11,7 @@ import memprobe.probe.setup_failure
 from memprobe.core.outcomes import OOM, classify_error
 from memprobe.probe.scan import ScanOptions, scan_workload
 from memprobe.core.memory_model import Attempt
+from memprobe.core.records import Proof
 from memprobe.probe.soak import apply_soak, soak
 from memprobe.core.results import SCHEMA, read_result
 
@@ -126,10 +127,10 @@ def soaking_world(monkeypatch, soak_edge: int) -> World:
 def test_soak_that_passes_keeps_b_and_is_recorded(monkeypatch):
     world = soaking_world(monkeypatch, soak_edge=75)
     result, progress, _ = run_scan(world, soak=100)
-    record = result.proof["soak"]
+    record = result.proof.soak
     assert result.max_batch == 75 and record["max_batch"] == 75 and not record["lowered"]
     assert [(r["batch"], r["outcome"], r["fresh"]) for r in record["runs"]] == [(75, "fit", True)]
-    assert result.throughput["batch"] == 75
+    assert result.throughput.batch == 75
     assert any("soak" in n for n in progress.notes)
     assert_all_closed(world)
 
@@ -137,34 +138,34 @@ def test_soak_that_passes_keeps_b_and_is_recorded(monkeypatch):
 def test_soak_that_fails_lowers_b_and_the_proof(monkeypatch):
     world = soaking_world(monkeypatch, soak_edge=73)
     result, progress, _ = run_scan(world, soak=100)
-    record = result.proof["soak"]
+    record = result.proof.soak
     assert result.max_batch == 73
     assert [(r["batch"], r["outcome"]) for r in record["runs"]] == [(75, "oom"), (74, "oom"), (73, "fit")]
     assert record["lowered"] and record["max_batch_before"] == 75
-    assert (result.proof["fits"], result.proof["fails"], result.proof["fail_outcome"]) == (73, 74, "oom")
-    assert result.throughput["batch"] == 73  # timed again at the lowered batch
+    assert (result.proof.fits, result.proof.fails, result.proof.fail_outcome) == (73, 74, "oom")
+    assert result.throughput.batch == 73  # timed again at the lowered batch
     assert any("lowered the max batch from 75 to 73" in n for n in progress.notes)
     assert_all_closed(world)
 
 
 def test_soak_off_by_default(monkeypatch):
     result, _, _ = run_scan(World(75))
-    assert "soak" not in result.proof
+    assert result.proof.soak is None
 
 
 def test_soak_that_never_passes_within_its_runs_says_so():
     record = soak(10, 50, lambda batch, steps: Attempt(batch, OOM), max_runs=3)
     assert [r["batch"] for r in record["runs"]] == [10, 9, 8]
     assert record["max_batch"] is None and not record["settled"] and not record["lowered"]
-    proof = {"fits": 10, "fails": 11}
-    assert apply_soak(proof, record) is None and proof["fits"] == 10
+    proof = Proof(fits=10, fails=11)
+    assert apply_soak(proof, record) is None and proof.fits == 10
 
 
 def test_soak_down_to_nothing_means_max_batch_zero():
     record = soak(2, 50, lambda batch, steps: Attempt(batch, OOM))
     assert record["max_batch"] == 0 and record["settled"] and record["lowered"]
-    proof = {"fits": 2, "fails": 3}
-    assert apply_soak(proof, record) == 0 and (proof["fits"], proof["fails"]) == (0, 1)
+    proof = Proof(fits=2, fails=3)
+    assert apply_soak(proof, record) == 0 and (proof.fits, proof.fails) == (0, 1)
 
 
 def test_soak_option_is_validated(run):

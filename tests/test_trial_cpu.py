@@ -384,7 +384,7 @@ def test_scan_precision_is_done_and_proved(scanned):
     searched_b = next(a for a in p.attempts if a["batch"] == p.max_batch)
     assert proof["reused_from_search"] == ([p.max_batch + 1, p.max_batch] if searched_b["timed_steps"]
                                            else [p.max_batch + 1])
-    assert checks[1]["timed_steps"] and p.throughput["batch"] == p.max_batch
+    assert checks[1]["timed_steps"] and p.throughput.batch == p.max_batch
     assert 10 < p.max_batch < 100_000
 
 
@@ -435,7 +435,7 @@ def test_scan_reports_progress(scanned):
     p = scanned.result.precisions["fp32"]
     progress = scanned.progress
     assert progress.precisions == [("toy", "fp32")]
-    rechecks = [c["batch"] for c in p.proof["checks"] if c["batch"] not in p.proof["reused_from_search"]]
+    rechecks = [c["batch"] for c in p.proof.checks if c["batch"] not in p.proof.reused_from_search]
     n_search, n_fresh = len(p.attempts), len(rechecks)
     assert [i for i, _, _ in progress.starts] == list(range(1, n_search + n_fresh + 1))
     assert [fresh for _, _, fresh in progress.starts] == [a["fresh"] for a in p.attempts] + [True] * n_fresh

@@ -14,6 +14,7 @@ from typing import Any, Iterable, Sequence
 
 from memprobe.core.catalog import PRECISIONS, Catalog, default_catalog
 from memprobe.compare.published import Figure, default_published
+from memprobe.core.records import Timed
 from memprobe.core.results import PrecisionResult, ScanResult
 from memprobe.core.variants import axis_name
 
@@ -150,16 +151,16 @@ def _mfu(p: PrecisionResult, device: str) -> tuple[float | None, str]:
     """MFU from the file when it has one, or from a recorded FLOPs count and the catalog's peak; else why not."""
     from memprobe.core.catalog import peak_tflops
 
-    t = p.throughput or {}
-    if t.get("mfu") is not None:
-        return float(t["mfu"]), ""
-    flops = t.get("flops_per_sample") or (p.settings.get("task") or {}).get("flops_per_sample")
+    t = p.throughput or Timed()
+    if t.mfu is not None:
+        return float(t.mfu), ""
+    flops = t.flops_per_sample or (p.settings.get("task") or {}).get("flops_per_sample")
     if not flops:
         return None, "the result file records no FLOPs per sample"
     peak = peak_tflops(device, p.precision)
     if not peak:
         return None, f"the catalog has no {p.precision} peak for {device}"
-    samples = t.get("samples_per_s") or 0.0
+    samples = t.samples_per_s or 0.0
     return float(flops) * samples / (peak * 1e12), ""
 
 
@@ -177,26 +178,25 @@ def batch_unit(result: ScanResult, p: PrecisionResult) -> str:
 def _measured_points(loaded: Sequence[tuple[Path, ScanResult]], labels: list[str], catalog: Catalog) -> list[Point]:
     points = []
     for (path, result), label in zip(loaded, labels):
-        device = str(result.environment.get("gpu", {}).get("name", "?"))
+        device = result.gpu_name()
         unit = str(result.workload.get("unit", "samples"))
         for name, p in result.precisions.items():
-            t = p.throughput or {}
+            t = p.throughput or Timed()
             done = p.status == "done" and p.max_batch is not None
             throughput = None
             if done and p.max_batch == 0:
                 throughput = 0.0  # OOM at batch 1 counts as 0, like the 2020 study
-            elif done and t.get("units_per_s") and t.get("outcome", "fit") == "fit":
-                throughput = float(t["units_per_s"])
+            elif done and t.units_per_s and t.fits:
+                throughput = float(t.units_per_s)
             mfu, why = _mfu(p, device) if throughput else (None, "")
             points.append(Point(
                 gpu=catalog.canonical(device), device=device, workload=label, precision=name, origin=MEASURED,
                 source=str(path), max_batch=float(p.max_batch) if done else None, batch_unit=batch_unit(result, p),
-                batch_lower_bound=False, throughput=throughput, unit=f"{t.get('unit') or unit}/s", status=p.status,
-                mfu=mfu, mfu_why=why, utilization=t.get("utilization") or {}, created=result.created,
+                batch_lower_bound=False, throughput=throughput, unit=f"{t.unit or unit}/s", status=p.status,
+                mfu=mfu, mfu_why=why, utilization=t.utilization or {}, created=result.created,
                 tokens_per_sample=(p.settings.get("task") or {}).get("tokens_per_sample"),
                 best_batch=p.best_batch if done else None, best_throughput=p.best_units_per_s if done else None,
-                curve=[(c["batch"], c["units_per_s"]) for c in p.curve if done and c.get("outcome") == "fit"
-                       and c.get("units_per_s")],
+                curve=[(c.batch, c.units_per_s) for c in p.curve if done and c.fits and c.units_per_s],
                 curve_skipped=len(p.curve_skipped) if done else 0,
                 knee_batch=p.knee_batch if done else None, knee_after_batch=p.knee_after_batch if done else None,
                 knee_drop=p.knee_drop if done else None,

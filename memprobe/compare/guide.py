@@ -99,8 +99,8 @@ def memory_models(loaded: Sequence[tuple[Path, ScanResult]], catalog: Catalog | 
     models: dict[tuple[str, str], MemoryModel] = {}
     for (path, result), label in zip(loaded, labels):
         for name, p in result.precisions.items():
-            fit = (p.memory_model or {}).get("peak_reserved") or {}
-            static, per_sample = fit.get("static_bytes"), fit.get("per_sample_bytes")
+            fit = p.memory_model.get("peak_reserved")
+            static, per_sample = (fit.static_bytes, fit.per_sample_bytes) if fit else (None, None)
             where = f"{label} {name} ({Path(path).name})"
             if p.status != "done" or static is None or not per_sample or per_sample <= 0:
                 notes.append(f"{where}: no usable memory model (status {p.status}); no predictions for it.")

@@ -11,6 +11,7 @@ from typing import Any, Iterable
 
 
 from memprobe.compare.tables import rows_text
+from memprobe.core.records import Timed
 from memprobe.core.results import ScanResult
 from memprobe.core.units import gib
 from memprobe.core.variants import LLM_FAMILIES, base_name
@@ -42,7 +43,7 @@ def llm_rows(results: Iterable[ScanResult]) -> list[dict[str, Any]]:
         if workload.get("family") not in LLM_FAMILIES:
             continue
         params = workload.get("params") or {}
-        gpu = (result.environment.get("gpu") or {}).get("name", "?")
+        gpu = result.gpu_name()
         for precision, p in result.precisions.items():
             if p.status != "done":
                 continue
@@ -55,15 +56,15 @@ def llm_rows(results: Iterable[ScanResult]) -> list[dict[str, Any]]:
         p = result.precisions[precision]
         plain = newest.get((gpu, model, precision, what, "plain"))
         plain_edge = plain[0].precisions[precision].max_batch if plain else None
-        timed = p.throughput or {}
+        timed = p.throughput or Timed()
         need = (p.settings.get("nothing_fits") or {}).get("need_bytes")
         rows.append({
             "gpu": gpu, "model": model, "precision": precision, "searched": what, "setting": setting,
             "edge": p.max_batch if p.max_batch else f"nothing fits (needs ~{gib(need)} GiB, traced)" if need else "nothing fits",
             "vs plain": f"{p.max_batch / plain_edge:.2f}x" if plain_edge and p.max_batch else "-",
-            "tokens/step": _int(timed.get("units_per_step")),
-            "tokens/s": _int(timed.get("units_per_s")),
-            "MFU %": f"{100 * timed['mfu']:.1f}" if timed.get("mfu") else "-",
+            "tokens/step": _int(timed.units_per_step),
+            "tokens/s": _int(timed.units_per_s),
+            "MFU %": f"{100 * timed.mfu:.1f}" if timed.mfu else "-",
         })
     return rows
 

@@ -39,7 +39,7 @@ def _single_gpu_edges(results: Sequence[ScanResult]) -> dict[tuple[str, str, str
     """(GPU, workload, precision) -> the newest proven single-GPU max batch."""
     edges: dict[tuple[str, str, str], tuple[str, int]] = {}
     for r in results:
-        gpu = r.environment.get("gpu", {}).get("name", "?")
+        gpu = r.gpu_name()
         for name, p in r.precisions.items():
             key = (gpu, str(r.workload.get("name")), name)
             if p.status == "done" and p.max_batch is not None and (key not in edges or r.created >= edges[key][0]):
@@ -55,7 +55,7 @@ def scaling_rows(multi: Sequence[ScanResult], single: Sequence[ScanResult] = ())
     """One row per GPU, workload, precision, world size and strategy, from the newest file that has it."""
     newest: dict[tuple, tuple[ScanResult, Any]] = {}
     for r in multi:
-        gpu = r.environment.get("gpu", {}).get("name", "?")
+        gpu = r.gpu_name()
         for name, p in r.precisions.items():
             key = (gpu, str(r.workload.get("name")), name, world_size(r), strategy(r))
             rank = (p.status == "done", r.created)
@@ -68,9 +68,9 @@ def scaling_rows(multi: Sequence[ScanResult], single: Sequence[ScanResult] = ())
         gpu, workload, precision, n, how = key
         r, p = newest[key]
         scaling = (p.settings or {}).get("scaling") or {}
-        proof = p.proof or {}
-        proven = (f"{proof.get('fits')} fits, {proof.get('fails')} {proof.get('fail_outcome') or 'fails'}"
-                  if proof.get("verified") else ("-" if p.max_batch is None else f"{p.max_batch} (unverified)"))
+        proof = p.proof
+        proven = (f"{proof.fits} fits, {proof.fails} {proof.fail_outcome or 'fails'}"
+                  if proof is not None and proof.verified else ("-" if p.max_batch is None else f"{p.max_batch} (unverified)"))
         unit = scaling.get("unit")
         interconnect = ((r.environment.get("distributed") or {}).get("interconnect") or {}).get("summary", "-")
         rows.append([

@@ -11,31 +11,29 @@ from typing import Any, Iterable, Sequence
 from memprobe.compare.curves import knee_text
 from memprobe.compare.tables import rows_text
 from memprobe.core.catalog import PRECISIONS
+from memprobe.core.records import Proof
 from memprobe.core.results import PrecisionResult, ScanResult
 from memprobe.core.units import gib
 from memprobe.core.variants import axis_name
 
 
 def _proof_text(p: PrecisionResult) -> str:
-    proof = p.proof or {}
+    proof = p.proof or Proof()
     if p.max_batch == 0:
-        return "1 fails" if proof.get("verified") else "1 fails (search only)"
-    if proof.get("fits") is None:
+        return "1 fails" if proof.verified else "1 fails (search only)"
+    if proof.fits is None:
         return "-"
-    fails = proof.get("fails")
-    text = f"{proof['fits']} fits, {fails} {proof.get('fail_outcome') or 'fails'}" if fails else f"{proof['fits']} fits (cap)"
-    return text if proof.get("verified") else text + " (unverified)"
+    fails = proof.fails
+    text = f"{proof.fits} fits, {fails} {proof.fail_outcome or 'fails'}" if fails else f"{proof.fits} fits (cap)"
+    return text if proof.verified else text + " (unverified)"
 
 
 def _agreed_text(p: PrecisionResult) -> str:
-    proof = p.proof or {}
-    if not proof:
+    if p.proof is None:
         return "-"
-    if proof.get("agreed"):
+    if p.proof.agreed:
         return "yes"
-    # "in_process": files written before search trials near the edge ran in fresh processes
-    found = (proof.get("search") or proof.get("in_process") or {}).get("fits")
-    return f"no (search {found})"
+    return f"no (search {p.proof.found.fits})"
 
 
 def _best_text(p: PrecisionResult, unit: str) -> str:
@@ -43,7 +41,7 @@ def _best_text(p: PrecisionResult, unit: str) -> str:
     if p.best_batch is None or p.status != "done":
         return "-"
     speed = p.best_units_per_s or p.best_samples_per_s or 0.0
-    at_b = next((c.get("units_per_s") for c in p.curve if c["batch"] == p.max_batch and c.get("outcome") == "fit"), None)
+    at_b = next((c.units_per_s for c in p.curve if c.batch == p.max_batch and c.fits), None)
     change = f" (B {at_b / speed - 1:+.1%})" if at_b and speed and p.best_batch != p.max_batch else ""
     return f"{p.best_batch}: {speed:.1f} {unit}/s{change}" + (" best of timed" if p.curve_skipped else "")
 
@@ -70,7 +68,7 @@ def newest_finished(results: Sequence[ScanResult]) -> list[tuple[ScanResult, str
     one. A rerun thus replaces an interrupted or earlier row; sorted by workload, then precision order."""
     best: dict[tuple[str, str, str], tuple[ScanResult, str, PrecisionResult]] = {}
     for result in results:
-        gpu = result.environment.get("gpu", {}).get("name", "?")
+        gpu = result.gpu_name()
         for name, p in result.precisions.items():
             key = (gpu, model_label(result), name)
             rank = (p.status == "done", result.created)
@@ -92,10 +90,9 @@ def scan_notes(results: Iterable[ScanResult], newest_only: bool = False,
                precisions: Sequence[str] | None = None) -> list[str]:
     """One line per precision of the table whose edge was not monotone (proof.non_monotone): which sizes fit,
     which failed, and the B reported."""
-    return [f"{result.environment.get('gpu', {}).get('name', '?')} {result.workload.get('name')} {name}: "
-            f"{p.proof['non_monotone']['note']}"
+    return [f"{result.gpu_name()} {result.workload.get('name')} {name}: {p.proof.non_monotone['note']}"
             for result, name, p in _entries(results, newest_only, precisions)
-            if (p.proof or {}).get("non_monotone", {}).get("note")]
+            if p.proof is not None and (p.proof.non_monotone or {}).get("note")]
 
 
 def scan_rows(results: Iterable[ScanResult], newest_only: bool = False,
@@ -105,17 +102,16 @@ def scan_rows(results: Iterable[ScanResult], newest_only: bool = False,
     `precisions` keeps only those."""
     rows = []
     for result, name, p in _entries(results, newest_only, precisions):
-        gpu = result.environment.get("gpu", {}).get("name", "?")
-        t = p.throughput or {}
-        unit = t.get("unit") or result.workload.get("unit", "samples")
-        util = t.get("utilization") or {}
+        gpu = result.gpu_name()
+        t = p.throughput
+        unit = (t.unit if t else None) or result.workload.get("unit", "samples")
+        util = (t.utilization if t else None) or {}
         gpu_util = (util.get("gpu_util_pct") or {}).get("mean")
         power = (util.get("power_w") or {}).get("mean")
-        proof = p.proof or {}
-        reused = set(proof.get("reused_from_search", []))
-        rechecks = [c for c in proof.get("checks", []) if c["batch"] not in reused]
-        fresh = sum(bool(a.get("fresh")) for a in p.attempts) + len(rechecks)
-        mfu = t.get("mfu")
+        reused = set(p.proof.reused_from_search) if p.proof else set()
+        rechecks = [c for c in p.checks if c.batch not in reused]
+        fresh = sum(bool(a.fresh) for a in p.attempts) + len(rechecks)
+        mfu = t.mfu if t else None
         max_batch: Any = p.max_batch
         if p.status == "done" and axis_name(result.workload) != "batch":
             max_batch = f"{axis_name(result.workload)} {p.max_batch}"  # a sequence-length search: a length
@@ -128,13 +124,14 @@ def scan_rows(results: Iterable[ScanResult], newest_only: bool = False,
             "agreed": _agreed_text(p),
             "trials (fresh)": f"{len(p.attempts) + len(rechecks)} ({fresh})",
             "search s": p.search_seconds if p.search_seconds is not None else "-",
-            "throughput at B": f"{t['units_per_s']:.1f} {unit}/s" if t.get("units_per_s") else (t.get("error", "-")[:40] if t else "-"),
+            "throughput at B": (f"{t.units_per_s:.1f} {unit}/s" if t and t.units_per_s
+                                else ((t.error if t.error is not None else "-")[:40] if t else "-")),
             "b* (curve)": _best_text(p, unit),
             "knee (fall)": knee_text(p.knee_batch, p.knee_after_batch, p.knee_drop) if p.status == "done" else "-",
             "curve": _curve_text(p),
-            "step ms (median)": f"{t['step_time']['median_s'] * 1000:.0f}" if t.get("step_time") else "-",
+            "step ms (median)": f"{t.step_time['median_s'] * 1000:.0f}" if t and t.step_time else "-",
             "MFU %": f"{mfu * 100:.1f}" if mfu is not None else "-",
-            "peak GiB": gib(t.get("peak_reserved")) if t else "-",
+            "peak GiB": gib(t.peak_reserved) if t else "-",
             "GPU util %": f"{gpu_util:.0f}" if gpu_util is not None else "-",
             "power W": f"{power:.0f}" if power is not None else "-",
         })

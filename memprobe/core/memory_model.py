@@ -7,6 +7,7 @@ per-workload models (compare/guide.py) all read and fit these.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import asdict, dataclass
 from typing import Iterable, Sequence
 
@@ -29,6 +30,9 @@ class Attempt:
     loss_scale: float | None = None  # fp16 fits: the GradScaler's scale at the end (the next trial starts there)
     done_at_s: float | None = None  # seconds from the precision's start to this trial's end: the search's timeline
     timed_steps: int | None = None  # fresh fits with throughput on: the timed steps run after the trial, same process
+    # Fresh runs: whether the trial's own steps completed (True also when the timed run that went on from them
+    # failed: outcome is then that run's). None where not recorded (files from before it was).
+    trial_fit: bool | None = None
 
     @property
     def fits(self) -> bool:
@@ -39,12 +43,23 @@ class Attempt:
         """Bytes the failed allocation lacked, from PyTorch's out-of-memory message (None if unsaid)."""
         return None if self.fits else oom_shortfall(self.message)
 
+    @property
+    def trial_fitted(self) -> bool:
+        """Whether the trial's steps completed: a fit, or a fresh run whose timed run failed after them. Files from
+        before `trial_fit` was recorded say so only in the message ("ran the 3-step trial, then failed ...")."""
+        if self.fits or self.trial_fit is not None:
+            return self.fits or bool(self.trial_fit)
+        return bool(_TRIAL_THEN_FAILED.search(self.message or ""))
+
     def to_dict(self) -> dict:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, data: dict) -> "Attempt":
         return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
+
+
+_TRIAL_THEN_FAILED = re.compile(r"ran the \d+-step trial|then failed")
 
 
 def oom_shortfall(message: str) -> float | None:
@@ -79,6 +94,11 @@ class MemoryModel:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "MemoryModel":
+        """The model from a result file's memory_model entry."""
+        return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
 
 
 def fit_memory_model(

@@ -67,8 +67,8 @@ def overhead_for(result: "ScanResult", p: "PrecisionResult", catalog: Catalog) -
     """The non-allocatable memory of the card a result was measured on, or None without a recorded capacity."""
     if not p.capacity_bytes:
         return None
-    gpu_env = result.environment.get("gpu", {})
-    device = str(gpu_env.get("name", "?"))
+    gpu_env = result.environment.get("gpu") or {}
+    device = result.gpu_name()
     # An emulated card (scan --memory-cap) has the cap as its memory, not the real card's.
     total = gpu_env.get("emulated_total_bytes") or gpu_env.get("total_bytes")
     card = catalog.find(device)

@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
+from memprobe.core.memory_model import Attempt, MemoryModel
+from memprobe.core.outcomes import FIT
+from memprobe.core.records import Check, CurvePoint, Proof, Timed
 from memprobe.core.result_check import problem
 
 SCHEMA = "memprobe.scan"
@@ -20,7 +23,10 @@ SCHEMA = "memprobe.scan"
 # curve_seconds). Version-1 files still load, with no curve. Fields added since without a new version (an older
 # reader ignores them): the knee (knee_batch, knee_after_batch, knee_drop), skipped curve points
 # (outcome "skipped", with the reason), and the curve's cost estimate in settings["curve_cost"].
-SCHEMA_VERSION = 2
+# 3: every section read and written by a typed record (core/records.py); search trials and fresh checks record
+# `trial_fit` (whether the trial's steps completed, also when the timed run after them failed), which older files
+# say only in the check's message. Versions 1 and 2 still load.
+SCHEMA_VERSION = 3
 
 
 class ResultFileError(ValueError):
@@ -49,18 +55,18 @@ class PrecisionResult:
     status: str = "pending"  # one of PRECISION_STATUSES
     max_batch: int | None = None
     stop: str = ""
-    proof: dict[str, Any] = field(default_factory=dict)
-    attempts: list[dict[str, Any]] = field(default_factory=list)
-    memory_model: dict[str, Any] = field(default_factory=dict)
+    proof: Proof | None = None  # None until the proof ran (an empty mapping in the file)
+    attempts: list[Attempt] = field(default_factory=list)
+    memory_model: dict[str, MemoryModel] = field(default_factory=dict)  # by basis: peak_allocated, peak_reserved
     capacity_bytes: int | None = None
-    settings: dict[str, Any] = field(default_factory=dict)
+    settings: dict[str, Any] = field(default_factory=dict)  # open-ended: the task, flags, FLOPs, curve cost, ...
     search_seconds: float | None = None
-    throughput: dict[str, Any] | None = None
-    extra_batches: list[dict[str, Any]] = field(default_factory=list)
+    throughput: Timed | None = None
+    extra_batches: list[Timed] = field(default_factory=list)
     error: str = ""
     # Throughput curve (schema 2): timed runs at a ladder of batches up to B, ascending, B included;
     # b* (best_batch) is the batch with the highest samples/s. Empty / None in version-1 files.
-    curve: list[dict[str, Any]] = field(default_factory=list)
+    curve: list[CurvePoint] = field(default_factory=list)
     best_batch: int | None = None
     best_samples_per_s: float | None = None
     best_units_per_s: float | None = None
@@ -72,21 +78,57 @@ class PrecisionResult:
     knee_after_batch: int | None = None
     knee_drop: float | None = None
 
+    def __post_init__(self) -> None:
+        # Sections given as mappings (a result file's form, or a caller that builds one) become their records.
+        if isinstance(self.proof, dict):
+            self.proof = Proof.from_dict(self.proof) if self.proof else None
+        self.attempts = [Attempt.from_dict(a) if isinstance(a, dict) else a for a in self.attempts]
+        self.memory_model = {basis: MemoryModel.from_dict(m) if isinstance(m, dict) else m
+                             for basis, m in self.memory_model.items()}
+        if isinstance(self.throughput, dict):
+            self.throughput = Timed.from_dict(self.throughput) if self.throughput else None
+        self.extra_batches = [Timed.from_dict(t) if isinstance(t, dict) else t for t in self.extra_batches]
+        self.curve = [CurvePoint.from_dict(c) if isinstance(c, dict) else c for c in self.curve]
+
     @property
     def at_max_samples_per_s(self) -> float | None:
         """Samples/s at the max batch B (None when not measured)."""
-        t = self.throughput or {}
-        return t.get("samples_per_s") if t.get("outcome", "fit") == "fit" else None
+        t = self.throughput
+        return t.samples_per_s if t is not None and t.fits else None
 
     @property
     def curve_timed(self) -> list[int]:
         """The batches of the curve that were timed and fit, ascending."""
-        return sorted(p["batch"] for p in self.curve if p.get("outcome") == "fit")
+        return sorted(p.batch for p in self.curve if p.outcome == FIT)
 
     @property
     def curve_skipped(self) -> list[int]:
         """The batches of the curve its time budget left untimed (b* is then the best of the points timed)."""
-        return sorted(p["batch"] for p in self.curve if p.get("outcome") == "skipped")
+        return sorted(p.batch for p in self.curve if p.outcome == "skipped")
+
+    @property
+    def checks(self) -> list[Check]:
+        """The proof's fresh-process checks ([] before the proof ran)."""
+        return self.proof.checks if self.proof is not None else []
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "PrecisionResult":
+        """The precision's record from its mapping in a result file (each section read by its record's from_dict)."""
+        return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
+
+    def to_dict(self) -> dict[str, Any]:
+        """The precision's mapping in a result file (the one place each section is written)."""
+        data = {f: getattr(self, f) for f in self.__dataclass_fields__}
+        data.update(
+            proof=self.proof.to_dict() if self.proof is not None else {},
+            attempts=[a.to_dict() for a in self.attempts],
+            memory_model={basis: m.to_dict() for basis, m in self.memory_model.items()},
+            settings=dict(self.settings),
+            throughput=self.throughput.to_dict() if self.throughput is not None else None,
+            extra_batches=[t.to_dict() for t in self.extra_batches],
+            curve=[c.to_dict() for c in self.curve],
+        )
+        return data
 
 
 @dataclass
@@ -101,7 +143,7 @@ class ScanResult:
     created: str = field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
     schema: str = SCHEMA
     schema_version: int = SCHEMA_VERSION
-    # Optional (additive to schema 2): precision -> the batch x sequence-length frontier (core/frontier.py, whose
+    # Optional (schema 3): precision -> the batch x sequence-length frontier (core/frontier.py, whose
     # Frontier.from_dict/to_dict read and write it); absent from files of ordinary scans.
     frontier: dict[str, Any] | None = None
 
@@ -119,26 +161,31 @@ class ScanResult:
         """Samples per second at that max batch (None when not measured or not fitting)."""
         first = self._first()
         timed = first.throughput if first else None
-        return timed.get("samples_per_s") if timed and timed.get("outcome") == "fit" else None
+        return timed.samples_per_s if timed is not None and timed.outcome == FIT else None
+
+    def gpu_name(self, unknown: str = "?") -> str:
+        """The name of the GPU the scan ran on (an emulated card's label under --memory-cap), or `unknown` when
+        the file records none: the one place a result's GPU name is read."""
+        gpu = self.environment.get("gpu") or {}
+        return str(gpu.get("name") or unknown)
 
     def to_json(self) -> str:
         """The result as the JSON text of a result file."""
         return json.dumps(self.to_dict(), indent=1)
 
     def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        if data.get("frontier") is None:
-            data.pop("frontier")
-        # schema fields first so a reader sees what the file is before anything else
-        return {"schema": data.pop("schema"), "schema_version": data.pop("schema_version"), **data}
+        """The result as a result file's mapping; the schema fields first, so a reader sees what the file is."""
+        # The version this memprobe writes: a file read from an older one is written back in today's shape.
+        return {"schema": SCHEMA, "schema_version": SCHEMA_VERSION, "workload": self.workload,
+                "environment": self.environment, "settings": self.settings,
+                "precisions": {name: p.to_dict() for name, p in self.precisions.items()},
+                "status": self.status, "created": self.created,
+                **({"frontier": self.frontier} if self.frontier is not None else {})}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "ScanResult":
-        fields = PrecisionResult.__dataclass_fields__
-        precisions = {
-            name: PrecisionResult(**{k: v for k, v in p.items() if k in fields})
-            for name, p in data.get("precisions", {}).items()
-        }
+        """The result from a result file's mapping (read_result checks it first)."""
+        precisions = {name: PrecisionResult.from_dict(p) for name, p in data.get("precisions", {}).items()}
         return cls(
             workload=data["workload"],
             environment=data["environment"],

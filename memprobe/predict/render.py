@@ -57,8 +57,8 @@ def render(pred: Prediction) -> str:
         for r in pred.comparison:
             measured_ok = r.measured_outcome == "fit"
             measured = r.measured_outcome
-            if not measured_ok and "ran the 3-step trial" in r.measured_message:
-                measured = "trial fit; timed run oom"  # a fresh check times 3 + 10 more steps after the trial
+            if not measured_ok and r.measured_trial_fit:
+                measured = "trial fit; timed run oom"  # a fresh check goes on to the timed steps after the trial
             crow.append([r.precision, r.batch, r.where, measured,
                          "fit" if r.predicted_fits else f"oom ({gib(r.predicted_request, 2)} GiB request)",
                          gib(r.measured_allocated, 2), gib(r.predicted_allocated, 2),

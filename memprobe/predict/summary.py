@@ -15,6 +15,7 @@ from memprobe.core.outcomes import FIT
 from memprobe.predict.fakecuda import H100, Target
 from memprobe.core.registry import Workload
 from memprobe.core.memory_model import Attempt, MemoryModel, fit_memory_model
+from memprobe.core.records import Proof
 from memprobe.predict.progress import Progress, silent
 from memprobe.predict.trace import PredictError
 from memprobe.predict.tracing import axis_of, traced_precisions
@@ -58,6 +59,7 @@ class ComparisonRow:
     predicted_reserved: int
     predicted_request: int | None  # the failing request when the prediction is an OOM
     measured_message: str
+    measured_trial_fit: bool = False  # the trial's steps completed (a fit, or a timed run that failed after them)
 
 
 @dataclass
@@ -115,35 +117,32 @@ def _predict_precision(traces: PrecisionTraces, sizes: Sequence[MemorySize]) -> 
     return PrecisionPrediction(traces.precision, fit_alloc, fit_res, max_batch, linear, peaks, traces.how, oom)
 
 
-def trial_fit_batches(checks: Sequence[dict]) -> list[int]:
-    """Batches whose 3-step trial fitted in a fresh-process check (proof["checks"] of a result file),
-    including those whose timed run failed afterwards (scan_trials.FreshRuns says "..., then failed")."""
-    return sorted({c["batch"] for c in checks if c.get("outcome") == "fit"
-                   or "ran the 3-step trial" in str(c.get("message", "")) or "then failed" in str(c.get("message", ""))})
+def trial_fit_batches(checks: Sequence[Attempt]) -> list[int]:
+    """Batches whose trial fitted in a fresh-process check (the proof's checks of a result file), including those
+    whose timed run failed afterwards (Attempt.trial_fitted: the recorded trial_fit, or an old file's message)."""
+    return sorted({c.batch for c in checks if c.trial_fitted})
 
 
 def _compare(traces: PrecisionTraces, p) -> tuple[list[ComparisonRow], MaxBatchComparison | None]:
     """Predicted vs measured for every trial a scan's precision result recorded, at its capacity."""
     capacity = p.capacity_bytes
     rows = []
-    checks = list((p.proof or {}).get("checks") or [])
+    checks = p.checks
     for where, attempts in (("search", p.attempts), ("fresh", checks)):
         for a in attempts:
-            a = a if isinstance(a, dict) else a.to_dict()
-            r = traces.peaks(a["batch"], capacity)
+            r = traces.peaks(a.batch, capacity)
             rows.append(ComparisonRow(
-                traces.precision, a["batch"], where, a["outcome"], a.get("peak_allocated"), a.get("peak_reserved"),
+                traces.precision, a.batch, where, a.outcome, a.peak_allocated, a.peak_reserved,
                 r.fits, r.peak_allocated, r.peak_reserved, r.oom.requested if r.oom else None,
-                str(a.get("message", ""))))
+                str(a.message or ""), a.trial_fitted))
     if not capacity:
         return rows, None
     predicted, _ = traces.max_batch(capacity)
-    proof = p.proof or {}
-    found = proof.get("search") or proof.get("in_process") or {}  # "in_process": files from before fresh search trials
+    proof = p.proof or Proof()
+    found = proof.found
     trial_fits = trial_fit_batches(checks)
-    return rows, MaxBatchComparison(traces.precision, capacity, predicted, p.max_batch,
-                                    (found.get("fits"), found.get("fails")),
-                                    (proof.get("fits"), proof.get("fails")), trial_fits)
+    return rows, MaxBatchComparison(traces.precision, capacity, predicted, p.max_batch, (found.fits, found.fails),
+                                    (proof.fits, proof.fails), trial_fits)
 
 
 def predict(workload: Workload, precisions: Sequence[str], sizes: Sequence[MemorySize], overhead_bytes: int | None,

@@ -13,13 +13,14 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from memprobe.probe.curve import SKIPPED, curve_point, curve_text, ladder, phases, skipped_point, summary
+from memprobe.probe.curve import curve_point, curve_text, ladder, phases, skipped_point, summary
 from memprobe.probe.curve_cost import PointCost, from_precision
-from memprobe.core.outcomes import CRASH, FIT, TIMEOUT
+from memprobe.core.outcomes import CRASH, TIMEOUT
 from memprobe.core.knee import KNEE_RESOLUTION, bisect_batch, falls, knee, knee_fields, resolved
 from memprobe.probe.options import ScanOptions
 from memprobe.probe.runner import Worker, WorkerError, WorkerFactory, WorkerSpec
 from memprobe.core.memory_model import MemoryModel
+from memprobe.core.records import CurvePoint
 from memprobe.core.results import PrecisionResult
 from memprobe.core.variants import axis_name
 
@@ -145,10 +146,11 @@ def add_curve(result: PrecisionResult, factory: WorkerFactory, spec: WorkerSpec,
     started = time.perf_counter()
     max_batch = result.max_batch or 0
     batches = ladder(max_batch, opts.curve_points, opts.curve_batches or None)
-    unit = str((result.throughput or {}).get("unit") or spec.workload.unit)
+    at_max = result.throughput.to_dict() if result.throughput is not None else None  # the dicts the curve reads
+    unit = str((at_max or {}).get("unit") or spec.workload.unit)
     n_name = axis_name(spec.workload.to_dict())
     warmup, timed, timed_budget = opts.curve_steps
-    cost = from_precision(result.attempts, (result.proof or {}).get("checks", []), result.throughput,
+    cost = from_precision([a.to_dict() for a in result.attempts], [c.to_dict() for c in result.checks], at_max,
                           result.settings, opts.trial_steps, warmup, timed, timed_budget)
     budget = opts.curve_budget
     note(f"throughput curve at {n_name} {', '.join(map(str, batches))}"
@@ -161,10 +163,11 @@ def add_curve(result: PrecisionResult, factory: WorkerFactory, spec: WorkerSpec,
 
     timer = PointTimer(factory, spec, opts.curve_run, model, fresh_above_bytes, max_batch)
     try:
-        measure_curve(timer, batches, result.throughput, max_batch, cost, budget, report)
+        measure_curve(timer, batches, at_max, max_batch, cost, budget, report)
     finally:  # interrupted too: the points timed so far are kept
-        result.curve = sorted(done, key=lambda p: p["batch"])
-        for key, value in {**summary(result.curve), **knee_fields(knee(result.curve))}.items():
+        points = sorted(done, key=lambda p: p["batch"])
+        result.curve = [CurvePoint.from_dict(p) for p in points]
+        for key, value in {**summary(points), **knee_fields(knee(points))}.items():
             setattr(result, key, value)
         result.curve_seconds = round(time.perf_counter() - started, 2)
         result.settings["curve_cost"] = cost.to_dict() | {"budget_s": budget}
@@ -176,14 +179,12 @@ def summary_lines(result: PrecisionResult, unit: str, n_name: str) -> list[str]:
     """What a finished curve found, for the progress output: b* (and over what it is the best), the knee."""
     if result.best_batch is None:
         return [f"no curve point fits; curve took {result.curve_seconds:.1f} s"]
-    at_max = next((p.get("units_per_s") for p in result.curve if p["batch"] == result.max_batch
-                   and p.get("outcome") == FIT), None)
+    at_max = next((p.units_per_s for p in result.curve if p.batch == result.max_batch and p.fits), None)
     best = result.best_units_per_s or result.best_samples_per_s or 0.0
     drop = (f" ({at_max / best - 1:+.1%} at B = {result.max_batch})"
             if at_max and result.best_batch != result.max_batch else " (b* = B)")
     lines = [f"best {n_name} b* = {result.best_batch}: {best:.1f} {unit}/s{drop}; curve took {result.curve_seconds:.1f} s"]
-    skipped = [p["batch"] for p in result.curve if p.get("outcome") == SKIPPED]
-    timed = [p["batch"] for p in result.curve if p.get("outcome") == FIT]
+    skipped, timed = result.curve_skipped, result.curve_timed
     if skipped:
         lines.append(f"b* is the best of the {len(timed)} points timed ({n_name} {min(timed)}-{max(timed)}); "
                      f"skipped by the budget: {', '.join(map(str, sorted(skipped)))}")
@@ -191,7 +192,7 @@ def summary_lines(result: PrecisionResult, unit: str, n_name: str) -> list[str]:
         before, after = result.knee_batch, result.knee_after_batch
         if resolved(before, after):
             how = f"located within {KNEE_RESOLUTION:.0%}"
-        elif any(p.get("outcome") == SKIPPED and before < p["batch"] < after for p in result.curve):
+        elif any(before < b < after for b in skipped):
             how = f"bracket not narrowed to {KNEE_RESOLUTION:.0%}: the budget ended"
         else:
             how = f"bracket not narrowed to {KNEE_RESOLUTION:.0%}: a point inside it did not fit"

@@ -127,7 +127,7 @@ def explain_nothing_fits(result: ScanResult, workload: Workload, path: str | Pat
     the result file at `path` (atomically) when given, and return one paragraph per such precision.
     Never raises for a failed trace (the paragraph says it failed)."""
     need = need or _default_need
-    gpu = (result.environment.get("gpu") or {}).get("name") or "this device"
+    gpu = result.gpu_name(unknown="this device")
     axis = str(workload.params.get("axis", "batch"))
     n_name = "a sequence length of" if axis == "seq_len" else "batch"
     lines = []

@@ -136,12 +136,12 @@ def merge_parts(workload: Workload, precisions: list[str], parts: dict[str, tupl
             continue
         job = parts[precision][1]
         part.settings = dict(part.settings) | {"parallel": {"gpu": job.slot, "job_seconds": job.seconds,
-                                                            "gpu_name": read[precision].environment.get("gpu", {}).get("name")}}
+                                                            "gpu_name": read[precision].gpu_name()}}
         merged.precisions[precision] = part
     merged.settings["parallel"] = {"gpus": sorted({j.slot for _p, j in parts.values() if j.slot is not None})}
     complete = all(read.get(p) is not None and read[p].status == "complete" for p in precisions)
     merged.status = "complete" if complete else "partial"
-    gpu = merged.environment.get("gpu", {}).get("name") or "unknown-gpu"
+    gpu = merged.gpu_name(unknown="unknown-gpu")
     path = write_result(merged, out_dir / result_filename(gpu, workload.name, mode))
     return merged, path
 

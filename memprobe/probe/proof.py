@@ -13,6 +13,7 @@ from typing import Any, Callable, Collection, Mapping
 
 from memprobe.core.outcomes import STOPPING, oom_numbers
 from memprobe.core.memory_model import Attempt
+from memprobe.core.records import Check, Pair, Proof
 from memprobe.probe.search import SearchResult
 
 # Closing a bracket that the walk found within the check limit may take up to this many times the limit
@@ -152,27 +153,13 @@ def non_monotone(found: SearchResult, edge: EdgeCheck, known: Mapping[int, Attem
     return {"fits": fits, "search_fits": shared, "fails": fails, "note": note}
 
 
-def proof_record(edge: EdgeCheck, found: SearchResult, known: Mapping[int, Attempt] | None = None) -> dict[str, Any]:
+def proof_record(edge: EdgeCheck, found: SearchResult, known: Mapping[int, Attempt] | None = None) -> Proof:
     """The proof as the result file keeps it: the search's pair, the fresh pair, every check (a failed one with
     its out-of-memory message's figures under "oom"), the batches reused from the search, and "non_monotone"
     where the edge is not (see non_monotone; `known` as confirm_edge got it)."""
-    checks = []
-    for attempt in edge.checks:
-        record = attempt.to_dict()
-        if not attempt.fits and oom_numbers(attempt.message):
-            record["oom"] = oom_numbers(attempt.message)
-        checks.append(record)
-    proof = {
-        "search": {"fits": found.max_batch, "fails": found.first_failure},
-        "fits": edge.fits,
-        "fails": edge.fails,
-        "fail_outcome": next((a.outcome for a in edge.checks if a.batch == edge.fails), None),
-        "agreed": edge.agreed,
-        "verified": edge.verified,
-        "checks": checks,
-        "reused_from_search": edge.reused,
-    }
-    contradiction = non_monotone(found, edge, known)
-    if contradiction is not None:
-        proof["non_monotone"] = contradiction
-    return proof
+    checks = [Check(**vars(attempt), oom=(oom_numbers(attempt.message) or None) if not attempt.fits else None)
+              for attempt in edge.checks]
+    return Proof(search=Pair(found.max_batch, found.first_failure), fits=edge.fits, fails=edge.fails,
+                 fail_outcome=next((a.outcome for a in edge.checks if a.batch == edge.fails), None),
+                 agreed=edge.agreed, verified=edge.verified, checks=checks, reused_from_search=list(edge.reused),
+                 non_monotone=non_monotone(found, edge, known))

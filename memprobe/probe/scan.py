@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from contextlib import nullcontext
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
@@ -28,7 +29,8 @@ from memprobe.probe.options import (  # noqa: F401
 )
 from memprobe.probe.proof import confirm_edge, proof_record, reusable_checks
 from memprobe.probe.scan_trials import FRESH_ABOVE_SHARE, FreshRuns, SearchTrials, in_fresh_process, measure_fresh
-from memprobe.core.memory_model import Attempt, edge_model, fit_memory_model
+from memprobe.core.memory_model import Attempt, MemoryModel, edge_model, fit_memory_model
+from memprobe.core.records import Timed
 from memprobe.probe.search import HintUse, find_max_batch
 
 class NoCudaError(RuntimeError):
@@ -70,13 +72,13 @@ class Progress(Protocol):
     def note(self, text: str) -> None: ...
 
 
-def memory_models(attempts: list[Attempt]) -> dict[str, Any]:
+def memory_models(attempts: list[Attempt]) -> dict[str, MemoryModel]:
     """Static and per-sample bytes fitted on every successful trial, by allocated and reserved peaks."""
     models = {}
     for basis in ("peak_allocated", "peak_reserved"):
         model = fit_memory_model(attempts, basis=basis)
         if model is not None:
-            models[basis] = model.to_dict()
+            models[basis] = model
     return models
 
 
@@ -144,7 +146,7 @@ def scan_precision(workload: Workload, precision: str, opts: ScanOptions, factor
     result.search_seconds = round(time.perf_counter() - started, 2)
     if hint is not None:
         hint.finish(found, result.search_seconds)
-    result.attempts = [a.to_dict() for a in found.attempts]
+    result.attempts = [replace(a) for a in found.attempts]
     result.memory_model = memory_models(found.attempts)
     result.stop = found.stop
     if found.stop in STOPPING:
@@ -159,16 +161,16 @@ def scan_precision(workload: Workload, precision: str, opts: ScanOptions, factor
                         known)
     result.max_batch = edge.max_batch
     result.proof = proof_record(edge, found, known)
-    result.proof["fit_check"] = (f"{opts.trial_steps} steps (1 warm-up + {opts.trial_steps - 1})"
+    result.proof.fit_check = (f"{opts.trial_steps} steps (1 warm-up + {opts.trial_steps - 1})"
                                  + (f", then in the same run 1 more warm-up + {opts.timed_steps} timed steps"
                                     + (f" (fewer past {opts.timed_budget_s:g} s)" if opts.timed_budget_s else "")
                                     if opts.measure else ""))
-    result.proof["seconds"] = round(time.perf_counter() - started - result.search_seconds, 2)
+    result.proof.seconds = round(time.perf_counter() - started - result.search_seconds, 2)
     if not edge.agreed:
         progress.note(f"fresh-process check moved the edge: search {found.max_batch}, fresh {edge.max_batch}"
                       + ("" if edge.verified else " (not verified within the check limit)"))
-    if "non_monotone" in result.proof:
-        progress.note(result.proof["non_monotone"]["note"])
+    if result.proof.non_monotone:
+        progress.note(result.proof.non_monotone["note"])
     if opts.soak and edge.max_batch > 0:
         def soak_run(batch: int, steps: int) -> Attempt:
             announce(batch, True)
@@ -177,16 +179,17 @@ def scan_precision(workload: Workload, precision: str, opts: ScanOptions, factor
 
         result.max_batch = soak_max_batch(result.proof, result.max_batch, opts.soak, soak_run, progress.note)
     if opts.measure and result.max_batch > 0:
-        result.throughput = fresh.measurements.get(result.max_batch)
-        if result.throughput is None:  # not proven fresh (check limit, batch cap, soak): time it now
-            result.throughput = measure_fresh(factory, spec, result.max_batch, opts)
+        measured = fresh.measurements.get(result.max_batch)
+        if measured is None:  # not proven fresh (check limit, batch cap, soak): time it now
+            measured = measure_fresh(factory, spec, result.max_batch, opts)
+        result.throughput = Timed.from_dict(measured)
     for batch in opts.batches:
         if batch in fresh.measurements:  # timed fresh already, the same way
             progress.note(f"requested batch {batch}: the timed run of its fresh trial")
-            result.extra_batches.append(dict(fresh.measurements[batch]))
+            result.extra_batches.append(Timed.from_dict(fresh.measurements[batch]))
             continue
         progress.note(f"timing {opts.timed_steps} steps at requested batch {batch}")
-        result.extra_batches.append(measure_fresh(factory, spec, batch, opts))
+        result.extra_batches.append(Timed.from_dict(measure_fresh(factory, spec, batch, opts)))
     gpu = worker.info["environment"].get("gpu", {}).get("name", "")
     for measured in [result.throughput, *result.extra_batches]:
         add_mfu(measured, result.settings["flops_per_sample"], gpu, precision)
@@ -202,21 +205,21 @@ def scan_precision(workload: Workload, precision: str, opts: ScanOptions, factor
     return result
 
 
-def add_mfu(measured: dict[str, Any] | None, flops_per_sample: float | None, gpu: str, precision: str) -> None:
+def add_mfu(measured: Timed | None, flops_per_sample: float | None, gpu: str, precision: str) -> None:
     """Add achieved TFLOP/s and MFU (against the catalog's dense peak for this GPU and precision) to a
     timed run, in place. Without a FLOP count or a known peak, `mfu` is None and `mfu_note` says why."""
-    if not measured or measured.get("outcome") != FIT:
+    if measured is None or measured.outcome != FIT:
         return
-    flops_per_sample = measured.get("flops_per_sample") or flops_per_sample  # counted at its own n, where it varies
+    flops_per_sample = measured.flops_per_sample or flops_per_sample  # counted at its own n, where it varies
     if not flops_per_sample:
-        measured.update(mfu=None, mfu_note="no FLOP count for this workload")
+        measured.mfu, measured.mfu_note = None, "no FLOP count for this workload"
         return
-    achieved = flops_per_sample * measured["samples_per_s"] / 1e12
+    achieved = flops_per_sample * measured.samples_per_s / 1e12
     peak = peak_tflops(gpu, precision)
-    measured.update(flops_per_sample=flops_per_sample, achieved_tflops=achieved, peak_tflops=peak,
-                    mfu=achieved / peak if peak else None)
+    measured.flops_per_sample, measured.achieved_tflops, measured.peak_tflops = flops_per_sample, achieved, peak
+    measured.mfu = achieved / peak if peak else None
     if not peak:
-        measured["mfu_note"] = f"no dense {precision} peak for '{gpu}' in memprobe's GPU catalog"
+        measured.mfu_note = f"no dense {precision} peak for '{gpu}' in memprobe's GPU catalog"
 
 
 def _reported(attempt: Attempt, progress: Progress, started: float) -> Attempt:
@@ -250,7 +253,7 @@ def scan_workload(workload: Workload, opts: ScanOptions, out_dir: str | Path, pr
 
     def save() -> None:
         if state["path"] is None:
-            gpu = result.environment.get("gpu", {}).get("name") or _nvml_gpu_name(opts.device)
+            gpu = result.gpu_name(unknown="") or _nvml_gpu_name(opts.device)
             state["path"] = Path(out_dir) / result_filename(gpu, workload.name, opts.mode)
         write_result(result, state["path"])
 

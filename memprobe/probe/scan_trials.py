@@ -88,6 +88,7 @@ class FreshRuns:
     def _run(self, worker: Worker, batch: int, time_it: Callable[[Attempt], bool] | None) -> Attempt:
         # With throughput on, a fit keeps its training state, so the timed steps go on from the trial as one run.
         attempt = worker.trial(batch, self.opts.trial_steps, keep=self.opts.measure)
+        attempt.trial_fit = attempt.fits
         if not (attempt.fits and self.opts.measure and (time_it is None or time_it(attempt))):
             return attempt
         measured = self.opts.timed_run(worker, batch, cont=True)
@@ -103,7 +104,7 @@ class FreshRuns:
                        measured.get("peak_reserved"), attempt.seconds,
                        f"ran the {self.opts.trial_steps}-step trial, then failed at step "
                        f"{measured.get('failed_at_step')} of the {total} steps that followed it: "
-                       f"{measured.get('error', '')}")
+                       f"{measured.get('error', '')}", trial_fit=True)
 
 
 class SearchTrials:

@@ -13,6 +13,7 @@ import time
 from typing import Any, Callable
 
 from memprobe.core.memory_model import Attempt
+from memprobe.core.records import Proof
 
 # Soak runs before giving up lowering the batch: each failed one lowers B by one. A proven edge that
 # needs more than this is not an edge a soak should move; the result says the soak did not settle.
@@ -46,21 +47,21 @@ def soak(batch: int, steps: int, run: Callable[[int, int], Attempt], max_runs: i
     }
 
 
-def apply_soak(proof: dict[str, Any], record: dict[str, Any]) -> int | None:
+def apply_soak(proof: Proof, record: dict[str, Any]) -> int | None:
     """Store the soak record in the proof and move the proven pair to what the soak showed: the new max
     batch (or None when the soak did not settle within its runs, which leaves the pair as it was)."""
-    proof["soak"] = record
+    proof.soak = record
     if not record["lowered"] or record["max_batch"] is None:
         return None
     failed = record["runs"][-2] if record["max_batch"] > 0 else record["runs"][-1]
-    proof["fits"] = record["max_batch"]
-    proof["fails"] = failed["batch"]
-    proof["fail_outcome"] = failed["outcome"]
-    proof["agreed"] = False
+    proof.fits = record["max_batch"]
+    proof.fails = failed["batch"]
+    proof.fail_outcome = failed["outcome"]
+    proof.agreed = False
     return record["max_batch"]
 
 
-def soak_max_batch(proof: dict[str, Any], batch: int, steps: int, run: Callable[[int, int], Attempt],
+def soak_max_batch(proof: Proof, batch: int, steps: int, run: Callable[[int, int], Attempt],
                    note: Callable[[str], None]) -> int:
     """--soak for one precision: soak the proven `batch`, record it in `proof`, say what happened through
     `note`, and return the max batch to report (lower than `batch` when the soak failed there)."""

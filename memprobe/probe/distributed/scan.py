@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import time
 from contextlib import nullcontext
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -28,6 +29,7 @@ from memprobe.probe.hint import PredictedStart
 from memprobe.probe.proof import confirm_edge, proof_record, reusable_checks
 from memprobe.probe.scan import Progress, ScanOptions, interrupted, memory_models
 from memprobe.core.memory_model import Attempt
+from memprobe.core.records import Timed
 from memprobe.probe.search import find_max_batch
 from memprobe.core.registry import Workload
 from memprobe.core.results import PrecisionResult, ScanResult, final_status, result_filename, write_result
@@ -130,7 +132,7 @@ class _Checks:
         return Attempt(batch, measured.get("outcome", ERROR), measured.get("peak_allocated"), measured.get("peak_reserved"),
                        attempt.seconds, f"ran the {self.launches.opts.steps}-step trial, then failed in the timed run "
                        f"(step {measured.get('failed_at_step')}): {str(measured.get('error', ''))[:200]}",
-                       fresh=True, wall_seconds=attempt.wall_seconds)
+                       fresh=True, wall_seconds=attempt.wall_seconds, trial_fit=True)
 
 
 def _baseline(launches: _Launches, batch: int, group: dict[str, Any] | None) -> dict[str, Any]:
@@ -178,7 +180,7 @@ def scan_precision_distributed(workload: Workload, precision: str, opts: ScanOpt
     result.search_seconds = round(time.perf_counter() - started, 2)
     if hint is not None:
         hint.finish(found, result.search_seconds)
-    result.attempts = [a.to_dict() for a in found.attempts]
+    result.attempts = [replace(a) for a in found.attempts]
     result.memory_model = memory_models(found.attempts)
     result.stop = found.stop
     if found.stop == "error":
@@ -190,18 +192,19 @@ def scan_precision_distributed(workload: Workload, precision: str, opts: ScanOpt
     edge = confirm_edge(checks, found, opts.fresh_checks, opts.max_batch, known)
     result.max_batch = edge.max_batch
     result.proof = proof_record(edge, found, known)
-    if "non_monotone" in result.proof:
-        progress.note(result.proof["non_monotone"]["note"])
-    result.proof["fit_check"] = (f"{opts.steps} steps on each of {world_size} ranks in a fresh process group"
+    if result.proof.non_monotone:
+        progress.note(result.proof.non_monotone["note"])
+    result.proof.fit_check = (f"{opts.steps} steps on each of {world_size} ranks in a fresh process group"
                                  + (f", then {opts.warmup} warm-up + {opts.timed_steps} timed steps" if opts.measure else ""))
-    result.proof["seconds"] = round(time.perf_counter() - started - result.search_seconds, 2)
+    result.proof.seconds = round(time.perf_counter() - started - result.search_seconds, 2)
     if not edge.agreed:
         progress.note(f"fresh check moved the per-GPU edge: search {found.max_batch}, fresh {edge.max_batch}")
     if opts.measure and edge.max_batch > 0:
-        result.throughput = checks.measurements.get(edge.max_batch)
-        if result.throughput is None:
-            result.throughput = launches.run([edge.max_batch], measure=True).measure
-        result.settings["scaling"] = _baseline(launches, edge.max_batch, result.throughput)
+        measured = checks.measurements.get(edge.max_batch)
+        if measured is None:
+            measured = launches.run([edge.max_batch], measure=True).measure
+        result.throughput = Timed.from_dict(measured) if measured is not None else None
+        result.settings["scaling"] = _baseline(launches, edge.max_batch, measured)
     result.status = "done"
     return result, setup
 
@@ -236,7 +239,7 @@ def scan_distributed(workload: Workload, opts: ScanOptions, world_size: int, str
 
     def save() -> None:
         if state["path"] is None:
-            gpu = result.environment.get("gpu", {}).get("name") or opts.device
+            gpu = result.gpu_name(unknown=opts.device)
             state["path"] = Path(out_dir) / result_filename(f"{world_size}x {gpu}", f"{workload.name}-{strategy}", opts.mode)
         write_result(result, state["path"])
 
