@@ -10,6 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from memprobe.cli import main
+from memprobe.core.records import CurvePoint
 from memprobe.compare.charts import relative_heat
 from memprobe.compare.comparison import build_comparison
 from memprobe.compare.curve_chart import knee_mark, write_curve_chart
@@ -33,8 +34,8 @@ def h200_with_knee(skipped: bool = False):
     p = result.precisions["fp16"]
     p.knee_batch, p.knee_after_batch, p.knee_drop = 2644, 2684, round(4241.0 / 6690.0 - 1, 4)
     if skipped:
-        p.curve.append({"batch": 128, "outcome": "skipped", "phase": "refine", "error": "estimated 9 s, 2 s left"})
-        p.curve.sort(key=lambda c: c["batch"])
+        p.curve.append(CurvePoint(batch=128, outcome="skipped", phase="refine", error="estimated 9 s, 2 s left"))
+        p.curve.sort(key=lambda c: c.batch)
     return result
 
 

@@ -4,6 +4,8 @@ with and without curves; and the OOM classification of torch.AcceleratorError.""
 
 from __future__ import annotations
 
+from memprobe.core.records import CurvePoint
+
 import json
 
 import pytest
@@ -17,7 +19,7 @@ from memprobe.compare.comparison import ReportError, build_comparison
 from memprobe.compare.relative import relative_throughput
 from memprobe.compare.report import comparison_report
 from memprobe.core.outcomes import CRASH, OOM, classify_error
-from memprobe.core.results import PrecisionResult, read_result, write_result
+from memprobe.core.results import SCHEMA_VERSION, PrecisionResult, read_result, write_result
 
 from test_report import H100, loaded, make_result
 
@@ -27,10 +29,10 @@ H200 = "NVIDIA H200"
 def with_curve(result, precision: str, curve: dict[int, float]):
     """Give a made-up result a throughput curve {batch: samples/s} (B's point must be the at-B speed)."""
     p = result.precisions[precision]
-    p.curve = [{"batch": b, "outcome": "fit", "samples_per_s": s, "units_per_s": s, "fresh": False}
+    p.curve = [CurvePoint(batch=b, outcome="fit", samples_per_s=s, units_per_s=s, fresh=False)
                for b, s in sorted(curve.items())]
-    best = max(p.curve, key=lambda c: c["samples_per_s"])
-    p.best_batch, p.best_samples_per_s, p.best_units_per_s = best["batch"], best["samples_per_s"], best["units_per_s"]
+    best = max(p.curve, key=lambda c: c.samples_per_s or 0.0)
+    p.best_batch, p.best_samples_per_s, p.best_units_per_s = best.batch, best.samples_per_s, best.units_per_s
     p.curve_seconds = 12.5
     return result
 
@@ -144,10 +146,10 @@ def test_result_round_trip_keeps_the_curve(tmp_path):
     result = cards()[1][1]
     back = read_result(write_result(result, tmp_path / "r.json"))
     p = back.precisions["fp16"]
-    assert [c["batch"] for c in p.curve] == [256, 512, 1024, 2048, 3321]
+    assert [c.batch for c in p.curve] == [256, 512, 1024, 2048, 3321]
     assert (p.best_batch, p.best_samples_per_s, p.curve_seconds) == (2048, 6598.0, 12.5)
     assert p.at_max_samples_per_s == 4360.0
-    assert back.schema_version == 2
+    assert back.schema_version == SCHEMA_VERSION
 
 
 def test_version_1_file_without_a_curve_still_loads(tmp_path):

@@ -23,7 +23,7 @@ def same_definition(result: ScanResult, workload: Workload) -> bool:
 def on_card(result: ScanResult, card: Card, catalog: Catalog) -> bool:
     """Whether a result ran on `card` (the catalog's reading of its device name; emulated cards never match), on
     one GPU, in training mode."""
-    name = (result.environment.get("gpu") or {}).get("name", "")
+    name = result.gpu_name(unknown="")
     found = catalog.find(name) if name else None
     return (found is not None and found.name == card.name and world_size(result) == 1
             and (result.settings or {}).get("mode", "train") == "train")
@@ -35,14 +35,15 @@ def capacity_of(setting: Setting, p: PrecisionResult, unit: str, origin: str) ->
     peaks: dict[int, int] = {}
     runs = [*p.curve, *([p.throughput] if p.throughput else []), *p.extra_batches]
     for run in runs:
-        if run.get("outcome", FIT) == FIT and run.get("samples_per_s"):
-            timed.setdefault(int(run["batch"]), float(run["samples_per_s"]))
-    for run in [*p.attempts, *(p.proof or {}).get("checks", []), *runs]:
-        if run.get("outcome") == FIT and run.get("peak_reserved"):
-            peaks[int(run["batch"])] = max(peaks.get(int(run["batch"]), 0), int(run["peak_reserved"]))
-    line = (p.memory_model or {}).get("peak_reserved") or {}
+        if (run.outcome or FIT) == FIT and run.samples_per_s and run.batch is not None:
+            timed.setdefault(int(run.batch), float(run.samples_per_s))
+    for run in [*p.attempts, *(p.proof.checks if p.proof else []), *runs]:
+        if run.outcome == FIT and run.peak_reserved and run.batch is not None:
+            peaks[int(run.batch)] = max(peaks.get(int(run.batch), 0), int(run.peak_reserved))
+    line = p.memory_model.get("peak_reserved")
     return Capacity(setting.levers, setting.workload.name, MEASURED, int(p.max_batch or 0), p.capacity_bytes,
-                    p.best_batch, p.knee_batch, timed, peaks, line.get("static_bytes"), line.get("per_sample_bytes"),
+                    p.best_batch, p.knee_batch, timed, peaks, line.static_bytes if line else None,
+                    line.per_sample_bytes if line else None,
                     unit, origin)
 
 
