@@ -6,6 +6,7 @@ labelled "... [emulated 24 GiB cap]"), traces the trial once on fake tensors, an
 batch at exactly the allocator capacity each scan recorded, so prediction and scan answer the same
 question. Prints a markdown table (one column group per card) and writes every row as JSON.
 
+    python benchmarks/calibration.py reports/h100 reports/h200 --json reports/calibration_h100_h200.json
     python benchmarks/calibration.py reports/h100 reports/emulated_h100 --json reports/calibration_h100.json
 
 Multi-GPU result files (`scan --gpus N --strategy ...`) get a column of their own, predicted per GPU for the
@@ -68,7 +69,7 @@ def collect(paths: list[str], models: list[str] | None) -> dict[tuple, dict[str,
         if result.settings.get("mode", "train") != "train":
             continue  # the traced trial is a training step; an inference scan answers another question
         label, order = _card_key(result)
-        trial_fits = trial_fit_batches((p.proof or {}).get("checks") or [])
+        trial_fits = trial_fit_batches(p.proof.checks if p.proof else [])
         out.setdefault((name, _world(result)), {}).setdefault(precision, []).append({
             "card": label, "order": order, "file": str(by_result[id(result)]), "workload": result.workload,
             "capacity_bytes": int(p.capacity_bytes), "measured": int(p.max_batch),

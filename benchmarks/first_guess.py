@@ -38,14 +38,14 @@ def first_jumps(paths: list[str]) -> list[dict]:
         for precision, p in result.precisions.items():
             if p.status != "done" or not p.max_batch or not p.capacity_bytes:
                 continue
-            attempts = [Attempt.from_dict(a) for a in p.attempts]
+            attempts = list(p.attempts)
             cap = p.capacity_bytes
             jump = next((i for i, a in enumerate(attempts)
                          if i >= 2 and (a.fresh or not a.fits or (a.peak_reserved or 0) > 0.5 * cap)), None)
             if jump is None or jump < 3:
                 continue
             known = attempts[:jump]
-            edge = (p.proof or {}).get("fits") or p.max_batch
+            edge = (p.proof.fits if p.proof else None) or p.max_batch
             key = (gpu, result.workload.get("name"), precision, edge)
             if key in seen:
                 continue

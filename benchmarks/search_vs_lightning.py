@@ -154,14 +154,14 @@ def run_memprobe(model: str, precision: str, out_dir: str) -> dict:
 
     newest = max(Path(out_dir).glob("*.json"), key=os.path.getmtime)
     p = read_result(newest).precisions[precision]
-    reused = set(p.proof.get("reused_from_search", []))  # fresh search trials that served as the proof
-    rechecks = [c for c in p.proof.get("checks", []) if c["batch"] not in reused]
+    reused = set(p.proof.reused_from_search if p.proof else [])  # fresh search trials that served as the proof
+    rechecks = [c for c in (p.proof.checks if p.proof else []) if c.batch not in reused]
     return {"answer": p.max_batch, "trials": len(p.attempts) + len(rechecks),
-            "search_trials": len(p.attempts), "fresh_search_trials": sum(bool(a.get("fresh")) for a in p.attempts),
+            "search_trials": len(p.attempts), "fresh_search_trials": sum(bool(a.fresh) for a in p.attempts),
             "proof_rechecks": len(rechecks),
-            "tried": [f"{a['batch']}*" if a.get("fresh") else a["batch"] for a in p.attempts]
-            + [f"{c['batch']}*" for c in rechecks],
-            "agreed": p.proof.get("agreed"), "wall_seconds": round(wall, 2), "result_file": newest.name}
+            "tried": [f"{a.batch}*" if a.fresh else a.batch for a in p.attempts]
+            + [f"{c.batch}*" for c in rechecks],
+            "agreed": p.proof.agreed if p.proof else None, "wall_seconds": round(wall, 2), "result_file": newest.name}
 
 
 def run_lightning(model: str, precision: str) -> dict:
