@@ -24,10 +24,10 @@ def run(*args):
     return CliRunner().invoke(main, [str(a) for a in args])
 
 
-def test_soak_curve_and_requested_batches_run_on_two_ranks(tmp_path):
-    """A real 2-rank scan (gloo on the CPU): B is the batch cap, soaked, timed at a requested batch, and curved."""
+def test_soak_and_curve_run_on_two_ranks(tmp_path):
+    """A real 2-rank scan (gloo on the CPU): B is the batch cap, soaked, and curved."""
     result = run("scan", "--model", "toy", "--precision", "fp32", "--device", "cpu", "--cpu-memory-budget", "50MB",
-                 "--gpus", "2", "--max-batch", "4", "--soak", "5", "--batch", "3", "--warmup", "1",
+                 "--gpus", "2", "--max-batch", "4", "--soak", "5", "--curve", "2", "--warmup", "1",
                  "--timed-steps", "2", "--curve-budget", "600", "--out", tmp_path)
     assert result.exit_code == 0, result.output
     (path,) = tmp_path.glob("*.json")
@@ -36,24 +36,26 @@ def test_soak_curve_and_requested_batches_run_on_two_ranks(tmp_path):
     soak = p.proof["soak"]
     assert soak["steps"] == 5 and soak["max_batch"] == 4 and not soak["lowered"]
     assert soak["runs"][0]["steps"] == 5 and soak["runs"][0]["outcome"] == FIT  # 5 steps ran on every rank
-    assert [(m["batch"], m["outcome"], m["world_size"]) for m in p.extra_batches] == [(3, FIT, 2)]
-    assert [(c["batch"], c["outcome"]) for c in p.curve] == [(1, FIT), (2, FIT), (4, FIT)]
-    assert p.best_batch in (1, 2, 4) and p.curve_seconds > 0
+    assert [(c["batch"], c["outcome"]) for c in p.curve] == [(2, FIT), (4, FIT)]
+    assert p.best_batch in (2, 4) and p.curve_seconds > 0 and p.curve[0]["samples_per_s"] > 0
     assert p.settings["scaling"]["per_gpu_batch"] == 4
     assert "curve: batch 2 ->" in result.stderr and "soak: training batch 4 for 5 steps" in result.stderr
 
 
-def test_the_curve_and_soak_over_fake_launches_are_group_launches():
-    """Which launches the pipeline asks for on N ranks: a soak is a trial of --soak steps, a curve point a timed run."""
+def test_soak_curve_and_requested_batches_over_fake_launches_are_group_launches():
+    """Which launches the pipeline asks for on N ranks: a soak is a trial of --soak steps, a curve point and a
+    requested batch (--batch) a timed run."""
     group = FakeGroup()
-    result, _setup = scan_precision_distributed(TOY, "fp32", _opts(soak=7, curve_batches=[100, 500]), 2, "ddp",
-                                                RecordingProgress(), group)
+    opts = _opts(soak=7, curve_batches=[100, 500], batches=[300])
+    result, _setup = scan_precision_distributed(TOY, "fp32", opts, 2, "ddp", RecordingProgress(), group)
     soaks = [r for r in group.requests if r.steps == 7]
     assert [(r.batches, r.world_size, r.measure) for r in soaks] == [([990], 2, None)]
     assert result.proof["soak"]["max_batch"] == 990
     points = [r for r in group.requests if r.measure and r.batches[-1] in (100, 500)]
     assert [(r.batches, r.world_size) for r in points] == [([500], 2), ([100], 2)]
     assert [c["batch"] for c in result.curve] == [100, 500, 990] and result.best_batch is not None
+    assert [(m["batch"], m["outcome"]) for m in result.extra_batches] == [(300, FIT)]
+    assert [r.world_size for r in group.requests if r.batches == [300]] == [2]
 
 
 @pytest.mark.parametrize("extra, words", [(["--compile"], "--compile"), (["--mode", "infer"], "--mode train")])
