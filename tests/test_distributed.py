@@ -176,7 +176,7 @@ def _opts(**extra):
 
 def test_the_per_gpu_search_finds_the_edge_of_the_tightest_rank_and_proves_it():
     group = FakeGroup()
-    result, _setup = scan_precision_distributed(TOY, "fp32", _opts(), 2, "ddp", RecordingProgress(), group)
+    result, _setup = scan_precision_distributed(TOY, "fp32", _opts(curve=False), 2, "ddp", RecordingProgress(), group)
     assert result.max_batch == 990  # rank 1: 1000 + 100 x 990 = 100,000 bytes; 991 does not fit
     assert result.proof.verified and (result.proof.fits, result.proof.fails) == (990, 991)
     assert all(req.world_size == 2 and req.strategy == "ddp" for req in group.requests[:-1])
@@ -190,7 +190,7 @@ def test_the_per_gpu_search_finds_the_edge_of_the_tightest_rank_and_proves_it():
 
 def test_when_the_per_gpu_edge_does_not_train_on_one_gpu_both_are_timed_at_a_halved_batch():
     group = FakeGroup(single_edge=400)  # as under FSDP: sharded state lets each GPU of the group take more
-    result, _setup = scan_precision_distributed(TOY, "fp32", _opts(), 2, "fsdp", RecordingProgress(), group)
+    result, _setup = scan_precision_distributed(TOY, "fp32", _opts(curve=False), 2, "fsdp", RecordingProgress(), group)
     scaling = result.settings["scaling"]
     assert result.max_batch == 990 and scaling["per_gpu_batch"] == 247  # 990 -> 495 -> 247
     assert "both timed at batch 247" in scaling["note"]

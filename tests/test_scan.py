@@ -12,6 +12,7 @@ import itertools
 import pytest
 
 import memprobe.probe.scan
+import memprobe.probe.pipeline
 from memprobe.core.results import read_result
 from memprobe.probe.runner import WorkerError
 from memprobe.probe.scan import NoCudaError, ScanOptions, scan_precision, scan_workload
@@ -467,9 +468,9 @@ def test_scan_workload_writes_after_each_precision(monkeypatch, tmp_path):
         return factories[-1]
 
     saved = []
-    real_write = memprobe.probe.scan.write_result
+    real_write = memprobe.probe.pipeline.write_result  # the one writer of result files
     monkeypatch.setattr(memprobe.probe.scan, "WorkerFactory", make_factory)
-    monkeypatch.setattr(memprobe.probe.scan, "write_result",
+    monkeypatch.setattr(memprobe.probe.pipeline, "write_result",
                         lambda result, path: saved.append(sorted(result.precisions)) or real_write(result, path))
     opts = ScanOptions(precisions=["fp32", "bf16"], device="cpu", cpu_budget_bytes=world.capacity)
     progress = RecordingProgress()

@@ -6,7 +6,7 @@ import pytest
 from click.testing import CliRunner
 
 from memprobe.cli import main
-from memprobe.probe.nothing_fits import explain_nothing_fits
+from memprobe.probe.nothing_fits import described, explain_nothing_fits
 from memprobe.core.registry import Workload, load_registry
 from memprobe.core.results import PrecisionResult, ScanResult, read_result, write_result
 from memprobe.core.variants import VariantError, VariantRequest, apply_variant, base_name, parse_lora, search_axis
@@ -90,9 +90,9 @@ def fake_need(workload, precision):
 
 def test_nothing_fits_says_the_need_and_what_would_fit(tmp_path):
     result = _result(0)
+    lines = explain_nothing_fits(result, LLAMA, need=fake_need)
+    assert len(lines) == 1 and described(result, LLAMA) == lines  # the stored record says the same paragraph
     path = write_result(result, tmp_path / "r.json")
-    lines = explain_nothing_fits(result, LLAMA, path, need=fake_need)
-    assert len(lines) == 1
     text = lines[0]
     assert "nothing trains on NVIDIA H100 80GB HBM3 (79.0 GiB usable), not even batch 1" in text
     assert "about 140.0 GiB" in text and "predicted" in text

@@ -166,12 +166,14 @@ def scan_cmd(model: str, precision: str, mode: str, batches: str | None, out_dir
         _scan_parallel(workloads, opts, gpus, out_dir, models_file)
         return
     from memprobe.probe.distributed.scan import DistributedScanError, gpu_count
-    from memprobe.probe.multi import parse_gpus, parse_strategies, scan_runs
+    from memprobe.probe.multi import check_runs, parse_gpus, parse_strategies, scan_runs
 
     try:
         sizes = parse_gpus(gpus, gpu_count if device == "cuda" else lambda: os.cpu_count() or 1)
         strategies = parse_strategies(strategy)
-    except ValueError as exc:
+        for workload in workloads:  # every workload, before the first one runs
+            check_runs(workload, opts, sizes, strategies)
+    except ValueError as exc:  # DistributedScanError too
         raise click.UsageError(str(exc)) from None
     progress = _ProgressPrinter({w.name: "seq len" for w in workloads if w.params.get("axis") == "seq_len"})
     finished = []
@@ -201,17 +203,15 @@ def scan_cmd(model: str, precision: str, mode: str, batches: str | None, out_dir
 
 
 def _after_scan(result, path, workload: Workload) -> list[str]:
-    """Say what a finished scan wrote and explain a model that fits nothing; returns its user-code errors."""
+    """Say what a finished scan wrote and why a model fits nothing where it does not; returns its user-code errors."""
     from memprobe.core.outcomes import USER_ERROR
 
     click.echo(f"wrote {path}" + (" (status failed: every precision ended in an error)"
                                   if result.status == "failed" else ""), err=True)
-    if any(p.status == "done" and p.max_batch == 0 for p in result.precisions.values()):
-        from memprobe.probe.nothing_fits import explain_nothing_fits
+    from memprobe.probe.nothing_fits import described
 
-        click.echo("nothing trains at 1: tracing what it would need (no GPU used) ...", err=True)
-        for line in explain_nothing_fits(result, workload, path):
-            click.echo(line, err=True)
+    for line in described(result, workload):  # what the scan recorded where nothing trains at 1
+        click.echo(line, err=True)
     return [f"{workload.name} {p.precision}: {p.error.splitlines()[0]} "
             f"({'traceback' if len(p.error.splitlines()) > 1 else 'details'} in {path})"
             for p in result.precisions.values() if p.stop == USER_ERROR]

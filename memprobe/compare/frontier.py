@@ -15,7 +15,7 @@ def _card(result: ScanResult) -> str:
     """The catalog name of the card a result ran on (or was predicted for), so the two pair up."""
     from memprobe.core.catalog import default_catalog
 
-    return default_catalog().canonical(str((result.environment.get("gpu") or {}).get("name", "?")))
+    return default_catalog().canonical(result.gpu_name())
 
 
 def frontier_entries(loaded: Sequence[tuple[Path, ScanResult]]) -> dict[tuple[str, str, str], dict[str, Frontier]]:

@@ -17,9 +17,11 @@ from memprobe.probe.curve import curve_point, curve_text, ladder, phases, skippe
 from memprobe.probe.curve_cost import PointCost, from_precision
 from memprobe.core.outcomes import CRASH, TIMEOUT
 from memprobe.core.knee import KNEE_RESOLUTION, bisect_batch, falls, knee, knee_fields, resolved
+from memprobe.probe.backend import CurveTimer
 from memprobe.probe.options import ScanOptions
 from memprobe.probe.runner import Worker, WorkerError, WorkerFactory, WorkerSpec
 from memprobe.core.memory_model import MemoryModel
+from memprobe.core.registry import Workload
 from memprobe.core.records import CurvePoint
 from memprobe.core.results import PrecisionResult
 from memprobe.core.variants import axis_name
@@ -84,7 +86,7 @@ class PointTimer:
             self.shared = None
 
 
-def measure_curve(timer: PointTimer, batches: list[int], at_max: dict[str, Any] | None, max_batch: int,
+def measure_curve(timer: CurveTimer, batches: list[int], at_max: dict[str, Any] | None, max_batch: int,
                   cost: PointCost, budget_s: float | None, report: Callable[[dict[str, Any]], None],
                   clock: Callable[[], float] = time.perf_counter) -> list[dict[str, Any]]:
     """Time the curve's points and return them ascending (B's is `at_max`, the proof's timed run, when given).
@@ -139,16 +141,17 @@ def measure_curve(timer: PointTimer, batches: list[int], at_max: dict[str, Any] 
     return sorted(points.values(), key=lambda p: p["batch"])
 
 
-def add_curve(result: PrecisionResult, factory: WorkerFactory, spec: WorkerSpec, opts: ScanOptions,
-              model: MemoryModel | None, fresh_above_bytes: float | None, note: Callable[[str], None]) -> None:
-    """Time the curve up to B (B's point is the proof's timed run) and store the points, b* and the knee in
-    `result`, also when interrupted (the points timed so far). `note` gets one line per point and a summary."""
+def add_curve(result: PrecisionResult, timer: CurveTimer, workload: Workload, opts: ScanOptions,
+              note: Callable[[str], None]) -> None:
+    """Time the curve up to B (B's point is the proof's timed run) with `timer` (the trial back-end's) and store the
+    points, b* and the knee in `result`, also when interrupted (the points timed so far). `note` gets one line per
+    point and a summary."""
     started = time.perf_counter()
     max_batch = result.max_batch or 0
     batches = ladder(max_batch, opts.curve_points, opts.curve_batches or None)
     at_max = result.throughput.to_dict() if result.throughput is not None else None  # the dicts the curve reads
-    unit = str((at_max or {}).get("unit") or spec.workload.unit)
-    n_name = axis_name(spec.workload.to_dict())
+    unit = str((at_max or {}).get("unit") or workload.unit)
+    n_name = axis_name(workload.to_dict())
     warmup, timed, timed_budget = opts.curve_steps
     cost = from_precision([a.to_dict() for a in result.attempts], [c.to_dict() for c in result.checks], at_max,
                           result.settings, opts.trial_steps, warmup, timed, timed_budget)
@@ -161,7 +164,6 @@ def add_curve(result: PrecisionResult, factory: WorkerFactory, spec: WorkerSpec,
         done.append(point)
         note(curve_text(point, unit, n_name))
 
-    timer = PointTimer(factory, spec, opts.curve_run, model, fresh_above_bytes, max_batch)
     try:
         measure_curve(timer, batches, at_max, max_batch, cost, budget, report)
     finally:  # interrupted too: the points timed so far are kept

@@ -38,7 +38,7 @@ def scan_frontier(workload: Workload, opts: ScanOptions, out_dir: str | Path, pr
 
     def save() -> None:
         if state["path"] is None:
-            gpu = (result.environment.get("gpu") or {}).get("name") or opts.device
+            gpu = result.gpu_name(unknown=opts.device)
             state["path"] = Path(out_dir) / result_filename(gpu, name, opts.mode)
         write_result(result, state["path"])
 
@@ -54,7 +54,7 @@ def scan_frontier(workload: Workload, opts: ScanOptions, out_dir: str | Path, pr
                 result.settings["interrupted"] = True
                 save()
                 raise ScanInterrupted(state["path"]) from None
-            if not (result.environment.get("gpu") or {}).get("name"):
+            if not result.gpu_name(unknown=""):
                 result.environment.update(scanned.environment)
             p = scanned.precisions[precision]
             proof = p.proof or {}

@@ -51,11 +51,22 @@ def parse_strategies(text: str | None) -> list[str]:
     return list(dict.fromkeys(chosen))
 
 
+def check_runs(workload: Workload, opts: ScanOptions, sizes: list[int], strategies: list[str]) -> None:
+    """Refuse, before anything runs, what no world size > 1 in `sizes` can honour (DistributedScanError)."""
+    if max(sizes) > 1:
+        from memprobe.probe.distributed.scan import check_options
+
+        for size in (s for s in sizes if s > 1):
+            for strategy in strategies:
+                check_options(opts, size, strategy, workload)
+
+
 def scan_runs(workload: Workload, opts: ScanOptions, sizes: list[int], strategies: list[str], out_dir: str | Path,
               progress: Progress) -> Iterator[tuple[ScanResult, Path]]:
     """Scan `workload` at every world size: 1 is the single-GPU scan (unchanged), N > 1 one
     multi-GPU scan per strategy. Yields (result, path) as each file is complete; raises what
-    scan_workload and scan_distributed raise."""
+    scan_workload and scan_distributed raise (DistributedScanError before any scan runs)."""
+    check_runs(workload, opts, sizes, strategies)
     for size in sizes:
         if size == 1:
             yield single_gpu.scan_workload(workload, opts, out_dir, progress)

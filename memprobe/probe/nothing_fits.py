@@ -11,12 +11,11 @@ import os
 import subprocess
 import sys
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Callable
 
 from memprobe.core.lifeline import PARENT_ENV
 from memprobe.core.registry import Workload
-from memprobe.core.results import ScanResult, write_result
+from memprobe.core.results import ScanResult
 from memprobe.core.units import gib
 from memprobe.core.variants import LLM_FAMILIES, VariantError, VariantRequest, apply_variant
 
@@ -120,28 +119,44 @@ def _alternatives(workload: Workload, precision: str, capacity: int | None, need
     return found
 
 
-def explain_nothing_fits(result: ScanResult, workload: Workload, path: str | Path | None = None,
-                         need: NeedFn | None = None) -> list[str]:
-    """For every precision of `result` where n = 1 did not train, trace what it would need and which
-    memory-saving settings would fit; store that in the precision's settings["nothing_fits"], rewrite
-    the result file at `path` (atomically) when given, and return one paragraph per such precision.
+def _n_name(workload: Workload) -> str:
+    return "a sequence length of" if str(workload.params.get("axis", "batch")) == "seq_len" else "batch"
+
+
+def _gpu(result: ScanResult) -> str:
+    return result.gpu_name(unknown="this device")
+
+
+def explain_precision(result: ScanResult, precision: str, workload: Workload, need: NeedFn | None = None) -> str | None:
+    """If n = 1 did not train in `precision` of `result`, trace what it would need and which memory-saving settings
+    would fit, store that in the precision's settings["nothing_fits"] and return its paragraph; None otherwise.
     Never raises for a failed trace (the paragraph says it failed)."""
+    p = result.precisions[precision]
+    if p.status != "done" or p.max_batch != 0:
+        return None
     need = need or _default_need
-    gpu = result.gpu_name(unknown="this device")
-    axis = str(workload.params.get("axis", "batch"))
-    n_name = "a sequence length of" if axis == "seq_len" else "batch"
+    try:
+        shortfall = Shortfall(precision, p.capacity_bytes, need(workload, precision))
+    except Exception as exc:  # noqa: BLE001
+        shortfall = Shortfall(precision, p.capacity_bytes, None, f"{type(exc).__name__}: {exc}"[:200])
+    shortfall.alternatives = _alternatives(workload, precision, p.capacity_bytes, need)
+    p.settings["nothing_fits"] = shortfall.to_dict()
+    return shortfall.describe(workload.name, _gpu(result), _n_name(workload))
+
+
+def explain_nothing_fits(result: ScanResult, workload: Workload, need: NeedFn | None = None) -> list[str]:
+    """explain_precision for every precision of `result`; returns one paragraph per precision where nothing trains.
+    Writes no file (the scan's pipeline writes the result)."""
+    lines = [explain_precision(result, precision, workload, need) for precision in result.precisions]
+    return [line for line in lines if line is not None]
+
+
+def described(result: ScanResult, workload: Workload) -> list[str]:
+    """The paragraphs of the explanations a scan recorded (settings["nothing_fits"]), for printing."""
     lines = []
-    for precision, p in result.precisions.items():
-        if p.status != "done" or p.max_batch != 0:
-            continue
-        capacity = p.capacity_bytes
-        try:
-            shortfall = Shortfall(precision, capacity, need(workload, precision))
-        except Exception as exc:  # noqa: BLE001
-            shortfall = Shortfall(precision, capacity, None, f"{type(exc).__name__}: {exc}"[:200])
-        shortfall.alternatives = _alternatives(workload, precision, capacity, need)
-        p.settings["nothing_fits"] = shortfall.to_dict()
-        lines.append(shortfall.describe(workload.name, gpu, n_name))
-    if lines and path is not None:
-        write_result(result, path)
+    for p in result.precisions.values():
+        stored = p.settings.get("nothing_fits")
+        if stored:
+            shortfall = Shortfall(**{**stored, "alternatives": [Alternative(**a) for a in stored.get("alternatives", [])]})
+            lines.append(shortfall.describe(workload.name, _gpu(result), _n_name(workload)))
     return lines

@@ -75,15 +75,17 @@ class FreshRuns:
     """
 
     def __init__(self, factory: WorkerFactory, spec: WorkerSpec, opts: ScanOptions,
-                 announce: Callable[[int, bool], None]) -> None:
-        self.factory, self.spec, self.opts, self.announce = factory, spec, opts, announce
+                 announce: Callable[[int, bool], None], report: Callable[[Attempt], Attempt] = lambda a: a) -> None:
+        self.factory, self.spec, self.opts, self.announce, self.report = factory, spec, opts, announce, report
         self.measurements: dict[int, dict[str, Any]] = {}
 
     def __call__(self, batch: int, time_it: Callable[[Attempt], bool] | None = None) -> Attempt:
         """Run `batch` fresh; with throughput on, a fit goes on to the timed run unless `time_it(attempt)` says
-        not (then it is the trial alone, and a proof check of that batch will run it again)."""
+        not (then it is the trial alone, and a proof check of that batch will run it again). Announced first,
+        reported (`report`) when done."""
         self.announce(batch, True)
-        return in_fresh_process(self.factory, self.spec, batch, lambda worker: self._run(worker, batch, time_it))
+        return self.report(in_fresh_process(self.factory, self.spec, batch,
+                                            lambda worker: self._run(worker, batch, time_it)))
 
     def _run(self, worker: Worker, batch: int, time_it: Callable[[Attempt], bool] | None) -> Attempt:
         # With throughput on, a fit keeps its training state, so the timed steps go on from the trial as one run.
@@ -163,11 +165,11 @@ class SearchTrials:
             try:
                 self.worker = self.fresh.factory.fresh(self.fresh.spec)
             except WorkerError as exc:
-                return Attempt(batch, ERROR, message=f"could not restart the trial process: {exc}")
+                return self.fresh.report(Attempt(batch, ERROR, message=f"could not restart the trial process: {exc}"))
         attempt = self.worker.trial(batch, self.fresh.opts.trial_steps)
         if attempt.outcome in (CRASH, TIMEOUT) or not self.worker.alive:
             self.close()  # the context is unusable; the next trial gets a new process
-        return attempt
+        return self.fresh.report(attempt)
 
     def kill(self) -> None:
         if self.worker is not None:

@@ -1,0 +1,269 @@
+"""The scan pipeline over a trial back-end: search -> proof -> soak -> timed runs -> curve -> result file.
+
+No torch here: every step runs in the back-end's trial processes (probe/backend.py: one GPU or torchrun ranks),
+so every scan option means the same on one GPU and on N. The result file has one writer (ResultWriter): it is
+rewritten atomically after each precision, with whatever the scan records (the nothing-fits explanation
+included), so an interrupted scan keeps what it finished and every entry point writes the same file.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from contextlib import AbstractContextManager, nullcontext
+from pathlib import Path
+from typing import Any, Callable
+
+from memprobe.core.catalog import peak_tflops
+from memprobe.core.memcap import emulated_name
+from memprobe.core.memory_model import Attempt, MemoryModel, edge_model, fit_memory_model
+from memprobe.core.records import Timed
+from memprobe.core.outcomes import FIT, STOPPING
+from memprobe.core.registry import Workload
+from memprobe.core.results import PrecisionResult, ScanResult, final_status, write_result
+from memprobe.probe.backend import Progress, TrialBackend
+from memprobe.probe.curve_run import add_curve
+from memprobe.probe.hint import PrecisionHint, PredictedStart
+from memprobe.probe.nothing_fits import explain_precision
+from memprobe.probe.options import ScanOptions
+from memprobe.probe.proof import confirm_edge, proof_record, reusable_checks
+from memprobe.probe.search import HintUse, find_max_batch
+from memprobe.probe.soak import soak_max_batch
+
+OnEnvironment = Callable[[dict[str, Any]], None]
+
+
+class ScanInterrupted(KeyboardInterrupt):
+    """Ctrl-C during a scan. `path` is the partial result file written, or None if none finished."""
+
+    def __init__(self, path: Path | None) -> None:
+        super().__init__()
+        self.path = path
+
+
+class CurveInterrupted(KeyboardInterrupt):
+    """Ctrl-C during a precision's throughput curve: `result` is the precision, done but for the curve."""
+
+    def __init__(self, result: PrecisionResult) -> None:
+        super().__init__()
+        self.result = result
+
+
+def reported(attempt: Attempt, progress: Progress, started: float) -> Attempt:
+    """Stamp the attempt with its place on the precision's timeline (perf_counter `started`) and report it."""
+    attempt.done_at_s = round(time.perf_counter() - started, 3)
+    progress.trial_end(attempt)
+    return attempt
+
+
+def memory_models(attempts: list[Attempt]) -> dict[str, MemoryModel]:
+    """Static and per-sample bytes fitted on every successful trial, by allocated and reserved peaks."""
+    models = {}
+    for basis in ("peak_allocated", "peak_reserved"):
+        model = fit_memory_model(attempts, basis=basis)
+        if model is not None:
+            models[basis] = model
+    return models
+
+
+def add_mfu(measured: Timed | None, flops_per_sample: float | None, gpu: str, precision: str) -> None:
+    """Add achieved TFLOP/s and MFU (against the catalog's dense peak for this GPU and precision) to a
+    timed run, in place. Without a FLOP count or a known peak, `mfu` is None and `mfu_note` says why."""
+    if measured is None or measured.outcome != FIT:
+        return
+    flops_per_sample = measured.flops_per_sample or flops_per_sample  # counted at its own n, where it varies
+    if not flops_per_sample:
+        measured.mfu, measured.mfu_note = None, "no FLOP count for this workload"
+        return
+    achieved = flops_per_sample * (measured.samples_per_s or 0.0) / 1e12
+    peak = peak_tflops(gpu, precision)
+    measured.flops_per_sample, measured.achieved_tflops, measured.peak_tflops = flops_per_sample, achieved, peak
+    measured.mfu = achieved / peak if peak else None
+    if not peak:
+        measured.mfu_note = f"no dense {precision} peak for '{gpu}' in memprobe's GPU catalog"
+
+
+def run_precision(backend: TrialBackend, workload: Workload, precision: str, opts: ScanOptions, progress: Progress,
+                  on_environment: OnEnvironment, start: PredictedStart | None = None) -> PrecisionResult:
+    """Search, prove, soak, time and curve one precision over `backend`; `start` predicts the max batch beside the
+    search (polled, never waited for). Raises what the back-end's open raises (NoCudaError: no CUDA device) and
+    CurveInterrupted on Ctrl-C during the curve (B proven and timed)."""
+    try:
+        return _run(backend, workload, precision, opts, progress, on_environment, start)
+    finally:
+        backend.close()
+
+
+def _run(backend: TrialBackend, workload: Workload, precision: str, opts: ScanOptions, progress: Progress,
+         on_environment: OnEnvironment, start: PredictedStart | None) -> PrecisionResult:
+    """run_precision's steps, in order."""
+    result = PrecisionResult(precision, status="running")
+    started, started_at = time.perf_counter(), time.time()
+    seen: dict[str, Any] = {}
+
+    def environment(env: dict[str, Any]) -> None:
+        seen.update(env)
+        on_environment(env)
+
+    if not backend.open(result, environment):
+        return result
+    if backend.counts_flops:
+        flops = backend.flops() if opts.measure else {}
+        result.settings["flops_per_sample"] = flops.get("flops_per_sample")
+        if flops.get("error"):
+            result.settings["flops_error"] = flops["error"]
+    trials = backend.search_trials()
+    hint = (start.hint_for(precision, result.capacity_bytes, result.settings, progress.note, started_at)
+            if start else None)
+    try:
+        found = find_max_batch(trials, result.capacity_bytes, opts.max_batch, opts.max_trials,
+                               hint=hint.poll if hint else None, on_hint=_on_hint(hint, trials))
+    except BaseException:
+        trials.kill()  # interrupted: do not wait for the shared process's running steps
+        raise
+    finally:
+        trials.close()
+    result.search_seconds = round(time.perf_counter() - started, 2)
+    if hint is not None:
+        hint.finish(found, result.search_seconds)
+    result.attempts = [replace(a) for a in found.attempts]  # copies: the records the file keeps
+    result.memory_model = memory_models(found.attempts)
+    result.stop = found.stop
+    if found.stop in STOPPING:
+        result.status, result.error, result.max_batch = "error", found.error, None
+        return result
+
+    # A fresh search trial is a fresh check by the same definition where it ran what a check runs (with
+    # throughput on, a fit the search thought could be B went on to the timed run), so the proof takes it
+    # instead of building that batch size again.
+    known = reusable_checks(found.attempts, backend.measurements if opts.measure else None)
+    edge = confirm_edge(backend.check, found, opts.fresh_checks, opts.max_batch, known)
+    result.max_batch = edge.max_batch
+    result.proof = proof_record(edge, found, known)
+    result.proof.fit_check = backend.fit_check()
+    result.proof.seconds = round(time.perf_counter() - started - result.search_seconds, 2)
+    if not edge.agreed:
+        progress.note(f"fresh-process check moved the edge: search {found.max_batch}, fresh {edge.max_batch}"
+                      + ("" if edge.verified else " (not verified within the check limit)"))
+    if result.proof.non_monotone:
+        progress.note(result.proof.non_monotone["note"])
+    if opts.soak and edge.max_batch > 0:
+        result.max_batch = soak_max_batch(result.proof, result.max_batch, opts.soak, backend.soak, progress.note)
+    _timed_runs(backend, result, opts, progress, str((seen.get("gpu") or {}).get("name") or ""))
+    result.status = "done"
+    if opts.measure and opts.curve and edge.max_batch > 0:
+        try:
+            add_curve(result, backend.curve_timer(edge_model(found.attempts), result.capacity_bytes, result.max_batch),
+                      workload, opts, progress.note)
+        except KeyboardInterrupt:
+            # B is proven and timed: keep the precision, with the curve points timed before Ctrl-C
+            result.settings["curve_interrupted"] = True
+            raise CurveInterrupted(result) from None
+    return result
+
+
+def _on_hint(hint: PrecisionHint | None, trials: Any) -> Callable[[HintUse], None] | None:
+    """The search's on_hint: record the decision, and tell the trials which batch is the predicted max batch."""
+    if hint is None:
+        return None
+
+    def on_hint(use: HintUse) -> None:
+        hint.decided(use)
+        if use.used:
+            trials.predicted = use.batch  # likely B: its fresh fit goes on to the timed run
+
+    return on_hint
+
+
+def _timed_runs(backend: TrialBackend, result: PrecisionResult, opts: ScanOptions, progress: Progress, gpu: str) -> None:
+    """The throughput at B, the requested batches (--batch), their MFU, then what the back-end adds (scaling)."""
+    if opts.measure and result.max_batch > 0:
+        measured = backend.measurements.get(result.max_batch)
+        if measured is None:  # not proven fresh (check limit, batch cap, soak): time it now
+            measured = backend.measure(result.max_batch)
+        result.throughput = Timed.from_dict(measured) if measured is not None else None
+    for batch in opts.batches:
+        if batch in backend.measurements:  # timed fresh already, the same way
+            progress.note(f"requested batch {batch}: the timed run of its fresh trial")
+            result.extra_batches.append(Timed.from_dict(backend.measurements[batch]))
+            continue
+        progress.note(f"timing {opts.timed_steps} steps at requested batch {batch}")
+        result.extra_batches.append(Timed.from_dict(backend.measure(batch)))
+    if backend.counts_flops:
+        for measured in [result.throughput, *result.extra_batches]:
+            add_mfu(measured, result.settings["flops_per_sample"], gpu, result.precision)
+    backend.finish(result)
+
+
+class ResultWriter:
+    """The one writer of a scan's result file: named on its first save (`filename(gpu name or None)`), then
+    rewritten atomically in place."""
+
+    def __init__(self, result: ScanResult, out_dir: str | Path, filename: Callable[[str | None], str]) -> None:
+        self.result, self.out_dir, self.filename = result, Path(out_dir), filename
+        self.path: Path | None = None
+
+    def save(self) -> None:
+        if self.path is None:
+            self.path = self.out_dir / self.filename(self.result.gpu_name(unknown="") or None)
+        write_result(self.result, self.path)
+
+    def interrupted(self) -> ScanInterrupted:
+        """Mark a stopped scan: running precisions become interrupted and the file is saved (partial) when any
+        precision finished. Returns the ScanInterrupted to raise, naming the file (None when none was written)."""
+        for p in self.result.precisions.values():
+            if p.status == "running":
+                p.status = "interrupted"
+        self.result.settings["interrupted"] = True
+        if any(p.status in ("done", "error") for p in self.result.precisions.values()):
+            self.save()
+        return ScanInterrupted(self.path)
+
+
+def scan_precisions(workload: Workload, opts: ScanOptions, writer: ResultWriter, progress: Progress,
+                    run_one: Callable[[str, PredictedStart | None, OnEnvironment], PrecisionResult],
+                    label: Callable[[str], str] = str, start: PredictedStart | None = None) -> tuple[ScanResult, Path]:
+    """Run `run_one(precision, start, on_environment)` for every precision, explain a precision where nothing
+    trains at 1 (a traced need, in a child process), and save after each. Returns the result and its path. On
+    KeyboardInterrupt writes what finished, marked partial, and raises ScanInterrupted."""
+    result = writer.result
+    seen = {"env": False}
+
+    def on_environment(env: dict[str, Any]) -> None:
+        if seen["env"]:
+            return
+        seen["env"] = True
+        result.environment.update(env)
+        emulation = env.get("emulation")
+        if emulation:
+            # Label the card as what it emulates, so no report takes it for the real card.
+            gpu = result.environment["gpu"] = dict(result.environment["gpu"])  # not the worker's dict
+            gpu["real_name"] = gpu["name"]
+            gpu["name"] = emulated_name(gpu["name"], emulation["memory_cap_bytes"])
+            gpu["emulated_total_bytes"] = emulation["memory_cap_bytes"]
+
+    context: AbstractContextManager[Any] = start if start is not None else nullcontext()
+    try:
+        with context:
+            for precision in opts.precisions:
+                progress.precision_start(workload.name, label(precision))
+                result.precisions[precision] = PrecisionResult(precision, status="running")
+                result.precisions[precision] = run_one(precision, start, on_environment)
+                _explain(result, precision, workload, progress)
+                writer.save()
+        result.status = final_status(result.precisions)  # failed when every precision ended in an error
+        writer.save()
+    except KeyboardInterrupt as stop:
+        if isinstance(stop, CurveInterrupted):
+            result.precisions[stop.result.precision] = stop.result
+        raise writer.interrupted() from None
+    assert writer.path is not None
+    return result, writer.path
+
+
+def _explain(result: ScanResult, precision: str, workload: Workload, progress: Progress) -> None:
+    """Where nothing trains at n = 1, trace the need (no GPU used) and record it in the precision's settings."""
+    p = result.precisions[precision]
+    if p.status == "done" and p.max_batch == 0:
+        progress.note("nothing trains at 1: tracing what it would need (no GPU used) ...")
+        explain_precision(result, precision, workload)
