@@ -369,34 +369,34 @@ def test_scan_precision_is_done_and_proved(scanned):
     assert p.stop == "edge"
     assert p.error == ""
     proof = p.proof
-    assert proof["verified"] is True
-    assert proof["agreed"] is True
-    assert p.max_batch == proof["fits"]
-    assert proof["fails"] == proof["fits"] + 1
-    assert proof["fail_outcome"] == "oom"
-    assert proof["search"] == {"fits": p.max_batch, "fails": p.max_batch + 1}
-    checks = proof["checks"]
-    assert [c["batch"] for c in checks] == [p.max_batch + 1, p.max_batch]
-    assert [c["outcome"] for c in checks] == ["oom", "fit"]
-    assert all(c["fresh"] for c in checks)
+    assert proof.verified is True
+    assert proof.agreed is True
+    assert p.max_batch == proof.fits
+    assert proof.fails == proof.fits + 1
+    assert proof.fail_outcome == "oom"
+    assert (proof.search.fits, proof.search.fails) == (p.max_batch, p.max_batch + 1)
+    checks = proof.checks
+    assert [c.batch for c in checks] == [p.max_batch + 1, p.max_batch]
+    assert [c.outcome for c in checks] == ["oom", "fit"]
+    assert all(c.fresh for c in checks)
     # forked trial processes: B+1 failed fresh in the search and stands; B is taken from the search when its
     # fresh trial went on to the timed run (the search took it for B), else re-run for its timed run
-    searched_b = next(a for a in p.attempts if a["batch"] == p.max_batch)
-    assert proof["reused_from_search"] == ([p.max_batch + 1, p.max_batch] if searched_b["timed_steps"]
-                                           else [p.max_batch + 1])
-    assert checks[1]["timed_steps"] and p.throughput.batch == p.max_batch
+    searched_b = next(a for a in p.attempts if a.batch == p.max_batch)
+    assert proof.reused_from_search == ([p.max_batch + 1, p.max_batch] if searched_b.timed_steps
+                                        else [p.max_batch + 1])
+    assert checks[1].timed_steps and p.throughput.batch == p.max_batch
     assert 10 < p.max_batch < 100_000
 
 
 def test_scan_attempts_bracket_the_edge(scanned):
     p = scanned.result.precisions["fp32"]
-    attempts = {a["batch"]: a for a in p.attempts}
-    assert attempts[p.max_batch]["outcome"] == "fit"
-    assert attempts[p.max_batch + 1]["outcome"] == "oom"
-    assert all(a["outcome"] == ("fit" if a["batch"] <= p.max_batch else "oom") for a in p.attempts)
+    attempts = {a.batch: a for a in p.attempts}
+    assert attempts[p.max_batch].outcome == "fit"
+    assert attempts[p.max_batch + 1].outcome == "oom"
+    assert all(a.outcome == ("fit" if a.batch <= p.max_batch else "oom") for a in p.attempts)
     # batch 1 and 2 share the first process; with the fork server the pair at the edge ran fresh
-    assert [a["fresh"] for a in p.attempts[:2]] == [False, False]
-    assert attempts[p.max_batch]["fresh"] and attempts[p.max_batch + 1]["fresh"]
+    assert [a.fresh for a in p.attempts[:2]] == [False, False]
+    assert attempts[p.max_batch].fresh and attempts[p.max_batch + 1].fresh
     assert len(p.attempts) <= scanned.opts.max_trials
     assert p.search_seconds is not None and p.search_seconds > 0
 
@@ -406,9 +406,9 @@ def test_scan_memory_model_and_capacity(scanned):
     assert p.capacity_bytes == BUDGET
     for basis in ("peak_allocated", "peak_reserved"):
         model = p.memory_model[basis]
-        assert model["basis"] == basis
-        assert model["per_sample_bytes"] > 0
-        assert model["points"] >= 2
+        assert model.basis == basis
+        assert model.per_sample_bytes > 0
+        assert model.points >= 2
     assert p.settings["weights_bytes"] > 0
     assert p.settings["task"]["parameters"] > 0
 
@@ -416,12 +416,12 @@ def test_scan_memory_model_and_capacity(scanned):
 def test_scan_throughput_at_the_max_batch(scanned):
     p = scanned.result.precisions["fp32"]
     t = p.throughput
-    assert t["outcome"] == "fit", t
-    assert t["batch"] == p.max_batch
-    assert t["samples_per_s"] > 0
-    assert t["step_time"]["steps"] == 2
+    assert t.outcome == "fit", t
+    assert t.batch == p.max_batch
+    assert t.samples_per_s > 0
+    assert t.step_time["steps"] == 2
     # the timed steps went on from B's fresh trial (its steps were the warm-up), one more warm-up step apart
-    assert t["continued_from_trial"] is True and t["warmup_steps"] == 1
+    assert t.continued_from_trial is True and t.warmup_steps == 1
 
 
 def test_scan_edge_is_exact_in_process(scanned, session):
@@ -435,11 +435,11 @@ def test_scan_reports_progress(scanned):
     p = scanned.result.precisions["fp32"]
     progress = scanned.progress
     assert progress.precisions == [("toy", "fp32")]
-    rechecks = [c["batch"] for c in p.proof.checks if c["batch"] not in p.proof.reused_from_search]
+    rechecks = [c.batch for c in p.proof.checks if c.batch not in p.proof.reused_from_search]
     n_search, n_fresh = len(p.attempts), len(rechecks)
     assert [i for i, _, _ in progress.starts] == list(range(1, n_search + n_fresh + 1))
-    assert [fresh for _, _, fresh in progress.starts] == [a["fresh"] for a in p.attempts] + [True] * n_fresh
-    assert [b for _, b, _ in progress.starts] == [a["batch"] for a in p.attempts] + rechecks
+    assert [fresh for _, _, fresh in progress.starts] == [a.fresh for a in p.attempts] + [True] * n_fresh
+    assert [b for _, b, _ in progress.starts] == [a.batch for a in p.attempts] + rechecks
     assert len(progress.ends) == n_search + n_fresh
 
 

@@ -7,6 +7,7 @@ from click.testing import CliRunner
 
 from memprobe.cli import main
 from memprobe.probe.nothing_fits import described, explain_nothing_fits
+from memprobe.core.records import Timed
 from memprobe.core.registry import Workload, load_registry
 from memprobe.core.results import PrecisionResult, ScanResult, read_result, write_result
 from memprobe.core.variants import VariantError, VariantRequest, apply_variant, base_name, parse_lora, search_axis
@@ -139,7 +140,7 @@ def _scan(name_request: VariantRequest, edge: int, created: str, tokens_per_s: f
     p = PrecisionResult("bf16", status="done", max_batch=edge, capacity_bytes=79 * GiB)
     if edge:
         tokens = edge * (variant.params.get("seq_len") or 1)
-        p.throughput = {"outcome": "fit", "units_per_step": tokens, "units_per_s": tokens_per_s, "mfu": 0.41}
+        p.throughput = Timed(outcome="fit", units_per_step=tokens, units_per_s=tokens_per_s, mfu=0.41)
     if need:
         p.settings["nothing_fits"] = {"need_bytes": need}
     result.precisions["bf16"] = p
