@@ -51,8 +51,8 @@ def capture(model: str, precision: str, batch: int, steps: int, loss_scale: floa
     import torch
 
     from memprobe.core.registry import family_builder, load_registry
-    from memprobe.training.step import Memory, run_trial
     from memprobe.probe.worker import apply_precision_flags
+    from memprobe.training.step import Memory, run_trial
 
     workload = load_registry()[model]
     dev = torch.device("cuda", torch.cuda.current_device())
@@ -202,10 +202,10 @@ def compare(path: Path, fake: bool) -> None:
 
 def compare_fake(doc: dict, events: list[tuple], labels: list[str]) -> None:
     """Trace the same trial on fake tensors and print where the allocation sequences part."""
-    from memprobe.predict.allocator import ALLOC, FREE, replay
-    from memprobe.predict.trace import TRIAL_MARK, TraceSession
-    from memprobe.predict.batch_model import PrecisionTraces
     from memprobe.core.registry import load_registry
+    from memprobe.predict.allocator import ALLOC, FREE, replay
+    from memprobe.predict.batch_model import PrecisionTraces
+    from memprobe.predict.trace import TRIAL_MARK, TraceSession
 
     workload = load_registry()[doc["model"]]
     with TraceSession(workload, steps=doc["steps"]) as session:

@@ -55,9 +55,9 @@ def _world(result) -> tuple[int, str] | None:
 def collect(paths: list[str], models: list[str] | None) -> dict[tuple, dict[str, list[dict]]]:
     """(workload, world) -> precision -> one entry per card: the newest finished scan's answer and capacity;
     world is None for one GPU, (N, strategy) for a multi-GPU scan (its per-GPU edge and capacity)."""
-    from memprobe.predict.summary import trial_fit_batches
     from memprobe.compare.scan_table import newest_finished
     from memprobe.core.results import load_results
+    from memprobe.predict.summary import trial_fit_batches
 
     loaded = load_results(paths, strict_files=False)
     by_result = {id(result): path for path, result in loaded}
@@ -82,10 +82,10 @@ def collect(paths: list[str], models: list[str] | None) -> dict[tuple, dict[str,
 def predict_rows(name: str, per_precision: dict[str, list[dict]], world: tuple[int, str] | None = None) -> list[dict]:
     """Trace `name` (as rank 0 of `world` when given) and predict the max batch at every recorded capacity."""
     from memprobe.core.catalog import PRECISIONS
+    from memprobe.core.registry import load_registry
     from memprobe.predict.batch_model import PrecisionTraces
     from memprobe.predict.data_parallel import World
     from memprobe.predict.sessions import trace_sessions
-    from memprobe.core.registry import load_registry
 
     workload = load_registry()[name]
     rows = []

@@ -19,7 +19,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from memprobe.core.memory_model import Attempt, edge_model, edge_pair, fit_memory_model
+from memprobe.core.memory_model import Attempt, edge_model, edge_pair, fit_memory_model  # noqa: E402
 
 
 def reserved_line(attempts: list[Attempt]):

@@ -35,8 +35,8 @@ HEADER = """\
 
 def rows(paths: list[str]) -> list[dict]:
     """One row per scanned catalog card, in catalog order."""
-    from memprobe.core.catalog import default_catalog
     from memprobe.compare.scaling import world_size
+    from memprobe.core.catalog import default_catalog
     from memprobe.core.memcap import is_emulated
     from memprobe.core.results import load_results
 

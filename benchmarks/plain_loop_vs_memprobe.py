@@ -175,7 +175,7 @@ def main() -> int:
                                                               args.device, compile_step=True))
         rates = {k: [r["samples_per_s"] for r in v if "samples_per_s" in r] for k, v in runs.items()}
 
-        def ratio_of(a: str, b: str) -> float | None:
+        def ratio_of(a: str, b: str, rates: dict[str, list[float]] = rates) -> float | None:
             return statistics.median(rates[a]) / statistics.median(rates[b]) if rates.get(a) and rates.get(b) else None
 
         row = {"model": model, "precision": precision, "batch": int(batch), "device": args.device,

@@ -22,9 +22,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from memprobe.core.memory_model import Attempt
-
-from memprobe.probe.search import find_max_batch
+from memprobe.core.memory_model import Attempt  # noqa: E402
+from memprobe.probe.search import find_max_batch  # noqa: E402
 
 
 def stand_in(edge: int, static: float, per_sample: float):

@@ -60,8 +60,8 @@ def profile_case(model: str, precision: str, batch: int, device: str, warmup: in
     from torch.profiler import ProfilerActivity, profile
 
     from memprobe.core.registry import family_builder, load_registry
-    from memprobe.training.step import run_step, run_until_state
     from memprobe.probe.worker import apply_precision_flags
+    from memprobe.training.step import run_step, run_until_state
     from memprobe.workloads.base import Amp
 
     workload = load_registry()[model]

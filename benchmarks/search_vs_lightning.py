@@ -38,13 +38,13 @@ LIGHTNING_PRECISION = {"fp32": "32-true", "fp16": "16-mixed", "bf16": "bf16-mixe
 def lightning_child(model: str, precision: str) -> None:
     """Run Lightning's binsearch finder on the workload and print one JSON line with the answer."""
     started = time.perf_counter()
-    import torch
     import lightning as L
+    import torch
     from lightning.pytorch.tuner import Tuner
 
     from memprobe.core.registry import family_builder, load_registry
-    from memprobe.workloads.base import make_optimizer
     from memprobe.probe.worker import apply_precision_flags
+    from memprobe.workloads.base import make_optimizer
 
     apply_precision_flags(precision, cudnn_benchmark=False)
     workload = load_registry()[model]
@@ -103,8 +103,8 @@ def warm_up_child(model: str, precisions: list[str]) -> None:
     import torch
 
     from memprobe.core.registry import family_builder, load_registry
-    from memprobe.training.step import Memory, run_trial
     from memprobe.probe.worker import apply_precision_flags
+    from memprobe.training.step import Memory, run_trial
 
     try:
         import lightning.pytorch.tuner  # noqa: F401

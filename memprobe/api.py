@@ -15,10 +15,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence, Union
 
-from memprobe.workloads.custom import CustomModelError, CustomOptions, resolve, select_models, target_of
-from memprobe.probe.device import NoGPUError
 from memprobe.core.registry import RegistryError, Workload, load_registry
 from memprobe.core.results import ScanResult
+from memprobe.probe.device import NoGPUError
+from memprobe.workloads.custom import CustomModelError, CustomOptions, resolve, select_models, target_of
 
 Model = Union[str, Callable[..., Any]]
 __all__ = ["find_max_batch", "predict_max_batch", "plan", "resolve_model", "Model", "UserCodeError", "NoGPUError",
@@ -121,8 +121,8 @@ def find_max_batch(model: Model, precision: str | Sequence[str] = "bf16", device
     predict_max_batch there.
     """
     from memprobe.core.outcomes import USER_ERROR
-    from memprobe.probe.scan import NoCudaError, ScanOptions, scan_workload
     from memprobe.core.units import parse_size
+    from memprobe.probe.scan import NoCudaError, ScanOptions, scan_workload
 
     workload = resolve_model(model, optimizer, input_size, task, seq_len, models_file)
     precisions = [p.strip() for p in precision.split(",")] if isinstance(precision, str) else list(precision)

@@ -10,8 +10,18 @@ from __future__ import annotations
 import pytest
 
 from memprobe.predict.allocator import (
-    ALLOC, FREE, K_LARGE_BUFFER, K_SMALL_BUFFER, MARK, CachingAllocator, SimulatedOutOfMemory, is_small, replay,
-    round_size, segment_size, should_split,
+    ALLOC,
+    FREE,
+    K_LARGE_BUFFER,
+    K_SMALL_BUFFER,
+    MARK,
+    CachingAllocator,
+    SimulatedOutOfMemory,
+    is_small,
+    replay,
+    round_size,
+    segment_size,
+    should_split,
 )
 
 KiB, MiB = 1 << 10, 1 << 20

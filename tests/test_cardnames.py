@@ -7,10 +7,10 @@ from __future__ import annotations
 import pytest
 from click.testing import CliRunner
 
+from memprobe.cli import main
 from memprobe.core.cardnames import CardNameError, closest_names, resolve_card, resolve_cards
 from memprobe.core.cardsize import SizeError, read_sizes
 from memprobe.core.catalog import CatalogError, default_catalog, load_catalog
-from memprobe.cli import main
 
 
 @pytest.mark.parametrize("name, card", [

@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from memprobe.core.catalog import load_catalog
 from memprobe.cli import main
 from memprobe.compare.chart_layout import DPI, MAX_HEIGHT_PX, MAX_WIDTH_PX, figure_size, grid_shape
 from memprobe.compare.charts import relative_heat, value_heat, write_charts
@@ -18,8 +17,8 @@ from memprobe.compare.guide import memory_models, predictions
 from memprobe.compare.heatmap import Heat, HeatCell, draw_heat, heat_figure
 from memprobe.compare.max_batch_chart import batch_panels, draw_max_batch, max_batch_figure
 from memprobe.compare.relative import relative_throughput
+from memprobe.core.catalog import load_catalog
 from memprobe.core.results import load_results, write_result
-
 from test_report import A100, H100, GiB, loaded, make_result
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

@@ -7,10 +7,9 @@ import json
 import pytest
 
 import memprobe.probe.scan
+from conftest import RecordingProgress, has_nvidia_gpu
 from memprobe.core.results import PrecisionResult, read_result
 from memprobe.probe.scan import ScanOptions, scan_workload
-
-from conftest import RecordingProgress, has_nvidia_gpu
 
 BUDGET = "8MiB"
 no_gpu_only = pytest.mark.skipif(has_nvidia_gpu(), reason="checks the behaviour on a machine without an NVIDIA GPU")

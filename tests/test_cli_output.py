@@ -70,7 +70,7 @@ def test_fsdp2s_view_warning_is_not_repeated_per_traced_step():
         warnings.simplefilter("always")
         with fake_world(World(2, "fsdp")):
             for _ in range(9):
-                warnings.warn(message, UserWarning)
-            warnings.warn("another warning", UserWarning)
+                warnings.warn(message, UserWarning, stacklevel=1)
+            warnings.warn("another warning", UserWarning, stacklevel=1)
     assert [str(w.message) for w in seen] == ["another warning"]
     assert any("returned a view tensor" in n for n in notes(World(2, "fsdp")))

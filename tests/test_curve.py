@@ -7,15 +7,13 @@ import itertools
 
 import pytest
 
+import test_scan
+from memprobe.core.memory_model import MemoryModel
 from memprobe.probe.curve import CurveError, best_point, curve_point, ladder, summary
 from memprobe.probe.curve_cost import PointCost
 from memprobe.probe.curve_run import PointTimer, measure_curve
 from memprobe.probe.scan import INFER_TRIAL_STEPS, INFER_WARMUP, ScanOptions
-from memprobe.core.memory_model import MemoryModel
-
-import test_scan
 from test_scan import World, run_scan
-
 
 # --- the ladder ---------------------------------------------------------------------------------
 
@@ -326,9 +324,9 @@ def test_steps_within_budget(first, later, budget, expected):
 
 def test_ctrl_c_during_the_curve_keeps_the_proven_precision_and_the_points_timed(monkeypatch, tmp_path):
     import memprobe.probe.scan
-    from memprobe.probe.scan import ScanInterrupted, scan_workload
-    from memprobe.core.results import read_result
     from conftest import RecordingProgress
+    from memprobe.core.results import read_result
+    from memprobe.probe.scan import ScanInterrupted, scan_workload
 
     world = World(75)
     measure = test_scan.FakeWorker.measure
@@ -370,9 +368,9 @@ def test_curve_text_is_in_the_workloads_unit():
 
 def test_a_sequence_length_scan_prints_lengths_and_tokens_per_second(monkeypatch):
     from conftest import RecordingProgress
-    from memprobe.probe.scan import scan_precision
     from memprobe.core.registry import load_registry
     from memprobe.core.variants import VariantRequest, apply_variant
+    from memprobe.probe.scan import scan_precision
 
     world = World(75)
     measure = test_scan.FakeWorker.measure

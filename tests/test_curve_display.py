@@ -10,7 +10,6 @@ import pytest
 from click.testing import CliRunner
 
 from memprobe.cli import main
-from memprobe.core.records import CurvePoint
 from memprobe.compare.charts import relative_heat
 from memprobe.compare.comparison import build_comparison
 from memprobe.compare.curve_chart import knee_mark, write_curve_chart
@@ -19,7 +18,7 @@ from memprobe.compare.guide import guide_report
 from memprobe.compare.relative import relative_table, relative_throughput
 from memprobe.compare.report import comparison_report
 from memprobe.compare.scan_table import scan_rows
-
+from memprobe.core.records import CurvePoint
 from test_like_for_like import H200, cards, with_curve
 from test_report import H100, loaded, make_result
 

@@ -11,11 +11,18 @@ from pathlib import Path
 
 import pytest
 
-from memprobe.workloads.custom import (
-    CustomModelError, CustomOptions, load_hf_config, packaged_hf_configs, prepare, resolve, select_models, target_of,
-)
 from memprobe.core.registry import FAMILIES, RegistryError, load_registry
 from memprobe.core.results import ScanResult, read_result
+from memprobe.workloads.custom import (
+    CustomModelError,
+    CustomOptions,
+    load_hf_config,
+    packaged_hf_configs,
+    prepare,
+    resolve,
+    select_models,
+    target_of,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 TINY_GPT2 = {"model_type": "gpt2", "n_layer": 2, "n_embd": 32, "n_head": 2, "vocab_size": 100, "n_positions": 64,

@@ -13,18 +13,17 @@ import time
 
 import pytest
 
+from conftest import RecordingProgress
+from memprobe.core.memory_model import Attempt
+from memprobe.core.outcomes import CRASH, ERROR, FIT, OOM, TIMEOUT
+from memprobe.core.registry import load_registry
+from memprobe.core.results import read_result
 from memprobe.probe.distributed.efficiency import scaling_efficiency, scaling_record
 from memprobe.probe.distributed.launch import SAFE_ENV, LaunchRequest, LaunchResult, aggregate, launch, launch_env
 from memprobe.probe.distributed.scan import DistributedScanError, scan_distributed, scan_precision_distributed
 from memprobe.probe.distributed.trial import collective_outcome
-from memprobe.core.outcomes import CRASH, ERROR, FIT, OOM, TIMEOUT
 from memprobe.probe.multi import parse_gpus, parse_strategies
 from memprobe.probe.scan import ScanOptions
-from memprobe.core.memory_model import Attempt
-from memprobe.core.registry import load_registry
-from memprobe.core.results import read_result
-
-from conftest import RecordingProgress
 
 TOY = load_registry()["toy"]
 ROOMY = 50_000_000  # bytes: every toy batch used here fits
@@ -246,8 +245,8 @@ def test_gpus_and_strategy_options_parse_or_say_what_is_wrong():
 def test_fsdp_shards_the_repeated_blocks_and_the_root_keeps_the_rest():
     import torch
 
-    from memprobe.training.wrap import shard_blocks
     from memprobe.core.registry import family_builder
+    from memprobe.training.wrap import shard_blocks
 
     registry = load_registry()
     expected = {"toy-bert-squad": ({"BertLayer"}, 2), "toy-transformer": ({"EncoderLayer", "DecoderLayer"}, 4),

@@ -6,12 +6,11 @@ import json
 
 from click.testing import CliRunner
 
+from conftest import RecordingProgress
 from memprobe.cli import main
 from memprobe.compare.scaling import scaling_rows, split_by_world_size, world_size
-from memprobe.probe.distributed.scan import scan_distributed
 from memprobe.core.results import load_results, read_result
-
-from conftest import RecordingProgress
+from memprobe.probe.distributed.scan import scan_distributed
 from test_distributed import TOY, FakeGroup, _opts
 
 
@@ -59,8 +58,8 @@ def test_report_puts_multi_gpu_files_in_the_scaling_table_and_keeps_them_out_of_
 
 
 def test_merging_parts_keeps_the_asked_order_and_a_missing_or_partial_part_makes_the_file_partial(tmp_path):
-    from memprobe.probe.parallel import Job, merge_parts
     from memprobe.core.results import PrecisionResult, ScanResult, write_result
+    from memprobe.probe.parallel import Job, merge_parts
 
     def part(precision, status, batch):
         result = ScanResult(workload=TOY.to_dict(), environment={"gpu": {"name": "Fake GPU"}}, settings={},

@@ -12,8 +12,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from memprobe.training.flops import flops_per_sample, workload_flops_per_sample  # noqa: E402
 from memprobe.core.registry import FAMILIES, load_registry  # noqa: E402
+from memprobe.training.flops import flops_per_sample, workload_flops_per_sample  # noqa: E402
 from memprobe.workloads.base import TrainTask  # noqa: E402
 
 CPU = torch.device("cpu")

@@ -7,8 +7,17 @@ import json
 from click.testing import CliRunner
 
 from memprobe.cli import main
-from memprobe.core.frontier import (BATCH_AT_SEQ, MEASURED, SEQ_AT_BATCH, SKIPPED, Frontier, FrontierPoint, ladder,
-                                    point_workload, walk)
+from memprobe.core.frontier import (
+    BATCH_AT_SEQ,
+    MEASURED,
+    SEQ_AT_BATCH,
+    SKIPPED,
+    Frontier,
+    FrontierPoint,
+    ladder,
+    point_workload,
+    walk,
+)
 from memprobe.core.memory_model import Attempt
 from memprobe.core.outcomes import FIT, OOM
 from memprobe.core.registry import load_registry

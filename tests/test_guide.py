@@ -8,17 +8,22 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from memprobe.core.catalog import Card, Catalog, Price, load_catalog
 from memprobe.cli import main
+from memprobe.compare.comparison import MEASURED, PREDICTED
 from memprobe.compare.guide import (
-    VERDICT_ALL, VERDICT_MOST, VERDICT_NO, guide_report, memory_models, overhead_for, predict_max_batch, predictions,
+    VERDICT_ALL,
+    VERDICT_MOST,
+    VERDICT_NO,
+    guide_report,
+    memory_models,
+    overhead_for,
+    predict_max_batch,
+    predictions,
     verdicts,
 )
-from memprobe.compare.comparison import MEASURED
-from memprobe.compare.comparison import PREDICTED
+from memprobe.core.catalog import Card, Catalog, Price, load_catalog
 from memprobe.core.overhead import OverheadTable, ScannedCard, default_overhead_table
 from memprobe.core.results import write_result
-
 from test_report import H100, GiB, loaded, make_result
 
 
@@ -128,11 +133,11 @@ def test_guide_on_the_packaged_catalog_marks_predictions_and_states_the_overhead
     assert f"minus {carried.overhead_bytes / 2**30:.2f} GiB measured on the {carried.card}, carried over" in text
     assert "`memprobe predict -m WORKLOAD -p PRECISION --gpu CARD` replays the trial" in text
     # RTX 3090: 24 GiB - 1.43 GiB overhead - 4 GiB static = 18.57 GiB / 0.75 GiB = 24 sequences
-    line = next(l for l in text.splitlines() if l.strip().startswith("GeForce RTX 3090") and "(pred)" in l)
+    line = next(row for row in text.splitlines() if row.strip().startswith("GeForce RTX 3090") and "(pred)" in row)
     assert " 24 (pred)" in line
     assert "Verdict rule" in text and "trains all the large models" in text
     # per 1000 USD on the measured card: 100 / 36718.75 * 1000 = 2.72; per TDP watt 100 / 700 = 0.143; per measured W 0.200
-    value = next(l for l in text.splitlines() if "H100 SXM" in l and "sequences/s" in l)
+    value = next(row for row in text.splitlines() if "H100 SXM" in row and "sequences/s" in row)
     assert "2.72" in value and "0.143" in value and "0.200" in value
 
 

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from memprobe.core.knee import Fall, bisect_batch, counts, falls, knee, resolved
+from memprobe.core.results import read_result
 from memprobe.probe.curve import ladder, phases, spread_order
 from memprobe.probe.curve_cost import COST_MARGIN, PointCost, from_precision
 from memprobe.probe.curve_run import PointTimer, measure_curve
-from memprobe.core.knee import Fall, bisect_batch, counts, falls, knee, resolved
-from memprobe.core.results import read_result
 
 H100 = Path(__file__).resolve().parent / "data"  # frozen copies of H100 result files (reports/ is tidied)
 CLIFF = 2675  # the H200's resnet50 fp16 cliff: 2672 fits the fast kernels, 2680 does not

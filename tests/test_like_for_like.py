@@ -4,23 +4,21 @@ with and without curves; and the OOM classification of torch.AcceleratorError.""
 
 from __future__ import annotations
 
-from memprobe.core.records import CurvePoint
-
 import json
 
 import pytest
 from click.testing import CliRunner
 
 from memprobe.cli import main
+from memprobe.compare.comparison import ReportError, build_comparison
 from memprobe.compare.curve_chart import write_curve_chart
 from memprobe.compare.curves import best_batch_table, common_batch, like_for_like
 from memprobe.compare.guide import guide_report
-from memprobe.compare.comparison import ReportError, build_comparison
 from memprobe.compare.relative import relative_throughput
 from memprobe.compare.report import comparison_report
 from memprobe.core.outcomes import CRASH, OOM, classify_error
+from memprobe.core.records import CurvePoint
 from memprobe.core.results import SCHEMA_VERSION, PrecisionResult, read_result, write_result
-
 from test_report import H100, loaded, make_result
 
 H200 = "NVIDIA H200"

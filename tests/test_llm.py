@@ -19,7 +19,6 @@ torch = pytest.importorskip("torch")
 
 from memprobe.core.registry import load_registry  # noqa: E402
 from memprobe.core.variants import VariantRequest, apply_variant  # noqa: E402
-
 from torchvision_standin import forget, install_standin, torchvision_usable  # noqa: E402
 
 BUDGET = 64 * 2**20
@@ -233,10 +232,9 @@ def standin_for_workers(tmp_path, monkeypatch):
 
 
 def test_sequence_length_scan_proves_the_edge_in_fresh_processes(standin_for_workers, tmp_path):
-    from memprobe.probe.scan import ScanOptions, scan_workload
-    from memprobe.core.results import read_result
-
     from conftest import RecordingProgress
+    from memprobe.core.results import read_result
+    from memprobe.probe.scan import ScanOptions, scan_workload
 
     variant = apply_variant(TOY, VariantRequest(search="seq-len", batch=1), ["bf16"])
     opts = ScanOptions(precisions=["bf16"], device="cpu", cpu_budget_bytes=6 * 2**20, warmup=1, timed_steps=1)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from memprobe.core.catalog import default_catalog, find_card
 from memprobe.compare.guide import overhead_for
+from memprobe.core.catalog import default_catalog, find_card
 from memprobe.core.memcap import MemoryCapError, emulated_name, is_emulated, plan_cap
 
 GiB = 2**30

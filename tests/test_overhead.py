@@ -7,18 +7,22 @@ from __future__ import annotations
 import fnmatch
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 from click.testing import CliRunner
 
-from memprobe.core.cardsize import card_size
-from memprobe.core.catalog import default_catalog
 from memprobe.cli import main
 from memprobe.compare.guide import card_capacity
+from memprobe.core.cardsize import card_size
+from memprobe.core.catalog import default_catalog
 from memprobe.core.overhead import (
-    OverheadError, default_overhead_path, default_overhead_table, load_overhead_table, overhead_from_files,
+    OverheadError,
+    default_overhead_path,
+    default_overhead_table,
+    load_overhead_table,
+    overhead_from_files,
     usable_memory,
 )
 

@@ -16,12 +16,11 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import memprobe  # noqa: E402
+from memprobe.core.memory_model import Attempt  # noqa: E402
 from memprobe.core.outcomes import USER_ERROR  # noqa: E402
-from memprobe.core.memory_model import Attempt
-from memprobe.probe.search import find_max_batch as search
 from memprobe.core.results import read_result  # noqa: E402
+from memprobe.probe.search import find_max_batch as search  # noqa: E402
 from memprobe.workloads.base import UserModelError  # noqa: E402
-
 from torchvision_standin import forget, install_standin, torchvision_usable  # noqa: E402
 
 TESTS = Path(__file__).resolve().parent

@@ -11,12 +11,11 @@ from click.testing import CliRunner
 
 import memprobe
 import memprobe.probe.nothing_fits
+from conftest import RecordingProgress
 from memprobe.cli import main
 from memprobe.core.outcomes import FIT
 from memprobe.core.results import read_result
 from memprobe.probe.distributed.scan import scan_precision_distributed
-
-from conftest import RecordingProgress
 from test_distributed import TOY, FakeGroup, _opts
 
 

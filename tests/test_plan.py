@@ -9,7 +9,17 @@ import pytest
 from click.testing import CliRunner
 
 from memprobe.cli import main
-from memprobe.core.plan import MEASURED, PREDICTED, Capacity, Levers, PlanError, accumulate, make_plan, micro_cap, plan_row
+from memprobe.core.plan import (
+    MEASURED,
+    PREDICTED,
+    Capacity,
+    Levers,
+    PlanError,
+    accumulate,
+    make_plan,
+    micro_cap,
+    plan_row,
+)
 from memprobe.core.registry import load_registry
 from memprobe.plan.build import build_plan
 from memprobe.plan.levers import settings

@@ -14,20 +14,19 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from conftest import has_nvidia_gpu  # noqa: E402
+from memprobe.core.overhead import OverheadError, overhead_from_files  # noqa: E402
+from memprobe.core.registry import load_registry  # noqa: E402
 from memprobe.predict.allocator import ALLOC, FREE, MARK  # noqa: E402
-from memprobe.training.cpu_memory import LiveBytes  # noqa: E402
+from memprobe.predict.batch_model import PrecisionTraces, _replay, max_batch_for  # noqa: E402
 from memprobe.predict.fake_mode import FakeCudaMode  # noqa: E402
 from memprobe.predict.session import fake_session  # noqa: E402
-from memprobe.predict.trace import TRIAL_MARK, TraceSession  # noqa: E402
-from memprobe.core.overhead import OverheadError, overhead_from_files  # noqa: E402
 from memprobe.predict.summary import MemorySize, predict  # noqa: E402
-from memprobe.predict.batch_model import PrecisionTraces, _replay, max_batch_for  # noqa: E402
-from memprobe.core.registry import load_registry  # noqa: E402
+from memprobe.predict.trace import TRIAL_MARK, TraceSession  # noqa: E402
+from memprobe.training.cpu_memory import LiveBytes  # noqa: E402
 from memprobe.training.step import Memory, run_step, run_until_state  # noqa: E402
 from memprobe.workloads.base import Amp, make_optimizer  # noqa: E402
 from memprobe.workloads.toy import build as build_toy  # noqa: E402
-
-from conftest import has_nvidia_gpu  # noqa: E402
 
 TOLERANCE = 0.01  # predicted live bytes vs LiveBytes on the CPU, same trial (they agree exactly today)
 H100_RESULT = Path(__file__).resolve().parents[1] / "tests" / "data" / "nvidia-h100-80gb-hbm3_bert-large_train_20261121-195009.json"

@@ -13,13 +13,13 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from memprobe.core.registry import load_registry  # noqa: E402
+from memprobe.core.variants import VariantRequest, apply_variant  # noqa: E402
 from memprobe.predict.parallel import Job, can_fork, trace_jobs  # noqa: E402
 from memprobe.predict.progress import Progress  # noqa: E402
 from memprobe.predict.summary import MemorySize, predict  # noqa: E402
 from memprobe.predict.trace import PredictError, Trace, TraceSession  # noqa: E402
 from memprobe.predict.workspaces import Workspace  # noqa: E402
-from memprobe.core.registry import load_registry  # noqa: E402
-from memprobe.core.variants import VariantRequest, apply_variant  # noqa: E402
 
 MiB = 1 << 20
 forks = pytest.mark.skipif(not can_fork(), reason="traces run in forked children on Linux only")
@@ -66,7 +66,7 @@ class _DyingSession:
     def trace(self, precision: str, batch: int) -> Trace:
         if self.how == "killed":
             os.kill(os.getpid(), signal.SIGKILL)
-        warnings.warn("a warning from the child", UserWarning)
+        warnings.warn("a warning from the child", UserWarning, stacklevel=1)
         self.behaviour.notes.append("a note from the child")
         raise PredictError(f"toy {precision} batch {batch}: the step failed on fake tensors")
 

@@ -12,9 +12,9 @@ pytest.importorskip("torch")
 from click.testing import CliRunner  # noqa: E402
 
 from memprobe.cli import main  # noqa: E402
+from memprobe.core.registry import Workload, load_registry  # noqa: E402
 from memprobe.probe.hint import PredictedStart, Prediction  # noqa: E402
 from memprobe.probe.options import ScanOptions  # noqa: E402
-from memprobe.core.registry import Workload, load_registry  # noqa: E402
 
 GiB = 1 << 30
 

@@ -48,11 +48,11 @@ def test_efficiency_is_n_gpu_throughput_over_n_times_the_same_cards_one_gpu_figu
 
 
 def test_report_with_published_adds_the_published_scaling_for_the_scanned_workloads(tmp_path):
+    import json
+
     from conftest import RecordingProgress
     from memprobe.probe.distributed.scan import scan_distributed
     from test_distributed import TOY, FakeGroup, _opts
-
-    import json
 
     _result, path = scan_distributed(TOY, _opts(), 2, "ddp", tmp_path, RecordingProgress(), FakeGroup())
     toy = CliRunner().invoke(main, ["report", str(path), "--with-published"])

@@ -12,8 +12,15 @@ from click.testing import CliRunner
 from memprobe.cli import main
 from memprobe.core.memory_model import Attempt, MemoryModel
 from memprobe.core.records import Check, CurvePoint, Pair, Proof, Timed
-from memprobe.core.results import (PRECISION_STATUSES, SCHEMA_VERSION, ResultFileError, ScanResult, find_result_files,
-                                   read_result, write_result)
+from memprobe.core.results import (
+    PRECISION_STATUSES,
+    SCHEMA_VERSION,
+    ResultFileError,
+    ScanResult,
+    find_result_files,
+    read_result,
+    write_result,
+)
 from memprobe.predict.render import render
 from memprobe.predict.summary import ComparisonRow, Prediction, trial_fit_batches
 

@@ -13,16 +13,16 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from memprobe.core.memory_model import Attempt
-from memprobe.core.records import Check, Pair
-from memprobe.compare import scan_table as report
-from memprobe.core.catalog import find_card, load_catalog, peak_tflops
 from memprobe.cli import main
-from memprobe.compare.published import comparable, load_published
+from memprobe.compare import scan_table as report
 from memprobe.compare.comparison import ReportError, build_comparison
-from memprobe.compare.tables import gains_table, max_batch_table, throughput_table, utilization_table
+from memprobe.compare.published import comparable, load_published
 from memprobe.compare.relative import relative_table, relative_throughput
 from memprobe.compare.report import render
+from memprobe.compare.tables import gains_table, max_batch_table, throughput_table, utilization_table
+from memprobe.core.catalog import find_card, load_catalog, peak_tflops
+from memprobe.core.memory_model import Attempt
+from memprobe.core.records import Check, Pair
 from memprobe.core.results import PrecisionResult, ScanResult, read_result, write_result
 
 GiB = 2**30

@@ -9,6 +9,7 @@ from datetime import datetime, timezone
 import pytest
 
 from memprobe.core import outcomes as errors
+from memprobe.core.memory_model import Attempt
 from memprobe.core.outcomes import classify_error
 from memprobe.core.results import (
     SCHEMA,
@@ -22,7 +23,6 @@ from memprobe.core.results import (
     slug,
     write_result,
 )
-from memprobe.core.memory_model import Attempt
 from memprobe.core.units import gib, parse_size
 
 

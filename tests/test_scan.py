@@ -11,14 +11,13 @@ import itertools
 
 import pytest
 
-import memprobe.probe.scan
 import memprobe.probe.pipeline
+import memprobe.probe.scan
+from conftest import RecordingProgress
+from memprobe.core.memory_model import Attempt
 from memprobe.core.results import read_result
 from memprobe.probe.runner import WorkerError
 from memprobe.probe.scan import NoCudaError, ScanOptions, scan_precision, scan_workload
-from memprobe.core.memory_model import Attempt
-
-from conftest import RecordingProgress
 
 STATIC, PER_SAMPLE = 1_000_000, 10_000
 

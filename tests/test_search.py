@@ -9,7 +9,6 @@ from typing import Callable
 import pytest
 
 from memprobe.core.memory_model import Attempt, MemoryModel, edge_model, fit_memory_model
-
 from memprobe.probe.search import SearchResult, find_max_batch
 
 

@@ -6,7 +6,6 @@ import pytest
 
 from memprobe.probe.hint import PrecisionHint
 from memprobe.probe.search import HintUse, SearchResult, find_max_batch
-
 from test_search import FakeTrials, check_invariants, linear
 
 

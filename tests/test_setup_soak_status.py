@@ -8,14 +8,13 @@ import pytest
 
 import memprobe.probe.scan
 import memprobe.probe.setup_failure
-from memprobe.core.outcomes import OOM, classify_error
-from memprobe.probe.scan import ScanOptions, scan_workload
-from memprobe.core.memory_model import Attempt
-from memprobe.core.records import Proof
-from memprobe.probe.soak import apply_soak, soak
-from memprobe.core.results import SCHEMA, read_result
-
 from conftest import RecordingProgress
+from memprobe.core.memory_model import Attempt
+from memprobe.core.outcomes import OOM, classify_error
+from memprobe.core.records import Proof
+from memprobe.core.results import SCHEMA, read_result
+from memprobe.probe.scan import ScanOptions, scan_workload
+from memprobe.probe.soak import apply_soak, soak
 from test_scan import FakeFactory, FakeWorker, World, _toy, assert_all_closed, run_scan
 
 GIB = 2**30

@@ -24,7 +24,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from memprobe.predict import allocator, fakecuda
+from memprobe.predict import allocator, fakecuda  # noqa: E402
 
 # Emulation entries that some torch release in the claimed range (2.11-2.13) lacks, read from the headers of the
 # 2.11.0 and 2.13.0 wheels. Any other difference between the emulation's lists and the header fails.

@@ -18,13 +18,12 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from memprobe.training.cpu_memory import LiveBytes  # noqa: E402
+from conftest import RecordingProgress  # noqa: E402
 from memprobe.core.results import read_result  # noqa: E402
 from memprobe.probe.runner import Worker, WorkerError, WorkerSpec  # noqa: E402
 from memprobe.probe.scan import ScanOptions, scan_workload  # noqa: E402
 from memprobe.probe.worker import Session  # noqa: E402
-
-from conftest import RecordingProgress  # noqa: E402
+from memprobe.training.cpu_memory import LiveBytes  # noqa: E402
 
 BUDGET = 8 * 2**20  # 8 MiB: the toy MLP's edge is in the hundreds
 HUGE = 200_000  # ~50 MB of inputs alone: far over the budget

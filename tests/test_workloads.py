@@ -26,7 +26,6 @@ torch = pytest.importorskip("torch")
 from memprobe.core.registry import FAMILIES, load_registry  # noqa: E402
 from memprobe.workloads import pix2pixhd, translation, vision  # noqa: E402
 from memprobe.workloads.base import Amp, make_optimizer  # noqa: E402
-
 from torchvision_standin import StandInFinder, forget, install_standin, torchvision_usable  # noqa: E402
 
 CPU = torch.device("cpu")

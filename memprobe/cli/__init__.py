@@ -4,7 +4,7 @@ One module per command family (scan, predict, report/guide); app.py holds the cl
 share. Importing this package registers every command on `main`.
 """
 
-from memprobe.cli.app import main
 from memprobe.cli import plan, predict, report, scan  # noqa: F401  (registers the commands on main)
+from memprobe.cli.app import main
 
 __all__ = ["main"]

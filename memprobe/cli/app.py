@@ -19,7 +19,6 @@ from memprobe.cli.variants import variants as _variants
 from memprobe.core.registry import RegistryError, Workload, load_registry
 from memprobe.core.units import gib
 
-
 EXIT_NO_GPU = 2
 
 

@@ -3,17 +3,16 @@
 
 from __future__ import annotations
 
-
 import sys
 
 import click
 
 from memprobe.cli import checks
+from memprobe.cli.app import COMMON_CARD_SIZES, _precision_list, _workloads, main
 from memprobe.cli.helpers import memory_list
 from memprobe.cli.models import model_options as _model_options
 from memprobe.cli.variants import variant_options as _variant_options
 from memprobe.core.registry import Workload
-from memprobe.cli.app import COMMON_CARD_SIZES, _precision_list, _workloads, main
 
 PROGRESS_EVERY_S = 5.0  # on a terminal, the longest silence while predicting
 
@@ -86,7 +85,8 @@ def _progress():
 
 def _check_same_world(path: str, result, worlds: list | None) -> None:
     """--compare needs a scan made the way the prediction is: same GPU count and strategy."""
-    from memprobe.compare.scaling import strategy as strategy_of, world_size
+    from memprobe.compare.scaling import strategy as strategy_of
+    from memprobe.compare.scaling import world_size
 
     size, strategy = world_size(result), strategy_of(result)
     asked = [(w.size, w.strategy) for w in worlds] if worlds else [(1, None)]

@@ -3,12 +3,11 @@
 
 from __future__ import annotations
 
-
 import click
 
 from memprobe.cli import checks
-from memprobe.cli.helpers import card_names
 from memprobe.cli.app import _FORMATS, _load_results, _precision_list, main
+from memprobe.cli.helpers import card_names
 
 
 @main.command("report")
@@ -46,9 +45,8 @@ def report_cmd(paths: tuple[str, ...], reference: str | None, precision: str | N
     """
     from memprobe.compare.comparison import ReportError
     from memprobe.compare.report import comparison_report
-    from memprobe.compare.scan_table import scan_table
-
     from memprobe.compare.scaling import scaling_table, split_by_world_size
+    from memprobe.compare.scan_table import scan_table
 
     checks.report_checks(click.get_current_context(), scans, llm)
     if reference is not None and not reference.strip():

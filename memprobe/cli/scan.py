@@ -9,14 +9,15 @@ import sys
 import click
 
 from memprobe.cli import checks
+from memprobe.cli.app import COMMON_CARD_SIZES, NoGPUExit, _int_list, _workloads, main
 from memprobe.cli.helpers import interrupted_status, positive_size
 from memprobe.cli.models import model_options as _model_options
-from memprobe.cli.variants import split_batches, variant_options as _variant_options
+from memprobe.cli.predict import _predict_and_print
+from memprobe.cli.variants import split_batches
+from memprobe.cli.variants import variant_options as _variant_options
 from memprobe.core.registry import Workload
 from memprobe.core.units import gib
 from memprobe.core.variants import base_name
-from memprobe.cli.app import COMMON_CARD_SIZES, NoGPUExit, _int_list, _workloads, main
-from memprobe.cli.predict import _predict_and_print
 
 
 class _ProgressPrinter:
@@ -117,9 +118,8 @@ def scan_cmd(model: str, precision: str, mode: str, batches: str | None, out_dir
     then timed steps at B with utilization sampled, then the throughput curve (--no-curve skips it).
     One result file per model is written (atomically, after every precision) under --out.
     """
-    from memprobe.probe.scan import NoCudaError, ScanInterrupted, ScanOptions
-
     from memprobe.cli.frontier import frontier_request
+    from memprobe.probe.scan import NoCudaError, ScanInterrupted, ScanOptions
 
     checks.scan_checks(click.get_current_context(), device, gpus, no_curve, no_throughput, parallel)
     frontier = frontier_request(search, seq_len, batches, frontier_budget)
@@ -219,8 +219,8 @@ def _after_scan(result, path, workload: Workload) -> list[str]:
 
 def _print_scans(results: list) -> None:
     """The scan table of single-GPU results, then the scaling table of multi-GPU ones."""
-    from memprobe.compare.scan_table import scan_table
     from memprobe.compare.scaling import scaling_table, split_by_world_size
+    from memprobe.compare.scan_table import scan_table
 
     single, multi = split_by_world_size(results)
     if single:

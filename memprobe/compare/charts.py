@@ -17,11 +17,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
-from memprobe.core.catalog import Catalog, default_catalog
 from memprobe.compare.comparison import MEASURED, PRECISION_ORDER, PUBLISHED, Comparison
 from memprobe.compare.heatmap import Heat, HeatCell, draw_heat, header
 from memprobe.compare.max_batch_chart import batch_panels, cards_by_memory, draw_max_batch
 from memprobe.compare.relative import Relative
+from memprobe.core.catalog import Catalog, default_catalog
 
 
 def _fmt(value: float) -> str:

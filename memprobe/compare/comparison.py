@@ -12,12 +12,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from memprobe.core.catalog import PRECISIONS, Catalog, default_catalog
 from memprobe.compare.published import Figure, default_published
+from memprobe.core.catalog import PRECISIONS, Catalog, default_catalog
 from memprobe.core.records import Timed
 from memprobe.core.results import PrecisionResult, ScanResult
 from memprobe.core.variants import axis_name
-
 
 MEASURED, PUBLISHED, PREDICTED = "measured", "published", "predicted"
 

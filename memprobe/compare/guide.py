@@ -14,15 +14,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
+from memprobe.compare.comparison import (
+    MEASURED,
+    PREDICTED,
+    Comparison,
+    ReportError,
+    batch_unit,
+    build_comparison,
+    workload_labels,
+)
+from memprobe.compare.curves import LABELS, at_batch_text, knee_text, like_for_like
+from memprobe.compare.report import render
+from memprobe.compare.tables import Cell, Table, fmt_number
 from memprobe.core.cardsize import card_size
 from memprobe.core.catalog import Card, Catalog, default_catalog
-from memprobe.compare.comparison import MEASURED, PREDICTED, Comparison, ReportError, batch_unit, build_comparison, workload_labels
-from memprobe.compare.curves import LABELS, at_batch_text, knee_text, like_for_like
-from memprobe.compare.tables import Cell, Table, fmt_number
-from memprobe.compare.report import render
+from memprobe.core.memory_model import MemoryModel as LinearModel
 from memprobe.core.overhead import Overhead, OverheadTable, default_overhead_table, overhead_for, usable_memory
 from memprobe.core.results import ScanResult
-from memprobe.core.memory_model import MemoryModel as LinearModel
 from memprobe.core.units import gib
 
 # A batch is "roomy" on a card when it is at least this fraction of the largest batch any catalog card reaches for

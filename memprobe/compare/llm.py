@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-
 from memprobe.compare.tables import rows_text
 from memprobe.core.records import Timed
 from memprobe.core.results import ScanResult

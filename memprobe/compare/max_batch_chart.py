@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from memprobe.core.catalog import Catalog
 from memprobe.compare.chart_layout import PRECISION_COLORS, PRECISION_LINESTYLES, figure_size, grid_shape, save
-from memprobe.compare.comparison import MEASURED, PREDICTED, PUBLISHED, PRECISION_ORDER, Comparison
+from memprobe.compare.comparison import MEASURED, PRECISION_ORDER, PREDICTED, PUBLISHED, Comparison
+from memprobe.core.catalog import Catalog
 
 GIB = 1 << 30
 

@@ -8,9 +8,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from memprobe.core.catalog import Catalog, default_catalog
-from memprobe.compare.comparison import Comparison, DEFAULT_REFERENCE, MEASURED, PRECISION_ORDER, PUBLISHED, Point, ReportError
+from memprobe.compare.comparison import (
+    DEFAULT_REFERENCE,
+    MEASURED,
+    PRECISION_ORDER,
+    PUBLISHED,
+    Comparison,
+    Point,
+    ReportError,
+)
 from memprobe.compare.tables import Cell, Table, _mark, fmt_number
+from memprobe.core.catalog import Catalog, default_catalog
 
 
 @dataclass

@@ -13,10 +13,18 @@ from typing import Any, Sequence
 
 from tabulate import tabulate
 
-from memprobe.core.results import ScanResult
-from memprobe.compare.comparison import Comparison, FORMATS, LEGEND, build_comparison
-from memprobe.compare.tables import Cell, Table, gains_table, max_batch_table, source_notes, throughput_table, utilization_table
+from memprobe.compare.comparison import FORMATS, LEGEND, Comparison, build_comparison
 from memprobe.compare.relative import Relative, relative_table, relative_throughput
+from memprobe.compare.tables import (
+    Cell,
+    Table,
+    gains_table,
+    max_batch_table,
+    source_notes,
+    throughput_table,
+    utilization_table,
+)
+from memprobe.core.results import ScanResult
 
 
 def report_tables(comparison: Comparison, relative: Relative) -> list[Table]:

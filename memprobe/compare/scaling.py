@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any, Sequence, TypeVar
 
-from memprobe.core.catalog import PRECISIONS
 from memprobe.compare.report import render
 from memprobe.compare.tables import Table, fmt_number
+from memprobe.core.catalog import PRECISIONS
 from memprobe.core.results import ScanResult
 
 T = TypeVar("T")

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Sequence
 
-
 from memprobe.compare.curves import knee_text
 from memprobe.compare.tables import rows_text
 from memprobe.core.catalog import PRECISIONS

@@ -13,9 +13,9 @@ from typing import Any, Iterable
 
 from tabulate import tabulate
 
+from memprobe.compare.comparison import MARKS, MEASURED, PUBLISHED, Comparison, Point
 from memprobe.compare.published import SOURCES, Figure, default_published
 from memprobe.core.units import gib
-from memprobe.compare.comparison import Comparison, MARKS, MEASURED, PUBLISHED, Point
 
 
 @dataclass(frozen=True)
@@ -184,7 +184,7 @@ def utilization_table(comparison: Comparison) -> Table:
             continue
         u = p.utilization
 
-        def mean(key: str, scale: float = 1.0, digits: int = 0) -> str:
+        def mean(key: str, scale: float = 1.0, digits: int = 0, u: dict[str, Any] = u) -> str:
             m = (u.get(key) or {}).get("mean")
             return "-" if m is None else f"{m / scale:.{digits}f}"
 

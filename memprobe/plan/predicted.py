@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
-from memprobe.core.catalog import Card
 from memprobe.core.cardsize import card_size
+from memprobe.core.catalog import Card
 from memprobe.core.plan import PREDICTED, Capacity
 from memprobe.plan.levers import Setting
 

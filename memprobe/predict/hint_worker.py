@@ -63,9 +63,9 @@ def serve() -> int:
     import torch
 
     torch.set_num_threads(1)
+    from memprobe.core.registry import Workload
     from memprobe.predict.batch_model import PrecisionTraces
     from memprobe.predict.sessions import trace_sessions
-    from memprobe.core.registry import Workload
 
     workload = Workload.from_dict(setup["workload"])
     traced: dict[str, Any] = {}

@@ -10,10 +10,10 @@ from __future__ import annotations
 import json
 import sys
 
-from memprobe.predict.allocator import replay
-from memprobe.predict.trace import TRIAL_MARK, TraceSession
 from memprobe.core.lifeline import die_with_parent, expected_parent
 from memprobe.core.registry import Workload
+from memprobe.predict.allocator import replay
+from memprobe.predict.trace import TRIAL_MARK, TraceSession
 
 
 def trial_need_bytes(workload: Workload, precision: str, n: int = 1, steps: int = 3) -> int:

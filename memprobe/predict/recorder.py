@@ -9,8 +9,8 @@ from typing import Any
 
 import torch
 from torch.multiprocessing.reductions import StorageWeakRef
-from torch.utils._pytree import tree_flatten
 from torch.utils._python_dispatch import is_traceable_wrapper_subclass
+from torch.utils._pytree import tree_flatten
 
 from memprobe.predict.allocator import ALLOC, FREE, MARK
 from memprobe.predict.fake_mode import FakeCudaMode

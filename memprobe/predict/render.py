@@ -3,8 +3,8 @@ length) per memory size, then, beside a scan, predicted vs measured. Every figur
 
 from __future__ import annotations
 
-from memprobe.predict.summary import Prediction
 from memprobe.core.units import gib
+from memprobe.predict.summary import Prediction
 
 
 def _pct(pred: float | None, meas: float | None) -> str:

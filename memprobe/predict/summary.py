@@ -11,15 +11,15 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from memprobe.core.outcomes import FIT
-from memprobe.predict.fakecuda import H100, Target
-from memprobe.core.registry import Workload
 from memprobe.core.memory_model import Attempt, MemoryModel, fit_memory_model
+from memprobe.core.outcomes import FIT
 from memprobe.core.records import Proof
+from memprobe.core.registry import Workload
+from memprobe.predict.batch_model import FIT_BATCHES, PrecisionTraces
+from memprobe.predict.fakecuda import H100, Target
 from memprobe.predict.progress import Progress, silent
 from memprobe.predict.trace import PredictError
 from memprobe.predict.tracing import axis_of, traced_precisions
-from memprobe.predict.batch_model import FIT_BATCHES, PrecisionTraces
 
 
 @dataclass

@@ -14,14 +14,13 @@ from typing import Any, Callable
 
 import torch
 
+from memprobe.core.registry import Workload, family_builder
 from memprobe.predict.allocator import ALLOC, FREE, MARK
 from memprobe.predict.fakecuda import H100, Target, cuda_optimizers
+from memprobe.predict.recorder import Recorder
 from memprobe.predict.session import fake_session
-from memprobe.core.registry import Workload, family_builder
 from memprobe.training.step import run_step, run_until_state
 from memprobe.workloads.base import Amp
-from memprobe.predict.recorder import Recorder
-
 
 TRIAL_MARK = "trial"  # where run_trial called reset_peak_memory_stats (after empty_cache)
 

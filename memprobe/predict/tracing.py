@@ -10,13 +10,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Sequence
 
+from memprobe.core.registry import Workload
 from memprobe.predict.batch_model import PrecisionTraces, model_batches
 from memprobe.predict.fakecuda import H100, Target
 from memprobe.predict.parallel import Job, trace_jobs
 from memprobe.predict.progress import Progress, silent
 from memprobe.predict.sessions import trace_sessions
 from memprobe.predict.trace import PredictError, Trace, TraceSession
-from memprobe.core.registry import Workload
 
 
 @dataclass

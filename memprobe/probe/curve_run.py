@@ -13,18 +13,18 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from memprobe.probe.curve import curve_point, curve_text, ladder, phases, skipped_point, summary
-from memprobe.probe.curve_cost import PointCost, from_precision
-from memprobe.core.outcomes import CRASH, TIMEOUT
 from memprobe.core.knee import KNEE_RESOLUTION, bisect_batch, falls, knee, knee_fields, resolved
-from memprobe.probe.backend import CurveTimer
-from memprobe.probe.options import ScanOptions
-from memprobe.probe.runner import Worker, WorkerError, WorkerFactory, WorkerSpec
 from memprobe.core.memory_model import MemoryModel
-from memprobe.core.registry import Workload
+from memprobe.core.outcomes import CRASH, TIMEOUT
 from memprobe.core.records import CurvePoint
+from memprobe.core.registry import Workload
 from memprobe.core.results import PrecisionResult
 from memprobe.core.variants import axis_name
+from memprobe.probe.backend import CurveTimer
+from memprobe.probe.curve import curve_point, curve_text, ladder, phases, skipped_point, summary
+from memprobe.probe.curve_cost import PointCost, from_precision
+from memprobe.probe.options import ScanOptions
+from memprobe.probe.runner import Worker, WorkerError, WorkerFactory, WorkerSpec
 
 
 class PointTimer:

@@ -13,13 +13,22 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from memprobe.core.frontier import (ERROR, MEASURED, Frontier, FrontierPoint, frontier_kinds, frontier_name,
-                                    point_workload, walk)
+from memprobe.core.frontier import (
+    ERROR,
+    MEASURED,
+    Frontier,
+    FrontierPoint,
+    frontier_kinds,
+    frontier_name,
+    point_workload,
+    walk,
+)
 from memprobe.core.registry import Workload
 from memprobe.core.results import ScanResult, result_filename, write_result
 from memprobe.probe.device import host_environment
 from memprobe.probe.options import ScanOptions
 from memprobe.probe.scan import Progress, ScanInterrupted, scan_workload
+
 
 def scan_frontier(workload: Workload, opts: ScanOptions, out_dir: str | Path, progress: Progress,
                   budget_s: float | None, checkpointing: bool = False, lora: int | None = None
@@ -46,7 +55,8 @@ def scan_frontier(workload: Workload, opts: ScanOptions, out_dir: str | Path, pr
         frontier = Frontier(precision, MEASURED, budget_s)
         point_opts = replace(opts, precisions=[precision], measure=False, curve=False, predicted_start=False)
 
-        def measure(kind: str, fixed: int, precision: str = precision, frontier: Frontier = frontier) -> FrontierPoint:
+        def measure(kind: str, fixed: int, precision: str = precision, frontier: Frontier = frontier,
+                    point_opts: ScanOptions = point_opts) -> FrontierPoint:
             variant = point_workload(workload, kind, fixed, checkpointing, lora)
             try:
                 scanned, path = scan_workload(variant, point_opts, points_dir, progress)

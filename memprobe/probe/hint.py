@@ -23,8 +23,8 @@ import time
 from typing import Any, Callable
 
 from memprobe.core.lifeline import PARENT_ENV
-from memprobe.probe.search import HintUse, SearchResult
 from memprobe.core.registry import Workload
+from memprobe.probe.search import HintUse, SearchResult
 
 ENDED = "the prediction process ended without answering"
 

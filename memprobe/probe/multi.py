@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable, Iterator
 
-from memprobe.probe import scan as single_gpu
-from memprobe.probe.scan import Progress, ScanOptions
 from memprobe.core.registry import Workload
 from memprobe.core.results import ScanResult
+from memprobe.probe import scan as single_gpu
+from memprobe.probe.scan import Progress, ScanOptions
 
 STRATEGIES = ("ddp", "fsdp")
 

@@ -22,10 +22,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
-from memprobe.probe.distributed.launch import launch_env
-from memprobe.probe.scan import ScanOptions
 from memprobe.core.registry import Workload
 from memprobe.core.results import ResultFileError, ScanResult, read_result, result_filename, write_result
+from memprobe.probe.distributed.launch import launch_env
+from memprobe.probe.scan import ScanOptions
 
 POLL_S = 0.5
 

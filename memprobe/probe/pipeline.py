@@ -9,16 +9,16 @@ included), so an interrupted scan keeps what it finished and every entry point w
 from __future__ import annotations
 
 import time
-from dataclasses import replace
 from contextlib import AbstractContextManager, nullcontext
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
 
 from memprobe.core.catalog import peak_tflops
 from memprobe.core.memcap import emulated_name
 from memprobe.core.memory_model import Attempt, MemoryModel, edge_model, fit_memory_model
-from memprobe.core.records import Timed
 from memprobe.core.outcomes import FIT, STOPPING
+from memprobe.core.records import Timed
 from memprobe.core.registry import Workload
 from memprobe.core.results import PrecisionResult, ScanResult, final_status, write_result
 from memprobe.probe.backend import Progress, TrialBackend

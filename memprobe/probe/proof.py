@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Collection, Mapping
 
-from memprobe.core.outcomes import STOPPING, oom_numbers
 from memprobe.core.memory_model import Attempt
+from memprobe.core.outcomes import STOPPING, oom_numbers
 from memprobe.core.records import Check, Pair, Proof
 from memprobe.probe.search import SearchResult
 

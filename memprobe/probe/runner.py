@@ -22,10 +22,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from memprobe.core.outcomes import CRASH, ERROR, OOM, TIMEOUT, classify_error
 from memprobe.core.lifeline import PARENT_ENV
-from memprobe.core.registry import FAMILIES, Workload
 from memprobe.core.memory_model import Attempt
+from memprobe.core.outcomes import CRASH, ERROR, OOM, TIMEOUT, classify_error
+from memprobe.core.registry import FAMILIES, Workload
 
 
 class WorkerError(RuntimeError):

@@ -11,17 +11,29 @@ from typing import Any, Callable
 
 from memprobe.core.registry import Workload
 from memprobe.core.results import PrecisionResult, ScanResult, result_filename
+from memprobe.probe.backend import Progress  # noqa: F401
 from memprobe.probe.device import host_environment
 from memprobe.probe.hint import PredictedStart
 from memprobe.probe.local import LocalBackend, NoCudaError
+
 # ScanOptions and its constants, the progress protocol and the pipeline's names are re-exported: callers import
 # them from here.
 from memprobe.probe.options import (  # noqa: F401
-    CURVE_TIMED_STEPS, CURVE_WARMUP, INFER_TRIAL_STEPS, INFER_WARMUP, MODES, ScanOptions,
+    CURVE_TIMED_STEPS,
+    CURVE_WARMUP,
+    INFER_TRIAL_STEPS,
+    INFER_WARMUP,
+    MODES,
+    ScanOptions,
 )
-from memprobe.probe.backend import Progress  # noqa: F401
 from memprobe.probe.pipeline import (  # noqa: F401
-    CurveInterrupted, ResultWriter, ScanInterrupted, add_mfu, memory_models, run_precision, scan_precisions,
+    CurveInterrupted,
+    ResultWriter,
+    ScanInterrupted,
+    add_mfu,
+    memory_models,
+    run_precision,
+    scan_precisions,
 )
 from memprobe.probe.runner import WorkerFactory
 

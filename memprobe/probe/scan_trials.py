@@ -12,10 +12,10 @@ import time
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
+from memprobe.core.memory_model import Attempt, edge_model
 from memprobe.core.outcomes import CRASH, ERROR, FIT, OUTCOMES, TIMEOUT
 from memprobe.probe.options import ScanOptions
 from memprobe.probe.runner import Worker, WorkerError, WorkerFactory, WorkerSpec
-from memprobe.core.memory_model import Attempt, edge_model
 
 # With the fork server, a search trial runs in a fresh process once its predicted peak passes this
 # share of the capacity. Far below the edge, the few GiB by which an in-process run can differ from

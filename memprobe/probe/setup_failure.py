@@ -11,9 +11,9 @@ import os
 from typing import Any
 
 from memprobe.core.outcomes import OOM
-from memprobe.probe.runner import WorkerError
 from memprobe.core.results import PrecisionResult
 from memprobe.core.units import gib
+from memprobe.probe.runner import WorkerError
 
 # Memory held by other processes from which a setup OOM is blamed on them, not on the model.
 OTHERS_MATTER_BYTES = 256 * 2**20

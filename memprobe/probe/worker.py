@@ -34,13 +34,13 @@ from typing import Any
 import torch
 
 from memprobe.core import lifeline
-from memprobe.training.cpu_memory import LiveBytes
-from memprobe.probe.device import torch_environment
-from memprobe.core.outcomes import CRASH, USER_ERROR, classify_error, with_memory_state
-from memprobe.probe.measure import UtilizationSampler, summarize_times, time_steps
 from memprobe.core.memcap import CapPlan, MemoryCapError, plan_cap
-from memprobe.probe.options import MIN_TIMED_STEPS, timed_steps_within  # noqa: F401 - MIN_TIMED_STEPS re-exported
+from memprobe.core.outcomes import CRASH, USER_ERROR, classify_error, with_memory_state
 from memprobe.core.registry import family_builder
+from memprobe.probe.device import torch_environment
+from memprobe.probe.measure import UtilizationSampler, summarize_times, time_steps
+from memprobe.probe.options import MIN_TIMED_STEPS, timed_steps_within  # noqa: F401 - MIN_TIMED_STEPS re-exported
+from memprobe.training.cpu_memory import LiveBytes
 from memprobe.training.step import Memory, run_step, run_trial, run_until_state
 from memprobe.workloads.base import Amp, UserModelError
 

@@ -15,8 +15,8 @@ from typing import Any, Callable
 
 import torch
 
-from memprobe.training.cpu_memory import LiveBytes
 from memprobe.core.outcomes import CRASH, ERROR, FIT, USER_ERROR, classify_error, with_memory_state
+from memprobe.training.cpu_memory import LiveBytes
 from memprobe.workloads.base import Amp, TrainTask
 
 

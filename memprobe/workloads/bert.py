@@ -11,14 +11,15 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+
 # Imported at module load, not in the builder: the trial process preloads this module before setup,
 # so a spare process pays transformers' import (seconds) while another process is being measured.
 from memprobe.workloads.torchvision_guard import ensure_loadable
 
 ensure_loadable()  # before timm or transformers imports torchvision (see torchvision_guard.py)
-from transformers import BertConfig, BertForPreTraining, BertForQuestionAnswering
+from transformers import BertConfig, BertForPreTraining, BertForQuestionAnswering  # noqa: E402
 
-from .base import TrainTask, materialize
+from .base import TrainTask, materialize  # noqa: E402
 
 
 def _config(params: dict[str, Any]) -> BertConfig:

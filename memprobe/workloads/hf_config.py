@@ -12,19 +12,25 @@ import difflib
 from typing import Any
 
 import torch
+
 # Imported at module load, not in the builder: the fork server preloads this module, so a fresh trial
 # process does not pay transformers' import (seconds) again.
 from memprobe.workloads.torchvision_guard import ensure_loadable
 
 ensure_loadable()  # before timm or transformers imports torchvision (see torchvision_guard.py)
-import transformers
-from transformers import (  # resolving the Auto classes loads their mapping modules now
-    AutoConfig, AutoModelForCausalLM, AutoModelForMaskedLM, AutoModelForQuestionAnswering, AutoModelForSeq2SeqLM,
+import transformers  # noqa: E402
+from transformers import (  # noqa: E402
+    # resolving the Auto classes loads their mapping modules now
+    AutoConfig,
+    AutoModelForCausalLM,
+    AutoModelForMaskedLM,
+    AutoModelForQuestionAnswering,
+    AutoModelForSeq2SeqLM,
     AutoModelForSequenceClassification,
 )
-from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+from transformers.models.auto.configuration_auto import CONFIG_MAPPING  # noqa: E402
 
-from .base import TrainTask, UserModelError
+from .base import TrainTask, UserModelError  # noqa: E402
 
 _AUTO = {"causal-lm": AutoModelForCausalLM, "masked-lm": AutoModelForMaskedLM,
          "seq-cls": AutoModelForSequenceClassification, "qa": AutoModelForQuestionAnswering,

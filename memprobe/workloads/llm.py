@@ -23,13 +23,14 @@ from contextlib import contextmanager
 from typing import Any, Iterator
 
 import torch
+
 # Imported at module load: the trial process preloads this module before setup (see bert.py).
 from memprobe.workloads.torchvision_guard import ensure_loadable
 
 ensure_loadable()  # before timm or transformers imports torchvision (see torchvision_guard.py)
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
 
-from .base import TrainTask, materialize, make_optimizer
+from .base import TrainTask, make_optimizer, materialize  # noqa: E402
 
 AXES = ("batch", "seq_len")
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")

@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from memprobe.core.outcomes import CRASH, FIT, TIMEOUT
 from memprobe.core.memory_model import Attempt
+from memprobe.core.outcomes import CRASH, FIT, TIMEOUT
 
 # Every process memprobe starts on CUDA gets these unless the user set them: NVLink SHARP
 # (multicast) off in NCCL, symmetric memory and NVSHMEM (KINDS.md of the lending machines says why).

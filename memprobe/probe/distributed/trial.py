@@ -115,8 +115,8 @@ def run(req: dict[str, Any]) -> int:
     import torch.distributed as dist
 
     from memprobe.core.outcomes import CRASH, ERROR, FIT, classify_error
-    from memprobe.training.wrap import wrap_model
     from memprobe.probe.worker import Session
+    from memprobe.training.wrap import wrap_model
 
     rank_id, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local = int(os.environ.get("LOCAL_RANK", rank_id))
