@@ -87,7 +87,8 @@ class MemprobeGroup(click.Group):
                 click.echo(f"\ninterrupted ({how}): stopped", err=True)
                 sys.exit(interrupted_status())
             except click.ClickException as exc:
-                exc.message = one_line(exc.message)
+                # click types `message` Final; it is a plain attribute that show() reads, rewritten here on purpose
+                exc.message = one_line(exc.message)  # type: ignore[misc]
                 raise
 
 

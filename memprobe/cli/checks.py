@@ -24,7 +24,7 @@ MAX_GPUS = 1024  # per-GPU prediction for a data-parallel world (rank 0 of N)
 class Path(click.Path):
     """click.Path that refuses an empty path: '' would be the working folder (`report ''`, `scan --out ''`)."""
 
-    def convert(self, value, param, ctx):  # type: ignore[override]
+    def convert(self, value, param, ctx):
         if isinstance(value, str) and not value.strip():
             self.fail("an empty path (give a file or folder name)", param, ctx)
         return super().convert(value, param, ctx)

@@ -183,7 +183,7 @@ def predict_cmd(model: str, memory: str | None, world_size: int, strategy: str, 
         raise click.BadParameter("a training trial is 1 warm-up step + K >= 2 steps (3 or more)", param_hint="--steps")
     if frontier:
         _predict_frontier(workloads, precisions, memory, cards, _override(overhead_from, overhead_size), steps,
-                          frontier_budget, checkpointing, lora, out_dir, bool(worlds) or mode != "train" or compare)
+                          frontier_budget, checkpointing, lora, out_dir, bool(worlds or mode != "train" or compare))
         return
     if memory is None and cards is None:
         memory = COMMON_CARD_SIZES

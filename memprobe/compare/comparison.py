@@ -190,7 +190,7 @@ def _measured_points(loaded: Sequence[tuple[Path, ScanResult]], labels: list[str
             mfu, why = _mfu(p, device) if throughput else (None, "")
             points.append(Point(
                 gpu=catalog.canonical(device), device=device, workload=label, precision=name, origin=MEASURED,
-                source=str(path), max_batch=float(p.max_batch) if done else None, batch_unit=batch_unit(result, p),
+                source=str(path), max_batch=float(p.max_batch) if done and p.max_batch is not None else None, batch_unit=batch_unit(result, p),
                 batch_lower_bound=False, throughput=throughput, unit=f"{t.unit or unit}/s", status=p.status,
                 mfu=mfu, mfu_why=why, utilization=t.utilization or {}, created=result.created,
                 tokens_per_sample=(p.settings.get("task") or {}).get("tokens_per_sample"),

@@ -18,7 +18,7 @@ def _card(result: ScanResult) -> str:
     return default_catalog().canonical(result.gpu_name())
 
 
-def frontier_entries(loaded: Sequence[tuple[Path, ScanResult]]) -> dict[tuple[str, str, str], dict[str, Frontier]]:
+def frontier_entries(loaded: Sequence[tuple[Path | None, ScanResult]]) -> dict[tuple[str, str, str], dict[str, Frontier]]:
     """(workload, card, precision) -> {source: Frontier} for every result with a frontier section, the newest of
     each source kept."""
     out: dict[tuple[str, str, str], dict[str, Frontier]] = {}
@@ -28,7 +28,7 @@ def frontier_entries(loaded: Sequence[tuple[Path, ScanResult]]) -> dict[tuple[st
     return out
 
 
-def frontier_rows(loaded: Sequence[tuple[Path, ScanResult]]) -> list[dict[str, Any]]:
+def frontier_rows(loaded: Sequence[tuple[Path | None, ScanResult]]) -> list[dict[str, Any]]:
     """One row per (workload, card, precision, ladder point): measured and predicted beside each other, with how
     the measured point stands (verified in fresh processes, skipped by the budget, an error)."""
     rows = []

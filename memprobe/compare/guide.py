@@ -280,13 +280,14 @@ def value_table(comparison: Comparison | None, cards: Sequence[Card], workloads:
     points.sort(key=lambda p: (p.workload, p.precision, -(p.throughput or 0)))
     for p in points:
         card = allowed[p.gpu]
+        throughput = p.throughput or 0.0  # points holds only those with a throughput
         mark = "" if p.origin == MEASURED else " (pub)"
         price = card.price.usd if card.price else None
-        per_usd = Cell(f"{p.throughput / price * 1000:.2f}{mark}", p.throughput / price * 1000, p.origin) if price else "-"
-        per_w = Cell(f"{p.throughput / card.tdp_w:.3f}{mark}", p.throughput / card.tdp_w, p.origin) if card.tdp_w else "-"
+        per_usd = Cell(f"{throughput / price * 1000:.2f}{mark}", throughput / price * 1000, p.origin) if price else "-"
+        per_w = Cell(f"{throughput / card.tdp_w:.3f}{mark}", throughput / card.tdp_w, p.origin) if card.tdp_w else "-"
         power = ((p.utilization or {}).get("power_w") or {}).get("mean")
-        per_power = Cell(f"{p.throughput / power:.3f}", p.throughput / power, MEASURED) if power else "-"
-        rows.append([p.workload, p.precision, card.name, Cell(fmt_number(p.throughput) + mark, p.throughput, p.origin),
+        per_power = Cell(f"{throughput / power:.3f}", throughput / power, MEASURED) if power else "-"
+        rows.append([p.workload, p.precision, card.name, Cell(fmt_number(throughput) + mark, throughput, p.origin),
                      p.unit, at_batch_text(p), knee_text(p.knee_batch, p.knee_after_batch, p.knee_drop),
                      f"{price:,.0f}" if price else "-", per_usd,
                      fmt_number(card.tdp_w) if card.tdp_w else "-", per_w, per_power])
@@ -344,11 +345,11 @@ def guide_report(loaded: Sequence[tuple[Path, ScanResult]], budget: float | None
                             "otherwise (older files) and for published figures.")
     if models:
         vs = [v for v in verdicts(preds, all_cards) if v.card.name in names]
-        table = verdict_table(vs)
+        verdicts_shown = verdict_table(vs)
         thresholds = roomy_thresholds(preds)
-        table.notes.append("Roomy from: " + ", ".join(f"{w} batch {t}" for w, t in thresholds.items())
-                           + f" (1/8 of the largest over {len(all_cards)} catalog cards, whatever the budget).")
-        tables.append(table)
+        verdicts_shown.notes.append("Roomy from: " + ", ".join(f"{w} batch {t}" for w, t in thresholds.items())
+                                    + f" (1/8 of the largest over {len(all_cards)} catalog cards, whatever the budget).")
+        tables.append(verdicts_shown)
     else:
         notes.append("No memory model in the inputs: give result files (memprobe scan output) for predictions and verdicts.")
     title = f"memprobe guide: {len(loaded)} result file(s), {len(shown)} card(s)"

@@ -63,12 +63,12 @@ class Figure:
 
 def default_published_path() -> Path:
     """The published.csv shipped inside the package."""
-    return Path(str(resources.files("memprobe").joinpath("data", "published.csv")))
+    return Path(str((resources.files("memprobe") / "data" / "published.csv")))
 
 
 def default_published_multi_gpu_path() -> Path:
     """The published_multi_gpu.csv shipped inside the package (machines of several GPUs)."""
-    return Path(str(resources.files("memprobe").joinpath("data", "published_multi_gpu.csv")))
+    return Path(str((resources.files("memprobe") / "data" / "published_multi_gpu.csv")))
 
 
 def load_published(path: str | Path | None = None, multi_gpu: bool = False) -> list[Figure]:

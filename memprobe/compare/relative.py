@@ -99,6 +99,7 @@ def relative_throughput(comparison: Comparison, reference: str | None = None, ca
     order = {pr: i for i, pr in enumerate(PRECISION_ORDER)}
     candidates.sort(key=lambda c: (comparison.workloads().index(c[0]), order.get(c[1], 99)))
     columns, ref_values, skipped = [], {}, []
+    ref_throughput: dict[tuple[str, str], float] = {}  # each column's reference samples/s (never 0 or None)
     for col in candidates:
         ref_point = comparison.find(ref, col[0], col[1], MEASURED) or comparison.find(ref, col[0], col[1], PUBLISHED)
         if ref_point is None or not ref_point.throughput:
@@ -106,6 +107,7 @@ def relative_throughput(comparison: Comparison, reference: str | None = None, ca
             continue
         columns.append(col)
         ref_values[col] = ref_point
+        ref_throughput[col] = ref_point.throughput
     if skipped:
         notes.append(f"Not normalized (the reference {ref} has no throughput there): {', '.join(skipped)}; "
                      "--reference picks a card that has them.")
@@ -120,13 +122,13 @@ def relative_throughput(comparison: Comparison, reference: str | None = None, ca
             notes.append(f"{p.gpu} {col[0]} {col[1]}: two published sources; kept the first.")
             continue
         ref_point = ref_values[col]
-        row.cells[col] = RelativeCell(p.throughput / ref_point.throughput, p.origin, p.oom,
+        row.cells[col] = RelativeCell(p.throughput / ref_throughput[col], p.origin, p.oom,
                                       vs_published=p.origin == MEASURED and ref_point.origin == PUBLISHED, at=p.at)
     for row in rows.values():
         row.count = len(row.cells)
         row.mean = sum(c.value for c in row.cells.values()) / row.count if row.count else None
     ordered = sorted(rows.values(), key=lambda r: (-(r.mean if r.mean is not None else -1), r.gpu, r.origin))
-    published_refs = [f"{w} {pr} {fmt_number(p.throughput)} {p.unit} ({p.source})"
+    published_refs = [f"{w} {pr} {fmt_number(ref_throughput[(w, pr)])} {p.unit} ({p.source})"
                       for (w, pr), p in ref_values.items() if p.origin == PUBLISHED]
     if published_refs:
         notes.append(f"The reference's values are published for: {'; '.join(published_refs)}. A measured cell divided "

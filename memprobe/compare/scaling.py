@@ -9,7 +9,7 @@ from memprobe.compare.tables import Table, fmt_number
 from memprobe.core.catalog import PRECISIONS
 from memprobe.core.results import ScanResult
 
-T = TypeVar("T")
+T = TypeVar("T", bound="ScanResult | tuple[Any, ScanResult]")
 
 
 def world_size(result: ScanResult) -> int:

@@ -89,9 +89,12 @@ def scan_notes(results: Iterable[ScanResult], newest_only: bool = False,
                precisions: Sequence[str] | None = None) -> list[str]:
     """One line per precision of the table whose edge was not monotone (proof.non_monotone): which sizes fit,
     which failed, and the B reported."""
-    return [f"{result.gpu_name()} {result.workload.get('name')} {name}: {p.proof.non_monotone['note']}"
-            for result, name, p in _entries(results, newest_only, precisions)
-            if p.proof is not None and (p.proof.non_monotone or {}).get("note")]
+    lines = []
+    for result, name, p in _entries(results, newest_only, precisions):
+        note = (p.proof.non_monotone or {}).get("note") if p.proof is not None else None
+        if note:
+            lines.append(f"{result.gpu_name()} {result.workload.get('name')} {name}: {note}")
+    return lines
 
 
 def scan_rows(results: Iterable[ScanResult], newest_only: bool = False,

@@ -96,11 +96,11 @@ def _by_precision(points: list[Point]) -> dict[str, Point]:
 def max_batch_table(comparison: Comparison) -> Table:
     """Max batch per workload x GPU x precision (the 2020 study's first table, exact where memprobe measured)."""
     precisions = comparison.precisions()
-    rows = []
+    rows: list[list[Any]] = []
     for workload, gpu, source, points in _row_groups(comparison):
         by = _by_precision(points)
         unit = next((p.batch_unit for p in points if p.batch_unit), "")
-        rows.append([workload, gpu, source, unit] + [batch_cell(by.get(pr)) for pr in precisions])
+        rows.append([workload, gpu, source, unit, *(batch_cell(by.get(pr)) for pr in precisions)])
     notes = []
     if any(p.origin == PUBLISHED and p.batch_lower_bound for p in comparison.points):
         notes.append("Published batches are batches that fit (2020: largest power of two; 2023-2025 catalog: "

@@ -111,7 +111,7 @@ class Catalog:
 
 def default_catalog_path() -> Path:
     """The gpus.yaml shipped inside the package."""
-    return Path(str(resources.files("memprobe").joinpath("data", "gpus.yaml")))
+    return Path(str((resources.files("memprobe") / "data" / "gpus.yaml")))
 
 
 def load_catalog(path: str | Path | None = None) -> Catalog:
@@ -168,7 +168,7 @@ def _card(entry: Any, where: str) -> Card:
         device_patterns=tuple(str(p) for p in entry.get("device_patterns") or ()),
         architecture=str(entry.get("architecture", "")),
         compute_capability=str(entry["compute_capability"]),
-        memory_bytes=int(round(float(_number(entry["memory_gib"], where, "memory_gib")) * 2**30)),
+        memory_bytes=int(round((_number(entry["memory_gib"], where, "memory_gib") or 0.0) * 2**30)),  # not null: above
         peak_tflops={p: _number(peaks.get(p), where, f"peak_tflops.{p}") for p in PRECISIONS},
         peak_source=str(entry["peak_source"]),
         bandwidth_gb_s=_number(entry.get("bandwidth_gb_s"), where, "bandwidth_gb_s"),

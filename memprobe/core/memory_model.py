@@ -9,9 +9,11 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import asdict, dataclass
-from typing import Iterable, Sequence
+from typing import Iterable, Sequence, TypeVar
 
 from memprobe.core.outcomes import FIT, oom_numbers
+
+A = TypeVar("A", bound="Attempt")
 
 
 @dataclass
@@ -55,7 +57,7 @@ class Attempt:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict) -> "Attempt":
+    def from_dict(cls: type[A], data: dict) -> A:
         return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
 
 
@@ -169,12 +171,14 @@ def edge_model(attempts: Iterable[Attempt]) -> MemoryModel | None:
     pair = edge_pair(attempts, basis)
     if not pair:
         return None
-    if basis == "peak_reserved" and all(a.peak_allocated and a.peak_reserved for a in pair):
+    if basis == "peak_reserved" and all(bool(a.peak_allocated and a.peak_reserved) for a in pair):
         allocated = fit_memory_model(pair, basis="peak_allocated")
         if allocated is not None:
             top = max(a.batch for a in pair)
             tops = [a for a in pair if a.batch == top]
-            ratio = sum(a.peak_reserved / a.peak_allocated for a in tops) / len(tops)
+            # every fit of the pair has both peaks (checked above); the condition says so to the type checker
+            ratio = sum(a.peak_reserved / a.peak_allocated for a in tops
+                        if a.peak_reserved and a.peak_allocated) / len(tops)
             return MemoryModel(ratio * allocated.static_bytes, ratio * allocated.per_sample_bytes,
                                "peak_allocated x reserved/allocated of the largest fit", allocated.points,
                                ratio * allocated.max_residual_bytes)

@@ -51,7 +51,8 @@ def atomic_write(path: str | Path, fill: Callable[[IO[Any]], None], binary: bool
     path = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "wb" if binary else "w", **({} if binary else {"encoding": "utf-8"})) as handle:
+        handle: IO[Any] = os.fdopen(fd, "wb") if binary else os.fdopen(fd, "w", encoding="utf-8")
+        with handle:
             fill(handle)
             handle.flush()
             os.fsync(handle.fileno())

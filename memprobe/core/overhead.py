@@ -105,7 +105,7 @@ class OverheadTable:
 
 def default_overhead_path() -> Path:
     """overhead.yaml shipped inside the package."""
-    return Path(str(resources.files("memprobe").joinpath("data", "overhead.yaml")))
+    return Path(str((resources.files("memprobe") / "data" / "overhead.yaml")))
 
 
 def load_overhead_table(path: str | Path | None = None) -> OverheadTable:

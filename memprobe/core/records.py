@@ -151,7 +151,7 @@ class Proof(OpenRecord):
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Proof":
         proof = super().from_dict(data)
-        proof.checks = [Check.from_dict(c) for c in proof.checks]
+        proof.checks = [Check.from_dict(c) for c in data.get("checks") or []]
         proof.search = Pair.from_dict(proof.search) if isinstance(proof.search, dict) else None
         proof.in_process = Pair.from_dict(proof.in_process) if isinstance(proof.in_process, dict) else None
         return proof

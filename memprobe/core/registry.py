@@ -105,7 +105,7 @@ def load_registry(path: str | Path | None = None) -> dict[str, Workload]:
         where = f" line {mark.line + 1}" if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise RegistryError(f"{path}:{where}: malformed YAML: {problem}") from exc
-    if not isinstance(data, dict) or not data:
+    if root is None or not isinstance(data, dict) or not data:
         raise RegistryError(f"{path}: expected a mapping of workload names to definitions")
     seen: dict[str, int] = {}
     for node, _ in root.value:

@@ -8,6 +8,7 @@ naming it ("precisions.fp16.max_batch must be an integer >= 0 or null, got 'lots
 from __future__ import annotations
 
 import math
+from functools import partial
 from typing import Any, Callable
 
 Check = Callable[[Any], bool]
@@ -79,6 +80,11 @@ def _each(items: list, spec: dict[str, tuple[Check, str]], where: str) -> str | 
     return None
 
 
+def _memory_line(where: str, line: Any) -> str | None:
+    """What is wrong with one memory_model line (None: nothing)."""
+    return f"{where} must be a mapping, got {_shown(line)}" if not isinstance(line, dict) else _fields(line, LINE, f"{where}.")
+
+
 def _precision(name: str, p: dict) -> str | None:
     where = f"precisions.{name}."
     found = _fields(p, PRECISION, where)
@@ -88,7 +94,7 @@ def _precision(name: str, p: dict) -> str | None:
 
     if p.get("status", "pending") not in PRECISION_STATUSES:
         return f"{where}status must be one of {', '.join(PRECISION_STATUSES)}, got {_shown(p.get('status'))}"
-    checks = [
+    checks: list[Callable[[], str | None]] = [
         lambda: _each(p.get("attempts") or [], ATTEMPT, f"{where}attempts"),
         lambda: _each(p.get("curve") or [], CURVE_POINT, f"{where}curve"),
         lambda: _each(p.get("extra_batches") or [], {"batch": _int(0, null=False)}, f"{where}extra_batches"),
@@ -97,9 +103,7 @@ def _precision(name: str, p: dict) -> str | None:
         lambda: _each((p.get("proof") or {}).get("checks") or [], ATTEMPT, f"{where}proof.checks"),
     ]
     for key, line in (p.get("memory_model") or {}).items():
-        checks.append(lambda key=key, line=line: (f"{where}memory_model.{key} must be a mapping, got {_shown(line)}"
-                                                  if not isinstance(line, dict) else
-                                                  _fields(line, LINE, f"{where}memory_model.{key}.")))
+        checks.append(partial(_memory_line, f"{where}memory_model.{key}", line))
     for check in checks:
         found = check()
         if found:

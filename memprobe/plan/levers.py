@@ -40,7 +40,8 @@ def settings(workload: Workload, precisions: Sequence[str], seq_len: int | None 
     if unknown:
         raise PlanError(f"unknown optimizer(s) {', '.join(unknown)} (known: {', '.join(OPTIMIZERS)})")
     out: list[Setting] = []
-    for optimizer in list(optimizers) or [None]:
+    choices: list[str | None] = [*optimizers] or [None]  # None: the registry's optimizer
+    for optimizer in choices:
         base = workload if optimizer is None else replace(workload, optimizer=dict(DEFAULT_OPTIMIZERS[optimizer]))
         for precision in precisions:
             for ckpt in (False, True) if llm else (False,):

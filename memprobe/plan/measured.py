@@ -7,8 +7,10 @@ from typing import Sequence
 
 from memprobe.compare.scaling import world_size
 from memprobe.core.catalog import Card, Catalog
+from memprobe.core.memory_model import Attempt
 from memprobe.core.outcomes import FIT
 from memprobe.core.plan import MEASURED, Capacity
+from memprobe.core.records import CurvePoint, Timed
 from memprobe.core.registry import Workload
 from memprobe.core.results import PrecisionResult, ScanResult
 from memprobe.plan.levers import Setting
@@ -33,13 +35,14 @@ def capacity_of(setting: Setting, p: PrecisionResult, unit: str, origin: str) ->
     """A precision result as the plan's Capacity: B, b*, knee, timed samples/s and measured peaks by batch."""
     timed: dict[int, float] = {}
     peaks: dict[int, int] = {}
-    runs = [*p.curve, *([p.throughput] if p.throughput else []), *p.extra_batches]
+    runs: list[CurvePoint | Timed] = [*p.curve, *([p.throughput] if p.throughput else []), *p.extra_batches]
     for run in runs:
         if (run.outcome or FIT) == FIT and run.samples_per_s and run.batch is not None:
             timed.setdefault(int(run.batch), float(run.samples_per_s))
-    for run in [*p.attempts, *(p.proof.checks if p.proof else []), *runs]:
-        if run.outcome == FIT and run.peak_reserved and run.batch is not None:
-            peaks[int(run.batch)] = max(peaks.get(int(run.batch), 0), int(run.peak_reserved))
+    sized: list[Attempt | CurvePoint | Timed] = [*p.attempts, *(p.proof.checks if p.proof else []), *runs]
+    for one in sized:
+        if one.outcome == FIT and one.peak_reserved and one.batch is not None:
+            peaks[int(one.batch)] = max(peaks.get(int(one.batch), 0), int(one.peak_reserved))
     line = p.memory_model.get("peak_reserved")
     return Capacity(setting.levers, setting.workload.name, MEASURED, int(p.max_batch or 0), p.capacity_bytes,
                     p.best_batch, p.knee_batch, timed, peaks, line.static_bytes if line else None,
