@@ -13,6 +13,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
+from memprobe.core.breakdown import Breakdown, BreakdownError
 from memprobe.core.result_check import problem
 
 SCHEMA = "memprobe.scan"
@@ -71,6 +72,9 @@ class PrecisionResult:
     knee_batch: int | None = None
     knee_after_batch: int | None = None
     knee_drop: float | None = None
+    # The memory at the peak of a step at B by category (core/breakdown.py), measured in its own fresh process
+    # after the proof; None where not measured. A new optional field: older readers ignore it.
+    breakdown: Breakdown | None = None
 
     @property
     def at_max_samples_per_s(self) -> float | None:
@@ -131,7 +135,8 @@ class ScanResult:
     def from_dict(cls, data: dict[str, Any]) -> "ScanResult":
         fields = PrecisionResult.__dataclass_fields__
         precisions = {
-            name: PrecisionResult(**{k: v for k, v in p.items() if k in fields})
+            name: PrecisionResult(**{k: v for k, v in p.items() if k in fields and k != "breakdown"},
+                                  breakdown=Breakdown.from_dict(p["breakdown"]) if p.get("breakdown") else None)
             for name, p in data.get("precisions", {}).items()
         }
         return cls(
@@ -221,7 +226,7 @@ def read_result(path: str | Path) -> ScanResult:
         result = ScanResult.from_dict(data)
         result.status = effective_status(result)
         return result
-    except (KeyError, TypeError) as exc:
+    except (KeyError, TypeError, BreakdownError) as exc:
         raise ResultFileError(f"{path}: incomplete result file ({type(exc).__name__}: {exc})") from exc
 
 

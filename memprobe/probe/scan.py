@@ -26,6 +26,7 @@ from memprobe.probe.curve_run import add_curve
 from memprobe.probe.options import (  # noqa: F401
     CURVE_TIMED_STEPS, CURVE_WARMUP, INFER_TRIAL_STEPS, INFER_WARMUP, MODES, ScanOptions,
 )
+from memprobe.probe.breakdown_run import measure_at_max
 from memprobe.probe.proof import confirm_edge, proof_record, reusable_checks
 from memprobe.probe.scan_trials import FRESH_ABOVE_SHARE, FreshRuns, SearchTrials, in_fresh_process, measure_fresh
 from memprobe.core.memory_model import Attempt, edge_model, fit_memory_model
@@ -187,6 +188,8 @@ def scan_precision(workload: Workload, precision: str, opts: ScanOptions, factor
             continue
         progress.note(f"timing {opts.timed_steps} steps at requested batch {batch}")
         result.extra_batches.append(measure_fresh(factory, spec, batch, opts))
+    if opts.measures_breakdown and result.max_batch > 0:
+        measure_at_max(factory, spec, result, opts.trial_steps, progress.note)
     gpu = worker.info["environment"].get("gpu", {}).get("name", "")
     for measured in [result.throughput, *result.extra_batches]:
         add_mfu(measured, result.settings["flops_per_sample"], gpu, precision)

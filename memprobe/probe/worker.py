@@ -34,6 +34,7 @@ from typing import Any
 import torch
 
 from memprobe.core import lifeline
+from memprobe.probe import breakdown_run
 from memprobe.training.cpu_memory import LiveBytes
 from memprobe.probe.device import torch_environment
 from memprobe.core.outcomes import CRASH, USER_ERROR, classify_error, with_memory_state
@@ -336,7 +337,7 @@ def _serve(protocol) -> int:
         if op == "exit":
             return 0
         handler = {"setup": session.setup, "trial": session.trial, "measure": session.measure,
-                   "flops": session.flops, "ping": _ping}.get(op)
+                   "flops": session.flops, "ping": _ping, "breakdown": lambda r: breakdown_run.serve(session, r)}.get(op)
         if handler is None:
             answer: dict[str, Any] = {"ok": False, "kind": "error", "message": f"unknown op {op!r}"}
         else:

@@ -15,8 +15,9 @@ counted apart here: outputs of a dtype cast whose input is a parameter.
 from __future__ import annotations
 
 import time
+import warnings
 import weakref
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from torch.distributed._tools.mem_tracker import MemTracker, _MemRefType, _ModState
@@ -134,10 +135,35 @@ class StepTracker(MemTracker):
             held[stats.mod_fqn] = held.get(stats.mod_fqn, 0) + sum(act(b) - act(a) for a, b in zip(pre, post))
         own = {name: value - self.copies_by_module.get(name, 0) for name, value in held.items()}
         for name, value in held.items():
-            parent = name.rsplit(".", 1)[0] if "." in name else None
-            if parent in own:
+            parent = _nearest_ancestor(name, held)
+            if parent is not None:
                 own[parent] -= value
         return own
+
+    def _track_module_params_and_buffers(self, module: torch.nn.Module,
+                                         install_grad_hooks: bool = True) -> tuple[int, int]:
+        # MemTracker hooks every parameter, and register_hook raises for frozen ones (a GAN's VGG, a LoRA
+        # base): hook only those that get gradients.
+        sizes = super()._track_module_params_and_buffers(module, install_grad_hooks=False)
+        if install_grad_hooks:
+            for param in module.parameters():
+                if param.requires_grad and self._param_to_grad_hook_handles.get(param, None) is None:
+                    self._param_to_grad_hook_handles[param] = (
+                        param.register_hook(self._grad_seen),
+                        param.register_post_accumulate_grad_hook(lambda p: self._grad_seen(p.grad)))
+        return sizes
+
+    def _grad_seen(self, grad: torch.Tensor) -> None:
+        self._update_and_maybe_create_winfos(grad, _MemRefType.GRAD)
+
+
+def _nearest_ancestor(name: str, known: dict[str, int]) -> str | None:
+    """The closest enclosing module name of `name` present in `known` (containers that never run are skipped)."""
+    while "." in name:
+        name = name.rsplit(".", 1)[0]
+        if name in known:
+            return name
+    return None
 
 
 def _reset_peak(memory: Memory) -> None:
@@ -161,14 +187,17 @@ def outside_pytorch_bytes(device: torch.device) -> int | None:
 
 def measure_breakdown(task: TrainTask, precision: str, batch: int, steps: int, memory: Memory,
                       per_sample_bytes: int | None = None, loss_scale: float | None = None,
-                      note: str = "") -> Breakdown:
+                      note: str = "", before: Callable[[], Any] | None = None) -> Breakdown:
     """Run `steps` training steps at `batch` as a trial does (training/step.py), the last one under the tracker,
     and return the breakdown at that step's peak. The earlier steps create optimizer state and warm the
-    allocator, so the tracked step is a steady-state one. Raises what the step raises (an OOM included):
+    allocator, so the tracked step is a steady-state one. `before` runs after the memory reset (the --memory-cap
+    re-cap), as in a trial. Raises what the step raises (an OOM included):
     the caller runs this in its own process and classifies the failure.
     """
     started = time.perf_counter()
     memory.reset()
+    if before is not None:
+        before()
     task.start()
     amp = Amp(precision, task.device, loss_scale)
     inputs = task.make_batch(batch)
@@ -177,7 +206,9 @@ def measure_breakdown(task: TrainTask, precision: str, batch: int, steps: int, m
         tracker = StepTracker()
         tracker.track_external(task.model, *task.optimizers, inputs)
         _reset_peak(memory)
-        with tracker:
+        with tracker, warnings.catch_warnings():
+            # MemTracker warns for each backward hook whose module was collected (a transient wrapper).
+            warnings.filterwarnings("ignore", message="Module is None")
             run_step(task, amp, inputs, "train")
         memory.synchronize()
         peak_allocated, peak_reserved = memory.peaks()
