@@ -33,8 +33,13 @@ from memprobe.cli.app import _FORMATS, _load_results, _precision_list, main
 @click.option("--llm", is_flag=True,
               help="Print the LLM edges instead: max batch or max sequence length per setting (plain, checkpointing, "
                    "LoRA) and how much each raises it over plain, with tokens per step, tokens/s and MFU.")
+@click.option("--breakdown", is_flag=True,
+              help="Show the memory at the peak of B by category (scan --breakdown), with what buys more batch.")
+@click.option("--predicted", "predicted_file", type=checks.Path(exists=True, dir_okay=False),
+              help="With --breakdown: a file of predicted breakdowns (predict --breakdown-out) to set beside the measured.")
 def report_cmd(paths: tuple[str, ...], reference: str | None, precision: str | None, fmt: str, with_published: bool,
-               charts_dir: str | None, at_batch: str, scans: bool, llm: bool) -> None:
+               charts_dir: str | None, at_batch: str, scans: bool, llm: bool, breakdown: bool = False,
+               predicted_file: str | None = None) -> None:
     """Compare result files from any number of machines.
 
     PATHS are result files or folders (searched for *.json; other JSON files there are skipped with a
@@ -53,6 +58,9 @@ def report_cmd(paths: tuple[str, ...], reference: str | None, precision: str | N
     if charts_dir:  # before the report prints: a folder that cannot be written is one line, not a late traceback
         _charts_folder(charts_dir)
     loaded, multi = split_by_world_size(_load_results(paths))
+    if breakdown:
+        _breakdown(loaded, predicted_file)
+        return
     if llm:
         from memprobe.compare.llm import llm_table
 
@@ -130,3 +138,15 @@ def guide_cmd(paths: tuple[str, ...], budget: float | None, gpus: str | None, fm
     if paths and not loaded:
         raise click.ClickException(f"no memprobe result files in {', '.join(paths)}")
     click.echo(guide_report(loaded, budget=budget, fmt=fmt, only=card_names(gpus)), nl=False)
+
+
+def _breakdown(loaded: list, predicted_file: str | None) -> None:
+    """Print the breakdown tables (measured, and against predicted records when a file is given)."""
+    from memprobe.compare.breakdown import breakdown_report
+    from memprobe.core.breakdown import BreakdownError, read_predicted
+
+    try:
+        predicted = read_predicted(predicted_file) if predicted_file else None
+    except BreakdownError as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(breakdown_report([result for _path, result in loaded], predicted))

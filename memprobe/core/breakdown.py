@@ -169,3 +169,33 @@ def what_buys_more_batch(breakdown: Breakdown, precision: str = "", family: str 
               for name in CATEGORIES if name != "unattributed"
               for value in [breakdown.categories.get(name, 0)] if value > 0]
     return sorted(levers, key=lambda lever: -lever.bytes)
+
+
+PREDICTED_SCHEMA = "memprobe.breakdown"
+
+
+def write_predicted(path: Any, records: list[dict[str, Any]]) -> Any:
+    """Write predicted breakdowns ({"workload", "precision", "memory", "breakdown": Breakdown}) atomically as JSON."""
+    import json
+
+    from memprobe.core.outputs import atomic_write
+
+    rows = [{**r, "breakdown": r["breakdown"].to_dict()} for r in records]
+    return atomic_write(path, lambda handle: json.dump({"schema": PREDICTED_SCHEMA, "records": rows}, handle, indent=1))
+
+
+def read_predicted(path: Any) -> list[dict[str, Any]]:
+    """Read a file write_predicted wrote. Raises BreakdownError (one line, naming the file) when it cannot."""
+    import json
+
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = json.load(handle)
+    except (OSError, ValueError) as exc:
+        raise BreakdownError(f"{path}: cannot read a predicted breakdown file ({exc})") from exc
+    if not isinstance(data, dict) or data.get("schema") != PREDICTED_SCHEMA:
+        raise BreakdownError(f"{path}: not a predicted breakdown file (no '{PREDICTED_SCHEMA}' schema field)")
+    try:
+        return [{**r, "breakdown": Breakdown.from_dict(r["breakdown"])} for r in data.get("records", [])]
+    except (KeyError, TypeError) as exc:
+        raise BreakdownError(f"{path}: malformed predicted breakdown record ({exc})") from exc
