@@ -86,7 +86,12 @@ def breakdown_report(results: list[Any], predicted: list[dict[str, Any]] | None 
             title = f"{name} {precision} on {gpu}"
             parts.append(breakdown_table(p.breakdown, title, precision, family))
             for row in predicted or []:
-                if row.get("workload") == name and row.get("precision") == precision:
+                if row.get("workload") != name or row.get("precision") != precision:
+                    continue
+                if row["breakdown"].batch != p.breakdown.batch:
+                    parts.append(f"predicted for {row.get('memory', '?')} at batch {row['breakdown'].batch}, measured at "
+                                 f"{p.breakdown.batch}: not compared (predict at the measured batch)")
+                else:
                     parts.append(comparison_table(p.breakdown, row["breakdown"],
                                                   f"{title} vs predicted for {row.get('memory', '?')}"))
     return "\n\n".join(parts) if parts else "no memory breakdown in these result files (scan with --breakdown)"
