@@ -36,7 +36,8 @@ from memprobe.cli.app import _FORMATS, _load_results, _precision_list, main
 @click.option("--breakdown", is_flag=True,
               help="Show the memory at the peak of B by category (scan --breakdown), with what buys more batch.")
 @click.option("--predicted", "predicted_file", type=checks.Path(exists=True, dir_okay=False),
-              help="With --breakdown: a file of predicted breakdowns (predict --breakdown-out) to set beside the measured.")
+              help="With --breakdown or --charts: a file of predicted breakdowns (predict --breakdown-out) to set "
+                   "beside the measured ones at the same batch.")
 def report_cmd(paths: tuple[str, ...], reference: str | None, precision: str | None, fmt: str, with_published: bool,
                charts_dir: str | None, at_batch: str, scans: bool, llm: bool, breakdown: bool = False,
                predicted_file: str | None = None) -> None:
@@ -52,14 +53,20 @@ def report_cmd(paths: tuple[str, ...], reference: str | None, precision: str | N
 
     from memprobe.compare.scaling import scaling_table, split_by_world_size
 
-    checks.report_checks(click.get_current_context(), scans, llm)
+    checks.report_checks(click.get_current_context(), scans, llm, breakdown, bool(charts_dir))
     if reference is not None and not reference.strip():
         raise click.BadParameter("give a GPU name (e.g. \"H100 SXM\")", param_hint="--reference")
     if charts_dir:  # before the report prints: a folder that cannot be written is one line, not a late traceback
         _charts_folder(charts_dir)
     loaded, multi = split_by_world_size(_load_results(paths))
+    predicted = _predicted(predicted_file)
     if breakdown:
-        _breakdown(loaded, predicted_file)
+        from memprobe.compare.breakdown import breakdown_report
+        from memprobe.compare.breakdown_chart import write_breakdown_charts
+
+        click.echo(breakdown_report([result for _path, result in loaded], predicted))
+        if charts_dir:
+            _wrote(lambda: write_breakdown_charts(loaded, charts_dir, predicted))
         return
     if llm:
         from memprobe.compare.llm import llm_table
@@ -94,13 +101,19 @@ def report_cmd(paths: tuple[str, ...], reference: str | None, precision: str | N
     click.echo(text, nl=False)
     if charts_dir:
         from memprobe.compare.charts import write_charts
-        from memprobe.core.outputs import OutputError
 
-        try:
-            for written in write_charts(comparison, relative, loaded, charts_dir):
-                click.echo(f"wrote {written}", err=True)
-        except OutputError as exc:
-            raise click.ClickException(str(exc)) from None
+        _wrote(lambda: write_charts(comparison, relative, loaded, charts_dir, predicted=predicted))
+
+
+def _wrote(write) -> None:
+    """Run a chart writer and say each file it wrote; a file that cannot be written is one line."""
+    from memprobe.core.outputs import OutputError
+
+    try:
+        for written in write():
+            click.echo(f"wrote {written}", err=True)
+    except OutputError as exc:
+        raise click.ClickException(str(exc)) from None
 
 
 def _charts_folder(path: str) -> None:
@@ -140,13 +153,11 @@ def guide_cmd(paths: tuple[str, ...], budget: float | None, gpus: str | None, fm
     click.echo(guide_report(loaded, budget=budget, fmt=fmt, only=card_names(gpus)), nl=False)
 
 
-def _breakdown(loaded: list, predicted_file: str | None) -> None:
-    """Print the breakdown tables (measured, and against predicted records when a file is given)."""
-    from memprobe.compare.breakdown import breakdown_report
+def _predicted(predicted_file: str | None) -> list | None:
+    """The predicted breakdowns of --predicted (None without it); a file that cannot be read is one line."""
     from memprobe.core.breakdown import BreakdownError, read_predicted
 
     try:
-        predicted = read_predicted(predicted_file) if predicted_file else None
+        return read_predicted(predicted_file) if predicted_file else None
     except BreakdownError as exc:
         raise click.ClickException(str(exc)) from None
-    click.echo(breakdown_report([result for _path, result in loaded], predicted))

@@ -72,6 +72,11 @@ def comparison_table(measured: Breakdown, predicted: Breakdown, title: str) -> s
     return "\n".join(lines)
 
 
+def predicted_rows(predicted: list[dict[str, Any]] | None, workload: str, precision: str) -> list[dict[str, Any]]:
+    """The predicted records (core.breakdown.read_predicted) for a workload and precision, in the file's order."""
+    return [row for row in predicted or [] if row.get("workload") == workload and row.get("precision") == precision]
+
+
 def breakdown_report(results: list[Any], predicted: list[dict[str, Any]] | None = None) -> str:
     """For each result and precision with a measured breakdown: its table, and measured against predicted where
     `predicted` (records of core.breakdown.read_predicted) has the same workload and precision."""
@@ -85,9 +90,7 @@ def breakdown_report(results: list[Any], predicted: list[dict[str, Any]] | None 
                 continue
             title = f"{name} {precision} on {gpu}"
             parts.append(breakdown_table(p.breakdown, title, precision, family))
-            for row in predicted or []:
-                if row.get("workload") != name or row.get("precision") != precision:
-                    continue
+            for row in predicted_rows(predicted, name, precision):
                 if row["breakdown"].batch != p.breakdown.batch:
                     parts.append(f"predicted for {row.get('memory', '?')} at batch {row['breakdown'].batch}, measured at "
                                  f"{p.breakdown.batch}: not compared (predict at the measured batch)")
