@@ -158,3 +158,120 @@ def test_api_and_predict_cli_give_the_predicted_breakdown(tmp_path):
     junk = CliRunner().invoke(main, ["report", "--breakdown", str(tmp_path / "p.json"), "--predicted",
                                      str(tmp_path / "junk.json")])
     assert junk.exit_code != 0 and "Error:" in junk.output
+
+
+# --- charts: report --charts draws the breakdown where result files have one, and nothing where none do ---
+
+def _scan(record: Breakdown | None, gpu: str = "NVIDIA H100 80GB HBM3", workload: str = "toy", precision: str = "fp32",
+          fitted: bool = True, capacity: int | None = None, best: int | None = None) -> ScanResult:
+    """A result with `record` as its breakdown at B (record.batch), a fitted memory line through its peak."""
+    batch = record.batch if record is not None else 8
+    model = {}
+    if fitted and record is not None and record.per_sample_bytes:
+        model = {"peak_reserved": {"static_bytes": record.peak_reserved - record.per_sample_bytes * batch,
+                                   "per_sample_bytes": record.per_sample_bytes, "basis": "peak_reserved", "points": 3}}
+    p = PrecisionResult(precision, status="done", max_batch=batch, memory_model=model, capacity_bytes=capacity,
+                        best_batch=best, breakdown=record)
+    return ScanResult(workload={"name": workload}, environment={"gpu": {"name": gpu}}, settings={},
+                      precisions={precision: p})
+
+
+def _gib_record(batch: int, activations: float, basis: str = "measured", unattributed: float = 0.5) -> Breakdown:
+    """A GiB-scale record (as a GPU scan makes): `unattributed` GiB below the allocated peak, 2 GiB of slack."""
+    tracked = {"parameters": int(1.3 * GIB), "gradients": int(1.3 * GIB), "optimizer_state": int(2.6 * GIB),
+               "activations": int(activations * GIB), "temporaries": 3 * GIB}
+    allocated = sum(tracked.values()) + int(unattributed * GIB)
+    return assemble(batch, basis, tracked, allocated, allocated + 2 * GIB,
+                    per_sample_bytes=int(activations * GIB / batch))
+
+
+def _pairs(*results: ScanResult) -> list:
+    from pathlib import Path
+
+    return [(Path(f"r{i}.json"), r) for i, r in enumerate(results)]
+
+
+def test_breakdown_charts_are_written_from_a_measured_breakdown_and_rerun_byte_identical(tmp_path, toy_breakdown):
+    from memprobe.compare.breakdown_chart import write_breakdown_charts
+
+    record = Breakdown.from_dict({**toy_breakdown.to_dict(), "per_sample_bytes": 40_000})
+    pairs = _pairs(_scan(record, capacity=record.peak_reserved + 200_000, best=4))
+    written = write_breakdown_charts(pairs, tmp_path / "a")
+    assert sorted(p.name for p in written) == ["memory_breakdown.png", "memory_breakdown.svg",
+                                               "memory_vs_batch.png", "memory_vs_batch.svg"]
+    assert all(p.read_bytes().startswith(b"\x89PNG") for p in written if p.suffix == ".png")
+    bars = (tmp_path / "a" / "memory_breakdown.svg").read_text()
+    assert "activations saved for backward" in bars and "optimizer state" in bars and "predicted" not in bars
+    assert f"B={record.batch}" in bars and "allocator capacity" in bars
+    lines = (tmp_path / "a" / "memory_vs_batch.svg").read_text()
+    assert f"B={record.batch}" in lines and "b*=4" in lines and "static part" in lines
+    again = write_breakdown_charts(pairs, tmp_path / "b")
+    assert [p.read_bytes() for p in written] == [p.read_bytes() for p in again]
+
+    same = {"workload": "toy", "precision": "fp32", "breakdown": Breakdown.from_dict({**record.to_dict(), "basis": "predicted"})}
+    other = {**same, "breakdown": Breakdown.from_dict({**record.to_dict(), "batch": record.batch + 1})}
+    write_breakdown_charts(pairs, tmp_path / "c", [other])
+    assert "predicted (emulated" not in (tmp_path / "c" / "memory_breakdown.svg").read_text()  # another batch
+    write_breakdown_charts(pairs, tmp_path / "c", [same])
+    assert "predicted (emulated, same batch)" in (tmp_path / "c" / "memory_breakdown.svg").read_text()
+
+
+def test_no_breakdown_no_breakdown_charts_and_no_line_without_a_per_sample_cost(tmp_path):
+    from memprobe.compare.breakdown_chart import entries, per_sample_line, write_breakdown_charts
+
+    assert write_breakdown_charts(_pairs(_scan(None)), tmp_path) == [] and not list(tmp_path.iterdir())
+    record = _gib_record(10, 60.0)
+    (entry,) = entries(_pairs(_scan(record, fitted=False)))
+    static, slope, source = per_sample_line(entry)  # no fitted model: the line through the breakdown's peak
+    assert slope == record.per_sample_bytes and static == record.peak_reserved - 10 * slope and "breakdown" in source
+    bare = Breakdown.from_dict({**record.to_dict(), "per_sample_bytes": None})
+    written = write_breakdown_charts(_pairs(_scan(bare, fitted=False)), tmp_path)
+    assert [p.stem for p in written] == ["memory_breakdown"] * 2  # no per-sample cost: no memory-against-batch chart
+
+
+def test_breakdown_charts_fit_the_screen_and_draw_a_negative_rest_below_zero():
+    from test_charts import clipped, pixels
+
+    from memprobe.compare.breakdown_chart import bars_figure, entries, lines_figure
+    from memprobe.compare.chart_layout import MAX_HEIGHT_PX, MAX_WIDTH_PX
+
+    results = [_scan(_gib_record(b, 60.0, unattributed=-0.4 if w == "llama-1b" else 0.5), gpu=gpu, workload=w,
+                     precision=p, capacity=79 * GIB, best=b // 2)
+               for gpu in ("NVIDIA H100 80GB HBM3", "NVIDIA H200") for w in ("bert-large-squad", "llama-1b", "resnet50")
+               for p, b in (("fp32", 40), ("bf16", 90))]
+    predicted = [{"workload": "resnet50", "precision": "bf16", "breakdown": _gib_record(90, 61.0, "predicted")}]
+    found = entries(_pairs(*results), predicted)
+    assert [(e.workload, e.precision) for e in found if e.gpu == "H200"][:3] == [
+        ("bert-large-squad", "fp32"), ("bert-large-squad", "bf16"), ("llama-1b", "fp32")]
+    assert sum(e.predicted is not None for e in found) == 2  # resnet50 bf16 at batch 90, on both cards
+    for fig in (bars_figure(found), lines_figure(found)):
+        width, height = pixels(fig)
+        assert width <= MAX_WIDTH_PX and height <= MAX_HEIGHT_PX * 1.6
+        assert clipped(fig) == []
+    bars = bars_figure(found)
+    assert all(ax.get_ylim()[0] < 0 for ax in bars.axes)  # llama-1b's negative unattributed, on both cards
+
+
+def test_report_charts_draw_the_breakdown_only_for_files_that_have_one(tmp_path):
+    from memprobe.core.breakdown import write_predicted
+
+    runner = CliRunner()
+    with_it = write_result(_scan(_gib_record(10, 60.0), capacity=79 * GIB, best=5), tmp_path / "with.json")
+    without = write_result(_scan(None), tmp_path / "without.json")
+    res = runner.invoke(main, ["report", str(without), "--charts", str(tmp_path / "none")])
+    assert res.exit_code == 0, res.output
+    assert not list((tmp_path / "none").glob("memory_*"))
+    predicted = write_predicted(tmp_path / "p.json", [{"workload": "toy", "precision": "fp32", "memory": "H100 SXM",
+                                                       "breakdown": _gib_record(10, 61.0, "predicted")}])
+    res = runner.invoke(main, ["report", str(with_it), "--charts", str(tmp_path / "all"), "--predicted", str(predicted)])
+    assert res.exit_code == 0, res.output
+    assert "predicted (emulated" in (tmp_path / "all" / "memory_breakdown.svg").read_text()
+    assert (tmp_path / "all" / "memory_vs_batch.png").exists()
+    res = runner.invoke(main, ["report", "--breakdown", str(with_it), "--charts", str(tmp_path / "bd")])
+    assert res.exit_code == 0 and "what buys more batch" in res.output
+    assert sorted(p.name for p in (tmp_path / "bd").iterdir()) == ["memory_breakdown.png", "memory_breakdown.svg",
+                                                                   "memory_vs_batch.png", "memory_vs_batch.svg"]
+    refused = runner.invoke(main, ["report", str(with_it), "--predicted", str(predicted)])
+    assert refused.exit_code == 2 and "--predicted has no effect without --breakdown or --charts" in refused.output
+    refused = runner.invoke(main, ["report", "--breakdown", str(with_it), "--reference", "H100 SXM"])
+    assert refused.exit_code == 2 and "--reference has no effect with --breakdown" in refused.output
