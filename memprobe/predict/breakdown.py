@@ -8,7 +8,6 @@ model (allocator.replay); what the tracker does not see (emulated library worksp
 
 from __future__ import annotations
 
-import gc
 import time
 import warnings
 
@@ -44,12 +43,7 @@ def _tracked_trial(session: TraceSession, precision: str, batch: int) -> tuple[d
     except Exception as exc:  # noqa: BLE001 - reported below, outside the except block
         failure = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
     inputs = amp = tracker = None  # noqa: F841
-    end = rec.mark("end")
-    rec.recording = False
-    task.stop()
-    gc.collect()
-    rec.recording = True
-    rec.sweep()
+    end = session.end_trial()
     if failure is not None:
         raise PredictError(f"{session.workload.name} {precision} batch {batch}: the tracked step failed on fake tensors: "
                            f"{failure}")
