@@ -216,3 +216,21 @@ def plan(model: Model, gpu: str, global_batch: int | None = None, *, seq_len: in
     on_line = (lambda text: print(f"memprobe: {text}", file=sys.stderr)) if verbose else None
     return build_plan(workload, gpu, global_batch, precisions, None if named else seq_len, lora, list(optimizers),
                       list(results), workers=cores(), on_line=on_line)
+
+
+def breakdown(model: Model, precision: str = "bf16", batch: int = 1, *, predicted: bool = True, steps: int = 3,
+              optimizer: str | None = None, input_size: Sequence[int] | None = None, task: str | None = None,
+              seq_len: int | None = None, models_file: str | Path | None = None):
+    """Where the memory goes at the peak of a training step at `batch`, as a memprobe.core.breakdown.Breakdown
+    record (categories in bytes, top modules, per-sample bytes, `what_buys_more_batch`).
+
+    `predicted=True` traces it on fake tensors for an H100-like card (no GPU; labelled predicted). For a measured
+    one, run find_max_batch (its `.precisions[p].breakdown` holds the breakdown at B on a GPU scan).
+    Raises memprobe.predict.trace.PredictError when the step cannot be traced, ValueError for predicted=False.
+    """
+    if not predicted:
+        raise ValueError("a measured breakdown comes from find_max_batch(...).precisions[p].breakdown (at B, on a GPU)")
+    from memprobe.predict.breakdown import predict_breakdown
+
+    workload = resolve_model(model, optimizer, input_size, task, seq_len, models_file)
+    return predict_breakdown(workload, precision, batch, steps)

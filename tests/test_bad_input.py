@@ -54,7 +54,7 @@ CASES = [
     ("charts-empty-path", ["report", "{H100}", "--charts", ""], "an empty path"),
     ("list-empty-models", ["list", "--models", ""], "an empty path"),
     # options that do nothing together
-    ("report-scans-and-llm", ["report", "--scans", "--llm", "{H100}"], "give --scans or --llm, not both"),
+    ("report-scans-and-llm", ["report", "--scans", "--llm", "{H100}"], "give one of --scans, --llm and --breakdown"),
     ("report-scans-charts", ["report", "--scans", "{H100}", "--charts", "{tmp}/c"], "--charts has no effect with --scans"),
     ("report-scans-reference", ["report", "--scans", "{H100}", "--reference", "H100 SXM"], "--reference has no effect"),
     ("report-llm-precision", ["report", "--llm", "{H100}", "-p", "bf16"], "--precision has no effect with --llm"),

@@ -66,12 +66,18 @@ def scan_checks(ctx: click.Context, device: str, gpus: str | None, no_curve: boo
         refuse(given(ctx, "strategy"), "without --gpus N > 1 (one GPU has no data-parallel strategy)")
 
 
-def report_checks(ctx: click.Context, scans: bool, llm: bool) -> None:
-    """report: --scans and --llm print their own tables; the comparison's options do nothing there."""
-    if scans and llm:
-        raise click.UsageError("give --scans or --llm, not both")
+def report_checks(ctx: click.Context, scans: bool, llm: bool, breakdown: bool = False, charts: bool = False) -> None:
+    """report: --scans, --llm and --breakdown print their own tables; the comparison's options do nothing there.
+    --predicted needs --breakdown or --charts, the two that show predicted breakdowns."""
+    if sum((scans, llm, breakdown)) > 1:
+        raise click.UsageError("give one of --scans, --llm and --breakdown")
+    if not (breakdown or charts):
+        refuse(given(ctx, "predicted_file"), "without --breakdown or --charts (they show predicted breakdowns)")
     if scans:
         refuse(given(ctx, "charts_dir", "reference", "at_batch"), "with --scans (they shape the comparison report)")
     if llm:
         refuse(given(ctx, "charts_dir", "reference", "at_batch", "with_published", "precision"),
                "with --llm (they shape the comparison report)")
+    if breakdown:
+        refuse(given(ctx, "reference", "at_batch", "with_published", "precision"),
+               "with --breakdown (they shape the comparison report)")

@@ -19,7 +19,7 @@ PROGRESS_EVERY_S = 5.0  # on a terminal, the longest silence while predicting
 
 def _predict_and_print(workloads: list[Workload], precisions: list[str], memory: str | None, override,
                        steps: int, compare: str | None, cards: str | None = None, worlds: list | None = None,
-                       mode: str = "train") -> None:
+                       mode: str = "train") -> list:
     """Predict each workload for the sizes and cards asked and print it. `override`: an overhead.Override
     (--overhead-from / --overhead) or None for the packaged per-card figures."""
     from memprobe.predict.torch_internals import TorchInternalsError, untested_torch_note
@@ -59,6 +59,7 @@ def _predict_and_print(workloads: list[Workload], precisions: list[str], memory:
         scanned_mode = (compare_with[1].settings or {}).get("mode", "train")
         if scanned_mode != mode:
             raise click.ClickException(f"{compare} is a --mode {scanned_mode} scan; this prediction is --mode {mode}")
+    made = []
     for workload in workloads:
         for world in worlds or [None]:
             where = f" as rank 0 of {world.label}" if world else ""
@@ -72,6 +73,8 @@ def _predict_and_print(workloads: list[Workload], precisions: list[str], memory:
             except (PredictError, TorchInternalsError, RuntimeError) as exc:
                 raise click.ClickException(str(exc).splitlines()[0]) from None
             click.echo(render(prediction))
+            made.append((workload, prediction))
+    return made
 
 
 def _progress():
@@ -145,6 +148,10 @@ def _worlds(count: int, strategy: str) -> list | None:
               help="infer: predict the max batch of forward passes under inference_mode (as `scan --mode infer`).")
 @_model_options
 @_variant_options
+@click.option("--breakdown", is_flag=True,
+              help="Also predict where the memory goes at each predicted max batch (same categories as scan --breakdown).")
+@click.option("--breakdown-out", type=click.Path(dir_okay=False),
+              help="With --breakdown: write the predicted breakdowns to this JSON file (for report --breakdown --predicted).")
 @click.option("--batch", default=1, show_default=True, type=click.IntRange(1, checks.MAX_SEQ_BATCH),
               help="With --search seq-len: the batch the sequence length is predicted at.")
 @click.option("--out", "out_dir", type=checks.Path(file_okay=False),
@@ -154,7 +161,8 @@ def predict_cmd(model: str, memory: str | None, world_size: int, strategy: str, 
                 overhead_from: tuple[str, ...], overhead_size: str | None, compare: str | None, steps: int,
                 input_size: str | None,
                 optimizer: str | None, task: str | None, seq_len: int | None, search: str, checkpointing: bool,
-                lora: str | None, batch: int, mode: str, frontier_budget: float | None, out_dir: str | None) -> None:
+                lora: str | None, batch: int, mode: str, frontier_budget: float | None, out_dir: str | None,
+                breakdown: bool = False, breakdown_out: str | None = None) -> None:
     """Predict the max batch for any memory size, with no GPU (labelled predicted, not measured).
 
     Runs the scan's trial (1 warm-up + K steps, optimizer state included) on fake tensors with the
@@ -181,14 +189,23 @@ def predict_cmd(model: str, memory: str | None, world_size: int, strategy: str, 
         steps = 3 if mode == "train" else 2
     elif mode == "train" and steps < 3:
         raise click.BadParameter("a training trial is 1 warm-up step + K >= 2 steps (3 or more)", param_hint="--steps")
+    if frontier and (breakdown or breakdown_out):
+        raise click.UsageError("--breakdown predicts at the max batch, not along a frontier: drop --search frontier")
     if frontier:
         _predict_frontier(workloads, precisions, memory, cards, _override(overhead_from, overhead_size), steps,
                           frontier_budget, checkpointing, lora, out_dir, bool(worlds or mode != "train" or compare))
         return
     if memory is None and cards is None:
         memory = COMMON_CARD_SIZES
-    _predict_and_print(workloads, precisions, memory, _override(overhead_from, overhead_size), steps, compare, cards,
-                       worlds, mode)
+    if (breakdown or breakdown_out) and (worlds or mode != "train" or not breakdown):
+        raise click.UsageError("--breakdown predicts one GPU's training step (no --gpus, --mode train); "
+                               "--breakdown-out needs --breakdown")
+    predictions = _predict_and_print(workloads, precisions, memory, _override(overhead_from, overhead_size), steps,
+                                     compare, cards, worlds, mode)
+    if breakdown:
+        from memprobe.cli.breakdown import predicted_breakdowns
+
+        predicted_breakdowns(predictions, steps, breakdown_out)
 
 
 def _predict_frontier(workloads: list[Workload], precisions: list[str], memory: str | None, cards: str | None,

@@ -35,8 +35,14 @@ from memprobe.cli.helpers import card_names
 @click.option("--frontier", is_flag=True,
               help="Print the batch x sequence-length frontiers instead (scan/predict --search frontier): measured and "
                    "predicted points side by side; with --charts, a frontier chart.")
+@click.option("--breakdown", is_flag=True,
+              help="Show the memory at the peak of B by category (scan --breakdown), with what buys more batch.")
+@click.option("--predicted", "predicted_file", type=checks.Path(exists=True, dir_okay=False),
+              help="With --breakdown or --charts: a file of predicted breakdowns (predict --breakdown-out) to set "
+                   "beside the measured ones at the same batch.")
 def report_cmd(paths: tuple[str, ...], reference: str | None, precision: str | None, fmt: str, with_published: bool,
-               charts_dir: str | None, at_batch: str, scans: bool, llm: bool, frontier: bool) -> None:
+               charts_dir: str | None, at_batch: str, scans: bool, llm: bool, frontier: bool, breakdown: bool = False,
+               predicted_file: str | None = None) -> None:
     """Compare result files from any number of machines.
 
     PATHS are result files or folders (searched for *.json; other JSON files there are skipped with a
@@ -48,19 +54,28 @@ def report_cmd(paths: tuple[str, ...], reference: str | None, precision: str | N
     from memprobe.compare.scaling import scaling_table, split_by_world_size
     from memprobe.compare.scan_table import scan_table
 
-    checks.report_checks(click.get_current_context(), scans, llm)
+    checks.report_checks(click.get_current_context(), scans, llm, breakdown, bool(charts_dir))
     if reference is not None and not reference.strip():
         raise click.BadParameter("give a GPU name (e.g. \"H100 SXM\")", param_hint="--reference")
     if charts_dir:  # before the report prints: a folder that cannot be written is one line, not a late traceback
         _charts_folder(charts_dir)
     if frontier:
-        if scans or llm:
-            raise click.UsageError("give one of --frontier, --scans and --llm")
+        if scans or llm or breakdown:
+            raise click.UsageError("give one of --frontier, --scans, --llm and --breakdown")
         checks.refuse(checks.given(click.get_current_context(), "reference", "at_batch", "with_published"),
                       "with --frontier (they shape the comparison report)")
         _frontier_report(_load_results(paths), fmt, charts_dir)
         return
     loaded, multi = split_by_world_size(_load_results(paths))
+    predicted = _predicted(predicted_file)
+    if breakdown:
+        from memprobe.compare.breakdown import breakdown_report
+        from memprobe.compare.breakdown_chart import write_breakdown_charts
+
+        click.echo(breakdown_report([result for _path, result in loaded], predicted))
+        if charts_dir:
+            _wrote(lambda: write_breakdown_charts(loaded, charts_dir, predicted))
+        return
     if llm:
         from memprobe.compare.llm import llm_table
 
@@ -94,13 +109,19 @@ def report_cmd(paths: tuple[str, ...], reference: str | None, precision: str | N
     click.echo(text, nl=False)
     if charts_dir:
         from memprobe.compare.charts import write_charts
-        from memprobe.core.outputs import OutputError
 
-        try:
-            for written in write_charts(comparison, relative, loaded, charts_dir):
-                click.echo(f"wrote {written}", err=True)
-        except OutputError as exc:
-            raise click.ClickException(str(exc)) from None
+        _wrote(lambda: write_charts(comparison, relative, loaded, charts_dir, predicted=predicted))
+
+
+def _wrote(write) -> None:
+    """Run a chart writer and say each file it wrote; a file that cannot be written is one line."""
+    from memprobe.core.outputs import OutputError
+
+    try:
+        for written in write():
+            click.echo(f"wrote {written}", err=True)
+    except OutputError as exc:
+        raise click.ClickException(str(exc)) from None
 
 
 def _frontier_report(loaded: list, fmt: str, charts_dir: str | None) -> None:
@@ -152,3 +173,13 @@ def guide_cmd(paths: tuple[str, ...], budget: float | None, gpus: str | None, fm
     if paths and not loaded:
         raise click.ClickException(f"no memprobe result files in {', '.join(paths)}")
     click.echo(guide_report(loaded, budget=budget, fmt=fmt, only=card_names(gpus)), nl=False)
+
+
+def _predicted(predicted_file: str | None) -> list | None:
+    """The predicted breakdowns of --predicted (None without it); a file that cannot be read is one line."""
+    from memprobe.core.breakdown import BreakdownError, read_predicted
+
+    try:
+        return read_predicted(predicted_file) if predicted_file else None
+    except BreakdownError as exc:
+        raise click.ClickException(str(exc)) from None

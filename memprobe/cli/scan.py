@@ -75,6 +75,10 @@ class _ProgressPrinter:
               help="Start the search at the max batch `memprobe predict` gives on the CPU, computed while the first "
                    "trials run (default: on for CUDA without --compile). Only the start: the search "
                    "and the fresh-process proof are unchanged.")
+@click.option("--breakdown/--no-breakdown", "breakdown", default=None,
+              help="After the proof, measure where the memory goes at B (parameters, gradients, optimizer state, "
+                   "activations, ...) in one more fresh process under PyTorch's MemTracker; B is not changed "
+                   "(default: on for CUDA training scans).")
 @click.option("--curve", "curve", is_flag=False, flag_value="auto", default="auto", metavar="[B1,B2,...]",
               help="Throughput curve (default on): time a ladder of batches up to B and report the best batch b*. "
                    "Default ladder: powers of two below B (up to 7) plus B; give sizes to choose them.")
@@ -105,7 +109,7 @@ class _ProgressPrinter:
                    "(memprobe predict; a prediction, not a measurement; exit 0).")
 def scan_cmd(model: str, precision: str, mode: str, batches: str | None, out_dir: str, models_file: str | None,
              steps: int, warmup: int, timed_steps: int, max_batch: int, max_trials: int, no_throughput: bool, soak: int,
-             curve: str, no_curve: bool, curve_budget: float | None, predicted_start: bool | None, cudnn_benchmark: bool, compile_step: bool,
+             curve: str, no_curve: bool, curve_budget: float | None, predicted_start: bool | None, breakdown: bool | None, cudnn_benchmark: bool, compile_step: bool,
              device: str, cpu_memory_budget: str | None,
              memory_cap: str | None, input_size: str | None, optimizer: str | None, task: str | None,
              seq_len: int | None, gpus: str | None, strategy: str, parallel: bool, predict_if_no_gpu: bool, search: str,
@@ -142,7 +146,7 @@ def scan_cmd(model: str, precision: str, mode: str, batches: str | None, out_dir
                            cpu_budget_bytes=budget, cudnn_benchmark=cudnn_benchmark, memory_cap_bytes=cap,
                            compile=compile_step, soak=soak, curve=not no_curve, predicted_start=predicted_start,
                            curve_batches=[] if curve == "auto" else _int_list(curve, "--curve"),
-                           curve_budget_s=curve_budget)
+                           curve_budget_s=curve_budget, breakdown=breakdown)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     if device == "cuda":

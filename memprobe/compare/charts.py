@@ -6,6 +6,8 @@
   (max_batch_chart.py).
 - throughput_per_1000usd: what does each card deliver per 1000 USD of its price? A heatmap.
 - throughput_vs_batch: how does throughput grow with the batch? (curve_chart.py)
+- memory_breakdown and memory_vs_batch: where does the memory go at B, and how does it grow with the batch?
+  Only for result files with a breakdown (breakdown_chart.py).
 
 No torch, and no display: figures are built with matplotlib's object API (Figure + Agg canvas, no pyplot
 state), each written as PNG and SVG. Measured, published and predicted values are told apart, with a legend
@@ -98,11 +100,14 @@ def value_heat(comparison: Comparison, catalog: Catalog) -> tuple[Heat, dict[str
 
 
 def write_charts(comparison: Comparison, relative: Relative, loaded: Sequence, out_dir: str | Path,
-                 catalog: Catalog | None = None) -> list[Path]:
+                 catalog: Catalog | None = None, predicted: list | None = None) -> list[Path]:
     """Write every chart that has data into out_dir (PNG and SVG each). Returns the files written.
 
-    `loaded` are the (path, result) pairs behind the comparison: their memory models give the predicted points.
+    `loaded` are the (path, result) pairs behind the comparison: their memory models give the predicted points,
+    their breakdowns the breakdown charts; `predicted` are predicted breakdowns (core.breakdown.read_predicted)
+    set beside the measured ones at the same batch. Raises OutputError where a file cannot be written.
     """
+    from memprobe.compare.breakdown_chart import write_breakdown_charts
     from memprobe.compare.curve_chart import write_curve_chart
     from memprobe.compare.guide import memory_models, predictions
 
@@ -135,4 +140,4 @@ def write_charts(comparison: Comparison, relative: Relative, loaded: Sequence, o
         written += draw_heat(value, "Training throughput per 1000 USD of card price",
                              footer + (published if any(o == PUBLISHED for _, o in value.rows) else ""),
                              out_dir / "throughput_per_1000usd")
-    return written + write_curve_chart(comparison, out_dir)
+    return written + write_curve_chart(comparison, out_dir) + write_breakdown_charts(loaded, out_dir, predicted)

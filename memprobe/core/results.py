@@ -13,6 +13,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
+from memprobe.core.breakdown import Breakdown, BreakdownError
 from memprobe.core.memory_model import Attempt, MemoryModel
 from memprobe.core.outcomes import FIT
 from memprobe.core.records import Check, CurvePoint, Proof, Timed
@@ -77,6 +78,9 @@ class PrecisionResult:
     knee_batch: int | None = None
     knee_after_batch: int | None = None
     knee_drop: float | None = None
+    # The memory at the peak of a step at B by category (core/breakdown.py), measured in its own fresh process
+    # after the proof; None where not measured. A new optional field: older readers ignore it.
+    breakdown: Breakdown | None = None
 
     def __post_init__(self) -> None:
         # Sections given as mappings (a result file's form, or a caller that builds one) become their records.
@@ -89,6 +93,8 @@ class PrecisionResult:
             self.throughput = Timed.from_dict(self.throughput) if self.throughput else None
         self.extra_batches = [Timed.from_dict(t) if isinstance(t, dict) else t for t in self.extra_batches]
         self.curve = [CurvePoint.from_dict(c) if isinstance(c, dict) else c for c in self.curve]
+        if isinstance(self.breakdown, dict):
+            self.breakdown = Breakdown.from_dict(self.breakdown) if self.breakdown else None
 
     @property
     def at_max_samples_per_s(self) -> float | None:
@@ -127,6 +133,7 @@ class PrecisionResult:
             throughput=self.throughput.to_dict() if self.throughput is not None else None,
             extra_batches=[t.to_dict() for t in self.extra_batches],
             curve=[c.to_dict() for c in self.curve],
+            breakdown=self.breakdown.to_dict() if self.breakdown is not None else None,
         )
         return data
 
@@ -274,7 +281,7 @@ def read_result(path: str | Path) -> ScanResult:
         result = ScanResult.from_dict(data)
         result.status = effective_status(result)
         return result
-    except (KeyError, TypeError) as exc:
+    except (KeyError, TypeError, BreakdownError) as exc:
         raise ResultFileError(f"{path}: incomplete result file ({type(exc).__name__}: {exc})") from exc
 
 

@@ -174,13 +174,20 @@ class TraceSession:
         except Exception as exc:  # noqa: BLE001 - reported as a PredictError below, outside the except block
             failure = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
         inputs = amp = None  # noqa: F841
-        end = rec.mark("end")
-        rec.recording = False
-        task.stop()
-        gc.collect()
-        rec.recording = True
-        rec.sweep()
+        end = self.end_trial()
         self.seconds += time.perf_counter() - started
         if failure is not None:
             raise PredictError(f"{self.workload.name} {precision} batch {batch}: the step failed on fake tensors: {failure}")
         return Trace(batch, _canonical(self.build_events, rec.events[start + 1:end]), ran)
+
+    def end_trial(self) -> int:
+        """Close a traced trial (trace, and predict/breakdown.py's tracked one): mark its end, stop the task and
+        collect what it held with recording off, then sweep the recorder. Returns the end mark's index."""
+        rec = self.recorder
+        end = rec.mark("end")
+        rec.recording = False
+        self.task.stop()
+        gc.collect()
+        rec.recording = True
+        rec.sweep()
+        return end

@@ -14,6 +14,7 @@ from memprobe.core.outcomes import OOM, USER_ERROR
 from memprobe.core.registry import Workload
 from memprobe.core.results import PrecisionResult
 from memprobe.probe.backend import Progress
+from memprobe.probe.breakdown_run import measure_at_max
 from memprobe.probe.curve_run import PointTimer
 from memprobe.probe.options import ScanOptions
 from memprobe.probe.pipeline import reported
@@ -111,7 +112,10 @@ class LocalBackend:
                    if opts.measure else ""))
 
     def finish(self, result: PrecisionResult) -> None:
-        """Nothing to add on one GPU."""
+        """With --breakdown: where the memory goes at B, measured in its own fresh process (breakdown_run.py), so it
+        cannot change B; a failure is recorded in the precision's settings, never raised."""
+        if self.opts.measures_breakdown and (result.max_batch or 0) > 0:
+            measure_at_max(self.factory, self.spec, result, self.opts.trial_steps, self.progress.note)
 
     def close(self) -> None:
         if self.worker is not None:

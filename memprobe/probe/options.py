@@ -73,6 +73,10 @@ class ScanOptions:
     # Start the search at `memprobe predict`'s max batch, predicted on the CPU beside the scan (probe/hint.py).
     # None: on for CUDA without --compile (what predict traces), off otherwise.
     predicted_start: bool | None = None
+    # After the proof, measure the memory breakdown at B in one more fresh process (probe/breakdown_run.py).
+    # None: on for CUDA training scans (one process and a few steps, against the search's several), off on the
+    # CPU, where the tracker's per-operator bookkeeping costs more than the toy trials it would describe.
+    breakdown: bool | None = None
 
     def __post_init__(self) -> None:
         if self.steps < 3:
@@ -96,6 +100,12 @@ class ScanOptions:
         if self.predicted_start is not None:
             return self.predicted_start
         return self.device == "cuda" and not self.compile
+
+    @property
+    def measures_breakdown(self) -> bool:
+        """Whether the scan measures the memory breakdown at B (see breakdown); training only."""
+        wanted = self.breakdown if self.breakdown is not None else self.device == "cuda"
+        return wanted and self.mode == "train"
 
     @property
     def trial_steps(self) -> int:

@@ -75,6 +75,8 @@ def scan_args(opts: ScanOptions, models_file: str | None) -> list[str]:
         args.append("--compile")
     if opts.predicted_start is not None:
         args.append("--predicted-start" if opts.predicted_start else "--no-predicted-start")
+    if opts.breakdown is not None:
+        args.append("--breakdown" if opts.breakdown else "--no-breakdown")
     if not opts.curve:
         args.append("--no-curve")
     elif opts.curve_batches:

@@ -37,6 +37,7 @@ from memprobe.core import lifeline
 from memprobe.core.memcap import CapPlan, MemoryCapError, plan_cap
 from memprobe.core.outcomes import CRASH, USER_ERROR, classify_error, with_memory_state
 from memprobe.core.registry import family_builder
+from memprobe.probe import breakdown_run
 from memprobe.probe.device import torch_environment
 from memprobe.probe.measure import UtilizationSampler, summarize_times, time_steps
 from memprobe.probe.options import MIN_TIMED_STEPS, timed_steps_within  # noqa: F401 - MIN_TIMED_STEPS re-exported
@@ -336,7 +337,7 @@ def _serve(protocol) -> int:
         if op == "exit":
             return 0
         handler = {"setup": session.setup, "trial": session.trial, "measure": session.measure,
-                   "flops": session.flops, "ping": _ping}.get(op)
+                   "flops": session.flops, "ping": _ping, "breakdown": lambda r: breakdown_run.serve(session, r)}.get(op)
         if handler is None:
             answer: dict[str, Any] = {"ok": False, "kind": "error", "message": f"unknown op {op!r}"}
         else:

@@ -1,0 +1,68 @@
+"""Predict the memory breakdown at a batch from the fake-tensor trace, for any card (labelled predicted).
+
+The scan's trial is traced as trace.TraceSession does, its last step under the same MemTracker the scan
+measures with (training/breakdown.StepTracker, run inside the session's FakeTensorMode), so the categories
+are the measured ones'. The totals come from replaying the trial's allocations through the caching-allocator
+model (allocator.replay); what the tracker does not see (emulated library workspaces) is `unattributed`.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+
+from memprobe.core.breakdown import Breakdown, assemble, top_modules
+from memprobe.core.registry import Workload
+from memprobe.predict.allocator import replay
+from memprobe.predict.fakecuda import H100, Target, cuda_optimizers
+from memprobe.predict.trace import TRIAL_MARK, PredictError, TraceSession, _canonical, _EmulatedAmp
+from memprobe.training.breakdown import INSTRUMENT, StepTracker
+from memprobe.training.step import run_step, run_until_state
+
+
+def _tracked_trial(session: TraceSession, precision: str, batch: int) -> tuple[dict[str, int], dict[str, int], list]:
+    """Run the trial's steps on fake tensors, the last under the tracker: (categories at the tracker's peak,
+    activation bytes by module, the trial's allocation events). Raises PredictError when a step fails."""
+    rec, task = session.recorder, session.task
+    start = rec.mark(TRIAL_MARK)
+    try:
+        task.start()
+        cuda_optimizers(task)
+        amp = _EmulatedAmp(precision, session.behaviour)
+        inputs = task.make_batch(batch)
+        run_until_state(lambda: run_step(task, amp, inputs, "train"), amp, max(session.steps - 1, 2), "train")
+        tracker = StepTracker()
+        tracker.track_external(task.model, *task.optimizers, inputs)
+        with tracker, warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="Module is None")
+            run_step(task, amp, inputs, "train")
+        device = next(iter(task.model.parameters())).device
+        tracked = tracker.categories_at_peak(device, task.optimizers)
+        modules = tracker.activations_by_module(device)
+        failure = None
+    except Exception as exc:  # noqa: BLE001 - reported below, outside the except block
+        failure = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+    inputs = amp = tracker = None  # noqa: F841
+    end = session.end_trial()
+    if failure is not None:
+        raise PredictError(f"{session.workload.name} {precision} batch {batch}: the tracked step failed on fake tensors: "
+                           f"{failure}")
+    return tracked, modules, _canonical(session.build_events, rec.events[start + 1:end])
+
+
+def predict_breakdown(workload: Workload, precision: str, batch: int, steps: int = 3, target: Target = H100,
+                      per_sample_bytes: int | None = None) -> Breakdown:
+    """The predicted breakdown of a training step at `batch` (basis "predicted"). Without `per_sample_bytes`,
+    it is the replayed peak's slope between `batch` and a smaller batch (one more trace). Raises PredictError."""
+    started = time.perf_counter()
+    with TraceSession(workload, steps, target) as session:
+        tracked, modules, events = _tracked_trial(session, precision, batch)
+        peaks = replay(events, measure_from=TRIAL_MARK)
+        if per_sample_bytes is None:
+            other = batch // 2 if batch > 1 else 2
+            other_peak = replay(session.trace(precision, other).events, measure_from=TRIAL_MARK).peak_reserved
+            per_sample_bytes = max(0, round((peaks.peak_reserved - other_peak) / (batch - other)))
+    return assemble(batch, "predicted", tracked, peaks.peak_allocated, peaks.peak_reserved,
+                    per_sample_bytes=per_sample_bytes, top_modules=top_modules(modules), instrument=INSTRUMENT
+                    + " over fake tensors, peaks from the caching-allocator model", device=f"emulated {target.name}",
+                    seconds=round(time.perf_counter() - started, 3), note="predicted (emulated), not measured")
