@@ -9,9 +9,11 @@ import pytest
 
 import test_scan
 from memprobe.core.memory_model import MemoryModel
+from memprobe.core.records import CurvePoint, Timed
 from memprobe.probe.curve import CurveError, best_point, curve_point, ladder, summary
 from memprobe.probe.curve_cost import PointCost
 from memprobe.probe.curve_run import PointTimer, measure_curve
+from memprobe.probe.protocol import MeasureRequest, Ready, SetupRequest
 from memprobe.probe.scan import INFER_TRIAL_STEPS, INFER_WARMUP, ScanOptions
 from test_scan import World, run_scan
 
@@ -70,15 +72,15 @@ def test_no_fitting_point_means_no_best_batch():
 
 
 def test_curve_point_keeps_spread_and_peaks():
-    measured = {"batch": 64, "outcome": "fit", "samples_per_s": 640.0, "units_per_s": 1280.0,
-                "step_time": {"steps": 10, "median_s": 0.1, "p10_s": 0.09, "p90_s": 0.12},
-                "peak_allocated": 10, "peak_reserved": 12}
+    measured = Timed(batch=64, outcome="fit", samples_per_s=640.0, units_per_s=1280.0,
+                     step_time={"steps": 10, "median_s": 0.1, "p10_s": 0.09, "p90_s": 0.12},
+                     peak_allocated=10, peak_reserved=12)
     point = curve_point(measured, fresh=False)
-    assert point == {"batch": 64, "outcome": "fit", "fresh": False, "samples_per_s": 640.0, "units_per_s": 1280.0,
+    assert point.to_dict() == {"batch": 64, "outcome": "fit", "fresh": False, "samples_per_s": 640.0, "units_per_s": 1280.0,
                      "step_median_s": 0.1, "step_p10_s": 0.09, "step_p90_s": 0.12, "timed_steps": 10,
                      "peak_allocated": 10, "peak_reserved": 12}
-    failed = curve_point({"batch": 64, "outcome": "oom", "error": "OutOfMemoryError: x"}, fresh=True)
-    assert failed["outcome"] == "oom" and failed["error"].startswith("OutOfMemoryError")
+    failed = curve_point(Timed(batch=64, outcome="oom", error="OutOfMemoryError: x"), fresh=True)
+    assert failed.outcome == "oom" and failed.error.startswith("OutOfMemoryError")
 
 
 # --- timing the ladder in fake processes --------------------------------------------------------
@@ -116,9 +118,9 @@ def run_curve(factory, batches, max_batch=1000, at_max=None, model=None, fresh_a
     def measure(worker, batch):
         factory.log.append((worker.number, batch))
         if batch in worker.crash_at:
-            return {"batch": batch, "outcome": "crash", "error": "trial process died"}
-        return {"batch": batch, "outcome": "fit", "samples_per_s": float(batch), "units_per_s": float(batch),
-                "step_time": {"median_s": 1.0, "p10_s": 1.0, "p90_s": 1.0, "steps": 3}}
+            return Timed(batch=batch, outcome="crash", error="trial process died")
+        return Timed(batch=batch, outcome="fit", samples_per_s=float(batch), units_per_s=float(batch),
+                     step_time={"median_s": 1.0, "p10_s": 1.0, "p90_s": 1.0, "steps": 3})
 
     timer = PointTimer(factory, None, measure, model, fresh_above, max_batch)
     points = measure_curve(timer, batches, at_max, max_batch, free_cost(), budget, reported.append)
@@ -129,15 +131,15 @@ def test_points_below_the_edge_share_one_process_near_ones_are_fresh():
     factory = Factory(forks=True)
     model = MemoryModel(0.0, 1.0, "peak_reserved", 2)  # peak(b) = b bytes
     points, reported = run_curve(factory, [64, 128, 256, 512, 1000], model=model, fresh_above=300.0,
-                                 at_max={"batch": 1000, "outcome": "fit", "samples_per_s": 900.0})
-    assert [p["batch"] for p in points] == [64, 128, 256, 512, 1000]
+                                 at_max=Timed(batch=1000, outcome="fit", samples_per_s=900.0))
+    assert [p.batch for p in points] == [64, 128, 256, 512, 1000]
     # B first (the proof's run), then the coarse pass (every other batch from the top: 512, 128), then the rest
-    assert [p["batch"] for p in reported] == [1000, 512, 128, 256, 64]
-    assert [p["phase"] for p in reported] == ["max", "coarse", "coarse", "refine", "refine"]
+    assert [p.batch for p in reported] == [1000, 512, 128, 256, 64]
+    assert [p.phase for p in reported] == ["max", "coarse", "coarse", "refine", "refine"]
     # B from the proof, not re-run; 512 (predicted 512 > 300) fresh in process 1; the rest share process 2
     assert factory.log == [(1, 512), (2, 128), (2, 256), (2, 64)]
-    assert [p["fresh"] for p in points] == [False, False, False, True, True]
-    assert points[-1]["samples_per_s"] == 900.0
+    assert [p.fresh for p in points] == [False, False, False, True, True]
+    assert points[-1].samples_per_s == 900.0
     assert all(p.closed for p in factory.procs)
 
 
@@ -145,15 +147,15 @@ def test_without_a_fork_server_every_point_shares_one_process():
     factory = Factory(forks=False)
     points, _ = run_curve(factory, [64, 128, 1000], model=None, fresh_above=None)
     assert factory.log == [(1, 1000), (1, 128), (1, 64)]
-    assert not any(p["fresh"] for p in points)
+    assert not any(p.fresh for p in points)
 
 
 def test_a_crash_is_kept_as_a_point_and_the_next_batch_gets_a_new_process():
     factory = Factory(forks=True, crash_at=(64,))
     model = MemoryModel(0.0, 1.0, "peak_reserved", 2)
     points, _ = run_curve(factory, [64, 128, 256, 1000], model=model, fresh_above=2000.0,
-                          at_max={"batch": 1000, "outcome": "fit", "samples_per_s": 1000.0})
-    assert [(p["batch"], p["outcome"]) for p in points] == [(64, "crash"), (128, "fit"), (256, "fit"), (1000, "fit")]
+                          at_max=Timed(batch=1000, outcome="fit", samples_per_s=1000.0))
+    assert [(p.batch, p.outcome) for p in points] == [(64, "crash"), (128, "fit"), (256, "fit"), (1000, "fit")]
     assert factory.log == [(1, 256), (1, 64), (2, 128)]
     assert all(p.closed for p in factory.procs)
 
@@ -161,10 +163,10 @@ def test_a_crash_is_kept_as_a_point_and_the_next_batch_gets_a_new_process():
 def test_points_past_the_time_budget_are_skipped_but_b_is_kept():
     factory = Factory(forks=True)
     points, _ = run_curve(factory, [64, 128, 1000], model=None, fresh_above=None, budget=0.0,
-                          at_max={"batch": 1000, "outcome": "fit", "samples_per_s": 900.0})
-    assert [(p["batch"], p["outcome"]) for p in points] == [(64, "skipped"), (128, "skipped"), (1000, "fit")]
-    assert all("of the 0 s curve budget left" in p["error"] for p in points[:2])
-    assert factory.log == [] and best_point(points)["batch"] == 1000
+                          at_max=Timed(batch=1000, outcome="fit", samples_per_s=900.0))
+    assert [(p.batch, p.outcome) for p in points] == [(64, "skipped"), (128, "skipped"), (1000, "fit")]
+    assert all("of the 0 s curve budget left" in p.error for p in points[:2])
+    assert factory.log == [] and best_point([p.to_dict() for p in points])["batch"] == 1000
 
 
 def test_interrupt_kills_the_running_process():
@@ -296,15 +298,14 @@ def test_timed_steps_stop_at_the_budget_but_never_below_three(toy):
     from test_trial_cpu import BUDGET
 
     s = Session()
-    info = s.setup({"op": "setup", "workload": toy.to_dict(), "precision": "fp32", "mode": "train",
-                    "device": "cpu", "cpu_budget_bytes": BUDGET, "settings": {}})
-    assert info["ok"] is True, info
+    info = s.setup(SetupRequest(toy.to_dict(), "fp32", "train", "cpu", BUDGET, {}))
+    assert isinstance(info, Ready), info
     try:
-        roomy = s.measure({"op": "measure", "batch": 8, "warmup": 1, "steps": 6, "budget_s": 1000.0})
-        assert roomy["step_time"]["steps"] == 6 and "timed_steps_cut_from" not in roomy
-        tight = s.measure({"op": "measure", "batch": 8, "warmup": 1, "steps": 6, "budget_s": 1e-9})
-        assert tight["outcome"] == "fit", tight
-        assert tight["step_time"]["steps"] == MIN_TIMED_STEPS == 3 and tight["timed_steps_cut_from"] == 6
+        roomy = s.measure(MeasureRequest(8, 1, 6, budget_s=1000.0))
+        assert roomy.step_time["steps"] == 6 and roomy.timed_steps_cut_from is None
+        tight = s.measure(MeasureRequest(8, 1, 6, budget_s=1e-9))
+        assert tight.outcome == "fit", tight
+        assert tight.step_time["steps"] == MIN_TIMED_STEPS == 3 and tight.timed_steps_cut_from == 6
     finally:
         s.memory.cpu.__exit__(None, None, None)
 
@@ -355,13 +356,13 @@ def test_ctrl_c_during_the_curve_keeps_the_proven_precision_and_the_points_timed
 def test_curve_text_is_in_the_workloads_unit():
     from memprobe.probe.curve import curve_text
 
-    images = {"batch": 512, "outcome": "fit", "fresh": False, "samples_per_s": 6216.0, "units_per_s": 6216.0}
+    images = CurvePoint(512, "fit", False, samples_per_s=6216.0, units_per_s=6216.0)
     assert curve_text(images, "images") == "curve: batch 512 -> 6216.0 images/s (shared process)"
-    llama = {"batch": 8, "outcome": "fit", "fresh": True, "samples_per_s": 24.2, "units_per_s": 49573.0, "phase": "knee"}
+    llama = CurvePoint(8, "fit", True, samples_per_s=24.2, units_per_s=49573.0, phase="knee")
     assert curve_text(llama, "tokens") == "curve: batch 8 -> 49573.0 tokens/s (knee bisection, fresh process)"
-    length = {"batch": 32256, "outcome": "fit", "fresh": True, "samples_per_s": 0.86, "units_per_s": 27639.4}
+    length = CurvePoint(32256, "fit", True, samples_per_s=0.86, units_per_s=27639.4)
     assert curve_text(length, "tokens", "seq len") == "curve: seq len 32256 -> 27639.4 tokens/s (fresh process)"
-    skipped = {"batch": 64, "outcome": "skipped", "phase": "refine", "error": "estimated 9.0 s, 2.0 s of the 45 s curve budget left"}
+    skipped = CurvePoint(64, "skipped", phase="refine", error="estimated 9.0 s, 2.0 s of the 45 s curve budget left")
     assert curve_text(skipped, "images") == ("curve: batch 64 -> skipped (refine): estimated 9.0 s, 2.0 s of the 45 s "
                                              "curve budget left")
 
@@ -377,8 +378,8 @@ def test_a_sequence_length_scan_prints_lengths_and_tokens_per_second(monkeypatch
 
     def in_tokens(self, batch, warmup, steps, budget_s=None, cont=False):
         out = measure(self, batch, warmup, steps, budget_s)
-        if out["outcome"] == "fit":  # 4 sequences of `batch` tokens per step
-            out.update(unit="tokens", units_per_s=out["samples_per_s"] * 4)
+        if out.outcome == "fit":  # 4 sequences of `batch` tokens per step
+            out.unit, out.units_per_s = "tokens", out.samples_per_s * 4
         return out
 
     monkeypatch.setattr(test_scan.FakeWorker, "measure", in_tokens)

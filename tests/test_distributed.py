@@ -16,6 +16,7 @@ import pytest
 from conftest import RecordingProgress
 from memprobe.core.memory_model import Attempt
 from memprobe.core.outcomes import CRASH, ERROR, FIT, OOM, TIMEOUT
+from memprobe.core.records import Timed
 from memprobe.core.registry import load_registry
 from memprobe.core.results import read_result
 from memprobe.probe.distributed.efficiency import scaling_efficiency, scaling_record
@@ -85,9 +86,9 @@ def test_a_batch_fits_only_when_every_rank_committed_it_and_the_group_is_timed()
     assert all(r["done"] and [b["batch"] for b in r["batches"]] == [1, 3] for r in result.ranks)
     assert result.setup["wrap"]["strategy"] == "fsdp" and result.setup["wrap"]["block_type"] == ["Linear"]
     measured = result.measure
-    slowest = max(m["median_s"] for m in measured["per_rank"])
-    assert measured["outcome"] == FIT and measured["global_batch"] == 6
-    assert measured["samples_per_s"] == pytest.approx(2 * 3 / slowest)
+    slowest = max(m["median_s"] for m in measured.extra["per_rank"])
+    assert measured.outcome == FIT and measured.extra["global_batch"] == 6
+    assert measured.samples_per_s == pytest.approx(2 * 3 / slowest)
 
 
 # --- rank records to outcomes (no launch) ---------------------------------------------------------
@@ -162,8 +163,8 @@ class FakeGroup:
         if req.measure and attempts[-1].fits:
             step = self.step_s if req.world_size > 1 else self.single_step_s
             samples = req.world_size * req.batches[-1] / step
-            measure = {"outcome": FIT, "batch": req.batches[-1], "samples_per_s": samples, "units_per_s": 2 * samples,
-                       "unit": "tokens", "step_time": {"median_s": step}}
+            measure = Timed(outcome=FIT, batch=req.batches[-1], samples_per_s=samples, units_per_s=2 * samples,
+                            unit="tokens", step_time={"median_s": step})
         setup = {"capacity_bytes": self.CAPACITY, "environment": {"gpu": {"name": "cpu"}}, "wrap": {"strategy": req.strategy}}
         ranks = [{"rank": r, "setup": setup} for r in range(req.world_size)]
         return LaunchResult(attempts, measure, setup, 0, False, 1.0, "", ranks)

@@ -9,6 +9,7 @@ import time
 import pytest
 
 from memprobe.core.registry import load_registry
+from memprobe.probe.protocol import Lost, PingRequest, Pong, Ready
 from memprobe.probe.runner import Worker, WorkerFactory, WorkerSpec, Zygote, ZygoteError, _ExecProcess, _ForkedProcess
 
 BUDGET = 8 << 20
@@ -40,7 +41,7 @@ def test_forked_workers_run_trials_and_start_without_imports(factory, toy_spec):
         # exec'ing python and importing torch takes seconds; a fork takes milliseconds
         assert spawn_seconds < 1.0, spawn_seconds
         second.setup(toy_spec)
-        assert second.info["ok"] and second.info["capacity_bytes"] == BUDGET
+        assert isinstance(second.info, Ready) and second.info.capacity_bytes == BUDGET
         assert second.trial(10**6, 3).outcome == "oom"
         assert second.trial(16, 3).fits  # usable after an OOM
         assert second.proc.pid != first.proc.pid
@@ -101,10 +102,10 @@ def test_a_forked_process_that_does_not_answer_the_ping_makes_the_factory_fall_b
     try:
         real_request = runner.Worker.request
 
-        def hang_on_ping(self, payload, timeout_s):
-            if payload.get("op") == "ping":
-                return None  # as if the forked child never answered
-            return real_request(self, payload, timeout_s)
+        def hang_on_ping(self, request, timeout_s):
+            if isinstance(request, PingRequest):
+                return Lost(timed_out=True)  # as if the forked child never answered
+            return real_request(self, request, timeout_s)
 
         monkeypatch.setattr(runner.Worker, "request", hang_on_ping)
         assert_falls_back_to_exec(made, toy_spec)
@@ -115,6 +116,6 @@ def test_a_forked_process_that_does_not_answer_the_ping_makes_the_factory_fall_b
 def test_ping_answers_from_a_forked_process(factory):
     worker = factory._new_worker()
     try:
-        assert worker.request({"op": "ping"}, 30) == {"ok": True, "pid": worker.proc.pid}
+        assert worker.request(PingRequest(), 30) == Pong(True, worker.proc.pid)
     finally:
         worker.close()

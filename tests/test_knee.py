@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from memprobe.core.knee import Fall, bisect_batch, counts, falls, knee, resolved
+from memprobe.core.records import CurvePoint, Timed
 from memprobe.core.results import read_result
 from memprobe.probe.curve import ladder, phases, spread_order
 from memprobe.probe.curve_cost import COST_MARGIN, PointCost, from_precision
@@ -103,21 +104,22 @@ class FakeCurve:
         step = batch / speed
         self.now += self.setup_s + (self.warmup + self.timed) * step
         self.timed_batches.append(batch)
-        return {"batch": batch, "outcome": "fit", "samples_per_s": speed, "units_per_s": speed,
-                "first_step_seconds": step + self.setup_s, "warmup_step_seconds": step,
-                "step_time": {"median_s": step, "p10_s": step * (1 - self.spread), "p90_s": step * (1 + self.spread),
-                              "steps": self.timed}}
+        return Timed(batch=batch, outcome="fit", samples_per_s=speed, units_per_s=speed,
+                     first_step_seconds=step + self.setup_s, warmup_step_seconds=step,
+                     step_time={"median_s": step, "p10_s": step * (1 - self.spread), "p90_s": step * (1 + self.spread),
+                                "steps": self.timed})
 
     def at(self, batch):
-        return {**self.measure(None, batch), "outcome": "fit"}
+        return self.measure(None, batch)
 
     def run(self, max_batch, budget_s=None, cost=None, batches=None):
         at_max = self.at(max_batch)
         self.now, self.timed_batches = 0.0, []
         cost = cost or PointCost(0.0, self.setup_s, self.warmup, self.timed, steps={max_batch: max_batch / self.speed(max_batch)})
         timer = PointTimer(Factory(), None, self.measure, None, None, max_batch)
-        return measure_curve(timer, batches or ladder(max_batch), at_max, max_batch, cost, budget_s, lambda p: None,
-                             clock=self.clock)
+        points = measure_curve(timer, batches or ladder(max_batch), at_max, max_batch, cost, budget_s, lambda p: None,
+                               clock=self.clock)
+        return [p.to_dict() for p in points]  # as the result file has them: the knee reads these
 
 
 def resnet_h200(batch):
@@ -208,8 +210,7 @@ def committed(name: str, precision: str):
 
 
 def estimator(p):
-    return from_precision([a.to_dict() for a in p.attempts], [c.to_dict() for c in p.checks],
-                          p.throughput.to_dict() if p.throughput else None, p.settings, 3, 2, 6, 5.0)
+    return from_precision(p.attempts, p.checks, p.throughput, p.settings, 3, 2, 6, 5.0)
 
 
 def test_estimator_from_a_nasnet_record_charges_its_per_size_set_up():
@@ -226,8 +227,7 @@ def test_estimator_from_a_resnet_record_is_cheap_and_learns_from_points():
     cost = estimator(resnet)
     assert cost.setup_s < 1.5 and cost.estimate(1024, True) < 6.0
     before = cost.estimate(1024, False)
-    cost.learn({"batch": 1024, "outcome": "fit", "step_median_s": 0.5, "first_step_s": 3.5, "warmup_step_s": 0.5,
-                "process_s": 4.0})
+    cost.learn(CurvePoint(1024, "fit", step_median_s=0.5, first_step_s=3.5, warmup_step_s=0.5, process_s=4.0))
     assert cost.setup_s == pytest.approx(3.0) and cost.process_s == 4.0 and cost.step_at(1024) == 0.5
     assert cost.estimate(1024, False) > before
 

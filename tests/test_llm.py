@@ -19,6 +19,7 @@ torch = pytest.importorskip("torch")
 
 from memprobe.core.registry import load_registry  # noqa: E402
 from memprobe.core.variants import VariantRequest, apply_variant  # noqa: E402
+from memprobe.probe.protocol import FlopsRequest, MeasureRequest, Ready, SetupRequest, TrialRequest  # noqa: E402
 from torchvision_standin import forget, install_standin, torchvision_usable  # noqa: E402
 
 BUDGET = 64 * 2**20
@@ -52,9 +53,8 @@ def session_for(workload, precision="bf16", budget=BUDGET):
     from memprobe.probe.worker import Session
 
     s = Session()
-    info = s.setup({"op": "setup", "workload": workload.to_dict(), "precision": precision, "mode": "train",
-                    "device": "cpu", "cpu_budget_bytes": budget, "settings": {}})
-    assert info["ok"] is True, info
+    info = s.setup(SetupRequest(workload.to_dict(), precision, "train", "cpu", budget, {}))
+    assert isinstance(info, Ready), info
     s.info = info
     return s
 
@@ -64,7 +64,7 @@ def close(session):
 
 
 def trial(session, n):
-    return session.trial({"op": "trial", "batch": n, "steps": 3})["attempt"]
+    return session.trial(TrialRequest(batch=n, steps=3)).to_dict()
 
 
 # --- the published architectures ----------------------------------------------------------------
@@ -135,16 +135,16 @@ def test_sequence_length_search_trials_and_timed_run_report_tokens_and_flops_at_
     variant = apply_variant(TOY, VariantRequest(search="seq-len", batch=2), ["bf16"])
     s = session_for(variant, budget=16 * 2**20)
     try:
-        assert s.info["task"]["axis"] == "seq_len" and s.info["task"]["batch"] == 2
+        assert s.info.task["axis"] == "seq_len" and s.info.task["batch"] == 2
         assert trial(s, 64)["outcome"] == "fit"
         assert trial(s, 100_000)["outcome"] == "oom"
         # FLOPs per unit of n vary with n: not counted once, but at each timed n
-        assert s.flops({"op": "flops"})["flops_per_sample"] is None
-        m = s.measure({"op": "measure", "batch": 64, "warmup": 1, "steps": 2})
+        assert s.flops(FlopsRequest()).flops_per_sample is None
+        m = s.measure(MeasureRequest(batch=64, warmup=1, steps=2)).to_dict()
         assert m["outcome"] == "fit", m
         assert m["units_per_step"] == 128 and m["unit"] == "tokens"
         assert m["units_per_s"] == pytest.approx(2 * m["samples_per_s"])
-        m2 = s.measure({"op": "measure", "batch": 256, "warmup": 1, "steps": 2})
+        m2 = s.measure(MeasureRequest(batch=256, warmup=1, steps=2)).to_dict()
         assert m2["flops_per_sample"] > m["flops_per_sample"]  # attention grows with the length
     finally:
         close(s)
@@ -243,7 +243,7 @@ def test_sequence_length_scan_proves_the_edge_in_fresh_processes(standin_for_wor
     p = read_result(path).precisions["bf16"]
     assert p.status == "done" and p.max_batch > 32, p.error
     assert (p.proof.fits, p.proof.fails) == (p.max_batch, p.max_batch + 1) and p.proof.verified
-    assert all(c["fresh"] for c in p.proof.checks)
+    assert all(c.fresh for c in p.proof.checks)
     assert p.settings["task"]["axis"] == "seq_len" and p.settings["flops_per_sample"] is None
     # the timed run at the proven length: tokens per step = the length x 1 sequence, FLOPs counted there
     assert p.throughput.units_per_step == p.max_batch and p.throughput.flops_per_sample > 0

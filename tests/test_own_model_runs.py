@@ -19,6 +19,7 @@ import memprobe  # noqa: E402
 from memprobe.core.memory_model import Attempt  # noqa: E402
 from memprobe.core.outcomes import USER_ERROR  # noqa: E402
 from memprobe.core.results import read_result  # noqa: E402
+from memprobe.probe.protocol import Failure, SetupRequest  # noqa: E402
 from memprobe.probe.search import find_max_batch as search  # noqa: E402
 from memprobe.workloads.base import UserModelError  # noqa: E402
 from torchvision_standin import forget, install_standin, torchvision_usable  # noqa: E402
@@ -173,12 +174,11 @@ def test_unknown_timm_name_is_a_user_error_naming_close_ones(timm_standin):
 
     workload = resolve_model("timm:vit_larg_patch16_224")
     try:
-        answer = session.setup({"op": "setup", "workload": workload.to_dict(), "precision": "fp32", "mode": "train",
-                                "device": "cpu", "cpu_budget_bytes": 1 << 30, "settings": {}})
+        answer = session.setup(SetupRequest(workload.to_dict(), "fp32", "train", "cpu", 1 << 30, {}))
     finally:  # Session.setup enters the fake allocator for the life of the process; leave it here
         session.memory.cpu.__exit__(None, None, None)
-    assert answer["ok"] is False and answer["kind"] == USER_ERROR
-    assert "has no model 'vit_larg_patch16_224'" in answer["message"] and "vit_large_patch16_224" in answer["message"]
+    assert isinstance(answer, Failure) and answer.kind == USER_ERROR
+    assert "has no model 'vit_larg_patch16_224'" in answer.message and "vit_large_patch16_224" in answer.message
 
 
 def test_predict_unknown_timm_name_is_one_line(run, timm_standin):

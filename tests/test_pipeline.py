@@ -32,11 +32,11 @@ def test_soak_and_curve_run_on_two_ranks(tmp_path):
     (path,) = tmp_path.glob("*.json")
     p = read_result(path).precisions["fp32"]
     assert p.status == "done" and p.max_batch == 4 and p.settings["world_size"] == 2
-    soak = p.proof["soak"]
+    soak = p.proof.soak
     assert soak["steps"] == 5 and soak["max_batch"] == 4 and not soak["lowered"]
     assert soak["runs"][0]["steps"] == 5 and soak["runs"][0]["outcome"] == FIT  # 5 steps ran on every rank
-    assert [(c["batch"], c["outcome"]) for c in p.curve] == [(2, FIT), (4, FIT)]
-    assert p.best_batch in (2, 4) and p.curve_seconds > 0 and p.curve[0]["samples_per_s"] > 0
+    assert [(c.batch, c.outcome) for c in p.curve] == [(2, FIT), (4, FIT)]
+    assert p.best_batch in (2, 4) and p.curve_seconds > 0 and p.curve[0].samples_per_s > 0
     assert p.settings["scaling"]["per_gpu_batch"] == 4
     assert "curve: batch 2 ->" in result.stderr and "soak: training batch 4 for 5 steps" in result.stderr
 
@@ -49,11 +49,11 @@ def test_soak_curve_and_requested_batches_over_fake_launches_are_group_launches(
     result, _setup = scan_precision_distributed(TOY, "fp32", opts, 2, "ddp", RecordingProgress(), group)
     soaks = [r for r in group.requests if r.steps == 7]
     assert [(r.batches, r.world_size, r.measure) for r in soaks] == [([990], 2, None)]
-    assert result.proof["soak"]["max_batch"] == 990
+    assert result.proof.soak["max_batch"] == 990
     points = [r for r in group.requests if r.measure and r.batches[-1] in (100, 500)]
     assert [(r.batches, r.world_size) for r in points] == [([500], 2), ([100], 2)]
-    assert [c["batch"] for c in result.curve] == [100, 500, 990] and result.best_batch is not None
-    assert [(m["batch"], m["outcome"]) for m in result.extra_batches] == [(300, FIT)]
+    assert [c.batch for c in result.curve] == [100, 500, 990] and result.best_batch is not None
+    assert [(m.batch, m.outcome) for m in result.extra_batches] == [(300, FIT)]
     assert [r.world_size for r in group.requests if r.batches == [300]] == [2]
 
 

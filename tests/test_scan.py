@@ -15,7 +15,9 @@ import memprobe.probe.pipeline
 import memprobe.probe.scan
 from conftest import RecordingProgress
 from memprobe.core.memory_model import Attempt
+from memprobe.core.records import Timed
 from memprobe.core.results import read_result
+from memprobe.probe.protocol import Flops, Ready
 from memprobe.probe.runner import WorkerError
 from memprobe.probe.scan import NoCudaError, ScanOptions, scan_precision, scan_workload
 
@@ -47,9 +49,9 @@ class FakeWorker:
         self.world, self.number = world, number
         self.ran = 0
         self.closed = False
-        self.info = {"ok": True, "capacity_bytes": world.capacity, "weights_bytes": STATIC, "build_seconds": 0.0,
-                     "task": {"parameters": 1}, "unit": "samples", "emulation": world.emulation,
-                     "environment": {"device_type": "cpu", "gpu": {"name": world.gpu}, "flags": {"x": 1}}}
+        self.info = Ready({"device_type": "cpu", "gpu": {"name": world.gpu}, "flags": {"x": 1}},
+                          capacity_bytes=world.capacity, weights_bytes=STATIC, build_seconds=0.0,
+                          task={"parameters": 1}, unit="samples", emulation=world.emulation)
 
     @property
     def alive(self) -> bool:
@@ -67,20 +69,20 @@ class FakeWorker:
         peak = STATIC + PER_SAMPLE * batch
         return Attempt(batch, "fit", peak, peak, 0.01)
 
-    def measure(self, batch: int, warmup: int, steps: int, budget_s: float | None = None, cont: bool = False) -> dict:
+    def measure(self, batch: int, warmup: int, steps: int, budget_s: float | None = None, cont: bool = False) -> Timed:
         assert not self.closed
         self.world.log.append(("measure", self.number, batch, self.ran))
         peak = STATIC + PER_SAMPLE * batch
         if batch > self.world.measure_edge:
-            return {"batch": batch, "warmup_steps": warmup, "peak_allocated": peak + 5, "peak_reserved": peak + 7,
-                    "outcome": "oom", "error": "OutOfMemoryError: fragmentation", "failed_at_step": warmup + 2}
-        return {"batch": batch, "warmup_steps": warmup, "peak_allocated": peak + 1, "peak_reserved": peak + 2,
-                "outcome": "fit", "step_time": {"steps": steps, "median_s": self.step_time(batch)}, "unit": "samples",
-                "samples_per_s": batch / self.step_time(batch), "units_per_s": batch / self.step_time(batch),
-                "utilization": {}}
+            return Timed(batch=batch, warmup_steps=warmup, peak_allocated=peak + 5, peak_reserved=peak + 7,
+                         outcome="oom", error="OutOfMemoryError: fragmentation", failed_at_step=warmup + 2)
+        return Timed(batch=batch, warmup_steps=warmup, peak_allocated=peak + 1, peak_reserved=peak + 2, outcome="fit",
+                     step_time={"steps": steps, "median_s": self.step_time(batch)}, unit="samples",
+                     samples_per_s=batch / self.step_time(batch), units_per_s=batch / self.step_time(batch),
+                     utilization={})
 
-    def flops(self) -> dict:
-        return {"flops_per_sample": self.world.flops_per_sample}
+    def flops(self) -> Flops:
+        return Flops(self.world.flops_per_sample)
 
     def kill(self) -> None:
         self.killed = True
@@ -143,7 +145,7 @@ def test_scan_precision_agreed():
     assert checks_of(result) == [(76, "oom"), (75, "fit")]
     assert result.capacity_bytes == world.capacity
     assert result.settings["weights_bytes"] == STATIC and result.settings["flags"] == {"x": 1}
-    assert envs == [world.workers[0].info["environment"]]
+    assert envs == [world.workers[0].info.environment]
     # the search ran in one process; each check in its own new one
     assert [w.number for w in world.workers] == [1, 2, 3]
     search_trials = [e for e in world.log if e[0] == "trial" and e[1] == 1]

@@ -13,6 +13,7 @@ from memprobe.core.memory_model import Attempt
 from memprobe.core.outcomes import OOM, classify_error
 from memprobe.core.records import Proof
 from memprobe.core.results import SCHEMA, read_result
+from memprobe.probe.protocol import Failure, SetupRequest
 from memprobe.probe.scan import ScanOptions, scan_workload
 from memprobe.probe.soak import apply_soak, soak
 from test_scan import FakeFactory, FakeWorker, World, _toy, assert_all_closed, run_scan
@@ -42,9 +43,9 @@ def test_oom_creating_the_context_is_reported_as_oom_at_that_stage(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     monkeypatch.setattr(torch.cuda, "init", no_memory)
-    answer = Session().setup({"device": "cuda", "precision": "fp32", "workload": _toy().to_dict(), "settings": {}})
-    assert answer["ok"] is False and answer["kind"] == OOM and answer["stage"] == "cuda-context"
-    assert "creating the CUDA context" in answer["message"] and "out of memory" in answer["message"]
+    answer = Session().setup(SetupRequest(device="cuda", precision="fp32", workload=_toy().to_dict(), settings={}))
+    assert isinstance(answer, Failure) and answer.kind == OOM and answer.stage == "cuda-context"
+    assert "creating the CUDA context" in answer.message and "out of memory" in answer.message
 
 
 def test_setup_oom_with_other_processes_names_them_and_is_an_error(monkeypatch):

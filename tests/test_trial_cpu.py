@@ -11,8 +11,10 @@ import gc
 import os
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
+from typing import ClassVar
 
 import pytest
 
@@ -20,6 +22,7 @@ torch = pytest.importorskip("torch")
 
 from conftest import RecordingProgress  # noqa: E402
 from memprobe.core.results import read_result  # noqa: E402
+from memprobe.probe.protocol import Failure, FlopsRequest, MeasureRequest, Ready, Request, SetupRequest, TrialRequest  # noqa: E402
 from memprobe.probe.runner import Worker, WorkerError, WorkerSpec  # noqa: E402
 from memprobe.probe.scan import ScanOptions, scan_workload  # noqa: E402
 from memprobe.probe.worker import Session  # noqa: E402
@@ -57,9 +60,8 @@ def worker_logs() -> set[str]:
 @pytest.fixture
 def session(toy):
     s = Session()
-    info = s.setup({"op": "setup", "workload": toy.to_dict(), "precision": "fp32", "mode": "train",
-                    "device": "cpu", "cpu_budget_bytes": BUDGET, "settings": {}})
-    assert info["ok"] is True, info
+    info = s.setup(SetupRequest(toy.to_dict(), "fp32", "train", "cpu", BUDGET, {}))
+    assert isinstance(info, Ready), info
     s.info = info
     yield s
     # Session.setup enters the fake allocator for the life of the process; leave it here.
@@ -67,20 +69,20 @@ def session(toy):
 
 
 def trial(session, batch, steps=3):
-    return session.trial({"op": "trial", "batch": batch, "steps": steps})["attempt"]
+    return session.trial(TrialRequest(batch=batch, steps=steps)).to_dict()
 
 
 def test_session_setup_reports_the_cpu_environment(session):
     info = session.info
-    assert info["capacity_bytes"] == BUDGET
-    assert 0 < info["weights_bytes"] < BUDGET
-    assert info["environment"]["device_type"] == "cpu"
-    assert info["environment"]["gpu"]["name"] == "cpu"
-    assert info["environment"]["flags"]["matmul_allow_tf32"] is False  # fp32 means TF32 off
-    assert info["environment"]["flags"]["set_in_trial_process"] == {
+    assert info.capacity_bytes == BUDGET
+    assert 0 < info.weights_bytes < BUDGET
+    assert info.environment["device_type"] == "cpu"
+    assert info.environment["gpu"]["name"] == "cpu"
+    assert info.environment["flags"]["matmul_allow_tf32"] is False  # fp32 means TF32 off
+    assert info.environment["flags"]["set_in_trial_process"] == {
         "backends.cudnn.benchmark": False, "backends.cuda.matmul.allow_tf32": False, "backends.cudnn.allow_tf32": False}
-    assert info["task"]["parameters"] > 0
-    assert info["unit"] == "samples"
+    assert info.task["parameters"] > 0
+    assert info.unit == "samples"
 
 
 @pytest.mark.parametrize("precision, tf32", [("fp32", False), ("tf32", True), ("bf16", None), ("fp16", None)])
@@ -106,7 +108,7 @@ def test_small_batch_fits_with_peaks(session):
     assert a["message"] == ""
     assert a["peak_allocated"] == a["peak_reserved"]
     # at least weights + grads + two AdamW moments, and within the budget
-    assert 4 * session.info["weights_bytes"] <= a["peak_allocated"] <= BUDGET
+    assert 4 * session.info.weights_bytes <= a["peak_allocated"] <= BUDGET
     assert a["seconds"] >= 0
 
 
@@ -142,7 +144,7 @@ def test_repeated_trials_are_deterministic(session):
 
 
 def test_session_measure(session):
-    m = session.measure({"op": "measure", "batch": 32, "warmup": 1, "steps": 3})
+    m = session.measure(MeasureRequest(batch=32, warmup=1, steps=3)).to_dict()
     assert m["outcome"] == "fit", m
     assert m["samples_per_s"] > 0 and m["units_per_s"] == pytest.approx(m["samples_per_s"])
     assert m["step_time"]["steps"] == 3
@@ -151,7 +153,7 @@ def test_session_measure(session):
 
 
 def test_session_measure_times_the_first_step_apart(session):
-    m = session.measure({"op": "measure", "batch": 32, "warmup": 1, "steps": 3})
+    m = session.measure(MeasureRequest(batch=32, warmup=1, steps=3)).to_dict()
     assert m["first_step_seconds"] > 0
     assert "compile_seconds" not in m  # eager: nothing compiled, nothing to report
 
@@ -160,10 +162,10 @@ def test_timed_steps_go_on_from_a_kept_trial_without_rebuilding(session):
     # A fit kept with "keep" leaves its optimizer state and batch in place: the timed steps that "continue"
     # from it build nothing new, so the live bytes at their start are the trial's, and the peak covers both.
     live = session.memory.cpu.current
-    attempt = session.trial({"op": "trial", "batch": 64, "steps": 3, "keep": True})["attempt"]
+    attempt = session.trial(TrialRequest(batch=64, steps=3, keep=True)).to_dict()
     assert attempt["outcome"] == "fit"
     assert session.memory.cpu.current > live  # optimizer state and the batch are still alive
-    m = session.measure({"op": "measure", "batch": 64, "warmup": 1, "steps": 3, "continue": True})
+    m = session.measure(MeasureRequest(batch=64, warmup=1, steps=3, cont=True)).to_dict()
     assert m["outcome"] == "fit" and m["continued_from_trial"] is True, m
     assert m["peak_allocated"] >= attempt["peak_allocated"]
     assert session.memory.cpu.current == live  # everything released at the end, as after any timed run
@@ -171,18 +173,18 @@ def test_timed_steps_go_on_from_a_kept_trial_without_rebuilding(session):
 
 def test_a_kept_trial_is_released_when_no_timed_run_goes_on_from_it(session):
     live = session.memory.cpu.current
-    assert trial(session, 64, 3) and session.trial({"batch": 64, "steps": 3, "keep": True})["attempt"]["outcome"] == "fit"
+    assert trial(session, 64, 3) and session.trial(TrialRequest(batch=64, steps=3, keep=True)).outcome == "fit"
     # another batch size: not a continuation, so the kept state is dropped and the run is built afresh
-    m = session.measure({"op": "measure", "batch": 32, "warmup": 1, "steps": 2, "continue": True})
+    m = session.measure(MeasureRequest(batch=32, warmup=1, steps=2, cont=True)).to_dict()
     assert m["outcome"] == "fit" and m["continued_from_trial"] is False
     assert session.memory.cpu.current == live
-    assert session.trial({"batch": 16, "steps": 3, "keep": True})["attempt"]["outcome"] == "fit"
+    assert session.trial(TrialRequest(batch=16, steps=3, keep=True)).outcome == "fit"
     assert trial(session, 16)["outcome"] == "fit" and session.memory.cpu.current == live
 
 
 def test_a_kept_trial_that_fails_keeps_nothing(session):
     live = session.memory.cpu.current
-    assert session.trial({"batch": HUGE, "steps": 3, "keep": True})["attempt"]["outcome"] == "oom"
+    assert session.trial(TrialRequest(batch=HUGE, steps=3, keep=True)).outcome == "oom"
     assert session.kept is None and session.memory.cpu.current == live
 
 
@@ -191,14 +193,13 @@ def test_setup_freezes_the_built_model_and_trials_still_free_everything(toy):
     # is frozen once at setup, and what a trial makes must still be freed when it ends.
     gc.unfreeze()
     s = Session()
-    info = s.setup({"op": "setup", "workload": toy.to_dict(), "precision": "fp32", "mode": "train",
-                    "device": "cpu", "cpu_budget_bytes": BUDGET, "settings": {}})
+    info = s.setup(SetupRequest(toy.to_dict(), "fp32", "train", "cpu", BUDGET, {}))
     try:
-        assert info["ok"] is True, info
+        assert isinstance(info, Ready), info
         frozen = gc.get_freeze_count()
         assert frozen > 0
         live = s.memory.cpu.current
-        assert s.trial({"batch": 64, "steps": 3})["attempt"]["outcome"] == "fit"
+        assert s.trial(TrialRequest(batch=64, steps=3)).outcome == "fit"
         assert gc.get_freeze_count() <= frozen  # frozen objects can still die by reference count
         assert s.memory.cpu.current == live
     finally:
@@ -207,22 +208,21 @@ def test_setup_freezes_the_built_model_and_trials_still_free_everything(toy):
 
 def test_compile_setting_compiles_and_reports_compile_time(toy):
     s = Session()
-    info = s.setup({"op": "setup", "workload": toy.to_dict(), "precision": "fp32", "mode": "train",
-                    "device": "cpu", "cpu_budget_bytes": BUDGET, "settings": {"compile": True}})
+    info = s.setup(SetupRequest(toy.to_dict(), "fp32", "train", "cpu", BUDGET, {"compile": True}))
     try:
-        assert info["ok"] is True, info
-        assert info["task"]["compiled"] == [type(s.task.model).__name__]
-        assert s.trial({"batch": 8, "steps": 3})["attempt"]["outcome"] == "fit"
-        m = s.measure({"op": "measure", "batch": 8, "warmup": 1, "steps": 3})
+        assert isinstance(info, Ready), info
+        assert info.task["compiled"] == [type(s.task.model).__name__]
+        assert s.trial(TrialRequest(batch=8, steps=3)).outcome == "fit"
+        m = s.measure(MeasureRequest(batch=8, warmup=1, steps=3)).to_dict()
         assert m["outcome"] == "fit", m
         assert m["compile_seconds"] == pytest.approx(max(0.0, m["first_step_seconds"] - m["step_time"]["median_s"]), abs=1e-3)
-        assert s.flops({"batch": 1})["flops_per_sample"] > 0  # counted on the eager step
+        assert s.flops(FlopsRequest(batch=1)).flops_per_sample > 0  # counted on the eager step
     finally:
         s.memory.cpu.__exit__(None, None, None)
 
 
 def test_session_measure_oom_is_reported_not_raised(session):
-    m = session.measure({"op": "measure", "batch": HUGE, "warmup": 1, "steps": 2})
+    m = session.measure(MeasureRequest(batch=HUGE, warmup=1, steps=2)).to_dict()
     assert m["outcome"] == "oom"
     assert "memprobe fake allocator" in m["error"]
     assert trial(session, 16)["outcome"] == "fit"
@@ -269,9 +269,9 @@ def worker(toy_spec):
 
 def test_worker_setup(worker):
     assert worker.alive
-    assert worker.info["ok"] is True
-    assert worker.info["capacity_bytes"] == BUDGET
-    assert worker.info["environment"]["device_type"] == "cpu"
+    assert isinstance(worker.info, Ready)
+    assert worker.info.capacity_bytes == BUDGET
+    assert worker.info.environment["device_type"] == "cpu"
 
 
 def test_worker_trial_fit_and_oom(worker):
@@ -289,15 +289,19 @@ def test_worker_trial_fit_and_oom(worker):
 
 def test_worker_measure(worker):
     m = worker.measure(64, 1, 3)
-    assert m["outcome"] == "fit", m
-    assert m["batch"] == 64
-    assert m["samples_per_s"] > 0
-    assert m["step_time"]["steps"] == 3 and m["step_time"]["median_s"] > 0
+    assert m.outcome == "fit", m
+    assert m.batch == 64
+    assert m.samples_per_s > 0
+    assert m.step_time["steps"] == 3 and m.step_time["median_s"] > 0
 
 
 def test_worker_unknown_op(worker):
-    answer = worker.request({"op": "dance"}, 30)
-    assert answer == {"ok": False, "kind": "error", "message": "unknown op 'dance'"}
+    @dataclass
+    class Dance(Request):
+        op: ClassVar[str] = "dance"
+
+    answer = worker.request(Dance(), 30)
+    assert answer == Failure("error", "unknown op 'dance'")
     assert worker.alive
 
 
@@ -309,7 +313,7 @@ def test_dead_and_hung_workers_become_crash_and_timeout(toy_spec):
     assert info.value.kind == "crash"
     attempt = dead.trial(4, 3)
     assert attempt.outcome == "crash" and "died" in attempt.message
-    assert dead.measure(4, 1, 2)["outcome"] == "crash"
+    assert dead.measure(4, 1, 2).outcome == "crash"
     dead.close()
     assert not Path(dead.log.name).exists()
 
@@ -493,18 +497,18 @@ def test_fp16_trial_starts_from_the_loss_scale_an_earlier_one_settled_at():
     # toy-pix2pixhd in fp16 on the CPU skips ~8 updates while the scaler backs off from 2**16
     s = Session()
     spec = _fp16_spec("toy-pix2pixhd")
-    assert s.setup(spec.setup_request())["ok"]
-    first = s.trial({"batch": 1, "steps": 3})["attempt"]
+    assert isinstance(s.setup(spec.setup_request()), Ready)
+    first = s.trial(TrialRequest(batch=1, steps=3)).to_dict()
     assert first["outcome"] == "fit" and first["steps"] > 3
     assert first["loss_scale"] < 2.0**16
-    second = s.trial({"batch": 1, "steps": 3, "loss_scale": first["loss_scale"]})["attempt"]
+    second = s.trial(TrialRequest(batch=1, steps=3, loss_scale=first["loss_scale"])).to_dict()
     assert second["outcome"] == "fit" and second["steps"] == 3
     assert second["loss_scale"] <= first["loss_scale"]
-    assert s.trial({"batch": 1, "steps": 3})["attempt"]["steps"] == first["steps"]  # no scale given: 2**16 again
+    assert s.trial(TrialRequest(batch=1, steps=3)).to_dict()["steps"] == first["steps"]  # no scale given: 2**16 again
 
 
 def test_fp32_trial_has_no_loss_scale(session):
-    assert session.trial({"batch": 4, "steps": 3})["attempt"]["loss_scale"] is None
+    assert session.trial(TrialRequest(batch=4, steps=3)).to_dict()["loss_scale"] is None
 
 
 def test_worker_passes_the_settled_loss_scale_to_the_next_process():
@@ -518,7 +522,7 @@ def test_worker_passes_the_settled_loss_scale_to_the_next_process():
         b = second.trial(1, 3)
         assert b.fits and b.steps == 3
         measured = second.measure(1, 1, 2)
-        assert measured["outcome"] == "fit" and measured["warmup_steps"] == 1
+        assert measured.outcome == "fit" and measured.warmup_steps == 1
     finally:
         first.close()
         second.close()

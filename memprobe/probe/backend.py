@@ -10,7 +10,9 @@ from __future__ import annotations
 from typing import Any, Callable, Protocol
 
 from memprobe.core.memory_model import Attempt, MemoryModel
+from memprobe.core.records import CurvePoint, Timed
 from memprobe.core.results import PrecisionResult
+from memprobe.probe.protocol import Flops
 
 
 class Progress(Protocol):
@@ -36,7 +38,7 @@ class CurveTimer(Protocol):
     """Times one curve point at a time (probe/curve_run.measure_curve); never raises for a failed point."""
 
     def needs_process(self, batch: int) -> bool: ...
-    def time(self, batch: int) -> dict[str, Any]: ...
+    def time(self, batch: int) -> CurvePoint: ...
     def close(self) -> None: ...
 
 
@@ -44,7 +46,7 @@ class TrialBackend(Protocol):
     """The trials of one workload and precision. Every trial reports itself to the progress (trial_start, and
     trial_end with `done_at_s` stamped); `measurements` holds the timed runs of fresh fits, by batch."""
 
-    measurements: dict[int, dict[str, Any]]
+    measurements: dict[int, Timed]
     counts_flops: bool  # whether flops() can count (the pipeline then adds MFU to every timed run)
 
     def open(self, result: PrecisionResult, on_environment: Callable[[dict[str, Any]], None]) -> bool:
@@ -52,8 +54,8 @@ class TrialBackend(Protocol):
         environment to `on_environment`. False when setup failed and `result` is final (status and error set)."""
         ...
 
-    def flops(self) -> dict[str, Any]:
-        """The FLOP count per sample ({"flops_per_sample", "error"}); asked only where `counts_flops`."""
+    def flops(self) -> Flops:
+        """The FLOP count per sample (and why not, where it could not be counted); asked only where `counts_flops`."""
         ...
 
     def search_trials(self) -> SearchTrials: ...
@@ -67,7 +69,7 @@ class TrialBackend(Protocol):
         """A trial of `steps` steps at `batch` in a fresh process (group), for --soak."""
         ...
 
-    def measure(self, batch: int) -> dict[str, Any]:
+    def measure(self, batch: int) -> Timed:
         """The timed run at `batch` in a fresh process (group); a failure is its answer, never raised."""
         ...
 

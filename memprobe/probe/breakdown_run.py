@@ -12,13 +12,14 @@ from typing import Any, Callable
 
 from memprobe.core.breakdown import Breakdown, check_sum
 from memprobe.core.results import PrecisionResult
+from memprobe.probe.protocol import BreakdownAnswer, BreakdownRequest
 from memprobe.probe.runner import WorkerError, WorkerFactory, WorkerSpec
 from memprobe.probe.scan_trials import fresh_worker
 
 
-def serve(session: Any, req: dict[str, Any]) -> dict[str, Any]:
-    """The trial process's side: {"breakdown": record} or {"outcome", "error"} when the step failed (an OOM
-    at B, where the tracker's own bookkeeping pushed it over, is reported, never raised)."""
+def serve(session: Any, req: BreakdownRequest) -> BreakdownAnswer:
+    """The trial process's side: the breakdown's record, or the outcome and error when the step failed (an OOM at
+    B, where the tracker's own bookkeeping pushed it over, is reported, never raised)."""
     import torch  # noqa: F401 - the trial process has it; this module's scan side must not need it
 
     from memprobe.core.outcomes import classify_error
@@ -27,22 +28,23 @@ def serve(session: Any, req: dict[str, Any]) -> dict[str, Any]:
     session._drop_kept()
     failure = None
     try:
-        record = measure_breakdown(session.task, session.precision, int(req["batch"]), int(req["steps"]),
-                                   session.memory, per_sample_bytes=req.get("per_sample_bytes"),
-                                   loss_scale=req.get("loss_scale"), before=session.apply_cap)
+        record = measure_breakdown(session.task, session.precision, int(req.batch), int(req.steps),
+                                   session.memory, per_sample_bytes=req.per_sample_bytes,
+                                   loss_scale=req.loss_scale, before=session.apply_cap)
     except Exception as exc:  # noqa: BLE001 - classified and reported; the scan's B stands either way
-        failure = {"outcome": classify_error(type(exc).__name__, str(exc)), "error": f"{type(exc).__name__}: {exc}"[:500]}
+        failure = BreakdownAnswer(outcome=classify_error(type(exc).__name__, str(exc)),
+                                  error=f"{type(exc).__name__}: {exc}"[:500])
         del exc
     session.memory.reset()  # outside the except block: the traceback held the step's tensors
-    return failure or {"breakdown": record.to_dict()}
+    return failure or BreakdownAnswer(breakdown=record.to_dict())
 
 
 def per_sample_bytes(result: PrecisionResult) -> int | None:
     """What one more sample costs, from the scan's fit on the reserved peaks (allocated where none)."""
     for basis in ("peak_reserved", "peak_allocated"):
-        line = (result.memory_model or {}).get(basis)
-        if line and line.get("per_sample_bytes", 0) > 0:
-            return int(line["per_sample_bytes"])
+        line = result.memory_model.get(basis)
+        if line is not None and line.per_sample_bytes > 0:
+            return int(line.per_sample_bytes)
     return None
 
 
@@ -53,20 +55,20 @@ def measure_at_max(factory: WorkerFactory, spec: WorkerSpec, result: PrecisionRe
     batch = int(result.max_batch or 0)
     note(f"memory breakdown at batch {batch} (a fresh process, under MemTracker)")
     started = time.perf_counter()
-    request = {"op": "breakdown", "batch": batch, "steps": steps, "per_sample_bytes": per_sample_bytes(result),
-               "loss_scale": spec.loss_scale}
+    request = BreakdownRequest(batch=batch, steps=steps, per_sample_bytes=per_sample_bytes(result),
+                               loss_scale=spec.loss_scale)
     try:
         with fresh_worker(factory, spec) as worker:
             answer = worker.request(request, spec.timeout_s)
-            lost = worker._lost(answer)
+            lost = worker._lost(answer, BreakdownAnswer)
     except WorkerError as exc:
         answer, lost = None, (exc.kind, str(exc))
-    if lost is not None or answer is None or "breakdown" not in answer:
-        error = lost[1] if lost else (answer or {}).get("error", "no answer")
+    if lost is not None or not isinstance(answer, BreakdownAnswer) or answer.breakdown is None:
+        error = lost[1] if lost else getattr(answer, "error", None) or "no answer"
         result.settings["breakdown_error"] = error
         note(f"memory breakdown at batch {batch} failed: {error}")
         return
-    record = Breakdown.from_dict(answer["breakdown"])
+    record = Breakdown.from_dict(answer.breakdown)
     record.note = f"fresh process at B, {round(time.perf_counter() - started, 1)} s wall in all"
     wrong = check_sum(record)
     if wrong:

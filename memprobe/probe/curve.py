@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from memprobe.core.outcomes import FIT
+from memprobe.core.records import CurvePoint, Timed
 
 DEFAULT_POINTS = 8  # at most this many batches per curve, B included
 DEFAULT_BUDGET_S = 45.0  # no curve point starts that its estimated cost says would end past this (seconds)
@@ -70,45 +71,44 @@ def phases(below: list[int]) -> tuple[list[int], list[int]]:
     return spread_order(descending[::2]), spread_order(descending[1::2])
 
 
-def curve_point(measured: dict[str, Any], fresh: bool) -> dict[str, Any]:
+def curve_point(measured: Timed, fresh: bool) -> CurvePoint:
     """One curve entry from a timed run (worker.measure's answer): batch, outcome, samples/s, units/s,
     step time median/p10/p90 and first/warm-up step (seconds) and peak allocated/reserved bytes; failures keep
     their error."""
-    point: dict[str, Any] = {"batch": measured.get("batch"), "outcome": measured.get("outcome"), "fresh": fresh}
-    if measured.get("outcome") == FIT:
-        times = measured.get("step_time") or {}
-        point.update(samples_per_s=measured.get("samples_per_s"), units_per_s=measured.get("units_per_s"),
-                     step_median_s=times.get("median_s"), step_p10_s=times.get("p10_s"),
-                     step_p90_s=times.get("p90_s"), timed_steps=times.get("steps"))
-        for key, name in (("first_step_seconds", "first_step_s"), ("warmup_step_seconds", "warmup_step_s")):
-            if measured.get(key) is not None:
-                point[name] = measured[key]
+    point = CurvePoint(measured.batch, measured.outcome, fresh)  # type: ignore[arg-type]
+    if measured.outcome == FIT:
+        times = measured.step_time or {}
+        point.samples_per_s, point.units_per_s = measured.samples_per_s, measured.units_per_s
+        point.step_median_s, point.step_p10_s = times.get("median_s"), times.get("p10_s")
+        point.step_p90_s, point.timed_steps = times.get("p90_s"), times.get("steps")
+        point.first_step_s, point.warmup_step_s = measured.first_step_seconds, measured.warmup_step_seconds
     else:
-        point["error"] = str(measured.get("error", ""))[:300]
-    point.update(peak_allocated=measured.get("peak_allocated"), peak_reserved=measured.get("peak_reserved"))
+        point.error = str(measured.error or "")[:300]
+    point.peak_allocated, point.peak_reserved = measured.peak_allocated, measured.peak_reserved
     return point
 
 
-def skipped_point(batch: int, phase: str, estimate_s: float, left_s: float, budget_s: float) -> dict[str, Any]:
+def skipped_point(batch: int, phase: str, estimate_s: float, left_s: float, budget_s: float) -> CurvePoint:
     """A point that was not started: its estimate would have ended past the curve's budget."""
-    return {"batch": batch, "outcome": SKIPPED, "fresh": False, "phase": phase, "estimated_s": round(estimate_s, 1),
-            "error": f"estimated {estimate_s:.1f} s, {max(0.0, left_s):.1f} s of the {budget_s:g} s curve budget left"}
+    return CurvePoint(batch, SKIPPED, False, phase=phase, estimated_s=round(estimate_s, 1),
+                      error=f"estimated {estimate_s:.1f} s, {max(0.0, left_s):.1f} s of the {budget_s:g} s curve "
+                            "budget left")
 
 
-def curve_text(point: dict[str, Any], unit: str = "samples", n_name: str = "batch") -> str:
+def curve_text(point: CurvePoint, unit: str = "samples", n_name: str = "batch") -> str:
     """One progress line for a curve point in the workload's unit and axis, e.g.
     "curve: batch 512 -> 6216.0 images/s (shared process)" or "curve: seq len 8192 -> 31583.9 tokens/s (...)"."""
-    where = "fresh process" if point.get("fresh") else "shared process"
-    if point.get("phase") == "knee":
+    where = "fresh process" if point.fresh else "shared process"
+    if point.phase == "knee":
         where = f"knee bisection, {where}"
-    head = f"curve: {n_name} {point.get('batch')} ->"
-    if point.get("outcome") == SKIPPED:
-        return f"{head} skipped ({point.get('phase', 'ladder')}): {point.get('error', '')}"
-    if point.get("outcome") != FIT:
-        return f"{head} {point.get('outcome')} ({where}): {point.get('error', '')[:120]}"
-    speed = point.get("units_per_s")
+    head = f"curve: {n_name} {point.batch} ->"
+    if point.outcome == SKIPPED:
+        return f"{head} skipped ({point.phase or 'ladder'}): {point.error or ''}"
+    if point.outcome != FIT:
+        return f"{head} {point.outcome} ({where}): {(point.error or '')[:120]}"
+    speed = point.units_per_s
     if speed is None:  # a point from before units were recorded: samples are all it has
-        speed, unit = point["samples_per_s"], "samples"
+        speed, unit = point.samples_per_s, "samples"
     return f"{head} {speed:.1f} {unit}/s ({where})"
 
 

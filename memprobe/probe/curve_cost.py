@@ -21,7 +21,9 @@ from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import Any
 
+from memprobe.core.memory_model import Attempt
 from memprobe.core.outcomes import FIT
+from memprobe.core.records import CurvePoint, Timed
 from memprobe.probe.options import timed_steps_within
 
 # Step times vary by a few percent, a new size's set-up by more (NasNet-Large: 16-28 s between sizes), so an
@@ -66,17 +68,17 @@ class PointCost:
         seconds = (self.process_s if new_process else 0.0) + first + (warmup - 1 + timed) * step
         return seconds * self.margin
 
-    def learn(self, point: dict[str, Any]) -> None:
+    def learn(self, point: CurvePoint) -> None:
         """Take in a timed curve point: its step time, the excess of its first step (a new size's set-up) and the
         seconds its process took to start. Points that did not fit teach only the process start."""
-        if point.get("process_s"):
-            self.process_s = max(self.process_s, float(point["process_s"]))
-        if point.get("outcome") != FIT or not point.get("step_median_s"):
+        if point.process_s:
+            self.process_s = max(self.process_s, float(point.process_s))
+        if point.outcome != FIT or not point.step_median_s:
             return
-        step = float(point["step_median_s"])
-        self.steps[int(point["batch"])] = step
-        if point.get("first_step_s"):
-            self.setup_s = max(self.setup_s, float(point["first_step_s"]) - float(point.get("warmup_step_s") or step))
+        step = float(point.step_median_s)
+        self.steps[int(point.batch)] = step
+        if point.first_step_s:
+            self.setup_s = max(self.setup_s, float(point.first_step_s) - float(point.warmup_step_s or step))
 
     def to_dict(self) -> dict[str, Any]:
         """What the estimates rest on, for the result file (seconds)."""
@@ -84,27 +86,26 @@ class PointCost:
                 "warmup": self.warmup, "timed": self.timed, "timed_budget_s": self.timed_budget_s}
 
 
-def _excess(entry: dict[str, Any], cost: PointCost, trial_steps: int) -> float:
+def _excess(entry: Attempt, cost: PointCost, trial_steps: int) -> float:
     """Seconds a fitting trial took beyond its steps: the set-up of its batch size."""
-    return float(entry.get("seconds") or 0.0) - (entry.get("steps") or trial_steps) * cost.step_at(int(entry["batch"]))
+    return float(entry.seconds or 0.0) - (entry.steps or trial_steps) * cost.step_at(int(entry.batch))
 
 
-def from_precision(attempts: list[dict[str, Any]], checks: list[dict[str, Any]], at_max: dict[str, Any] | None,
-                   settings: dict[str, Any], trial_steps: int, warmup: int, timed: int,
-                   timed_budget_s: float | None) -> PointCost:
-    """The estimator for one precision's curve from its search `attempts` and proof `checks` (dicts, as in the
-    result file), the timed run at B (`at_max`), its `settings` (first_process_ready_seconds) and the curve
-    point's steps (`trial_steps` is what a trial ran when an attempt does not say)."""
+def from_precision(attempts: list[Attempt], checks: list[Attempt], at_max: Timed | None, settings: dict[str, Any],
+                   trial_steps: int, warmup: int, timed: int, timed_budget_s: float | None) -> PointCost:
+    """The estimator for one precision's curve from its search `attempts` and proof `checks`, the timed run at B
+    (`at_max`), its `settings` (first_process_ready_seconds) and the curve point's steps (`trial_steps` is what a
+    trial ran when an attempt does not say)."""
     cost = PointCost(0.0, 0.0, warmup, timed, timed_budget_s)
-    if at_max and at_max.get("outcome") == FIT and (at_max.get("step_time") or {}).get("median_s"):
-        cost.steps[int(at_max["batch"])] = float(at_max["step_time"]["median_s"])
-    starts = [float(a["wall_seconds"]) - float(a.get("seconds") or 0.0)
-              for a in [*attempts, *(c for c in checks if c.get("outcome") != FIT)] if a.get("wall_seconds")]
+    if at_max and at_max.outcome == FIT and (at_max.step_time or {}).get("median_s"):
+        cost.steps[int(at_max.batch)] = float(at_max.step_time["median_s"])  # type: ignore[arg-type,index]
+    starts = [float(a.wall_seconds) - float(a.seconds or 0.0)
+              for a in [*attempts, *(c for c in checks if c.outcome != FIT)] if a.wall_seconds]
     cost.process_s = max(starts) if starts else float(settings.get("first_process_ready_seconds") or 0.0)
-    fits = [a for a in attempts[1:] if a.get("outcome") == FIT] + [c for c in checks if c.get("outcome") == FIT]
+    fits = [a for a in attempts[1:] if a.outcome == FIT] + [c for c in checks if c.outcome == FIT]
     cost.setup_s = max([0.0, *(_excess(a, cost, trial_steps) for a in fits)])
-    if at_max and at_max.get("first_step_seconds") and at_max.get("warmup_step_seconds"):
+    if at_max and at_max.first_step_seconds and at_max.warmup_step_seconds:
         # the timed run at B follows B's trial in its process, so its first step rarely sets anything up; when
         # it does (a compilation per size), it says so here
-        cost.setup_s = max(cost.setup_s, float(at_max["first_step_seconds"]) - float(at_max["warmup_step_seconds"]))
+        cost.setup_s = max(cost.setup_s, float(at_max.first_step_seconds) - float(at_max.warmup_step_seconds))
     return cost

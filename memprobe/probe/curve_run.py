@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
 
 from memprobe.core.knee import KNEE_RESOLUTION, bisect_batch, falls, knee, knee_fields, resolved
 from memprobe.core.memory_model import MemoryModel
 from memprobe.core.outcomes import CRASH, TIMEOUT
-from memprobe.core.records import CurvePoint
+from memprobe.core.records import CurvePoint, Timed
 from memprobe.core.registry import Workload
 from memprobe.core.results import PrecisionResult
 from memprobe.core.variants import axis_name
@@ -34,7 +33,7 @@ class PointTimer:
     factory forks cheaply; the others share one process, replaced after a crash or a timeout and closed before
     a fresh point runs (its model and caches must not hold memory then). Never raises for a failed point."""
 
-    def __init__(self, factory: WorkerFactory, spec: WorkerSpec, measure: Callable[[Any, int], dict[str, Any]],
+    def __init__(self, factory: WorkerFactory, spec: WorkerSpec, measure: Callable[[Worker, int], Timed],
                  model: MemoryModel | None, fresh_above_bytes: float | None, max_batch: int) -> None:
         self.factory, self.spec, self.measure, self.model = factory, spec, measure, model
         self.fresh_above_bytes, self.max_batch = fresh_above_bytes, max_batch
@@ -49,7 +48,7 @@ class PointTimer:
         """Whether the point at `batch` must start a trial process (a fresh one, or the first shared one)."""
         return self.is_fresh(batch) or self.shared is None
 
-    def time(self, batch: int) -> dict[str, Any]:
+    def time(self, batch: int) -> CurvePoint:
         """The curve point at `batch` (probe.curve.curve_point) with its wall time and, where it started a
         process, the seconds that took (`process_s`)."""
         fresh = self.is_fresh(batch)
@@ -59,7 +58,7 @@ class PointTimer:
         try:
             worker = self.shared if self.shared is not None and not fresh else self.factory.fresh(self.spec)
         except WorkerError as exc:
-            return {"batch": batch, "outcome": exc.kind, "fresh": True, "error": str(exc)[:300]}
+            return CurvePoint(batch, exc.kind, True, error=str(exc)[:300])
         process_s = time.perf_counter() - started if worker is not self.shared else 0.0
         self.shared = None  # held by `worker` now; given back below when it may be reused
         try:
@@ -68,15 +67,15 @@ class PointTimer:
             worker.kill()
             raise
         point = curve_point(measured, fresh=fresh)
-        if fresh or measured.get("outcome") in (CRASH, TIMEOUT):
+        if fresh or measured.outcome in (CRASH, TIMEOUT):
             closing = time.perf_counter()
             worker.close()
             process_s += time.perf_counter() - closing if fresh else 0.0
         else:
             self.shared = worker
-        point["wall_seconds"] = round(time.perf_counter() - started, 3)
+        point.wall_seconds = round(time.perf_counter() - started, 3)
         if process_s:
-            point["process_s"] = round(process_s, 3)
+            point.process_s = round(process_s, 3)
         return point
 
     def close(self) -> None:
@@ -86,9 +85,9 @@ class PointTimer:
             self.shared = None
 
 
-def measure_curve(timer: CurveTimer, batches: list[int], at_max: dict[str, Any] | None, max_batch: int,
-                  cost: PointCost, budget_s: float | None, report: Callable[[dict[str, Any]], None],
-                  clock: Callable[[], float] = time.perf_counter) -> list[dict[str, Any]]:
+def measure_curve(timer: CurveTimer, batches: list[int], at_max: Timed | None, max_batch: int,
+                  cost: PointCost, budget_s: float | None, report: Callable[[CurvePoint], None],
+                  clock: Callable[[], float] = time.perf_counter) -> list[CurvePoint]:
     """Time the curve's points and return them ascending (B's is `at_max`, the proof's timed run, when given).
 
     Order: the coarse pass, then while a counted fall has an unresolved bracket its bisection (a ladder batch
@@ -97,11 +96,11 @@ def measure_curve(timer: CurveTimer, batches: list[int], at_max: dict[str, Any] 
     bracket. `report` gets each point when it is done. Never raises for a failed point; the shared process is
     ended on return (a point interrupted kills its own process)."""
     started = clock()
-    points: dict[int, dict[str, Any]] = {}
+    points: dict[int, CurvePoint] = {}
 
-    def add(point: dict[str, Any], phase: str) -> None:
-        point.setdefault("phase", phase)
-        points[point["batch"]] = point
+    def add(point: CurvePoint, phase: str) -> None:
+        point.phase = point.phase or phase
+        points[point.batch] = point
         report(point)
 
     def run(batch: int, phase: str) -> bool:
@@ -110,7 +109,7 @@ def measure_curve(timer: CurveTimer, batches: list[int], at_max: dict[str, Any] 
             add(skipped_point(batch, phase, estimate, budget_s - (clock() - started), budget_s), phase)
             return False
         point = timer.time(batch)
-        point["estimated_s"] = round(estimate, 1)
+        point.estimated_s = round(estimate, 1)
         cost.learn(point)
         add(point, phase)
         return True
@@ -125,7 +124,7 @@ def measure_curve(timer: CurveTimer, batches: list[int], at_max: dict[str, Any] 
             run(planned, "coarse")
         given_up: set[tuple[int, int]] = set()
         while True:
-            fall = next((f for f in falls(points.values())
+            fall = next((f for f in falls(p.to_dict() for p in points.values())
                          if not f.resolved and (f.before, f.after) not in given_up), None)
             if fall is not None:
                 middle = bisect_batch(fall, refine, points)
@@ -138,7 +137,7 @@ def measure_curve(timer: CurveTimer, batches: list[int], at_max: dict[str, Any] 
             run(rest[0], "refine")
     finally:
         timer.close()
-    return sorted(points.values(), key=lambda p: p["batch"])
+    return sorted(points.values(), key=lambda p: p.batch)
 
 
 def add_curve(result: PrecisionResult, timer: CurveTimer, workload: Workload, opts: ScanOptions,
@@ -149,26 +148,25 @@ def add_curve(result: PrecisionResult, timer: CurveTimer, workload: Workload, op
     started = time.perf_counter()
     max_batch = result.max_batch or 0
     batches = ladder(max_batch, opts.curve_points, opts.curve_batches or None)
-    at_max = result.throughput.to_dict() if result.throughput is not None else None  # the dicts the curve reads
-    unit = str((at_max or {}).get("unit") or workload.unit)
+    at_max = result.throughput
+    unit = str((at_max.unit if at_max is not None else None) or workload.unit)
     n_name = axis_name(workload.to_dict())
     warmup, timed, timed_budget = opts.curve_steps
-    cost = from_precision([a.to_dict() for a in result.attempts], [c.to_dict() for c in result.checks], at_max,
-                          result.settings, opts.trial_steps, warmup, timed, timed_budget)
+    cost = from_precision(result.attempts, result.checks, at_max, result.settings, opts.trial_steps, warmup, timed, timed_budget)
     budget = opts.curve_budget
     note(f"throughput curve at {n_name} {', '.join(map(str, batches))}"
          + (f" (budget {budget:g} s)" if budget else ""))
-    done: list[dict[str, Any]] = []
+    done: list[CurvePoint] = []
 
-    def report(point: dict[str, Any]) -> None:
+    def report(point: CurvePoint) -> None:
         done.append(point)
         note(curve_text(point, unit, n_name))
 
     try:
         measure_curve(timer, batches, at_max, max_batch, cost, budget, report)
     finally:  # interrupted too: the points timed so far are kept
-        points = sorted(done, key=lambda p: p["batch"])
-        result.curve = [CurvePoint.from_dict(p) for p in points]
+        result.curve = sorted(done, key=lambda p: p.batch)
+        points = [p.to_dict() for p in result.curve]  # best point and knee: dict math over the file's points
         for key, value in {**summary(points), **knee_fields(knee(points))}.items():
             setattr(result, key, value)
         result.curve_seconds = round(time.perf_counter() - started, 2)

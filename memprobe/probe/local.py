@@ -11,6 +11,7 @@ from typing import Any, Callable
 
 from memprobe.core.memory_model import Attempt, MemoryModel
 from memprobe.core.outcomes import OOM, USER_ERROR
+from memprobe.core.records import Timed
 from memprobe.core.registry import Workload
 from memprobe.core.results import PrecisionResult
 from memprobe.probe.backend import Progress
@@ -18,6 +19,7 @@ from memprobe.probe.breakdown_run import measure_at_max
 from memprobe.probe.curve_run import PointTimer
 from memprobe.probe.options import ScanOptions
 from memprobe.probe.pipeline import reported
+from memprobe.probe.protocol import Flops
 from memprobe.probe.runner import Worker, WorkerError, WorkerFactory, WorkerSpec
 from memprobe.probe.scan_trials import FRESH_ABOVE_SHARE, FreshRuns, SearchTrials, in_fresh_process, measure_fresh
 from memprobe.probe.setup_failure import record_setup_oom
@@ -42,7 +44,7 @@ class LocalBackend:
         self.count = 0
         self.started = time.perf_counter()
         self.fresh = FreshRuns(factory, self.spec, opts, self._announce, self._report)
-        self.measurements: dict[int, dict[str, Any]] = self.fresh.measurements
+        self.measurements: dict[int, Timed] = self.fresh.measurements
         self.worker: Worker | None = None
         self.capacity_bytes: float | None = None
 
@@ -68,19 +70,20 @@ class LocalBackend:
             if exc.kind == USER_ERROR:  # the user's build raised or the name cannot be built: no trial ran
                 result.stop = USER_ERROR
             return False
-        self.worker = worker
-        environment, emulation = worker.info["environment"], worker.info.get("emulation")
+        self.worker, info = worker, worker.info
+        assert info is not None, "set up by factory.fresh"
+        environment, emulation = info.environment, info.emulation
         on_environment({**environment, "emulation": emulation} if emulation else environment)
-        result.capacity_bytes = self.capacity_bytes = worker.info.get("capacity_bytes")
-        result.settings = {"task": worker.info.get("task", {}), "flags": environment.get("flags", {}),
-                           "weights_bytes": worker.info.get("weights_bytes"),
-                           "build_seconds": worker.info.get("build_seconds"),
-                           "cuda_init_seconds": worker.info.get("cuda_init_seconds"),
+        result.capacity_bytes = self.capacity_bytes = info.capacity_bytes
+        result.settings = {"task": info.task, "flags": environment.get("flags", {}),
+                           "weights_bytes": info.weights_bytes,
+                           "build_seconds": info.build_seconds,
+                           "cuda_init_seconds": info.cuda_init_seconds,
                            "first_process_ready_seconds": round(time.perf_counter() - self.started, 3),
                            "emulation": emulation}
         return True
 
-    def flops(self) -> dict[str, Any]:
+    def flops(self) -> Flops:
         assert self.worker is not None, "open() first"
         return self.worker.flops()
 
@@ -96,7 +99,7 @@ class LocalBackend:
         self._announce(batch, True)
         return self._report(in_fresh_process(self.factory, self.spec, batch, lambda worker: worker.trial(batch, steps)))
 
-    def measure(self, batch: int) -> dict[str, Any]:
+    def measure(self, batch: int) -> Timed:
         return measure_fresh(self.factory, self.spec, batch, self.opts)
 
     def curve_timer(self, model: MemoryModel | None, capacity_bytes: float | None, max_batch: int) -> PointTimer:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from memprobe.core.catalog import PRECISIONS
+from memprobe.core.records import Timed
 from memprobe.probe.curve import DEFAULT_BUDGET_S, DEFAULT_POINTS, ladder
 from memprobe.probe.runner import Worker
 
@@ -117,7 +118,7 @@ class ScanOptions:
         """Warm-up steps before timing: `warmup`, at most INFER_WARMUP in inference."""
         return self.warmup if self.mode == "train" else min(self.warmup, INFER_WARMUP)
 
-    def timed_run(self, worker: Worker, batch: int, cont: bool = False) -> dict[str, Any]:
+    def timed_run(self, worker: Worker, batch: int, cont: bool = False) -> Timed:
         """Warm-up and timed steps at `batch` in `worker` (its answer, never raising for a failed step). `cont`:
         the steps go on from the trial the worker just ran at `batch` (kept), so the trial's steps were the
         warm-up and one more warm-up step is enough (it is also timed apart, as the first step)."""
@@ -139,7 +140,7 @@ class ScanOptions:
         return (min(self.warmup_steps, CURVE_WARMUP), min(self.timed_steps, CURVE_TIMED_STEPS),
                 self.timed_budget_s / 2 if self.timed_budget_s else None)
 
-    def curve_run(self, worker: Worker, batch: int) -> dict[str, Any]:
+    def curve_run(self, worker: Worker, batch: int) -> Timed:
         """A curve point's timed run at `batch` in `worker` (curve_steps), never raising for a failed step."""
         warmup, timed, budget = self.curve_steps
         return worker.measure(batch, warmup, timed, budget_s=budget)

@@ -8,6 +8,7 @@ included), so an interrupted scan keeps what it finished and every entry point w
 
 from __future__ import annotations
 
+import copy
 import time
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import replace
@@ -27,6 +28,7 @@ from memprobe.probe.hint import PrecisionHint, PredictedStart
 from memprobe.probe.nothing_fits import explain_precision
 from memprobe.probe.options import ScanOptions
 from memprobe.probe.proof import confirm_edge, proof_record, reusable_checks
+from memprobe.probe.protocol import Flops
 from memprobe.probe.search import HintUse, find_max_batch
 from memprobe.probe.soak import soak_max_batch
 
@@ -108,10 +110,10 @@ def _run(backend: TrialBackend, workload: Workload, precision: str, opts: ScanOp
     if not backend.open(result, environment):
         return result
     if backend.counts_flops:
-        flops = backend.flops() if opts.measure else {}
-        result.settings["flops_per_sample"] = flops.get("flops_per_sample")
-        if flops.get("error"):
-            result.settings["flops_error"] = flops["error"]
+        flops = backend.flops() if opts.measure else Flops()
+        result.settings["flops_per_sample"] = flops.flops_per_sample
+        if flops.error:
+            result.settings["flops_error"] = flops.error
     trials = backend.search_trials()
     hint = (start.hint_for(precision, result.capacity_bytes, result.settings, progress.note, started_at)
             if start else None)
@@ -181,14 +183,14 @@ def _timed_runs(backend: TrialBackend, result: PrecisionResult, opts: ScanOption
         measured = backend.measurements.get(result.max_batch)
         if measured is None:  # not proven fresh (check limit, batch cap, soak): time it now
             measured = backend.measure(result.max_batch)
-        result.throughput = Timed.from_dict(measured) if measured is not None else None
+        result.throughput = copy.deepcopy(measured)  # the file's record, completed in place below (add_mfu)
     for batch in opts.batches:
         if batch in backend.measurements:  # timed fresh already, the same way
             progress.note(f"requested batch {batch}: the timed run of its fresh trial")
-            result.extra_batches.append(Timed.from_dict(backend.measurements[batch]))
+            result.extra_batches.append(copy.deepcopy(backend.measurements[batch]))
             continue
         progress.note(f"timing {opts.timed_steps} steps at requested batch {batch}")
-        result.extra_batches.append(Timed.from_dict(backend.measure(batch)))
+        result.extra_batches.append(backend.measure(batch))
     if backend.counts_flops:
         for measured in [result.throughput, *result.extra_batches]:
             add_mfu(measured, result.settings["flops_per_sample"], gpu, result.precision)

@@ -1,4 +1,4 @@
-"""Parent-side handle on trial processes: spawn, talk JSON lines, detect crashes, clean up.
+"""Parent-side handle on trial processes: spawn, talk the trial protocol (probe/protocol.py), detect crashes, clean up.
 
 No torch here. Each Worker is one trial process (memprobe.probe.worker). A crash (the process dies, or
 reports a CRASH outcome) becomes an Attempt with outcome CRASH, and the scan carries on in a new
@@ -10,7 +10,6 @@ available (or MEMPROBE_FORKSERVER=0), trial processes are exec'd, with spares st
 
 from __future__ import annotations
 
-import json
 import os
 import select
 import signal
@@ -25,7 +24,26 @@ from typing import Any
 from memprobe.core.lifeline import PARENT_ENV
 from memprobe.core.memory_model import Attempt
 from memprobe.core.outcomes import CRASH, ERROR, OOM, TIMEOUT, classify_error
+from memprobe.core.records import Timed
 from memprobe.core.registry import FAMILIES, Workload
+from memprobe.probe.protocol import (
+    Answer,
+    ExitRequest,
+    Failure,
+    Flops,
+    FlopsRequest,
+    Lost,
+    MeasureRequest,
+    PingRequest,
+    Pong,
+    ProtocolError,
+    Ready,
+    Request,
+    SetupRequest,
+    TrialRequest,
+    decode_answer,
+    encode_request,
+)
 
 
 class WorkerError(RuntimeError):
@@ -55,16 +73,9 @@ class WorkerSpec:
     # there, ran exactly 3 steps). Memory is the same at any scale.
     loss_scale: float | None = None
 
-    def setup_request(self) -> dict[str, Any]:
-        return {
-            "op": "setup",
-            "workload": self.workload.to_dict(),
-            "precision": self.precision,
-            "mode": self.mode,
-            "device": self.device,
-            "cpu_budget_bytes": self.cpu_budget_bytes,
-            "settings": self.settings,
-        }
+    def setup_request(self) -> SetupRequest:
+        return SetupRequest(self.workload.to_dict(), self.precision, self.mode, self.device, self.cpu_budget_bytes,
+                            self.settings)
 
 
 PING_TIMEOUT_S = 60.0  # a forked process answers in milliseconds; one that hangs is replaced by exec
@@ -205,10 +216,10 @@ class Worker:
             os.unlink(self.log.name)
             raise
         self.spec: WorkerSpec | None = None
-        self.info: dict[str, Any] = {}
+        self.info: Ready | None = None  # setup's answer
         if zygote is not None:
-            answer = self.request({"op": "ping"}, PING_TIMEOUT_S)
-            if not answer or not answer.get("ok"):
+            answer = self.request(PingRequest(), PING_TIMEOUT_S)
+            if not (isinstance(answer, Pong) and answer.ok):
                 self.close()
                 raise ZygoteError(f"a forked trial process did not answer a ping within {PING_TIMEOUT_S:.0f} s")
 
@@ -224,50 +235,57 @@ class Worker:
             return ""
         return " | ".join(tail)
 
-    def request(self, payload: dict[str, Any], timeout_s: float) -> dict[str, Any] | None:
-        """Send one request and wait for its answer; None when the process died or timed out."""
+    def request(self, request: Request, timeout_s: float) -> Answer | Lost:
+        """Send one request and wait for its answer (a Failure when the process refused it); Lost when the process
+        died (or answered what is not an answer), or did not answer within `timeout_s` (then it is killed)."""
         if not self.alive:
-            return None
+            return Lost()
         try:
-            self.proc.stdin.write(json.dumps(payload) + "\n")
+            self.proc.stdin.write(encode_request(request))
             self.proc.stdin.flush()
         except (BrokenPipeError, OSError):
-            return None
+            return Lost()
         deadline = time.monotonic() + timeout_s
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 self.kill()
-                return {"timeout": True}
+                return Lost(timed_out=True)
             ready, _, _ = select.select([self.proc.stdout], [], [], min(remaining, 1.0))
             if ready:
                 line = self.proc.stdout.readline()
                 if not line:
-                    return None
-                return json.loads(line)
+                    return Lost()
+                try:
+                    return decode_answer(request, line)
+                except ProtocolError:
+                    return Lost()
             if not self.alive:
-                return None
+                return Lost()
 
-    def _lost(self, answer: dict[str, Any] | None) -> tuple[str, str] | None:
-        """(CRASH or TIMEOUT, message) when the process died or did not answer in time; None otherwise."""
-        if answer is None:
-            return CRASH, f"trial process died: {self.log_tail() or 'no output'}"
-        if answer.get("timeout"):
+    def _lost(self, answer: Answer | Lost, expected: type) -> tuple[str, str] | None:
+        """(CRASH, TIMEOUT or ERROR, message) when the process died, did not answer in time, or refused the
+        request instead of giving the `expected` answer; None otherwise."""
+        if isinstance(answer, Lost) and answer.timed_out:
             return TIMEOUT, f"no answer within {self.spec.timeout_s:.0f} s"
+        if isinstance(answer, Lost):
+            return CRASH, f"trial process died: {self.log_tail() or 'no output'}"
+        if not isinstance(answer, expected):
+            return ERROR, f"the trial process refused the request: {getattr(answer, 'message', answer)}"
         return None
 
-    def setup(self, spec: WorkerSpec) -> dict[str, Any]:
+    def setup(self, spec: WorkerSpec) -> Ready:
         """Build the workload in the process. Raises WorkerError when that fails."""
         self.spec = spec
         answer = self.request(spec.setup_request(), spec.timeout_s)
-        lost = self._lost(answer)
+        if isinstance(answer, Failure):
+            raise WorkerError(answer.kind, answer.message, answer.stage)
+        lost = self._lost(answer, Ready)
         if lost is not None:
             # A process that died with "CUDA error: out of memory" (raised where setup could not catch it)
             # ran out of memory; a crash marker in the same text still wins (errors.classify_error).
             kind = OOM if lost[0] == CRASH and classify_error("", lost[1]) == OOM else lost[0]
             raise WorkerError(kind if kind == OOM else CRASH, f"during setup: {lost[1]}")
-        if not answer.get("ok"):
-            raise WorkerError(answer.get("kind", ERROR), answer.get("message", "setup failed"), answer.get("stage", "setup"))
         self.info = answer
         return answer
 
@@ -275,37 +293,35 @@ class Worker:
         """Run one trial; a dead or hung process becomes a CRASH or TIMEOUT attempt. `keep`: a fit leaves its
         training state in the process, for a timed run that goes on from it (measure(..., cont=True))."""
         started = time.perf_counter()
-        answer = self.request({"op": "trial", "batch": batch, "steps": steps, "loss_scale": self.spec.loss_scale,
-                               "keep": keep}, self.spec.timeout_s)
-        lost = self._lost(answer)
+        answer = self.request(TrialRequest(batch, steps, self.spec.loss_scale, keep), self.spec.timeout_s)
+        lost = self._lost(answer, Attempt)
         if lost is not None:
             outcome = OOM if lost[0] == CRASH and classify_error("", lost[1]) == OOM else lost[0]
             return Attempt(batch, outcome, seconds=time.perf_counter() - started, message=lost[1])
-        attempt = Attempt.from_dict(answer["attempt"])
+        attempt = answer
         if attempt.fits and attempt.loss_scale:
             self.spec.loss_scale = attempt.loss_scale
         return attempt
 
-    def flops(self) -> dict[str, Any]:
-        """FLOPs per sample of one step, counted in the process ({"flops_per_sample": None, "error": ...} on failure)."""
+    def flops(self) -> Flops:
+        """FLOPs per sample of one step, counted in the process (None, with the reason in `error`, on failure)."""
         # Batch 1: the count is per sample anyway, and Pix2PixHD at 2048x1024 needs ~21 GB an image.
-        answer = self.request({"op": "flops", "batch": 1}, self.spec.timeout_s)
-        lost = self._lost(answer)
+        answer = self.request(FlopsRequest(batch=1), self.spec.timeout_s)
+        lost = self._lost(answer, Flops)
         if lost is not None:
-            return {"flops_per_sample": None, "error": f"while counting FLOPs: {lost[1]}"}
+            return Flops(None, f"while counting FLOPs: {lost[1]}")
         return answer
 
     def measure(self, batch: int, warmup: int, steps: int, budget_s: float | None = None,
-                cont: bool = False) -> dict[str, Any]:
+                cont: bool = False) -> Timed:
         """Warm-up and timed steps at `batch` (fewer timed steps when they would run past `budget_s`
         seconds); a dead or hung process becomes a CRASH or TIMEOUT outcome. `cont`: go on from the trial just
         run with keep=True at this batch, as one continuous training run."""
-        answer = self.request({"op": "measure", "batch": batch, "warmup": warmup, "steps": steps,
-                               "budget_s": budget_s, "loss_scale": self.spec.loss_scale, "continue": cont},
+        answer = self.request(MeasureRequest(batch, warmup, steps, budget_s, self.spec.loss_scale, cont),
                               self.spec.timeout_s)
-        lost = self._lost(answer)
+        lost = self._lost(answer, Timed)
         if lost is not None:
-            return {"batch": batch, "outcome": lost[0], "error": lost[1]}
+            return Timed(batch=batch, outcome=lost[0], error=lost[1])
         return answer
 
     def kill(self) -> None:
@@ -315,7 +331,7 @@ class Worker:
         """End the process (politely, then by force) and remove its log."""
         if self.alive:
             try:
-                self.proc.stdin.write(json.dumps({"op": "exit"}) + "\n")
+                self.proc.stdin.write(encode_request(ExitRequest()))
                 self.proc.stdin.flush()
                 self.proc.wait(10)
             except (BrokenPipeError, OSError, subprocess.TimeoutExpired):

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import time
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator
+from typing import Callable, Iterator
 
 from memprobe.core.memory_model import Attempt, edge_model
 from memprobe.core.outcomes import CRASH, ERROR, FIT, OUTCOMES, TIMEOUT
+from memprobe.core.records import Timed
 from memprobe.probe.options import ScanOptions
 from memprobe.probe.runner import Worker, WorkerError, WorkerFactory, WorkerSpec
 
@@ -54,13 +55,13 @@ def in_fresh_process(factory: WorkerFactory, spec: WorkerSpec, batch: int,
     return attempt
 
 
-def measure_fresh(factory: WorkerFactory, spec: WorkerSpec, batch: int, opts: ScanOptions) -> dict[str, Any]:
+def measure_fresh(factory: WorkerFactory, spec: WorkerSpec, batch: int, opts: ScanOptions) -> Timed:
     """The timed run at `batch` in a new process (its answer; a process that cannot be set up is a failed run)."""
     try:
         with fresh_worker(factory, spec) as worker:
             return opts.timed_run(worker, batch)
     except WorkerError as exc:
-        return {"batch": batch, "outcome": exc.kind, "error": str(exc)}
+        return Timed(batch=batch, outcome=exc.kind, error=str(exc))
 
 
 class FreshRuns:
@@ -77,7 +78,7 @@ class FreshRuns:
     def __init__(self, factory: WorkerFactory, spec: WorkerSpec, opts: ScanOptions,
                  announce: Callable[[int, bool], None], report: Callable[[Attempt], Attempt] = lambda a: a) -> None:
         self.factory, self.spec, self.opts, self.announce, self.report = factory, spec, opts, announce, report
-        self.measurements: dict[int, dict[str, Any]] = {}
+        self.measurements: dict[int, Timed] = {}
 
     def __call__(self, batch: int, time_it: Callable[[Attempt], bool] | None = None) -> Attempt:
         """Run `batch` fresh; with throughput on, a fit goes on to the timed run unless `time_it(attempt)` says
@@ -94,19 +95,18 @@ class FreshRuns:
         if not (attempt.fits and self.opts.measure and (time_it is None or time_it(attempt))):
             return attempt
         measured = self.opts.timed_run(worker, batch, cont=True)
-        if measured.get("outcome") == FIT:
+        if measured.outcome == FIT:
             self.measurements[batch] = measured
-            attempt.peak_allocated = max(attempt.peak_allocated or 0, measured["peak_allocated"] or 0)
-            attempt.peak_reserved = max(attempt.peak_reserved or 0, measured["peak_reserved"] or 0)
-            attempt.timed_steps = (measured.get("step_time") or {}).get("steps")
+            attempt.peak_allocated = max(attempt.peak_allocated or 0, measured.peak_allocated or 0)
+            attempt.peak_reserved = max(attempt.peak_reserved or 0, measured.peak_reserved or 0)
+            attempt.timed_steps = (measured.step_time or {}).get("steps")
             return attempt
         total = 1 + self.opts.timed_steps
         # The whole error (at most 500 characters from the worker): its out-of-memory figures are read back.
-        return Attempt(batch, measured.get("outcome", ERROR), measured.get("peak_allocated"),
-                       measured.get("peak_reserved"), attempt.seconds,
-                       f"ran the {self.opts.trial_steps}-step trial, then failed at step "
-                       f"{measured.get('failed_at_step')} of the {total} steps that followed it: "
-                       f"{measured.get('error', '')}", trial_fit=True)
+        return Attempt(batch, measured.outcome or ERROR, measured.peak_allocated, measured.peak_reserved,
+                       attempt.seconds, f"ran the {self.opts.trial_steps}-step trial, then failed at step "
+                       f"{measured.failed_at_step} of the {total} steps that followed it: {measured.error or ''}",
+                       trial_fit=True)
 
 
 class SearchTrials:

@@ -1,12 +1,12 @@
 """The trial process: builds one workload on the device and runs trials on request.
 
-Started by runner.Worker as `python -m memprobe.probe.worker --preload MODULE`. It speaks JSON lines:
+Started by runner.Worker as `python -m memprobe.probe.worker --preload MODULE`. It speaks probe/protocol.py:
 one request per line on stdin, one answer per line on the protocol pipe (the original stdout;
 fd 1 is redirected to stderr so library prints cannot corrupt the protocol). It imports torch and
 the workload's module at start but touches CUDA only at `setup`, so a spare worker can wait,
 pre-imported, while another process is being measured.
 
-Requests: setup, trial, measure, exit. After a CRASH outcome the process answers and exits: a
+Requests: setup, trial, measure, flops, ping, exit. After a CRASH outcome the process answers and exits: a
 corrupted CUDA context cannot run another trial.
 
 With `--zygote-fd FD` the process is a fork server instead: it imports once, never touches CUDA,
@@ -22,7 +22,6 @@ import functools
 import gc
 import importlib
 import inspect
-import json
 import os
 import signal
 import socket
@@ -35,12 +34,30 @@ import torch
 
 from memprobe.core import lifeline
 from memprobe.core.memcap import CapPlan, MemoryCapError, plan_cap
+from memprobe.core.memory_model import Attempt
 from memprobe.core.outcomes import CRASH, USER_ERROR, classify_error, with_memory_state
+from memprobe.core.records import Timed
 from memprobe.core.registry import family_builder
 from memprobe.probe import breakdown_run
 from memprobe.probe.device import torch_environment
 from memprobe.probe.measure import UtilizationSampler, summarize_times, time_steps
 from memprobe.probe.options import MIN_TIMED_STEPS, timed_steps_within  # noqa: F401 - MIN_TIMED_STEPS re-exported
+from memprobe.probe.protocol import (
+    Answer,
+    Failure,
+    Flops,
+    FlopsRequest,
+    MeasureRequest,
+    PingRequest,
+    Pong,
+    ProtocolError,
+    Ready,
+    SetupRequest,
+    TrialRequest,
+    crashed,
+    decode_request,
+    encode_answer,
+)
 from memprobe.training.cpu_memory import LiveBytes
 from memprobe.training.step import Memory, run_step, run_trial, run_until_state
 from memprobe.workloads.base import Amp, UserModelError
@@ -96,22 +113,23 @@ class Session:
         torch.cuda.set_per_process_memory_fraction(plan.fraction, device)
         return plan
 
-    def setup(self, req: dict[str, Any]) -> dict[str, Any]:
-        device = torch.device(req.get("device", "cuda"))
+    def setup(self, req: SetupRequest) -> Ready | Failure:
+        """Build the workload on the device: Ready, or a Failure saying at which stage and why."""
+        device = torch.device(req.device)
         if device.type == "cuda" and not torch.cuda.is_available():
             reason = "torch was built without CUDA" if torch.version.cuda is None else "torch sees no CUDA device"
-            return {"ok": False, "kind": "no_cuda", "message": reason}
+            return Failure("no_cuda", reason)
         if device.type == "cuda" and device.index is None:
             device = torch.device("cuda", torch.cuda.current_device())
-        settings = req.get("settings", {})
-        self.precision, self.mode = req["precision"], req.get("mode", "train")
+        settings = req.settings
+        self.precision, self.mode = req.precision, req.mode
         applied = apply_precision_flags(self.precision, bool(settings.get("cudnn_benchmark", False)))
         tracker = None
         if device.type == "cpu":
-            tracker = LiveBytes(req.get("cpu_budget_bytes"))
+            tracker = LiveBytes(req.cpu_budget_bytes)
             tracker.__enter__()  # stays active for the life of this process
         self.memory = Memory(device, tracker)
-        workload = req["workload"]
+        workload = req.workload
         builder = family_builder(workload["family"])
         started = time.perf_counter()
         if device.type == "cuda":
@@ -120,8 +138,7 @@ class Session:
                 torch.empty(1, device=device)  # creates the context now, so its cost is timed apart
             except Exception as exc:  # noqa: BLE001 - e.g. AcceleratorError "CUDA error: out of memory"
                 kind = classify_error(type(exc).__name__, str(exc))
-                return {"ok": False, "kind": kind, "stage": "cuda-context",
-                        "message": f"creating the CUDA context: {type(exc).__name__}: {exc}"[:500]}
+                return Failure(kind, f"creating the CUDA context: {type(exc).__name__}: {exc}"[:500], "cuda-context")
         cuda_init_seconds = time.perf_counter() - started
         started = time.perf_counter()
         torch.manual_seed(0)
@@ -130,12 +147,10 @@ class Session:
         try:
             self.task = builder(workload["params"], workload["optimizer"], device, **extra)
         except UserModelError as exc:  # the user must change their model or its name: say how, with their traceback
-            return {"ok": False, "kind": USER_ERROR,
-                    "message": f"{exc}\n{exc.details}" if exc.details else str(exc)}
+            return Failure(USER_ERROR, f"{exc}\n{exc.details}" if exc.details else str(exc))
         except Exception as exc:  # noqa: BLE001 - a model that cannot be built fits no batch
             kind = classify_error(type(exc).__name__, str(exc))
-            return {"ok": False, "kind": kind, "stage": "build",
-                    "message": f"building {workload['name']}: {type(exc).__name__}: {exc}"[:500]}
+            return Failure(kind, f"building {workload['name']}: {type(exc).__name__}: {exc}"[:500], "build")
         if settings.get("compile"):
             self.task.compile()  # compiles lazily, at each trial's first step
         self.memory.synchronize()
@@ -154,25 +169,16 @@ class Session:
                 try:
                     plan = self.apply_cap()
                 except MemoryCapError as exc:
-                    return {"ok": False, "kind": "error", "message": str(exc)}
+                    return Failure("error", str(exc))
                 emulation = {"memory_cap_bytes": plan.cap_bytes, "outside_allocator_bytes_at_setup": plan.outside_bytes,
                              "allocator_limit_bytes_at_setup": plan.limit_bytes}
                 capacity = min(capacity, plan.limit_bytes)
         else:
-            capacity = req.get("cpu_budget_bytes")
+            capacity = req.cpu_budget_bytes
             weights = tracker.current if tracker else None
         self.capacity_bytes = capacity
-        return {
-            "ok": True,
-            "environment": torch_environment(device, applied),
-            "capacity_bytes": capacity,
-            "weights_bytes": weights,
-            "build_seconds": round(build_seconds, 3),
-            "cuda_init_seconds": round(cuda_init_seconds, 3),
-            "task": self.task.describe(),
-            "unit": self.task.unit,
-            "emulation": emulation,
-        }
+        return Ready(torch_environment(device, applied), capacity, weights, round(build_seconds, 3),
+                     round(cuda_init_seconds, 3), self.task.describe(), self.task.unit, emulation)
 
     def _drop_kept(self) -> None:
         """Release a kept trial's state (optimizer state, gradients, batch) that no timed run went on from."""
@@ -181,35 +187,34 @@ class Session:
             self.task.stop()
             self.memory.reset()
 
-    def trial(self, req: dict[str, Any]) -> dict[str, Any]:
-        """Run one trial; with "keep", a trial that fits leaves its state for a "continue" measure request."""
+    def trial(self, req: TrialRequest) -> Attempt:
+        """Run one trial; with `keep`, a trial that fits leaves its state for a measure request with `cont`."""
         self._drop_kept()
-        self.kept = {} if req.get("keep") else None
-        attempt = run_trial(self.task, self.precision, self.mode, int(req["batch"]), int(req["steps"]),
+        self.kept = {} if req.keep else None
+        attempt = run_trial(self.task, self.precision, self.mode, int(req.batch), int(req.steps),
                             self.memory, before=self.apply_cap, capacity_bytes=self.capacity_bytes,
-                            loss_scale=req.get("loss_scale"), keep=self.kept)
+                            loss_scale=req.loss_scale, keep=self.kept)
         if not self.kept:
             self.kept = None
-        return {"attempt": attempt}
+        return Attempt.from_dict(attempt)
 
-    def flops(self, req: dict[str, Any]) -> dict[str, Any]:
+    def flops(self, req: FlopsRequest) -> Flops:
         """FLOPs per sample of one step (forward + backward, or forward in infer mode), counted once."""
         from memprobe.training.flops import flops_per_sample
 
         self._drop_kept()
         if getattr(self.task, "flops_vary_with_n", False):
-            return {"flops_per_sample": None,
-                    "error": "FLOPs per unit vary with n (the sequence length): counted at each timed n instead"}
+            return Flops(None, "FLOPs per unit vary with n (the sequence length): counted at each timed n instead")
         try:
             # Counted on the eager step: the FLOPs are the model's, however the step is compiled.
             with torch.compiler.set_stance("force_eager"):
-                value = flops_per_sample(self.task, int(req.get("batch", 2)), self.mode)
+                value = flops_per_sample(self.task, int(req.batch), self.mode)
         except Exception as exc:  # noqa: BLE001 - MFU is optional; say why it is missing
-            return {"flops_per_sample": None, "error": f"{type(exc).__name__}: {exc}"[:300]}
+            return Flops(None, f"{type(exc).__name__}: {exc}"[:300])
         finally:
             self.task.stop()
             self.memory.reset()
-        return {"flops_per_sample": value}
+        return Flops(value)
 
     @staticmethod
     def _steps_within(steps: int, budget_s: float | None, result: dict[str, Any]) -> int:
@@ -224,18 +229,18 @@ class Session:
             result["timed_steps_cut_from"] = steps
         return n
 
-    def measure(self, req: dict[str, Any]) -> dict[str, Any]:
+    def measure(self, req: MeasureRequest) -> Timed:
         """Warm up, then time steps with utilization sampling. Errors are classified, not raised;
         `failed_at_step` says which step (1-based, warm-up included) failed."""
-        n, warmup, steps = int(req["batch"]), int(req["warmup"]), int(req["steps"])
+        n, warmup, steps = int(req.batch), int(req.warmup), int(req.steps)
         task, memory = self.task, self.memory
-        # "continue": the steps go on from the trial just run at this batch (its optimizer state, batch and
+        # `cont`: the steps go on from the trial just run at this batch (its optimizer state, batch and
         # allocator state), as one training run would; no reset between them. Rebuilding the optimizer state
         # and the batch after a trial is what real training never does, and at the edge it failed where the
         # continuous run does not (resnet50 fp32 on an H200: 1698-1705 trained 3 steps, then ran out of memory
         # at the first step after the rebuild).
         kept, self.kept = self.kept, None
-        if kept is not None and not (req.get("continue") and kept.get("batch") == n):
+        if kept is not None and not (req.cont and kept.get("batch") == n):
             self.kept = kept
             self._drop_kept()
             kept = None
@@ -252,7 +257,7 @@ class Session:
             else:
                 if self.mode == "train":
                     task.start()
-                amp = Amp(self.precision, task.device, req.get("loss_scale"))
+                amp = Amp(self.precision, task.device, req.loss_scale)
                 inputs = task.make_batch(n)
 
             def step() -> None:
@@ -273,8 +278,8 @@ class Session:
             if result["warmup_steps"] > 1:  # the warm-up steps after the first: a step without set-up
                 result["warmup_step_seconds"] = round((time.perf_counter() - done["first_end"])
                                                       / (result["warmup_steps"] - 1), 4)
-            steps = self._steps_within(steps, req.get("budget_s"), result)
-            sampler = UtilizationSampler(task.device, float(req.get("sample_interval", 0.1)))
+            steps = self._steps_within(steps, req.budget_s, result)
+            sampler = UtilizationSampler(task.device, float(req.sample_interval))
             sampler.start()
             try:
                 times = time_steps(step, steps, task.device)
@@ -293,7 +298,7 @@ class Session:
             if outcome != CRASH:
                 task.stop()
                 memory.reset()
-            return result
+            return Timed.from_dict(result)
         task.stop()
         memory.reset()
         stats = summarize_times(times)
@@ -306,7 +311,7 @@ class Session:
         if task.compiled and "first_step_seconds" in result:
             # Reported apart from the step time: the first step's excess over a timed one.
             result["compile_seconds"] = round(max(0.0, result["first_step_seconds"] - stats["median_s"]), 4)
-        return result
+        return Timed.from_dict(result)
 
 
 def _flops_at(task, n: int, mode: str) -> float | None:
@@ -320,32 +325,33 @@ def _flops_at(task, n: int, mode: str) -> float | None:
         return None
 
 
-def _ping(_req: dict[str, Any]) -> dict[str, Any]:
+def _ping(_req: PingRequest) -> Pong:
     """Runs a small multithreaded CPU op: a process forked with broken thread state hangs here, and the
     parent falls back to exec'd processes instead of waiting on a setup."""
     value = float(torch.ones(1 << 16).add_(1).sum())
-    return {"ok": value == 2.0 * (1 << 16), "pid": os.getpid()}
+    return Pong(value == 2.0 * (1 << 16), os.getpid())
 
 
 def _serve(protocol) -> int:
     session = Session()
+    # One handler per request kind (probe/protocol.REQUESTS); "exit" has none: it ends the loop.
+    handlers = {"setup": session.setup, "trial": session.trial, "measure": session.measure,
+                "flops": session.flops, "ping": _ping, "breakdown": lambda r: breakdown_run.serve(session, r)}
     for line in sys.stdin:
         if not line.strip():
             continue
-        req = json.loads(line)
-        op = req.get("op")
-        if op == "exit":
-            return 0
-        handler = {"setup": session.setup, "trial": session.trial, "measure": session.measure,
-                   "flops": session.flops, "ping": _ping, "breakdown": lambda r: breakdown_run.serve(session, r)}.get(op)
-        if handler is None:
-            answer: dict[str, Any] = {"ok": False, "kind": "error", "message": f"unknown op {op!r}"}
+        try:
+            req = decode_request(line)
+        except ProtocolError as exc:
+            answer: Answer = Failure("error", str(exc))
         else:
-            answer = handler(req)
-        protocol.write(json.dumps(answer) + "\n")
+            if req.op == "exit":
+                return 0
+            handler = handlers.get(req.op)
+            answer = handler(req) if handler is not None else Failure("error", f"unknown op {req.op!r}")
+        protocol.write(encode_answer(answer))
         protocol.flush()
-        crashed = answer.get("attempt", {}).get("outcome") == CRASH or answer.get("outcome") == CRASH
-        if crashed:
+        if crashed(answer):
             return EXIT_AFTER_CRASH
     return 0
 

@@ -16,6 +16,7 @@ from typing import Any, Callable
 
 from memprobe.core.memory_model import Attempt, MemoryModel
 from memprobe.core.outcomes import ERROR, FIT, OOM
+from memprobe.core.records import CurvePoint, Timed
 from memprobe.core.registry import Workload
 from memprobe.core.results import PrecisionResult
 from memprobe.probe.backend import Progress
@@ -23,6 +24,7 @@ from memprobe.probe.curve import curve_point
 from memprobe.probe.distributed.efficiency import scaling_record
 from memprobe.probe.distributed.launch import LaunchRequest, LaunchResult
 from memprobe.probe.options import ScanOptions
+from memprobe.probe.protocol import Flops
 from memprobe.training.wrap import NONE
 
 Launcher = Callable[[LaunchRequest], LaunchResult]
@@ -110,20 +112,17 @@ class LaunchTimer:
     def needs_process(self, batch: int) -> bool:
         return True
 
-    def time(self, batch: int) -> dict[str, Any]:
+    def time(self, batch: int) -> CurvePoint:
         warmup, steps, _budget = self.launches.opts.curve_steps  # no step budget across ranks (Launches.timed)
         started = time.perf_counter()
         result = self.launches.run([batch], {"warmup": warmup, "steps": steps})
         attempt = result.attempts[0]
-        measured = result.measure or {"batch": batch, "outcome": attempt.outcome if not attempt.fits else ERROR,
-                                      "error": attempt.message or "no measurement came back"}
-        point = curve_point(measured, fresh=True)
-        point["wall_seconds"] = round(time.perf_counter() - started, 3)
+        point = curve_point(result.measure or _unmeasured(batch, attempt), fresh=True)
+        point.wall_seconds = round(time.perf_counter() - started, 3)
         # What the launch cost beyond the timed steps (start-up, the trial, the warm-up): the curve's cost estimate
         # of the next point (probe/curve_cost.py) counts it as the process's start.
-        timed_s = float(point.get("first_step_s") or 0.0) + (point.get("timed_steps") or 0) * float(
-            point.get("step_median_s") or 0.0)
-        point["process_s"] = round(max(0.0, result.wall_seconds - timed_s), 3)
+        timed_s = float(point.first_step_s or 0.0) + (point.timed_steps or 0) * float(point.step_median_s or 0.0)
+        point.process_s = round(max(0.0, result.wall_seconds - timed_s), 3)
         return point
 
     def close(self) -> None:
@@ -139,7 +138,7 @@ class RanksBackend:
                  progress: Progress, launcher: Launcher, on_setup: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
         self.opts, self.world_size, self.strategy, self.on_setup = opts, world_size, strategy, on_setup
         self.launches = Launches(workload, precision, opts, world_size, strategy, progress, launcher)
-        self.measurements: dict[int, dict[str, Any]] = {}
+        self.measurements: dict[int, Timed] = {}
         self.trials: SearchLaunches | None = None
         self.setup: dict[str, Any] | None = None
 
@@ -161,8 +160,8 @@ class RanksBackend:
             on_environment(self.on_setup(setup))
         return True
 
-    def flops(self) -> dict[str, Any]:
-        return {}
+    def flops(self) -> Flops:
+        return Flops()
 
     def search_trials(self) -> SearchLaunches:
         assert self.trials is not None, "open() first"
@@ -175,13 +174,13 @@ class RanksBackend:
         attempt = result.attempts[0]
         if not (attempt.fits and measure):
             return attempt
-        measured = result.measure or {"outcome": ERROR, "error": "no measurement came back"}
-        if measured.get("outcome") == FIT:
+        measured = result.measure or Timed(outcome=ERROR, error="no measurement came back")
+        if measured.outcome == FIT:
             self.measurements[batch] = measured
             return attempt
-        return Attempt(batch, measured.get("outcome", ERROR), measured.get("peak_allocated"), measured.get("peak_reserved"),
+        return Attempt(batch, measured.outcome or ERROR, measured.peak_allocated, measured.peak_reserved,
                        attempt.seconds, f"ran the {self.opts.steps}-step trial, then failed in the timed run "
-                       f"(step {measured.get('failed_at_step')}): {str(measured.get('error', ''))[:200]}",
+                       f"(step {measured.failed_at_step}): {str(measured.error or '')[:200]}",
                        fresh=True, wall_seconds=attempt.wall_seconds, trial_fit=True)
 
     def soak(self, batch: int, steps: int) -> Attempt:
@@ -189,13 +188,9 @@ class RanksBackend:
         attempt.fresh = True
         return attempt
 
-    def measure(self, batch: int) -> dict[str, Any]:
+    def measure(self, batch: int) -> Timed:
         result = self.launches.run([batch], self.launches.timed)
-        if result.measure is not None:
-            return result.measure
-        attempt = result.attempts[0]
-        return {"batch": batch, "outcome": attempt.outcome if not attempt.fits else ERROR,
-                "error": attempt.message or "no measurement came back"}
+        return result.measure or _unmeasured(batch, result.attempts[0])
 
     def curve_timer(self, model: MemoryModel | None, capacity_bytes: float | None, max_batch: int) -> LaunchTimer:
         return LaunchTimer(self.launches)
@@ -208,23 +203,33 @@ class RanksBackend:
     def finish(self, result: PrecisionResult) -> None:
         """The 1-GPU baseline at B and the scaling efficiency, under settings.scaling."""
         if self.opts.measure and (result.max_batch or 0) > 0:
-            group = result.throughput.to_dict() if result.throughput is not None else None
-            result.settings["scaling"] = self._baseline(result.max_batch, group)
+            result.settings["scaling"] = self._baseline(result.max_batch, result.throughput)
 
-    def _baseline(self, batch: int, group: dict[str, Any] | None) -> dict[str, Any]:
+    def _baseline(self, batch: int, group: Timed | None) -> dict[str, Any]:
         """Time one GPU (1 rank, no wrapper) at `batch`; halve the common batch while it does not fit."""
         note = ""
+
+        def record(group: Timed | None, single: Timed | None, note: str) -> dict[str, Any]:
+            return scaling_record(self.world_size, batch, group.to_dict() if group else None,
+                                  single.to_dict() if single else None, note)
+
         for _ in range(BASELINE_HALVINGS + 1):
             single = self.launches.run([batch], self.launches.timed, world_size=1, strategy=NONE).measure
-            if single and single.get("outcome") == FIT and group and group.get("outcome") == FIT:
-                return scaling_record(self.world_size, batch, group, single, note)
-            if group is None or group.get("outcome") != FIT or batch <= 1:
-                return scaling_record(self.world_size, batch, group, single, note or "a timed run did not complete")
-            note = (f"per-GPU max batch does not train on one GPU ({single and single.get('outcome')}); "
+            if single and single.outcome == FIT and group and group.outcome == FIT:
+                return record(group, single, note)
+            if group is None or group.outcome != FIT or batch <= 1:
+                return record(group, single, note or "a timed run did not complete")
+            note = (f"per-GPU max batch does not train on one GPU ({single and single.outcome}); "
                     f"both timed at batch {batch // 2}")
             batch //= 2
             group = self.launches.run([batch], self.launches.timed).measure
-        return scaling_record(self.world_size, batch, group, None, note)
+        return record(group, None, note)
 
     def close(self) -> None:
         """Nothing to end between launches."""
+
+
+def _unmeasured(batch: int, attempt: Attempt) -> Timed:
+    """The timed run of a launch that brought none back: the trial's failure, or an error when the trial fitted."""
+    return Timed(batch=batch, outcome=attempt.outcome if not attempt.fits else ERROR,
+                 error=attempt.message or "no measurement came back")

@@ -25,6 +25,7 @@ from typing import Any
 
 from memprobe.core.memory_model import Attempt
 from memprobe.core.outcomes import CRASH, FIT, TIMEOUT
+from memprobe.core.records import Timed
 
 # Every process memprobe starts on CUDA gets these unless the user set them: NVLink SHARP
 # (multicast) off in NCCL, symmetric memory and NVSHMEM (KINDS.md of the lending machines says why).
@@ -77,7 +78,7 @@ class LaunchResult:
     measurement (or its failure), rank 0's setup record, and how the launcher ended."""
 
     attempts: list[Attempt]
-    measure: dict[str, Any] | None
+    measure: Timed | None
     setup: dict[str, Any] | None
     returncode: int | None
     timed_out: bool
@@ -205,7 +206,7 @@ def _lost(req: LaunchRequest, records: list[dict[str, Any] | None], returncode: 
 
 
 def aggregate(records: list[dict[str, Any] | None], req: LaunchRequest, returncode: int | None, timed_out: bool,
-              tail: str = "") -> tuple[list[Attempt], dict[str, Any] | None]:
+              tail: str = "") -> tuple[list[Attempt], Timed | None]:
     """An Attempt per batch run (a fit only where every rank committed it) and the group measurement."""
     attempts: list[Attempt] = []
     for batch in req.batches:
@@ -231,31 +232,34 @@ def aggregate(records: list[dict[str, Any] | None], req: LaunchRequest, returnco
         return attempts, None
     if not req.measure:
         return attempts, None
-    measures = [(r or {}).get("measure") for r in records]
-    if all(m is not None and m.get("outcome") == FIT for m in measures):
-        return attempts, group_measurement(measures, req.world_size, req.batches[-1])
+    measures = [Timed.from_dict(m) if m else None for m in ((r or {}).get("measure") for r in records)]
+    if all(m is not None and m.outcome == FIT for m in measures):
+        return attempts, group_measurement(measures, req.world_size, req.batches[-1])  # type: ignore[arg-type]
     root = _root_failure(records, req.batches[-1])
     if root is not None:
         rank, failure = root
-        return attempts, {"batch": req.batches[-1], "outcome": failure["outcome"], "error": f"rank {rank}: {failure['message']}",
-                          "failed_at_step": failure.get("failed_at_step"), "peak_allocated": failure.get("peak_allocated"),
-                          "peak_reserved": failure.get("peak_reserved")}
+        return attempts, Timed(batch=req.batches[-1], outcome=failure["outcome"], error=f"rank {rank}: {failure['message']}",
+                               failed_at_step=failure.get("failed_at_step"), peak_allocated=failure.get("peak_allocated"),
+                               peak_reserved=failure.get("peak_reserved"))
     outcome, message = _lost(req, records, returncode, timed_out, tail)
-    return attempts, {"batch": req.batches[-1], "outcome": outcome, "error": message}
+    return attempts, Timed(batch=req.batches[-1], outcome=outcome, error=message)
 
 
-def group_measurement(measures: list[dict[str, Any]], world_size: int, batch: int) -> dict[str, Any]:
-    """Throughput of the whole group: world_size x batch samples per step of the slowest rank's median."""
-    slowest = max(measures, key=lambda m: m["step_time"]["median_s"])
-    median = slowest["step_time"]["median_s"]
-    units_per_sample = slowest["units_per_s"] / slowest["samples_per_s"] if slowest["samples_per_s"] else 1.0
-    samples = world_size * batch / median
-    return {"outcome": FIT, "batch": batch, "per_gpu_batch": batch, "world_size": world_size,
-            "global_batch": world_size * batch, "samples_per_s": samples, "units_per_s": samples * units_per_sample,
-            "unit": slowest.get("unit"), "step_time": slowest["step_time"], "warmup_steps": slowest.get("warmup_steps"),
-            "peak_allocated": max(m.get("peak_allocated") or 0 for m in measures) or None,
-            "peak_reserved": max(m.get("peak_reserved") or 0 for m in measures) or None,
-            "utilization": measures[0].get("utilization"),
-            "per_rank": [{"rank": i, "median_s": m["step_time"]["median_s"], "peak_allocated": m.get("peak_allocated"),
-                          "peak_reserved": m.get("peak_reserved"), "utilization": m.get("utilization")}
-                         for i, m in enumerate(measures)]}
+def group_measurement(measures: list[Timed], world_size: int, batch: int) -> Timed:
+    """Throughput of the whole group: world_size x batch samples per step of the slowest rank's median (the ranks'
+    own figures under `per_rank`, with the group's size, in `extra`)."""
+    def median(m: Timed) -> float:
+        return (m.step_time or {})["median_s"]
+
+    slowest = max(measures, key=median)
+    units_per_sample = (slowest.units_per_s or 0.0) / slowest.samples_per_s if slowest.samples_per_s else 1.0
+    samples = world_size * batch / median(slowest)
+    return Timed(batch=batch, outcome=FIT, samples_per_s=samples, units_per_s=samples * units_per_sample,
+                 unit=slowest.unit, step_time=slowest.step_time, warmup_steps=slowest.warmup_steps,
+                 peak_allocated=max(m.peak_allocated or 0 for m in measures) or None,
+                 peak_reserved=max(m.peak_reserved or 0 for m in measures) or None,
+                 utilization=measures[0].utilization,
+                 extra={"per_gpu_batch": batch, "world_size": world_size, "global_batch": world_size * batch,
+                        "per_rank": [{"rank": i, "median_s": median(m), "peak_allocated": m.peak_allocated,
+                                      "peak_reserved": m.peak_reserved, "utilization": m.utilization}
+                                     for i, m in enumerate(measures)]})

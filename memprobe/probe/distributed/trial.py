@@ -115,6 +115,7 @@ def run(req: dict[str, Any]) -> int:
     import torch.distributed as dist
 
     from memprobe.core.outcomes import CRASH, ERROR, FIT, classify_error
+    from memprobe.probe.protocol import Failure, MeasureRequest, SetupRequest, TrialRequest
     from memprobe.probe.worker import Session
     from memprobe.training.wrap import wrap_model
 
@@ -134,20 +135,20 @@ def run(req: dict[str, Any]) -> int:
             dist.init_process_group("gloo", timeout=timedelta(seconds=timeout_s))
         budgets = req.get("rank_cpu_budget_bytes") or {}
         session = Session()
-        info = session.setup({"device": str(device), "precision": req["precision"], "mode": "train",
-                              "workload": req["workload"], "settings": req.get("settings", {}),
-                              "cpu_budget_bytes": budgets.get(str(rank_id), req.get("cpu_budget_bytes"))})
-        if not info.get("ok"):
-            rank.fail_and_exit("setup", info.get("kind", ERROR), info.get("message", "setup failed"), None)
+        info = session.setup(SetupRequest(req["workload"], req["precision"], "train", str(device),
+                                          budgets.get(str(rank_id), req.get("cpu_budget_bytes")),
+                                          req.get("settings", {})))
+        if isinstance(info, Failure):
+            rank.fail_and_exit("setup", info.kind or ERROR, info.message, None)
         wrapped = wrap_model(session.task.model, req["strategy"], req["precision"], device)
         session.task.model = wrapped["module"]
-        environment = info["environment"]
+        environment = info.environment
         if cuda:
             version = torch.cuda.nccl.version()
             environment["nccl_version"] = ".".join(map(str, version)) if isinstance(version, tuple) else str(version)
-        rank.record["setup"] = {"environment": environment, "capacity_bytes": info["capacity_bytes"],
-                                "weights_bytes": info["weights_bytes"], "task": info["task"], "unit": info["unit"],
-                                "build_seconds": info["build_seconds"], "wrap": wrapped["describe"],
+        rank.record["setup"] = {"environment": environment, "capacity_bytes": info.capacity_bytes,
+                                "weights_bytes": info.weights_bytes, "task": info.task, "unit": info.unit,
+                                "build_seconds": info.build_seconds, "wrap": wrapped["describe"],
                                 "weights_after_wrap_bytes": torch.cuda.memory_allocated(device) if cuda else None}
         rank.commit(timeout_s, device)
         rank.save()
@@ -161,32 +162,31 @@ def run(req: dict[str, Any]) -> int:
     batches = [int(b) for b in req["batches"]]
     for batch in batches:
         where.update(stage="trial", batch=batch)
-        attempt = session.trial({"batch": batch, "steps": int(req.get("steps", 3))})
-        if attempt["attempt"]["outcome"] != FIT:
-            a = attempt["attempt"]
-            rank.fail_and_exit("trial", a["outcome"], a["message"], batch, peak_allocated=a["peak_allocated"],
-                               peak_reserved=a["peak_reserved"], seconds=a["seconds"])
+        attempt = session.trial(TrialRequest(batch, int(req.get("steps", 3))))
+        if attempt.outcome != FIT:
+            rank.fail_and_exit("trial", attempt.outcome, attempt.message, batch, peak_allocated=attempt.peak_allocated,
+                               peak_reserved=attempt.peak_reserved, seconds=attempt.seconds)
         try:
             rank.commit(timeout_s, device)
         except Exception as exc:  # noqa: BLE001
             rank.fail_and_exit("trial", CRASH, f"{type(exc).__name__}: {exc}", batch)
-        rank.record["batches"].append(attempt["attempt"])
+        rank.record["batches"].append(attempt.to_dict())
         rank.save()
     measure = req.get("measure")
     if measure:
         batch = batches[-1]
         where.update(stage="measure", batch=batch)
-        measured = session.measure({"batch": batch, "warmup": int(measure["warmup"]), "steps": int(measure["steps"]),
-                                    "sample_interval": 0.1})
-        if measured.get("outcome") != FIT:
-            rank.fail_and_exit("measure", measured.get("outcome", ERROR), measured.get("error", ""), batch,
-                               failed_at_step=measured.get("failed_at_step"),
-                               peak_allocated=measured.get("peak_allocated"), peak_reserved=measured.get("peak_reserved"))
+        measured = session.measure(MeasureRequest(batch, int(measure["warmup"]), int(measure["steps"]),
+                                                  sample_interval=0.1))
+        if measured.outcome != FIT:
+            rank.fail_and_exit("measure", measured.outcome or ERROR, measured.error or "", batch,
+                               failed_at_step=measured.failed_at_step,
+                               peak_allocated=measured.peak_allocated, peak_reserved=measured.peak_reserved)
         try:
             rank.commit(timeout_s, device)
         except Exception as exc:  # noqa: BLE001
             rank.fail_and_exit("measure", CRASH, f"{type(exc).__name__}: {exc}", batch)
-        rank.record["measure"] = measured
+        rank.record["measure"] = measured.to_dict()
     rank.record["done"] = True
     rank.save()
     dist.destroy_process_group()

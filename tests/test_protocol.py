@@ -1,0 +1,92 @@
+"""The trial-process protocol (probe/protocol.py): every request and answer survives the wire, refusals and crashes
+are recognised, unknown kinds are refused (no torch, no process)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from memprobe.core.memory_model import Attempt
+from memprobe.core.records import Timed
+from memprobe.probe.protocol import (
+    REQUESTS,
+    ExitRequest,
+    Failure,
+    Flops,
+    FlopsRequest,
+    Lost,
+    MeasureRequest,
+    PingRequest,
+    Pong,
+    ProtocolError,
+    Ready,
+    SetupRequest,
+    TrialRequest,
+    crashed,
+    decode_answer,
+    decode_request,
+    encode_answer,
+    encode_request,
+)
+
+REQUESTS_SENT = [
+    SetupRequest({"name": "toy", "family": "toy"}, "bf16", "train", "cpu", 1 << 20, {"compile": True}),
+    TrialRequest(64, 3, 4096.0, keep=True),
+    MeasureRequest(64, 1, 10, budget_s=5.0, loss_scale=None, cont=True),
+    FlopsRequest(1), PingRequest(), ExitRequest(),
+]
+
+
+@pytest.mark.parametrize("request_", REQUESTS_SENT, ids=lambda r: r.op)
+def test_every_request_reads_back_as_sent(request_):
+    line = encode_request(request_)
+    assert line.endswith("\n") and json.loads(line)["op"] == request_.op
+    assert decode_request(line) == request_
+
+
+def test_every_kind_is_listed_once():
+    assert sorted(REQUESTS) == ["exit", "flops", "measure", "ping", "setup", "trial"]
+
+
+ANSWERS = [
+    (SetupRequest(), Ready({"gpu": {"name": "cpu"}}, 1 << 20, 1000, 0.5, 0.0, {"parameters": 3}, "tokens", None)),
+    (TrialRequest(8), Attempt(8, "fit", 10, 12, 0.25, "", steps=3, loss_scale=2.0**15)),
+    (MeasureRequest(8), Timed(batch=8, outcome="fit", samples_per_s=80.0, step_time={"median_s": 0.1, "steps": 3},
+                              extra={"added_later": 1})),
+    (FlopsRequest(), Flops(1.5e9)),
+    (FlopsRequest(), Flops(None, "FLOPs per unit vary with n")),
+    (PingRequest(), Pong(True, 1234)),
+]
+
+
+@pytest.mark.parametrize("request_, answer", ANSWERS, ids=lambda x: type(x).__name__)
+def test_every_answer_reads_back_as_sent(request_, answer):
+    assert decode_answer(request_, encode_answer(answer)) == answer
+
+
+def test_a_refusal_reads_as_a_failure_whatever_was_asked():
+    refusal = encode_answer(Failure("no_cuda", "torch sees no CUDA device"))
+    for request_ in (SetupRequest(), TrialRequest(4), MeasureRequest(4)):
+        assert decode_answer(request_, refusal) == Failure("no_cuda", "torch sees no CUDA device", "setup")
+    # a failed ping is a Pong saying so, not a refusal
+    assert decode_answer(PingRequest(), encode_answer(Pong(False, 7))) == Pong(False, 7)
+
+
+def test_unknown_and_broken_requests_are_refused():
+    with pytest.raises(ProtocolError, match="unknown op 'dance'"):
+        decode_request(json.dumps({"op": "dance"}))
+    with pytest.raises(ProtocolError, match="not a request"):
+        decode_request("{not json")
+    with pytest.raises(ProtocolError):
+        decode_answer(TrialRequest(4), "garbage")
+
+
+def test_a_crash_ends_the_process_after_its_answer():
+    assert crashed(Attempt(4, "crash"))
+    assert crashed(Timed(batch=4, outcome="crash"))
+    assert not crashed(Attempt(4, "oom")) and not crashed(Failure("error", "x")) and not crashed(Flops())
+
+
+def test_lost_answers_say_why():
+    assert Lost().outcome == "crash" and Lost(timed_out=True).outcome == "timeout"
