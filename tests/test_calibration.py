@@ -35,7 +35,8 @@ def test_table_marks_misses_and_cells_not_run():
     assert lines[0].startswith("| workload | precision | H100 (real): measured | predicted | error | 24 GiB emulated")
     assert "| a | fp32 | 100 | 101 | +1.0% | 50 | 47 | **-6.0%** |" in lines
     assert "| b | fp16 | 10 | 10 | +0.0% | not run |  |  |" in lines
-    assert lines[-1] == "Within 3%: 2 of 3 comparisons."
+    assert lines[-2] == "Within 3%: 2 of 3 comparisons; exact: 1."
+    assert lines[-1] == "Unsafe (predicted above the measured B, a batch that did not train): 1 of 3, by at most 1 batch."
 
 
 def test_a_multi_gpu_scan_is_a_column_of_its_own_predicted_for_the_same_world(tmp_path):

@@ -69,8 +69,8 @@ def entries(loaded: Sequence, predicted: list[dict[str, Any]] | None = None) -> 
 def per_sample_line(entry: Entry) -> tuple[float, float, str] | None:
     """(static bytes, bytes per sample, where from) of the memory line at the card: the scan's fitted model of the
     peak reserved, else the line through the breakdown's peak with its per-sample bytes; None without either."""
-    fit = (entry.result.memory_model or {}).get("peak_reserved") or {}
-    static, slope = fit.get("static_bytes"), fit.get("per_sample_bytes")
+    fit = entry.result.memory_model.get("peak_reserved")
+    static, slope = (fit.static_bytes, fit.per_sample_bytes) if fit is not None else (None, None)
     if static is not None and slope and slope > 0:
         return float(static), float(slope), "fitted to the scan's trials"
     record = entry.measured

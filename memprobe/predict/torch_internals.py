@@ -34,6 +34,10 @@ class Internal(NamedTuple):
 _SDPA = "fakecuda: the attention kernel CUDA runs"
 _BWD = "fakecuda/workspaces: the CUDA attention backward and its workspaces"
 # Tested with torch 2.11 (on the GPU machines) and 2.13 (CI).
+_MT = "torch.distributed._tools.mem_tracker"
+_STEP_TRACKER = "training/breakdown: StepTracker, a MemTracker subclass, reads and extends it"
+_CATEGORIES = "training/breakdown: MemTracker's categories"
+_STATES = "training/breakdown: MemTracker's per-module states"
 INTERNALS: tuple[Internal, ...] = (
     Internal("torch._subclasses.fake_tensor.FakeTensorMode", "fakecuda, session: the fake tensors"),
     Internal("torch._subclasses.fake_tensor.FakeTensor", "session: deep copies of fake tensors in the session's mode"),
@@ -84,8 +88,25 @@ INTERNALS: tuple[Internal, ...] = (
              "data_parallel"),
     Internal("transformers.utils.import_utils.is_fake_tensor",
              "session: transformers keeps an all-ones attention mask for fake tensors, not on a GPU", "transformers"),
+    Internal(_MT + ".MemTracker", "training/breakdown: the memory of a step by category (scan and predict --breakdown)", "breakdown"),
+    Internal(_MT + "._MemRefType.ACT", _CATEGORIES, "breakdown"),
+    Internal(_MT + "._MemRefType.BUFFER", _CATEGORIES, "breakdown"),
+    Internal(_MT + "._MemRefType.GRAD", _CATEGORIES, "breakdown"),
+    Internal(_MT + "._MemRefType.OPT", _CATEGORIES, "breakdown"),
+    Internal(_MT + "._MemRefType.OTH", _CATEGORIES, "breakdown"),
+    Internal(_MT + "._MemRefType.PARAM", _CATEGORIES, "breakdown"),
+    Internal(_MT + "._MemRefType.TEMP", _CATEGORIES, "breakdown"),
+    Internal(_MT + "._ModState.PEAK_FW", _STATES, "breakdown"),
+    Internal(_MT + "._ModState.POST_FW", _STATES, "breakdown"),
+    Internal(_MT + "._ModState.PRE_FW", _STATES, "breakdown"),
+    Internal("torch.ops.aten._to_copy.default", "training/breakdown: autocast's low-precision weight copies", "breakdown"),
+    Internal("MemTracker._WINFO", _STEP_TRACKER, "breakdown"),
+    Internal("MemTracker._mod_tracker", _STEP_TRACKER, "breakdown"),
+    Internal("MemTracker._param_to_grad_hook_handles", _STEP_TRACKER, "breakdown"),
+    Internal("MemTracker._peak_mem", _STEP_TRACKER, "breakdown"),
+    Internal("MemTracker._update_and_maybe_create_winfos", _STEP_TRACKER, "breakdown"),
 )
-GROUPS = ("predict", "data_parallel", "transformers")
+GROUPS = ("predict", "data_parallel", "transformers", "breakdown")
 # Names looked up in the dispatcher's registrations: CUDA's autocast policy is read from these.
 DISPATCH_KEYS = ("AutocastCUDA", "AutocastCPU")
 
@@ -107,11 +128,12 @@ def _samples() -> dict[str, Callable[[], Any]]:
 
     return {"Tensor": lambda: torch.empty(0), "UntypedStorage": lambda: torch.empty(0).untyped_storage(),
             "OpOverload": lambda: torch.ops.aten.add.Tensor, "FakeTensorMode": _fake_mode,
-            "FakeTensor": _fake_tensor, "FakeParameter": lambda: _fake_tensor(parameter=True)}
+            "FakeTensor": _fake_tensor, "FakeParameter": lambda: _fake_tensor(parameter=True),
+            "MemTracker": lambda: _resolve(_MT + ".MemTracker")()}
 
 
 # The objects a path may start from besides a module (made by _samples, each only when a path asks for it).
-SAMPLES = ("Tensor", "UntypedStorage", "OpOverload", "FakeTensorMode", "FakeTensor", "FakeParameter")
+SAMPLES = ("Tensor", "UntypedStorage", "OpOverload", "FakeTensorMode", "FakeTensor", "FakeParameter", "MemTracker")
 PATHS = frozenset(entry.path for entry in INTERNALS)
 
 
