@@ -11,6 +11,8 @@ from memprobe.core.memory_model import Attempt
 from memprobe.core.records import Timed
 from memprobe.probe.protocol import (
     REQUESTS,
+    BreakdownAnswer,
+    BreakdownRequest,
     ExitRequest,
     Failure,
     Flops,
@@ -46,7 +48,7 @@ def test_every_request_reads_back_as_sent(request_):
 
 
 def test_every_kind_is_listed_once():
-    assert sorted(REQUESTS) == ["exit", "flops", "measure", "ping", "setup", "trial"]
+    assert sorted(REQUESTS) == ["breakdown", "exit", "flops", "measure", "ping", "setup", "trial"]
 
 
 ANSWERS = [
@@ -57,6 +59,8 @@ ANSWERS = [
     (FlopsRequest(), Flops(1.5e9)),
     (FlopsRequest(), Flops(None, "FLOPs per unit vary with n")),
     (PingRequest(), Pong(True, 1234)),
+    (BreakdownRequest(8), BreakdownAnswer(breakdown={"batch": 8, "categories": {"parameters": 1024}})),
+    (BreakdownRequest(8), BreakdownAnswer(outcome="oom", error="OutOfMemoryError: under the tracker")),
 ]
 
 

@@ -89,6 +89,8 @@ INTERNALS: tuple[Internal, ...] = (
     Internal("transformers.utils.import_utils.is_fake_tensor",
              "session: transformers keeps an all-ones attention mask for fake tensors, not on a GPU", "transformers"),
     Internal(_MT + ".MemTracker", "training/breakdown: the memory of a step by category (scan and predict --breakdown)", "breakdown"),
+    Internal(_MT + "._MemRefType", _CATEGORIES, "breakdown"),
+    Internal(_MT + "._ModState", _STATES, "breakdown"),
     Internal(_MT + "._MemRefType.ACT", _CATEGORIES, "breakdown"),
     Internal(_MT + "._MemRefType.BUFFER", _CATEGORIES, "breakdown"),
     Internal(_MT + "._MemRefType.GRAD", _CATEGORIES, "breakdown"),

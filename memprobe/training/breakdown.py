@@ -46,7 +46,7 @@ class StepTracker(MemTracker):
         self._casting = False
         self.copies_by_module: dict[str, int] = {}
 
-    def _is_param(self, tensor: Any) -> bool:
+    def _is_parameter(self, tensor: Any) -> bool:
         if not isinstance(tensor, torch.Tensor):
             return False
         info = self._WINFO.get(tensor.untyped_storage(), (None, None))[0]
@@ -71,7 +71,7 @@ class StepTracker(MemTracker):
         self.copies_by_module[inner] = self.copies_by_module.get(inner, 0) + size
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
-        if func in _CASTS and args and self._is_param(args[0]) and not self._mod_tracker.is_bw:
+        if func in _CASTS and args and self._is_parameter(args[0]) and not self._mod_tracker.is_bw:
             self._casting = True
         res = super().__torch_dispatch__(func, types, args, kwargs)
         if self._casting:
