@@ -9,11 +9,11 @@ import pytest
 from click.testing import CliRunner
 
 from memprobe.cli import main
+from memprobe.compare.card_predictions import memory_models, predictions
 from memprobe.compare.chart_layout import DPI, MAX_HEIGHT_PX, MAX_WIDTH_PX, figure_size, grid_shape
 from memprobe.compare.charts import relative_heat, value_heat, write_charts
 from memprobe.compare.comparison import MEASURED, PREDICTED, PUBLISHED, build_comparison
 from memprobe.compare.curve_chart import curve_figure, curve_series
-from memprobe.compare.guide import memory_models, predictions
 from memprobe.compare.heatmap import Heat, HeatCell, draw_heat, heat_figure
 from memprobe.compare.max_batch_chart import batch_panels, draw_max_batch, max_batch_figure
 from memprobe.compare.relative import relative_throughput

@@ -9,20 +9,12 @@ import pytest
 from click.testing import CliRunner
 
 from memprobe.cli import main
+from memprobe.compare.card_predictions import memory_models, predict_max_batch, predictions
 from memprobe.compare.comparison import MEASURED, PREDICTED
-from memprobe.compare.guide import (
-    VERDICT_ALL,
-    VERDICT_MOST,
-    VERDICT_NO,
-    guide_report,
-    memory_models,
-    overhead_for,
-    predict_max_batch,
-    predictions,
-    verdicts,
-)
+from memprobe.compare.guide import guide_report
+from memprobe.compare.verdicts import VERDICT_ALL, VERDICT_MOST, VERDICT_NO, verdicts
 from memprobe.core.catalog import Card, Catalog, Price, load_catalog
-from memprobe.core.overhead import OverheadTable, ScannedCard, default_overhead_table
+from memprobe.core.overhead import OverheadTable, ScannedCard, default_overhead_table, overhead_for
 from memprobe.core.results import write_result
 from test_report import H100, GiB, loaded, make_result
 

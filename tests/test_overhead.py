@@ -14,7 +14,7 @@ import tomllib
 from click.testing import CliRunner
 
 from memprobe.cli import main
-from memprobe.compare.guide import card_capacity
+from memprobe.compare.card_predictions import card_capacity
 from memprobe.core.cardsize import card_size
 from memprobe.core.catalog import default_catalog
 from memprobe.core.overhead import (

@@ -24,7 +24,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from memprobe.predict import allocator, fakecuda  # noqa: E402
+from memprobe.predict import allocator, autocast_policy, fakecuda  # noqa: E402
 
 # Emulation entries that some torch release in the claimed range (2.11-2.13) lacks, read from the headers of the
 # 2.11.0 and 2.13.0 wheels. Any other difference between the emulation's lists and the header fails.
@@ -74,7 +74,7 @@ def macro_entries(text: str, name: str) -> set[str]:
 
 
 def _emulated(policy: str) -> set[str]:
-    return {name for name, p in fakecuda._policies().items() if p == policy}
+    return {name for name, p in autocast_policy.policies().items() if p == policy}
 
 
 @pytest.mark.parametrize("policy", sorted(POLICY_MACROS))
@@ -88,7 +88,7 @@ def test_autocast_lists_match_the_header(include, policy):
     new = sorted(header - emulated)
     gone = sorted(emulated - header - set(AUTOCAST_BY_VERSION))
     assert not new and not gone, (f"CUDA autocast '{policy}' list of {_source(include)} differs from the "
-                                  f"emulation's (fakecuda.py): in the header only {new}, in the emulation only {gone}")
+                                  f"emulation's (autocast_policy.py): in the header only {new}, in the emulation only {gone}")
 
 
 def test_every_cuda_autocast_op_has_the_emulations_policy():
@@ -96,7 +96,7 @@ def test_every_cuda_autocast_op_has_the_emulations_policy():
     (less the entries of other releases)."""
     cuda_ops = {n.removeprefix("aten::")
                 for n in torch._C._dispatch_get_registrations_for_dispatch_key("AutocastCUDA")}
-    table = set(fakecuda._policies())
+    table = set(autocast_policy.policies())
     unknown = sorted(cuda_ops - table)
     gone = sorted(table - cuda_ops - set(AUTOCAST_BY_VERSION))
     assert not unknown and not gone, (f"torch {torch.__version__} autocasts on CUDA {unknown} with no policy in the "
@@ -104,7 +104,7 @@ def test_every_cuda_autocast_op_has_the_emulations_policy():
 
 
 def test_autocast_by_version_lists_only_emulated_ops():
-    assert set(AUTOCAST_BY_VERSION) <= set(fakecuda._policies())
+    assert set(AUTOCAST_BY_VERSION) <= set(autocast_policy.policies())
 
 
 def _fake_cuda(mode, *shapes, dtype=torch.float32):

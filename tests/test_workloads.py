@@ -24,7 +24,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from memprobe.core.registry import FAMILIES, load_registry  # noqa: E402
-from memprobe.workloads import pix2pixhd, translation, vision  # noqa: E402
+from memprobe.workloads import pix2pixhd, pix2pixhd_nets, translation, vision  # noqa: E402
 from memprobe.workloads.base import Amp, make_optimizer  # noqa: E402
 from torchvision_standin import StandInFinder, forget, install_standin, torchvision_usable  # noqa: E402
 
@@ -214,7 +214,7 @@ def test_pix2pixhd_tiny_shapes():
 
 def test_pix2pixhd_vgg19_layout():
     # the full VGG19 conv stack up to relu5_1: 13 convs with the standard widths
-    vgg = pix2pixhd.VGG19Features(64).to(META)
+    vgg = pix2pixhd_nets.VGG19Features(64).to(META)
     convs = [m.out_channels for m in vgg.modules() if isinstance(m, torch.nn.Conv2d)]
     assert convs == [64, 64, 128, 128, 256, 256, 256, 256, 512, 512, 512, 512, 512]
     assert sum(p.numel() for p in vgg.parameters()) == 12_944_960

@@ -97,3 +97,13 @@ def card_names(gpus: str | None) -> list[str] | None:
         if found.note:
             click.echo(f"note: {found.note}", err=True)
     return [found.card.name for found in resolved]
+
+
+def writable(out_dir: str) -> None:
+    """--out exists or can be made, and a result file can be written there; one-line error otherwise."""
+    from memprobe.core.outputs import OutputError, prepare_dir
+
+    try:
+        prepare_dir(out_dir, suffixes=(".json",))
+    except OutputError as exc:
+        raise click.BadParameter(str(exc), param_hint="--out") from None

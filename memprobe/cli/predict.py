@@ -9,7 +9,7 @@ import click
 
 from memprobe.cli import checks
 from memprobe.cli.app import COMMON_CARD_SIZES, _precision_list, _workloads, main
-from memprobe.cli.helpers import memory_list
+from memprobe.cli.helpers import memory_list, writable
 from memprobe.cli.models import model_options as _model_options
 from memprobe.cli.variants import variant_options as _variant_options
 from memprobe.core.registry import Workload
@@ -227,9 +227,7 @@ def _predict_frontier(workloads: list[Workload], precisions: list[str], memory: 
     except (ValueError, VariantError) as exc:
         raise click.UsageError(str(exc)) from None
     if out_dir:
-        from memprobe.cli.scan import _writable
-
-        _writable(out_dir)
+        writable(out_dir)
     with _progress() as progress:
         predict_frontiers(workloads, precisions, sizes, budget, checkpointing, rank, steps, out_dir, progress)
 

@@ -10,38 +10,14 @@ import click
 
 from memprobe.cli import checks
 from memprobe.cli.app import COMMON_CARD_SIZES, NoGPUExit, _int_list, _workloads, main
-from memprobe.cli.helpers import interrupted_status, positive_size
+from memprobe.cli.helpers import interrupted_status, positive_size, writable
 from memprobe.cli.models import model_options as _model_options
-from memprobe.cli.predict import _predict_and_print
+from memprobe.cli.no_gpu import no_gpu, require_gpu
+from memprobe.cli.scan_output import after_scan, print_scans
+from memprobe.cli.scan_parallel import scan_parallel
+from memprobe.cli.scan_progress import ProgressPrinter
 from memprobe.cli.variants import split_batches
 from memprobe.cli.variants import variant_options as _variant_options
-from memprobe.core.registry import Workload
-from memprobe.core.units import gib
-from memprobe.core.variants import base_name
-
-
-class _ProgressPrinter:
-    """Live progress on stderr: one line per trial, finished in place when the trial ends. `n_names`
-    names what a trial's n is per workload (default "batch"; "seq len" for a sequence-length search)."""
-
-    def __init__(self, n_names: dict[str, str] | None = None) -> None:
-        self.n_names = n_names or {}
-
-    def precision_start(self, workload: str, precision: str) -> None:
-        click.echo(f"[{workload} {precision}] starting (building the model in a trial process)", err=True)
-
-    def trial_start(self, workload: str, precision: str, index: int, batch: int, fresh: bool) -> None:
-        where = "fresh process" if fresh else "search"
-        n_name = self.n_names.get(workload, "batch")
-        click.echo(f"[{workload} {precision}] trial {index} ({where}): {n_name} {batch} ... ", err=True, nl=False)
-
-    def trial_end(self, attempt) -> None:
-        peak = f", peak {gib(attempt.peak_reserved, 2)} GiB" if attempt.peak_reserved else ""
-        detail = f" ({attempt.message.splitlines()[0][:120]})" if attempt.message and not attempt.fits else ""
-        click.echo(f"{attempt.outcome}{peak}, {attempt.seconds:.1f}s{detail}", err=True)
-
-    def note(self, text: str) -> None:
-        click.echo(f"  {text}", err=True)
 
 
 @main.command("scan")
@@ -151,23 +127,23 @@ def scan_cmd(model: str, precision: str, mode: str, batches: str | None, out_dir
         raise click.UsageError(str(exc)) from None
     if device == "cuda":
         try:
-            _require_gpu()
+            require_gpu()
         except NoGPUExit as exc:
-            _no_gpu(exc.message, workloads, opts, mode, predict_if_no_gpu)
+            no_gpu(exc.message, workloads, opts, mode, predict_if_no_gpu)
             return
 
-    _writable(out_dir)  # now, not after the first precision's minutes of trials
+    writable(out_dir)  # now, not after the first precision's minutes of trials
     if frontier:
         from memprobe.cli.frontier import scan_frontiers
         from memprobe.core.variants import parse_lora
 
         if parallel or gpus not in (None, "1"):
             raise click.UsageError("--search frontier runs on one GPU: drop --parallel and --gpus")
-        scan_frontiers(workloads, opts, out_dir, frontier_budget, checkpointing, parse_lora(lora), _ProgressPrinter(
+        scan_frontiers(workloads, opts, out_dir, frontier_budget, checkpointing, parse_lora(lora), ProgressPrinter(
             {f"{w.name}": "n" for w in workloads}))
         return
     if parallel:
-        _scan_parallel(workloads, opts, gpus, out_dir, models_file)
+        scan_parallel(workloads, opts, gpus, out_dir, models_file)
         return
     from memprobe.probe.distributed.scan import DistributedScanError, gpu_count
     from memprobe.probe.multi import check_runs, parse_gpus, parse_strategies, scan_runs
@@ -179,7 +155,7 @@ def scan_cmd(model: str, precision: str, mode: str, batches: str | None, out_dir
             check_runs(workload, opts, sizes, strategies)
     except ValueError as exc:  # DistributedScanError too
         raise click.UsageError(str(exc)) from None
-    progress = _ProgressPrinter({w.name: "seq len" for w in workloads if w.params.get("axis") == "seq_len"})
+    progress = ProgressPrinter({w.name: "seq len" for w in workloads if w.params.get("axis") == "seq_len"})
     finished = []
     failed = False
     user_errors = []
@@ -188,112 +164,19 @@ def scan_cmd(model: str, precision: str, mode: str, batches: str | None, out_dir
             for result, path in scan_runs(workload, opts, sizes, strategies, out_dir, progress):
                 finished.append(result)
                 failed |= any(p.status == "error" for p in result.precisions.values())
-                user_errors += _after_scan(result, path, workload)
+                user_errors += after_scan(result, path, workload)
         except DistributedScanError as exc:
             raise click.UsageError(str(exc)) from None
         except NoCudaError as exc:
-            _no_gpu(f"no CUDA device: {exc}", workloads, opts, mode, predict_if_no_gpu)
+            no_gpu(f"no CUDA device: {exc}", workloads, opts, mode, predict_if_no_gpu)
             return
         except ScanInterrupted as stop:
             kept = (f"the finished precisions are in {stop.path} (marked partial)" if stop.path
                     else f"no precision of {workload.name} had finished, so no result file was written")
             click.echo(f"\ninterrupted: {kept}", err=True)
             sys.exit(interrupted_status())
-    _print_scans(finished)
+    print_scans(finished)
     if user_errors:
         raise click.ClickException(user_errors[0])
     if failed:
         sys.exit(1)
-
-
-def _after_scan(result, path, workload: Workload) -> list[str]:
-    """Say what a finished scan wrote and why a model fits nothing where it does not; returns its user-code errors."""
-    from memprobe.core.outcomes import USER_ERROR
-
-    click.echo(f"wrote {path}" + (" (status failed: every precision ended in an error)"
-                                  if result.status == "failed" else ""), err=True)
-    from memprobe.probe.nothing_fits import described
-
-    for line in described(result, workload):  # what the scan recorded where nothing trains at 1
-        click.echo(line, err=True)
-    return [f"{workload.name} {p.precision}: {p.error.splitlines()[0]} "
-            f"({'traceback' if len(p.error.splitlines()) > 1 else 'details'} in {path})"
-            for p in result.precisions.values() if p.stop == USER_ERROR]
-
-
-def _print_scans(results: list) -> None:
-    """The scan table of single-GPU results, then the scaling table of multi-GPU ones."""
-    from memprobe.compare.scaling import scaling_table, split_by_world_size
-    from memprobe.compare.scan_table import scan_table
-
-    single, multi = split_by_world_size(results)
-    if single:
-        click.echo(scan_table(single))
-    if multi:
-        click.echo(scaling_table(multi, single), nl=False)
-
-
-def _scan_parallel(workloads: list[Workload], opts, gpus: str | None, out_dir: str, models_file: str | None) -> None:
-    """--parallel: one child scan per workload and precision, each pinned to its own GPU."""
-    from memprobe.probe.parallel import gpu_slots, run_parallel
-
-    try:
-        count = None if gpus in (None, "", "all") else int(gpus)
-        if count is not None and count < 1:
-            raise ValueError(f"--gpus {count}: give 1 or more GPUs")
-        slots = gpu_slots(count, opts.device)
-    except ValueError as exc:
-        raise click.UsageError(f"--parallel: {exc}" if "--gpus" in str(exc) else
-                               f"--parallel takes --gpus N (how many GPUs to use) or all: {exc}") from None
-    try:
-        written, summary = run_parallel(workloads, opts, slots, out_dir, models_file,
-                                        on_event=lambda text: click.echo(text, err=True))
-    except KeyboardInterrupt:
-        click.echo("\ninterrupted: the finished precisions were merged into result files (marked partial)", err=True)
-        sys.exit(interrupted_status())
-    for _result, path in written:
-        click.echo(f"wrote {path}", err=True)
-    click.echo(f"parallel scan on {len(slots)} GPU(s): {summary.wall_seconds:.0f} s wall, serial estimate (sum of the "
-               f"jobs) {summary.serial_estimate_seconds:.0f} s; log and summary in {summary.folder}", err=True)
-    _print_scans([result for result, _path in written])
-    if any(j["returncode"] not in (0, None) for j in summary.jobs):
-        sys.exit(1)
-
-
-def _writable(out_dir: str) -> None:
-    """--out exists or can be made, and a result file can be written there; one-line error otherwise."""
-    from memprobe.core.outputs import OutputError, prepare_dir
-
-    try:
-        prepare_dir(out_dir, suffixes=(".json",))
-    except OutputError as exc:
-        raise click.BadParameter(str(exc), param_hint="--out") from None
-
-
-def _require_gpu() -> None:
-    from memprobe.probe.device import NoGPUError, visible_gpu
-
-    try:
-        gpu = visible_gpu()
-    except NoGPUError as exc:
-        raise NoGPUExit(f"no CUDA GPU: {exc}") from None
-    for p in gpu.processes:
-        click.echo(f"warning: process {p.pid} {p.name} holds {gib(p.used_bytes, 2)} GiB on {gpu.name}; "
-                   "the max batch found will be lower than on an idle card", err=True)
-
-
-def _no_gpu(message: str, workloads: list[Workload], opts, mode: str, predict_instead: bool) -> None:
-    """No CUDA device for a scan: exit 2 offering `memprobe predict`, or (predict_instead) predict and return.
-
-    The prediction subtracts the overhead memprobe ships (memprobe/data/overhead.yaml), as `memprobe predict` does.
-    """
-    names = ",".join(dict.fromkeys(base_name(w.name) for w in workloads))
-    same = " (with the same --search, --seq-len, --checkpointing and --lora)" if any("+" in w.name for w in workloads) else ""
-    if not predict_instead:
-        raise NoGPUExit(f"{message}. Without a GPU, `memprobe predict --model {names} --memory {COMMON_CARD_SIZES}`{same} "
-                        "predicts the max batch on those card sizes (or rerun this scan with --predict-if-no-gpu)")
-    if mode != "train":
-        raise NoGPUExit(f"{message}; --predict-if-no-gpu predicts training steps only (--mode train)")
-    click.echo(f"{message}: predicting instead of measuring (memprobe predict; nothing is measured and no result "
-               "file is written)", err=True)
-    _predict_and_print(workloads, opts.precisions, COMMON_CARD_SIZES, None, opts.trial_steps, None, mode=opts.mode)

@@ -108,8 +108,8 @@ def write_charts(comparison: Comparison, relative: Relative, loaded: Sequence, o
     set beside the measured ones at the same batch. Raises OutputError where a file cannot be written.
     """
     from memprobe.compare.breakdown_chart import write_breakdown_charts
+    from memprobe.compare.card_predictions import memory_models, predictions
     from memprobe.compare.curve_chart import write_curve_chart
-    from memprobe.compare.guide import memory_models, predictions
 
     catalog = catalog or default_catalog()
     out_dir = Path(out_dir)

@@ -1,7 +1,7 @@
 """The shared record of a trial (Attempt) and the linear memory model fitted to trials' peaks.
 
 No torch: the search (probe/search.py), predict's replay (predict/summary.py) and the guide's
-per-workload models (compare/guide.py) all read and fit these.
+per-workload models (compare/card_predictions.py) all read and fit these.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ engine asks for the accelerator's current stream when a gradient reaches a CUDA 
 the CPU device, and the places where PyTorch's own code takes a different path on CUDA than on the
 CPU are made to take the CUDA path while the emulation is active:
 
-- autocast: the CPU autocast kernels are replaced by the CUDA autocast policy (the op lists of
+- autocast: the CPU autocast kernels are replaced by the CUDA autocast policy (autocast_policy.py: the op lists of
   ATen/autocast_mode.h: lower-precision, fp32, fp32_set_opt_dtype, fp32_append_dtype, promote), with
   the CUDA cache of low-precision weight copies; CPU-only entries (cross_entropy_loss, cat, stack,
   ...) fall through as they do on CUDA. fp16 autocast keeps fp16 copies of the weights, as on CUDA.
@@ -42,6 +42,7 @@ from typing import Any
 
 import torch
 
+from memprobe.predict.autocast_policy import FP32_APPEND_DTYPE, eligible, op_overload, policies
 from memprobe.predict.torch_internals import internal
 
 # Private internals, resolved through torch_internals so a missing one is a clear error, not a wrong number.
@@ -73,43 +74,6 @@ class Target:
 
 H100 = Target()
 
-# --- the CUDA autocast policy (ATen/autocast_mode.h, AT_FORALL_* lists, of torch 2.11 and 2.13) ----
-# An op is given its policy only where the installed torch registers it for AutocastCUDA, so entries of one
-# release only (rms_norm: 2.13; the Dimname overloads: 2.11) do nothing on the other.
-# tests/test_torch_facts.py compares these lists with the installed torch's header.
-LOWER_PRECISION_FP = (
-    "_convolution.deprecated", "_convolution", "conv1d", "conv2d", "conv3d", "conv_tbc", "conv_transpose1d",
-    "conv_transpose2d.input", "conv_transpose3d.input", "convolution", "prelu", "addmm", "addmv", "addr", "matmul",
-    "einsum", "mm", "mv", "linalg_vecdot", "linear", "addbmm", "baddbmm", "bmm", "chain_matmul", "linalg_multi_dot",
-    "_thnn_fused_lstm_cell", "_thnn_fused_gru_cell", "lstm_cell", "gru_cell", "rnn_tanh_cell", "rnn_relu_cell",
-    "_scaled_dot_product_flash_attention", "scaled_dot_product_attention",
-    # autocast_mode.cpp registers these two for CUDA besides the list
-    "cudnn_convolution", "cudnn_convolution_transpose",
-)
-FP32 = (
-    "acos", "asin", "cosh", "erfinv", "exp", "expm1", "log", "log10", "log2", "log1p", "reciprocal", "rsqrt", "sinh",
-    "tan", "pow.Tensor_Scalar", "pow.Tensor_Tensor", "pow.Scalar", "softplus", "layer_norm", "native_layer_norm",
-    "rms_norm", "group_norm", "frobenius_norm.dim", "nuclear_norm", "nuclear_norm.dim", "cosine_similarity",
-    "poisson_nll_loss", "cosine_embedding_loss", "nll_loss", "nll_loss2d", "hinge_embedding_loss", "kl_div",
-    "l1_loss", "smooth_l1_loss", "huber_loss", "mse_loss", "margin_ranking_loss", "multilabel_margin_loss",
-    "soft_margin_loss", "triplet_margin_loss", "multi_margin_loss", "binary_cross_entropy_with_logits", "dist",
-    "pdist", "cdist", "renorm", "logsumexp", "upsample_nearest1d", "_upsample_nearest_exact1d", "upsample_nearest2d",
-    "_upsample_nearest_exact2d", "upsample_nearest3d", "_upsample_nearest_exact3d", "upsample_linear1d",
-    "upsample_bilinear2d", "_upsample_bilinear2d_aa", "upsample_trilinear3d", "upsample_bicubic2d",
-    "_upsample_bicubic2d_aa",
-)
-FP32_SET_OPT_DTYPE = (
-    "prod", "prod.dim_int", "softmax.int", "log_softmax.int", "cumprod", "cumsum", "linalg_vector_norm",
-    "linalg_matrix_norm", "linalg_matrix_norm.str_ord", "sum", "sum.dim_IntList",
-    "prod.dim_Dimname", "softmax.Dimname", "log_softmax.Dimname", "cumprod.dimname", "cumsum.dimname",
-    "sum.dim_DimnameList",  # torch 2.11
-)
-FP32_APPEND_DTYPE = {"norm.Scalar": "ScalarOpt_dtype", "norm.ScalarOpt_dim": "ScalarOpt_dim_dtype",
-                     "norm.names_ScalarOpt_dim": "names_ScalarOpt_dim_dtype"}  # the last: torch 2.11
-PROMOTE = ("addcdiv", "addcmul", "atan2", "bilinear", "cross", "dot", "vdot", "grid_sampler", "index_put",
-           "tensordot", "scatter_add")
-BANNED = ("binary_cross_entropy",)
-
 # --- scaled_dot_product_attention on sm80+ (sdp_utils.cpp; checked where the wheel shows them) ---------------------
 FLASH_MAX_HEAD_DIM = 256  # flash_attn/static_switch.h HEADDIM_SWITCH: the largest head dim with a kernel
 
@@ -118,27 +82,6 @@ CUBLAS_OPS = frozenset({
     aten.mm.default, aten.addmm.default, aten.bmm.default, aten.baddbmm.default, aten.addmv.default,
     aten.mv.default, aten.dot.default, aten._addmm_activation.default, aten.addbmm.default,
 })
-
-
-def _policies() -> dict[str, str]:
-    table = {name: "lower" for name in LOWER_PRECISION_FP}
-    table.update({name: "fp32" for name in FP32})
-    table.update({name: "fp32_set_opt_dtype" for name in FP32_SET_OPT_DTYPE})
-    table.update({name: "fp32_append_dtype" for name in FP32_APPEND_DTYPE})
-    table.update({name: "promote" for name in PROMOTE})
-    table.update({name: "banned" for name in BANNED})
-    return table
-
-
-def _overload(name: str):
-    base, _, overload = name.partition(".")
-    return getattr(getattr(aten, base), overload or "default")
-
-
-def _eligible(t: Any) -> bool:
-    # is_eligible in autocast_mode.h, with our CPU-device fake tensors standing in for CUDA ones.
-    return isinstance(t, torch.Tensor) and t.is_floating_point() and t.dtype != torch.float64
-
 
 _AUTOCAST_CPU = torch._C.DispatchKeySet(torch._C.DispatchKey.AutocastCPU)
 
@@ -202,7 +145,7 @@ class CudaBehaviour:
 
     # -- autocast -----------------------------------------------------------------------------
     def _register_autocast(self) -> None:
-        table = _policies()
+        table = policies()
         cuda_ops = {n.removeprefix("aten::") for n in torch._C._dispatch_get_registrations_for_dispatch_key("AutocastCUDA")
                     if n.startswith("aten::")}
         cpu_ops = {n.removeprefix("aten::") for n in torch._C._dispatch_get_registrations_for_dispatch_key("AutocastCPU")
@@ -212,7 +155,7 @@ class CudaBehaviour:
             self.notes.append("CUDA autocast kernels with no known policy (left as on the CPU): " + ", ".join(unknown))
         for name in sorted(cpu_ops | set(table)):
             if name in cuda_ops and name in table:
-                self._lib.impl(name, self._autocast_kernel(_overload(name), table[name]), "AutocastCPU")
+                self._lib.impl(name, self._autocast_kernel(op_overload(name), table[name]), "AutocastCPU")
             elif name in cpu_ops and name not in cuda_ops:
                 # CPU-only autocast entries (cross_entropy_loss, cat, stack, ...): not autocast on CUDA.
                 self._lib.impl(name, torch.library.fallthrough_kernel, "AutocastCPU")
@@ -220,7 +163,7 @@ class CudaBehaviour:
     def _cached_cast(self, to_type: torch.dtype, arg: Any) -> Any:
         # cached_cast in autocast_mode.cpp: cache lower-precision copies of fp32 leaf weights.
         if isinstance(arg, torch.Tensor):
-            if not _eligible(arg) or arg.dtype == to_type:
+            if not eligible(arg) or arg.dtype == to_type:
                 return arg
             lower = torch.get_autocast_dtype("cpu")
             if (to_type == lower and arg.dtype == torch.float32 and arg.requires_grad and arg.is_leaf
@@ -251,7 +194,7 @@ class CudaBehaviour:
                     return op(*[self._cached_cast(torch.float32, a) for a in args],
                               **{k: self._cached_cast(torch.float32, v) for k, v in kwargs.items()})
                 if policy == "fp32_set_opt_dtype":
-                    if args and _eligible(args[0]):
+                    if args and eligible(args[0]):
                         args = list(args)
                         if not dtype_kwarg_only and dtype_index is not None and len(args) > dtype_index:
                             if args[dtype_index] is None:
@@ -261,7 +204,7 @@ class CudaBehaviour:
                     return op(*args, **kwargs)
                 if policy == "fp32_append_dtype":
                     first = args[0]
-                    out_type = torch.float32 if _eligible(first) else first.dtype
+                    out_type = torch.float32 if eligible(first) else first.dtype
                     target = getattr(aten.norm, FP32_APPEND_DTYPE[f"norm.{op._overloadname}"])
                     rest = list(args[1:]) or [2]
                     if op._overloadname in ("ScalarOpt_dim", "names_ScalarOpt_dim") and len(rest) == 2:
@@ -272,7 +215,7 @@ class CudaBehaviour:
                     widest = lower
                     for a in [*args, *kwargs.values()]:
                         for t in (a if isinstance(a, (list, tuple)) else [a]):
-                            if _eligible(t) and (widest == torch.float32 or t.dtype == torch.float32):
+                            if eligible(t) and (widest == torch.float32 or t.dtype == torch.float32):
                                 widest = torch.float32
                     return op(*[self._cached_cast(widest, a) for a in args],
                               **{k: self._cached_cast(widest, v) for k, v in kwargs.items()})
