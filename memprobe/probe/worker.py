@@ -24,10 +24,8 @@ import importlib
 import inspect
 import os
 import signal
-import socket
 import sys
 import time
-import traceback
 from typing import Any
 
 import torch
@@ -38,7 +36,7 @@ from memprobe.core.memory_model import Attempt
 from memprobe.core.outcomes import CRASH, USER_ERROR, classify_error, with_memory_state
 from memprobe.core.records import Timed
 from memprobe.core.registry import family_builder
-from memprobe.probe import breakdown_run
+from memprobe.probe import breakdown_run, zygote
 from memprobe.probe.device import torch_environment
 from memprobe.probe.measure import UtilizationSampler, summarize_times, time_steps
 from memprobe.probe.options import MIN_TIMED_STEPS, timed_steps_within  # noqa: F401 - MIN_TIMED_STEPS re-exported
@@ -356,68 +354,6 @@ def _serve(protocol) -> int:
     return 0
 
 
-def _reap(*_: Any) -> None:
-    """SIGCHLD handler of the fork server: collect finished trial processes at once, so the parent
-    sees them gone (and their GPU memory released) as soon as they exit."""
-    while True:
-        try:
-            pid, _status = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
-
-
-def _forked_child(control: socket.socket, fds: list[int], zygote_pid: int) -> None:
-    """Become a trial process on the descriptors the parent sent: stdin, protocol, log. Never returns."""
-    code = 1
-    try:
-        # Dies with the fork server (which dies with the scan): a killed scan leaves no trial running.
-        lifeline.die_with_parent(zygote_pid)
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        control.close()
-        os.setsid()  # its own session, like an exec'd worker: the parent alone decides when it ends
-        stdin_fd, protocol_fd, log_fd = fds
-        os.dup2(stdin_fd, 0)
-        lifeline.watch(zygote_pid, 0)  # ends the process when the scan's request pipe hangs up
-        os.dup2(log_fd, 1)
-        os.dup2(log_fd, 2)
-        os.close(stdin_fd)
-        os.close(log_fd)
-        sys.stdin = os.fdopen(0, "r")
-        sys.stdout = sys.stderr = os.fdopen(2, "w", buffering=1)
-        code = _serve(os.fdopen(protocol_fd, "w", buffering=1))
-    except BaseException:  # noqa: BLE001 - whatever happens, the child must not return into the server loop
-        traceback.print_exc()
-    finally:
-        os._exit(code)
-
-
-def _zygote(fd: int) -> int:
-    """Serve fork requests on the Unix socket `fd` until the parent closes it."""
-    control = socket.socket(fileno=fd)
-    signal.signal(signal.SIGCHLD, _reap)
-    while True:
-        try:
-            message, fds, _flags, _addr = socket.recv_fds(control, 64, 3)
-        except OSError:
-            return 0
-        if not message:
-            return 0  # the parent closed the socket: the scan is over
-        if len(fds) != 3:
-            for descriptor in fds:
-                os.close(descriptor)
-            control.sendall(b"error: expected 3 descriptors\n")
-            continue
-        zygote_pid = os.getpid()
-        pid = os.fork()
-        if pid == 0:
-            _forked_child(control, fds, zygote_pid)
-        for descriptor in fds:
-            os.close(descriptor)
-        control.sendall(f"{pid}\n".encode())
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--preload", action="append", default=[], help="module to import before setup")
@@ -425,7 +361,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     # The parent decides when to stop; Ctrl-C in the terminal must not kill a trial halfway. But when the
     # parent dies (SIGKILL, SIGTERM, SIGHUP), this process ends too: parent-death signal, and for a trial
-    # process a watcher of its request pipe (the fork server watches its control socket in _zygote).
+    # process a watcher of its request pipe (the fork server watches its control socket: zygote.py).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     parent = lifeline.expected_parent()
     lifeline.die_with_parent(parent)
@@ -442,7 +378,7 @@ def main(argv: list[str] | None = None) -> int:
     # transformers leave, and a fork server's children no longer copy the pages it would have touched.
     gc.freeze()
     if args.zygote_fd is not None:
-        return _zygote(args.zygote_fd)
+        return zygote.serve_forks(args.zygote_fd, _serve)
     return _serve(protocol)
 
 
