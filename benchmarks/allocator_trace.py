@@ -79,14 +79,35 @@ def capture(model: str, precision: str, batch: int, steps: int, loss_scale: floa
     for entry in snapshot["device_traces"][dev.index]:
         label = _frame_label(entry.get("frames") or [])
         # "oom" entries carry the free device bytes instead of an address
-        events.append([entry["action"], entry.get("addr", entry.get("device_free", 0)), entry.get("size", 0),
-                       labels.setdefault(label, len(labels))])
+        events.append(
+            [
+                entry["action"],
+                entry.get("addr", entry.get("device_free", 0)),
+                entry.get("size", 0),
+                labels.setdefault(label, len(labels)),
+            ]
+        )
     doc = {
-        "model": model, "precision": precision, "batch": batch, "steps": steps, "loss_scale": loss_scale,
-        "gpu": torch.cuda.get_device_name(dev), "torch": torch.__version__,
-        "capacity_bytes": capacity, "total_bytes": total, "attempt": attempt,
-        "stats": {k: stats.get(k) for k in ("num_alloc_retries", "num_ooms", "allocated_bytes.all.peak",
-                                             "reserved_bytes.all.peak", "segment.all.peak")},
+        "model": model,
+        "precision": precision,
+        "batch": batch,
+        "steps": steps,
+        "loss_scale": loss_scale,
+        "gpu": torch.cuda.get_device_name(dev),
+        "torch": torch.__version__,
+        "capacity_bytes": capacity,
+        "total_bytes": total,
+        "attempt": attempt,
+        "stats": {
+            k: stats.get(k)
+            for k in (
+                "num_alloc_retries",
+                "num_ooms",
+                "allocated_bytes.all.peak",
+                "reserved_bytes.all.peak",
+                "segment.all.peak",
+            )
+        },
         "marker_bytes": MARKER_BYTES,
         "labels": list(labels),
         "events": events,
@@ -96,9 +117,11 @@ def capture(model: str, precision: str, batch: int, steps: int, loss_scale: floa
     path = out / f"{model}_{precision}_{batch}.json.gz"
     with gzip.open(path, "wt") as fh:
         json.dump(doc, fh)
-    print(f"{model} {precision} batch {batch}: {attempt['outcome']}, peak allocated {attempt['peak_allocated'] / 2**30:.2f} "
-          f"reserved {attempt['peak_reserved'] / 2**30:.2f} GiB, capacity {capacity / 2**30:.2f} GiB, "
-          f"{len(events)} events, retries {stats.get('num_alloc_retries')} -> {path}")
+    print(
+        f"{model} {precision} batch {batch}: {attempt['outcome']}, peak allocated {attempt['peak_allocated'] / 2**30:.2f} "
+        f"reserved {attempt['peak_reserved'] / 2**30:.2f} GiB, capacity {capacity / 2**30:.2f} GiB, "
+        f"{len(events)} events, retries {stats.get('num_alloc_retries')} -> {path}"
+    )
     return path
 
 
@@ -160,20 +183,26 @@ def compare(path: Path, fake: bool) -> None:
         doc = json.load(fh)
     events, labels, segments = real_events(doc)
     attempt = doc["attempt"]
-    print(f"{doc['model']} {doc['precision']} batch {doc['batch']} on {doc['gpu']} (torch {doc['torch']}): "
-          f"{attempt['outcome']}, peak allocated {_gib(attempt['peak_allocated'])} GiB, reserved "
-          f"{_gib(attempt['peak_reserved'])} GiB, capacity {_gib(doc['capacity_bytes'])} GiB; allocator stats {doc['stats']}")
+    print(
+        f"{doc['model']} {doc['precision']} batch {doc['batch']} on {doc['gpu']} (torch {doc['torch']}): "
+        f"{attempt['outcome']}, peak allocated {_gib(attempt['peak_allocated'])} GiB, reserved "
+        f"{_gib(attempt['peak_reserved'])} GiB, capacity {_gib(doc['capacity_bytes'])} GiB; allocator stats {doc['stats']}"
+    )
     real_allocs = sum(1 for s in segments if s[0] == "segment_alloc")
-    print(f"real trace: {sum(1 for e in events if e[0] == ALLOC)} allocations, {real_allocs} segment allocations, "
-          f"{sum(1 for s in segments if s[0] == 'segment_free')} segment frees")
+    print(
+        f"real trace: {sum(1 for e in events if e[0] == ALLOC)} allocations, {real_allocs} segment allocations, "
+        f"{sum(1 for s in segments if s[0] == 'segment_free')} segment frees"
+    )
     for cap in (None, doc["capacity_bytes"]):
         result = replay(events, capacity=cap, measure_from=TRIAL_MARK)
         where = ""
         if result.oom is not None:
             where = f", OOM at event {result.oom_at} ({labels[result.oom_at]}): {result.oom}"
-        print(f"model replay of the real trace, capacity {_gib(cap) if cap else 'unlimited'}: peak allocated "
-              f"{_gib(result.peak_allocated)} reserved {_gib(result.peak_reserved)} GiB, "
-              f"{result.stats.segments} segments at the end, retries {result.stats.retries}{where}")
+        print(
+            f"model replay of the real trace, capacity {_gib(cap) if cap else 'unlimited'}: peak allocated "
+            f"{_gib(result.peak_allocated)} reserved {_gib(result.peak_reserved)} GiB, "
+            f"{result.stats.segments} segments at the end, retries {result.stats.retries}{where}"
+        )
     # Segment by segment: the sizes the model would cudaMalloc, in order, against the real ones.
     alloc = CachingAllocator(None)
     handles: dict = {}
@@ -189,11 +218,15 @@ def compare(path: Path, fake: bool) -> None:
         elif event[1] == TRIAL_MARK:
             alloc.empty_cache()
     real_segs = [(s[1], s[2]) for s in segments if s[0] == "segment_alloc"]
-    print(f"segments malloc'd: real {len(real_segs)} ({_gib(sum(s for s, _ in real_segs))} GiB), "
-          f"model {len(model_segments)} ({_gib(sum(s for s, _ in model_segments))} GiB)")
+    print(
+        f"segments malloc'd: real {len(real_segs)} ({_gib(sum(s for s, _ in real_segs))} GiB), "
+        f"model {len(model_segments)} ({_gib(sum(s for s, _ in model_segments))} GiB)"
+    )
     big = [(s, i) for s, i in real_segs if s >= 1 << 30]
-    print("real segments >= 1 GiB (size GiB @ event, label):",
-          ", ".join(f"{_gib(s)}@{i} {labels[i] if i < len(labels) else ''}" for s, i in big[:40]))
+    print(
+        "real segments >= 1 GiB (size GiB @ event, label):",
+        ", ".join(f"{_gib(s)}@{i} {labels[i] if i < len(labels) else ''}" for s, i in big[:40]),
+    )
     mbig = [(s, i) for s, i in model_segments if s >= 1 << 30]
     print("model segments >= 1 GiB:", ", ".join(f"{_gib(s)}@{i} {labels[i]}" for s, i in mbig[:40]))
     if fake:
@@ -212,16 +245,18 @@ def compare_fake(doc: dict, events: list[tuple], labels: list[str]) -> None:
         fake = PrecisionTraces(session, doc["precision"], check=False).events_at(doc["batch"])
     result = replay(fake, capacity=doc["capacity_bytes"], measure_from=TRIAL_MARK)
     unlimited = replay(fake, capacity=None, measure_from=TRIAL_MARK)
-    print(f"fake trace: {sum(1 for e in fake if e[0] == ALLOC)} allocations; replay unlimited: peak allocated "
-          f"{_gib(unlimited.peak_allocated)} reserved {_gib(unlimited.peak_reserved)} GiB; at the real capacity: "
-          f"{'fits' if result.fits else 'OOM at event %d: %s' % (result.oom_at, result.oom)}")
+    print(
+        f"fake trace: {sum(1 for e in fake if e[0] == ALLOC)} allocations; replay unlimited: peak allocated "
+        f"{_gib(unlimited.peak_allocated)} reserved {_gib(unlimited.peak_reserved)} GiB; at the real capacity: "
+        f"{'fits' if result.fits else 'OOM at event %d: %s' % (result.oom_at, result.oom)}"
+    )
 
     def trial_part(evs: list[tuple]) -> list[tuple]:
         start = next(i for i, e in enumerate(evs) if e[0] == "mark" and e[1] == TRIAL_MARK)
-        return evs[start + 1:]
+        return evs[start + 1 :]
 
     real_t, fake_t = trial_part(events), trial_part(fake)
-    real_labels = labels[len(events) - len(real_t):]
+    real_labels = labels[len(events) - len(real_t) :]
 
     def signature(evs: list[tuple]) -> list[tuple]:
         # ids differ between traces; compare allocation sizes (512-rounded) and which earlier alloc a free frees
@@ -243,8 +278,10 @@ def compare_fake(doc: dict, events: list[tuple], labels: list[str]) -> None:
             i += 1
             j += 1
             continue
-        print(f"  part at real #{i} {rs[i]} ({real_labels[i]})  vs fake #{j} {fs[j]}; "
-              f"real next {rs[i + 1:i + 4]} fake next {fs[j + 1:j + 4]}")
+        print(
+            f"  part at real #{i} {rs[i]} ({real_labels[i]})  vs fake #{j} {fs[j]}; "
+            f"real next {rs[i + 1 : i + 4]} fake next {fs[j + 1 : j + 4]}"
+        )
         shown += 1
         # resynchronise on the next allocation of the same size in both
         i += 1
@@ -258,7 +295,9 @@ def main(argv: list[str] | None = None) -> int:
     cap = sub.add_parser("capture", help="GPU: record the allocator's history through one trial")
     cap.add_argument("--case", action="append", required=True, help="MODEL:PRECISION:BATCH (repeatable)")
     cap.add_argument("--steps", type=int, default=3)
-    cap.add_argument("--loss-scale", type=float, default=None, help="fp16: start from this loss scale, as a scan's later trials do")
+    cap.add_argument(
+        "--loss-scale", type=float, default=None, help="fp16: start from this loss scale, as a scan's later trials do"
+    )
     cap.add_argument("--out", type=Path, required=True)
     cmp_ = sub.add_parser("compare", help="no GPU: replay captured traces through the allocator model")
     cmp_.add_argument("paths", nargs="+", type=Path)
@@ -270,8 +309,10 @@ def main(argv: list[str] | None = None) -> int:
             rest = ["--steps", str(args.steps), "--out", str(args.out)]
             if args.loss_scale is not None:
                 rest += ["--loss-scale", str(args.loss_scale)]
-            return max(subprocess.run([sys.executable, __file__, "capture", "--case", case, *rest]).returncode
-                       for case in args.case)
+            return max(
+                subprocess.run([sys.executable, __file__, "capture", "--case", case, *rest]).returncode
+                for case in args.case
+            )
         model, precision, batch = args.case[0].split(":")
         capture(model, precision, int(batch), args.steps, args.loss_scale, args.out)
     else:

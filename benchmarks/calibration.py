@@ -29,6 +29,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "tests")]
 
+
 def _card_key(result) -> tuple[str, int]:
     """(column label, sort key): the real card first, then emulated caps by size; a multi-GPU scan is its
     own column, per GPU ("2x NVIDIA H200 ddp, per GPU")."""
@@ -70,12 +71,18 @@ def collect(paths: list[str], models: list[str] | None) -> dict[tuple, dict[str,
             continue  # the traced trial is a training step; an inference scan answers another question
         label, order = _card_key(result)
         trial_fits = trial_fit_batches(p.proof.checks if p.proof else [])
-        out.setdefault((name, _world(result)), {}).setdefault(precision, []).append({
-            "card": label, "order": order, "file": str(by_result[id(result)]), "workload": result.workload,
-            "capacity_bytes": int(p.capacity_bytes), "measured": int(p.max_batch),
-            # the largest batch whose 3-step trial fitted in a fresh process (the timed run may then have failed)
-            "trial_edge": max(trial_fits, default=None),
-        })
+        out.setdefault((name, _world(result)), {}).setdefault(precision, []).append(
+            {
+                "card": label,
+                "order": order,
+                "file": str(by_result[id(result)]),
+                "workload": result.workload,
+                "capacity_bytes": int(p.capacity_bytes),
+                "measured": int(p.max_batch),
+                # the largest batch whose 3-step trial fitted in a fresh process (the timed run may then have failed)
+                "trial_edge": max(trial_fits, default=None),
+            }
+        )
     return out
 
 
@@ -95,16 +102,26 @@ def predict_rows(name: str, per_precision: dict[str, list[dict]], world: tuple[i
             traces = PrecisionTraces(session_for(precision), precision)
             for entry in sorted(per_precision[precision], key=lambda e: e["order"]):
                 if entry["workload"].get("params") != workload.params:
-                    raise SystemExit(f"{entry['file']}: {name} was scanned with other parameters than models.yaml has now")
+                    raise SystemExit(
+                        f"{entry['file']}: {name} was scanned with other parameters than models.yaml has now"
+                    )
                 capacity = entry["capacity_bytes"]
                 predicted, _ = traces.max_batch(capacity)
                 measured = entry["measured"]
-                rows.append({
-                    "workload": name, "precision": precision, "card": entry["card"], "file": entry["file"],
-                    "capacity_gib": round(capacity / 2**30, 2), "measured": measured, "trial_edge": entry["trial_edge"],
-                    "predicted": predicted, "error_percent": round(100.0 * (predicted - measured) / measured, 2) if measured else None,
-                    "trace": traces.how,
-                })
+                rows.append(
+                    {
+                        "workload": name,
+                        "precision": precision,
+                        "card": entry["card"],
+                        "file": entry["file"],
+                        "capacity_gib": round(capacity / 2**30, 2),
+                        "measured": measured,
+                        "trial_edge": entry["trial_edge"],
+                        "predicted": predicted,
+                        "error_percent": round(100.0 * (predicted - measured) / measured, 2) if measured else None,
+                        "trace": traces.how,
+                    }
+                )
             print(f"[{name} {precision}] {time.perf_counter() - started:.1f} s", file=sys.stderr)
     return rows
 
@@ -127,7 +144,9 @@ def table(rows: list[dict]) -> str:
     for workload, precision in keys:
         cells = [workload, precision]
         for label in labels:
-            r = next((r for r in rows if (r["workload"], r["precision"], r["card"]) == (workload, precision, label)), None)
+            r = next(
+                (r for r in rows if (r["workload"], r["precision"], r["card"]) == (workload, precision, label)), None
+            )
             if r is None:
                 cells += ["not run", "", ""]
                 continue
@@ -138,9 +157,13 @@ def table(rows: list[dict]) -> str:
     within = sum(1 for r in rows if r["error_percent"] is not None and abs(r["error_percent"]) <= 3)
     exact = sum(1 for r in rows if r["predicted"] == r["measured"])
     unsafe = [r for r in rows if r["predicted"] > r["measured"]]
-    lines += ["", f"Within 3%: {within} of {len(rows)} comparisons; exact: {exact}.",
-              f"Unsafe (predicted above the measured B, a batch that did not train): {len(unsafe)} of {len(rows)}"
-              + (f", by at most {max(r['predicted'] - r['measured'] for r in unsafe)} batch" if unsafe else "") + "."]
+    lines += [
+        "",
+        f"Within 3%: {within} of {len(rows)} comparisons; exact: {exact}.",
+        f"Unsafe (predicted above the measured B, a batch that did not train): {len(unsafe)} of {len(rows)}"
+        + (f", by at most {max(r['predicted'] - r['measured'] for r in unsafe)} batch" if unsafe else "")
+        + ".",
+    ]
     return "\n".join(lines)
 
 
@@ -159,16 +182,25 @@ def main(argv: list[str] | None = None) -> int:
 
     started = time.perf_counter()
     rows = []
-    for (name, world), per_precision in sorted(collect(args.paths, args.model).items(), key=lambda kv: (kv[0][0], kv[0][1] or ())):
+    for (name, world), per_precision in sorted(
+        collect(args.paths, args.model).items(), key=lambda kv: (kv[0][0], kv[0][1] or ())
+    ):
         rows += predict_rows(name, per_precision, world)
     text = table(rows)
     print(text)
     if args.json:
-        doc = {"command": "python benchmarks/calibration.py " + " ".join(sys.argv[1:] if argv is None else argv),
-               "host": {"platform": platform.platform(), "cpu": platform.processor() or platform.machine(),
-                        "torch": torch.__version__, "transformers": metadata.version("transformers"),
-                        "timm": metadata.version("timm")},
-               "seconds": round(time.perf_counter() - started, 1), "rows": rows}
+        doc = {
+            "command": "python benchmarks/calibration.py " + " ".join(sys.argv[1:] if argv is None else argv),
+            "host": {
+                "platform": platform.platform(),
+                "cpu": platform.processor() or platform.machine(),
+                "torch": torch.__version__,
+                "transformers": metadata.version("transformers"),
+                "timm": metadata.version("timm"),
+            },
+            "seconds": round(time.perf_counter() - started, 1),
+            "rows": rows,
+        }
         args.json.write_text(json.dumps(doc, indent=1) + "\n")
     return 0
 

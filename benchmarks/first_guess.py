@@ -40,8 +40,14 @@ def first_jumps(paths: list[str]) -> list[dict]:
                 continue
             attempts = list(p.attempts)
             cap = p.capacity_bytes
-            jump = next((i for i, a in enumerate(attempts)
-                         if i >= 2 and (a.fresh or not a.fits or (a.peak_reserved or 0) > 0.5 * cap)), None)
+            jump = next(
+                (
+                    i
+                    for i, a in enumerate(attempts)
+                    if i >= 2 and (a.fresh or not a.fits or (a.peak_reserved or 0) > 0.5 * cap)
+                ),
+                None,
+            )
             if jump is None or jump < 3:
                 continue
             known = attempts[:jump]
@@ -51,10 +57,18 @@ def first_jumps(paths: list[str]) -> list[dict]:
                 continue
             seen.add(key)
             old, new = reserved_line(known), edge_model(known)
-            rows.append({"gpu": gpu, "workload": result.workload.get("name"), "precision": precision,
-                         "known": [a.batch for a in known], "edge": edge, "file": str(path),
-                         "reserved_line": old.max_batch_for(cap) if old else None,
-                         "edge_model": new.max_batch_for(cap) if new else None})
+            rows.append(
+                {
+                    "gpu": gpu,
+                    "workload": result.workload.get("name"),
+                    "precision": precision,
+                    "known": [a.batch for a in known],
+                    "edge": edge,
+                    "file": str(path),
+                    "reserved_line": old.max_batch_for(cap) if old else None,
+                    "edge_model": new.max_batch_for(cap) if new else None,
+                }
+            )
     return rows
 
 
@@ -65,10 +79,33 @@ def main(argv: list[str] | None = None) -> int:
     from tabulate import tabulate
 
     rows = first_jumps(args.paths)
-    table = [[r["gpu"].replace("NVIDIA H100 80GB HBM3", "H100"), r["workload"], r["precision"],
-              ", ".join(map(str, r["known"])), r["edge"], r["reserved_line"], r["edge_model"]] for r in rows]
-    print(tabulate(table, headers=["card", "workload", "precision", "trials before the jump", "true edge",
-                                   "reserved line", "edge_model"], tablefmt="github"))
+    table = [
+        [
+            r["gpu"].replace("NVIDIA H100 80GB HBM3", "H100"),
+            r["workload"],
+            r["precision"],
+            ", ".join(map(str, r["known"])),
+            r["edge"],
+            r["reserved_line"],
+            r["edge_model"],
+        ]
+        for r in rows
+    ]
+    print(
+        tabulate(
+            table,
+            headers=[
+                "card",
+                "workload",
+                "precision",
+                "trials before the jump",
+                "true edge",
+                "reserved line",
+                "edge_model",
+            ],
+            tablefmt="github",
+        )
+    )
     for key in ("reserved_line", "edge_model"):
         errors = [abs(r[key] - r["edge"]) / r["edge"] for r in rows if r[key] is not None]
         exact = sum(r[key] == r["edge"] for r in rows)

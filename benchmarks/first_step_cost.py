@@ -33,8 +33,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 
-def step_times(model: str, precision: str, batches: list[int], device: str, steps: int, profile: bool,
-               cudnn: bool, overrides: dict) -> dict:
+def step_times(
+    model: str, precision: str, batches: list[int], device: str, steps: int, profile: bool, cudnn: bool, overrides: dict
+) -> dict:
     """Seconds of every step (synchronized) per batch size, in one process, and a profile of the first
     step at the second batch size when `profile`."""
     import torch
@@ -78,11 +79,20 @@ def step_times(model: str, precision: str, batches: list[int], device: str, step
         inputs = amp = None
         if dev.type == "cuda":
             torch.cuda.empty_cache()
-    return {"model": model, "precision": precision, "device": device, "cudnn": cudnn, "overrides": overrides,
-            "gpu": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
-            "torch": torch.__version__, "cudnn_version": torch.backends.cudnn.version() if dev.type == "cuda" else None,
-            "environment": {k: v for k, v in os.environ.items() if k.startswith(("TORCH_CUDNN", "CUDNN", "CUDA_MODULE"))},
-            "build_seconds": round(build, 3), "runs": runs, "profile_of_first_step_at_second_batch": profiled}
+    return {
+        "model": model,
+        "precision": precision,
+        "device": device,
+        "cudnn": cudnn,
+        "overrides": overrides,
+        "gpu": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
+        "torch": torch.__version__,
+        "cudnn_version": torch.backends.cudnn.version() if dev.type == "cuda" else None,
+        "environment": {k: v for k, v in os.environ.items() if k.startswith(("TORCH_CUDNN", "CUDNN", "CUDA_MODULE"))},
+        "build_seconds": round(build, 3),
+        "runs": runs,
+        "profile_of_first_step_at_second_batch": profiled,
+    }
 
 
 def _profile_one(step, sync, dev) -> dict:
@@ -102,17 +112,25 @@ def _profile_one(step, sync, dev) -> dict:
         else:
             cpu.append((event.key, float(event.self_cpu_time_total), int(event.count)))
     cpu.sort(key=lambda e: -e[1])
-    return {"wall_seconds": round(wall, 4), "gpu_busy_seconds": round(gpu_us / 1e6, 4),
-            "top_cpu_ops": [{"op": k[:120], "self_cpu_ms": round(us / 1e3, 2), "calls": n} for k, us, n in cpu[:25]]}
+    return {
+        "wall_seconds": round(wall, 4),
+        "gpu_busy_seconds": round(gpu_us / 1e6, 4),
+        "top_cpu_ops": [{"op": k[:120], "self_cpu_ms": round(us / 1e3, 2), "calls": n} for k, us, n in cpu[:25]],
+    }
 
 
 def show(result: dict) -> None:
-    print(f"== {result['model']} {result['precision']} on {result['gpu']} (cudnn {'on' if result['cudnn'] else 'off'}"
-          f"{', env ' + str(result['environment']) if result.get('environment') else ''}"
-          f"{', ' + str(result['overrides']) if result['overrides'] else ''}): build {result['build_seconds']} s")
+    print(
+        f"== {result['model']} {result['precision']} on {result['gpu']} (cudnn {'on' if result['cudnn'] else 'off'}"
+        f"{', env ' + str(result['environment']) if result.get('environment') else ''}"
+        f"{', ' + str(result['overrides']) if result['overrides'] else ''}): build {result['build_seconds']} s"
+    )
     for run in result["runs"]:
-        print(f"   batch {run['batch']:>5} ({'seen before' if run['seen_before'] else 'new size'}): steps "
-              + ", ".join(f"{s:.3f}" for s in run["step_seconds"]) + " s")
+        print(
+            f"   batch {run['batch']:>5} ({'seen before' if run['seen_before'] else 'new size'}): steps "
+            + ", ".join(f"{s:.3f}" for s in run["step_seconds"])
+            + " s"
+        )
     prof = result.get("profile_of_first_step_at_second_batch")
     if prof:
         print(f"   profiled first step: wall {prof['wall_seconds']} s, GPU busy {prof['gpu_busy_seconds']} s")
@@ -128,8 +146,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--profile", action="store_true", help="profile the first step at the second batch size")
     parser.add_argument("--no-cudnn", action="store_true", help="torch.backends.cudnn.enabled = False")
-    parser.add_argument("--set", action="append", default=[], metavar="PARAM=VALUE",
-                        help="override a workload parameter (YAML value), e.g. channels_last=false")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="PARAM=VALUE",
+        help="override a workload parameter (YAML value), e.g. channels_last=false",
+    )
     parser.add_argument("--tag", default="", help="added to the file name (e.g. the environment variant run)")
     parser.add_argument("--out", required=True, help="folder for first_step_<model>_<precision>[...].json")
     args = parser.parse_args(argv)
@@ -139,12 +162,16 @@ def main(argv: list[str] | None = None) -> int:
     batches = [int(b) for b in args.batches.split(",") if b.strip()]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    suffix = ("".join(f"_{k}-{v}" for k, v in overrides.items()) + ("_nocudnn" if args.no_cudnn else "")
-              + (f"_{args.tag}" if args.tag else ""))
+    suffix = (
+        "".join(f"_{k}-{v}" for k, v in overrides.items())
+        + ("_nocudnn" if args.no_cudnn else "")
+        + (f"_{args.tag}" if args.tag else "")
+    )
     for case in args.case:
         model, precision = case.split(":")
-        result = step_times(model, precision, batches, args.device, args.steps, args.profile, not args.no_cudnn,
-                            overrides)
+        result = step_times(
+            model, precision, batches, args.device, args.steps, args.profile, not args.no_cudnn, overrides
+        )
         (out / f"first_step_{model}_{precision}{suffix}.json").write_text(json.dumps(result, indent=1) + "\n")
         show(result)
     return 0

@@ -42,12 +42,18 @@ def allocator_state(device) -> dict:
         segments += 1
         free_blocks += [b["size"] for b in segment["blocks"] if b["state"] == "inactive"]
     free_device, total = torch.cuda.mem_get_info(device)
-    return {"allocated": stats.get("allocated_bytes.all.current"), "reserved": stats.get("reserved_bytes.all.current"),
-            "reserved_free": stats.get("reserved_bytes.all.current", 0) - stats.get("allocated_bytes.all.current", 0),
-            "segments": segments, "largest_free_block": max(free_blocks, default=0),
-            "free_blocks_over_1GiB": sorted((b for b in free_blocks if b > 2**30), reverse=True)[:8],
-            "device_free": free_device, "device_total": total,
-            "peak_allocated": stats.get("allocated_bytes.all.peak"), "peak_reserved": stats.get("reserved_bytes.all.peak")}
+    return {
+        "allocated": stats.get("allocated_bytes.all.current"),
+        "reserved": stats.get("reserved_bytes.all.current"),
+        "reserved_free": stats.get("reserved_bytes.all.current", 0) - stats.get("allocated_bytes.all.current", 0),
+        "segments": segments,
+        "largest_free_block": max(free_blocks, default=0),
+        "free_blocks_over_1GiB": sorted((b for b in free_blocks if b > 2**30), reverse=True)[:8],
+        "device_free": free_device,
+        "device_total": total,
+        "peak_allocated": stats.get("allocated_bytes.all.peak"),
+        "peak_reserved": stats.get("reserved_bytes.all.peak"),
+    }
 
 
 def one(model: str, precision: str, batch: int, device_name: str) -> dict:
@@ -114,8 +120,22 @@ def main(argv: list[str] | None = None) -> int:
     path = out / f"infer_edge_{model}_{precision}{tag}.jsonl"
     for batch in (int(b) for b in args.batches.split(",")):
         t0 = time.perf_counter()
-        run = subprocess.run([sys.executable, __file__, "--case", args.case, "--batches", str(batch), "--device",
-                              args.device, "--one", str(batch)], capture_output=True, text=True)
+        run = subprocess.run(
+            [
+                sys.executable,
+                __file__,
+                "--case",
+                args.case,
+                "--batches",
+                str(batch),
+                "--device",
+                args.device,
+                "--one",
+                str(batch),
+            ],
+            capture_output=True,
+            text=True,
+        )
         lines = [line for line in run.stdout.splitlines() if line.startswith("{")]
         record = json.loads(lines[-1]) if lines else {"batch": batch, "error": run.stderr[-600:]}
         record["process_seconds"] = round(time.perf_counter() - t0, 1)
@@ -124,13 +144,23 @@ def main(argv: list[str] | None = None) -> int:
         trial = record.get("trial", {})
         gib = lambda v: f"{(v or 0) / 2**30:.2f}"  # noqa: E731
         state = record.get("at_failure") or {}
-        print(f"batch {batch}{tag}: trial {trial.get('outcome')} (peak reserved {gib(trial.get('peak_reserved'))} GiB),"
-              f" timed run {record.get('timed_run', '-')}, {record['process_seconds']} s"
-              + (f"; at failure: allocated {gib(state.get('allocated'))}, reserved {gib(state.get('reserved'))},"
-                 f" free in cache {gib(state.get('reserved_free'))} in {state.get('segments')} segments, largest free"
-                 f" {gib(state.get('largest_free_block'))}, device free {gib(state.get('device_free'))} GiB" if state else "")
-              + (f"; trial message: {trial.get('message', '')[:200]}" if trial.get("outcome") not in (None, "fit") else "")
-              + (f"; error: {record['error']}" if "error" in record else ""))
+        print(
+            f"batch {batch}{tag}: trial {trial.get('outcome')} (peak reserved {gib(trial.get('peak_reserved'))} GiB),"
+            f" timed run {record.get('timed_run', '-')}, {record['process_seconds']} s"
+            + (
+                f"; at failure: allocated {gib(state.get('allocated'))}, reserved {gib(state.get('reserved'))},"
+                f" free in cache {gib(state.get('reserved_free'))} in {state.get('segments')} segments, largest free"
+                f" {gib(state.get('largest_free_block'))}, device free {gib(state.get('device_free'))} GiB"
+                if state
+                else ""
+            )
+            + (
+                f"; trial message: {trial.get('message', '')[:200]}"
+                if trial.get("outcome") not in (None, "fit")
+                else ""
+            )
+            + (f"; error: {record['error']}" if "error" in record else "")
+        )
     return 0
 
 

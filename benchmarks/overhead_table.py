@@ -51,8 +51,10 @@ def rows(paths: list[str]) -> list[dict]:
         for p in result.precisions.values():
             if not p.capacity_bytes:
                 continue
-            row = found.setdefault(card.name, {"card": card.name, "capacity_bytes": p.capacity_bytes,
-                                               "scans": 0, "devices": set(), "sources": set()})
+            row = found.setdefault(
+                card.name,
+                {"card": card.name, "capacity_bytes": p.capacity_bytes, "scans": 0, "devices": set(), "sources": set()},
+            )
             row["capacity_bytes"] = min(row["capacity_bytes"], int(p.capacity_bytes))
             row["scans"] += 1
             row["devices"].add(name)
@@ -62,19 +64,31 @@ def rows(paths: list[str]) -> list[dict]:
     for card in catalog.cards:
         if card.name in found:
             row = found[card.name]
-            out.append({"card": card.name, "capacity_bytes": row["capacity_bytes"],
-                        "overhead_bytes": card.memory_bytes - row["capacity_bytes"], "scans": row["scans"],
-                        "devices": sorted(row["devices"]), "sources": sorted(row["sources"])})
+            out.append(
+                {
+                    "card": card.name,
+                    "capacity_bytes": row["capacity_bytes"],
+                    "overhead_bytes": card.memory_bytes - row["capacity_bytes"],
+                    "scans": row["scans"],
+                    "devices": sorted(row["devices"]),
+                    "sources": sorted(row["sources"]),
+                }
+            )
     return out
 
 
 def render(paths: list[str]) -> str:
     """The file's text for the result files under `paths`."""
-    data = {"made_by": "benchmarks/overhead_table.py from the committed result files under reports/",
-            "cards": rows(paths)}
+    data = {
+        "made_by": "benchmarks/overhead_table.py from the committed result files under reports/",
+        "cards": rows(paths),
+    }
     body = yaml.safe_dump(data, sort_keys=False, width=120)
-    notes = "".join(f"# {r['card']}: capacity {r['capacity_bytes'] / 2**20:.1f} MiB, overhead "
-                    f"{r['overhead_bytes'] / 2**20:.1f} MiB ({r['scans']} precision results)\n" for r in data["cards"])
+    notes = "".join(
+        f"# {r['card']}: capacity {r['capacity_bytes'] / 2**20:.1f} MiB, overhead "
+        f"{r['overhead_bytes'] / 2**20:.1f} MiB ({r['scans']} precision results)\n"
+        for r in data["cards"]
+    )
     return HEADER + notes + body
 
 

@@ -48,15 +48,22 @@ def plain_child(model: str, precision: str, batch: int, warmup: int, steps: int,
     if "bert" in model:
         from transformers import BertConfig, BertForQuestionAnswering
 
-        config = BertConfig(vocab_size=params["vocab"], hidden_size=params["hidden"],
-                            num_hidden_layers=params["layers"], num_attention_heads=params["heads"],
-                            intermediate_size=params["ffn"], max_position_embeddings=max(512, params["seq_len"]))
+        config = BertConfig(
+            vocab_size=params["vocab"],
+            hidden_size=params["hidden"],
+            num_hidden_layers=params["layers"],
+            num_attention_heads=params["heads"],
+            intermediate_size=params["ffn"],
+            max_position_embeddings=max(512, params["seq_len"]),
+        )
         with dev:
             net = BertForQuestionAnswering._from_config(config, attn_implementation="sdpa")
         seq = params["seq_len"]
-        inputs = {"input_ids": torch.randint(0, params["vocab"], (batch, seq), device=dev),
-                  "start_positions": torch.randint(0, seq, (batch,), device=dev),
-                  "end_positions": torch.randint(0, seq, (batch,), device=dev)}
+        inputs = {
+            "input_ids": torch.randint(0, params["vocab"], (batch, seq), device=dev),
+            "start_positions": torch.randint(0, seq, (batch,), device=dev),
+            "end_positions": torch.randint(0, seq, (batch,), device=dev),
+        }
         optimizer = torch.optim.AdamW(net.parameters(), lr=3e-5, **({"fused": True} if dev.type == "cuda" else {}))
 
         def loss_fn():
@@ -65,8 +72,9 @@ def plain_child(model: str, precision: str, batch: int, warmup: int, steps: int,
         import timm
 
         with dev:
-            net = timm.create_model(params["model"], pretrained=False, num_classes=params["classes"],
-                                    **params.get("kwargs", {}))
+            net = timm.create_model(
+                params["model"], pretrained=False, num_classes=params["classes"], **params.get("kwargs", {})
+            )
         size = params["image_size"]
         images = torch.randn(batch, 3, size, size, device=dev)
         if dev.type == "cuda":
@@ -114,17 +122,31 @@ def plain_child(model: str, precision: str, batch: int, warmup: int, steps: int,
 
 
 def run_plain(model: str, precision: str, batch: int, warmup: int, steps: int, device: str) -> dict:
-    proc = subprocess.run([sys.executable, __file__, "--plain-child", f"{model}:{precision}:{batch}",
-                           "--warmup", str(warmup), "--steps", str(steps), "--device", device],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            __file__,
+            "--plain-child",
+            f"{model}:{precision}:{batch}",
+            "--warmup",
+            str(warmup),
+            "--steps",
+            str(steps),
+            "--device",
+            device,
+        ],
+        capture_output=True,
+        text=True,
+    )
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
     if proc.returncode != 0 or not lines:
         return {"error": " | ".join((proc.stderr or proc.stdout).strip().splitlines()[-3:])}
     return json.loads(lines[-1])
 
 
-def run_memprobe(model: str, precision: str, batch: int, warmup: int, steps: int, device: str,
-                 compile_step: bool = False) -> dict:
+def run_memprobe(
+    model: str, precision: str, batch: int, warmup: int, steps: int, device: str, compile_step: bool = False
+) -> dict:
     from memprobe.core.registry import FAMILIES, load_registry
     from memprobe.probe.runner import Worker, WorkerSpec
 
@@ -171,15 +193,22 @@ def main() -> int:
             runs["plain"].append(run_plain(model, precision, int(batch), args.warmup, args.steps, args.device))
             runs["memprobe"].append(run_memprobe(model, precision, int(batch), args.warmup, args.steps, args.device))
             if args.compile:
-                runs["memprobe_compiled"].append(run_memprobe(model, precision, int(batch), args.warmup, args.steps,
-                                                              args.device, compile_step=True))
+                runs["memprobe_compiled"].append(
+                    run_memprobe(model, precision, int(batch), args.warmup, args.steps, args.device, compile_step=True)
+                )
         rates = {k: [r["samples_per_s"] for r in v if "samples_per_s" in r] for k, v in runs.items()}
 
         def ratio_of(a: str, b: str, rates: dict[str, list[float]] = rates) -> float | None:
             return statistics.median(rates[a]) / statistics.median(rates[b]) if rates.get(a) and rates.get(b) else None
 
-        row = {"model": model, "precision": precision, "batch": int(batch), "device": args.device,
-               "runs": runs, "ratio_memprobe_over_plain": ratio_of("memprobe", "plain")}
+        row = {
+            "model": model,
+            "precision": precision,
+            "batch": int(batch),
+            "device": args.device,
+            "runs": runs,
+            "ratio_memprobe_over_plain": ratio_of("memprobe", "plain"),
+        }
         if args.compile:
             row["ratio_compiled_over_eager"] = ratio_of("memprobe_compiled", "memprobe")
         rows.append(row)
@@ -188,7 +217,9 @@ def main() -> int:
     from tabulate import tabulate
 
     def rates_of(runs: list[dict]) -> str:
-        return " / ".join(f"{x['samples_per_s']:.1f}" if "samples_per_s" in x else x.get("error", "?")[:40] for x in runs)
+        return " / ".join(
+            f"{x['samples_per_s']:.1f}" if "samples_per_s" in x else x.get("error", "?")[:40] for x in runs
+        )
 
     def fmt(value: float | None) -> str:
         return f"{value:.3f}" if value else "-"
@@ -198,12 +229,21 @@ def main() -> int:
         headers += ["memprobe --compile samples/s", "compile s", "compiled / eager"]
     table = []
     for r in rows:
-        line = [r["model"], r["precision"], r["batch"], rates_of(r["runs"]["plain"]), rates_of(r["runs"]["memprobe"]),
-                fmt(r["ratio_memprobe_over_plain"])]
+        line = [
+            r["model"],
+            r["precision"],
+            r["batch"],
+            rates_of(r["runs"]["plain"]),
+            rates_of(r["runs"]["memprobe"]),
+            fmt(r["ratio_memprobe_over_plain"]),
+        ]
         if args.compile:
             compiled = r["runs"]["memprobe_compiled"]
-            line += [rates_of(compiled), " / ".join(f"{x.get('compile_seconds') or 0:.1f}" for x in compiled),
-                     fmt(r["ratio_compiled_over_eager"])]
+            line += [
+                rates_of(compiled),
+                " / ".join(f"{x.get('compile_seconds') or 0:.1f}" for x in compiled),
+                fmt(r["ratio_compiled_over_eager"]),
+            ]
         table.append(line)
     print(tabulate(table, headers=headers, tablefmt="github"))
     return 0

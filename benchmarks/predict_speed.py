@@ -73,26 +73,51 @@ def run_case(args: list[str], repo: Path, timeout: float) -> dict:
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     try:
-        proc = subprocess.run([sys.executable, "-m", "memprobe", "predict", *args], cwd=repo, env=env,
-                              capture_output=True, text=True, timeout=timeout)
+        proc = subprocess.run(
+            [sys.executable, "-m", "memprobe", "predict", *args],
+            cwd=repo,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
     except subprocess.TimeoutExpired:
-        return {"args": args, "seconds": round(time.perf_counter() - started, 1), "cpu_seconds": None, "rc": None,
-                "numbers": {}, "traced_notes": [], "error": f"no answer within {timeout:.0f} s"}
+        return {
+            "args": args,
+            "seconds": round(time.perf_counter() - started, 1),
+            "cpu_seconds": None,
+            "rc": None,
+            "numbers": {},
+            "traced_notes": [],
+            "error": f"no answer within {timeout:.0f} s",
+        }
     seconds = time.perf_counter() - started
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return {"args": args, "seconds": round(seconds, 1), "cpu_seconds": round(cpu, 1), "load": round(load, 1),
-            "rc": proc.returncode,
-            "numbers": predicted_numbers(proc.stdout),
-            "traced_notes": [line.removeprefix("note: ") for line in proc.stdout.splitlines()
-                             if line.startswith("note: ") and ("traced" in line or line.startswith("note: time:"))],
-            "stderr_lines": len(proc.stderr.splitlines()),
-            "error": proc.stderr.strip().splitlines()[-1] if proc.returncode and proc.stderr.strip() else ""}
+    return {
+        "args": args,
+        "seconds": round(seconds, 1),
+        "cpu_seconds": round(cpu, 1),
+        "load": round(load, 1),
+        "rc": proc.returncode,
+        "numbers": predicted_numbers(proc.stdout),
+        "traced_notes": [
+            line.removeprefix("note: ")
+            for line in proc.stdout.splitlines()
+            if line.startswith("note: ") and ("traced" in line or line.startswith("note: time:"))
+        ],
+        "stderr_lines": len(proc.stderr.splitlines()),
+        "error": proc.stderr.strip().splitlines()[-1] if proc.returncode and proc.stderr.strip() else "",
+    }
 
 
 def _numbers_text(numbers: dict[str, dict[str, str]]) -> str:
-    return "; ".join(f"{p}: " + ", ".join(f"{h.split(':')[0]} {v}" for h, v in cols.items())
-                     for p, cols in numbers.items()) or "-"
+    return (
+        "; ".join(
+            f"{p}: " + ", ".join(f"{h.split(':')[0]} {v}" for h, v in cols.items()) for p, cols in numbers.items()
+        )
+        or "-"
+    )
 
 
 def _seconds(run: dict | None) -> str:
@@ -105,14 +130,20 @@ def _seconds(run: dict | None) -> str:
 
 def markdown(runs: list[dict], before: list[dict] | None, machine: str) -> str:
     """The table: case, seconds (before and after with --before), predicted numbers, same or not."""
-    lines = [f"Machine: {machine}.", "",
-             "Command per case: `python -m memprobe predict ARGS` from the repository root, in a fresh process. "
-             "Seconds: wall (CPU seconds of the process and its children, the 1-minute load average when it "
-             "started); wall seconds include the import of torch and the workload's libraries.", ""]
+    lines = [
+        f"Machine: {machine}.",
+        "",
+        "Command per case: `python -m memprobe predict ARGS` from the repository root, in a fresh process. "
+        "Seconds: wall (CPU seconds of the process and its children, the 1-minute load average when it "
+        "started); wall seconds include the import of torch and the workload's libraries.",
+        "",
+    ]
     old = {" ".join(r["args"]): r for r in before or []}
     if before is not None:
-        lines += ["| case | before: s | after: s | predicted (after) | same numbers as before |",
-                  "|---|---|---|---|---|"]
+        lines += [
+            "| case | before: s | after: s | predicted (after) | same numbers as before |",
+            "|---|---|---|---|---|",
+        ]
     else:
         lines += ["| case | s | predicted |", "|---|---|---|"]
     for r in runs:
@@ -139,14 +170,16 @@ def machine_description() -> str:
     """CPU model and core count, Python and torch versions."""
     model = ""
     try:
-        model = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                     if line.startswith("model name"))
+        model = next(
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        )
     except (OSError, StopIteration):
         model = platform.processor() or "unknown CPU"
     import torch
 
-    return (f"{os.cpu_count()}-core CPU ({model}), no GPU; Python {platform.python_version()}, "
-            f"torch {torch.__version__}")
+    return f"{os.cpu_count()}-core CPU ({model}), no GPU; Python {platform.python_version()}, torch {torch.__version__}"
 
 
 def main() -> None:
@@ -162,8 +195,11 @@ def main() -> None:
     runs = []
     for args in cases:
         run = run_case(args, opts.repo.resolve(), opts.timeout)
-        print(f"{run['seconds']:7.1f} s  rc {run['rc']}  {' '.join(args)}  {_numbers_text(run['numbers'])}",
-              file=sys.stderr, flush=True)
+        print(
+            f"{run['seconds']:7.1f} s  rc {run['rc']}  {' '.join(args)}  {_numbers_text(run['numbers'])}",
+            file=sys.stderr,
+            flush=True,
+        )
         runs.append(run)
     if opts.json:
         opts.json.write_text(json.dumps(runs, indent=1) + "\n")

@@ -37,9 +37,23 @@ def folder(out: Path, run: str, side: str) -> Path:
 
 def commands(runs: list[str], out: Path, extra: list[str]) -> list[list[str]]:
     """The scans to run, in order: each run with the predicted start, then without."""
-    return [[sys.executable, "-m", "memprobe", "scan", "--model", *shlex.split(run), "--no-throughput", flag, *extra,
-             "--out", str(folder(out, run, side))]
-            for run in runs for side, flag in SIDES.items()]
+    return [
+        [
+            sys.executable,
+            "-m",
+            "memprobe",
+            "scan",
+            "--model",
+            *shlex.split(run),
+            "--no-throughput",
+            flag,
+            *extra,
+            "--out",
+            str(folder(out, run, side)),
+        ]
+        for run in runs
+        for side, flag in SIDES.items()
+    ]
 
 
 def _prediction(settings: dict) -> str:
@@ -48,7 +62,11 @@ def _prediction(settings: dict) -> str:
         return "-"
     if record.get("max_batch") is None:
         return f"none ({record.get('why') or record.get('error', '')})"
-    came = f"{record['max_batch']} at {record['arrived_s']:g} s" if record.get("arrived_s") is not None else str(record["max_batch"])
+    came = (
+        f"{record['max_batch']} at {record['arrived_s']:g} s"
+        if record.get("arrived_s") is not None
+        else str(record["max_batch"])
+    )
     return f"{came}, {'used' if record.get('used') else 'not used: ' + str(record.get('why', ''))}"
 
 
@@ -72,13 +90,30 @@ def rows(out: Path, runs: list[str]) -> list[list[str]]:
                 return [str(getattr(p, attr)) if p and getattr(p, attr) is not None else "-" for p in got]
 
             trials = [str(len(p.attempts)) if p else "-" for p in got]
-            table.append([run, name, *cell("max_batch"), *cell("search_seconds"), *trials,
-                          _prediction(got[0].settings) if got[0] else "-"])
+            table.append(
+                [
+                    run,
+                    name,
+                    *cell("max_batch"),
+                    *cell("search_seconds"),
+                    *trials,
+                    _prediction(got[0].settings) if got[0] else "-",
+                ]
+            )
     return table
 
 
-HEADER = ["run", "precision", "B with", "B without", "search s with", "search s without", "trials with",
-          "trials without", "prediction (with)"]
+HEADER = [
+    "run",
+    "precision",
+    "B with",
+    "B without",
+    "search s with",
+    "search s without",
+    "trials with",
+    "trials without",
+    "prediction (with)",
+]
 
 
 def markdown(table: list[list[str]]) -> str:
@@ -90,10 +125,20 @@ def markdown(table: list[list[str]]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True, help="folder for the result files (one subfolder per run)")
-    parser.add_argument("--run", action="append", dest="runs", metavar="'MODEL [SCAN OPTIONS]'",
-                        help=f"a model and its scan options, repeatable (default: {', '.join(RUNS)})")
-    parser.add_argument("--scan-option", action="append", default=[], metavar="OPTION",
-                        help="an option for every scan, e.g. --scan-option=-p --scan-option=bf16")
+    parser.add_argument(
+        "--run",
+        action="append",
+        dest="runs",
+        metavar="'MODEL [SCAN OPTIONS]'",
+        help=f"a model and its scan options, repeatable (default: {', '.join(RUNS)})",
+    )
+    parser.add_argument(
+        "--scan-option",
+        action="append",
+        default=[],
+        metavar="OPTION",
+        help="an option for every scan, e.g. --scan-option=-p --scan-option=bf16",
+    )
     parser.add_argument("--table-only", action="store_true", help="print the table from the result files under --out")
     args = parser.parse_args(argv)
     runs = args.runs or RUNS

@@ -28,11 +28,13 @@ from memprobe.probe.search import find_max_batch  # noqa: E402
 
 def stand_in(edge: int, static: float, per_sample: float):
     """try_batch for a GPU whose edge is `edge`, peaks on the line static + per_sample x n."""
+
     def trial(batch: int) -> Attempt:
         if batch > edge:
             return Attempt(batch, "oom", message="replayed: above the scan's max batch")
         peak = int(static + per_sample * batch)
         return Attempt(batch, "fit", peak, peak)
+
     return trial
 
 
@@ -46,8 +48,11 @@ def replay(precision: dict, predicted: int | None) -> dict:
     first = attempts[0]["seconds"] if attempts else per_trial
     out = {"committed_trials": len(attempts), "committed_seconds": precision.get("search_seconds")}
     for label, hint in (("plain", None), ("hinted", predicted)):
-        found = find_max_batch(stand_in(edge, model["static_bytes"], model["per_sample_bytes"]), capacity,
-                               hint=(lambda h=hint: h) if hint else None)
+        found = find_max_batch(
+            stand_in(edge, model["static_bytes"], model["per_sample_bytes"]),
+            capacity,
+            hint=(lambda h=hint: h) if hint else None,
+        )
         if found.max_batch != edge:
             raise SystemExit(f"replay found {found.max_batch}, the scan {edge}: the stand-in is wrong")
         out[f"{label}_trials"] = found.trials
@@ -63,28 +68,67 @@ def main(argv: list[str] | None = None) -> int:
     from memprobe.compare.scan_table import newest_finished
     from memprobe.core.results import load_results
 
-    predicted = {(r["workload"], r["precision"], r["card"]): r["predicted"]
-                 for r in json.loads(args.calibration.read_text())["rows"]}
+    predicted = {
+        (r["workload"], r["precision"], r["card"]): r["predicted"]
+        for r in json.loads(args.calibration.read_text())["rows"]
+    }
     rows = []
     for result, name, p in newest_finished([r for _p, r in load_results(args.paths, strict_files=False)]):
-        if p.status != "done" or not p.max_batch or not p.capacity_bytes or result.environment.get("gpu", {}).get("emulated_total_bytes"):
+        if (
+            p.status != "done"
+            or not p.max_batch
+            or not p.capacity_bytes
+            or result.environment.get("gpu", {}).get("emulated_total_bytes")
+        ):
             continue
         workload, gpu = str(result.workload.get("name")), result.environment.get("gpu", {}).get("name", "?")
         hint = predicted.get((workload, name, f"{gpu} (real)"))
-        got = replay({"memory_model": p.memory_model, "max_batch": p.max_batch, "capacity_bytes": p.capacity_bytes,
-                      "attempts": p.attempts, "search_seconds": p.search_seconds}, hint)
-        rows.append([workload, name, p.max_batch, hint, got["committed_trials"], got["committed_seconds"],
-                     got["plain_trials"], got["plain_seconds"], got["hinted_trials"], got["hinted_seconds"]])
-    head = ["workload", "precision", "max batch", "predicted", "committed trials", "committed search s",
-            "replayed trials", "est. s", "replayed trials, predicted start", "est. s"]
+        got = replay(
+            {
+                "memory_model": p.memory_model,
+                "max_batch": p.max_batch,
+                "capacity_bytes": p.capacity_bytes,
+                "attempts": p.attempts,
+                "search_seconds": p.search_seconds,
+            },
+            hint,
+        )
+        rows.append(
+            [
+                workload,
+                name,
+                p.max_batch,
+                hint,
+                got["committed_trials"],
+                got["committed_seconds"],
+                got["plain_trials"],
+                got["plain_seconds"],
+                got["hinted_trials"],
+                got["hinted_seconds"],
+            ]
+        )
+    head = [
+        "workload",
+        "precision",
+        "max batch",
+        "predicted",
+        "committed trials",
+        "committed search s",
+        "replayed trials",
+        "est. s",
+        "replayed trials, predicted start",
+        "est. s",
+    ]
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))
     for row in rows:
         print("| " + " | ".join("-" if v is None else str(v) for v in row) + " |")
     total = [sum(r[i] for r in rows if isinstance(r[i], (int, float))) for i in (5, 7, 9)]
-    print(f"\nSearch seconds over {len(rows)} precisions: committed {total[0]:.0f} s; replayed {total[1]:.0f} s "
-          f"without and {total[2]:.0f} s with the predicted start (estimates; the waiting for the prediction "
-          "is not counted: it overlaps the model build and batch 1).")
+    print(
+        f"\nSearch seconds over {len(rows)} precisions: committed {total[0]:.0f} s; replayed {total[1]:.0f} s "
+        f"without and {total[2]:.0f} s with the predicted start (estimates; the waiting for the prediction "
+        "is not counted: it overlaps the model build and batch 1)."
+    )
     return 0
 
 

@@ -28,8 +28,14 @@ sys.path.insert(0, str(REPO))
 # ("cudnn::batchnorm_bwtr_nhwc...", "cudnn_generated_..._sdpa_..._flash_bprop..."), and many
 # convolution kernels are "implicit_gemm".
 KINDS = [
-    ("normalization", re.compile(r"batchnorm|batch_norm|layer_norm|instance_norm|group_norm|welford|bn_|"
-                                 r"GammaBeta", re.I)),
+    (
+        "normalization",
+        re.compile(
+            r"batchnorm|batch_norm|layer_norm|instance_norm|group_norm|welford|bn_|"
+            r"GammaBeta",
+            re.I,
+        ),
+    ),
     # cuDNN's SDPA backward helpers ("cudnn::fusion::compute_dot_do_o...") are attention, not convolution
     ("attention", re.compile(r"sdpa|flash|fmha|attention|cudnn::fusion", re.I)),
     # cuDNN's own layout transposes around a convolution on NCHW tensors are copies, not matrix work
@@ -40,8 +46,14 @@ KINDS = [
     ("gemm", re.compile(r"gemm|cutlass|nvjet|sm\d+_xmma|cublas", re.I)),
     ("optimizer", re.compile(r"multi_tensor|foreach|adam|sgd|unscale|inf_check|non_finite", re.I)),
     ("copy / layout / pooling", re.compile(r"copy|memcpy|memset|transpose|nchw|nhwc|cat_|pad|index|pool", re.I)),
-    ("element-wise / reduction", re.compile(r"elementwise|vectorized|unrolled|reduce|pointwise|softmax|"
-                                            r"loss|dropout|gelu|relu|fill|where|_kernel", re.I)),
+    (
+        "element-wise / reduction",
+        re.compile(
+            r"elementwise|vectorized|unrolled|reduce|pointwise|softmax|"
+            r"loss|dropout|gelu|relu|fill|where|_kernel",
+            re.I,
+        ),
+    ),
 ]
 MATRIX_KINDS = ("convolution", "gemm", "attention")  # the tensor-core kinds
 
@@ -54,8 +66,9 @@ def kind_of(kernel: str) -> str:
     return "other"
 
 
-def profile_case(model: str, precision: str, batch: int, device: str, warmup: int, steps: int,
-                 overrides: dict | None = None) -> dict:
+def profile_case(
+    model: str, precision: str, batch: int, device: str, warmup: int, steps: int, overrides: dict | None = None
+) -> dict:
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -99,9 +112,14 @@ def profile_case(model: str, precision: str, batch: int, device: str, warmup: in
             launches += int(event.count)
     summary = summarize_kernels(kernels, steps, wall)
     return {
-        "model": model, "precision": precision, "batch": batch, "device": device, "overrides": overrides or {},
+        "model": model,
+        "precision": precision,
+        "batch": batch,
+        "device": device,
+        "overrides": overrides or {},
         "gpu": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
-        "steps": steps, "wall_seconds_per_step": round(wall / steps, 4),
+        "steps": steps,
+        "wall_seconds_per_step": round(wall / steps, 4),
         "kernel_launches": launches,
         **summary,
     }
@@ -122,8 +140,15 @@ def summarize_kernels(kernels: dict[str, float], steps: int, wall: float) -> dic
         "gpu_busy_share_of_wall_percent": round(100.0 * busy_us / 1e6 / wall, 1) if wall else None,
         "share_percent_by_kind": {k: share(v) for k, v in sorted(by_kind.items(), key=lambda kv: -kv[1])},
         "matrix_share_percent": share(sum(by_kind.get(k, 0.0) for k in MATRIX_KINDS)),
-        "top_kernels": [{"kernel": name[:160], "kind": kind_of(name), "percent": share(us),
-                         "ms_per_step": round(us / 1e3 / steps, 3)} for name, us in top],
+        "top_kernels": [
+            {
+                "kernel": name[:160],
+                "kind": kind_of(name),
+                "percent": share(us),
+                "ms_per_step": round(us / 1e3 / steps, 3),
+            }
+            for name, us in top
+        ],
         "kernels_us": {name: round(us, 1) for name, us in sorted(kernels.items(), key=lambda kv: -kv[1])},
     }
 
@@ -138,10 +163,12 @@ def resort(path: Path) -> dict:
 
 
 def show(result: dict) -> None:
-    print(f"== {result['model']} {result['precision']} batch {result['batch']} {result.get('overrides') or ''} on "
-          f"{result['gpu']}: {result['wall_seconds_per_step']} s/step, "
-          f"GPU busy {result['gpu_busy_share_of_wall_percent']}% of wall, "
-          f"matrix kernels {result['matrix_share_percent']}% of GPU time, {result['kernel_launches']} launches")
+    print(
+        f"== {result['model']} {result['precision']} batch {result['batch']} {result.get('overrides') or ''} on "
+        f"{result['gpu']}: {result['wall_seconds_per_step']} s/step, "
+        f"GPU busy {result['gpu_busy_share_of_wall_percent']}% of wall, "
+        f"matrix kernels {result['matrix_share_percent']}% of GPU time, {result['kernel_launches']} launches"
+    )
     for kind, pct in result["share_percent_by_kind"].items():
         print(f"   {kind:26s} {pct}%")
     for k in result["top_kernels"][:12]:
@@ -151,13 +178,23 @@ def show(result: dict) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--case", action="append", default=[], help="MODEL:PRECISION:BATCH (repeatable)")
-    parser.add_argument("--resort", nargs="+", type=Path, metavar="JSON",
-                        help="re-sort saved profiles with the current kinds instead of profiling")
+    parser.add_argument(
+        "--resort",
+        nargs="+",
+        type=Path,
+        metavar="JSON",
+        help="re-sort saved profiles with the current kinds instead of profiling",
+    )
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--steps", type=int, default=3)
-    parser.add_argument("--set", action="append", default=[], metavar="PARAM=VALUE",
-                        help="override a workload parameter (YAML value), e.g. channels_last=false")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="PARAM=VALUE",
+        help="override a workload parameter (YAML value), e.g. channels_last=false",
+    )
     parser.add_argument("--out", help="folder for profile_<model>_<precision>.json")
     args = parser.parse_args(argv)
     if args.resort:

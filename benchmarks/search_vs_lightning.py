@@ -78,15 +78,32 @@ def lightning_child(model: str, precision: str) -> None:
             return make_optimizer(self.model.parameters(), workload.optimizer, device)
 
     wrapped = Wrapped()
-    trainer = L.Trainer(accelerator="gpu" if device.type == "cuda" else "cpu", devices=1, precision=LIGHTNING_PRECISION[precision], max_epochs=1,
-                        logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                        enable_model_summary=False, default_root_dir=tempfile.mkdtemp())
+    trainer = L.Trainer(
+        accelerator="gpu" if device.type == "cuda" else "cpu",
+        devices=1,
+        precision=LIGHTNING_PRECISION[precision],
+        max_epochs=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=tempfile.mkdtemp(),
+    )
     tuner_started = time.perf_counter()
     answer = Tuner(trainer).scale_batch_size(wrapped, mode="binsearch")
     tuner_seconds = time.perf_counter() - tuner_started
-    print(json.dumps({"answer": answer, "trials": len(wrapped.seen), "tried": wrapped.seen,
-                      "tuner_seconds": round(tuner_seconds, 2),
-                      "child_seconds": round(time.perf_counter() - started, 2)}), flush=True)
+    print(
+        json.dumps(
+            {
+                "answer": answer,
+                "trials": len(wrapped.seen),
+                "tried": wrapped.seen,
+                "tuner_seconds": round(tuner_seconds, 2),
+                "child_seconds": round(time.perf_counter() - started, 2),
+            }
+        ),
+        flush=True,
+    )
 
 
 # Environment of both timed tools (see --bytecode-cache); None: this process's own.
@@ -136,8 +153,11 @@ def warm_up(model: str, precisions: list[str], cache: str | None) -> dict:
         env["PYTHONPYCACHEPREFIX"] = setup["bytecode_cache"] = str(Path(cache).resolve())
     started = time.perf_counter()
     for _ in range(2):  # the first run compiles (and with a cache writes); the second finds it all warm
-        subprocess.run([sys.executable, __file__, "--warm-up-child", "--model", model, "--precision", ",".join(precisions)],
-                       env=env, check=True)
+        subprocess.run(
+            [sys.executable, __file__, "--warm-up-child", "--model", model, "--precision", ",".join(precisions)],
+            env=env,
+            check=True,
+        )
     setup["warm_up_seconds"] = round(time.perf_counter() - started, 2)
     CHILD_ENV = env
     return setup
@@ -145,8 +165,24 @@ def warm_up(model: str, precisions: list[str], cache: str | None) -> dict:
 
 def run_memprobe(model: str, precision: str, out_dir: str) -> dict:
     started = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "memprobe", "scan", "--model", model, "--precision", precision,
-                           "--no-throughput", "--out", out_dir], capture_output=True, text=True, env=CHILD_ENV)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "memprobe",
+            "scan",
+            "--model",
+            model,
+            "--precision",
+            precision,
+            "--no-throughput",
+            "--out",
+            out_dir,
+        ],
+        capture_output=True,
+        text=True,
+        env=CHILD_ENV,
+    )
     wall = time.perf_counter() - started
     if proc.returncode != 0:
         return {"error": proc.stderr.strip().splitlines()[-1:] or proc.returncode, "wall_seconds": round(wall, 2)}
@@ -156,18 +192,27 @@ def run_memprobe(model: str, precision: str, out_dir: str) -> dict:
     p = read_result(newest).precisions[precision]
     reused = set(p.proof.reused_from_search if p.proof else [])  # fresh search trials that served as the proof
     rechecks = [c for c in (p.proof.checks if p.proof else []) if c.batch not in reused]
-    return {"answer": p.max_batch, "trials": len(p.attempts) + len(rechecks),
-            "search_trials": len(p.attempts), "fresh_search_trials": sum(bool(a.fresh) for a in p.attempts),
-            "proof_rechecks": len(rechecks),
-            "tried": [f"{a.batch}*" if a.fresh else a.batch for a in p.attempts]
-            + [f"{c.batch}*" for c in rechecks],
-            "agreed": p.proof.agreed if p.proof else None, "wall_seconds": round(wall, 2), "result_file": newest.name}
+    return {
+        "answer": p.max_batch,
+        "trials": len(p.attempts) + len(rechecks),
+        "search_trials": len(p.attempts),
+        "fresh_search_trials": sum(bool(a.fresh) for a in p.attempts),
+        "proof_rechecks": len(rechecks),
+        "tried": [f"{a.batch}*" if a.fresh else a.batch for a in p.attempts] + [f"{c.batch}*" for c in rechecks],
+        "agreed": p.proof.agreed if p.proof else None,
+        "wall_seconds": round(wall, 2),
+        "result_file": newest.name,
+    }
 
 
 def run_lightning(model: str, precision: str) -> dict:
     started = time.perf_counter()
-    proc = subprocess.run([sys.executable, __file__, "--lightning-child", "--model", model, "--precision", precision],
-                          capture_output=True, text=True, env=CHILD_ENV)
+    proc = subprocess.run(
+        [sys.executable, __file__, "--lightning-child", "--model", model, "--precision", precision],
+        capture_output=True,
+        text=True,
+        env=CHILD_ENV,
+    )
     wall = time.perf_counter() - started
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
     if proc.returncode != 0 or not lines:
@@ -195,8 +240,11 @@ def truth(model: str, precision: str, answer: int) -> dict:
                 outcomes[batch] = worker.trial(batch, 3).outcome
     finally:
         factory.close()
-    return {"fits": outcomes[answer], "next": outcomes[answer + 1],
-            "is_edge": outcomes[answer] == "fit" and outcomes[answer + 1] != "fit"}
+    return {
+        "fits": outcomes[answer],
+        "next": outcomes[answer + 1],
+        "is_edge": outcomes[answer] == "fit" and outcomes[answer + 1] != "fit",
+    }
 
 
 def main() -> int:
@@ -204,14 +252,26 @@ def main() -> int:
     parser.add_argument("--model", default="bert-large")
     parser.add_argument("--precision", default="fp32,fp16")
     parser.add_argument("--out", default="search_vs_lightning.json")
-    parser.add_argument("--keep", help="keep memprobe's result files (each trial's batch, peak and seconds) in this folder")
-    parser.add_argument("--bytecode-cache", metavar="DIR",
-                        help="both tools compile Python bytecode once into DIR (for machines that ship no .pyc "
-                             "files and set PYTHONDONTWRITEBYTECODE)")
-    parser.add_argument("--no-warm-up", action="store_true",
-                        help="skip the untimed warm-up process (imports and a few training steps at batch 2)")
-    parser.add_argument("--repeat", type=int, default=1,
-                        help="time each tool this many times per precision, alternating which goes first")
+    parser.add_argument(
+        "--keep", help="keep memprobe's result files (each trial's batch, peak and seconds) in this folder"
+    )
+    parser.add_argument(
+        "--bytecode-cache",
+        metavar="DIR",
+        help="both tools compile Python bytecode once into DIR (for machines that ship no .pyc "
+        "files and set PYTHONDONTWRITEBYTECODE)",
+    )
+    parser.add_argument(
+        "--no-warm-up",
+        action="store_true",
+        help="skip the untimed warm-up process (imports and a few training steps at batch 2)",
+    )
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="time each tool this many times per precision, alternating which goes first",
+    )
     parser.add_argument("--lightning-child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--warm-up-child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -223,6 +283,7 @@ def main() -> int:
         return 0
     try:
         import lightning  # noqa: F401
+
         has_lightning = True
     except ImportError:
         has_lightning = False
@@ -252,8 +313,11 @@ def main() -> int:
                     order = ["memprobe"]
                 row = {"model": args.model, "precision": precision, "run": run + 1, "first": order[0]}
                 for tool in order:
-                    row[tool] = run_memprobe(args.model, precision, tmp) if tool == "memprobe" else \
-                        run_lightning(args.model, precision)
+                    row[tool] = (
+                        run_memprobe(args.model, precision, tmp)
+                        if tool == "memprobe"
+                        else run_lightning(args.model, precision)
+                    )
                 for tool in ("memprobe", "lightning"):
                     if tool in row and "answer" in row[tool]:
                         row[tool]["truth"] = truth_of(precision, int(row[tool]["answer"]))
@@ -263,8 +327,9 @@ def main() -> int:
                     row["ratio"] = round(row["memprobe"]["wall_seconds"] / row["lightning"]["wall_seconds"], 3)
                 rows.append(row)
                 print(json.dumps(row), flush=True)
-    Path(args.out).write_text(json.dumps({"rows": rows, "lightning_available": has_lightning, "setup": setup},
-                                         indent=1) + "\n")
+    Path(args.out).write_text(
+        json.dumps({"rows": rows, "lightning_available": has_lightning, "setup": setup}, indent=1) + "\n"
+    )
     from tabulate import tabulate
 
     table = []
@@ -277,12 +342,38 @@ def main() -> int:
             answer = r.get("answer", r.get("error"))
             if r.get("before_margin"):
                 answer = f"{answer} ({r['before_margin']} before its 5% margin)"
-            table.append([row["model"], row["precision"], f"{row['run']} ({row['first']} first)", tool, answer,
-                          r.get("trials"), r.get("wall_seconds"), r.get("tuner_seconds", "-"),
-                          f"{t.get('is_edge')} ({t.get('fits')}, +1 {t.get('next')})" if t else "-",
-                          row.get("ratio", "-") if tool == "memprobe" else ""])
-    print(tabulate(table, headers=["model", "precision", "run", "tool", "answer", "trials", "wall s", "tuner-only s",
-                                   "true edge? (A, A+1 fresh)", "memprobe / Lightning"], tablefmt="github"))
+            table.append(
+                [
+                    row["model"],
+                    row["precision"],
+                    f"{row['run']} ({row['first']} first)",
+                    tool,
+                    answer,
+                    r.get("trials"),
+                    r.get("wall_seconds"),
+                    r.get("tuner_seconds", "-"),
+                    f"{t.get('is_edge')} ({t.get('fits')}, +1 {t.get('next')})" if t else "-",
+                    row.get("ratio", "-") if tool == "memprobe" else "",
+                ]
+            )
+    print(
+        tabulate(
+            table,
+            headers=[
+                "model",
+                "precision",
+                "run",
+                "tool",
+                "answer",
+                "trials",
+                "wall s",
+                "tuner-only s",
+                "true edge? (A, A+1 fresh)",
+                "memprobe / Lightning",
+            ],
+            tablefmt="github",
+        )
+    )
     return 0
 
 

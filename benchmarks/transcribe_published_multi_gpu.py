@@ -19,11 +19,18 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "memprobe" / "data" / "published_multi_gpu.csv"
 WORKLOADS = {
-    "bert_large_squad": ("bert-large-squad", "sequences",
-                         "BERT-Large SQuAD v1.1 fine-tuning, seq 384, NVIDIA DeepLearningExamples (NGC PyTorch)",
-                         "timer includes the first steps (no warm-up excluded), 100 steps"),
-    "resnet50": ("resnet50", "images", "ResNet-50 224x224, synthetic data, NVIDIA DeepLearningExamples (NGC PyTorch)",
-                 "compute only (data time excluded)"),
+    "bert_large_squad": (
+        "bert-large-squad",
+        "sequences",
+        "BERT-Large SQuAD v1.1 fine-tuning, seq 384, NVIDIA DeepLearningExamples (NGC PyTorch)",
+        "timer includes the first steps (no warm-up excluded), 100 steps",
+    ),
+    "resnet50": (
+        "resnet50",
+        "images",
+        "ResNet-50 224x224, synthetic data, NVIDIA DeepLearningExamples (NGC PyTorch)",
+        "compute only (data time excluded)",
+    ),
 }
 FILES = {"throughput": "throughput-fp16.csv", "max_batch": "batch-fp16.csv"}
 ORIGINAL = {"throughput": "pytorch-train-throughput-fp16.csv", "max_batch": "pytorch-train-bs-fp16.csv"}
@@ -33,8 +40,22 @@ HEADER = """# Published multi-GPU training figures transcribed verbatim from ../
 # batch of the whole machine (all GPUs together), hand-picked, NOT searched. gpu: the same card's one-GPU row in
 # published.csv. These are figures from elsewhere: memprobe always marks them as published.
 """
-FIELDS = ("source", "date", "gpu", "gpu_as_published", "num_gpu", "workload", "memprobe_workload", "precision",
-          "metric", "value", "unit", "implementation", "reference", "caveat")
+FIELDS = (
+    "source",
+    "date",
+    "gpu",
+    "gpu_as_published",
+    "num_gpu",
+    "workload",
+    "memprobe_workload",
+    "precision",
+    "metric",
+    "value",
+    "unit",
+    "implementation",
+    "reference",
+    "caveat",
+)
 
 
 def one_gpu_name(name: str) -> str:
@@ -52,17 +73,28 @@ def rows(folder: Path) -> list[dict[str, str]]:
                 if row["num_gpu"] == "1":
                     continue
                 for workload, (memprobe, unit, implementation, timing) in WORKLOADS.items():
-                    out.append({
-                        "source": "lambda-bench", "date": "2023-2025", "gpu": one_gpu_name(row["name_gpu"]),
-                        "gpu_as_published": row["name_gpu"], "num_gpu": row["num_gpu"], "workload": workload,
-                        "memprobe_workload": memprobe, "precision": "fp16", "metric": metric,
-                        "value": row[workload].strip().replace("-", ""),
-                        "unit": f"{unit}/s" if metric == "throughput" else unit, "implementation": implementation,
-                        "reference": f"github.com/lambdal/deeplearning-benchmark pytorch/csv_v1_v2 @ aa5addb6/{ORIGINAL[metric]}",
-                        "caveat": (f"2023-2025 catalog, {row['num_gpu']} GPUs in one machine: figures for all GPUs "
-                                   "together; batch NOT searched (hand-written configs per memory size); 3 runs "
-                                   f"averaged, truncated to integers; mixed precision (AMP / FP16); {timing}"),
-                    })
+                    out.append(
+                        {
+                            "source": "lambda-bench",
+                            "date": "2023-2025",
+                            "gpu": one_gpu_name(row["name_gpu"]),
+                            "gpu_as_published": row["name_gpu"],
+                            "num_gpu": row["num_gpu"],
+                            "workload": workload,
+                            "memprobe_workload": memprobe,
+                            "precision": "fp16",
+                            "metric": metric,
+                            "value": row[workload].strip().replace("-", ""),
+                            "unit": f"{unit}/s" if metric == "throughput" else unit,
+                            "implementation": implementation,
+                            "reference": f"github.com/lambdal/deeplearning-benchmark pytorch/csv_v1_v2 @ aa5addb6/{ORIGINAL[metric]}",
+                            "caveat": (
+                                f"2023-2025 catalog, {row['num_gpu']} GPUs in one machine: figures for all GPUs "
+                                "together; batch NOT searched (hand-written configs per memory size); 3 runs "
+                                f"averaged, truncated to integers; mixed precision (AMP / FP16); {timing}"
+                            ),
+                        }
+                    )
     return out
 
 

@@ -3,7 +3,16 @@
 __version__ = "0.1.0"
 
 # The Python API, imported on first use: `import memprobe` stays cheap and never imports torch.
-_API = ("find_max_batch", "predict_max_batch", "plan", "breakdown", "UserCodeError", "NoGPUError", "CustomModelError", "RegistryError")
+_API = (
+    "find_max_batch",
+    "predict_max_batch",
+    "plan",
+    "breakdown",
+    "UserCodeError",
+    "NoGPUError",
+    "CustomModelError",
+    "RegistryError",
+)
 __all__ = list(_API)
 
 

@@ -21,8 +21,17 @@ from memprobe.probe.device import NoGPUError
 from memprobe.workloads.custom import CustomModelError, CustomOptions, resolve, select_models, target_of
 
 Model = Union[str, Callable[..., Any]]
-__all__ = ["find_max_batch", "predict_max_batch", "plan", "resolve_model", "Model", "UserCodeError", "NoGPUError",
-           "CustomModelError", "RegistryError"]
+__all__ = [
+    "find_max_batch",
+    "predict_max_batch",
+    "plan",
+    "resolve_model",
+    "Model",
+    "UserCodeError",
+    "NoGPUError",
+    "CustomModelError",
+    "RegistryError",
+]
 
 
 class UserCodeError(RuntimeError):
@@ -37,8 +46,14 @@ class UserCodeError(RuntimeError):
         self.details = details
 
 
-def resolve_model(model: Model, optimizer: str | None = None, input_size: Sequence[int] | None = None,
-                  task: str | None = None, seq_len: int | None = None, models_file: str | Path | None = None) -> Workload:
+def resolve_model(
+    model: Model,
+    optimizer: str | None = None,
+    input_size: Sequence[int] | None = None,
+    task: str | None = None,
+    seq_len: int | None = None,
+    models_file: str | Path | None = None,
+) -> Workload:
     """The one Workload that `model` names. Raises CustomModelError / RegistryError (one line)."""
     options = CustomOptions(tuple(input_size) if input_size else None, optimizer, task, seq_len)  # type: ignore[arg-type]
     if callable(model):
@@ -98,15 +113,29 @@ class _Quiet:
 
 class _Printed(_Quiet):
     def trial_end(self, attempt) -> None:
-        print(f"memprobe: batch {attempt.batch} {attempt.outcome}{' (fresh process)' if attempt.fresh else ''}",
-              file=sys.stderr)
+        print(
+            f"memprobe: batch {attempt.batch} {attempt.outcome}{' (fresh process)' if attempt.fresh else ''}",
+            file=sys.stderr,
+        )
 
 
-def find_max_batch(model: Model, precision: str | Sequence[str] = "bf16", device: int | str = 0, *,
-                   out: str | Path | None = None, throughput: bool = True, memory_cap: str | None = None,
-                   cpu_memory_budget: str | None = None, optimizer: str | None = None,
-                   input_size: Sequence[int] | None = None, task: str | None = None, seq_len: int | None = None,
-                   models_file: str | Path | None = None, verbose: bool = False, **scan_options: Any) -> ScanResult:
+def find_max_batch(
+    model: Model,
+    precision: str | Sequence[str] = "bf16",
+    device: int | str = 0,
+    *,
+    out: str | Path | None = None,
+    throughput: bool = True,
+    memory_cap: str | None = None,
+    cpu_memory_budget: str | None = None,
+    optimizer: str | None = None,
+    input_size: Sequence[int] | None = None,
+    task: str | None = None,
+    seq_len: int | None = None,
+    models_file: str | Path | None = None,
+    verbose: bool = False,
+    **scan_options: Any,
+) -> ScanResult:
     """Find the exact max batch of `model` on a GPU (B fits and B+1 does not, in fresh processes), and its throughput.
 
     `model`: a build function `build(device, precision) -> TrainTask` (importable by module:qualname), or a
@@ -129,28 +158,47 @@ def find_max_batch(model: Model, precision: str | Sequence[str] = "bf16", device
     with _visible_device(device) as kind, _import_path(callable(model)):
         if kind == "cpu" and not cpu_memory_budget:
             raise ValueError("device='cpu' needs cpu_memory_budget (the CPU has no allocator limit to find)")
-        opts = ScanOptions(precisions=precisions, device=kind, measure=throughput,
-                           cpu_budget_bytes=parse_size(cpu_memory_budget) if cpu_memory_budget else None,
-                           memory_cap_bytes=parse_size(memory_cap) if memory_cap else None, **scan_options)
+        opts = ScanOptions(
+            precisions=precisions,
+            device=kind,
+            measure=throughput,
+            cpu_budget_bytes=parse_size(cpu_memory_budget) if cpu_memory_budget else None,
+            memory_cap_bytes=parse_size(memory_cap) if memory_cap else None,
+            **scan_options,
+        )
         with tempfile.TemporaryDirectory(prefix="memprobe-") as scratch:
             try:
-                result, _path = scan_workload(workload, opts, out if out is not None else scratch,
-                                              _Printed() if verbose else _Quiet())
+                result, _path = scan_workload(
+                    workload, opts, out if out is not None else scratch, _Printed() if verbose else _Quiet()
+                )
             except NoCudaError as exc:
-                raise NoGPUError(f"no CUDA GPU to measure on ({exc}); memprobe.predict_max_batch predicts the max "
-                                 "batch without one") from None
+                raise NoGPUError(
+                    f"no CUDA GPU to measure on ({exc}); memprobe.predict_max_batch predicts the max batch without one"
+                ) from None
     failed = next((p for p in result.precisions.values() if p.stop == USER_ERROR), None)
     if failed is not None:
         raise UserCodeError(f"{workload.name} {failed.precision}: {failed.error.splitlines()[0]}", result, failed.error)
     return result
 
 
-def predict_max_batch(model: Model, memory: str | Sequence[str] = "24GiB", precision: str | Sequence[str] = "bf16", *,
-                      gpu: str | None = None, overhead_from: Sequence[str | Path] | None = None,
-                      overhead: str | int | None = None, steps: int = 3, optimizer: str | None = None,
-                      input_size: Sequence[int] | None = None, task: str | None = None, seq_len: int | None = None,
-                      models_file: str | Path | None = None, gpus: int = 1, strategy: str = "ddp",
-                      verbose: bool = False):
+def predict_max_batch(
+    model: Model,
+    memory: str | Sequence[str] = "24GiB",
+    precision: str | Sequence[str] = "bf16",
+    *,
+    gpu: str | None = None,
+    overhead_from: Sequence[str | Path] | None = None,
+    overhead: str | int | None = None,
+    steps: int = 3,
+    optimizer: str | None = None,
+    input_size: Sequence[int] | None = None,
+    task: str | None = None,
+    seq_len: int | None = None,
+    models_file: str | Path | None = None,
+    gpus: int = 1,
+    strategy: str = "ddp",
+    verbose: bool = False,
+):
     """Predict the max batch of `model` on cards of the given memory sizes, with no GPU (fake tensors).
 
     `model` as in find_max_batch (a build function is called once, with precision=None). `gpu`: catalog cards by
@@ -185,14 +233,22 @@ def predict_max_batch(model: Model, memory: str | Sequence[str] = "24GiB", preci
 
         world = World(gpus, strategy)  # StrategyError is a ValueError
     progress = Progress(lambda text: print(f"memprobe: {text}", file=sys.stderr)) if verbose else silent()
-    return predict(workload, precisions, sizes, None, "", steps=steps, world=world, workers=cores(),
-                   progress=progress)
+    return predict(workload, precisions, sizes, None, "", steps=steps, world=world, workers=cores(), progress=progress)
 
 
-def plan(model: Model, gpu: str, global_batch: int | None = None, *, seq_len: int | None = None,
-         precision: str | Sequence[str] = ("fp32", "fp16", "bf16"), lora: int | None = None,
-         optimizers: Sequence[str] = (), results: Sequence[str | Path] = (),
-         models_file: str | Path | None = None, verbose: bool = False):
+def plan(
+    model: Model,
+    gpu: str,
+    global_batch: int | None = None,
+    *,
+    seq_len: int | None = None,
+    precision: str | Sequence[str] = ("fp32", "fp16", "bf16"),
+    lora: int | None = None,
+    optimizers: Sequence[str] = (),
+    results: Sequence[str | Path] = (),
+    models_file: str | Path | None = None,
+    verbose: bool = False,
+):
     """The micro-batch and accumulation to run `model` on the card `gpu`, per memory lever, as `memprobe plan`.
 
     Each precision (and for LLM workloads checkpointing off/on, and LoRA of rank `lora`; for models given by name
@@ -214,13 +270,33 @@ def plan(model: Model, gpu: str, global_batch: int | None = None, *, seq_len: in
     workload = resolve_model(model, seq_len=seq_len if named else None, models_file=models_file)
     precisions = [p.strip() for p in precision.split(",")] if isinstance(precision, str) else list(precision)
     on_line = (lambda text: print(f"memprobe: {text}", file=sys.stderr)) if verbose else None
-    return build_plan(workload, gpu, global_batch, precisions, None if named else seq_len, lora, list(optimizers),
-                      list(results), workers=cores(), on_line=on_line)
+    return build_plan(
+        workload,
+        gpu,
+        global_batch,
+        precisions,
+        None if named else seq_len,
+        lora,
+        list(optimizers),
+        list(results),
+        workers=cores(),
+        on_line=on_line,
+    )
 
 
-def breakdown(model: Model, precision: str = "bf16", batch: int = 1, *, predicted: bool = True, steps: int = 3,
-              optimizer: str | None = None, input_size: Sequence[int] | None = None, task: str | None = None,
-              seq_len: int | None = None, models_file: str | Path | None = None):
+def breakdown(
+    model: Model,
+    precision: str = "bf16",
+    batch: int = 1,
+    *,
+    predicted: bool = True,
+    steps: int = 3,
+    optimizer: str | None = None,
+    input_size: Sequence[int] | None = None,
+    task: str | None = None,
+    seq_len: int | None = None,
+    models_file: str | Path | None = None,
+):
     """Where the memory goes at the peak of a training step at `batch`, as a memprobe.core.breakdown.Breakdown
     record (categories in bytes, top modules, per-sample bytes, `what_buys_more_batch`).
 

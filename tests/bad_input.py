@@ -35,8 +35,9 @@ FILES = {
     "empty_dir": None,
     "truncated.json": '{"schema": "memprobe.scan", "schema_version": 1, "status": "comp',
     "foreign.json": json.dumps({"name": "not a memprobe file"}),
-    "future.json": json.dumps({"schema": SCHEMA, "schema_version": SCHEMA_VERSION + 1, "workload": {}, "environment": {},
-                               "precisions": {}}),
+    "future.json": json.dumps(
+        {"schema": SCHEMA, "schema_version": SCHEMA_VERSION + 1, "workload": {}, "environment": {}, "precisions": {}}
+    ),
     "binary.json": b"\xff\xfe\x00garbage",
     "list.json": "[1, 2, 3]",
     "lots.json": _scan_with("precisions.fp16.max_batch", "lots"),
@@ -46,9 +47,9 @@ FILES = {
     "bad_yaml.yaml": "toy:\n  family: toy-mlp\n  params: {a: [1, 2}\n",
     "unknown_family.yaml": "toy:\n  family: no-such-family\n  unit: samples\n  params: {}\n  optimizer: {name: sgd}\n",
     "bad_unit.yaml": "ok:\n  family: toy-mlp\n  unit: samples\n  params: {}\n  optimizer: {name: sgd}\n"
-                     "toy:\n  family: toy-mlp\n  unit: parsecs\n  params: {}\n  optimizer: {name: sgd}\n",
+    "toy:\n  family: toy-mlp\n  unit: parsecs\n  params: {}\n  optimizer: {name: sgd}\n",
     "duplicate.yaml": "toy:\n  family: toy-mlp\n  unit: samples\n  params: {}\n  optimizer: {name: sgd}\n"
-                      "toy:\n  family: toy-mlp\n  unit: samples\n  params: {}\n  optimizer: {name: sgd}\n",
+    "toy:\n  family: toy-mlp\n  unit: samples\n  params: {}\n  optimizer: {name: sgd}\n",
     "params_list.yaml": "toy:\n  family: toy-mlp\n  unit: samples\n  params: [1, 2]\n  optimizer: {name: sgd}\n",
     "not_mapping.yaml": "- just\n- a list\n",
     "unknown_key.yaml": "toy:\n  family: toy-mlp\n  unit: samples\n  params: {}\n  optimizer: {name: sgd}\n  colour: red\n",
@@ -80,11 +81,13 @@ def workdir(tmp_path, monkeypatch) -> Path:
 def fill(arg: str, workdir: Path) -> str:
     """An argument with its {placeholders} replaced: {H100} a real result file, {tmp} the folder, {name} a file of
     FILES (also inside an argument: hf-config:{name})."""
+
     def one(found: re.Match) -> str:
         name = found.group(1)
         if name == "H100":
             return str(H100_SCAN)
         return str(workdir) if name == "tmp" else str(workdir / name)
+
     return re.sub(r"\{([^{}]+)\}", one, arg)
 
 

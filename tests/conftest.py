@@ -96,5 +96,8 @@ def scan_options_seen(monkeypatch, tmp_path):
 def pytest_addoption(parser: pytest.Parser) -> None:
     """--torch-include: the include/ folder of another torch wheel, for tests/test_torch_facts.py (default: the
     installed torch's)."""
-    parser.addoption("--torch-include", default=None,
-                     help="torch include/ folder whose headers tests/test_torch_facts.py reads (default: installed)")
+    parser.addoption(
+        "--torch-include",
+        default=None,
+        help="torch include/ folder whose headers tests/test_torch_facts.py reads (default: installed)",
+    )

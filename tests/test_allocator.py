@@ -29,9 +29,19 @@ KiB, MiB = 1 << 10, 1 << 20
 
 # --- rounding rules -------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("request_bytes, rounded", [
-    (0, 512), (1, 512), (511, 512), (512, 512), (513, 1024), (1000, 1024), (4 * MiB + 1, 4 * MiB + 512),
-])
+
+@pytest.mark.parametrize(
+    "request_bytes, rounded",
+    [
+        (0, 512),
+        (1, 512),
+        (511, 512),
+        (512, 512),
+        (513, 1024),
+        (1000, 1024),
+        (4 * MiB + 1, 4 * MiB + 512),
+    ],
+)
 def test_requests_round_up_to_512_bytes(request_bytes, rounded):
     assert round_size(request_bytes) == rounded
 
@@ -46,30 +56,37 @@ def test_pools_split_at_one_mib(size, small):
     assert is_small(size) is small
 
 
-@pytest.mark.parametrize("size, segment", [
-    (512, 2 * MiB),  # small requests are packed into 2 MiB segments
-    (MiB, 2 * MiB),  # 1 MiB is still small
-    (MiB + 512, 20 * MiB),  # 1-10 MiB: a 20 MiB segment, split among several requests
-    (10 * MiB - 512, 20 * MiB),
-    (10 * MiB, 10 * MiB),  # from 10 MiB on: the request rounded up to 2 MiB
-    (10 * MiB + 512, 12 * MiB),
-    (4096 * MiB + 512, 4098 * MiB),
-])
+@pytest.mark.parametrize(
+    "size, segment",
+    [
+        (512, 2 * MiB),  # small requests are packed into 2 MiB segments
+        (MiB, 2 * MiB),  # 1 MiB is still small
+        (MiB + 512, 20 * MiB),  # 1-10 MiB: a 20 MiB segment, split among several requests
+        (10 * MiB - 512, 20 * MiB),
+        (10 * MiB, 10 * MiB),  # from 10 MiB on: the request rounded up to 2 MiB
+        (10 * MiB + 512, 12 * MiB),
+        (4096 * MiB + 512, 4098 * MiB),
+    ],
+)
 def test_segment_sizes(size, segment):
     assert segment_size(size) == segment
 
 
-@pytest.mark.parametrize("block, size, small, split", [
-    (2 * MiB, 2 * MiB - 512, True, True),  # small pool: a 512-byte remainder is worth keeping
-    (2 * MiB, 2 * MiB - 256, True, False),
-    (20 * MiB, 19 * MiB, False, False),  # large pool: only remainders above 1 MiB are split off
-    (20 * MiB, 19 * MiB - 512, False, True),
-])
+@pytest.mark.parametrize(
+    "block, size, small, split",
+    [
+        (2 * MiB, 2 * MiB - 512, True, True),  # small pool: a 512-byte remainder is worth keeping
+        (2 * MiB, 2 * MiB - 256, True, False),
+        (20 * MiB, 19 * MiB, False, False),  # large pool: only remainders above 1 MiB are split off
+        (20 * MiB, 19 * MiB - 512, False, True),
+    ],
+)
 def test_split_thresholds(block, size, small, split):
     assert should_split(block, size, small) is split
 
 
 # --- the simulator --------------------------------------------------------------------------------
+
 
 def test_small_request_reserves_a_2_mib_segment_and_shares_it():
     a = CachingAllocator()

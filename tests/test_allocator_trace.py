@@ -10,7 +10,9 @@ import pytest
 from memprobe.predict.allocator import ALLOC, FREE, MARK, replay
 from memprobe.predict.trace import TRIAL_MARK
 
-SPEC = importlib.util.spec_from_file_location("allocator_trace", Path(__file__).parents[1] / "benchmarks" / "allocator_trace.py")
+SPEC = importlib.util.spec_from_file_location(
+    "allocator_trace", Path(__file__).parents[1] / "benchmarks" / "allocator_trace.py"
+)
 allocator_trace = importlib.util.module_from_spec(SPEC)
 SPEC.loader.exec_module(allocator_trace)
 
@@ -24,23 +26,32 @@ def doc(events):
 
 def test_marker_becomes_the_trial_mark_and_frees_follow_free_completed():
     m = allocator_trace.MARKER_BYTES
-    captured = doc([
-        ["segment_alloc", 0x1000, 20 * MiB, 0],
-        ["alloc", 0x1000, 3 * MiB, 0],            # a weight, kept
-        ["alloc", 0x2000, 5 * MiB, 0],            # freed before the trial
-        ["free_requested", 0x2000, 5 * MiB, 0],
-        ["free_completed", 0x2000, 5 * MiB, 0],
-        ["alloc", 0x9000, m, 1],                  # run_trial's `before` hook
-        ["free_requested", 0x9000, m, 1],
-        ["free_completed", 0x9000, m, 1],
-        ["alloc", 0x2000, 7 * MiB, 1],
-        ["free_requested", 0x2000, 7 * MiB, 1],   # only free_completed returns the block
-        ["free_completed", 0x2000, 7 * MiB, 1],
-        ["oom", 0, 80 * MiB, 1],
-    ])
+    captured = doc(
+        [
+            ["segment_alloc", 0x1000, 20 * MiB, 0],
+            ["alloc", 0x1000, 3 * MiB, 0],  # a weight, kept
+            ["alloc", 0x2000, 5 * MiB, 0],  # freed before the trial
+            ["free_requested", 0x2000, 5 * MiB, 0],
+            ["free_completed", 0x2000, 5 * MiB, 0],
+            ["alloc", 0x9000, m, 1],  # run_trial's `before` hook
+            ["free_requested", 0x9000, m, 1],
+            ["free_completed", 0x9000, m, 1],
+            ["alloc", 0x2000, 7 * MiB, 1],
+            ["free_requested", 0x2000, 7 * MiB, 1],  # only free_completed returns the block
+            ["free_completed", 0x2000, 7 * MiB, 1],
+            ["oom", 0, 80 * MiB, 1],
+        ]
+    )
     events, labels, segments = allocator_trace.real_events(captured)
-    assert events == [(ALLOC, 1, 3 * MiB, ""), (ALLOC, 2, 5 * MiB, ""), (FREE, 2), (MARK, TRIAL_MARK),
-                      (ALLOC, 3, 7 * MiB, ""), (FREE, 3), (ALLOC, 4, 80 * MiB, "")]  # the failed request last
+    assert events == [
+        (ALLOC, 1, 3 * MiB, ""),
+        (ALLOC, 2, 5 * MiB, ""),
+        (FREE, 2),
+        (MARK, TRIAL_MARK),
+        (ALLOC, 3, 7 * MiB, ""),
+        (FREE, 3),
+        (ALLOC, 4, 80 * MiB, ""),
+    ]  # the failed request last
     assert labels == ["build", "build", "build", "trial start", "step", "step", "the request that ran out of memory"]
     assert segments == [("segment_alloc", 20 * MiB, 0), ("oom", 80 * MiB, 6)]
     result = replay(events[:-1], measure_from=TRIAL_MARK)

@@ -44,9 +44,16 @@ CASES = [
     ("guide-max-batch-lots", ["guide", "{lots.json}"], "max_batch must be an integer"),
     # chart folders that cannot be written: one line before the report prints
     ("charts-in-proc", ["report", "{H100}", "--charts", "/proc/memprobe-x"], "cannot make the folder /proc/memprobe-x"),
-    ("charts-in-sys", ["report", "{H100}", "--charts", "/sys/memprobe-x/y"], "cannot make the folder /sys/memprobe-x/y"),
-    ("charts-folder-where-a-chart-goes", ["report", "{H100}", "--charts", "{charts_blocked}"],
-     "max_batch.png is a folder, where a chart file would be written"),
+    (
+        "charts-in-sys",
+        ["report", "{H100}", "--charts", "/sys/memprobe-x/y"],
+        "cannot make the folder /sys/memprobe-x/y",
+    ),
+    (
+        "charts-folder-where-a-chart-goes",
+        ["report", "{H100}", "--charts", "{charts_blocked}"],
+        "max_batch.png is a folder, where a chart file would be written",
+    ),
     ("charts-on-a-file", ["report", "{H100}", "--charts", "{a_file}"], "is a file"),
     # empty paths are not the working folder
     ("report-empty-path", ["report", ""], "an empty path"),
@@ -55,7 +62,11 @@ CASES = [
     ("list-empty-models", ["list", "--models", ""], "an empty path"),
     # options that do nothing together
     ("report-scans-and-llm", ["report", "--scans", "--llm", "{H100}"], "give one of --scans, --llm and --breakdown"),
-    ("report-scans-charts", ["report", "--scans", "{H100}", "--charts", "{tmp}/c"], "--charts has no effect with --scans"),
+    (
+        "report-scans-charts",
+        ["report", "--scans", "{H100}", "--charts", "{tmp}/c"],
+        "--charts has no effect with --scans",
+    ),
     ("report-scans-reference", ["report", "--scans", "{H100}", "--reference", "H100 SXM"], "--reference has no effect"),
     ("report-llm-precision", ["report", "--llm", "{H100}", "-p", "bf16"], "--precision has no effect with --llm"),
     ("report-llm-at-batch", ["report", "--llm", "{H100}", "--at-batch", "max"], "--at-batch has no effect with --llm"),
@@ -76,7 +87,11 @@ CASES = [
     ("list-all-with-names", ["list", "--all", "bert-large"], "--all has no effect with NAMES"),
     ("models-bad-yaml", ["list", "--models", "{bad_yaml.yaml}"], "line 3"),
     ("models-duplicate", ["list", "--models", "{duplicate.yaml}"], "line 6: duplicate entry 'toy' (first at line 1)"),
-    ("models-params-list", ["list", "--models", "{params_list.yaml}"], "entry 'toy' (line 1): params must be a mapping"),
+    (
+        "models-params-list",
+        ["list", "--models", "{params_list.yaml}"],
+        "entry 'toy' (line 1): params must be a mapping",
+    ),
     ("models-not-mapping", ["list", "--models", "{not_mapping.yaml}"], "not_mapping.yaml"),
     ("models-unknown-key", ["list", "--models", "{unknown_key.yaml}"], "entry 'toy' (line 1)"),
     ("models-missing-file", ["list", "--models", "{tmp}/nowhere.yaml"], "nowhere.yaml"),

@@ -24,12 +24,21 @@ CASES = [
     ("missing-file", ["predict", "--model", "{tmp}/gone.py:build"], "no file"),
     ("missing-relative-file", ["predict", "--model", "gone.py:build"], "relative paths are read from the working"),
     ("missing-hf-config", ["predict", "--model", "hf-config:{tmp}/gone.json"], "cannot read the config"),
-    ("hf-config-unknown-type", ["predict", "--model", "hf-config:{unknown_type.json}", "--memory", "8GiB"],
-     "knows no model_type 'gpt3000'"),
-    ("build-calls-sys-exit", ["predict", "--model", "{exits.py}:build", "--memory", "8GiB", "-p", "fp32"],
-     "called sys.exit(3)"),
-    ("import-calls-sys-exit", ["predict", "--model", "{exits_on_import.py}:build", "--memory", "8GiB"],
-     "called sys.exit(5)"),
+    (
+        "hf-config-unknown-type",
+        ["predict", "--model", "hf-config:{unknown_type.json}", "--memory", "8GiB"],
+        "knows no model_type 'gpt3000'",
+    ),
+    (
+        "build-calls-sys-exit",
+        ["predict", "--model", "{exits.py}:build", "--memory", "8GiB", "-p", "fp32"],
+        "called sys.exit(3)",
+    ),
+    (
+        "import-calls-sys-exit",
+        ["predict", "--model", "{exits_on_import.py}:build", "--memory", "8GiB"],
+        "called sys.exit(5)",
+    ),
     # --precision
     ("bad-precision", P + ["--precision", "int4"], "unknown precision(s) int4"),
     ("empty-precision", P + ["--precision", ","], "give at least one precision"),
@@ -44,7 +53,11 @@ CASES = [
     ("memory-inf", P + ["--memory", "inf"], "not a size"),
     ("memory-exponent", P + ["--memory", "1e30GiB"], "not a size"),
     ("memory-huge", P + ["--memory", "17TiB"], "more than any GPU has"),
-    ("memory-below-overhead", P + ["--memory", "1GiB"], "GiB the allocator cannot use (CUDA context, driver)"),  # the shipped overhead, whatever it is
+    (
+        "memory-below-overhead",
+        P + ["--memory", "1GiB"],
+        "GiB the allocator cannot use (CUDA context, driver)",
+    ),  # the shipped overhead, whatever it is
     ("unknown-gpu", P + ["--gpu", "H900"], "unknown GPU 'H900'"),
     ("gpu-empty", P + ["--gpu", ""], "no card name given"),
     ("gpu-extra-words", P + ["--gpu", "H200 foo"], "unknown GPU 'H200 foo'"),
@@ -69,8 +82,11 @@ CASES = [
     ("infer-on-several-gpus", P + ["--gpus", "2", "--mode", "infer"], "leave --mode at train"),
     # LLM variants
     ("batch-without-seq-len-search", P + ["--batch", "5"], "--batch has no effect without --search seq-len"),
-    ("seq-len-search-batch-absurd", LLAMA + ["--search", "seq-len", "--batch", "99999999999"],
-     "99999999999 is not in the range 1<=x<=65536"),
+    (
+        "seq-len-search-batch-absurd",
+        LLAMA + ["--search", "seq-len", "--batch", "99999999999"],
+        "99999999999 is not in the range 1<=x<=65536",
+    ),
     ("seq-len-search-batch-zero", LLAMA + ["--search", "seq-len", "--batch", "0"], "--batch"),
     ("seq-len-absurd", LLAMA + ["--seq-len", "99999999999999"], "is not in the range 2<=x<=1048576"),
     ("seq-len-one", LLAMA + ["--seq-len", "1"], "--seq-len"),
@@ -81,13 +97,21 @@ CASES = [
     ("lora-in-fp32", ["predict", "--model", "llama-1b", "-p", "fp32", "--lora", "16"], "trains in bf16 or fp16 only"),
     ("checkpointing-on-a-cnn", ["predict", "--model", "resnet50", "--checkpointing"], "apply to the LLM workloads"),
     # models given by name
-    ("input-size-on-registry", ["predict", "--model", "resnet50", "--input-size", "3,64,64"], "defined in the registry"),
+    (
+        "input-size-on-registry",
+        ["predict", "--model", "resnet50", "--input-size", "3,64,64"],
+        "defined in the registry",
+    ),
     ("input-size-garbage", ["predict", "--model", "timm:resnet18", "--input-size", "abc"], "expected C,H,W"),
     ("input-size-zero", ["predict", "--model", "timm:resnet18", "--input-size", "0,0,0"], "three positive integers"),
     ("input-size-absurd", ["predict", "--model", "timm:resnet18", "--input-size", "3,99999,99999"], "must be at most"),
     # --compare, --models
     ("compare-foreign", P + ["--compare", "{foreign.json}"], "not a memprobe result file"),
-    ("compare-bad-field", ["predict", "--model", "resnet50", "--compare", "{lots.json}"], "max_batch must be an integer"),
+    (
+        "compare-bad-field",
+        ["predict", "--model", "resnet50", "--compare", "{lots.json}"],
+        "max_batch must be an integer",
+    ),
     ("compare-other-model", P + ["--compare", "{H100}"], "is a scan of resnet50, not of toy"),
     ("compare-missing", P + ["--compare", "{tmp}/gone.json"], "does not exist"),
     ("relative-compare-path", ["predict", "--model", "resnet50", "--compare", "reports/h100/x.json"], "does not exist"),

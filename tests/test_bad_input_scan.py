@@ -46,8 +46,11 @@ CASES = [
     # memory sizes and caps
     ("memory-cap-garbage", S + ["--memory-cap", "big"], "not a size: 'big'"),
     ("memory-cap-zero", S + ["--memory-cap", "0"], "--memory-cap must be larger than 0"),
-    ("memory-cap-on-cpu", S + ["--device", "cpu", "--cpu-memory-budget", "8MiB", "--memory-cap", "1GiB"],
-     "needs --device cuda"),
+    (
+        "memory-cap-on-cpu",
+        S + ["--device", "cpu", "--cpu-memory-budget", "8MiB", "--memory-cap", "1GiB"],
+        "needs --device cuda",
+    ),
     ("cpu-without-budget", S + ["--device", "cpu"], "needs --cpu-memory-budget"),
     ("cpu-budget-garbage", S + ["--device", "cpu", "--cpu-memory-budget", "x"], "not a size: 'x'"),
     ("cpu-budget-zero", S + ["--device", "cpu", "--cpu-memory-budget", "0MiB"], "--cpu-memory-budget must be larger"),
@@ -67,8 +70,11 @@ CASES = [
     ("out-empty", CPU + ["--out", ""], "an empty path"),
     ("out-on-a-file", CPU + ["--out", "{a_file}"], "is a file"),
     # malformed models.yaml
-    ("models-unknown-family", S + ["--models", "{unknown_family.yaml}"],
-     "entry 'toy' (line 1): unknown family 'no-such-family'"),
+    (
+        "models-unknown-family",
+        S + ["--models", "{unknown_family.yaml}"],
+        "entry 'toy' (line 1): unknown family 'no-such-family'",
+    ),
 ]
 
 

@@ -82,21 +82,28 @@ def test_assemble_names_slack_and_unattributed_and_the_sum_rule_can_fail():
 
 
 def test_what_buys_more_batch_turns_bytes_into_batch_and_names_the_option():
-    record = assemble(10, "measured", {"optimizer_state": 4 * GIB, "activations": 10 * GIB}, 14 * GIB, 14 * GIB,
-                      per_sample_bytes=GIB)
+    record = assemble(
+        10, "measured", {"optimizer_state": 4 * GIB, "activations": 10 * GIB}, 14 * GIB, 14 * GIB, per_sample_bytes=GIB
+    )
     levers = what_buys_more_batch(record, "bf16", "llama-causal-lm")
     first = levers[0]
     assert (first.category, first.batch) == ("activations", 10) and "--checkpointing" in first.option
     opt = next(lever for lever in levers if lever.category == "optimizer_state")
     assert opt.batch == 4 and "--lora" in opt.option
-    assert opt.text().startswith("optimizer state 4.00 GiB = +4 batch at 1.000 GiB per sample") and "estimate" in opt.text()
+    assert (
+        opt.text().startswith("optimizer state 4.00 GiB = +4 batch at 1.000 GiB per sample")
+        and "estimate" in opt.text()
+    )
     assert what_buys_more_batch(assemble(1, "measured", {}, 1, 1)) == []  # no per-sample cost: no estimate
 
 
 def test_result_file_round_trip_keeps_the_breakdown(tmp_path, toy_breakdown):
-    result = ScanResult(workload={"name": "toy", "family": "toy-mlp"}, environment={"gpu": {"name": "cpu"}}, settings={},
-                        precisions={"fp32": PrecisionResult("fp32", status="done", max_batch=8,
-                                                            breakdown=toy_breakdown)})
+    result = ScanResult(
+        workload={"name": "toy", "family": "toy-mlp"},
+        environment={"gpu": {"name": "cpu"}},
+        settings={},
+        precisions={"fp32": PrecisionResult("fp32", status="done", max_batch=8, breakdown=toy_breakdown)},
+    )
     path = write_result(result, tmp_path / "r.json")
     back = read_result(path).precisions["fp32"].breakdown
     assert isinstance(back, Breakdown) and back == toy_breakdown
@@ -108,10 +115,16 @@ def test_result_file_round_trip_keeps_the_breakdown(tmp_path, toy_breakdown):
 
 
 def test_report_shows_measured_and_compares_only_at_the_same_batch(toy_breakdown):
-    result = ScanResult(workload={"name": "toy"}, environment={"gpu": {"name": "cpu"}}, settings={},
-                        precisions={"fp32": PrecisionResult("fp32", breakdown=toy_breakdown)})
+    result = ScanResult(
+        workload={"name": "toy"},
+        environment={"gpu": {"name": "cpu"}},
+        settings={},
+        precisions={"fp32": PrecisionResult("fp32", breakdown=toy_breakdown)},
+    )
     predicted = Breakdown.from_dict({**toy_breakdown.to_dict(), "basis": "predicted"})
-    text = breakdown_report([result], [{"workload": "toy", "precision": "fp32", "memory": "H100", "breakdown": predicted}])
+    text = breakdown_report(
+        [result], [{"workload": "toy", "precision": "fp32", "memory": "H100", "breakdown": predicted}]
+    )
     assert "optimizer state" in text and "within 3% or 0.5 GiB" in text and "sum rule" in text
     other = Breakdown.from_dict({**toy_breakdown.to_dict(), "batch": 9})
     assert "not compared" in breakdown_report([result], [{"workload": "toy", "precision": "fp32", "breakdown": other}])
@@ -123,8 +136,25 @@ def test_report_shows_measured_and_compares_only_at_the_same_batch(toy_breakdown
 def test_scan_cli_records_the_breakdown_at_b_and_report_shows_it(tmp_path):
     runner = CliRunner()
     out = tmp_path / "out"
-    res = runner.invoke(main, ["scan", "--model", "toy", "--device", "cpu", "--cpu-memory-budget", "8MiB", "-p", "fp32",
-                               "--no-curve", "--no-throughput", "--breakdown", "--out", str(out)])
+    res = runner.invoke(
+        main,
+        [
+            "scan",
+            "--model",
+            "toy",
+            "--device",
+            "cpu",
+            "--cpu-memory-budget",
+            "8MiB",
+            "-p",
+            "fp32",
+            "--no-curve",
+            "--no-throughput",
+            "--breakdown",
+            "--out",
+            str(out),
+        ],
+    )
     assert res.exit_code == 0, res.output
     (path,) = out.glob("*.json")
     p = read_result(path).precisions["fp32"]
@@ -136,8 +166,24 @@ def test_scan_cli_records_the_breakdown_at_b_and_report_shows_it(tmp_path):
 
 
 def test_cpu_scans_leave_the_breakdown_off_by_default(tmp_path):
-    res = CliRunner().invoke(main, ["scan", "--model", "toy", "--device", "cpu", "--cpu-memory-budget", "8MiB", "-p",
-                                    "fp32", "--no-curve", "--no-throughput", "--out", str(tmp_path)])
+    res = CliRunner().invoke(
+        main,
+        [
+            "scan",
+            "--model",
+            "toy",
+            "--device",
+            "cpu",
+            "--cpu-memory-budget",
+            "8MiB",
+            "-p",
+            "fp32",
+            "--no-curve",
+            "--no-throughput",
+            "--out",
+            str(tmp_path),
+        ],
+    )
     assert res.exit_code == 0, res.output
     (path,) = tmp_path.glob("*.json")
     assert read_result(path).precisions["fp32"].breakdown is None
@@ -150,39 +196,70 @@ def test_api_and_predict_cli_give_the_predicted_breakdown(tmp_path):
     assert record.basis == "predicted" and record.categories["parameters"] == 603176
     assert record.categories["optimizer_state"] == 1206384 and record.total == record.peak_reserved
     out = tmp_path / "p.json"
-    res = CliRunner().invoke(main, ["predict", "--model", "toy", "--memory", "4GiB", "-p", "fp32", "--breakdown",
-                                    "--breakdown-out", str(out)])
+    res = CliRunner().invoke(
+        main,
+        ["predict", "--model", "toy", "--memory", "4GiB", "-p", "fp32", "--breakdown", "--breakdown-out", str(out)],
+    )
     assert res.exit_code == 0, res.output
     assert "(predicted)" in res.output and out.exists()
     (tmp_path / "junk.json").write_text("{}")
-    junk = CliRunner().invoke(main, ["report", "--breakdown", str(tmp_path / "p.json"), "--predicted",
-                                     str(tmp_path / "junk.json")])
+    junk = CliRunner().invoke(
+        main, ["report", "--breakdown", str(tmp_path / "p.json"), "--predicted", str(tmp_path / "junk.json")]
+    )
     assert junk.exit_code != 0 and "Error:" in junk.output
 
 
 # --- charts: report --charts draws the breakdown where result files have one, and nothing where none do ---
 
-def _scan(record: Breakdown | None, gpu: str = "NVIDIA H100 80GB HBM3", workload: str = "toy", precision: str = "fp32",
-          fitted: bool = True, capacity: int | None = None, best: int | None = None) -> ScanResult:
+
+def _scan(
+    record: Breakdown | None,
+    gpu: str = "NVIDIA H100 80GB HBM3",
+    workload: str = "toy",
+    precision: str = "fp32",
+    fitted: bool = True,
+    capacity: int | None = None,
+    best: int | None = None,
+) -> ScanResult:
     """A result with `record` as its breakdown at B (record.batch), a fitted memory line through its peak."""
     batch = record.batch if record is not None else 8
     model = {}
     if fitted and record is not None and record.per_sample_bytes:
-        model = {"peak_reserved": {"static_bytes": record.peak_reserved - record.per_sample_bytes * batch,
-                                   "per_sample_bytes": record.per_sample_bytes, "basis": "peak_reserved", "points": 3}}
-    p = PrecisionResult(precision, status="done", max_batch=batch, memory_model=model, capacity_bytes=capacity,
-                        best_batch=best, breakdown=record)
-    return ScanResult(workload={"name": workload}, environment={"gpu": {"name": gpu}}, settings={},
-                      precisions={precision: p})
+        model = {
+            "peak_reserved": {
+                "static_bytes": record.peak_reserved - record.per_sample_bytes * batch,
+                "per_sample_bytes": record.per_sample_bytes,
+                "basis": "peak_reserved",
+                "points": 3,
+            }
+        }
+    p = PrecisionResult(
+        precision,
+        status="done",
+        max_batch=batch,
+        memory_model=model,
+        capacity_bytes=capacity,
+        best_batch=best,
+        breakdown=record,
+    )
+    return ScanResult(
+        workload={"name": workload}, environment={"gpu": {"name": gpu}}, settings={}, precisions={precision: p}
+    )
 
 
 def _gib_record(batch: int, activations: float, basis: str = "measured", unattributed: float = 0.5) -> Breakdown:
     """A GiB-scale record (as a GPU scan makes): `unattributed` GiB below the allocated peak, 2 GiB of slack."""
-    tracked = {"parameters": int(1.3 * GIB), "gradients": int(1.3 * GIB), "optimizer_state": int(2.6 * GIB),
-               "activations": int(activations * GIB), "temporaries": 3 * GIB}
+    tracked = {
+        "parameters": int(1.3 * GIB),
+        "gradients": int(1.3 * GIB),
+        "optimizer_state": int(2.6 * GIB),
+        "activations": int(activations * GIB),
+        "temporaries": 3 * GIB,
+    }
     allocated = sum(tracked.values()) + int(unattributed * GIB)
-    return assemble(batch, basis, tracked, allocated, allocated + 2 * GIB,
-                    per_sample_bytes=int(activations * GIB / batch))
+    return assemble(
+        batch, basis, tracked, allocated, allocated + 2 * GIB, per_sample_bytes=int(activations * GIB / batch)
+    )
 
 
 def _pairs(*results: ScanResult) -> list:
@@ -197,8 +274,12 @@ def test_breakdown_charts_are_written_from_a_measured_breakdown_and_rerun_byte_i
     record = Breakdown.from_dict({**toy_breakdown.to_dict(), "per_sample_bytes": 40_000})
     pairs = _pairs(_scan(record, capacity=record.peak_reserved + 200_000, best=4))
     written = write_breakdown_charts(pairs, tmp_path / "a")
-    assert sorted(p.name for p in written) == ["memory_breakdown.png", "memory_breakdown.svg",
-                                               "memory_vs_batch.png", "memory_vs_batch.svg"]
+    assert sorted(p.name for p in written) == [
+        "memory_breakdown.png",
+        "memory_breakdown.svg",
+        "memory_vs_batch.png",
+        "memory_vs_batch.svg",
+    ]
     assert all(p.read_bytes().startswith(b"\x89PNG") for p in written if p.suffix == ".png")
     bars = (tmp_path / "a" / "memory_breakdown.svg").read_text()
     assert "activations saved for backward" in bars and "optimizer state" in bars and "predicted" not in bars
@@ -208,7 +289,11 @@ def test_breakdown_charts_are_written_from_a_measured_breakdown_and_rerun_byte_i
     again = write_breakdown_charts(pairs, tmp_path / "b")
     assert [p.read_bytes() for p in written] == [p.read_bytes() for p in again]
 
-    same = {"workload": "toy", "precision": "fp32", "breakdown": Breakdown.from_dict({**record.to_dict(), "basis": "predicted"})}
+    same = {
+        "workload": "toy",
+        "precision": "fp32",
+        "breakdown": Breakdown.from_dict({**record.to_dict(), "basis": "predicted"}),
+    }
     other = {**same, "breakdown": Breakdown.from_dict({**record.to_dict(), "batch": record.batch + 1})}
     write_breakdown_charts(pairs, tmp_path / "c", [other])
     assert "predicted (emulated" not in (tmp_path / "c" / "memory_breakdown.svg").read_text()  # another batch
@@ -234,14 +319,26 @@ def test_breakdown_charts_fit_the_screen_and_draw_a_negative_rest_below_zero():
     from memprobe.compare.chart_layout import MAX_HEIGHT_PX, MAX_WIDTH_PX
     from test_charts import clipped, pixels
 
-    results = [_scan(_gib_record(b, 60.0, unattributed=-0.4 if w == "llama-1b" else 0.5), gpu=gpu, workload=w,
-                     precision=p, capacity=79 * GIB, best=b // 2)
-               for gpu in ("NVIDIA H100 80GB HBM3", "NVIDIA H200") for w in ("bert-large-squad", "llama-1b", "resnet50")
-               for p, b in (("fp32", 40), ("bf16", 90))]
+    results = [
+        _scan(
+            _gib_record(b, 60.0, unattributed=-0.4 if w == "llama-1b" else 0.5),
+            gpu=gpu,
+            workload=w,
+            precision=p,
+            capacity=79 * GIB,
+            best=b // 2,
+        )
+        for gpu in ("NVIDIA H100 80GB HBM3", "NVIDIA H200")
+        for w in ("bert-large-squad", "llama-1b", "resnet50")
+        for p, b in (("fp32", 40), ("bf16", 90))
+    ]
     predicted = [{"workload": "resnet50", "precision": "bf16", "breakdown": _gib_record(90, 61.0, "predicted")}]
     found = entries(_pairs(*results), predicted)
     assert [(e.workload, e.precision) for e in found if e.gpu == "H200"][:3] == [
-        ("bert-large-squad", "fp32"), ("bert-large-squad", "bf16"), ("llama-1b", "fp32")]
+        ("bert-large-squad", "fp32"),
+        ("bert-large-squad", "bf16"),
+        ("llama-1b", "fp32"),
+    ]
     assert sum(e.predicted is not None for e in found) == 2  # resnet50 bf16 at batch 90, on both cards
     for fig in (bars_figure(found), lines_figure(found)):
         width, height = pixels(fig)
@@ -260,16 +357,31 @@ def test_report_charts_draw_the_breakdown_only_for_files_that_have_one(tmp_path)
     res = runner.invoke(main, ["report", str(without), "--charts", str(tmp_path / "none")])
     assert res.exit_code == 0, res.output
     assert not list((tmp_path / "none").glob("memory_*"))
-    predicted = write_predicted(tmp_path / "p.json", [{"workload": "toy", "precision": "fp32", "memory": "H100 SXM",
-                                                       "breakdown": _gib_record(10, 61.0, "predicted")}])
-    res = runner.invoke(main, ["report", str(with_it), "--charts", str(tmp_path / "all"), "--predicted", str(predicted)])
+    predicted = write_predicted(
+        tmp_path / "p.json",
+        [
+            {
+                "workload": "toy",
+                "precision": "fp32",
+                "memory": "H100 SXM",
+                "breakdown": _gib_record(10, 61.0, "predicted"),
+            }
+        ],
+    )
+    res = runner.invoke(
+        main, ["report", str(with_it), "--charts", str(tmp_path / "all"), "--predicted", str(predicted)]
+    )
     assert res.exit_code == 0, res.output
     assert "predicted (emulated" in (tmp_path / "all" / "memory_breakdown.svg").read_text()
     assert (tmp_path / "all" / "memory_vs_batch.png").exists()
     res = runner.invoke(main, ["report", "--breakdown", str(with_it), "--charts", str(tmp_path / "bd")])
     assert res.exit_code == 0 and "what buys more batch" in res.output
-    assert sorted(p.name for p in (tmp_path / "bd").iterdir()) == ["memory_breakdown.png", "memory_breakdown.svg",
-                                                                   "memory_vs_batch.png", "memory_vs_batch.svg"]
+    assert sorted(p.name for p in (tmp_path / "bd").iterdir()) == [
+        "memory_breakdown.png",
+        "memory_breakdown.svg",
+        "memory_vs_batch.png",
+        "memory_vs_batch.svg",
+    ]
     refused = runner.invoke(main, ["report", str(with_it), "--predicted", str(predicted)])
     assert refused.exit_code == 2 and "--predicted has no effect without --breakdown or --charts" in refused.output
     refused = runner.invoke(main, ["report", "--breakdown", str(with_it), "--reference", "H100 SXM"])

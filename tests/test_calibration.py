@@ -10,33 +10,49 @@ SPEC.loader.exec_module(calibration)
 
 
 def test_collect_takes_the_newest_finished_scan_per_card_from_the_committed_files():
-    found = calibration.collect([str(REPO / "reports" / "h100"), str(REPO / "reports" / "emulated_h100")],
-                                ["transformer-big"])
+    found = calibration.collect(
+        [str(REPO / "reports" / "h100"), str(REPO / "reports" / "emulated_h100")], ["transformer-big"]
+    )
     cards = {e["card"]: e for e in found[("transformer-big", None)]["fp16"]}
     assert set(cards) == {"NVIDIA H100 80GB HBM3 (real)", "24 GiB emulated", "48 GiB emulated"}
-    assert [cards[c]["measured"] for c in ("NVIDIA H100 80GB HBM3 (real)", "48 GiB emulated", "24 GiB emulated")] == [679, 406, 182]
+    assert [cards[c]["measured"] for c in ("NVIDIA H100 80GB HBM3 (real)", "48 GiB emulated", "24 GiB emulated")] == [
+        679,
+        406,
+        182,
+    ]
     # each prediction is made at the allocator capacity the scan itself recorded
     assert round(cards["NVIDIA H100 80GB HBM3 (real)"]["capacity_bytes"] / 2**30, 2) == 78.57
     assert round(cards["24 GiB emulated"]["capacity_bytes"] / 2**30, 2) == 23.40
 
 
 def row(workload, precision, card, gib, measured, predicted):
-    return {"workload": workload, "precision": precision, "card": card, "capacity_gib": gib, "measured": measured,
-            "predicted": predicted, "error_percent": round(100.0 * (predicted - measured) / measured, 2)}
+    return {
+        "workload": workload,
+        "precision": precision,
+        "card": card,
+        "capacity_gib": gib,
+        "measured": measured,
+        "predicted": predicted,
+        "error_percent": round(100.0 * (predicted - measured) / measured, 2),
+    }
 
 
 def test_table_marks_misses_and_cells_not_run():
-    text = calibration.table([
-        row("a", "fp32", "H100 (real)", 78.6, 100, 101),
-        row("a", "fp32", "24 GiB emulated", 23.4, 50, 47),
-        row("b", "fp16", "H100 (real)", 78.6, 10, 10),
-    ])
+    text = calibration.table(
+        [
+            row("a", "fp32", "H100 (real)", 78.6, 100, 101),
+            row("a", "fp32", "24 GiB emulated", 23.4, 50, 47),
+            row("b", "fp16", "H100 (real)", 78.6, 10, 10),
+        ]
+    )
     lines = text.splitlines()
     assert lines[0].startswith("| workload | precision | H100 (real): measured | predicted | error | 24 GiB emulated")
     assert "| a | fp32 | 100 | 101 | +1.0% | 50 | 47 | **-6.0%** |" in lines
     assert "| b | fp16 | 10 | 10 | +0.0% | not run |  |  |" in lines
     assert lines[-2] == "Within 3%: 2 of 3 comparisons; exact: 1."
-    assert lines[-1] == "Unsafe (predicted above the measured B, a batch that did not train): 1 of 3, by at most 1 batch."
+    assert (
+        lines[-1] == "Unsafe (predicted above the measured B, a batch that did not train): 1 of 3, by at most 1 batch."
+    )
 
 
 def test_a_multi_gpu_scan_is_a_column_of_its_own_predicted_for_the_same_world(tmp_path):
@@ -59,10 +75,17 @@ def test_the_predicted_start_replay_counts_fewer_trials_from_an_exact_prediction
     spec = importlib.util.spec_from_file_location("replay", REPO / "benchmarks" / "predicted_start_replay.py")
     replay = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(replay)
-    precision = {"memory_model": {"peak_reserved": {"static_bytes": 1e9, "per_sample_bytes": 5e8}}, "max_batch": 155,
-                 "capacity_bytes": int(1e9 + 5e8 * 155.5), "search_seconds": 170.0,
-                 "attempts": [{"batch": 1, "seconds": 14.0, "fresh": False}, {"batch": 155, "seconds": 18.0, "fresh": True},
-                              {"batch": 156, "seconds": 20.0, "fresh": True}]}
+    precision = {
+        "memory_model": {"peak_reserved": {"static_bytes": 1e9, "per_sample_bytes": 5e8}},
+        "max_batch": 155,
+        "capacity_bytes": int(1e9 + 5e8 * 155.5),
+        "search_seconds": 170.0,
+        "attempts": [
+            {"batch": 1, "seconds": 14.0, "fresh": False},
+            {"batch": 155, "seconds": 18.0, "fresh": True},
+            {"batch": 156, "seconds": 20.0, "fresh": True},
+        ],
+    }
     got = replay.replay(precision, 155)
     assert got["hinted_trials"] == 3 and got["hinted_seconds"] == 14.0 + 2 * 19.0
     assert got["plain_trials"] > got["hinted_trials"]

@@ -13,40 +13,72 @@ from memprobe.core.cardsize import SizeError, read_sizes
 from memprobe.core.catalog import CatalogError, default_catalog, load_catalog
 
 
-@pytest.mark.parametrize("name, card", [
-    ("H200", "H200 SXM"), ("h200", "H200 SXM"), ("NVIDIA H200", "H200 SXM"), ("  h200 sxm ", "H200 SXM"),
-    ("h100 sxm", "H100 SXM"), ("H100 SXM5", "H100 SXM"), ("h100sxm", "H100 SXM"), ("h100 pcie", "H100 PCIe"),
-    ("4090", "GeForce RTX 4090"), ("RTX 4090", "GeForce RTX 4090"), ("nvidia geforce rtx 4090", "GeForce RTX 4090"),
-    ("3090", "GeForce RTX 3090"), ("2080", "GeForce RTX 2080"), ("2080 Ti", "GeForce RTX 2080 Ti"),
-    ("2080ti", "GeForce RTX 2080 Ti"), ("gtx 1080 ti", "GeForce GTX 1080 Ti"), ("a6000", "RTX A6000"),
-    ("A100-SXM4-80GB", "A100 80GB SXM4"), ("a100 80 GB sxm4", "A100 80GB SXM4"), ("v100 32gb", "V100 SXM2 32GB"),
-    ("V100 PCIe", "V100 PCIe 16GB"), ("a10", "A10"), ("L4", "L4"), ("l40s", "L40S"), ("gh200", "GH200 96GB"),
-    ("b200", "B200"), ("quadro rtx 6000", "Quadro RTX 6000"), ("titan rtx", "TITAN RTX"),
-    ("NVIDIA H100 80GB HBM3", "H100 SXM"),
-])
+@pytest.mark.parametrize(
+    "name, card",
+    [
+        ("H200", "H200 SXM"),
+        ("h200", "H200 SXM"),
+        ("NVIDIA H200", "H200 SXM"),
+        ("  h200 sxm ", "H200 SXM"),
+        ("h100 sxm", "H100 SXM"),
+        ("H100 SXM5", "H100 SXM"),
+        ("h100sxm", "H100 SXM"),
+        ("h100 pcie", "H100 PCIe"),
+        ("4090", "GeForce RTX 4090"),
+        ("RTX 4090", "GeForce RTX 4090"),
+        ("nvidia geforce rtx 4090", "GeForce RTX 4090"),
+        ("3090", "GeForce RTX 3090"),
+        ("2080", "GeForce RTX 2080"),
+        ("2080 Ti", "GeForce RTX 2080 Ti"),
+        ("2080ti", "GeForce RTX 2080 Ti"),
+        ("gtx 1080 ti", "GeForce GTX 1080 Ti"),
+        ("a6000", "RTX A6000"),
+        ("A100-SXM4-80GB", "A100 80GB SXM4"),
+        ("a100 80 GB sxm4", "A100 80GB SXM4"),
+        ("v100 32gb", "V100 SXM2 32GB"),
+        ("V100 PCIe", "V100 PCIe 16GB"),
+        ("a10", "A10"),
+        ("L4", "L4"),
+        ("l40s", "L40S"),
+        ("gh200", "GH200 96GB"),
+        ("b200", "B200"),
+        ("quadro rtx 6000", "Quadro RTX 6000"),
+        ("titan rtx", "TITAN RTX"),
+        ("NVIDIA H100 80GB HBM3", "H100 SXM"),
+    ],
+)
 def test_names_people_type_resolve_without_a_note(name, card):
     found = resolve_card(name)
     assert found.card.name == card and found.note == ""
 
 
-@pytest.mark.parametrize("name, card, others", [
-    ("H100", "H100 SXM", ["H100 PCIe"]),
-    ("h100 80gb", "H100 SXM", ["H100 PCIe"]),
-    ("A100", "A100 80GB SXM4", ["A100 40GB PCIe", "A100 40GB SXM4", "A100 80GB PCIe"]),
-    ("a100 80gb", "A100 80GB SXM4", ["A100 80GB PCIe"]),
-    ("A100 40GB", "A100 40GB SXM4", ["A100 40GB PCIe"]),
-    ("V100", "V100 SXM2 16GB", ["V100 SXM2 32GB", "V100 PCIe 16GB"]),
-    ("rtx 6000", "RTX 6000 Ada", ["Quadro RTX 6000"]),
-])
+@pytest.mark.parametrize(
+    "name, card, others",
+    [
+        ("H100", "H100 SXM", ["H100 PCIe"]),
+        ("h100 80gb", "H100 SXM", ["H100 PCIe"]),
+        ("A100", "A100 80GB SXM4", ["A100 40GB PCIe", "A100 40GB SXM4", "A100 80GB PCIe"]),
+        ("a100 80gb", "A100 80GB SXM4", ["A100 80GB PCIe"]),
+        ("A100 40GB", "A100 40GB SXM4", ["A100 40GB PCIe"]),
+        ("V100", "V100 SXM2 16GB", ["V100 SXM2 32GB", "V100 PCIe 16GB"]),
+        ("rtx 6000", "RTX 6000 Ada", ["Quadro RTX 6000"]),
+    ],
+)
 def test_an_ambiguous_name_is_the_common_card_with_a_note_naming_the_others(name, card, others):
     found = resolve_card(name)
     assert found.card.name == card
     assert all(o in found.note for o in others) and card in found.note
 
 
-@pytest.mark.parametrize("name, closest", [
-    ("H900", "H100 SXM"), ("l40", "L40S"), ("a10g", "A10"), ("RTX 4080", "GeForce RTX 4090"),
-])
+@pytest.mark.parametrize(
+    "name, closest",
+    [
+        ("H900", "H100 SXM"),
+        ("l40", "L40S"),
+        ("a10g", "A10"),
+        ("RTX 4080", "GeForce RTX 4090"),
+    ],
+)
 def test_a_typo_gets_the_three_closest_names(name, closest):
     with pytest.raises(CardNameError, match=f"unknown GPU '{name}'; closest catalog names: ") as info:
         resolve_card(name)
@@ -55,15 +87,18 @@ def test_a_typo_gets_the_three_closest_names(name, closest):
     assert closest_names(name, default_catalog())[:3] == listed
 
 
-@pytest.mark.parametrize("name, fragment", [
-    ("H200 foo", "unknown GPU 'H200 foo'"),  # extra words: not quietly the H200
-    ("H200 \N{SNOWMAN}", "is not a card name"),
-    ("H200\x00", "is not a card name"),
-    ("", "empty card name"),
-    ("   ", "empty card name"),
-    ("nvidia", "names no card"),
-    ("--", "names no card"),
-])
+@pytest.mark.parametrize(
+    "name, fragment",
+    [
+        ("H200 foo", "unknown GPU 'H200 foo'"),  # extra words: not quietly the H200
+        ("H200 \N{SNOWMAN}", "is not a card name"),
+        ("H200\x00", "is not a card name"),
+        ("", "empty card name"),
+        ("   ", "empty card name"),
+        ("nvidia", "names no card"),
+        ("--", "names no card"),
+    ],
+)
 def test_junk_is_refused(name, fragment):
     with pytest.raises(CardNameError, match=fragment):
         resolve_card(name)
@@ -93,8 +128,10 @@ def test_a_name_that_fits_several_unpreferred_cards_is_refused(tmp_path):
 
 def test_preferred_must_name_catalog_cards(tmp_path):
     path = tmp_path / "gpus.yaml"
-    path.write_text("preferred: [Nope]\ncards:\n  - {name: X, memory_gib: 8, compute_capability: '8.0', "
-                    "spec_source: s, peak_source: s}\n")
+    path.write_text(
+        "preferred: [Nope]\ncards:\n  - {name: X, memory_gib: 8, compute_capability: '8.0', "
+        "spec_source: s, peak_source: s}\n"
+    )
     with pytest.raises(CatalogError, match="'preferred' names no card Nope"):
         load_catalog(path)
 
@@ -109,9 +146,14 @@ def test_predict_sizes_use_the_resolver_and_say_the_note():
 
 
 @pytest.mark.parametrize("command", [["guide"], ["predict", "--model", "toy"]])
-@pytest.mark.parametrize("gpu, fragment", [
-    ("", "no card name given"), ("H200 foo", "unknown GPU 'H200 foo'"), ("H200 \N{SNOWMAN}", "is not a card name"),
-])
+@pytest.mark.parametrize(
+    "gpu, fragment",
+    [
+        ("", "no card name given"),
+        ("H200 foo", "unknown GPU 'H200 foo'"),
+        ("H200 \N{SNOWMAN}", "is not a card name"),
+    ],
+)
 def test_the_commands_share_the_resolver(command, gpu, fragment):
     result = CliRunner().invoke(main, command + ["--gpu", gpu])
     assert result.exit_code == 2 and fragment in result.output and "--gpu" in result.output

@@ -49,10 +49,17 @@ def test_memory_and_gpu_together_keep_their_order():
     assert [label for label, _ in sizes.labels] == ["24GiB", "H100 SXM", "H200 SXM"]
 
 
-@pytest.mark.parametrize("memory, gpus, fragment", [
-    ("0", None, "larger than 0"), ("0GiB", None, "larger than 0"), ("big", None, "not a size"),
-    (None, "H900", "unknown GPU 'H900'"), (",", None, "give at least one"), (None, None, "give at least one"),
-])
+@pytest.mark.parametrize(
+    "memory, gpus, fragment",
+    [
+        ("0", None, "larger than 0"),
+        ("0GiB", None, "larger than 0"),
+        ("big", None, "not a size"),
+        (None, "H900", "unknown GPU 'H900'"),
+        (",", None, "give at least one"),
+        (None, None, "give at least one"),
+    ],
+)
 def test_bad_sizes_and_names(memory, gpus, fragment):
     with pytest.raises(SizeError, match=fragment):
         read_sizes(memory, gpus)
@@ -65,7 +72,9 @@ def test_card_size_is_the_datasheet_size_without_a_driver_figure():
 
 def test_catalog_refuses_a_driver_total_without_a_source(tmp_path):
     path = tmp_path / "gpus.yaml"
-    path.write_text("cards:\n  - {name: X, memory_gib: 8, compute_capability: '8.0', spec_source: s, peak_source: s,"
-                    " driver_total_mib: 8000}\n")
+    path.write_text(
+        "cards:\n  - {name: X, memory_gib: 8, compute_capability: '8.0', spec_source: s, peak_source: s,"
+        " driver_total_mib: 8000}\n"
+    )
     with pytest.raises(CatalogError, match="driver_total_source"):
         load_catalog(path)

@@ -27,9 +27,17 @@ COMMITTED = Path(__file__).resolve().parents[1] / "reports" / "h100"
 
 def squad_results():
     """A measured bert-large-squad on two cards, with a memory model, so every chart has something to draw."""
-    h100 = make_result(H100, workload="bert-large-squad", unit="sequences", precisions={"fp16": {
-        "batch": 120, "speed": 300.0, "static": 4 * GiB, "per_sample": 0.6 * GiB, "capacity": 78 * GiB}})
-    a100 = make_result(A100, workload="bert-large-squad", unit="sequences", precisions={"fp16": {"batch": 0, "speed": None}})
+    h100 = make_result(
+        H100,
+        workload="bert-large-squad",
+        unit="sequences",
+        precisions={
+            "fp16": {"batch": 120, "speed": 300.0, "static": 4 * GiB, "per_sample": 0.6 * GiB, "capacity": 78 * GiB}
+        },
+    )
+    a100 = make_result(
+        A100, workload="bert-large-squad", unit="sequences", precisions={"fp16": {"batch": 0, "speed": None}}
+    )
     return loaded(h100, a100)
 
 
@@ -72,8 +80,11 @@ def test_heat_and_panels_keep_origins_apart():
 
     catalog = load_catalog()
     models, _ = memory_models(pairs, catalog)
-    panel = next(p for p in batch_panels(comparison, predictions(models, catalog.cards), catalog)
-                 if p.workload == "bert-large-squad")
+    panel = next(
+        p
+        for p in batch_panels(comparison, predictions(models, catalog.cards), catalog)
+        if p.workload == "bert-large-squad"
+    )
     assert {p.origin for p in panel.points if p.precision == "fp16"} == {MEASURED, PREDICTED, PUBLISHED}
     assert panel.unit == "sequences"
     assert any(p.card == "H100 SXM" and p.origin == MEASURED and p.batch == 120 for p in panel.points)
@@ -96,8 +107,9 @@ def test_write_charts_writes_non_empty_png_and_svg(tmp_path):
     comparison.points = [p for p in comparison.points if p.workload == "bert-large-squad"]
     written = write_charts(comparison, relative_throughput(comparison), pairs, tmp_path / "charts")
     names = sorted(p.name for p in written)
-    assert names == sorted(f"{n}.{e}" for n in ("relative_throughput", "max_batch", "throughput_per_1000usd")
-                           for e in ("png", "svg"))
+    assert names == sorted(
+        f"{n}.{e}" for n in ("relative_throughput", "max_batch", "throughput_per_1000usd") for e in ("png", "svg")
+    )
     for path in written:
         data = path.read_bytes()
         assert len(data) > 5000, path
@@ -119,14 +131,18 @@ def test_nothing_to_draw_is_refused(tmp_path):
     assert [p.suffix for p in draw_heat(heat, "t", "f", tmp_path / "x")] == [".png", ".svg"]
 
 
-@pytest.mark.parametrize("panels, shape", [(1, (1, 1)), (3, (1, 3)), (4, (2, 2)), (6, (2, 3)), (7, (3, 3)),
-                                           (9, (3, 3)), (12, (3, 4)), (13, (4, 4))])
+@pytest.mark.parametrize(
+    "panels, shape",
+    [(1, (1, 1)), (3, (1, 3)), (4, (2, 2)), (6, (2, 3)), (7, (3, 3)), (9, (3, 3)), (12, (3, 4)), (13, (4, 4))],
+)
 def test_grids_are_at_most_four_wide(panels, shape):
     assert grid_shape(panels) == shape
     rows, columns = shape
     width, height = figure_size(rows, columns)
     assert round(width * DPI) <= MAX_WIDTH_PX
-    assert round(height * DPI) <= MAX_HEIGHT_PX or rows > 3  # past 3 rows the figure grows rather than the panels shrink
+    assert (
+        round(height * DPI) <= MAX_HEIGHT_PX or rows > 3
+    )  # past 3 rows the figure grows rather than the panels shrink
 
 
 def test_the_committed_results_chart_at_screen_size():
@@ -142,8 +158,11 @@ def test_the_committed_results_chart_at_screen_size():
     relative = relative_throughput(comparison)
     heat = relative_heat(relative)
     value, _units = value_heat(comparison, catalog)
-    figures = {"max_batch": batch, "relative": heat_figure(heat, "relative", "footer"),
-               "value": heat_figure(value, "value", "footer")}
+    figures = {
+        "max_batch": batch,
+        "relative": heat_figure(heat, "relative", "footer"),
+        "value": heat_figure(value, "value", "footer"),
+    }
     assert len(heat.rows) == len(relative.rows) > 20  # every card in one chart, one row each
     for name, fig in figures.items():
         width, height = pixels(fig)
@@ -171,8 +190,14 @@ def test_the_curve_chart_is_a_grid_with_one_legend():
 
 
 def test_cli_report_charts(tmp_path):
-    write_result(make_result(precisions={"fp32": {"batch": 3, "speed": 7.5, "static": GiB, "per_sample": 0.1 * GiB,
-                                                  "capacity": 78 * GiB}}), tmp_path / "r.json")
+    write_result(
+        make_result(
+            precisions={
+                "fp32": {"batch": 3, "speed": 7.5, "static": GiB, "per_sample": 0.1 * GiB, "capacity": 78 * GiB}
+            }
+        ),
+        tmp_path / "r.json",
+    )
     result = CliRunner().invoke(main, ["report", str(tmp_path / "r.json"), "--charts", str(tmp_path / "out")])
     assert result.exit_code == 0, result.output
     files = sorted(p.name for p in (tmp_path / "out").iterdir())

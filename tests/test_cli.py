@@ -30,6 +30,7 @@ def error_lines(result):
 
 # --- help and list --------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("args", [["--help"], ["-h"], ["list", "--help"], ["device", "--help"], ["scan", "--help"]])
 def test_help(run, args):
     result = run(*args)
@@ -78,6 +79,7 @@ def test_list_hides_test_only_unless_all(run, packaged_models):
 
 
 # --- user errors ------------------------------------------------------------------------------
+
 
 def test_scan_unknown_model(run):
     result = run("scan", "--model", "nosuch")
@@ -155,6 +157,7 @@ def test_scan_options_validation():
 
 # --- no GPU on this machine -------------------------------------------------------------------
 
+
 @no_gpu_only
 def test_scan_on_cuda_without_a_gpu_exits_2(run, tmp_path):
     result = run("scan", "--model", "toy", "--precision", "fp32", "--out", tmp_path)
@@ -174,10 +177,26 @@ def test_device_without_a_gpu_exits_2(run):
 
 # --- a whole scan on the CPU ------------------------------------------------------------------
 
+
 def test_full_cpu_scan(run, tmp_path, packaged_models):
     out = tmp_path / "reports"
-    result = run("scan", "--model", "toy", "--models", packaged_models, "--device", "cpu",
-                 "--cpu-memory-budget", BUDGET, "--precision", "fp32", "--timed-steps", "2", "--out", out)
+    result = run(
+        "scan",
+        "--model",
+        "toy",
+        "--models",
+        packaged_models,
+        "--device",
+        "cpu",
+        "--cpu-memory-budget",
+        BUDGET,
+        "--precision",
+        "fp32",
+        "--timed-steps",
+        "2",
+        "--out",
+        out,
+    )
     assert result.exit_code == 0, result.output
     assert result.exception is None
     files = list(out.iterdir())
@@ -200,10 +219,24 @@ def test_full_cpu_scan(run, tmp_path, packaged_models):
 def test_failed_scan_exits_1_and_says_why(run, tmp_path):
     models = tmp_path / "m.yaml"
     # the toy builder needs 'features': building fails in the trial process, a bug, not an OOM
-    models.write_text("broken:\n  family: toy-mlp\n  unit: samples\n  params: {hidden: 8, classes: 2}\n"
-                      "  optimizer: {name: sgd}\n")
-    result = run("scan", "--model", "broken", "--models", models, "--device", "cpu", "--cpu-memory-budget", BUDGET,
-                 "--precision", "fp32", "--out", tmp_path / "out")
+    models.write_text(
+        "broken:\n  family: toy-mlp\n  unit: samples\n  params: {hidden: 8, classes: 2}\n  optimizer: {name: sgd}\n"
+    )
+    result = run(
+        "scan",
+        "--model",
+        "broken",
+        "--models",
+        models,
+        "--device",
+        "cpu",
+        "--cpu-memory-budget",
+        BUDGET,
+        "--precision",
+        "fp32",
+        "--out",
+        tmp_path / "out",
+    )
     assert result.exit_code == 1, result.output
     assert "Traceback" not in result.output
     assert "features" in result.stdout  # the table carries the error
@@ -214,13 +247,19 @@ def test_failed_scan_exits_1_and_says_why(run, tmp_path):
 
 # --- Ctrl-C -----------------------------------------------------------------------------------
 
+
 def interrupt_on_second_precision(calls):
     def fake_scan_precision(workload, precision, opts, factory, progress, on_environment, start=None):
         calls.append(precision)
         if len(calls) == 1:
             on_environment({"device_type": "cpu", "gpu": {"name": "cpu", "total_bytes": None}})
-            return PrecisionResult(precision, status="done", max_batch=42, stop="edge",
-                                   proof={"fits": 42, "fails": 43, "agreed": True, "verified": True, "checks": []})
+            return PrecisionResult(
+                precision,
+                status="done",
+                max_batch=42,
+                stop="edge",
+                proof={"fits": 42, "fails": 43, "agreed": True, "verified": True, "checks": []},
+            )
         raise KeyboardInterrupt
 
     return fake_scan_precision
@@ -248,8 +287,19 @@ def test_interrupt_keeps_finished_precision(monkeypatch, tmp_path, toy):
 def test_ctrl_c_exits_130(run, monkeypatch, tmp_path):
     calls = []
     monkeypatch.setattr(memprobe.probe.scan, "scan_precision", interrupt_on_second_precision(calls))
-    result = run("scan", "--model", "toy", "--device", "cpu", "--cpu-memory-budget", BUDGET,
-                 "--precision", "fp32,bf16", "--out", tmp_path)
+    result = run(
+        "scan",
+        "--model",
+        "toy",
+        "--device",
+        "cpu",
+        "--cpu-memory-budget",
+        BUDGET,
+        "--precision",
+        "fp32,bf16",
+        "--out",
+        tmp_path,
+    )
     assert result.exit_code == 130, result.output
     assert "Traceback" not in result.output
     assert "interrupted" in result.stderr
@@ -263,8 +313,9 @@ def test_python_dash_m_memprobe(tmp_path):
     import subprocess
     import sys
 
-    done = subprocess.run([sys.executable, "-m", "memprobe", "list", "--all"], capture_output=True, text=True,
-                          timeout=120, cwd=tmp_path)
+    done = subprocess.run(
+        [sys.executable, "-m", "memprobe", "list", "--all"], capture_output=True, text=True, timeout=120, cwd=tmp_path
+    )
     assert done.returncode == 0, done.stderr
     assert "bert-large" in done.stdout and "toy" in done.stdout
 

@@ -64,8 +64,10 @@ def test_fsdp2s_view_warning_is_not_repeated_per_traced_step():
     pytest.importorskip("torch")
     from memprobe.predict.data_parallel import World, fake_world, notes
 
-    message = ("FSDP2-wrapped module (FSDPBertForPreTraining) returned a view tensor. An in-place op on this view "
-               "will silently drop the pre-backward hook")
+    message = (
+        "FSDP2-wrapped module (FSDPBertForPreTraining) returned a view tensor. An in-place op on this view "
+        "will silently drop the pre-backward hook"
+    )
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
         with fake_world(World(2, "fsdp")):

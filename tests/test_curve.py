@@ -19,17 +19,21 @@ from test_scan import World, run_scan
 
 # --- the ladder ---------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("max_batch, points, expected", [
-    (1870, 8, [16, 32, 64, 128, 256, 512, 1024, 1870]),   # the 7 largest powers of two below B, then B
-    (3321, 8, [32, 64, 128, 256, 512, 1024, 2048, 3321]),
-    (1030, 8, [8, 16, 32, 64, 128, 256, 512, 1030]),      # 1024 is within 1/8 of B: skipped
-    (155, 4, [32, 64, 128, 155]),
-    (9, 8, [1, 2, 4, 9]),                                 # 8 > 7/8 * 9: skipped
-    (2, 8, [1, 2]),
-    (1, 8, [1]),
-    (0, 8, []),                                           # nothing trains: no curve
-    (1870, 1, [1870]),
-])
+
+@pytest.mark.parametrize(
+    "max_batch, points, expected",
+    [
+        (1870, 8, [16, 32, 64, 128, 256, 512, 1024, 1870]),  # the 7 largest powers of two below B, then B
+        (3321, 8, [32, 64, 128, 256, 512, 1024, 2048, 3321]),
+        (1030, 8, [8, 16, 32, 64, 128, 256, 512, 1030]),  # 1024 is within 1/8 of B: skipped
+        (155, 4, [32, 64, 128, 155]),
+        (9, 8, [1, 2, 4, 9]),  # 8 > 7/8 * 9: skipped
+        (2, 8, [1, 2]),
+        (1, 8, [1]),
+        (0, 8, []),  # nothing trains: no curve
+        (1870, 1, [1870]),
+    ],
+)
 def test_default_ladder(max_batch, points, expected):
     assert ladder(max_batch, points) == expected
 
@@ -52,6 +56,7 @@ def test_scan_options_refuse_a_bad_ladder_as_a_value_error():
 
 # --- b* -----------------------------------------------------------------------------------------
 
+
 def fit(batch, sps):
     return {"batch": batch, "outcome": "fit", "samples_per_s": sps, "units_per_s": sps * 2}
 
@@ -72,18 +77,35 @@ def test_no_fitting_point_means_no_best_batch():
 
 
 def test_curve_point_keeps_spread_and_peaks():
-    measured = Timed(batch=64, outcome="fit", samples_per_s=640.0, units_per_s=1280.0,
-                     step_time={"steps": 10, "median_s": 0.1, "p10_s": 0.09, "p90_s": 0.12},
-                     peak_allocated=10, peak_reserved=12)
+    measured = Timed(
+        batch=64,
+        outcome="fit",
+        samples_per_s=640.0,
+        units_per_s=1280.0,
+        step_time={"steps": 10, "median_s": 0.1, "p10_s": 0.09, "p90_s": 0.12},
+        peak_allocated=10,
+        peak_reserved=12,
+    )
     point = curve_point(measured, fresh=False)
-    assert point.to_dict() == {"batch": 64, "outcome": "fit", "fresh": False, "samples_per_s": 640.0, "units_per_s": 1280.0,
-                     "step_median_s": 0.1, "step_p10_s": 0.09, "step_p90_s": 0.12, "timed_steps": 10,
-                     "peak_allocated": 10, "peak_reserved": 12}
+    assert point.to_dict() == {
+        "batch": 64,
+        "outcome": "fit",
+        "fresh": False,
+        "samples_per_s": 640.0,
+        "units_per_s": 1280.0,
+        "step_median_s": 0.1,
+        "step_p10_s": 0.09,
+        "step_p90_s": 0.12,
+        "timed_steps": 10,
+        "peak_allocated": 10,
+        "peak_reserved": 12,
+    }
     failed = curve_point(Timed(batch=64, outcome="oom", error="OutOfMemoryError: x"), fresh=True)
     assert failed.outcome == "oom" and failed.error.startswith("OutOfMemoryError")
 
 
 # --- timing the ladder in fake processes --------------------------------------------------------
+
 
 class Proc:
     def __init__(self, number, log, crash_at=()):
@@ -119,8 +141,13 @@ def run_curve(factory, batches, max_batch=1000, at_max=None, model=None, fresh_a
         factory.log.append((worker.number, batch))
         if batch in worker.crash_at:
             return Timed(batch=batch, outcome="crash", error="trial process died")
-        return Timed(batch=batch, outcome="fit", samples_per_s=float(batch), units_per_s=float(batch),
-                     step_time={"median_s": 1.0, "p10_s": 1.0, "p90_s": 1.0, "steps": 3})
+        return Timed(
+            batch=batch,
+            outcome="fit",
+            samples_per_s=float(batch),
+            units_per_s=float(batch),
+            step_time={"median_s": 1.0, "p10_s": 1.0, "p90_s": 1.0, "steps": 3},
+        )
 
     timer = PointTimer(factory, None, measure, model, fresh_above, max_batch)
     points = measure_curve(timer, batches, at_max, max_batch, free_cost(), budget, reported.append)
@@ -130,8 +157,13 @@ def run_curve(factory, batches, max_batch=1000, at_max=None, model=None, fresh_a
 def test_points_below_the_edge_share_one_process_near_ones_are_fresh():
     factory = Factory(forks=True)
     model = MemoryModel(0.0, 1.0, "peak_reserved", 2)  # peak(b) = b bytes
-    points, reported = run_curve(factory, [64, 128, 256, 512, 1000], model=model, fresh_above=300.0,
-                                 at_max=Timed(batch=1000, outcome="fit", samples_per_s=900.0))
+    points, reported = run_curve(
+        factory,
+        [64, 128, 256, 512, 1000],
+        model=model,
+        fresh_above=300.0,
+        at_max=Timed(batch=1000, outcome="fit", samples_per_s=900.0),
+    )
     assert [p.batch for p in points] == [64, 128, 256, 512, 1000]
     # B first (the proof's run), then the coarse pass (every other batch from the top: 512, 128), then the rest
     assert [p.batch for p in reported] == [1000, 512, 128, 256, 64]
@@ -153,8 +185,13 @@ def test_without_a_fork_server_every_point_shares_one_process():
 def test_a_crash_is_kept_as_a_point_and_the_next_batch_gets_a_new_process():
     factory = Factory(forks=True, crash_at=(64,))
     model = MemoryModel(0.0, 1.0, "peak_reserved", 2)
-    points, _ = run_curve(factory, [64, 128, 256, 1000], model=model, fresh_above=2000.0,
-                          at_max=Timed(batch=1000, outcome="fit", samples_per_s=1000.0))
+    points, _ = run_curve(
+        factory,
+        [64, 128, 256, 1000],
+        model=model,
+        fresh_above=2000.0,
+        at_max=Timed(batch=1000, outcome="fit", samples_per_s=1000.0),
+    )
     assert [(p.batch, p.outcome) for p in points] == [(64, "crash"), (128, "fit"), (256, "fit"), (1000, "fit")]
     assert factory.log == [(1, 256), (1, 64), (2, 128)]
     assert all(p.closed for p in factory.procs)
@@ -162,8 +199,14 @@ def test_a_crash_is_kept_as_a_point_and_the_next_batch_gets_a_new_process():
 
 def test_points_past_the_time_budget_are_skipped_but_b_is_kept():
     factory = Factory(forks=True)
-    points, _ = run_curve(factory, [64, 128, 1000], model=None, fresh_above=None, budget=0.0,
-                          at_max=Timed(batch=1000, outcome="fit", samples_per_s=900.0))
+    points, _ = run_curve(
+        factory,
+        [64, 128, 1000],
+        model=None,
+        fresh_above=None,
+        budget=0.0,
+        at_max=Timed(batch=1000, outcome="fit", samples_per_s=900.0),
+    )
     assert [(p.batch, p.outcome) for p in points] == [(64, "skipped"), (128, "skipped"), (1000, "fit")]
     assert all("of the 0 s curve budget left" in p.error for p in points[:2])
     assert factory.log == [] and best_point([p.to_dict() for p in points])["batch"] == 1000
@@ -183,11 +226,13 @@ def test_interrupt_kills_the_running_process():
 
 # --- in a whole scan_precision (fakes from test_scan) -------------------------------------------
 
+
 def test_scan_stores_curve_best_batch_and_reuses_the_proofs_timed_run_at_b(monkeypatch):
     world = World(75)
     # the fake step takes 0.5 s at any batch up to 32, then slows sharply: a cliff, so b* < B
-    monkeypatch.setattr(test_scan.FakeWorker, "step_time", staticmethod(lambda b: 0.5 if b <= 32 else 0.5 * b / 16),
-                        raising=False)
+    monkeypatch.setattr(
+        test_scan.FakeWorker, "step_time", staticmethod(lambda b: 0.5 if b <= 32 else 0.5 * b / 16), raising=False
+    )
     result, progress, _ = run_scan(world, curve=True)
     assert result.max_batch == 75
     # the ladder, then the knee's bisection between 32 and 64 down to one batch apart
@@ -219,6 +264,7 @@ def test_requested_ladder_is_used():
 
 
 # --- inference: fewer steps per trial -----------------------------------------------------------
+
 
 def test_inference_trials_and_warmup_are_shorter():
     opts = ScanOptions(precisions=["fp16"], mode="infer")
@@ -255,6 +301,7 @@ def test_inference_scan_passes_the_short_trial_and_warmup_to_the_processes(monke
 
 # --- the CLI's --curve / --no-curve -------------------------------------------------------------
 
+
 def test_scan_curve_options_reach_the_scan_options(scan_options_seen, tmp_path):
     from click.testing import CliRunner
 
@@ -277,21 +324,28 @@ def test_scan_curve_options_reach_the_scan_options(scan_options_seen, tmp_path):
         assert bad.exit_code == 2 and "Traceback" not in bad.output and "--curve-budget" in bad.output
 
 
-@pytest.mark.parametrize("options, expected", [
-    ({}, []),
-    ({"curve": False}, ["--no-curve"]),
-    ({"curve_batches": [64, 128], "curve_budget_s": 90.0}, ["--curve", "64,128", "--curve-budget", "90.0"]),
-])
+@pytest.mark.parametrize(
+    "options, expected",
+    [
+        ({}, []),
+        ({"curve": False}, ["--no-curve"]),
+        ({"curve_batches": [64, 128], "curve_budget_s": 90.0}, ["--curve", "64,128", "--curve-budget", "90.0"]),
+    ],
+)
 def test_parallel_children_get_the_curve_options(options, expected):
     from memprobe.probe.parallel import scan_args
 
     args = scan_args(ScanOptions(precisions=["fp16"], **options), None)
-    curve_args = [a for i, a in enumerate(args) if a.startswith("--curve") or a == "--no-curve"
-                  or (i and args[i - 1] in ("--curve", "--curve-budget"))]
+    curve_args = [
+        a
+        for i, a in enumerate(args)
+        if a.startswith("--curve") or a == "--no-curve" or (i and args[i - 1] in ("--curve", "--curve-budget"))
+    ]
     assert curve_args == expected
 
 
 # --- the timed-step budget in a real (CPU) trial process session ---------------------------------
+
 
 def test_timed_steps_stop_at_the_budget_but_never_below_three(toy):
     from memprobe.probe.worker import MIN_TIMED_STEPS, Session
@@ -310,11 +364,18 @@ def test_timed_steps_stop_at_the_budget_but_never_below_three(toy):
         s.memory.cpu.__exit__(None, None, None)
 
 
-@pytest.mark.parametrize("first, later, budget, expected", [
-    (0.5, None, 10.0, 10), (2.0, None, 10.0, 5), (14.0, None, 10.0, 3), (2.0, None, None, 10), (None, None, 10.0, 10),
-    (14.0, 0.5, 10.0, 10),  # the set-up of a new size (or a compilation) in the first step does not count
-    (14.0, 2.5, 10.0, 4),
-])
+@pytest.mark.parametrize(
+    "first, later, budget, expected",
+    [
+        (0.5, None, 10.0, 10),
+        (2.0, None, 10.0, 5),
+        (14.0, None, 10.0, 3),
+        (2.0, None, None, 10),
+        (None, None, 10.0, 10),
+        (14.0, 0.5, 10.0, 10),  # the set-up of a new size (or a compilation) in the first step does not count
+        (14.0, 2.5, 10.0, 4),
+    ],
+)
 def test_steps_within_budget(first, later, budget, expected):
     from memprobe.probe.worker import Session
 
@@ -353,6 +414,7 @@ def test_ctrl_c_during_the_curve_keeps_the_proven_precision_and_the_points_timed
 
 # --- units: every curve line in the workload's unit, a length search speaks of lengths -----------------
 
+
 def test_curve_text_is_in_the_workloads_unit():
     from memprobe.probe.curve import curve_text
 
@@ -363,8 +425,9 @@ def test_curve_text_is_in_the_workloads_unit():
     length = CurvePoint(32256, "fit", True, samples_per_s=0.86, units_per_s=27639.4)
     assert curve_text(length, "tokens", "seq len") == "curve: seq len 32256 -> 27639.4 tokens/s (fresh process)"
     skipped = CurvePoint(64, "skipped", phase="refine", error="estimated 9.0 s, 2.0 s of the 45 s curve budget left")
-    assert curve_text(skipped, "images") == ("curve: batch 64 -> skipped (refine): estimated 9.0 s, 2.0 s of the 45 s "
-                                             "curve budget left")
+    assert curve_text(skipped, "images") == (
+        "curve: batch 64 -> skipped (refine): estimated 9.0 s, 2.0 s of the 45 s curve budget left"
+    )
 
 
 def test_a_sequence_length_scan_prints_lengths_and_tokens_per_second(monkeypatch):

@@ -27,9 +27,11 @@ REPORTS = Path(__file__).resolve().parents[1] / "reports"
 
 def h200_with_knee(skipped: bool = False):
     """The H200's resnet50 fp16 as an earlier scan measured it: b* 2048, the knee at 2644 (-36.6% at 2684), B 3321."""
-    result = with_curve(make_result(H200, "resnet50", {"fp16": {"batch": 3321, "speed": 4241.0}}, unit="images"), "fp16",
-                        {256: 5863.0, 512: 6216.0, 1024: 6476.0, 2048: 6686.0, 2644: 6690.0, 2684: 4241.0,
-                         3321: 4241.0})
+    result = with_curve(
+        make_result(H200, "resnet50", {"fp16": {"batch": 3321, "speed": 4241.0}}, unit="images"),
+        "fp16",
+        {256: 5863.0, 512: 6216.0, 1024: 6476.0, 2048: 6686.0, 2644: 6690.0, 2684: 4241.0, 3321: 4241.0},
+    )
     p = result.precisions["fp16"]
     p.knee_batch, p.knee_after_batch, p.knee_drop = 2644, 2684, round(4241.0 / 6690.0 - 1, 4)
     if skipped:
@@ -101,8 +103,10 @@ def test_guide_value_table_says_where_each_throughput_was_taken_and_the_knee():
 
 def test_curve_chart_marks_the_knee(tmp_path):
     comparison = build_comparison(loaded(h200_with_knee()))
-    assert [p.name for p in write_curve_chart(comparison, tmp_path)] == ["throughput_vs_batch.png",
-                                                                         "throughput_vs_batch.svg"]
+    assert [p.name for p in write_curve_chart(comparison, tmp_path)] == [
+        "throughput_vs_batch.png",
+        "throughput_vs_batch.svg",
+    ]
     assert "knee 2644: -36.6%" in (tmp_path / "throughput_vs_batch.svg").read_text()
     point = next(p for p in comparison.points if p.precision == "fp16")
     assert knee_mark(point) == (2644, 6690.0, "knee 2644: -36.6%")
@@ -110,8 +114,15 @@ def test_curve_chart_marks_the_knee(tmp_path):
     assert knee_mark(point) is None
 
 
-@pytest.mark.parametrize("args", [["report", "--scans", str(REPORTS / "h100")], ["report", str(REPORTS / "h100")],
-                                  ["guide", str(REPORTS / "h100")], ["report", "--scans", str(REPORTS / "h100_llm")]])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["report", "--scans", str(REPORTS / "h100")],
+        ["report", str(REPORTS / "h100")],
+        ["guide", str(REPORTS / "h100")],
+        ["report", "--scans", str(REPORTS / "h100_llm")],
+    ],
+)
 def test_committed_results_without_curves_still_render(args):
     done = CliRunner().invoke(main, args)
     assert done.exit_code == 0, done.output

@@ -25,8 +25,16 @@ from memprobe.workloads.custom import (
 )
 
 REPO = Path(__file__).resolve().parents[1]
-TINY_GPT2 = {"model_type": "gpt2", "n_layer": 2, "n_embd": 32, "n_head": 2, "vocab_size": 100, "n_positions": 64,
-             "bos_token_id": 0, "eos_token_id": 0}
+TINY_GPT2 = {
+    "model_type": "gpt2",
+    "n_layer": 2,
+    "n_embd": 32,
+    "n_head": 2,
+    "vocab_size": 100,
+    "n_positions": 64,
+    "bos_token_id": 0,
+    "eos_token_id": 0,
+}
 
 
 def error_lines(result):
@@ -34,11 +42,13 @@ def error_lines(result):
 
 
 def test_importing_memprobe_and_resolving_names_does_not_import_torch():
-    code = ("import sys, memprobe, memprobe.workloads.custom, memprobe.api, memprobe.cli\n"
-            "from memprobe.workloads.custom import resolve\n"
-            "resolve('timm:convnext_large'); resolve('hf:gpt2-large'); resolve('examples/my_model.py:build')\n"
-            "assert callable(memprobe.find_max_batch) and callable(memprobe.predict_max_batch)\n"
-            "print('torch' in sys.modules)")
+    code = (
+        "import sys, memprobe, memprobe.workloads.custom, memprobe.api, memprobe.cli\n"
+        "from memprobe.workloads.custom import resolve\n"
+        "resolve('timm:convnext_large'); resolve('hf:gpt2-large'); resolve('examples/my_model.py:build')\n"
+        "assert callable(memprobe.find_max_batch) and callable(memprobe.predict_max_batch)\n"
+        "print('torch' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 
@@ -48,6 +58,7 @@ def test_custom_families_are_registered():
 
 
 # --- names -> workloads --------------------------------------------------------------------------
+
 
 def test_timm_name():
     w = resolve("timm:convnext_large", CustomOptions(input_size=(3, 384, 384)))
@@ -63,8 +74,13 @@ def test_hf_name_embeds_the_packaged_config():
     assert (w.family, w.unit, w.optimizer["name"]) == ("hf", "sequences", "adamw")
     config = w.params["config"]
     # GPT-2 large's published hyper-parameters (36 layers, 1280 wide, 20 heads, 50257 tokens, 1024 positions)
-    assert (config["n_layer"], config["n_embd"], config["n_head"], config["vocab_size"], config["n_positions"]) == \
-        (36, 1280, 20, 50257, 1024)
+    assert (config["n_layer"], config["n_embd"], config["n_head"], config["vocab_size"], config["n_positions"]) == (
+        36,
+        1280,
+        20,
+        50257,
+        1024,
+    )
     assert w.params["task"] == "causal-lm" and w.params["seq_len"] == 1024
     assert w.params["config_source"] == "packaged gpt2-large.json"
     json.dumps(w.to_dict())  # serialisable: it travels to the trial processes and into the result file
@@ -93,13 +109,16 @@ def test_hf_name_without_local_config_is_one_line_saying_how(monkeypatch):
     assert "\n" not in message and "downloads nothing" in message and "hf-config:PATH" in message
 
 
-@pytest.mark.parametrize("text, words", [
-    ("hf-config:/nonexistent/config.json", "cannot read"),
-    ("timm:", "needs a model name"),
-    ("./no_such_file.py:build", "no file"),
-    ("examples/my_model.py:not-a-name", "expected FILE.py:FUNCTION"),
-    ("no_such_package_xyz.mod:build", "no module named"),
-])
+@pytest.mark.parametrize(
+    "text, words",
+    [
+        ("hf-config:/nonexistent/config.json", "cannot read"),
+        ("timm:", "needs a model name"),
+        ("./no_such_file.py:build", "no file"),
+        ("examples/my_model.py:not-a-name", "expected FILE.py:FUNCTION"),
+        ("no_such_package_xyz.mod:build", "no module named"),
+    ],
+)
 def test_bad_names(text, words):
     with pytest.raises(CustomModelError, match=words):
         resolve(text)
@@ -155,6 +174,7 @@ def test_target_of_functions():
 
 # --- models.yaml entries of the custom families --------------------------------------------------
 
+
 def test_registry_entries_of_custom_families(tmp_path):
     (tmp_path / "models.yaml").write_text(f"""
 convnext:
@@ -170,7 +190,7 @@ gpt2:
 mine:
   family: module
   unit: samples
-  params: {{target: {REPO / 'examples' / 'my_model.py'}:build}}
+  params: {{target: {REPO / "examples" / "my_model.py"}:build}}
   optimizer: {{name: adamw}}
 """)
     registry = load_registry(tmp_path / "models.yaml")
@@ -180,27 +200,37 @@ mine:
     assert mine.params["target"].endswith("my_model.py:build")
 
 
-@pytest.mark.parametrize("family, params, words", [
-    ("timm", "{input_size: [3, 224, 224]}", "params.model"),
-    ("timm", "{model: resnet50, input_size: [224, 224]}", r"\[C, H, W\]"),
-    ("hf", "{task: causal-lm}", "params.config"),
-    ("hf", "{config: gpt2-large, task: translate}", "unknown task"),
-    ("module", "{}", "params.target"),
-])
+@pytest.mark.parametrize(
+    "family, params, words",
+    [
+        ("timm", "{input_size: [3, 224, 224]}", "params.model"),
+        ("timm", "{model: resnet50, input_size: [224, 224]}", r"\[C, H, W\]"),
+        ("hf", "{task: causal-lm}", "params.config"),
+        ("hf", "{config: gpt2-large, task: translate}", "unknown task"),
+        ("module", "{}", "params.target"),
+    ],
+)
 def test_bad_registry_entries_of_custom_families(tmp_path, family, params, words):
     (tmp_path / "models.yaml").write_text(
-        f"m:\n  family: {family}\n  unit: samples\n  params: {params}\n  optimizer: {{name: sgd}}\n")
+        f"m:\n  family: {family}\n  unit: samples\n  params: {params}\n  optimizer: {{name: sgd}}\n"
+    )
     with pytest.raises(CustomModelError, match=words):
         prepare(load_registry(tmp_path / "models.yaml")["m"])
 
 
 # --- the CLI's one-line errors ------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("command", ["scan", "predict"])
 def test_cli_missing_hf_config_is_one_line(run, command, monkeypatch):
     monkeypatch.setattr("memprobe.workloads.custom._cached_hf_config", lambda name: None)
-    result = run(command, "--model", "hf:not-packaged-model", "--device" if command == "scan" else "--steps",
-                 "cpu" if command == "scan" else "3")
+    result = run(
+        command,
+        "--model",
+        "hf:not-packaged-model",
+        "--device" if command == "scan" else "--steps",
+        "cpu" if command == "scan" else "3",
+    )
     assert result.exit_code == 1 and "Traceback" not in result.output
     (line,) = error_lines(result)
     assert "hf-config:PATH" in line
@@ -212,6 +242,7 @@ def test_cli_bad_input_size(run):
 
 
 # --- ScanResult conveniences -------------------------------------------------------------------
+
 
 def test_scan_result_conveniences_on_a_committed_file():
     path = next((REPO / "reports" / "h100").glob("*_bert-large-squad_train_*.json"))

@@ -48,10 +48,23 @@ def _pids(result: LaunchResult) -> list[int]:
 
 # --- real launches --------------------------------------------------------------------------------
 
+
 def test_a_fake_oom_on_one_rank_makes_the_trial_an_oom_and_both_ranks_exit():
     started = time.monotonic()
-    result = launch(LaunchRequest(TOY.to_dict(), "fp32", "ddp", 2, [1, 2], device="cpu", cpu_budget_bytes=ROOMY,
-                                  rank_cpu_budget_bytes={"1": TIGHT}, pg_timeout_s=20, timeout_s=120))
+    result = launch(
+        LaunchRequest(
+            TOY.to_dict(),
+            "fp32",
+            "ddp",
+            2,
+            [1, 2],
+            device="cpu",
+            cpu_budget_bytes=ROOMY,
+            rank_cpu_budget_bytes={"1": TIGHT},
+            pg_timeout_s=20,
+            timeout_s=120,
+        )
+    )
     assert [a.outcome for a in result.attempts] == [OOM]  # batch 2 never ran
     assert result.attempts[0].message.startswith("rank 1: OutOfMemoryError")
     assert result.ranks[1]["failure"]["outcome"] == OOM
@@ -62,8 +75,11 @@ def test_a_fake_oom_on_one_rank_makes_the_trial_an_oom_and_both_ranks_exit():
 
 def test_a_hung_rank_is_ended_by_the_process_group_timeout(monkeypatch):
     monkeypatch.setenv("MEMPROBE_TEST_HANG_RANK", "1")
-    result = launch(LaunchRequest(TOY.to_dict(), "fp32", "ddp", 2, [1], device="cpu", cpu_budget_bytes=ROOMY,
-                                  pg_timeout_s=3, timeout_s=120))
+    result = launch(
+        LaunchRequest(
+            TOY.to_dict(), "fp32", "ddp", 2, [1], device="cpu", cpu_budget_bytes=ROOMY, pg_timeout_s=3, timeout_s=120
+        )
+    )
     assert [a.outcome for a in result.attempts] == [TIMEOUT]
     assert result.attempts[0].message.startswith("rank 0:")  # rank 0 waited for rank 1 in a collective
     assert not result.timed_out and result.wall_seconds < 60
@@ -72,16 +88,31 @@ def test_a_hung_rank_is_ended_by_the_process_group_timeout(monkeypatch):
 
 def test_ranks_that_all_hang_are_killed_by_the_launcher_timeout(monkeypatch):
     monkeypatch.setenv("MEMPROBE_TEST_HANG_RANK", "all")
-    result = launch(LaunchRequest(TOY.to_dict(), "fp32", "ddp", 2, [1], device="cpu", cpu_budget_bytes=ROOMY,
-                                  pg_timeout_s=300, timeout_s=10))
+    result = launch(
+        LaunchRequest(
+            TOY.to_dict(), "fp32", "ddp", 2, [1], device="cpu", cpu_budget_bytes=ROOMY, pg_timeout_s=300, timeout_s=10
+        )
+    )
     assert result.timed_out and [a.outcome for a in result.attempts] == [TIMEOUT]
     assert result.wall_seconds < 40
     assert len(_pids(result)) == 2 and not any(_alive(pid) for pid in _pids(result))
 
 
 def test_a_batch_fits_only_when_every_rank_committed_it_and_the_group_is_timed():
-    result = launch(LaunchRequest(TOY.to_dict(), "bf16", "fsdp", 2, [1, 3], device="cpu", cpu_budget_bytes=ROOMY,
-                                  measure={"warmup": 1, "steps": 2}, pg_timeout_s=30, timeout_s=120))
+    result = launch(
+        LaunchRequest(
+            TOY.to_dict(),
+            "bf16",
+            "fsdp",
+            2,
+            [1, 3],
+            device="cpu",
+            cpu_budget_bytes=ROOMY,
+            measure={"warmup": 1, "steps": 2},
+            pg_timeout_s=30,
+            timeout_s=120,
+        )
+    )
     assert [(a.batch, a.outcome, a.fresh) for a in result.attempts] == [(1, FIT, True), (3, FIT, False)]
     assert all(r["done"] and [b["batch"] for b in r["batches"]] == [1, 3] for r in result.ranks)
     assert result.setup["wrap"]["strategy"] == "fsdp" and result.setup["wrap"]["block_type"] == ["Linear"]
@@ -93,10 +124,25 @@ def test_a_batch_fits_only_when_every_rank_committed_it_and_the_group_is_timed()
 
 # --- rank records to outcomes (no launch) ---------------------------------------------------------
 
+
 def _record(rank, batches=(), failure=None, done=False):
-    return {"rank": rank, "batches": [{"batch": b, "outcome": FIT, "peak_allocated": 10 * b + rank,
-                                       "peak_reserved": 20 * b + rank, "seconds": 0.1, "steps": 3} for b in batches],
-            "failure": failure, "done": done, "measure": None}
+    return {
+        "rank": rank,
+        "batches": [
+            {
+                "batch": b,
+                "outcome": FIT,
+                "peak_allocated": 10 * b + rank,
+                "peak_reserved": 20 * b + rank,
+                "seconds": 0.1,
+                "steps": 3,
+            }
+            for b in batches
+        ],
+        "failure": failure,
+        "done": done,
+        "measure": None,
+    }
 
 
 def _request(batches):
@@ -104,8 +150,10 @@ def _request(batches):
 
 
 def test_the_earliest_recorded_failure_is_the_outcome():
-    records = [_record(0, [1], {"stage": "trial", "batch": 2, "outcome": CRASH, "message": "peer gone", "at": 20.0}),
-               _record(1, [1], {"stage": "trial", "batch": 2, "outcome": OOM, "message": "OutOfMemoryError", "at": 10.0})]
+    records = [
+        _record(0, [1], {"stage": "trial", "batch": 2, "outcome": CRASH, "message": "peer gone", "at": 20.0}),
+        _record(1, [1], {"stage": "trial", "batch": 2, "outcome": OOM, "message": "OutOfMemoryError", "at": 10.0}),
+    ]
     attempts, measure = aggregate(records, _request([1, 2]), 1, False)
     assert [(a.batch, a.outcome) for a in attempts] == [(1, FIT), (2, OOM)]
     assert attempts[0].peak_reserved == 21  # the largest peak of any rank
@@ -138,6 +186,7 @@ def test_every_launch_gets_the_multicast_switches_unless_already_set(monkeypatch
 
 # --- the per-GPU search against a fake launcher ---------------------------------------------------
 
+
 class FakeGroup:
     """Launches without processes: rank r needs STATIC + per_sample[r] x batch bytes of CAPACITY; the
     group steps in `step_s` seconds, one GPU in `single_step_s`; one GPU alone fits up to `single_edge`."""
@@ -145,27 +194,51 @@ class FakeGroup:
     STATIC, CAPACITY = 1000, 100_000
 
     def __init__(self, per_sample=(90, 100), step_s=0.55, single_step_s=0.5, single_edge=10_000):
-        self.per_sample, self.step_s, self.single_step_s, self.single_edge = per_sample, step_s, single_step_s, single_edge
+        self.per_sample, self.step_s, self.single_step_s, self.single_edge = (
+            per_sample,
+            step_s,
+            single_step_s,
+            single_edge,
+        )
         self.requests: list[LaunchRequest] = []
 
     def __call__(self, req: LaunchRequest) -> LaunchResult:
         self.requests.append(req)
-        per_sample = self.per_sample[:req.world_size] if req.strategy != "none" else (max(self.per_sample),)
+        per_sample = self.per_sample[: req.world_size] if req.strategy != "none" else (max(self.per_sample),)
         attempts = []
         for batch in req.batches:
             peaks = [self.STATIC + c * batch for c in per_sample]
             fits = max(peaks) <= self.CAPACITY and (req.strategy != "none" or batch <= self.single_edge)
-            attempts.append(Attempt(batch, FIT if fits else OOM, max(peaks), max(peaks), 0.1, "" if fits else "rank 1: oom",
-                                    fresh=not attempts))
+            attempts.append(
+                Attempt(
+                    batch,
+                    FIT if fits else OOM,
+                    max(peaks),
+                    max(peaks),
+                    0.1,
+                    "" if fits else "rank 1: oom",
+                    fresh=not attempts,
+                )
+            )
             if not fits:
                 break
         measure = None
         if req.measure and attempts[-1].fits:
             step = self.step_s if req.world_size > 1 else self.single_step_s
             samples = req.world_size * req.batches[-1] / step
-            measure = Timed(outcome=FIT, batch=req.batches[-1], samples_per_s=samples, units_per_s=2 * samples,
-                            unit="tokens", step_time={"median_s": step})
-        setup = {"capacity_bytes": self.CAPACITY, "environment": {"gpu": {"name": "cpu"}}, "wrap": {"strategy": req.strategy}}
+            measure = Timed(
+                outcome=FIT,
+                batch=req.batches[-1],
+                samples_per_s=samples,
+                units_per_s=2 * samples,
+                unit="tokens",
+                step_time={"median_s": step},
+            )
+        setup = {
+            "capacity_bytes": self.CAPACITY,
+            "environment": {"gpu": {"name": "cpu"}},
+            "wrap": {"strategy": req.strategy},
+        }
         ranks = [{"rank": r, "setup": setup} for r in range(req.world_size)]
         return LaunchResult(attempts, measure, setup, 0, False, 1.0, "", ranks)
 
@@ -209,13 +282,18 @@ def test_a_distributed_scan_writes_world_size_strategy_and_nccl_facts(tmp_path, 
 
 
 def test_options_a_multi_gpu_scan_cannot_honour_are_user_errors(tmp_path):
-    for opts, world, strategy in ((_opts(), 1, "ddp"), (_opts(), 2, "zero3"), (_opts(mode="infer"), 2, "ddp"),
-                                  (_opts(compile=True), 2, "ddp")):
+    for opts, world, strategy in (
+        (_opts(), 1, "ddp"),
+        (_opts(), 2, "zero3"),
+        (_opts(mode="infer"), 2, "ddp"),
+        (_opts(compile=True), 2, "ddp"),
+    ):
         with pytest.raises(DistributedScanError):
             scan_distributed(TOY, opts, world, strategy, tmp_path, RecordingProgress(), FakeGroup())
 
 
 # --- arithmetic and option parsing ----------------------------------------------------------------
+
 
 def test_scaling_efficiency_is_n_gpu_throughput_over_n_times_one_gpu():
     assert scaling_efficiency(180.0, 100.0, 2) == pytest.approx(0.9)
@@ -224,8 +302,12 @@ def test_scaling_efficiency_is_n_gpu_throughput_over_n_times_one_gpu():
         scaling_efficiency(100.0, 0.0, 2)
     with pytest.raises(ValueError):
         scaling_efficiency(100.0, 50.0, 0)
-    record = scaling_record(2, 64, {"outcome": FIT, "samples_per_s": 150.0, "units_per_s": 300.0, "unit": "tokens"},
-                            {"outcome": FIT, "samples_per_s": 100.0, "units_per_s": 200.0})
+    record = scaling_record(
+        2,
+        64,
+        {"outcome": FIT, "samples_per_s": 150.0, "units_per_s": 300.0, "unit": "tokens"},
+        {"outcome": FIT, "samples_per_s": 100.0, "units_per_s": 200.0},
+    )
     assert (record["speedup"], record["efficiency"], record["unit"]) == (1.5, 0.75, "tokens")
     missing = scaling_record(2, 64, {"outcome": FIT, "samples_per_s": 150.0}, {"outcome": OOM})
     assert missing["efficiency"] is None and missing["throughput_1"] is None
@@ -250,8 +332,11 @@ def test_fsdp_shards_the_repeated_blocks_and_the_root_keeps_the_rest():
     from memprobe.training.wrap import shard_blocks
 
     registry = load_registry()
-    expected = {"toy-bert-squad": ({"BertLayer"}, 2), "toy-transformer": ({"EncoderLayer", "DecoderLayer"}, 4),
-                "toy": ({"Linear"}, 4)}
+    expected = {
+        "toy-bert-squad": ({"BertLayer"}, 2),
+        "toy-transformer": ({"EncoderLayer", "DecoderLayer"}, 4),
+        "toy": ({"Linear"}, 4),
+    }
     for name, (types, count) in expected.items():
         w = registry[name]
         task = family_builder(w.family)(w.params, w.optimizer, torch.device("cpu"))
@@ -268,8 +353,16 @@ def test_a_workload_with_two_optimizers_is_refused_before_any_launch(tmp_path):
 
 def test_a_launch_that_fails_before_any_rank_builds_the_model_is_an_error_not_a_max_batch():
     def broken(req: LaunchRequest) -> LaunchResult:
-        return LaunchResult([Attempt(1, CRASH, message="launcher exit 1, ranks [0, 1] left no result: No module named x")],
-                            None, None, 1, False, 1.0, "No module named x", [None, None])
+        return LaunchResult(
+            [Attempt(1, CRASH, message="launcher exit 1, ranks [0, 1] left no result: No module named x")],
+            None,
+            None,
+            1,
+            False,
+            1.0,
+            "No module named x",
+            [None, None],
+        )
 
     result, setup = scan_precision_distributed(TOY, "fp32", _opts(), 2, "ddp", RecordingProgress(), broken)
     assert result.status == "error" and "No module named x" in result.error

@@ -19,8 +19,12 @@ def run(*args):
 
 
 def test_gpus_and_strategy_mistakes_are_one_line_usage_errors():
-    for args, words in ((["--gpus", "two"], "--gpus"), (["--gpus", "2", "--strategy", "zero"], "unknown strategy"),
-                        (["--gpus", "2", "--compile"], "--compile"), (["--gpus", "2", "--mode", "infer"], "--mode train")):
+    for args, words in (
+        (["--gpus", "two"], "--gpus"),
+        (["--gpus", "2", "--strategy", "zero"], "unknown strategy"),
+        (["--gpus", "2", "--compile"], "--compile"),
+        (["--gpus", "2", "--mode", "infer"], "--mode train"),
+    ):
         result = run("scan", "--model", "toy", "--device", "cpu", "--cpu-memory-budget", "8MiB", *args)
         assert result.exit_code == 2, result.output
         errors = [line for line in result.output.splitlines() if line.startswith("Error")]
@@ -28,8 +32,25 @@ def test_gpus_and_strategy_mistakes_are_one_line_usage_errors():
 
 
 def test_a_parallel_scan_spreads_precisions_over_gpus_and_writes_one_file_per_workload(tmp_path):
-    result = run("scan", "--model", "toy", "--precision", "fp32,bf16", "--device", "cpu", "--cpu-memory-budget", "3MiB",
-                 "--no-throughput", "--max-batch", "40", "--parallel", "--gpus", "2", "--out", str(tmp_path))
+    result = run(
+        "scan",
+        "--model",
+        "toy",
+        "--precision",
+        "fp32,bf16",
+        "--device",
+        "cpu",
+        "--cpu-memory-budget",
+        "3MiB",
+        "--no-throughput",
+        "--max-batch",
+        "40",
+        "--parallel",
+        "--gpus",
+        "2",
+        "--out",
+        str(tmp_path),
+    )
     assert result.exit_code == 0, result.output
     files = sorted(tmp_path.glob("*.json"))
     assert len(files) == 1 and files[0].name.startswith("cpu_toy_train_")
@@ -62,13 +83,19 @@ def test_merging_parts_keeps_the_asked_order_and_a_missing_or_partial_part_makes
     from memprobe.probe.parallel import Job, merge_parts
 
     def part(precision, status, batch):
-        result = ScanResult(workload=TOY.to_dict(), environment={"gpu": {"name": "Fake GPU"}}, settings={},
-                            precisions={precision: PrecisionResult(precision, status="done", max_batch=batch)},
-                            status=status)
+        result = ScanResult(
+            workload=TOY.to_dict(),
+            environment={"gpu": {"name": "Fake GPU"}},
+            settings={},
+            precisions={precision: PrecisionResult(precision, status="done", max_batch=batch)},
+            status=status,
+        )
         return write_result(result, tmp_path / "parts" / f"{precision}.json")
 
-    parts = {"bf16": (part("bf16", "complete", 20), Job(TOY, "bf16", slot="1", seconds=3.0)),
-             "fp32": (part("fp32", "complete", 10), Job(TOY, "fp32", slot="0", seconds=5.0))}
+    parts = {
+        "bf16": (part("bf16", "complete", 20), Job(TOY, "bf16", slot="1", seconds=3.0)),
+        "fp32": (part("fp32", "complete", 10), Job(TOY, "fp32", slot="0", seconds=5.0)),
+    }
     merged, path = merge_parts(TOY, ["fp32", "bf16"], parts, tmp_path, "train")
     back = read_result(path)
     assert list(back.precisions) == ["fp32", "bf16"] and back.status == "complete"
@@ -83,6 +110,9 @@ def test_the_interconnect_summary_names_nvlink_or_the_pcie_path():
 
     nvlink = {"gpus": [0, 1], "nvlinks_active": {"0": 18, "1": 18}, "pairs": [{"gpus": [0, 1], "nvlink_p2p": True}]}
     assert summary(nvlink) == "NVLink (18 links per GPU)"
-    pcie = {"gpus": [0, 1], "pairs": [{"gpus": [0, 1], "nvlink_p2p": False, "pcie_common_ancestor": "PCIe host bridge"}]}
+    pcie = {
+        "gpus": [0, 1],
+        "pairs": [{"gpus": [0, 1], "nvlink_p2p": False, "pcie_common_ancestor": "PCIe host bridge"}],
+    }
     assert summary(pcie) == "PCIe (PCIe host bridge)"
     assert visible_indices(2, "3,1,0") == [3, 1] and visible_indices(2, None) == [0, 1]

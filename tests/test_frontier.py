@@ -30,11 +30,13 @@ TOKENS = 40_000  # the fake card fits batch x length <= TOKENS tokens
 
 def fake_point(fits):
     """A point measured as a scan measures it: the search, then the fresh-process proof, over fake trials."""
+
     def measure(kind: str, fixed: int) -> FrontierPoint:
         ok = (lambda b: fits(b, fixed)) if kind == BATCH_AT_SEQ else (lambda s: fits(fixed, s))
         found = find_max_batch(lambda n: Attempt(n, FIT if ok(n) else OOM), None, 65536, 60)
         edge = confirm_edge(lambda n: Attempt(n, FIT if ok(n) else OOM), found, 3, 65536)
         return FrontierPoint(kind, fixed, MEASURED, edge.max_batch, edge.max_batch + 1, edge.verified)
+
     return measure
 
 
@@ -57,6 +59,7 @@ def test_non_monotone_frontier_is_recorded_as_found_and_flagged():
     # an allocator effect: at length 1024 a larger batch fits than at 512
     def fits(b, s):
         return b <= (100 if s == 1024 else TOKENS // s)
+
     points, notes = walk(fake_point(fits), None, 2048, 4)
     assert {p.fixed: p.found for p in points if p.kind == BATCH_AT_SEQ} == {512: 78, 1024: 100, 2048: 19}
     assert any("not monotone" in n and "1024 is 100" in n for n in notes)
@@ -80,11 +83,22 @@ def test_point_workloads_are_the_existing_variants():
 
 
 def _frontier_file(tmp_path, source, found, gpu):
-    frontier = Frontier("bf16", source, 100.0, [FrontierPoint(BATCH_AT_SEQ, 512, source, found, found + 1, True),
-                                                FrontierPoint(SEQ_AT_BATCH, 1, SKIPPED, note="time budget")])
-    result = ScanResult({"name": "llama-1b+frontier", "family": "llama-causal-lm", "params": {}},
-                        {"gpu": {"name": gpu}}, {"search": "frontier"}, status="complete",
-                        frontier={"bf16": frontier.to_dict()})
+    frontier = Frontier(
+        "bf16",
+        source,
+        100.0,
+        [
+            FrontierPoint(BATCH_AT_SEQ, 512, source, found, found + 1, True),
+            FrontierPoint(SEQ_AT_BATCH, 1, SKIPPED, note="time budget"),
+        ],
+    )
+    result = ScanResult(
+        {"name": "llama-1b+frontier", "family": "llama-causal-lm", "params": {}},
+        {"gpu": {"name": gpu}},
+        {"search": "frontier"},
+        status="complete",
+        frontier={"bf16": frontier.to_dict()},
+    )
     return write_result(result, tmp_path / f"{source}.json")
 
 
@@ -94,14 +108,17 @@ def test_frontier_section_round_trips_and_report_pairs_measured_with_predicted(t
     back = read_result(path)
     assert Frontier.from_dict(back.frontier["bf16"]).points[0].found == 40
     assert "frontier" not in json.loads(write_result(ScanResult({}, {}, {}), tmp_path / "plain.json").read_text())
-    out = CliRunner().invoke(main, ["report", "--frontier", str(tmp_path / "measured.json"),
-                                    str(tmp_path / "predicted.json"), "--format", "json"])
+    out = CliRunner().invoke(
+        main,
+        ["report", "--frontier", str(tmp_path / "measured.json"), str(tmp_path / "predicted.json"), "--format", "json"],
+    )
     assert out.exit_code == 0, out.output
     rows = json.loads(out.output)
     first = next(r for r in rows if r["point"] == "max batch at length 512")
     assert (first["measured"], first["predicted"], first["predicted / measured"]) == ("40", "44", "1.10")
     assert next(r for r in rows if r["point"] == "max length at batch 1")["measured"] == "skipped"
-    chart = CliRunner().invoke(main, ["report", "--frontier", str(tmp_path / "measured.json"), "--charts",
-                                      str(tmp_path / "charts")])
+    chart = CliRunner().invoke(
+        main, ["report", "--frontier", str(tmp_path / "measured.json"), "--charts", str(tmp_path / "charts")]
+    )
     assert chart.exit_code == 0, chart.output
     assert (tmp_path / "charts" / "frontier.png").exists()

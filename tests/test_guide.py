@@ -19,36 +19,71 @@ from memprobe.core.results import write_result
 from test_report import H100, GiB, loaded, make_result
 
 
-def card(name: str, gib: float, cc: str = "8.6", usd: float | None = None, tdp: float | None = 300,
-         patterns: tuple[str, ...] = ()) -> Card:
-    return Card(name=name, aliases=(), device_patterns=patterns, architecture="test", compute_capability=cc,
-                memory_bytes=int(gib * GiB), peak_tflops={"fp32": None, "tf32": None, "fp16": None, "bf16": None},
-                peak_source="test", bandwidth_gb_s=None, tdp_w=tdp, spec_source="test",
-                prices=(Price(usd, "2026", "test"),) if usd else ())
+def card(
+    name: str,
+    gib: float,
+    cc: str = "8.6",
+    usd: float | None = None,
+    tdp: float | None = 300,
+    patterns: tuple[str, ...] = (),
+) -> Card:
+    return Card(
+        name=name,
+        aliases=(),
+        device_patterns=patterns,
+        architecture="test",
+        compute_capability=cc,
+        memory_bytes=int(gib * GiB),
+        peak_tflops={"fp32": None, "tf32": None, "fp16": None, "bf16": None},
+        peak_source="test",
+        bandwidth_gb_s=None,
+        tdp_w=tdp,
+        spec_source="test",
+        prices=(Price(usd, "2026", "test"),) if usd else (),
+    )
 
 
 # Measured card: datasheet 80 GiB, the driver exposes 79 GiB, the allocator could use 78 GiB -> overhead 2 GiB.
 BIG = card("Big 80", 80, patterns=("BIGCARD",))
-SMALL_CATALOG = Catalog(cards=(card("Six", 6, cc="7.5"), card("Eight", 8), card("Card 24", 24, usd=2000),
-                               card("Card 48", 48, usd=5000), BIG), sources={"test": "test"})
+SMALL_CATALOG = Catalog(
+    cards=(
+        card("Six", 6, cc="7.5"),
+        card("Eight", 8),
+        card("Card 24", 24, usd=2000),
+        card("Card 48", 48, usd=5000),
+        BIG,
+    ),
+    sources={"test": "test"},
+)
 # The overhead data as if memprobe had scanned the Big 80: capacity 78 GiB, 2 GiB overhead carried to the others.
 TABLE = OverheadTable({"Big 80": ScannedCard("Big 80", 78 * GiB, 2 * GiB, 1, ("BIGCARD",), ("test",))}, "test")
 
 
 def measured(static_gib: float = 4, per_sample_gib: float = 1, batch: int = 74, precision: str = "fp16"):
-    return make_result("BIGCARD-1", precisions={precision: {
-        "batch": batch, "speed": 100.0, "static": static_gib * GiB, "per_sample": per_sample_gib * GiB,
-        "capacity": 78 * GiB}}, total_bytes=79 * GiB)
+    return make_result(
+        "BIGCARD-1",
+        precisions={
+            precision: {
+                "batch": batch,
+                "speed": 100.0,
+                "static": static_gib * GiB,
+                "per_sample": per_sample_gib * GiB,
+                "capacity": 78 * GiB,
+            }
+        },
+        total_bytes=79 * GiB,
+    )
 
 
 # --- the arithmetic -------------------------------------------------------------------------------
 
+
 def test_predict_max_batch_by_hand():
     # static 4 GiB + 1 GiB per sample on a 24 GiB card with 1.5 GiB overhead: 22.5 GiB usable -> 18 samples
     assert predict_max_batch(4 * GiB, 1 * GiB, 24 * GiB - 1.5 * GiB) == 18
-    assert predict_max_batch(4 * GiB, 1 * GiB, 5 * GiB) == 1       # exactly one sample fits
-    assert predict_max_batch(4 * GiB, 1 * GiB, 5 * GiB - 1) == 0   # one byte short
-    assert predict_max_batch(4 * GiB, 1 * GiB, 3 * GiB) == 0       # not even the model fits
+    assert predict_max_batch(4 * GiB, 1 * GiB, 5 * GiB) == 1  # exactly one sample fits
+    assert predict_max_batch(4 * GiB, 1 * GiB, 5 * GiB - 1) == 0  # one byte short
+    assert predict_max_batch(4 * GiB, 1 * GiB, 3 * GiB) == 0  # not even the model fits
     with pytest.raises(ValueError):
         predict_max_batch(4 * GiB, 0, 24 * GiB)
 
@@ -63,8 +98,9 @@ def test_overhead_is_derived_from_the_measured_card():
 
 
 def test_overhead_of_a_card_the_catalog_does_not_know_uses_the_reported_total():
-    result = make_result("Mystery GPU", precisions={"fp32": {"batch": 3, "capacity": 10 * GiB, "per_sample": GiB}},
-                         total_bytes=11 * GiB)
+    result = make_result(
+        "Mystery GPU", precisions={"fp32": {"batch": 3, "capacity": 10 * GiB, "per_sample": GiB}}, total_bytes=11 * GiB
+    )
     overhead = overhead_for(result, result.precisions["fp32"], SMALL_CATALOG)
     assert overhead.bytes == 1 * GiB and "not in the catalog" in overhead.describe()
 
@@ -74,7 +110,7 @@ def test_predictions_on_every_card_against_the_hand_computed_model():
     assert notes == [] and len(models) == 1
     by_card = {p.card.name: p for p in predictions(models, SMALL_CATALOG.cards, TABLE)}
     # usable = card - 2 GiB; batch = floor((usable - 4 GiB) / 1 GiB)
-    assert by_card["Six"].batch == 0                      # 4 GiB usable: only the static part fits
+    assert by_card["Six"].batch == 0  # 4 GiB usable: only the static part fits
     assert by_card["Eight"].batch == 2
     assert by_card["Card 24"].batch == 18 and by_card["Card 24"].origin == PREDICTED
     assert by_card["Card 48"].batch == 42
@@ -85,7 +121,7 @@ def test_predictions_on_every_card_against_the_hand_computed_model():
 def test_bf16_is_not_predicted_on_cards_without_it():
     models, _ = memory_models(loaded(measured(precision="bf16")), SMALL_CATALOG)
     by_card = {p.card.name: p for p in predictions(models, SMALL_CATALOG.cards, TABLE)}
-    assert by_card["Six"].batch is None   # compute capability 7.5: no bf16
+    assert by_card["Six"].batch is None  # compute capability 7.5: no bf16
     assert by_card["Eight"].batch == 2
 
 
@@ -97,27 +133,48 @@ def test_a_precision_without_a_memory_model_is_noted_not_predicted():
 
 # --- verdicts ---------------------------------------------------------------------------------------
 
+
 def test_verdicts_follow_the_rule():
-    light = measured(static_gib=4, per_sample_gib=1, batch=74)            # fits everywhere but the 6 GiB card
-    heavy = make_result("BIGCARD", workload="heavy", precisions={"fp16": {
-        "batch": 36, "speed": 5.0, "static": 40 * GiB, "per_sample": 1 * GiB, "capacity": 78 * GiB}}, total_bytes=79 * GiB)
+    light = measured(static_gib=4, per_sample_gib=1, batch=74)  # fits everywhere but the 6 GiB card
+    heavy = make_result(
+        "BIGCARD",
+        workload="heavy",
+        precisions={
+            "fp16": {"batch": 36, "speed": 5.0, "static": 40 * GiB, "per_sample": 1 * GiB, "capacity": 78 * GiB}
+        },
+        total_bytes=79 * GiB,
+    )
     models, _ = memory_models(loaded(light, heavy), SMALL_CATALOG)
     found = {v.card.name: v for v in verdicts(predictions(models, SMALL_CATALOG.cards, TABLE), SMALL_CATALOG.cards)}
     # largest batches: toy 74, heavy 36 (both on Big 80) -> roomy from ceil(74/8) = 10 and ceil(36/8) = 5
-    assert found["Six"].verdict == VERDICT_NO                 # toy 0, heavy 0
-    assert found["Eight"].verdict == VERDICT_MOST             # toy 2 (small), heavy 0: half of them train
-    assert found["Card 24"].verdict == VERDICT_MOST           # toy 18 roomy, heavy 0 (needs 42 GiB + 2)
-    assert found["Card 48"].verdict == VERDICT_ALL            # toy 42, heavy 6 >= 5
+    assert found["Six"].verdict == VERDICT_NO  # toy 0, heavy 0
+    assert found["Eight"].verdict == VERDICT_MOST  # toy 2 (small), heavy 0: half of them train
+    assert found["Card 24"].verdict == VERDICT_MOST  # toy 18 roomy, heavy 0 (needs 42 GiB + 2)
+    assert found["Card 48"].verdict == VERDICT_ALL  # toy 42, heavy 6 >= 5
     assert found["Big 80"].verdict == VERDICT_ALL
     assert found["Card 48"].best == {"toy": (42, "fp16", PREDICTED), "heavy": (6, "fp16", PREDICTED)}
 
 
 # --- the whole guide ------------------------------------------------------------------------------
 
+
 def test_guide_on_the_packaged_catalog_marks_predictions_and_states_the_overhead(tmp_path):
-    result = make_result(H100, workload="bert-large", unit="sequences", precisions={"fp16": {
-        "batch": 100, "speed": 100.0, "static": 4 * GiB, "per_sample": 0.75 * GiB, "capacity": 78 * GiB,
-        "util": {"power_w": {"mean": 500.0}}}}, total_bytes=79 * GiB)
+    result = make_result(
+        H100,
+        workload="bert-large",
+        unit="sequences",
+        precisions={
+            "fp16": {
+                "batch": 100,
+                "speed": 100.0,
+                "static": 4 * GiB,
+                "per_sample": 0.75 * GiB,
+                "capacity": 78 * GiB,
+                "util": {"power_w": {"mean": 500.0}},
+            }
+        },
+        total_bytes=79 * GiB,
+    )
     text = guide_report(loaded(result, tmp_path=tmp_path), fmt="plain")
     # the usable memory is the packaged data's, as predict takes it, whatever the file measured
     assert "Usable memory per card, as `memprobe predict --gpu CARD` takes it" in text
@@ -134,14 +191,20 @@ def test_guide_on_the_packaged_catalog_marks_predictions_and_states_the_overhead
 
 
 def test_guide_value_table_uses_published_throughput_for_matching_workloads(tmp_path):
-    result = make_result(H100, workload="resnet50", unit="images", precisions={"fp16": {
-        "batch": 1500, "speed": 3000.0, "static": 2 * GiB, "per_sample": 0.05 * GiB, "capacity": 78 * GiB}})
+    result = make_result(
+        H100,
+        workload="resnet50",
+        unit="images",
+        precisions={
+            "fp16": {"batch": 1500, "speed": 3000.0, "static": 2 * GiB, "per_sample": 0.05 * GiB, "capacity": 78 * GiB}
+        },
+    )
     data = json.loads(guide_report(loaded(result), fmt="json"))
     value = next(t for t in data["tables"] if t["key"] == "value")
     cards = {(r["card"], r["throughput"]["origin"]) for r in value["rows"]}
     assert ("H100 SXM", "measured") in cards and ("GeForce RTX 4090", "published") in cards
     rtx4090 = next(r for r in value["rows"] if r["card"] == "GeForce RTX 4090" and r["precision"] == "fp16")
-    assert rtx4090["per 1000 USD"]["text"] == "612.24 (pub)"   # 1301 img/s / 2125 USD
+    assert rtx4090["per 1000 USD"]["text"] == "612.24 (pub)"  # 1301 img/s / 2125 USD
 
 
 def test_budget_filters_cards_by_price():

@@ -25,18 +25,26 @@ CLIFF = 2675  # the H200's resnet50 fp16 cliff: 2672 fits the fast kernels, 2680
 def point(batch, speed, spread=0.0, outcome="fit"):
     """A timed point at `speed` samples/s whose step times spread by +-`spread` (a share of the median)."""
     median = batch / speed
-    return {"batch": batch, "outcome": outcome, "samples_per_s": speed, "units_per_s": speed,
-            "step_median_s": median, "step_p10_s": median * (1 - spread), "step_p90_s": median * (1 + spread)}
+    return {
+        "batch": batch,
+        "outcome": outcome,
+        "samples_per_s": speed,
+        "units_per_s": speed,
+        "step_median_s": median,
+        "step_p10_s": median * (1 - spread),
+        "step_p90_s": median * (1 + spread),
+    }
 
 
 # --- the knee's rules -----------------------------------------------------------------------------
 
+
 def test_a_fall_beyond_ten_percent_and_beyond_the_spread_counts():
     assert counts(point(2048, 6686.0, 0.02), point(3321, 4241.0, 0.02))
-    assert not counts(point(1024, 1000.0), point(2048, 910.0))                 # -9%: not a knee
-    assert not counts(point(1024, 1000.0, 0.10), point(2048, 880.0, 0.10))     # -12%, inside the step-time spread
-    assert counts(point(1024, 1000.0, 0.01), point(2048, 880.0, 0.01))         # -12%, clear of it
-    assert not counts(point(1024, 900.0), point(2048, 1000.0))                 # a rise
+    assert not counts(point(1024, 1000.0), point(2048, 910.0))  # -9%: not a knee
+    assert not counts(point(1024, 1000.0, 0.10), point(2048, 880.0, 0.10))  # -12%, inside the step-time spread
+    assert counts(point(1024, 1000.0, 0.01), point(2048, 880.0, 0.01))  # -12%, clear of it
+    assert not counts(point(1024, 900.0), point(2048, 1000.0))  # a rise
 
 
 def test_falls_skip_points_that_did_not_fit_and_put_the_largest_first():
@@ -48,14 +56,15 @@ def test_falls_skip_points_that_did_not_fit_and_put_the_largest_first():
 
 def test_bisection_prefers_a_ladder_batch_inside_and_stops_at_two_percent():
     fall = Fall(512, 2048, -0.4)
-    assert bisect_batch(fall, planned=[256, 1024], taken=[]) == 1024       # the ladder's own batch inside
-    assert bisect_batch(fall, planned=[], taken=[]) == 1280                # else the middle
-    assert bisect_batch(fall, planned=[], taken=[1280]) is None            # tried (failed or skipped): give up
-    assert bisect_batch(Fall(2646, 2687, -0.36), [], []) is None           # 41 <= 2% of 2646: located
+    assert bisect_batch(fall, planned=[256, 1024], taken=[]) == 1024  # the ladder's own batch inside
+    assert bisect_batch(fall, planned=[], taken=[]) == 1280  # else the middle
+    assert bisect_batch(fall, planned=[], taken=[1280]) is None  # tried (failed or skipped): give up
+    assert bisect_batch(Fall(2646, 2687, -0.36), [], []) is None  # 41 <= 2% of 2646: located
     assert resolved(2672, 2680) and resolved(1, 2) and not resolved(2048, 2100)
 
 
 # --- the order points are timed in ----------------------------------------------------------------
+
 
 def test_coarse_pass_spans_the_range_before_the_rest():
     below = ladder(3321)[:-1]  # 32 ... 2048
@@ -65,6 +74,7 @@ def test_coarse_pass_spans_the_range_before_the_rest():
 
 
 # --- a fake curve in fake processes, with a fake clock --------------------------------------------
+
 
 class Proc:
     def __init__(self, number):
@@ -104,10 +114,20 @@ class FakeCurve:
         step = batch / speed
         self.now += self.setup_s + (self.warmup + self.timed) * step
         self.timed_batches.append(batch)
-        return Timed(batch=batch, outcome="fit", samples_per_s=speed, units_per_s=speed,
-                     first_step_seconds=step + self.setup_s, warmup_step_seconds=step,
-                     step_time={"median_s": step, "p10_s": step * (1 - self.spread), "p90_s": step * (1 + self.spread),
-                                "steps": self.timed})
+        return Timed(
+            batch=batch,
+            outcome="fit",
+            samples_per_s=speed,
+            units_per_s=speed,
+            first_step_seconds=step + self.setup_s,
+            warmup_step_seconds=step,
+            step_time={
+                "median_s": step,
+                "p10_s": step * (1 - self.spread),
+                "p90_s": step * (1 + self.spread),
+                "steps": self.timed,
+            },
+        )
 
     def at(self, batch):
         return self.measure(None, batch)
@@ -115,10 +135,13 @@ class FakeCurve:
     def run(self, max_batch, budget_s=None, cost=None, batches=None):
         at_max = self.at(max_batch)
         self.now, self.timed_batches = 0.0, []
-        cost = cost or PointCost(0.0, self.setup_s, self.warmup, self.timed, steps={max_batch: max_batch / self.speed(max_batch)})
+        cost = cost or PointCost(
+            0.0, self.setup_s, self.warmup, self.timed, steps={max_batch: max_batch / self.speed(max_batch)}
+        )
         timer = PointTimer(Factory(), None, self.measure, None, None, max_batch)
-        points = measure_curve(timer, batches or ladder(max_batch), at_max, max_batch, cost, budget_s, lambda p: None,
-                               clock=self.clock)
+        points = measure_curve(
+            timer, batches or ladder(max_batch), at_max, max_batch, cost, budget_s, lambda p: None, clock=self.clock
+        )
         return [p.to_dict() for p in points]  # as the result file has them: the knee reads these
 
 
@@ -187,6 +210,7 @@ def test_every_point_that_started_fit_the_budget_by_its_estimate():
 
 # --- inference curves cover the range -------------------------------------------------------------
 
+
 def bert_squad_infer(batch):
     """Sequences/s of an inference forward: best around 256, slower at huge batches (made up, shaped as seen)."""
     return 2000.0 * batch / (batch + 16) * (1.0 if batch <= 1024 else 0.93)
@@ -203,6 +227,7 @@ def test_an_inference_curve_with_expensive_large_points_still_times_small_and_mi
 
 
 # --- the estimator ------------------------------------------------------------------------------------
+
 
 def committed(name: str, precision: str):
     path = next(H100.glob(f"*_{name}_train_*.json"))

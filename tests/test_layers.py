@@ -60,7 +60,7 @@ def memprobe_imports(path: Path, root: Path = PACKAGE) -> list[tuple[int, str, l
             module = node.module or ""
             if node.level:  # relative: resolve against the file's package
                 base = package.split(".")
-                base = base[:len(base) - (node.level - 1)]
+                base = base[: len(base) - (node.level - 1)]
                 module = ".".join(base + ([module] if module else []))
             if module.split(".")[0] != "memprobe":
                 continue
@@ -97,6 +97,7 @@ def test_every_import_goes_down_the_layers():
 
 def test_the_layers_have_no_cycle():
     """The allowed table itself is a DAG, so no chain of allowed imports comes back."""
+
     def reaches(start: str, goal: str, seen: frozenset = frozenset()) -> bool:
         return any(n == goal or (n not in seen and reaches(n, goal, seen | {n})) for n in ALLOWED.get(start, ()))
 
@@ -104,14 +105,17 @@ def test_the_layers_have_no_cycle():
     assert not reaches("probe", "predict") and not reaches("predict", "probe")
 
 
-@pytest.mark.parametrize("source, expected", [
-    ("from memprobe.predict.need import trial_need_bytes\n", ["probe imports memprobe.predict.need"]),
-    ("def f():\n    from memprobe.cli import main\n", ["probe imports memprobe.cli.main"]),  # inside a function
-    ("import memprobe.compare.guide\n", ["probe imports memprobe.compare.guide"]),
-    ("from memprobe import api\n", ["probe imports memprobe.api"]),
-    ("from ...predict import summary\n", ["probe imports memprobe.predict.summary"]),  # relative, two levels up
-    ("from memprobe.core.units import gib\nfrom memprobe import __version__\n", []),
-])
+@pytest.mark.parametrize(
+    "source, expected",
+    [
+        ("from memprobe.predict.need import trial_need_bytes\n", ["probe imports memprobe.predict.need"]),
+        ("def f():\n    from memprobe.cli import main\n", ["probe imports memprobe.cli.main"]),  # inside a function
+        ("import memprobe.compare.guide\n", ["probe imports memprobe.compare.guide"]),
+        ("from memprobe import api\n", ["probe imports memprobe.api"]),
+        ("from ...predict import summary\n", ["probe imports memprobe.predict.summary"]),  # relative, two levels up
+        ("from memprobe.core.units import gib\nfrom memprobe import __version__\n", []),
+    ],
+)
 def test_the_check_catches_an_import_that_goes_the_wrong_way(tmp_path, source, expected):
     (tmp_path / "memprobe" / "probe" / "distributed").mkdir(parents=True)
     (tmp_path / "memprobe" / "probe" / "distributed" / "bad.py").write_text(source)

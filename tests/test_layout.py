@@ -12,18 +12,36 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "memprobe"
 # Modules that must not import torch: the whole core and compare layers, the CLI (fast, runs on a laptop), the
 # scan's parent process (it never touches the GPU), predict's allocator model.
-PURE = sorted({f"memprobe.{layer}.{p.stem}" for layer in ("core", "compare", "cli") for p in (PACKAGE / layer).glob("*.py")
-               if p.stem != "__init__"}
-              | {"memprobe.cli", "memprobe.probe.device", "memprobe.probe.search", "memprobe.probe.proof",
-                 "memprobe.probe.scan", "memprobe.probe.scan_trials", "memprobe.probe.hint", "memprobe.probe.runner",
-                 "memprobe.probe.nothing_fits", "memprobe.predict.allocator", "memprobe.predict.torch_internals"})
+PURE = sorted(
+    {
+        f"memprobe.{layer}.{p.stem}"
+        for layer in ("core", "compare", "cli")
+        for p in (PACKAGE / layer).glob("*.py")
+        if p.stem != "__init__"
+    }
+    | {
+        "memprobe.cli",
+        "memprobe.probe.device",
+        "memprobe.probe.search",
+        "memprobe.probe.proof",
+        "memprobe.probe.scan",
+        "memprobe.probe.scan_trials",
+        "memprobe.probe.hint",
+        "memprobe.probe.runner",
+        "memprobe.probe.nothing_fits",
+        "memprobe.predict.allocator",
+        "memprobe.predict.torch_internals",
+    }
+)
 MAX_LINES = 450
 
 
 def test_pure_modules_import_with_torch_blocked():
-    code = ("import sys; sys.modules['torch'] = None\n"  # any `import torch` now raises ImportError
-            f"import importlib\nfor m in {PURE!r}: importlib.import_module(m)\n"
-            "assert 'torch' not in [k for k, v in sys.modules.items() if v is not None]")
+    code = (
+        "import sys; sys.modules['torch'] = None\n"  # any `import torch` now raises ImportError
+        f"import importlib\nfor m in {PURE!r}: importlib.import_module(m)\n"
+        "assert 'torch' not in [k for k, v in sys.modules.items() if v is not None]"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
 

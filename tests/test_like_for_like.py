@@ -27,8 +27,10 @@ H200 = "NVIDIA H200"
 def with_curve(result, precision: str, curve: dict[int, float]):
     """Give a made-up result a throughput curve {batch: samples/s} (B's point must be the at-B speed)."""
     p = result.precisions[precision]
-    p.curve = [CurvePoint(batch=b, outcome="fit", samples_per_s=s, units_per_s=s, fresh=False)
-               for b, s in sorted(curve.items())]
+    p.curve = [
+        CurvePoint(batch=b, outcome="fit", samples_per_s=s, units_per_s=s, fresh=False)
+        for b, s in sorted(curve.items())
+    ]
     best = max(p.curve, key=lambda c: c.samples_per_s or 0.0)
     p.best_batch, p.best_samples_per_s, p.best_units_per_s = best.batch, best.samples_per_s, best.units_per_s
     p.curve_seconds = 12.5
@@ -37,10 +39,16 @@ def with_curve(result, precision: str, curve: dict[int, float]):
 
 def cards(tmp_path=None):
     """The H200 case: at B the H200 looks slower than the H100; at its best batch it is faster."""
-    h100 = with_curve(make_result(H100, "resnet50", {"fp16": {"batch": 1870, "speed": 5223.0}}), "fp16",
-                      {256: 5100.0, 512: 5150.0, 1024: 5200.0, 1870: 5223.0})
-    h200 = with_curve(make_result(H200, "resnet50", {"fp16": {"batch": 3321, "speed": 4360.0}}), "fp16",
-                      {256: 5863.0, 512: 6216.0, 1024: 6476.0, 2048: 6598.0, 3321: 4360.0})
+    h100 = with_curve(
+        make_result(H100, "resnet50", {"fp16": {"batch": 1870, "speed": 5223.0}}),
+        "fp16",
+        {256: 5100.0, 512: 5150.0, 1024: 5200.0, 1870: 5223.0},
+    )
+    h200 = with_curve(
+        make_result(H200, "resnet50", {"fp16": {"batch": 3321, "speed": 4360.0}}),
+        "fp16",
+        {256: 5863.0, 512: 6216.0, 1024: 6476.0, 2048: 6598.0, 3321: 4360.0},
+    )
     return loaded(h100, h200, tmp_path=tmp_path)
 
 
@@ -53,8 +61,8 @@ def test_best_basis_ranks_cards_by_their_best_throughput():
     comparison = build_comparison(cards())
     at_b = relative_throughput(like_for_like(comparison, "max").comparison, reference="H100")
     best = relative_throughput(like_for_like(comparison, "best").comparison, reference="H100")
-    assert ratio(at_b, "H200") == pytest.approx(4360 / 5223)      # at B the H200 ranks below the H100
-    assert ratio(best, "H200") == pytest.approx(6598 / 5223)      # like for like it ranks above
+    assert ratio(at_b, "H200") == pytest.approx(4360 / 5223)  # at B the H200 ranks below the H100
+    assert ratio(best, "H200") == pytest.approx(6598 / 5223)  # like for like it ranks above
     assert best.rows[0].gpu != at_b.rows[0].gpu
 
 
@@ -124,8 +132,14 @@ def test_report_cli_at_batch_option(tmp_path):
 def test_guide_per_dollar_uses_the_best_throughput(tmp_path):
     data = json.loads(guide_report(cards(), fmt="json"))
     value = next(t for t in data["tables"] if t["key"] == "value")
-    h200 = next(r for r in value["rows"] if r["card"].startswith("H200") and r["precision"] == "fp16"
-                and r["workload"] == "resnet50" and "(pub)" not in str(r["throughput"]))
+    h200 = next(
+        r
+        for r in value["rows"]
+        if r["card"].startswith("H200")
+        and r["precision"] == "fp16"
+        and r["workload"] == "resnet50"
+        and "(pub)" not in str(r["throughput"])
+    )
     assert h200["throughput"]["value"] == 6598.0
     assert any("best throughput per card" in n for n in value["notes"])
 
@@ -139,6 +153,7 @@ def test_curve_chart_is_written_for_results_with_curves(tmp_path):
 
 
 # --- result files ---------------------------------------------------------------------------------
+
 
 def test_result_round_trip_keeps_the_curve(tmp_path):
     result = cards()[1][1]
@@ -165,17 +180,20 @@ def test_version_1_file_without_a_curve_still_loads(tmp_path):
 
 # --- torch.AcceleratorError ---------------------------------------------------------------------
 
-ACCELERATOR_OOM = ("CUDA error: out of memory\nCUDA kernel errors might be asynchronously reported at some other "
-                   "API call, so the stacktrace below might be incorrect.\nFor debugging consider passing "
-                   "CUDA_LAUNCH_BLOCKING=1\nCompile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.\n")
+ACCELERATOR_OOM = (
+    "CUDA error: out of memory\nCUDA kernel errors might be asynchronously reported at some other "
+    "API call, so the stacktrace below might be incorrect.\nFor debugging consider passing "
+    "CUDA_LAUNCH_BLOCKING=1\nCompile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.\n"
+)
 
 
 def test_accelerator_error_out_of_memory_is_oom():
     assert classify_error("AcceleratorError", ACCELERATOR_OOM) == OOM
 
 
-@pytest.mark.parametrize("first_line", ["CUDA error: device-side assert triggered",
-                                        "CUDA error: an illegal memory access was encountered"])
+@pytest.mark.parametrize(
+    "first_line", ["CUDA error: device-side assert triggered", "CUDA error: an illegal memory access was encountered"]
+)
 def test_accelerator_errors_that_corrupt_the_context_stay_crashes(first_line):
     message = first_line + "\nCompile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.\n"
     assert classify_error("AcceleratorError", message) == CRASH

@@ -69,13 +69,30 @@ def trial(session, n):
 
 # --- the published architectures ----------------------------------------------------------------
 
+
 def test_registry_has_the_llama_entries_with_published_hyper_parameters():
     one, eight = REGISTRY["llama-1b"], REGISTRY["llama-8b"]
     assert (one.family, one.unit, eight.unit) == ("llama-causal-lm", "tokens", "tokens")
-    assert {k: one.params[k] for k in ("hidden", "layers", "heads", "kv_heads", "ffn", "vocab", "tied_embeddings")} == \
-        {"hidden": 2048, "layers": 16, "heads": 32, "kv_heads": 8, "ffn": 8192, "vocab": 128256, "tied_embeddings": True}
-    assert {k: eight.params[k] for k in ("hidden", "layers", "heads", "kv_heads", "ffn", "vocab", "tied_embeddings")} == \
-        {"hidden": 4096, "layers": 32, "heads": 32, "kv_heads": 8, "ffn": 14336, "vocab": 128256, "tied_embeddings": False}
+    assert {k: one.params[k] for k in ("hidden", "layers", "heads", "kv_heads", "ffn", "vocab", "tied_embeddings")} == {
+        "hidden": 2048,
+        "layers": 16,
+        "heads": 32,
+        "kv_heads": 8,
+        "ffn": 8192,
+        "vocab": 128256,
+        "tied_embeddings": True,
+    }
+    assert {
+        k: eight.params[k] for k in ("hidden", "layers", "heads", "kv_heads", "ffn", "vocab", "tied_embeddings")
+    } == {
+        "hidden": 4096,
+        "layers": 32,
+        "heads": 32,
+        "kv_heads": 8,
+        "ffn": 14336,
+        "vocab": 128256,
+        "tied_embeddings": False,
+    }
     assert (one.params["seq_len"], REGISTRY["llama-1b-4k"].params["seq_len"]) == (2048, 4096)
     assert REGISTRY["toy-llama"].test_only and not one.test_only
 
@@ -87,6 +104,7 @@ def test_full_size_models_have_the_published_parameter_counts(llm):
 
 
 # --- the tiny config trains through the same code ------------------------------------------------
+
 
 @pytest.mark.parametrize("extra", [{}, {"checkpointing": True}, {"axis": "seq_len", "batch": 2}])
 def test_tiny_llama_trains_every_parameter(llm, extra):
@@ -191,9 +209,12 @@ def test_lora_lowers_the_peak_and_checkpointing_lowers_it_further():
     # At seq 32 weights, gradients and Adam's moments dominate: LoRA drops most of them. At seq 256
     # activations dominate (LoRA adds a few of its own): checkpointing drops most of those.
     peaks = {}
-    for name, seq, request in (("plain", 32, VariantRequest()), ("lora", 32, VariantRequest(lora=4)),
-                               ("lora-256", 256, VariantRequest(lora=4)),
-                               ("lora+ckpt-256", 256, VariantRequest(lora=4, checkpointing=True))):
+    for name, seq, request in (
+        ("plain", 32, VariantRequest()),
+        ("lora", 32, VariantRequest(lora=4)),
+        ("lora-256", 256, VariantRequest(lora=4)),
+        ("lora+ckpt-256", 256, VariantRequest(lora=4, checkpointing=True)),
+    ):
         workload = replace(TOY, params={**TOY.params, "seq_len": seq})
         s = session_for(apply_variant(workload, request, ["bf16"]), budget=1 << 30)
         try:
@@ -205,6 +226,7 @@ def test_lora_lowers_the_peak_and_checkpointing_lowers_it_further():
 
 
 # --- predict handles them -------------------------------------------------------------------------
+
 
 def test_predict_traces_the_tiny_llama_in_both_axes():
     from memprobe.predict.need import trial_need_bytes
@@ -218,6 +240,7 @@ def test_predict_traces_the_tiny_llama_in_both_axes():
 
 # --- the whole scan over the sequence length, in trial processes ---------------------------------
 
+
 @pytest.fixture
 def standin_for_workers(tmp_path, monkeypatch):
     """Trial processes import transformers' Llama too: where no usable torchvision is installed, a
@@ -226,7 +249,8 @@ def standin_for_workers(tmp_path, monkeypatch):
     (tmp_path / "sitecustomize.py").write_text(
         f"import sys\nsys.path.insert(0, {tests!r})\n"
         "from torchvision_standin import install_standin, torchvision_usable\n"
-        "if not torchvision_usable():\n    install_standin()\n")
+        "if not torchvision_usable():\n    install_standin()\n"
+    )
     path = os.environ.get("PYTHONPATH")
     monkeypatch.setenv("PYTHONPATH", str(tmp_path) + (os.pathsep + path if path else ""))
 

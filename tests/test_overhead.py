@@ -31,8 +31,13 @@ MIB, GIB = 2**20, 2**30
 
 
 def test_the_packaged_table_is_what_the_committed_results_say():
-    done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "overhead_table.py"), "--check"],
-                          capture_output=True, text=True, timeout=300, cwd="/")
+    done = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "overhead_table.py"), "--check"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd="/",
+    )
     assert done.returncode == 0, done.stdout + done.stderr
 
 
@@ -88,9 +93,27 @@ def test_overhead_from_a_missing_path_is_an_error(tmp_path):
 def _usable_lines(cwd: Path) -> tuple[str, str]:
     """`memprobe predict --model toy --gpu H200,4090` run in `cwd` in a fresh process: its usable-memory lines and
     its table."""
-    done = subprocess.run([sys.executable, "-m", "memprobe", "predict", "--model", "toy", "-p", "fp32",
-                           "--gpu", "H200,4090,H100 SXM", "--memory", "24GiB"], cwd=cwd, capture_output=True,
-                          text=True, timeout=600, env={**__import__("os").environ, "PYTHONPATH": str(REPO)})
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "memprobe",
+            "predict",
+            "--model",
+            "toy",
+            "-p",
+            "fp32",
+            "--gpu",
+            "H200,4090,H100 SXM",
+            "--memory",
+            "24GiB",
+        ],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**__import__("os").environ, "PYTHONPATH": str(REPO)},
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     lines = done.stdout.splitlines()
     usable = "\n".join(line for line in lines if line.startswith("Usable memory"))

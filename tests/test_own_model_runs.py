@@ -26,7 +26,7 @@ from torchvision_standin import forget, install_standin, torchvision_usable  # n
 
 TESTS = Path(__file__).resolve().parent
 BUDGET = "16MiB"
-USER_MODULE = '''
+USER_MODULE = """
 import torch
 from torch import nn
 from memprobe.workloads.base import TrainTask
@@ -80,9 +80,17 @@ def bad_loss(device, precision):
 
 def on_meta(device, precision):
     return Tiny(nn.Linear(32, 4, device="meta"), {"name": "sgd"}, device)
-'''
-TINY_GPT2 = {"model_type": "gpt2", "n_layer": 2, "n_embd": 32, "n_head": 2, "vocab_size": 100, "n_positions": 64,
-             "bos_token_id": 0, "eos_token_id": 0}
+"""
+TINY_GPT2 = {
+    "model_type": "gpt2",
+    "n_layer": 2,
+    "n_embd": 32,
+    "n_head": 2,
+    "vocab_size": 100,
+    "n_positions": 64,
+    "bos_token_id": 0,
+    "eos_token_id": 0,
+}
 
 
 @pytest.fixture(scope="module")
@@ -99,13 +107,27 @@ def error_lines(result):
 
 def scan(run, tmp_path, model, *extra):
     out = tmp_path / "out"
-    result = run("scan", "--model", model, "--device", "cpu", "--cpu-memory-budget", BUDGET, "--precision", "fp32",
-                 "--no-throughput", "--out", out, *extra)
+    result = run(
+        "scan",
+        "--model",
+        model,
+        "--device",
+        "cpu",
+        "--cpu-memory-budget",
+        BUDGET,
+        "--precision",
+        "fp32",
+        "--no-throughput",
+        "--out",
+        out,
+        *extra,
+    )
     files = sorted(out.glob("*.json"))
     return result, (read_result(files[-1]) if files else None)
 
 
 # --- the three kinds through the trial processes ------------------------------------------------
+
 
 def test_user_module_scan_through_fork_server_and_fresh_proof(run, tmp_path, user_dir, monkeypatch):
     monkeypatch.chdir(user_dir)
@@ -123,7 +145,12 @@ def test_hf_config_scan(run, tmp_path, user_dir):
     p = saved.precisions["fp32"]
     assert p.status == "done" and p.max_batch >= 1 and p.proof.verified
     task = p.settings["task"]
-    assert (task["model_class"], task["task"], task["seq_len"], task["attention"]) == ("GPT2LMHeadModel", "causal-lm", 16, "sdpa")
+    assert (task["model_class"], task["task"], task["seq_len"], task["attention"]) == (
+        "GPT2LMHeadModel",
+        "causal-lm",
+        16,
+        "sdpa",
+    )
 
 
 @pytest.fixture
@@ -146,12 +173,16 @@ def test_timm_scan(run, tmp_path, standin_in_trial_processes):
 
 # --- error paths -----------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("function, words", [
-    ("raises", "raised ValueError: my build is broken"),
-    ("wrong", "returned int; expected a memprobe TrainTask"),
-    ("bad_loss", "KeyError: 'no such column'"),
-    ("on_meta", "parameters on meta"),
-])
+
+@pytest.mark.parametrize(
+    "function, words",
+    [
+        ("raises", "raised ValueError: my build is broken"),
+        ("wrong", "returned int; expected a memprobe TrainTask"),
+        ("bad_loss", "KeyError: 'no such column'"),
+        ("on_meta", "parameters on meta"),
+    ],
+)
 def test_user_errors_are_one_line_with_the_traceback_in_the_result(run, tmp_path, user_dir, function, words):
     result, saved = scan(run, tmp_path, f"{user_dir / 'own_model.py'}:{function}")
     assert result.exit_code == 1 and "Traceback" not in result.output
@@ -198,6 +229,7 @@ def test_search_stops_at_a_user_error():
 
 # --- predict on fake tensors --------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def timm_standin():
     if importlib.util.find_spec("timm") is None:
@@ -216,8 +248,7 @@ def timm_standin():
 def test_predict_each_kind(user_dir, timm_standin, monkeypatch):
     monkeypatch.syspath_prepend(str(user_dir))
     own = importlib.import_module("own_model")
-    cases = [(own.build, {}), (f"hf-config:{user_dir / 'config.json'}", {"seq_len": 16}),
-             ("timm:test_convnext", {})]
+    cases = [(own.build, {}), (f"hf-config:{user_dir / 'config.json'}", {"seq_len": 16}), ("timm:test_convnext", {})]
     for model, options in cases:
         prediction = memprobe.predict_max_batch(model, memory="1GiB", precision="fp32", overhead=0, **options)
         got = prediction.precisions["fp32"]
@@ -226,8 +257,17 @@ def test_predict_each_kind(user_dir, timm_standin, monkeypatch):
 
 
 def test_predict_user_build_that_raises_says_why_in_one_line(run, user_dir):
-    result = run("predict", "--model", f"{user_dir / 'own_model.py'}:raises", "--memory", "1GiB",
-                 "--precision", "fp32", "--overhead", "0")
+    result = run(
+        "predict",
+        "--model",
+        f"{user_dir / 'own_model.py'}:raises",
+        "--memory",
+        "1GiB",
+        "--precision",
+        "fp32",
+        "--overhead",
+        "0",
+    )
     assert result.exit_code == 1 and "Traceback" not in result.output
     (line,) = error_lines(result)
     assert "my build is broken" in line
@@ -235,11 +275,13 @@ def test_predict_user_build_that_raises_says_why_in_one_line(run, user_dir):
 
 # --- the Python API -------------------------------------------------------------------------------
 
+
 def test_api_find_max_batch_with_a_function(user_dir, monkeypatch):
     monkeypatch.syspath_prepend(str(user_dir))  # the trial processes import it where this process does
     own = importlib.import_module("own_model")
-    result = memprobe.find_max_batch(own.build, precision="fp32", device="cpu", cpu_memory_budget=BUDGET,
-                                     throughput=False)
+    result = memprobe.find_max_batch(
+        own.build, precision="fp32", device="cpu", cpu_memory_budget=BUDGET, throughput=False
+    )
     assert result.workload["name"] == "own_model:build"
     assert result.max_batch == result.precisions["fp32"].max_batch > 2
     assert result.precisions["fp32"].proof.verified
@@ -254,8 +296,16 @@ def test_api_find_max_batch_with_a_function(user_dir, monkeypatch):
 
 def test_api_throughput_and_names(tmp_path):
     # capped at batch 8, so the search, the proof at the cap and the timed run are all small
-    result = memprobe.find_max_batch("toy", precision="fp32", device="cpu", cpu_memory_budget="64MiB", out=tmp_path,
-                                     timed_steps=2, warmup=1, max_batch=8)
+    result = memprobe.find_max_batch(
+        "toy",
+        precision="fp32",
+        device="cpu",
+        cpu_memory_budget="64MiB",
+        out=tmp_path,
+        timed_steps=2,
+        warmup=1,
+        max_batch=8,
+    )
     assert result.max_batch == 8 and result.precisions["fp32"].stop == "cap"
     assert result.throughput == result.precisions["fp32"].throughput.samples_per_s > 0
     assert len(list(tmp_path.glob("*.json"))) == 1
@@ -286,8 +336,10 @@ def test_examples_my_model_builds_and_steps_on_meta():
 
 
 def test_user_module_oom_at_build_is_not_a_user_error(tmp_path):
-    (tmp_path / "big.py").write_text("import torch\ndef build(device, precision):\n"
-                                     "    raise torch.OutOfMemoryError('CUDA out of memory. Tried to allocate 80 GiB')\n")
+    (tmp_path / "big.py").write_text(
+        "import torch\ndef build(device, precision):\n"
+        "    raise torch.OutOfMemoryError('CUDA out of memory. Tried to allocate 80 GiB')\n"
+    )
     from memprobe.workloads.user_module import build
 
     with pytest.raises(torch.OutOfMemoryError):

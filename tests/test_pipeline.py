@@ -25,9 +25,33 @@ def run(*args):
 
 def test_soak_and_curve_run_on_two_ranks(tmp_path):
     """A real 2-rank scan (gloo on the CPU): B is the batch cap, soaked, and curved."""
-    result = run("scan", "--model", "toy", "--precision", "fp32", "--device", "cpu", "--cpu-memory-budget", "50MB",
-                 "--gpus", "2", "--max-batch", "4", "--soak", "5", "--curve", "2", "--warmup", "1",
-                 "--timed-steps", "2", "--curve-budget", "600", "--out", tmp_path)
+    result = run(
+        "scan",
+        "--model",
+        "toy",
+        "--precision",
+        "fp32",
+        "--device",
+        "cpu",
+        "--cpu-memory-budget",
+        "50MB",
+        "--gpus",
+        "2",
+        "--max-batch",
+        "4",
+        "--soak",
+        "5",
+        "--curve",
+        "2",
+        "--warmup",
+        "1",
+        "--timed-steps",
+        "2",
+        "--curve-budget",
+        "600",
+        "--out",
+        tmp_path,
+    )
     assert result.exit_code == 0, result.output
     (path,) = tmp_path.glob("*.json")
     p = read_result(path).precisions["fp32"]
@@ -65,8 +89,20 @@ def test_an_option_n_ranks_cannot_honour_is_refused_before_the_one_gpu_scan_runs
         raise AssertionError("a scan ran before the options were checked")
 
     monkeypatch.setattr(memprobe.probe.scan, "scan_workload", never)
-    result = run("scan", "--model", "toy", "--device", "cpu", "--cpu-memory-budget", "8MiB", "--gpus", "1,2",
-                 *extra, "--out", tmp_path)
+    result = run(
+        "scan",
+        "--model",
+        "toy",
+        "--device",
+        "cpu",
+        "--cpu-memory-budget",
+        "8MiB",
+        "--gpus",
+        "1,2",
+        *extra,
+        "--out",
+        tmp_path,
+    )
     assert result.exit_code == 2, result.output
     errors = [line for line in result.output.splitlines() if line.startswith("Error")]
     assert len(errors) == 1 and words in errors[0] and "Traceback" not in result.output
@@ -98,8 +134,20 @@ def test_a_nothing_fits_scan_writes_the_same_settings_through_the_api_and_the_cl
     monkeypatch.setattr(memprobe.probe.nothing_fits, "_default_need", _fake_need(calls))
     api_dir, cli_dir = tmp_path / "api", tmp_path / "cli"
     memprobe.find_max_batch("toy", "fp32", "cpu", cpu_memory_budget="3MB", throughput=False, out=api_dir)
-    result = run("scan", "--model", "toy", "--precision", "fp32", "--device", "cpu", "--cpu-memory-budget", "3MB",
-                 "--no-throughput", "--out", cli_dir)
+    result = run(
+        "scan",
+        "--model",
+        "toy",
+        "--precision",
+        "fp32",
+        "--device",
+        "cpu",
+        "--cpu-memory-budget",
+        "3MB",
+        "--no-throughput",
+        "--out",
+        cli_dir,
+    )
     assert result.exit_code == 0, result.output
     assert calls == [("toy", "fp32"), ("toy", "fp32")]  # one trace per scan, in the pipeline
     (api_file,), (cli_file,) = api_dir.glob("*.json"), cli_dir.glob("*.json")
@@ -108,4 +156,6 @@ def test_a_nothing_fits_scan_writes_the_same_settings_through_the_api_and_the_cl
     assert api[1]["nothing_fits"] == cli[1]["nothing_fits"] and api[1]["nothing_fits"]["need_bytes"] == NEED
     assert api == cli
     assert "nothing trains on cpu" in result.stderr and "would need about 3.0 GiB" in result.stderr
-    assert result.stderr.index("wrote ") < result.stderr.index("nothing trains on cpu")  # the CLI prints what was written
+    assert result.stderr.index("wrote ") < result.stderr.index(
+        "nothing trains on cpu"
+    )  # the CLI prints what was written

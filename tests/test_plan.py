@@ -33,14 +33,17 @@ def cap(**kw) -> Capacity:
     return Capacity(**{**base, **kw})
 
 
-@pytest.mark.parametrize("n, cap_, expected", [
-    (8192, 2644, (4, 2048, 8192)),   # even split reaches N exactly
-    (8192, 1534, (6, 1366, 8196)),   # not a multiple: the effective global batch is said
-    (10, 64, (1, 10, 10)),           # N below the cap: one step of N
-    (64, 64, (1, 64, 64)),
-    (65, 64, (2, 33, 66)),
-    (1, 1, (1, 1, 1)),
-])
+@pytest.mark.parametrize(
+    "n, cap_, expected",
+    [
+        (8192, 2644, (4, 2048, 8192)),  # even split reaches N exactly
+        (8192, 1534, (6, 1366, 8196)),  # not a multiple: the effective global batch is said
+        (10, 64, (1, 10, 10)),  # N below the cap: one step of N
+        (64, 64, (1, 64, 64)),
+        (65, 64, (2, 33, 66)),
+        (1, 1, (1, 1, 1)),
+    ],
+)
 def test_accumulation_steps(n, cap_, expected):
     assert accumulate(n, cap_) == expected
 
@@ -115,6 +118,7 @@ def test_h200_resnet50_fp16_plan_at_8192_stays_below_the_knee():
     assert row.samples_per_s is not None  # the even split lands on a timed curve point (2048)
     assert row.seconds_per_global_batch == pytest.approx(row.accumulation_steps * row.micro_batch / row.samples_per_s)
 
+
 def test_result_of_another_card_is_not_measured_for_this_one():
     from memprobe.core.catalog import default_catalog
     from memprobe.core.results import read_result
@@ -130,7 +134,18 @@ def _run(args):
 
 
 def test_cli_table_json_and_csv_from_a_measured_file():
-    args = ["--model", "resnet50", "--gpu", "H200", "--global-batch", "8192", "-p", "fp16", "--results", str(H200_RESNET)]
+    args = [
+        "--model",
+        "resnet50",
+        "--gpu",
+        "H200",
+        "--global-batch",
+        "8192",
+        "-p",
+        "fp16",
+        "--results",
+        str(H200_RESNET),
+    ]
     table = _run(args)
     assert table.exit_code == 0, table.output
     assert "measured" in table.output and "2048" in table.output and "knee 2644" in table.output

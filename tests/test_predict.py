@@ -29,7 +29,12 @@ from memprobe.workloads.base import Amp, make_optimizer  # noqa: E402
 from memprobe.workloads.toy import build as build_toy  # noqa: E402
 
 TOLERANCE = 0.01  # predicted live bytes vs LiveBytes on the CPU, same trial (they agree exactly today)
-H100_RESULT = Path(__file__).resolve().parents[1] / "tests" / "data" / "nvidia-h100-80gb-hbm3_bert-large_train_20261121-195009.json"
+H100_RESULT = (
+    Path(__file__).resolve().parents[1]
+    / "tests"
+    / "data"
+    / "nvidia-h100-80gb-hbm3_bert-large_train_20261121-195009.json"
+)
 no_gpu_only = pytest.mark.skipif(has_nvidia_gpu(), reason="checks the behaviour on a machine without an NVIDIA GPU")
 MiB = 1 << 20
 
@@ -90,6 +95,7 @@ def cpu_live_peak(workload, batch: int) -> int:
 
 # --- the trace against the CPU's own measurement ---------------------------------------------------
 
+
 @pytest.mark.parametrize("batch", [8, 64])
 def test_toy_trace_matches_live_bytes_on_the_cpu(registry, toy_traces, batch):
     traces, _ = toy_traces
@@ -129,6 +135,7 @@ def test_predict_toy_in_two_precisions(registry):
 
 
 # --- CUDA code paths on fake CPU tensors -------------------------------------------------------------
+
 
 class OpLog(FakeCudaMode):
     def __init__(self):
@@ -204,6 +211,7 @@ def test_data_dependent_questions_get_well_formed_answers():
 
 # --- the overhead carried over from a real card ------------------------------------------------------
 
+
 def test_overhead_is_the_one_guide_derives_from_the_h100_scan():
     overhead = overhead_from_files([H100_RESULT])
     assert overhead.bytes == 80 * 2**30 - 84368621568  # datasheet 80 GiB minus the capacity the scan recorded
@@ -220,13 +228,13 @@ def test_an_override_without_a_result_or_a_path_is_an_error(tmp_path):
 
 # --- the command line ------------------------------------------------------------------------------
 
+
 def error_lines(result):
     return [line for line in result.output.splitlines() if line.startswith("Error")]
 
 
 def test_predict_command_labels_its_output_predicted(run, tmp_path):
-    result = run("predict", "--model", "toy", "--memory", "40MiB,80MiB", "--precision", "fp32",
-                 "--overhead", "0")
+    result = run("predict", "--model", "toy", "--memory", "40MiB,80MiB", "--precision", "fp32", "--overhead", "0")
     assert result.exit_code == 0, result.output
     assert "PREDICTED, not measured" in result.output
     assert "40MiB: predicted max batch" in result.output and "80MiB: predicted max batch" in result.output
@@ -326,12 +334,26 @@ def test_inference_is_traced_under_inference_mode_and_needs_less_than_training(r
     size = [MemorySize("cap", 256 * MiB, 256 * MiB)]
     train = predict(registry["toy-bert-squad"], ["bf16"], size, None, "test")
     infer = predict(registry["toy-bert-squad"], ["bf16"], size, None, "test", steps=2, mode="infer")
-    assert infer.mode == "infer" and infer.precisions["bf16"].max_batch["cap"] > train.precisions["bf16"].max_batch["cap"] > 0
+    assert (
+        infer.mode == "infer"
+        and infer.precisions["bf16"].max_batch["cap"] > train.precisions["bf16"].max_batch["cap"] > 0
+    )
 
 
 def test_a_sequence_length_prediction_speaks_of_lengths(run, tmp_path):
-    result = run("predict", "--model", "toy-llama", "--search", "seq-len", "--memory", "1GiB", "--precision", "bf16",
-                 "--overhead", "0")
+    result = run(
+        "predict",
+        "--model",
+        "toy-llama",
+        "--search",
+        "seq-len",
+        "--memory",
+        "1GiB",
+        "--precision",
+        "bf16",
+        "--overhead",
+        "0",
+    )
     assert result.exit_code == 0, result.output
     table = [line for line in result.stdout.splitlines() if line.startswith("|")]
     assert "predicted MiB/token" in table[0] and "1GiB: predicted max length (tokens)" in table[0]

@@ -91,8 +91,11 @@ def test_ddp_predicts_a_smaller_batch_and_fsdp_a_larger_one(registry):
     sizes = [MemorySize("cap", cap, cap)]
     got = {}
     for world in (None, World(2, "ddp"), World(2, "fsdp")):
-        got[world.strategy if world else "1"] = predict(registry["toy-bert-squad"], ["bf16"], sizes, None, "test",
-                                                         world=world).precisions["bf16"].max_batch["cap"]
+        got[world.strategy if world else "1"] = (
+            predict(registry["toy-bert-squad"], ["bf16"], sizes, None, "test", world=world)
+            .precisions["bf16"]
+            .max_batch["cap"]
+        )
     assert got["ddp"] < got["1"] < got["fsdp"], got
 
 
@@ -104,18 +107,37 @@ def test_world_rejects_bad_sizes_and_strategies():
 
 
 def test_cli_predicts_per_gpu_and_says_so():
-    result = CliRunner().invoke(main, ["predict", "--model", "toy", "-p", "bf16", "--memory", "1GiB",
-                                       "--gpus", "2", "--strategy", "ddp,fsdp", "--overhead", "0"])
+    result = CliRunner().invoke(
+        main,
+        [
+            "predict",
+            "--model",
+            "toy",
+            "-p",
+            "bf16",
+            "--memory",
+            "1GiB",
+            "--gpus",
+            "2",
+            "--strategy",
+            "ddp,fsdp",
+            "--overhead",
+            "0",
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert "toy per GPU on 2 GPUs, ddp -- PREDICTED" in result.output
     assert "toy per GPU on 2 GPUs, fsdp -- PREDICTED" in result.output
     assert "NCCL's own buffers" in result.output
 
 
-@pytest.mark.parametrize("args, words", [
-    (["--gpus", "2", "--strategy", "zero3"], "unknown strategy zero3"),
-    (["--gpus", "0"], "--gpus"),
-])
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["--gpus", "2", "--strategy", "zero3"], "unknown strategy zero3"),
+        (["--gpus", "0"], "--gpus"),
+    ],
+)
 def test_cli_bad_world_is_one_line(args, words):
     result = CliRunner().invoke(main, ["predict", "--model", "toy", "--memory", "1GiB", *args])
     assert result.exit_code == 2
@@ -128,14 +150,31 @@ def test_cli_compare_needs_the_same_world(tmp_path):
 
     runner = CliRunner()
     out = tmp_path / "scan"
-    scanned = runner.invoke(main, ["scan", "--model", "toy", "--device", "cpu", "--cpu-memory-budget", "64MiB", "-p", "fp32",
-                                   "--max-batch", "8",
-                                   "--no-curve", "--out", str(out)])
+    scanned = runner.invoke(
+        main,
+        [
+            "scan",
+            "--model",
+            "toy",
+            "--device",
+            "cpu",
+            "--cpu-memory-budget",
+            "64MiB",
+            "-p",
+            "fp32",
+            "--max-batch",
+            "8",
+            "--no-curve",
+            "--out",
+            str(out),
+        ],
+    )
     assert scanned.exit_code == 0, scanned.output
     (path,) = list(out.glob("*.json"))
     assert json.loads(path.read_text())["workload"]["name"] == "toy"
-    result = runner.invoke(main, ["predict", "--model", "toy", "--memory", "8GiB", "--gpus", "2",
-                                  "--compare", str(path)])
+    result = runner.invoke(
+        main, ["predict", "--model", "toy", "--memory", "8GiB", "--gpus", "2", "--compare", str(path)]
+    )
     assert result.exit_code == 1
     assert "was scanned on 1 GPU; this prediction is for 2 GPUs under ddp" in result.output
 
@@ -158,8 +197,9 @@ def test_cli_refuses_what_a_multi_gpu_scan_refuses():
 
 
 def test_cli_predicts_inference_and_refuses_it_for_several_gpus():
-    infer = CliRunner().invoke(main, ["predict", "--model", "toy", "-p", "bf16", "--memory", "8GiB", "--mode", "infer",
-                                      "--overhead", "0"])
+    infer = CliRunner().invoke(
+        main, ["predict", "--model", "toy", "-p", "bf16", "--memory", "8GiB", "--mode", "infer", "--overhead", "0"]
+    )
     assert infer.exit_code == 0, infer.output
     assert "of inference (2 forward passes under inference_mode)" in infer.output
     both = CliRunner().invoke(main, ["predict", "--model", "toy", "--memory", "8GiB", "--mode", "infer", "--gpus", "2"])

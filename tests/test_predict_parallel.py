@@ -86,8 +86,9 @@ def test_a_child_that_dies_or_fails_is_a_predict_error():
 
 
 @forks
-@pytest.mark.parametrize("name, search, precisions", [("toy-bert-squad", "batch", ["fp32", "bf16"]),
-                                                      ("toy-llama", "seq-len", ["bf16"])])
+@pytest.mark.parametrize(
+    "name, search, precisions", [("toy-bert-squad", "batch", ["fp32", "bf16"]), ("toy-llama", "seq-len", ["bf16"])]
+)
 def test_the_numbers_do_not_depend_on_the_workers(registry, name, search, precisions):
     workload = registry[name] if search == "batch" else apply_variant(registry[name], VariantRequest(search, 1))
     sizes = [MemorySize("96MiB", 96 * MiB, 96 * MiB), MemorySize("160MiB", 160 * MiB, 160 * MiB)]
@@ -105,8 +106,10 @@ def test_a_line_per_trace_with_n_of_m(registry):
     predict(registry["toy"], ["fp32", "tf32", "bf16"], sizes, None, "test", progress=sink.progress())
     traced = [line for line in sink.lines if line.startswith("tracing ")]
     # tf32 takes fp32's traces; each precision is traced at batches 2 and 3 and checked at 4
-    assert traced == [f"tracing toy {p} at batch {b} ({i} of 6) ..."
-                      for i, (p, b) in enumerate([(p, b) for p in ("fp32", "bf16") for b in (2, 3, 4)], 1)]
+    assert traced == [
+        f"tracing toy {p} at batch {b} ({i} of 6) ..."
+        for i, (p, b) in enumerate([(p, b) for p in ("fp32", "bf16") for b in (2, 3, 4)], 1)
+    ]
     assert "building toy on fake tensors ..." in sink.lines
 
 
@@ -138,8 +141,7 @@ def test_the_heartbeat_thread_runs_only_when_asked():
 
 
 def test_predict_prints_progress_on_stderr_only(run, tmp_path):
-    result = run("predict", "--model", "toy", "--memory", "2GiB", "--precision", "fp32",
-                 "--overhead", "0")
+    result = run("predict", "--model", "toy", "--memory", "2GiB", "--precision", "fp32", "--overhead", "0")
     assert result.exit_code == 0, result.output
     assert "tracing toy fp32 at batch 2 (1 of 3) ..." in result.stderr
     assert not [line for line in result.stdout.splitlines() if line.startswith(("tracing", "building", "replaying"))]
@@ -160,8 +162,18 @@ def test_the_api_prints_progress_only_when_verbose(tmp_path, capfd, verbose):
 def _trace(n: int) -> Trace:
     """A made-up trace at n: one size quadratic in n (an n x n mask), one affine, one flash-attention workspace."""
     flash = Workspace("aten._scaled_dot_product_flash_attention_backward.default", 1, (1, 4, n, 16))
-    return Trace(n, [("alloc", 1, n * n + 3 * n + 7, "mask"), ("alloc", 2, 512 * n, "act"),
-                     ("alloc", 3, flash.nbytes, flash), ("free", 3), ("free", 1), ("free", 2)], 3)
+    return Trace(
+        n,
+        [
+            ("alloc", 1, n * n + 3 * n + 7, "mask"),
+            ("alloc", 2, 512 * n, "act"),
+            ("alloc", 3, flash.nbytes, flash),
+            ("free", 3),
+            ("free", 1),
+            ("free", 2),
+        ],
+        3,
+    )
 
 
 def test_a_model_from_three_lengths_gives_quadratic_sizes_and_rounded_workspaces():

@@ -71,8 +71,24 @@ def test_a_scan_that_starts_from_the_prediction_finds_the_same_proven_edge(tmp_p
     found = {}
     for flag in ("--predicted-start", "--no-predicted-start"):
         out = tmp_path / flag
-        result = CliRunner().invoke(main, ["scan", "--model", "toy", "--device", "cpu", "--cpu-memory-budget", "48MiB",
-                                           "-p", "fp32", "--no-throughput", flag, "--out", str(out)])
+        result = CliRunner().invoke(
+            main,
+            [
+                "scan",
+                "--model",
+                "toy",
+                "--device",
+                "cpu",
+                "--cpu-memory-budget",
+                "48MiB",
+                "-p",
+                "fp32",
+                "--no-throughput",
+                flag,
+                "--out",
+                str(out),
+            ],
+        )
         assert result.exit_code == 0, result.output
         (path,) = out.glob("*.json")
         found[flag] = json.loads(path.read_text())["precisions"]["fp32"]

@@ -25,10 +25,19 @@ def scan_file(path: Path, search: dict[str, tuple[int, float, int]], predicted: 
     for name, (batch, seconds, trials) in search.items():
         attempts = [Attempt(b, "fit").to_dict() for b in range(1, trials + 1)]
         settings = {"predicted_start": predicted[name]} if predicted and name in predicted else {}
-        precisions[name] = PrecisionResult(name, status="done", max_batch=batch, search_seconds=seconds,
-                                           attempts=attempts, settings=settings)
-    write_result(ScanResult(workload={"name": "x"}, environment={"gpu": {"name": "Fake"}}, settings={},
-                            precisions=precisions, status="complete"), path)
+        precisions[name] = PrecisionResult(
+            name, status="done", max_batch=batch, search_seconds=seconds, attempts=attempts, settings=settings
+        )
+    write_result(
+        ScanResult(
+            workload={"name": "x"},
+            environment={"gpu": {"name": "Fake"}},
+            settings={},
+            precisions=precisions,
+            status="complete",
+        ),
+        path,
+    )
 
 
 def test_each_run_is_scanned_with_the_predicted_start_then_without(tmp_path):
@@ -36,14 +45,52 @@ def test_each_run_is_scanned_with_the_predicted_start_then_without(tmp_path):
     got = ab.commands(["llama-1b", "llama-1b --checkpointing"], tmp_path, ["-p", "bf16"])
     assert [c[:3] for c in got] == [[sys.executable, "-m", "memprobe"]] * 4
     assert [c[3:] for c in got] == [
-        ["scan", "--model", "llama-1b", "--no-throughput", "--predicted-start", "-p", "bf16", "--out",
-         str(tmp_path / "llama-1b" / "with")],
-        ["scan", "--model", "llama-1b", "--no-throughput", "--no-predicted-start", "-p", "bf16", "--out",
-         str(tmp_path / "llama-1b" / "without")],
-        ["scan", "--model", "llama-1b", "--checkpointing", "--no-throughput", "--predicted-start", "-p", "bf16",
-         "--out", str(tmp_path / "llama-1b-checkpointing" / "with")],
-        ["scan", "--model", "llama-1b", "--checkpointing", "--no-throughput", "--no-predicted-start", "-p", "bf16",
-         "--out", str(tmp_path / "llama-1b-checkpointing" / "without")],
+        [
+            "scan",
+            "--model",
+            "llama-1b",
+            "--no-throughput",
+            "--predicted-start",
+            "-p",
+            "bf16",
+            "--out",
+            str(tmp_path / "llama-1b" / "with"),
+        ],
+        [
+            "scan",
+            "--model",
+            "llama-1b",
+            "--no-throughput",
+            "--no-predicted-start",
+            "-p",
+            "bf16",
+            "--out",
+            str(tmp_path / "llama-1b" / "without"),
+        ],
+        [
+            "scan",
+            "--model",
+            "llama-1b",
+            "--checkpointing",
+            "--no-throughput",
+            "--predicted-start",
+            "-p",
+            "bf16",
+            "--out",
+            str(tmp_path / "llama-1b-checkpointing" / "with"),
+        ],
+        [
+            "scan",
+            "--model",
+            "llama-1b",
+            "--checkpointing",
+            "--no-throughput",
+            "--no-predicted-start",
+            "-p",
+            "bf16",
+            "--out",
+            str(tmp_path / "llama-1b-checkpointing" / "without"),
+        ],
     ]
 
 
@@ -58,7 +105,17 @@ def test_the_table_reads_search_seconds_trials_and_the_prediction_from_the_resul
     # nasnet-large without: not run (yet)
     assert ab.rows(tmp_path, ["llama-1b", "nasnet-large"]) == [
         ["llama-1b", "bf16", "16", "16", "12.3", "17.9", "4", "6", "16 at 6.5 s, used"],
-        ["nasnet-large", "fp32", "78", "-", "90.0", "-", "7", "-", "15 at 40 s, not used: came after the search had ended"],
+        [
+            "nasnet-large",
+            "fp32",
+            "78",
+            "-",
+            "90.0",
+            "-",
+            "7",
+            "-",
+            "15 at 40 s, not used: came after the search had ended",
+        ],
         ["nasnet-large", "fp16", "155", "-", "60.0", "-", "5", "-", "-"],
     ]
     assert ab.main(["--out", str(tmp_path), "--table-only", "--run", "llama-1b"]) == 0

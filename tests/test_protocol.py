@@ -36,7 +36,9 @@ REQUESTS_SENT = [
     SetupRequest({"name": "toy", "family": "toy"}, "bf16", "train", "cpu", 1 << 20, {"compile": True}),
     TrialRequest(64, 3, 4096.0, keep=True),
     MeasureRequest(64, 1, 10, budget_s=5.0, loss_scale=None, cont=True),
-    FlopsRequest(1), PingRequest(), ExitRequest(),
+    FlopsRequest(1),
+    PingRequest(),
+    ExitRequest(),
 ]
 
 
@@ -54,8 +56,16 @@ def test_every_kind_is_listed_once():
 ANSWERS = [
     (SetupRequest(), Ready({"gpu": {"name": "cpu"}}, 1 << 20, 1000, 0.5, 0.0, {"parameters": 3}, "tokens", None)),
     (TrialRequest(8), Attempt(8, "fit", 10, 12, 0.25, "", steps=3, loss_scale=2.0**15)),
-    (MeasureRequest(8), Timed(batch=8, outcome="fit", samples_per_s=80.0, step_time={"median_s": 0.1, "steps": 3},
-                              extra={"added_later": 1})),
+    (
+        MeasureRequest(8),
+        Timed(
+            batch=8,
+            outcome="fit",
+            samples_per_s=80.0,
+            step_time={"median_s": 0.1, "steps": 3},
+            extra={"added_later": 1},
+        ),
+    ),
     (FlopsRequest(), Flops(1.5e9)),
     (FlopsRequest(), Flops(None, "FLOPs per unit vary with n")),
     (PingRequest(), Pong(True, 1234)),

@@ -66,5 +66,5 @@ def test_report_with_published_adds_the_published_scaling_for_the_scanned_worklo
     assert result.exit_code == 0, result.output
     assert "Published multi-GPU scaling (figures from elsewhere, not measured here)" in result.output
     section = result.output.split("### Published multi-GPU scaling")[1]
-    table = section[:section.index("\n\n- ")]  # the rows, up to the notes
+    table = section[: section.index("\n\n- ")]  # the rows, up to the notes
     assert "LambdaCloud 2x H100 80GB SXM5" in table and "bert-large-squad" not in table

@@ -64,7 +64,12 @@ def test_every_committed_result_reads_into_typed_records_and_round_trips(tmp_pat
     assert json.loads((tmp_path / path.name).read_text(encoding="utf-8"))["schema_version"] == SCHEMA_VERSION
     assert back.precisions == result.precisions
     assert (back.workload, back.environment, back.settings, back.status, back.created) == (
-        result.workload, result.environment, result.settings, result.status, result.created)
+        result.workload,
+        result.environment,
+        result.settings,
+        result.status,
+        result.created,
+    )
 
 
 def test_a_rewrite_keeps_keys_no_record_names():
@@ -115,7 +120,19 @@ def test_trial_fit_is_read_from_the_record_and_from_old_messages():
 
 
 def test_predict_comparison_labels_a_failed_timed_run_after_a_fitting_trial_of_any_length():
-    row = ComparisonRow("fp16", 40, "fresh", "oom", 10, 12, True, 10, 12, None,
-                        "ran the 4-step trial, then failed at step 2 of the 11 steps that followed it: oom", True)
+    row = ComparisonRow(
+        "fp16",
+        40,
+        "fresh",
+        "oom",
+        10,
+        12,
+        True,
+        10,
+        12,
+        None,
+        "ran the 4-step trial, then failed at step 2 of the 11 steps that followed it: oom",
+        True,
+    )
     pred = Prediction("toy", "H100", 4, 1.0, 0.1, [], None, "none", {}, [], comparison=[row], compared_with="a scan")
     assert "trial fit; timed run oom" in render(pred)

@@ -28,6 +28,7 @@ def one_line(message: str) -> bool:
 
 # --- the packaged registry -------------------------------------------------------------------
 
+
 def test_packaged_registry_loads(packaged_models):
     registry = load_registry()
     assert list(registry) == list(load_registry(packaged_models))
@@ -78,14 +79,19 @@ def test_valid_file_keeps_order_and_defaults(tmp_path):
 
 # --- errors: file, entry, line -------------------------------------------------------------
 
+
 def test_malformed_yaml_names_file_and_line(tmp_path):
-    path = write(tmp_path, """\
+    path = write(
+        tmp_path,
+        """\
         good:
           family: toy-mlp
           unit: samples
           params: {features: 64
           optimizer: {name: sgd}
-        """, name="broken-models.yaml")
+        """,
+        name="broken-models.yaml",
+    )
     with pytest.raises(RegistryError) as info:
         load_registry(path)
     message = str(info.value)
@@ -104,7 +110,9 @@ def test_tab_indentation_is_malformed_with_line(tmp_path):
 
 
 def test_unknown_family_names_entry_and_line(tmp_path):
-    path = write(tmp_path, """\
+    path = write(
+        tmp_path,
+        """\
         fine:
           family: toy-mlp
           unit: samples
@@ -114,7 +122,8 @@ def test_unknown_family_names_entry_and_line(tmp_path):
           family: imaginary-net
           unit: images
           optimizer: {name: sgd}
-        """)
+        """,
+    )
     with pytest.raises(RegistryError) as info:
         load_registry(path)
     message = str(info.value)
@@ -126,17 +135,26 @@ def test_unknown_family_names_entry_and_line(tmp_path):
     assert one_line(message)
 
 
-@pytest.mark.parametrize("body, expected", [
-    ("  family: toy-mlp\n  unit: parsecs\n  optimizer: {name: sgd}\n", r"unit must be one of .*parsecs"),
-    ("  family: toy-mlp\n  unit: samples\n", r"optimizer must be a mapping"),
-    ("  family: toy-mlp\n  unit: samples\n  optimizer: {name: lion}\n", r"optimizer must be a mapping whose name"),
-    ("  family: toy-mlp\n  unit: samples\n  optimizer: [sgd]\n", r"optimizer must be a mapping"),
-    ("  family: toy-mlp\n  unit: samples\n  optimizer: {name: sgd}\n  colour: red\n", r"unknown key\(s\) colour"),
-    ("  family: toy-mlp\n  unit: samples\n  optimizer: {name: sgd}\n  params: [1, 2]\n", r"params must be a mapping"),
-    ("  family: toy-mlp\n  unit: samples\n  optimizer: {name: sgd}\n  version: 'two'\n", r"version must be an integer"),
-    ("  - family\n", r"expected a mapping"),
-    ("  unit: samples\n  optimizer: {name: sgd}\n", r"unknown family 'None'"),
-])
+@pytest.mark.parametrize(
+    "body, expected",
+    [
+        ("  family: toy-mlp\n  unit: parsecs\n  optimizer: {name: sgd}\n", r"unit must be one of .*parsecs"),
+        ("  family: toy-mlp\n  unit: samples\n", r"optimizer must be a mapping"),
+        ("  family: toy-mlp\n  unit: samples\n  optimizer: {name: lion}\n", r"optimizer must be a mapping whose name"),
+        ("  family: toy-mlp\n  unit: samples\n  optimizer: [sgd]\n", r"optimizer must be a mapping"),
+        ("  family: toy-mlp\n  unit: samples\n  optimizer: {name: sgd}\n  colour: red\n", r"unknown key\(s\) colour"),
+        (
+            "  family: toy-mlp\n  unit: samples\n  optimizer: {name: sgd}\n  params: [1, 2]\n",
+            r"params must be a mapping",
+        ),
+        (
+            "  family: toy-mlp\n  unit: samples\n  optimizer: {name: sgd}\n  version: 'two'\n",
+            r"version must be an integer",
+        ),
+        ("  - family\n", r"expected a mapping"),
+        ("  unit: samples\n  optimizer: {name: sgd}\n", r"unknown family 'None'"),
+    ],
+)
 def test_entry_errors_name_file_entry_and_line(tmp_path, body, expected):
     path = write(tmp_path, "ok:\n" + GOOD_ENTRY + "\nbad-one:\n" + body, name="my-registry.yaml")
     with pytest.raises(RegistryError) as info:
@@ -166,6 +184,7 @@ def test_registry_error_is_a_value_error():
 
 # --- select ----------------------------------------------------------------------------------
 
+
 @pytest.fixture
 def registry(tmp_path):
     entries = {
@@ -174,8 +193,10 @@ def registry(tmp_path):
         "resnet50": ("toy-mlp", "images", False),
         "toy": ("toy-mlp", "samples", True),
     }
-    text = "".join(f"{n}:\n  family: {f}\n  unit: {u}\n  optimizer: {{name: sgd}}\n  test_only: {str(t).lower()}\n"
-                   for n, (f, u, t) in entries.items())
+    text = "".join(
+        f"{n}:\n  family: {f}\n  unit: {u}\n  optimizer: {{name: sgd}}\n  test_only: {str(t).lower()}\n"
+        for n, (f, u, t) in entries.items()
+    )
     return load_registry(write(tmp_path, text))
 
 
@@ -230,7 +251,9 @@ def test_select_nothing_given(registry, patterns):
 
 def test_non_string_entry_name_still_gets_its_line(tmp_path):
     # YAML reads `2020:` as an integer key; the error must still say where the entry is.
-    path = write(tmp_path, "ok:\n" + GOOD_ENTRY + "\n2020:\n  family: nope\n  unit: samples\n  optimizer: {name: sgd}\n")
+    path = write(
+        tmp_path, "ok:\n" + GOOD_ENTRY + "\n2020:\n  family: nope\n  unit: samples\n  optimizer: {name: sgd}\n"
+    )
     with pytest.raises(RegistryError) as info:
         load_registry(path)
     assert "entry '2020' (line 6)" in str(info.value)

@@ -31,9 +31,16 @@ A100 = "NVIDIA A100-SXM4-80GB"
 RTX8000 = "Quadro RTX 8000"
 
 
-def make_result(gpu: str = H100, workload: str = "toy", precisions: dict | None = None, version: int = 1,
-                params: dict | None = None, unit: str = "samples", total_bytes: int = 79 * GiB,
-                created: str = "2026-01-01T00:00:00+00:00") -> ScanResult:
+def make_result(
+    gpu: str = H100,
+    workload: str = "toy",
+    precisions: dict | None = None,
+    version: int = 1,
+    params: dict | None = None,
+    unit: str = "samples",
+    total_bytes: int = 79 * GiB,
+    created: str = "2026-01-01T00:00:00+00:00",
+) -> ScanResult:
     """A result file's content without a GPU. precisions: name -> dict(batch, speed, static, per_sample,
     capacity, flops, util). speed None = no throughput; batch 0 = OOM."""
     precisions = precisions if precisions is not None else {"fp32": {"batch": 10, "speed": 100.0}}
@@ -43,23 +50,52 @@ def make_result(gpu: str = H100, workload: str = "toy", precisions: dict | None 
         speed = spec.get("speed")
         throughput = None
         if speed is not None:
-            throughput = {"batch": batch, "outcome": "fit", "unit": unit, "samples_per_s": speed, "units_per_s": speed,
-                          "utilization": spec.get("util", {})}
+            throughput = {
+                "batch": batch,
+                "outcome": "fit",
+                "unit": unit,
+                "samples_per_s": speed,
+                "units_per_s": speed,
+                "utilization": spec.get("util", {}),
+            }
             if spec.get("flops"):
                 throughput["flops_per_sample"] = spec["flops"]
         model = {}
         if spec.get("per_sample"):
-            model = {"peak_reserved": {"static_bytes": spec.get("static", 0), "per_sample_bytes": spec["per_sample"],
-                                       "basis": "peak_reserved", "points": 3, "max_residual_bytes": 0}}
-        out[name] = PrecisionResult(name, status=spec.get("status", "done"), max_batch=batch, stop="edge",
-                                    proof={"fits": batch, "fails": batch + 1, "verified": True, "agreed": True},
-                                    memory_model=model, capacity_bytes=spec.get("capacity"), throughput=throughput,
-                                    settings={"task": spec.get("task", {})})
+            model = {
+                "peak_reserved": {
+                    "static_bytes": spec.get("static", 0),
+                    "per_sample_bytes": spec["per_sample"],
+                    "basis": "peak_reserved",
+                    "points": 3,
+                    "max_residual_bytes": 0,
+                }
+            }
+        out[name] = PrecisionResult(
+            name,
+            status=spec.get("status", "done"),
+            max_batch=batch,
+            stop="edge",
+            proof={"fits": batch, "fails": batch + 1, "verified": True, "agreed": True},
+            memory_model=model,
+            capacity_bytes=spec.get("capacity"),
+            throughput=throughput,
+            settings={"task": spec.get("task", {})},
+        )
     return ScanResult(
-        workload={"name": workload, "family": "toy-mlp", "version": version, "unit": unit,
-                  "params": params if params is not None else {"features": 64}, "optimizer": {"name": "adamw"}},
+        workload={
+            "name": workload,
+            "family": "toy-mlp",
+            "version": version,
+            "unit": unit,
+            "params": params if params is not None else {"features": 64},
+            "optimizer": {"name": "adamw"},
+        },
         environment={"gpu": {"name": gpu, "total_bytes": total_bytes}},
-        settings={}, precisions=out, status="complete", created=created,
+        settings={},
+        precisions=out,
+        status="complete",
+        created=created,
     )
 
 
@@ -87,6 +123,7 @@ def two_cards(tmp_path):
 
 
 # --- tables on known inputs -------------------------------------------------------------------------
+
 
 def test_max_batch_table_has_exact_cells_per_workload_gpu_and_precision(two_cards):
     table = max_batch_table(build_comparison(two_cards))
@@ -126,11 +163,17 @@ def test_gain_over_an_oom_fp32_is_not_a_number(tmp_path):
 
 
 def test_utilization_table_shows_means_and_power(tmp_path):
-    util = {"gpu_util_pct": {"mean": 97.4}, "mem_util_pct": {"mean": 40.2}, "power_w": {"mean": 301.6, "max": 350.2},
-            "mem_used_bytes": {"max": 10 * GiB}, "sm_clock_mhz": {"mean": 1800}}
+    util = {
+        "gpu_util_pct": {"mean": 97.4},
+        "mem_util_pct": {"mean": 40.2},
+        "power_w": {"mean": 301.6, "max": 350.2},
+        "mem_used_bytes": {"max": 10 * GiB},
+        "sm_clock_mhz": {"mean": 1800},
+    }
     r = make_result(precisions={"fp16": {"batch": 5, "speed": 9.0, "util": util}})
     assert rows(utilization_table(build_comparison(loaded(r)))) == [
-        ["H100 SXM", "toy", "fp16", "5", "97", "40", "302 / 350", "10.0", "1800"]]
+        ["H100 SXM", "toy", "fp16", "5", "97", "40", "302 / 350", "10.0", "1800"]
+    ]
 
 
 def test_precision_filter_and_an_empty_result_is_a_clear_error(two_cards):
@@ -149,6 +192,7 @@ def test_a_card_measured_twice_keeps_the_newer_file():
 
 
 # --- normalization ---------------------------------------------------------------------------------
+
 
 def test_default_reference_is_the_first_gpu_given_and_oom_counts_as_zero():
     first = make_result(A100, precisions={"fp32": {"batch": 4, "speed": 20.0}, "fp16": {"batch": 8, "speed": 40.0}})
@@ -194,9 +238,14 @@ def test_columns_the_reference_lacks_are_not_normalized_and_the_mean_says_how_ma
 
 # --- workload definitions that differ ---------------------------------------------------------------
 
+
 def test_same_name_other_params_are_labelled_apart_and_never_normalized_together():
-    seq512 = make_result(A100, workload="bert-large", params={"seq_len": 512}, precisions={"fp32": {"batch": 4, "speed": 20.0}})
-    seq128 = make_result(H100, workload="bert-large", params={"seq_len": 128}, precisions={"fp32": {"batch": 30, "speed": 400.0}})
+    seq512 = make_result(
+        A100, workload="bert-large", params={"seq_len": 512}, precisions={"fp32": {"batch": 4, "speed": 20.0}}
+    )
+    seq128 = make_result(
+        H100, workload="bert-large", params={"seq_len": 128}, precisions={"fp32": {"batch": 30, "speed": 400.0}}
+    )
     comparison = build_comparison(loaded(seq512, seq128))
     labels = comparison.workloads()
     assert len(labels) == 2 and all(label.startswith("bert-large@v1#") for label in labels)
@@ -216,12 +265,17 @@ def test_other_versions_are_labelled_by_version():
 
 # --- published figures -------------------------------------------------------------------------------
 
+
 def test_published_transcription_matches_the_reference_tables():
     figures = load_published()
     assert all(f.source in ("lambda-2020", "lambda-2019-sweeps", "lambda-bench") for f in figures)
 
     def one(source, gpu, workload, precision, metric):
-        found = [f for f in figures if (f.source, f.gpu, f.workload, f.precision, f.metric) == (source, gpu, workload, precision, metric)]
+        found = [
+            f
+            for f in figures
+            if (f.source, f.gpu, f.workload, f.precision, f.metric) == (source, gpu, workload, precision, metric)
+        ]
         assert len(found) == 1, found
         return found[0]
 
@@ -239,7 +293,12 @@ def test_published_transcription_matches_the_reference_tables():
     assert (tb.value, tb.unit) == (16000, "tokens")
     assert not any(f.gpu.startswith(("2x", "4x", "8x")) or "LambdaCloud 2x" in f.gpu for f in figures)
     assert {f.memprobe_workload for f in comparable(figures)} == {
-        "bert-large-squad", "resnet50", "nasnet-large", "pix2pixhd", "transformer-big"}
+        "bert-large-squad",
+        "resnet50",
+        "nasnet-large",
+        "pix2pixhd",
+        "transformer-big",
+    }
 
 
 def test_every_published_card_is_in_the_catalog():
@@ -249,15 +308,16 @@ def test_every_published_card_is_in_the_catalog():
 
 
 def test_with_published_puts_a_measured_card_among_published_ones_normalized_to_the_rtx_8000():
-    mine = make_result(H100, workload="bert-large-squad", unit="sequences",
-                       precisions={"fp16": {"batch": 120, "speed": 100.0}})
+    mine = make_result(
+        H100, workload="bert-large-squad", unit="sequences", precisions={"fp16": {"batch": 120, "speed": 100.0}}
+    )
     comparison = build_comparison(loaded(mine), with_published=True)
     relative = relative_throughput(comparison)
     assert relative.reference == "Quadro RTX 8000"
     by_row = {(r[0], r[1]): r for r in rows(relative_table(relative))}
     column = relative_table(relative).columns.index("bert-large-squad fp16")
-    assert by_row[("H100 SXM", "measured")][column] == "2.00 (vs pub)"   # 100 / 50 published
-    assert by_row[("H100 SXM", "published")][column] == "6.22 (pub)"     # 311 / 50
+    assert by_row[("H100 SXM", "measured")][column] == "2.00 (vs pub)"  # 100 / 50 published
+    assert by_row[("H100 SXM", "published")][column] == "6.22 (pub)"  # 311 / 50
     batches = {(r[1], r[2]): r for r in rows(max_batch_table(comparison)) if r[0] == "bert-large-squad"}
     assert batches[("H100 SXM", "measured")][-1] == "120"
     assert batches[("Quadro RTX 8000", "lambda-bench")][-1] == ">=64 (pub)"
@@ -265,8 +325,12 @@ def test_with_published_puts_a_measured_card_among_published_ones_normalized_to_
 
 def test_translation_batches_are_also_shown_in_tokens_beside_the_published_token_batches():
     task = {"units_per_sample": 128.0, "tokens_per_sample": 128, "target_tokens_per_sample": 128}
-    mine = make_result(H100, workload="transformer-big", unit="tokens",
-                       precisions={"fp16": {"batch": 100, "speed": 90000.0, "task": task}})
+    mine = make_result(
+        H100,
+        workload="transformer-big",
+        unit="tokens",
+        precisions={"fp16": {"batch": 100, "speed": 90000.0, "task": task}},
+    )
     table = max_batch_table(build_comparison(loaded(mine), with_published=True))
     by = {(r[1], r[2]): r for r in rows(table) if r[0] == "transformer-big"}
     fp16 = table.columns.index("fp16")
@@ -285,23 +349,45 @@ def test_published_oom_rows_count_as_zero():
 
 # --- the catalog ----------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("device, precision, expected", [
-    (H100, "bf16", 989), (H100, "tf32", 495), (H100, "fp32", 67), ("NVIDIA H100 PCIe", "fp16", 756),
-    ("NVIDIA H100 PCIe", "tf32", 378), (A100, "fp32", 19.5), ("NVIDIA A100-PCIE-40GB", "tf32", 156),
-    ("NVIDIA H200", "bf16", 989), ("Quadro RTX 8000", "bf16", None), ("Quadro RTX 8000", "tf32", None),
-    ("Some Future GPU", "fp16", None), (H100, "fp8", None),
-])
+
+@pytest.mark.parametrize(
+    "device, precision, expected",
+    [
+        (H100, "bf16", 989),
+        (H100, "tf32", 495),
+        (H100, "fp32", 67),
+        ("NVIDIA H100 PCIe", "fp16", 756),
+        ("NVIDIA H100 PCIe", "tf32", 378),
+        (A100, "fp32", 19.5),
+        ("NVIDIA A100-PCIE-40GB", "tf32", 156),
+        ("NVIDIA H200", "bf16", 989),
+        ("Quadro RTX 8000", "bf16", None),
+        ("Quadro RTX 8000", "tf32", None),
+        ("Some Future GPU", "fp16", None),
+        (H100, "fp8", None),
+    ],
+)
 def test_peak_tflops(device, precision, expected):
     assert peak_tflops(device, precision) == expected
 
 
-@pytest.mark.parametrize("device, card", [
-    ("NVIDIA GeForce RTX 2080 Ti", "GeForce RTX 2080 Ti"), ("NVIDIA GeForce RTX 2080", "GeForce RTX 2080"),
-    ("NVIDIA GeForce RTX 2080 SUPER", None), ("NVIDIA A10", "A10"), ("NVIDIA A10G", None),
-    ("NVIDIA A100-PCIE-40GB", "A100 40GB PCIe"), ("NVIDIA L4", "L4"), ("NVIDIA L40S", "L40S"),
-    ("NVIDIA RTX 6000 Ada Generation", "RTX 6000 Ada"), ("Quadro RTX 6000", "Quadro RTX 6000"),
-    ("Tesla V100-SXM2-32GB", "V100 SXM2 32GB"), ("NVIDIA GeForce RTX 3090 Ti", None),
-])
+@pytest.mark.parametrize(
+    "device, card",
+    [
+        ("NVIDIA GeForce RTX 2080 Ti", "GeForce RTX 2080 Ti"),
+        ("NVIDIA GeForce RTX 2080", "GeForce RTX 2080"),
+        ("NVIDIA GeForce RTX 2080 SUPER", None),
+        ("NVIDIA A10", "A10"),
+        ("NVIDIA A10G", None),
+        ("NVIDIA A100-PCIE-40GB", "A100 40GB PCIe"),
+        ("NVIDIA L4", "L4"),
+        ("NVIDIA L40S", "L40S"),
+        ("NVIDIA RTX 6000 Ada Generation", "RTX 6000 Ada"),
+        ("Quadro RTX 6000", "Quadro RTX 6000"),
+        ("Tesla V100-SXM2-32GB", "V100 SXM2 32GB"),
+        ("NVIDIA GeForce RTX 3090 Ti", None),
+    ],
+)
 def test_device_names_match_the_right_card(device, card):
     found = find_card(device)
     assert (found.name if found else None) == card
@@ -310,10 +396,28 @@ def test_device_names_match_the_right_card(device, card):
 def test_every_catalog_row_names_its_sources():
     catalog = load_catalog()
     names = {c.name for c in catalog.cards}
-    for required in ("GeForce RTX 2060", "GeForce RTX 2070", "GeForce RTX 2080", "GeForce GTX 1080 Ti",
-                     "GeForce RTX 2080 Ti", "TITAN RTX", "Quadro RTX 6000", "Quadro RTX 8000", "V100 SXM2 16GB",
-                     "A100 40GB PCIe", "A100 80GB SXM4", "A10", "RTX A6000", "L4", "L40S", "GeForce RTX 3090",
-                     "GeForce RTX 4090", "H100 SXM", "H100 PCIe", "H200 SXM"):
+    for required in (
+        "GeForce RTX 2060",
+        "GeForce RTX 2070",
+        "GeForce RTX 2080",
+        "GeForce GTX 1080 Ti",
+        "GeForce RTX 2080 Ti",
+        "TITAN RTX",
+        "Quadro RTX 6000",
+        "Quadro RTX 8000",
+        "V100 SXM2 16GB",
+        "A100 40GB PCIe",
+        "A100 80GB SXM4",
+        "A10",
+        "RTX A6000",
+        "L4",
+        "L40S",
+        "GeForce RTX 3090",
+        "GeForce RTX 4090",
+        "H100 SXM",
+        "H100 PCIe",
+        "H200 SXM",
+    ):
         assert required in names
     for card in catalog.cards:
         assert card.spec_source and card.peak_source and card.memory_bytes > 0
@@ -322,6 +426,7 @@ def test_every_catalog_row_names_its_sources():
 
 
 # --- formats and the command line -------------------------------------------------------------------
+
 
 def test_csv_and_json_formats_parse(two_cards):
     comparison = build_comparison(two_cards)
@@ -395,8 +500,10 @@ def test_cli_help(run, command):
 
 
 def test_report_modules_do_not_import_torch():
-    code = ("import sys, memprobe.compare.report, memprobe.compare.guide, memprobe.compare.charts, memprobe.core.catalog, memprobe.compare.published; "
-            "assert 'torch' not in sys.modules, 'torch imported'")
+    code = (
+        "import sys, memprobe.compare.report, memprobe.compare.guide, memprobe.compare.charts, memprobe.core.catalog, memprobe.compare.published; "
+        "assert 'torch' not in sys.modules, 'torch imported'"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
 
@@ -405,9 +512,17 @@ def test_scan_rows_count_fresh_trials_once_and_show_mfu():
     result = make_result(precisions={"fp16": {"batch": 108, "speed": 266.0}, "bf16": {"batch": 107, "speed": None}})
     fp16 = result.precisions["fp16"]
     # the search's fresh trials at 109 and 108 served as the proof: nothing was re-run
-    fp16.attempts = [Attempt(b, o, fresh=f) for b, o, f in
-                     [(1, "fit", False), (2, "fit", False), (16, "fit", False), (105, "fit", True),
-                      (108, "fit", True), (109, "oom", True)]]
+    fp16.attempts = [
+        Attempt(b, o, fresh=f)
+        for b, o, f in [
+            (1, "fit", False),
+            (2, "fit", False),
+            (16, "fit", False),
+            (105, "fit", True),
+            (108, "fit", True),
+            (109, "oom", True),
+        ]
+    ]
     fp16.proof.checks, fp16.proof.reused_from_search = [Check(109, "oom"), Check(108, "fit")], [109, 108]
     fp16.proof.search = Pair(108, 109)
     fp16.throughput.mfu, fp16.throughput.step_time = 0.321, {"median_s": 0.402}
@@ -428,14 +543,20 @@ def test_report_module_exposes_the_scan_table_still():
 
 def test_scan_rows_newest_only_keeps_the_newest_finished_precision_per_card():
     # an interrupted fp16 in the first file; a rerun finished fp16 and bf16; fp32 only in the first
-    first = make_result(precisions={"fp32": {"batch": 10, "speed": 1.0}, "fp16": {"batch": 0, "status": "interrupted"}},
-                        created="2026-01-01T00:00:00+00:00")
-    rerun = make_result(precisions={"fp16": {"batch": 20, "speed": 2.0}, "bf16": {"batch": 21, "speed": 2.0}},
-                        created="2026-01-02T00:00:00+00:00")
+    first = make_result(
+        precisions={"fp32": {"batch": 10, "speed": 1.0}, "fp16": {"batch": 0, "status": "interrupted"}},
+        created="2026-01-01T00:00:00+00:00",
+    )
+    rerun = make_result(
+        precisions={"fp16": {"batch": 20, "speed": 2.0}, "bf16": {"batch": 21, "speed": 2.0}},
+        created="2026-01-02T00:00:00+00:00",
+    )
     older_done = make_result(precisions={"bf16": {"batch": 19, "speed": 2.0}}, created="2025-12-31T00:00:00+00:00")
     other_card = make_result(gpu=A100, precisions={"fp16": {"batch": 5, "speed": 1.0}})
-    got = [(r["gpu"], r["precision"], r["max batch"])
-           for r in report.scan_rows([rerun, first, older_done, other_card], newest_only=True)]
+    got = [
+        (r["gpu"], r["precision"], r["max batch"])
+        for r in report.scan_rows([rerun, first, older_done, other_card], newest_only=True)
+    ]
     assert got == [(A100, "fp16", 5), (H100, "fp32", 10), (H100, "fp16", 20), (H100, "bf16", 21)]
     assert len(report.scan_rows([first, rerun])) == 4  # without newest_only every precision of every file
     only = report.scan_rows([first, rerun], newest_only=True, precisions=["bf16"])
@@ -443,15 +564,21 @@ def test_scan_rows_newest_only_keeps_the_newest_finished_precision_per_card():
 
 
 def test_report_scans_prints_the_scan_table_in_each_format(tmp_path):
-    pairs = loaded(make_result(precisions={"fp32": {"batch": 10, "speed": 1.0}, "fp16": {"batch": 20, "speed": 2.0}}),
-                   tmp_path=tmp_path)
+    pairs = loaded(
+        make_result(precisions={"fp32": {"batch": 10, "speed": 1.0}, "fp16": {"batch": 20, "speed": 2.0}}),
+        tmp_path=tmp_path,
+    )
     runner = CliRunner()
     done = runner.invoke(main, ["report", "--scans", str(tmp_path)])
     assert done.exit_code == 0, done.output
     assert done.output.startswith("| gpu") and "| 20 " in done.output
-    as_json = json.loads(runner.invoke(main, ["report", "--scans", "--format", "json", "-p", "fp16", str(tmp_path)]).output)
+    as_json = json.loads(
+        runner.invoke(main, ["report", "--scans", "--format", "json", "-p", "fp16", str(tmp_path)]).output
+    )
     assert [(r["precision"], r["max batch"]) for r in as_json] == [("fp16", 20)]
-    as_csv = list(csv.DictReader(io.StringIO(runner.invoke(main, ["report", "--scans", "--format", "csv", str(tmp_path)]).output)))
+    as_csv = list(
+        csv.DictReader(io.StringIO(runner.invoke(main, ["report", "--scans", "--format", "csv", str(tmp_path)]).output))
+    )
     assert [r["max batch"] for r in as_csv] == ["10", "20"]
     empty = runner.invoke(main, ["report", "--scans", str(tmp_path / "nothing-here")])
     assert empty.exit_code != 0 and "Traceback" not in empty.output
@@ -460,8 +587,10 @@ def test_report_scans_prints_the_scan_table_in_each_format(tmp_path):
 
 def test_report_scans_says_under_the_table_where_an_edge_was_not_monotone(tmp_path):
     result = make_result(precisions={"fp32": {"batch": 10, "speed": 1.0}, "fp16": {"batch": 9405, "speed": 2.0}})
-    note = ("edge not monotone: 9412 fitted in the search's own trials (not fresh checks), at or above it (fresh failures "
-            "at 9406, 9407, 9409, 9411, 9412); B = 9405 fits fresh and 9406 fails fresh")
+    note = (
+        "edge not monotone: 9412 fitted in the search's own trials (not fresh checks), at or above it (fresh failures "
+        "at 9406, 9407, 9409, 9411, 9412); B = 9405 fits fresh and 9406 fails fresh"
+    )
     result.precisions["fp16"].proof.non_monotone = {"fits": [], "search_fits": [9412], "fails": [9406], "note": note}
     loaded(result, tmp_path=tmp_path)
     runner = CliRunner()

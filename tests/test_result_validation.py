@@ -14,7 +14,9 @@ from memprobe.cli import main
 from memprobe.core.results import ResultFileError, find_result_files, read_result
 
 REPO = Path(__file__).resolve().parents[1]
-GOOD = REPO / "tests" / "data" / "nvidia-h100-80gb-hbm3_resnet50_train_20261121-184725.json"  # a frozen copy: reports/ is tidied
+GOOD = (
+    REPO / "tests" / "data" / "nvidia-h100-80gb-hbm3_resnet50_train_20261121-184725.json"
+)  # a frozen copy: reports/ is tidied
 BASE = json.loads(GOOD.read_text())
 
 
@@ -111,8 +113,9 @@ def mixed(tmp_path) -> Path:
     return tmp_path
 
 
-@pytest.mark.parametrize("argv", [["report"], ["report", "--scans"], ["guide"], ["report", "--llm"],
-                                  ["report", "--format", "json"]])
+@pytest.mark.parametrize(
+    "argv", [["report"], ["report", "--scans"], ["guide"], ["report", "--llm"], ["report", "--format", "json"]]
+)
 def test_a_folder_of_mixed_files_reports_the_good_ones_and_names_the_bad(mixed, argv):
     result = CliRunner().invoke(main, argv + [str(mixed)])
     assert result.exit_code == 0, result.output
@@ -135,7 +138,8 @@ def test_only_bad_files_is_one_error_line(mixed):
     result = CliRunner().invoke(main, ["report", str(mixed / "lots.json"), str(mixed / "one.json")])
     assert result.exit_code == 1
     assert [line for line in result.output.splitlines() if line.startswith("Error")] == [
-        f"Error: no memprobe result files in {mixed / 'lots.json'}, {mixed / 'one.json'} (2 skipped, above)"]
+        f"Error: no memprobe result files in {mixed / 'lots.json'}, {mixed / 'one.json'} (2 skipped, above)"
+    ]
 
 
 def test_predict_compare_with_a_bad_file_is_one_line(mixed):

@@ -27,16 +27,39 @@ from memprobe.core.units import gib, parse_size
 
 
 def sample_result() -> ScanResult:
-    attempts = [Attempt(1, "fit", 100, 128, 0.5).to_dict(), Attempt(2, "oom", 300, 512, 0.2, "OutOfMemoryError: x").to_dict()]
+    attempts = [
+        Attempt(1, "fit", 100, 128, 0.5).to_dict(),
+        Attempt(2, "oom", 300, 512, 0.2, "OutOfMemoryError: x").to_dict(),
+    ]
     done = PrecisionResult(
-        "fp32", status="done", max_batch=1, stop="edge",
-        proof={"in_process": {"fits": 1, "fails": 2}, "fits": 1, "fails": 2, "fail_outcome": "oom",
-               "agreed": True, "verified": True, "checks": attempts},
+        "fp32",
+        status="done",
+        max_batch=1,
+        stop="edge",
+        proof={
+            "in_process": {"fits": 1, "fails": 2},
+            "fits": 1,
+            "fails": 2,
+            "fail_outcome": "oom",
+            "agreed": True,
+            "verified": True,
+            "checks": attempts,
+        },
         attempts=attempts,
-        memory_model={"peak_reserved": {"static_bytes": 1.5, "per_sample_bytes": 2.25, "basis": "peak_reserved",
-                                        "points": 2, "max_residual_bytes": 0.0}},
-        capacity_bytes=8 << 20, settings={"task": {"parameters": 10}}, search_seconds=1.25,
-        throughput={"samples_per_s": 12.5, "step_time": {"median_s": 0.08}}, extra_batches=[{"batch": 4}],
+        memory_model={
+            "peak_reserved": {
+                "static_bytes": 1.5,
+                "per_sample_bytes": 2.25,
+                "basis": "peak_reserved",
+                "points": 2,
+                "max_residual_bytes": 0.0,
+            }
+        },
+        capacity_bytes=8 << 20,
+        settings={"task": {"parameters": 10}},
+        search_seconds=1.25,
+        throughput={"samples_per_s": 12.5, "step_time": {"median_s": 0.08}},
+        extra_batches=[{"batch": 4}],
     )
     failed = PrecisionResult("bf16", status="error", error="RuntimeError: nope")
     return ScanResult(
@@ -53,6 +76,7 @@ def leftovers(folder):
 
 
 # --- round trip and atomic writes -------------------------------------------------------------
+
 
 def test_round_trip_gives_equal_dicts(tmp_path):
     result = sample_result()
@@ -103,6 +127,7 @@ def test_failed_first_write_leaves_nothing(tmp_path):
 
 
 # --- read errors ------------------------------------------------------------------------------
+
 
 def check_error(path, *fragments):
     with pytest.raises(ResultFileError) as info:
@@ -177,6 +202,7 @@ def test_result_file_error_is_a_value_error():
 
 # --- file names ---------------------------------------------------------------------------------
 
+
 def test_result_filename_has_gpu_model_mode_time():
     when = datetime(2026, 11, 21, 17, 15, 0, tzinfo=timezone.utc)
     name = result_filename("NVIDIA H100 80GB HBM3", "bert-large", "train", when)
@@ -203,27 +229,35 @@ def test_find_result_files(tmp_path):
 
 # --- error classification -----------------------------------------------------------------------
 
-@pytest.mark.parametrize("type_name, message, expected", [
-    ("OutOfMemoryError", "CUDA out of memory. Tried to allocate 2.00 GiB", errors.OOM),
-    ("OutOfMemoryError", "", errors.OOM),
-    ("MemoryError", "", errors.OOM),
-    ("RuntimeError", "CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`", errors.OOM),
-    ("RuntimeError", "cuDNN error: CUDNN_STATUS_ALLOC_FAILED", errors.OOM),
-    ("RuntimeError", "CUDA error: out of memory", errors.OOM),
-    ("OutOfMemoryError", "CPU budget exceeded (memprobe fake allocator): 9 live bytes > 8", errors.OOM),
-    ("RuntimeError", "CUDA error: invalid configuration argument", errors.LIMIT),
-    ("RuntimeError", "CUDA error: too many resources requested for launch", errors.LIMIT),
-    ("RuntimeError", "numel needs to be smaller than int32", errors.LIMIT),
-    ("RuntimeError", "CUDA error: an illegal memory access was encountered", errors.CRASH),
-    ("RuntimeError", "CUDA error: an illegal memory access was encountered (after: CUDA out of memory)", errors.CRASH),
-    ("OutOfMemoryError", "out of memory; then: an illegal memory access was encountered", errors.CRASH),
-    ("RuntimeError", "CUDA error: device-side assert triggered", errors.CRASH),
-    ("RuntimeError", "CUDA error: unspecified launch failure", errors.CRASH),
-    ("ValueError", "shapes (3,4) and (5,6) not aligned", errors.ERROR),
-    ("KeyError", "'input_ids'", errors.ERROR),
-    ("RuntimeError", "", errors.ERROR),
-    ("RuntimeError", None, errors.ERROR),
-])
+
+@pytest.mark.parametrize(
+    "type_name, message, expected",
+    [
+        ("OutOfMemoryError", "CUDA out of memory. Tried to allocate 2.00 GiB", errors.OOM),
+        ("OutOfMemoryError", "", errors.OOM),
+        ("MemoryError", "", errors.OOM),
+        ("RuntimeError", "CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`", errors.OOM),
+        ("RuntimeError", "cuDNN error: CUDNN_STATUS_ALLOC_FAILED", errors.OOM),
+        ("RuntimeError", "CUDA error: out of memory", errors.OOM),
+        ("OutOfMemoryError", "CPU budget exceeded (memprobe fake allocator): 9 live bytes > 8", errors.OOM),
+        ("RuntimeError", "CUDA error: invalid configuration argument", errors.LIMIT),
+        ("RuntimeError", "CUDA error: too many resources requested for launch", errors.LIMIT),
+        ("RuntimeError", "numel needs to be smaller than int32", errors.LIMIT),
+        ("RuntimeError", "CUDA error: an illegal memory access was encountered", errors.CRASH),
+        (
+            "RuntimeError",
+            "CUDA error: an illegal memory access was encountered (after: CUDA out of memory)",
+            errors.CRASH,
+        ),
+        ("OutOfMemoryError", "out of memory; then: an illegal memory access was encountered", errors.CRASH),
+        ("RuntimeError", "CUDA error: device-side assert triggered", errors.CRASH),
+        ("RuntimeError", "CUDA error: unspecified launch failure", errors.CRASH),
+        ("ValueError", "shapes (3,4) and (5,6) not aligned", errors.ERROR),
+        ("KeyError", "'input_ids'", errors.ERROR),
+        ("RuntimeError", "", errors.ERROR),
+        ("RuntimeError", None, errors.ERROR),
+    ],
+)
 def test_classify_error(type_name, message, expected):
     assert classify_error(type_name, message) == expected
 
@@ -231,13 +265,16 @@ def test_classify_error(type_name, message, expected):
 CUDNN_INTERNAL = "cuDNN error: CUDNN_STATUS_INTERNAL_ERROR"
 
 
-@pytest.mark.parametrize("message, share, expected", [
-    (CUDNN_INTERNAL, None, errors.ERROR),  # memory state unknown: not called OOM
-    (CUDNN_INTERNAL, 0.5, errors.ERROR),  # plenty of memory free: a real library error
-    (CUDNN_INTERNAL, 0.99, errors.OOM),  # the H100 NasNet-Large case: 78.4 of 79.2 GiB reserved
-    ("CUDA error: CUBLAS_STATUS_INTERNAL_ERROR when calling `cublasLtMatmul`", 0.95, errors.OOM),
-    ("shapes (3,4) and (5,6) not aligned", 0.99, errors.ERROR),  # a bug stays a bug when memory is full
-])
+@pytest.mark.parametrize(
+    "message, share, expected",
+    [
+        (CUDNN_INTERNAL, None, errors.ERROR),  # memory state unknown: not called OOM
+        (CUDNN_INTERNAL, 0.5, errors.ERROR),  # plenty of memory free: a real library error
+        (CUDNN_INTERNAL, 0.99, errors.OOM),  # the H100 NasNet-Large case: 78.4 of 79.2 GiB reserved
+        ("CUDA error: CUBLAS_STATUS_INTERNAL_ERROR when calling `cublasLtMatmul`", 0.95, errors.OOM),
+        ("shapes (3,4) and (5,6) not aligned", 0.99, errors.ERROR),  # a bug stays a bug when memory is full
+    ],
+)
 def test_internal_library_error_is_oom_only_when_memory_was_nearly_full(message, share, expected):
     assert classify_error("RuntimeError", message, reserved_share=share) == expected
 
@@ -259,24 +296,28 @@ def test_outcomes_are_distinct():
 
 # --- sizes ----------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("text, expected", [
-    ("24GiB", 24 * 2**30),
-    ("11GB", 11 * 10**9),
-    ("11 GB", 11 * 10**9),
-    ("512MiB", 512 * 2**20),
-    ("8MiB", 8 * 2**20),
-    ("64mib", 64 * 2**20),
-    ("1.5g", 3 * 2**29),
-    ("1.5G", 3 * 2**29),
-    ("0.5KiB", 512),
-    ("1024", 1024),
-    ("1024b", 1024),
-    (" 2 kb ", 2000),
-    ("3k", 3 * 1024),
-    ("1TiB", 2**40),
-    ("2TB", 2 * 10**12),
-    (".5M", 2**19),
-])
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("24GiB", 24 * 2**30),
+        ("11GB", 11 * 10**9),
+        ("11 GB", 11 * 10**9),
+        ("512MiB", 512 * 2**20),
+        ("8MiB", 8 * 2**20),
+        ("64mib", 64 * 2**20),
+        ("1.5g", 3 * 2**29),
+        ("1.5G", 3 * 2**29),
+        ("0.5KiB", 512),
+        ("1024", 1024),
+        ("1024b", 1024),
+        (" 2 kb ", 2000),
+        ("3k", 3 * 1024),
+        ("1TiB", 2**40),
+        ("2TB", 2 * 10**12),
+        (".5M", 2**19),
+    ],
+)
 def test_parse_size(text, expected):
     assert parse_size(text) == expected
 

@@ -27,8 +27,18 @@ STATIC, PER_SAMPLE = 1_000_000, 10_000
 class World:
     """What the fake processes see. Edges are the largest batch that fits."""
 
-    def __init__(self, inproc_edge=75, fresh_edge=None, measure_edge=None, setup_error=None, outcomes=None,
-                 capacity="exact", gpu="Fake GPU 9000", flops_per_sample=None, emulation=None):
+    def __init__(
+        self,
+        inproc_edge=75,
+        fresh_edge=None,
+        measure_edge=None,
+        setup_error=None,
+        outcomes=None,
+        capacity="exact",
+        gpu="Fake GPU 9000",
+        flops_per_sample=None,
+        emulation=None,
+    ):
         self.emulation = emulation
         self.inproc_edge = inproc_edge
         self.gpu = gpu
@@ -49,9 +59,15 @@ class FakeWorker:
         self.world, self.number = world, number
         self.ran = 0
         self.closed = False
-        self.info = Ready({"device_type": "cpu", "gpu": {"name": world.gpu}, "flags": {"x": 1}},
-                          capacity_bytes=world.capacity, weights_bytes=STATIC, build_seconds=0.0,
-                          task={"parameters": 1}, unit="samples", emulation=world.emulation)
+        self.info = Ready(
+            {"device_type": "cpu", "gpu": {"name": world.gpu}, "flags": {"x": 1}},
+            capacity_bytes=world.capacity,
+            weights_bytes=STATIC,
+            build_seconds=0.0,
+            task={"parameters": 1},
+            unit="samples",
+            emulation=world.emulation,
+        )
 
     @property
     def alive(self) -> bool:
@@ -74,12 +90,27 @@ class FakeWorker:
         self.world.log.append(("measure", self.number, batch, self.ran))
         peak = STATIC + PER_SAMPLE * batch
         if batch > self.world.measure_edge:
-            return Timed(batch=batch, warmup_steps=warmup, peak_allocated=peak + 5, peak_reserved=peak + 7,
-                         outcome="oom", error="OutOfMemoryError: fragmentation", failed_at_step=warmup + 2)
-        return Timed(batch=batch, warmup_steps=warmup, peak_allocated=peak + 1, peak_reserved=peak + 2, outcome="fit",
-                     step_time={"steps": steps, "median_s": self.step_time(batch)}, unit="samples",
-                     samples_per_s=batch / self.step_time(batch), units_per_s=batch / self.step_time(batch),
-                     utilization={})
+            return Timed(
+                batch=batch,
+                warmup_steps=warmup,
+                peak_allocated=peak + 5,
+                peak_reserved=peak + 7,
+                outcome="oom",
+                error="OutOfMemoryError: fragmentation",
+                failed_at_step=warmup + 2,
+            )
+        return Timed(
+            batch=batch,
+            warmup_steps=warmup,
+            peak_allocated=peak + 1,
+            peak_reserved=peak + 2,
+            outcome="fit",
+            step_time={"steps": steps, "median_s": self.step_time(batch)},
+            unit="samples",
+            samples_per_s=batch / self.step_time(batch),
+            units_per_s=batch / self.step_time(batch),
+            utilization={},
+        )
 
     def flops(self) -> Flops:
         return Flops(self.world.flops_per_sample)
@@ -135,6 +166,7 @@ def assert_all_closed(world: World):
 
 # --- the agreed case -----------------------------------------------------------------------
 
+
 def test_scan_precision_agreed():
     world = World(75)
     result, progress, envs = run_scan(world)
@@ -182,6 +214,7 @@ def test_no_throughput_means_no_timed_runs():
 
 # --- the fresh edge differs -------------------------------------------------------------------
 
+
 def test_fresh_edge_one_higher():
     world = World(75, fresh_edge=76)
     result, progress, _ = run_scan(world)
@@ -208,10 +241,18 @@ def test_the_search_process_fitting_far_above_the_fresh_edge_is_proven_and_said(
     # 9405; the checks walk down past the check limit of 6 to prove 9405 and 9406, and the result says why
     world = World(9412, fresh_edge=9405)
     result, progress, _ = run_scan(world, measure=False)
-    assert checks_of(result) == [(9413, "oom"), (9412, "oom"), (9411, "oom"), (9409, "oom"), (9405, "fit"),
-                                 (9407, "oom"), (9406, "oom")]
-    assert result.max_batch == 9405 and result.proof.verified and (result.proof.fits, result.proof.fails) == (
-        9405, 9406)
+    assert checks_of(result) == [
+        (9413, "oom"),
+        (9412, "oom"),
+        (9411, "oom"),
+        (9409, "oom"),
+        (9405, "fit"),
+        (9407, "oom"),
+        (9406, "oom"),
+    ]
+    assert (
+        result.max_batch == 9405 and result.proof.verified and (result.proof.fits, result.proof.fails) == (9405, 9406)
+    )
     record = result.proof.non_monotone
     assert record["search_fits"] == [9412] and record["fails"] == [9406, 9407, 9409, 9411, 9412]
     assert record["note"] in progress.notes and "B = 9405 fits fresh and 9406 fails fresh" in record["note"]
@@ -233,6 +274,7 @@ def test_timed_run_failure_at_b_lowers_the_answer():
 
 
 # --- Ctrl-C ------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("forks", [False, True])
 def test_ctrl_c_during_a_trial_kills_its_process_at_once(forks, monkeypatch):
@@ -263,6 +305,7 @@ def test_ctrl_c_during_the_timed_run_kills_its_process(monkeypatch):
 
 
 # --- with a fork server: search trials after the first two run fresh ---------------------------
+
 
 def test_forking_search_runs_near_edge_trials_fresh_and_reuses_them_as_proof():
     world = World(75, fresh_edge=75)
@@ -310,8 +353,12 @@ def test_forking_search_times_fresh_fits_that_could_be_b_and_the_proof_runs_noth
     # 16: fresh, far below the model's edge, the trial alone; 75: the model's edge, so its fit went on to the
     # timed run, which failed (a failure like the proof's); 74, just below that failure, trains throughout
     assert [(a.batch, a.outcome, a.fresh, a.timed_steps) for a in result.attempts] == [
-        (1, "fit", False, None), (2, "fit", False, None), (16, "fit", True, None), (75, "oom", True, None),
-        (74, "fit", True, 10)]
+        (1, "fit", False, None),
+        (2, "fit", False, None),
+        (16, "fit", True, None),
+        (75, "oom", True, None),
+        (74, "fit", True, 10),
+    ]
     assert "failed at step 3 of the 11 steps that followed it" in result.attempts[3].message
     assert result.max_batch == 74 and result.proof.verified and result.proof.agreed
     assert result.proof.reused_from_search == [75, 74]
@@ -351,6 +398,7 @@ def test_cap_reached_is_checked_and_timed():
 
 # --- a predicted start that comes late or never (the prediction is polled, never waited for) -------------
 
+
 class FakeStart:
     """PredictedStart's hint_for, with a prediction that comes after `after` polls (never, when None)."""
 
@@ -363,8 +411,10 @@ class FakeStart:
         from test_search_hint import FakePrediction
 
         self.asked.append((precision, capacity_bytes))
-        self.prediction = FakePrediction(None if self.after is None else {"precision": precision, "max_batch": self.batch,
-                                                                          "at": started_at + 7.0}, self.after or 0)
+        self.prediction = FakePrediction(
+            None if self.after is None else {"precision": precision, "max_batch": self.batch, "at": started_at + 7.0},
+            self.after or 0,
+        )
         return PrecisionHint(self.prediction, settings, note, started_at)
 
 
@@ -374,8 +424,14 @@ def test_a_prediction_that_comes_late_is_tried_then_and_its_fit_is_the_proof_and
     start = FakeStart(75, after=4)  # polled at its creation, after batch 1, then before 16 and 80
     result, progress, _ = run_scan(world, forks=True, start=start, warmup=3, timed_steps=10)
     assert [a.batch for a in result.attempts] == [1, 2, 16, 80, 75, 76]
-    assert result.settings["predicted_start"] == {"precision": "fp32", "max_batch": 75, "arrived_s": 7.0,
-                                                  "after_trials": 4, "used": True, "why": ""}
+    assert result.settings["predicted_start"] == {
+        "precision": "fp32",
+        "max_batch": 75,
+        "arrived_s": 7.0,
+        "after_trials": 4,
+        "used": True,
+        "why": "",
+    }
     assert any(n.endswith("came 7 s into the precision, after 4 trials: tried next") for n in progress.notes)
     assert result.max_batch == 75 and result.proof.verified and result.proof.reused_from_search == [76, 75]
     assert result.attempts[4].fresh and result.attempts[4].timed_steps == 10  # the predicted batch was timed
@@ -391,11 +447,14 @@ def test_a_prediction_that_never_comes_costs_the_scan_nothing_and_is_recorded():
     result, progress, _ = run_scan(world, forks=True, start=start, measure=False)
     assert [a.batch for a in result.attempts] == [a.batch for a in plain.attempts]
     assert start.prediction.polls == len(result.attempts) + 1  # each decision point, and once at the end
-    assert result.settings["predicted_start"]["used"] is False and result.settings["predicted_start"]["arrived_s"] is None
+    assert (
+        result.settings["predicted_start"]["used"] is False and result.settings["predicted_start"]["arrived_s"] is None
+    )
     assert progress.notes[0].startswith("no predicted start: no prediction before the search ended")
 
 
 # --- failures before or during the search -----------------------------------------------------
+
 
 def test_model_that_does_not_fit_at_all():
     result, _, _ = run_scan(World(75, setup_error="oom"))
@@ -460,6 +519,7 @@ def test_a_requested_batch_timed_fresh_already_is_not_built_again():
 
 # --- scan_workload with the fake factory ------------------------------------------------------
 
+
 def test_scan_workload_writes_after_each_precision(monkeypatch, tmp_path):
     world = World(75)
     factories = []
@@ -471,8 +531,11 @@ def test_scan_workload_writes_after_each_precision(monkeypatch, tmp_path):
     saved = []
     real_write = memprobe.probe.pipeline.write_result  # the one writer of result files
     monkeypatch.setattr(memprobe.probe.scan, "WorkerFactory", make_factory)
-    monkeypatch.setattr(memprobe.probe.pipeline, "write_result",
-                        lambda result, path: saved.append(sorted(result.precisions)) or real_write(result, path))
+    monkeypatch.setattr(
+        memprobe.probe.pipeline,
+        "write_result",
+        lambda result, path: saved.append(sorted(result.precisions)) or real_write(result, path),
+    )
     opts = ScanOptions(precisions=["fp32", "bf16"], device="cpu", cpu_budget_bytes=world.capacity)
     progress = RecordingProgress()
     result, path = scan_workload(_toy(), opts, tmp_path, progress)
@@ -489,7 +552,9 @@ def test_scan_workload_writes_after_each_precision(monkeypatch, tmp_path):
 
 
 def test_scan_workload_no_cuda_writes_nothing(monkeypatch, tmp_path):
-    monkeypatch.setattr(memprobe.probe.scan, "WorkerFactory", lambda workload: FakeFactory(World(75, setup_error="no_cuda")))
+    monkeypatch.setattr(
+        memprobe.probe.scan, "WorkerFactory", lambda workload: FakeFactory(World(75, setup_error="no_cuda"))
+    )
     opts = ScanOptions(precisions=["fp32"], device="cpu", cpu_budget_bytes=1)
     with pytest.raises(NoCudaError):
         scan_workload(_toy(), opts, tmp_path, RecordingProgress())
@@ -518,9 +583,15 @@ def test_mfu_absent_with_a_reason_for_an_unknown_gpu_or_no_flop_count():
 
 
 def test_an_emulated_scan_is_labelled_and_keeps_the_real_chip_for_mfu(tmp_path, monkeypatch):
-    world = World(gpu="NVIDIA H100 80GB HBM3", flops_per_sample=1e12,
-                  emulation={"memory_cap_bytes": 24 * 2**30, "outside_allocator_bytes_at_setup": 2**29,
-                             "allocator_limit_bytes_at_setup": 24 * 2**30 - 2**29})
+    world = World(
+        gpu="NVIDIA H100 80GB HBM3",
+        flops_per_sample=1e12,
+        emulation={
+            "memory_cap_bytes": 24 * 2**30,
+            "outside_allocator_bytes_at_setup": 2**29,
+            "allocator_limit_bytes_at_setup": 24 * 2**30 - 2**29,
+        },
+    )
     monkeypatch.setattr(memprobe.probe.scan, "WorkerFactory", lambda workload: FakeFactory(world))
     monkeypatch.setattr(memprobe.probe.scan, "host_environment", lambda: {"driver": "fake"})
     opts = ScanOptions(precisions=["fp32"], device="cpu", cpu_budget_bytes=world.capacity)

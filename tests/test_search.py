@@ -15,8 +15,15 @@ from memprobe.probe.search import SearchResult, find_max_batch
 class FakeTrials:
     """try_batch(n): fits iff n <= edge; a fit reports peak(n) (optionally with random noise)."""
 
-    def __init__(self, edge: int, peak: Callable[[int], float], fail: str = "oom", noise: float = 0.0,
-                 seed: int = 0, outcomes: dict[int, str] | None = None) -> None:
+    def __init__(
+        self,
+        edge: int,
+        peak: Callable[[int], float],
+        fail: str = "oom",
+        noise: float = 0.0,
+        seed: int = 0,
+        outcomes: dict[int, str] | None = None,
+    ) -> None:
         self.edge, self.peak, self.fail, self.noise = edge, peak, fail, noise
         self.rng = random.Random(seed)
         self.outcomes = outcomes or {}
@@ -54,6 +61,7 @@ def check_invariants(result: SearchResult, edge: int, cap: int = 65536) -> None:
 
 
 # --- linear memory ---------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("edge", [1, 2, 3, 5, 75, 100, 1000, 4097, 30000, 65535])
 def test_linear_exact_capacity_finds_exact_edge(edge):
@@ -101,20 +109,37 @@ def test_noisy_adjacent_peaks_near_the_edge_do_not_send_the_search_doubling():
 # transformer-big fp32 on the H100: peak reserved GiB of the fits (edge 496), and an 8 GiB logits block
 # that stops fitting in the fragmented cache near the edge, so the line through small batches
 # overshoots to 528. Failures carry PyTorch's message, whose numbers follow the measured ones.
-TBIG_FITS = {1: 3.40, 2: 3.54, 16: 4.74, 128: 20.87, 465: 73.66, 481: 76.17, 489: 77.35, 493: 77.98,
-             495: 78.31, 496: 78.42}
+TBIG_FITS = {
+    1: 3.40,
+    2: 3.54,
+    16: 4.74,
+    128: 20.87,
+    465: 73.66,
+    481: 76.17,
+    489: 77.35,
+    493: 77.98,
+    495: 78.31,
+    496: 78.42,
+}
 
 
 def tbig_trial(batch: int) -> Attempt:
     if batch > 496:
         requested, free = 8.25 * batch / 528, 3.33 + (528 - batch) * 0.14
-        return Attempt(batch, "oom", message=f"OutOfMemoryError: CUDA out of memory. Tried to allocate {requested:.2f} GiB. "
-                                             f"GPU 0 has a total capacity of 79.18 GiB of which {free:.2f} GiB is free.")
+        return Attempt(
+            batch,
+            "oom",
+            message=f"OutOfMemoryError: CUDA out of memory. Tried to allocate {requested:.2f} GiB. "
+            f"GPU 0 has a total capacity of 79.18 GiB of which {free:.2f} GiB is free.",
+        )
     known = sorted(TBIG_FITS)
     below = max(b for b in known if b <= batch)
     above = min((b for b in known if b >= batch), default=below)
-    gib = TBIG_FITS[below] if above == below else (
-        TBIG_FITS[below] + (TBIG_FITS[above] - TBIG_FITS[below]) * (batch - below) / (above - below))
+    gib = (
+        TBIG_FITS[below]
+        if above == below
+        else (TBIG_FITS[below] + (TBIG_FITS[above] - TBIG_FITS[below]) * (batch - below) / (above - below))
+    )
     return Attempt(batch, "fit", peak_reserved=int(gib * 2**30), peak_allocated=int(gib * 2**30))
 
 
@@ -127,15 +152,27 @@ def test_the_shortfall_in_an_oom_message_guides_the_walk_back():
     assert len(tried) <= 10, tried
 
 
-@pytest.mark.parametrize("message, expected", [
-    ("CUDA out of memory. Tried to allocate 8.25 GiB. GPU 0 has a total capacity of 79.18 GiB of which "
-     "3.33 GiB is free. Including non-PyTorch memory", (8.25 - 3.33) * 2**30),
-    ("Tried to allocate 376.00 MiB. GPU 0 has a total capacity of 79.18 GiB of which 84.00 MiB is free.", 292 * 2**20),
-    ("Tried to allocate 2.00 MiB. GPU 0 has a total capacity of 79.18 GiB of which 512 bytes is free.", 2 * 2**20 - 512),
-    ("Tried to allocate 2.00 MiB. GPU 0 has a total capacity of 79.18 GiB of which 3.00 GiB is free.", None),
-    ("CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`", None),
-    ("", None),
-])
+@pytest.mark.parametrize(
+    "message, expected",
+    [
+        (
+            "CUDA out of memory. Tried to allocate 8.25 GiB. GPU 0 has a total capacity of 79.18 GiB of which "
+            "3.33 GiB is free. Including non-PyTorch memory",
+            (8.25 - 3.33) * 2**30,
+        ),
+        (
+            "Tried to allocate 376.00 MiB. GPU 0 has a total capacity of 79.18 GiB of which 84.00 MiB is free.",
+            292 * 2**20,
+        ),
+        (
+            "Tried to allocate 2.00 MiB. GPU 0 has a total capacity of 79.18 GiB of which 512 bytes is free.",
+            2 * 2**20 - 512,
+        ),
+        ("Tried to allocate 2.00 MiB. GPU 0 has a total capacity of 79.18 GiB of which 3.00 GiB is free.", None),
+        ("CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`", None),
+        ("", None),
+    ],
+)
 def test_oom_shortfall_reads_pytorchs_message(message, expected):
     from memprobe.core.memory_model import oom_shortfall
 
@@ -169,6 +206,7 @@ def test_peak_allocated_only_is_used_when_reserved_is_missing():
 
 # --- curved and noisy memory -----------------------------------------------------------------
 
+
 @pytest.mark.parametrize("edge", [75, 1000, 4097])
 @pytest.mark.parametrize("shape", ["quadratic", "concave"])
 def test_curved_memory_still_exact(edge, shape):
@@ -195,6 +233,7 @@ def test_noisy_peaks_deterministic_edge_still_exact(edge, seed):
 
 
 # --- boundaries: nothing fits, everything fits ----------------------------------------------
+
 
 @pytest.mark.parametrize("capacity", [None, 1e9])
 def test_nothing_fits(capacity):
@@ -232,6 +271,7 @@ def test_max_batch_below_1_is_rejected():
 
 # --- without a capacity figure, or with a wrong one ------------------------------------------
 
+
 @pytest.mark.parametrize("edge", [1, 2, 3, 75, 1000, 4097, 65535])
 def test_no_capacity_doubles_then_bisects(edge):
     fake = FakeTrials(edge, linear())
@@ -241,7 +281,7 @@ def test_no_capacity_doubles_then_bisects(edge):
     tried = [a.batch for a in result.attempts]
     # doubling until the first failure ...
     first_fail = next(i for i, a in enumerate(result.attempts) if not a.fits)
-    assert tried[:first_fail + 1] == [2**i for i in range(first_fail + 1)]
+    assert tried[: first_fail + 1] == [2**i for i in range(first_fail + 1)]
     # ... then bisection: logarithmic overall
     assert result.trials <= 2 * math.log2(edge + 1) + 2
 
@@ -270,6 +310,7 @@ def test_capacity_off_by_10_percent_still_exact(edge, factor, static_share):
 
 
 # --- outcomes other than fit / oom ------------------------------------------------------------
+
 
 def test_error_outcome_stops_the_search():
     fake = FakeTrials(75, linear(), outcomes={16: "error"})
@@ -334,9 +375,12 @@ def test_trial_limit_not_reported_when_the_edge_is_found_within_it():
 
 # --- fit_memory_model ------------------------------------------------------------------------
 
+
 def test_fit_memory_model_recovers_a_linear_fake_exactly():
     static, per_sample = 123_456_789, 4_321
-    attempts = [Attempt(b, "fit", static + per_sample * b, static + per_sample * b + 1000) for b in (1, 2, 16, 128, 1000)]
+    attempts = [
+        Attempt(b, "fit", static + per_sample * b, static + per_sample * b + 1000) for b in (1, 2, 16, 128, 1000)
+    ]
     attempts.append(Attempt(1001, "oom"))
     model = fit_memory_model(attempts, basis="peak_allocated")
     assert model.static_bytes == pytest.approx(static, rel=1e-12)
@@ -365,13 +409,16 @@ def test_fit_memory_model_averages_repeated_batches():
     assert model.predict(3) == pytest.approx(310)
 
 
-@pytest.mark.parametrize("attempts", [
-    [],
-    [Attempt(5, "fit", 100, 100)],
-    [Attempt(5, "fit", 100, 100), Attempt(5, "fit", 110, 110)],  # one distinct batch, twice
-    [Attempt(5, "fit", 100, 100), Attempt(9, "oom", 900, 900)],  # failures do not count
-    [Attempt(5, "fit", None, None), Attempt(9, "fit", None, None)],  # no peaks
-])
+@pytest.mark.parametrize(
+    "attempts",
+    [
+        [],
+        [Attempt(5, "fit", 100, 100)],
+        [Attempt(5, "fit", 100, 100), Attempt(5, "fit", 110, 110)],  # one distinct batch, twice
+        [Attempt(5, "fit", 100, 100), Attempt(9, "oom", 900, 900)],  # failures do not count
+        [Attempt(5, "fit", None, None), Attempt(9, "fit", None, None)],  # no peaks
+    ],
+)
 def test_fit_memory_model_needs_two_distinct_successful_batches(attempts):
     assert fit_memory_model(attempts) is None
 
@@ -401,8 +448,11 @@ def test_edge_model_scales_the_allocated_line_by_the_cache_overhead_at_the_large
     # overhead over allocated bytes is 1.4% at batch 2 and 5.7% at 16, so the line through the two
     # reserved peaks is too steep and puts the edge at 105; the true edge in fresh processes is 108.
     capacity = 84368621568
-    attempts = [Attempt(1, "fit", 5579180032, 6018826240), Attempt(2, "fit", 6166334976, 6255804416),
-                Attempt(16, "fit", 15873297920, 16779313152)]
+    attempts = [
+        Attempt(1, "fit", 5579180032, 6018826240),
+        Attempt(2, "fit", 6166334976, 6255804416),
+        Attempt(16, "fit", 15873297920, 16779313152),
+    ]
     assert fit_memory_model(attempts[1:], basis="peak_reserved").max_batch_for(capacity) == 105
     model = edge_model(attempts)
     assert model.max_batch_for(capacity) == 108
@@ -414,6 +464,7 @@ def test_edge_model_scales_the_allocated_line_by_the_cache_overhead_at_the_large
 
 # --- a predicted start (probe/hint.py) -------------------------------------------------------
 
+
 @pytest.mark.parametrize("edge", [2, 3, 155, 1870, 30000])
 def test_an_exact_hint_leaves_three_trials(edge):
     fake = FakeTrials(edge, linear())
@@ -423,8 +474,10 @@ def test_an_exact_hint_leaves_three_trials(edge):
     check_invariants(result, edge)
 
 
-@pytest.mark.parametrize("edge, hint", [(155, 150), (155, 160), (155, 1), (155, 10_000), (1870, 1000), (1870, 3000),
-                                         (5, 2), (5, 3), (75, 76), (75, 74)])
+@pytest.mark.parametrize(
+    "edge, hint",
+    [(155, 150), (155, 160), (155, 1), (155, 10_000), (1870, 1000), (1870, 3000), (5, 2), (5, 3), (75, 76), (75, 74)],
+)
 def test_a_wrong_hint_still_finds_the_exact_edge_in_few_trials(edge, hint):
     fake = FakeTrials(edge, linear())
     result = find_max_batch(fake, capacity_bytes=linear()(edge), hint=lambda: hint)

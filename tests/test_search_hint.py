@@ -22,8 +22,9 @@ class LateHint:
         return self.batch if self.after is not None and len(self.fake.calls) >= self.after else None
 
 
-def search(edge: int, capacity_edge: int, batch: int, after: int | None) -> tuple[SearchResult, FakeTrials, LateHint,
-                                                                                 list[HintUse]]:
+def search(
+    edge: int, capacity_edge: int, batch: int, after: int | None
+) -> tuple[SearchResult, FakeTrials, LateHint, list[HintUse]]:
     fake = FakeTrials(edge, linear())
     hint, told = LateHint(fake, batch, after), []
     result = find_max_batch(fake, linear()(capacity_edge), hint=hint, on_hint=told.append)
@@ -45,11 +46,14 @@ def test_a_prediction_that_never_comes_leaves_the_search_as_without_one_and_cost
     assert result.hint_use is None and result.hinted is None and told == []
 
 
-@pytest.mark.parametrize("after, expected", [
-    (1, [1, 1870, 1871]),  # came with batch 1's trial: the old start
-    (2, [1, 2, 1870, 1871]),
-    (4, [1, 2, 16, 128, 1870, 1871]),  # the search went on with its memory model until it came
-])
+@pytest.mark.parametrize(
+    "after, expected",
+    [
+        (1, [1, 1870, 1871]),  # came with batch 1's trial: the old start
+        (2, [1, 2, 1870, 1871]),
+        (4, [1, 2, 16, 128, 1870, 1871]),  # the search went on with its memory model until it came
+    ],
+)
 def test_a_prediction_that_comes_while_useful_is_tried_next(after, expected):
     result, fake, hint, told = search(1870, 1870, 1870, after=after)
     assert fake.calls == expected
@@ -70,15 +74,20 @@ def test_a_slightly_wrong_late_prediction_is_walked_from_inside_the_bracket():
 def test_a_prediction_that_comes_when_the_bracket_is_narrow_is_recorded_not_used():
     result, fake, _hint, told = search(75, 80, 75, after=7)  # after 73 fit and 77 failed
     assert fake.calls == plain_calls(75, 80)
-    assert told == [HintUse(75, 7, False, "the search had already narrowed the edge to between 73 (fits) and 77 (fails)")]
+    assert told == [
+        HintUse(75, 7, False, "the search had already narrowed the edge to between 73 (fits) and 77 (fails)")
+    ]
     assert result.hinted is None and result.hint_use == told[0]
 
 
-@pytest.mark.parametrize("batch, after, why", [
-    (100, 4, "at or above batch 80, which already failed"),
-    (10, 4, "at or below batch 16, which already fitted"),
-    (1, 1, "at or below batch 1, which already fitted"),
-])
+@pytest.mark.parametrize(
+    "batch, after, why",
+    [
+        (100, 4, "at or above batch 80, which already failed"),
+        (10, 4, "at or below batch 16, which already fitted"),
+        (1, 1, "at or below batch 1, which already fitted"),
+    ],
+)
 def test_a_prediction_outside_the_bracket_is_recorded_not_used(batch, after, why):
     result, fake, _hint, told = search(75, 80, batch, after=after)
     assert fake.calls == plain_calls(75, 80)
@@ -104,13 +113,24 @@ def precision_hint(answer: dict | None, after: int = 0) -> tuple[PrecisionHint, 
 
 
 def test_the_precision_hint_records_when_the_prediction_came_and_what_the_search_did_with_it():
-    hint, settings, notes = precision_hint({"precision": "fp32", "max_batch": 75, "seconds": 9.5, "at": 1012.25}, after=3)
+    hint, settings, notes = precision_hint(
+        {"precision": "fp32", "max_batch": 75, "seconds": 9.5, "at": 1012.25}, after=3
+    )
     assert [hint.poll() for _ in range(3)] == [None, None, 75]  # one poll at its creation
     hint.decided(HintUse(75, 4, True))
-    assert settings["predicted_start"] == {"precision": "fp32", "max_batch": 75, "seconds": 9.5, "arrived_s": 12.25,
-                                           "after_trials": 4, "used": True, "why": ""}
-    assert notes == ["predicted max batch 75 (memprobe predict on the CPU) came 12.25 s into the precision, "
-                     "after 4 trials: tried next"]
+    assert settings["predicted_start"] == {
+        "precision": "fp32",
+        "max_batch": 75,
+        "seconds": 9.5,
+        "arrived_s": 12.25,
+        "after_trials": 4,
+        "used": True,
+        "why": "",
+    }
+    assert notes == [
+        "predicted max batch 75 (memprobe predict on the CPU) came 12.25 s into the precision, "
+        "after 4 trials: tried next"
+    ]
     hint.finish(SearchResult(75, 76, "edge"), 30.0)  # nothing more to say
     assert len(notes) == 1
 
@@ -119,8 +139,9 @@ def test_the_precision_hint_says_why_a_prediction_was_not_used():
     hint, settings, notes = precision_hint({"max_batch": 75, "at": 1003.0})
     hint.decided(HintUse(75, 7, False, "the search had already narrowed the edge to between 73 (fits) and 77 (fails)"))
     assert settings["predicted_start"]["used"] is False and settings["predicted_start"]["after_trials"] == 7
-    assert notes[-1].endswith("after 7 trials: not used, the search had already narrowed the edge to between "
-                              "73 (fits) and 77 (fails)")
+    assert notes[-1].endswith(
+        "after 7 trials: not used, the search had already narrowed the edge to between 73 (fits) and 77 (fails)"
+    )
 
 
 def test_a_prediction_that_comes_after_the_search_or_never_is_recorded_at_the_end():
@@ -128,11 +149,16 @@ def test_a_prediction_that_comes_after_the_search_or_never_is_recorded_at_the_en
     late.finish(SearchResult(75, 76, "edge", attempts=[]), 31.5)
     assert settings["predicted_start"]["used"] is False and settings["predicted_start"]["arrived_s"] == 40.0
     assert settings["predicted_start"]["why"] == "came after the search had ended"
-    assert notes == ["predicted max batch 75 came 40 s into the precision, after the search had ended (31.5 s): not used"]
+    assert notes == [
+        "predicted max batch 75 came 40 s into the precision, after the search had ended (31.5 s): not used"
+    ]
     never, settings, notes = precision_hint(None)
     never.finish(SearchResult(75, 76, "edge"), 31.5)
-    assert settings["predicted_start"] == {"arrived_s": None, "used": False,
-                                           "why": "no prediction before the search ended (31.5 s, 0 trials)"}
+    assert settings["predicted_start"] == {
+        "arrived_s": None,
+        "used": False,
+        "why": "no prediction before the search ended (31.5 s, 0 trials)",
+    }
     assert notes == ["no predicted start: no prediction before the search ended (31.5 s, 0 trials)"]
 
 

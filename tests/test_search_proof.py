@@ -13,6 +13,7 @@ from test_search import FakeTrials, linear
 
 # --- confirm_edge ----------------------------------------------------------------------------
 
+
 class FreshChecks:
     """check(n) for confirm_edge: fits iff n <= fresh_edge; records the order of checks."""
 
@@ -100,7 +101,8 @@ def test_confirm_edge_never_reports_a_batch_the_fresh_checks_saw_fail():
     assert check.calls == [76, 75, 74, 72]
     assert edge.fails == 72
     assert (edge.max_batch, edge.fits, edge.verified, edge.agreed) == (71, None, False, False), (
-        f"max_batch {edge.max_batch} reported although batch {edge.fails} failed in a fresh process")
+        f"max_batch {edge.max_batch} reported although batch {edge.fails} failed in a fresh process"
+    )
 
 
 def test_confirm_edge_far_move_is_bisected_after_the_walk_brackets_it():
@@ -145,6 +147,7 @@ def test_confirm_edge_after_error_checks_nothing():
 
 # --- the check limit never leaves a found bracket open ------------------------------------------------
 
+
 def test_a_bracket_found_at_the_check_limit_is_closed_past_it():
     # bert-large-squad fp16 --mode infer on an H200: the search fit 9412; fresh processes failed at 9413, 9412,
     # 9411 and 9409, fit at 9405 and failed at 9407; the limit of 6 left 9406 unchecked. Now 9406 is checked.
@@ -169,7 +172,9 @@ def test_closing_a_bracket_stops_at_the_hard_cap():
 
 @pytest.mark.parametrize("seed", range(40))
 @pytest.mark.parametrize("max_checks", [2, 4, 6])
-def test_whatever_fresh_processes_say_the_checks_stay_capped_and_a_verified_pair_is_a_fresh_fit_and_failure(seed, max_checks):
+def test_whatever_fresh_processes_say_the_checks_stay_capped_and_a_verified_pair_is_a_fresh_fit_and_failure(
+    seed, max_checks
+):
     rng = random.Random(seed)
     fits = {b for b in range(1, 200) if rng.random() < (0.9 if b < 70 else 0.3 if b < 80 else 0.05)}
     check = FitSet(fits)
@@ -182,6 +187,7 @@ def test_whatever_fresh_processes_say_the_checks_stay_capped_and_a_verified_pair
 
 # --- an edge that is not monotone is said so -----------------------------------------------------------
 
+
 class FitSet:
     """check(n): fits iff n is in `fits` (any set: fresh processes need not agree with one edge)."""
 
@@ -191,12 +197,18 @@ class FitSet:
 
     def __call__(self, batch: int) -> Attempt:
         self.calls.append(batch)
-        return Attempt(batch, "fit", peak_reserved=batch) if batch in self.fits else Attempt(batch, "oom", message=self.message)
+        return (
+            Attempt(batch, "fit", peak_reserved=batch)
+            if batch in self.fits
+            else Attempt(batch, "oom", message=self.message)
+        )
 
 
-OOM_H200 = ("OutOfMemoryError: CUDA out of memory. Tried to allocate 27.60 GiB. GPU 0 has a total capacity of 139.81 GiB "
-            "of which 12.19 GiB is free. Including non-PyTorch memory, this process has 127.61 GiB memory in use. Of the "
-            "allocated memory 125.02 GiB is allocated by PyTorch, and 1.84 GiB is reserved by PyTorch but unallocated.")
+OOM_H200 = (
+    "OutOfMemoryError: CUDA out of memory. Tried to allocate 27.60 GiB. GPU 0 has a total capacity of 139.81 GiB "
+    "of which 12.19 GiB is free. Including non-PyTorch memory, this process has 127.61 GiB memory in use. Of the "
+    "allocated memory 125.02 GiB is allocated by PyTorch, and 1.84 GiB is reserved by PyTorch but unallocated."
+)
 
 
 def bert_infer_search(extra: list[Attempt] = ()) -> SearchResult:
@@ -214,9 +226,12 @@ def test_the_search_process_fitting_where_fresh_processes_fail_is_recorded_with_
     proof = proof_record(edge, found, known)
     assert (proof.fits, proof.fails, proof.verified) == (9405, 9406, True)
     assert proof.non_monotone == {
-        "fits": [], "search_fits": [9412], "fails": [9406, 9407, 9409, 9411, 9412],
+        "fits": [],
+        "search_fits": [9412],
+        "fails": [9406, 9407, 9409, 9411, 9412],
         "note": "edge not monotone: 9412 fitted in the search's own trials (not fresh checks), at or above it "
-                "(fresh failures at 9406, 9407, 9409, 9411, 9412); B = 9405 fits fresh and 9406 fails fresh"}
+        "(fresh failures at 9406, 9407, 9409, 9411, 9412); B = 9405 fits fresh and 9406 fails fresh",
+    }
 
 
 def test_a_fresh_fit_above_a_fresh_failure_is_named_and_b_is_a_proven_pair_below_it():
@@ -227,8 +242,10 @@ def test_a_fresh_fit_above_a_fresh_failure_is_named_and_b_is_a_proven_pair_below
     assert (edge.max_batch, edge.fits, edge.fails, edge.verified) == (9405, 9405, 9406, True)
     record = non_monotone(found, edge, known)
     assert record["fits"] == [9408] and record["search_fits"] == [9412]
-    assert record["note"].startswith("edge not monotone: 9408 also fitted as fresh checks, above the fresh failure at "
-                                     "9406; 9412 fitted in the search's own trials")
+    assert record["note"].startswith(
+        "edge not monotone: 9408 also fitted as fresh checks, above the fresh failure at "
+        "9406; 9412 fitted in the search's own trials"
+    )
     assert record["note"].endswith("B = 9405 fits fresh and 9406 fails fresh")
 
 
@@ -237,8 +254,9 @@ def test_an_unverified_non_monotone_edge_says_so():
     edge = confirm_edge(FitSet(set()), found, max_checks=3, known={9413: found.attempts[-1]})
     record = non_monotone(found, edge, {9413: found.attempts[-1]})
     assert not edge.verified and record["search_fits"] == [9412]
-    assert record["note"].endswith("B = 9410 is not verified (no fresh fit next to a fresh failure within the check "
-                                   "limit)")
+    assert record["note"].endswith(
+        "B = 9410 is not verified (no fresh fit next to a fresh failure within the check limit)"
+    )
 
 
 def test_a_monotone_edge_has_no_record():
@@ -256,8 +274,12 @@ def test_every_failed_check_carries_its_out_of_memory_figures():
     failed = [c for c in proof.checks if c.outcome != "fit"]
     assert [c.batch for c in failed] == [9413, 9412, 9411, 9409, 9407, 9406]
     assert failed[0].oom is None and "oom" not in failed[0].to_dict()  # the search's failure said nothing of its bytes
-    assert failed[1].oom == {"requested_bytes": round(27.60 * 2**30), "total_bytes": round(139.81 * 2**30),
-                                "free_bytes": round(12.19 * 2**30), "process_in_use_bytes": round(127.61 * 2**30),
-                                "allocated_bytes": round(125.02 * 2**30),
-                                "reserved_unallocated_bytes": round(1.84 * 2**30)}
+    assert failed[1].oom == {
+        "requested_bytes": round(27.60 * 2**30),
+        "total_bytes": round(139.81 * 2**30),
+        "free_bytes": round(12.19 * 2**30),
+        "process_in_use_bytes": round(127.61 * 2**30),
+        "allocated_bytes": round(125.02 * 2**30),
+        "reserved_unallocated_bytes": round(1.84 * 2**30),
+    }
     assert all(c.oom is None for c in proof.checks if c.outcome == "fit")

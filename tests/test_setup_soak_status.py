@@ -23,6 +23,7 @@ GIB = 2**30
 
 # --- setup failures -----------------------------------------------------------------------------
 
+
 def test_accelerator_error_saying_out_of_memory_is_oom_wherever_raised():
     assert classify_error("AcceleratorError", "CUDA error: out of memory") == OOM
     assert classify_error("", "trial process died: torch.AcceleratorError: CUDA error: out of memory") == OOM
@@ -50,8 +51,11 @@ def test_oom_creating_the_context_is_reported_as_oom_at_that_stage(monkeypatch):
 
 def test_setup_oom_with_other_processes_names_them_and_is_an_error(monkeypatch):
     held = int(139.72 * GIB)
-    monkeypatch.setattr(memprobe.probe.setup_failure, "other_gpu_processes",
-                        lambda device: [{"pid": 4242, "name": "python", "used_bytes": held}])
+    monkeypatch.setattr(
+        memprobe.probe.setup_failure,
+        "other_gpu_processes",
+        lambda device: [{"pid": 4242, "name": "python", "used_bytes": held}],
+    )
     result, _, _ = run_scan(World(75, setup_error="oom"))
     assert result.status == "error" and result.max_batch is None
     assert "pid 4242 python holds 139.72 GiB" in result.error
@@ -68,6 +72,7 @@ def test_setup_oom_on_an_idle_card_means_nothing_fits(monkeypatch):
 
 
 # --- honest statuses -------------------------------------------------------------------------------
+
 
 def _scan_file(monkeypatch, tmp_path, world: World, precisions=("fp32", "bf16")):
     monkeypatch.setattr(memprobe.probe.scan, "WorkerFactory", lambda workload: FakeFactory(world))
@@ -91,23 +96,45 @@ def test_one_precision_done_keeps_the_file_complete(monkeypatch, tmp_path):
 
 def test_an_old_complete_file_whose_precisions_all_failed_reads_as_failed(tmp_path):
     path = tmp_path / "old.json"
-    path.write_text(json.dumps({"schema": SCHEMA, "schema_version": 1, "status": "complete", "workload": {"name": "toy"},
-                                "environment": {}, "settings": {},
-                                "precisions": {"fp16": {"precision": "fp16", "status": "error", "error": "x"}}}))
+    path.write_text(
+        json.dumps(
+            {
+                "schema": SCHEMA,
+                "schema_version": 1,
+                "status": "complete",
+                "workload": {"name": "toy"},
+                "environment": {},
+                "settings": {},
+                "precisions": {"fp16": {"precision": "fp16", "status": "error", "error": "x"}},
+            }
+        )
+    )
     assert read_result(path).status == "failed"
 
 
 def test_cli_exits_non_zero_for_a_failed_scan(run, monkeypatch, tmp_path):
     world = World(75, setup_error="error")
     monkeypatch.setattr(memprobe.probe.scan, "WorkerFactory", lambda workload: FakeFactory(world))
-    result = run("scan", "--model", "toy", "--device", "cpu", "--cpu-memory-budget", "1MiB", "--precision", "fp32",
-                 "--out", tmp_path)
+    result = run(
+        "scan",
+        "--model",
+        "toy",
+        "--device",
+        "cpu",
+        "--cpu-memory-budget",
+        "1MiB",
+        "--precision",
+        "fp32",
+        "--out",
+        tmp_path,
+    )
     assert result.exit_code == 1, result.output
     assert "status failed" in result.output
     assert read_result(next(tmp_path.glob("*.json"))).status == "failed"
 
 
 # --- soak ------------------------------------------------------------------------------------------
+
 
 def soaking_world(monkeypatch, soak_edge: int) -> World:
     """A World whose long trials (soak runs, > 3 steps) fit only up to soak_edge."""
@@ -174,9 +201,11 @@ def test_soak_option_is_validated(run):
 
 
 def test_accelerator_error_with_torchs_debugging_hints_is_still_oom():
-    message = ("CUDA error: out of memory\nCUDA kernel errors might be asynchronously reported at some other API call, "
-               "so the stacktrace below might be incorrect.\nFor debugging consider passing CUDA_LAUNCH_BLOCKING=1\n"
-               "Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.\n")
+    message = (
+        "CUDA error: out of memory\nCUDA kernel errors might be asynchronously reported at some other API call, "
+        "so the stacktrace below might be incorrect.\nFor debugging consider passing CUDA_LAUNCH_BLOCKING=1\n"
+        "Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.\n"
+    )
     assert classify_error("AcceleratorError", message) == OOM
     assert classify_error("AcceleratorError", "CUDA error: device-side assert triggered\n" + message) == "crash"
 
@@ -197,8 +226,19 @@ def test_sigterm_and_sighup_stop_a_scan_like_ctrl_c(run, monkeypatch, tmp_path, 
 
     monkeypatch.setattr(FakeWorker, "trial", signalled_in_bf16)
     before = signal.getsignal(signal.SIGTERM)
-    result = run("scan", "--model", "toy", "--device", "cpu", "--cpu-memory-budget", "1MiB", "--precision", "fp32,bf16",
-                 "--out", tmp_path)
+    result = run(
+        "scan",
+        "--model",
+        "toy",
+        "--device",
+        "cpu",
+        "--cpu-memory-budget",
+        "1MiB",
+        "--precision",
+        "fp32,bf16",
+        "--out",
+        tmp_path,
+    )
     assert result.exit_code == code, result.output
     assert signal.getsignal(signal.SIGTERM) is before  # the handlers are the scan's only while it runs
     data = read_result(next(tmp_path.glob("*.json")))

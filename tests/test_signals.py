@@ -24,6 +24,7 @@ def _signal_self(sig: int):
         os.kill(os.getpid(), sig)
         time.sleep(5)  # the signal arrives first; this is never reached in full
         raise AssertionError("the signal did not stop the command")
+
     return stop
 
 
@@ -38,8 +39,11 @@ COMMANDS = [
 ]
 
 
-@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143), (signal.SIGHUP, 129)],
-                         ids=["SIGINT", "SIGTERM", "SIGHUP"])
+@pytest.mark.parametrize(
+    "sig, code",
+    [(signal.SIGINT, 130), (signal.SIGTERM, 143), (signal.SIGHUP, 129)],
+    ids=["SIGINT", "SIGTERM", "SIGHUP"],
+)
 @pytest.mark.parametrize("argv, module, name", COMMANDS, ids=[" ".join(c[0][:2]) for c in COMMANDS])
 def test_every_command_exits_128_plus_the_signal(monkeypatch, tmp_path, argv, module, name, sig, code):
     import importlib
@@ -86,9 +90,15 @@ def _wait_for(proc: subprocess.Popen, text: str, timeout: float) -> str:
 @pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["SIGINT", "SIGTERM"])
 def test_a_real_signal_stops_a_real_predict(tmp_path, sig, code):
     # bert-large takes half a minute to trace on a CPU: the signal comes while it traces
-    proc = subprocess.Popen([sys.executable, "-m", "memprobe", "predict", "--model", "bert-large", "-p", "fp32",
-                             "--memory", "24GiB"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env={**os.environ, "PYTHONPATH": str(REPO)}, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "memprobe", "predict", "--model", "bert-large", "-p", "fp32", "--memory", "24GiB"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        start_new_session=True,
+    )
     try:
         seen = _wait_for(proc, "tracing on fake tensors", 120)
         assert "tracing on fake tensors" in seen, seen

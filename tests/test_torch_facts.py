@@ -30,15 +30,23 @@ from memprobe.predict import allocator, autocast_policy, fakecuda  # noqa: E402
 # 2.11.0 and 2.13.0 wheels. Any other difference between the emulation's lists and the header fails.
 AUTOCAST_BY_VERSION = {
     "rms_norm": "fp32 in 2.13, not autocast in 2.11",
-    "prod.dim_Dimname": "2.11 only", "softmax.Dimname": "2.11 only", "log_softmax.Dimname": "2.11 only",
-    "cumprod.dimname": "2.11 only", "cumsum.dimname": "2.11 only", "sum.dim_DimnameList": "2.11 only",
+    "prod.dim_Dimname": "2.11 only",
+    "softmax.Dimname": "2.11 only",
+    "log_softmax.Dimname": "2.11 only",
+    "cumprod.dimname": "2.11 only",
+    "cumsum.dimname": "2.11 only",
+    "sum.dim_DimnameList": "2.11 only",
     "norm.names_ScalarOpt_dim": "2.11 only",
 }
 # Registered for CUDA by autocast_mode.cpp, not by the header's lists.
 CPP_ONLY_LOWER = {"cudnn_convolution", "cudnn_convolution_transpose"}
-POLICY_MACROS = {"lower": "AT_FORALL_LOWER_PRECISION_FP", "fp32": "AT_FORALL_FP32",
-                 "fp32_set_opt_dtype": "AT_FORALL_FP32_SET_OPT_DTYPE",
-                 "fp32_append_dtype": "AT_FORALL_DIFFERENT_REDISPATCH_SIGNATURE", "promote": "AT_FORALL_PROMOTE"}
+POLICY_MACROS = {
+    "lower": "AT_FORALL_LOWER_PRECISION_FP",
+    "fp32": "AT_FORALL_FP32",
+    "fp32_set_opt_dtype": "AT_FORALL_FP32_SET_OPT_DTYPE",
+    "fp32_append_dtype": "AT_FORALL_DIFFERENT_REDISPATCH_SIGNATURE",
+    "promote": "AT_FORALL_PROMOTE",
+}
 
 
 @pytest.fixture(scope="module")
@@ -87,20 +95,23 @@ def test_autocast_lists_match_the_header(include, policy):
     emulated = _emulated(policy) - (CPP_ONLY_LOWER if policy == "lower" else set())
     new = sorted(header - emulated)
     gone = sorted(emulated - header - set(AUTOCAST_BY_VERSION))
-    assert not new and not gone, (f"CUDA autocast '{policy}' list of {_source(include)} differs from the "
-                                  f"emulation's (autocast_policy.py): in the header only {new}, in the emulation only {gone}")
+    assert not new and not gone, (
+        f"CUDA autocast '{policy}' list of {_source(include)} differs from the "
+        f"emulation's (autocast_policy.py): in the header only {new}, in the emulation only {gone}"
+    )
 
 
 def test_every_cuda_autocast_op_has_the_emulations_policy():
     """At run time: the ops this torch registers for AutocastCUDA are exactly those the emulation has a policy for
     (less the entries of other releases)."""
-    cuda_ops = {n.removeprefix("aten::")
-                for n in torch._C._dispatch_get_registrations_for_dispatch_key("AutocastCUDA")}
+    cuda_ops = {n.removeprefix("aten::") for n in torch._C._dispatch_get_registrations_for_dispatch_key("AutocastCUDA")}
     table = set(autocast_policy.policies())
     unknown = sorted(cuda_ops - table)
     gone = sorted(table - cuda_ops - set(AUTOCAST_BY_VERSION))
-    assert not unknown and not gone, (f"torch {torch.__version__} autocasts on CUDA {unknown} with no policy in the "
-                                      f"emulation; the emulation lists {gone}, which it does not autocast")
+    assert not unknown and not gone, (
+        f"torch {torch.__version__} autocasts on CUDA {unknown} with no policy in the "
+        f"emulation; the emulation lists {gone}, which it does not autocast"
+    )
 
 
 def test_autocast_by_version_lists_only_emulated_ops():
@@ -119,8 +130,10 @@ CASES = {  # op -> (call on tensors, input dtypes): one op per policy
     "softmax (fp32_set_opt_dtype)": (lambda a: torch.softmax(a, -1), (torch.float16,)),
     "norm (fp32_append_dtype)": (lambda a: torch.norm(a), (torch.float16,)),
     "addcmul (promote)": (lambda a, b, c: torch.addcmul(a, b, c), (torch.float16, torch.float32, torch.float16)),
-    "binary_cross_entropy (banned)": (lambda a, b: torch.nn.functional.binary_cross_entropy(a, b),
-                                      (torch.float16, torch.float16)),
+    "binary_cross_entropy (banned)": (
+        lambda a, b: torch.nn.functional.binary_cross_entropy(a, b),
+        (torch.float16, torch.float16),
+    ),
 }
 
 
@@ -154,19 +167,28 @@ def test_cuda_autocast_at_run_time_matches_the_emulation(case):
         torch.clear_autocast_cache()
     with fake_session() as (_, behaviour), behaviour.autocast(torch.float16):
         emulated = _run(fn, [torch.empty(4, 4, dtype=d) for d in dtypes])
-    assert real == emulated, f"{case}: CUDA autocast of torch {torch.__version__} gives {real}, the emulation {emulated}"
+    assert real == emulated, (
+        f"{case}: CUDA autocast of torch {torch.__version__} gives {real}, the emulation {emulated}"
+    )
     assert not str(real).startswith("error"), real
 
 
-ALLOCATOR_CONSTANTS = {"kMinBlockSize": allocator.K_MIN_BLOCK_SIZE, "kSmallSize": allocator.K_SMALL_SIZE,
-                       "kSmallBuffer": allocator.K_SMALL_BUFFER, "kMinLargeAlloc": allocator.K_MIN_LARGE_ALLOC,
-                       "kRoundLarge": allocator.K_ROUND_LARGE}
+ALLOCATOR_CONSTANTS = {
+    "kMinBlockSize": allocator.K_MIN_BLOCK_SIZE,
+    "kSmallSize": allocator.K_SMALL_SIZE,
+    "kSmallBuffer": allocator.K_SMALL_BUFFER,
+    "kMinLargeAlloc": allocator.K_MIN_LARGE_ALLOC,
+    "kRoundLarge": allocator.K_ROUND_LARGE,
+}
 # kLargeBuffer (allocator.K_LARGE_BUFFER) is defined in CUDACachingAllocator.cpp: not in the wheel.
 
 
 def test_allocator_constants_match_the_header(include):
-    texts = [(include / n).read_text() for n in ("c10/core/AllocatorConfig.h", "c10/cuda/CUDACachingAllocator.h",
-                                                  "c10/cuda/CUDAAllocatorConfig.h") if (include / n).is_file()]
+    texts = [
+        (include / n).read_text()
+        for n in ("c10/core/AllocatorConfig.h", "c10/cuda/CUDACachingAllocator.h", "c10/cuda/CUDAAllocatorConfig.h")
+        if (include / n).is_file()
+    ]
     if not texts:
         pytest.skip(f"no caching allocator headers under {include}")
     found = {}
@@ -175,8 +197,10 @@ def test_allocator_constants_match_the_header(include):
             found.setdefault(name, math.prod(int(f) for f in value.split("*")))
     missing = sorted(set(ALLOCATOR_CONSTANTS) - set(found))
     changed = {n: (found[n], v) for n, v in ALLOCATOR_CONSTANTS.items() if n in found and found[n] != v}
-    assert not missing and not changed, (f"caching allocator constants of {_source(include)}: not found "
-                                         f"{missing}, changed (header, allocator.py) {changed}")
+    assert not missing and not changed, (
+        f"caching allocator constants of {_source(include)}: not found "
+        f"{missing}, changed (header, allocator.py) {changed}"
+    )
 
 
 def test_flash_attention_head_dim_limit_matches_the_header(include):
@@ -186,10 +210,12 @@ def test_flash_attention_head_dim_limit_matches_the_header(include):
     largest = max(int(d) for d in re.findall(r"HEADDIM <= (\d+)", m.group(1)))
     assert largest == fakecuda.FLASH_MAX_HEAD_DIM, (
         f"flash attention of {_source(include)} has kernels up to head dim {largest}; the emulation "
-        f"(fakecuda.FLASH_MAX_HEAD_DIM) says {fakecuda.FLASH_MAX_HEAD_DIM}")
+        f"(fakecuda.FLASH_MAX_HEAD_DIM) says {fakecuda.FLASH_MAX_HEAD_DIM}"
+    )
     switch = re.search(r"#define FP16_SWITCH\(COND, \.\.\.\)((?:.*\\\n)*.*\n)", text)
-    assert switch and {"cutlass::half_t", "cutlass::bfloat16_t"} == set(re.findall(r"cutlass::\w+", switch.group(1))), \
+    assert switch and {"cutlass::half_t", "cutlass::bfloat16_t"} == set(re.findall(r"cutlass::\w+", switch.group(1))), (
         "flash attention's kernels are no longer fp16 and bf16 only (fakecuda.sdpa_backend: flash for half types)"
+    )
 
 
 def test_efficient_attention_computes_delta_only_for_half(include):
@@ -200,7 +226,8 @@ def test_efficient_attention_computes_delta_only_for_half(include):
     rule = " ".join(m.group(1).split())
     assert rule == "kIsHalf && (kOutputInRF || ArchTag::kMinComputeCapability != 70)", (
         f"memory-efficient attention backward of {_source(include)} computes delta when {rule!r}; "
-        "workspaces.py assumes: for half types only (sm80+)")
+        "workspaces.py assumes: for half types only (sm80+)"
+    )
 
 
 def test_sdpa_priority_order():
@@ -209,4 +236,5 @@ def test_sdpa_priority_order():
     known = [n for n in order if n in ("FLASH_ATTENTION", "EFFICIENT_ATTENTION", "MATH", "CUDNN_ATTENTION")]
     assert known == ["FLASH_ATTENTION", "EFFICIENT_ATTENTION", "MATH", "CUDNN_ATTENTION"], (
         f"torch {torch.__version__} picks attention backends in the order {order}; the emulation assumes "
-        "flash, efficient, math, then cuDNN")
+        "flash, efficient, math, then cuDNN"
+    )

@@ -72,8 +72,9 @@ def scan(path: Path, defined: set[str]) -> tuple[set[str], set[str], set[str]]:
         for child in ast.iter_child_nodes(parent):
             child.parent = parent  # type: ignore[attr-defined]
     aliases = _aliases(tree)
-    other_modules = {a.asname or a.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
-                     for a in node.names} - set(aliases)  # os._exit and the like: not PyTorch's
+    other_modules = {
+        a.asname or a.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import) for a in node.names
+    } - set(aliases)  # os._exit and the like: not PyTorch's
     paths, attributes, ops = set(), set(), set()
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] in ROOTS:
@@ -91,13 +92,24 @@ def scan(path: Path, defined: set[str]) -> tuple[set[str], set[str], set[str]]:
                     paths.add(full)
             elif chain is None or chain[0] not in other_modules:  # self._lib._destroy: _destroy is torch's
                 attributes |= {p for p in (chain[1:] if chain else [node.attr]) if _private(p) and p not in defined}
-        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in
-              ("getattr", "hasattr", "setattr") and len(node.args) > 1 and isinstance(node.args[1], ast.Constant)
-              and isinstance(node.args[1].value, str) and _private(node.args[1].value)
-              and node.args[1].value not in defined):
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in ("getattr", "hasattr", "setattr")
+            and len(node.args) > 1
+            and isinstance(node.args[1], ast.Constant)
+            and isinstance(node.args[1].value, str)
+            and _private(node.args[1].value)
+            and node.args[1].value not in defined
+        ):
             attributes.add(node.args[1].value)
-        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "internal"
-              and node.args and isinstance(node.args[0], ast.Constant)):
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id == "internal"
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+        ):
             paths.add(node.args[0].value)
     return paths, attributes, ops
 
@@ -124,16 +136,25 @@ def test_every_private_name_used_is_listed():
 def test_the_scan_sees_private_names():
     """The scan would catch a new private name: it finds ones known to be used (else the test above is empty)."""
     found = {name for paths, attrs, _ in _scan_all().values() for name in paths | attrs}
-    assert {"torch._C._ExcludeDispatchKeyGuard", "torch.ops.aten._unsafe_index.Tensor", "_destroy", "_is_view",
-            "_cdata", "_is_param", "torch.utils._pytree.tree_flatten",
-            "torch.nn.modules.batchnorm._BatchNorm"} <= found
+    assert {
+        "torch._C._ExcludeDispatchKeyGuard",
+        "torch.ops.aten._unsafe_index.Tensor",
+        "_destroy",
+        "_is_view",
+        "_cdata",
+        "_is_param",
+        "torch.utils._pytree.tree_flatten",
+        "torch.nn.modules.batchnorm._BatchNorm",
+    } <= found
 
 
 def test_scan_flags_an_unlisted_name(tmp_path):
     module = tmp_path / "m.py"
-    module.write_text("import torch\nfrom torch import nn\naten = torch.ops.aten\n"
-                      "x = torch._C._new_thing\ny = aten._new_kernel.default\nz = obj._new_attr\n"
-                      "w = getattr(obj, '_other', None)\nv = nn.modules._private_mod.Thing\n")
+    module.write_text(
+        "import torch\nfrom torch import nn\naten = torch.ops.aten\n"
+        "x = torch._C._new_thing\ny = aten._new_kernel.default\nz = obj._new_attr\n"
+        "w = getattr(obj, '_other', None)\nv = nn.modules._private_mod.Thing\n"
+    )
     paths, attributes, _ = scan(module, set())
     assert paths == {"torch._C._new_thing", "torch.ops.aten._new_kernel.default", "torch.nn.modules._private_mod.Thing"}
     assert attributes == {"_new_attr", "_other"}
@@ -163,8 +184,9 @@ def test_torch_internals_all_present(group):
 def test_every_listed_internal_is_used():
     """A name no longer used is taken off the list (the list says what predict relies on, no more)."""
     text = "\n".join(p.read_text() for p in SCANNED if p.name != "torch_internals.py")
-    unused = [e.path for e in ti.INTERNALS
-              if e.path.rsplit(".", 1)[-1] not in text and e.path.split(".")[-2] not in text]
+    unused = [
+        e.path for e in ti.INTERNALS if e.path.rsplit(".", 1)[-1] not in text and e.path.split(".")[-2] not in text
+    ]
     assert not unused, f"listed in torch_internals but not used: {unused}"
 
 
@@ -210,8 +232,10 @@ def test_fake_session_refuses_a_transformers_without_is_fake_tensor(monkeypatch)
     monkeypatch.delattr(utils, "is_fake_tensor")
     ti.require_internals.cache_clear()
     try:
-        with pytest.raises(ti.TorchInternalsError, match="transformers.utils.import_utils.is_fake_tensor"), \
-                fake_session():
+        with (
+            pytest.raises(ti.TorchInternalsError, match="transformers.utils.import_utils.is_fake_tensor"),
+            fake_session(),
+        ):
             pass
     finally:
         ti.require_internals.cache_clear()

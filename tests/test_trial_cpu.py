@@ -57,6 +57,7 @@ def worker_logs() -> set[str]:
 
 # --- in-process: memprobe.probe.worker.Session ---------------------------------------------------------
 
+
 @pytest.fixture
 def session(toy):
     s = Session()
@@ -80,7 +81,10 @@ def test_session_setup_reports_the_cpu_environment(session):
     assert info.environment["gpu"]["name"] == "cpu"
     assert info.environment["flags"]["matmul_allow_tf32"] is False  # fp32 means TF32 off
     assert info.environment["flags"]["set_in_trial_process"] == {
-        "backends.cudnn.benchmark": False, "backends.cuda.matmul.allow_tf32": False, "backends.cudnn.allow_tf32": False}
+        "backends.cudnn.benchmark": False,
+        "backends.cuda.matmul.allow_tf32": False,
+        "backends.cudnn.allow_tf32": False,
+    }
     assert info.task["parameters"] > 0
     assert info.unit == "samples"
 
@@ -98,7 +102,9 @@ def test_a_trial_process_makes_its_torch_settings_and_reads_them_back(precision,
             assert torch.backends.cuda.matmul.allow_tf32 is tf32 and torch.backends.cudnn.allow_tf32 is tf32
         assert applied == expected and torch.backends.cudnn.benchmark is True
     finally:
-        (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32, torch.backends.cudnn.benchmark) = before
+        (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32, torch.backends.cudnn.benchmark) = (
+            before
+        )
 
 
 def test_small_batch_fits_with_peaks(session):
@@ -215,7 +221,9 @@ def test_compile_setting_compiles_and_reports_compile_time(toy):
         assert s.trial(TrialRequest(batch=8, steps=3)).outcome == "fit"
         m = s.measure(MeasureRequest(batch=8, warmup=1, steps=3)).to_dict()
         assert m["outcome"] == "fit", m
-        assert m["compile_seconds"] == pytest.approx(max(0.0, m["first_step_seconds"] - m["step_time"]["median_s"]), abs=1e-3)
+        assert m["compile_seconds"] == pytest.approx(
+            max(0.0, m["first_step_seconds"] - m["step_time"]["median_s"]), abs=1e-3
+        )
         assert s.flops(FlopsRequest(batch=1)).flops_per_sample > 0  # counted on the eager step
     finally:
         s.memory.cpu.__exit__(None, None, None)
@@ -248,6 +256,7 @@ def test_live_bytes_raises_oom_above_budget():
 
 
 # --- a real worker subprocess: memprobe.probe.runner.Worker ---------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def toy_spec(toy):
@@ -331,6 +340,7 @@ def test_dead_and_hung_workers_become_crash_and_timeout(toy_spec):
 
 # --- the whole scan on the CPU: memprobe.probe.scan.scan_workload -------------------------------------
 
+
 @pytest.fixture(scope="module")
 def scanned(toy, tmp_path_factory):
     out = tmp_path_factory.mktemp("scan-out")
@@ -346,9 +356,16 @@ def scanned(toy, tmp_path_factory):
         new_logs = worker_logs() - logs_before
     finally:
         tempfile.tempdir = saved
-    return SimpleNamespace(result=result, path=path, out=out, progress=progress, opts=opts,
-                           seconds=time.monotonic() - started, new_logs=new_logs,
-                           new_children=set(worker_children()) - children_before)
+    return SimpleNamespace(
+        result=result,
+        path=path,
+        out=out,
+        progress=progress,
+        opts=opts,
+        seconds=time.monotonic() - started,
+        new_logs=new_logs,
+        new_children=set(worker_children()) - children_before,
+    )
 
 
 def test_scan_writes_one_result_file(scanned):
@@ -385,8 +402,7 @@ def test_scan_precision_is_done_and_proved(scanned):
     # forked trial processes: B+1 failed fresh in the search and stands; B is taken from the search when its
     # fresh trial went on to the timed run (the search took it for B), else re-run for its timed run
     searched_b = next(a for a in p.attempts if a.batch == p.max_batch)
-    assert proof.reused_from_search == ([p.max_batch + 1, p.max_batch] if searched_b.timed_steps
-                                        else [p.max_batch + 1])
+    assert proof.reused_from_search == ([p.max_batch + 1, p.max_batch] if searched_b.timed_steps else [p.max_batch + 1])
     assert checks[1].timed_steps and p.throughput.batch == p.max_batch
     assert 10 < p.max_batch < 100_000
 
@@ -452,6 +468,7 @@ def test_scan_leaves_no_worker_processes_or_logs(scanned):
 
 
 # --- fp16 loss scaling: a trial must see optimizer state ---------------------------------------
+
 
 class _SkippingAmp:
     """Counts like workloads.base.Amp with tracking: the first `skips` updates are skipped."""

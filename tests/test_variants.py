@@ -37,13 +37,16 @@ def test_sequence_length_search_sets_the_axis_and_batch():
     assert base_name(v.name) == "llama-1b" and base_name("bert-large") == "bert-large"
 
 
-@pytest.mark.parametrize("workload,request_,precisions,match", [
-    ("bert-large", VariantRequest(checkpointing=True), ["bf16"], "apply to the LLM workloads"),
-    ("llama-8b", VariantRequest(lora=16), ["fp32", "bf16"], "bf16 or fp16 only"),
-    ("llama-8b", VariantRequest(search="seq-len", seq_len=4096), ["bf16"], "drop --seq-len"),
-    ("llama-8b", VariantRequest(search="tokens"), ["bf16"], "--search must be"),
-    ("llama-8b", VariantRequest(search="seq-len", batch=0), ["bf16"], "--batch must be at least 1"),
-])
+@pytest.mark.parametrize(
+    "workload,request_,precisions,match",
+    [
+        ("bert-large", VariantRequest(checkpointing=True), ["bf16"], "apply to the LLM workloads"),
+        ("llama-8b", VariantRequest(lora=16), ["fp32", "bf16"], "bf16 or fp16 only"),
+        ("llama-8b", VariantRequest(search="seq-len", seq_len=4096), ["bf16"], "drop --seq-len"),
+        ("llama-8b", VariantRequest(search="tokens"), ["bf16"], "--search must be"),
+        ("llama-8b", VariantRequest(search="seq-len", batch=0), ["bf16"], "--batch must be at least 1"),
+    ],
+)
 def test_impossible_variants_are_one_line_errors(workload, request_, precisions, match):
     with pytest.raises(VariantError, match=match):
         apply_variant(REGISTRY[workload], request_, precisions)
@@ -60,13 +63,16 @@ def test_parse_lora_rejects(text):
         parse_lora(text)
 
 
-@pytest.mark.parametrize("args,message", [
-    (["scan", "-m", "llama-1b", "--lora", "16", "-p", "fp32,bf16"], "bf16 or fp16 only"),
-    (["scan", "-m", "llama-1b", "--search", "seq-len", "--batch", "1,2"], "one batch"),
-    (["scan", "-m", "bert-large", "--checkpointing"], "apply to the LLM workloads"),
-    (["scan", "-m", "llama-1b", "--lora", "big"], "--lora expects a rank"),
-    (["predict", "-m", "resnet50", "--seq-len", "128"], "apply to the LLM workloads"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["scan", "-m", "llama-1b", "--lora", "16", "-p", "fp32,bf16"], "bf16 or fp16 only"),
+        (["scan", "-m", "llama-1b", "--search", "seq-len", "--batch", "1,2"], "one batch"),
+        (["scan", "-m", "bert-large", "--checkpointing"], "apply to the LLM workloads"),
+        (["scan", "-m", "llama-1b", "--lora", "big"], "--lora expects a rank"),
+        (["predict", "-m", "resnet50", "--seq-len", "128"], "apply to the LLM workloads"),
+    ],
+)
 def test_cli_usage_errors_are_one_line(args, message):
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 2
@@ -75,10 +81,12 @@ def test_cli_usage_errors_are_one_line(args, message):
 
 # --- nothing fits --------------------------------------------------------------------------------
 
+
 def _result(max_batch: int, capacity: int = 79 * GiB) -> ScanResult:
     result = ScanResult(workload=LLAMA.to_dict(), environment={"gpu": {"name": "NVIDIA H100 80GB HBM3"}}, settings={})
-    result.precisions["bf16"] = PrecisionResult("bf16", status="done", max_batch=max_batch, stop="nothing-fits",
-                                                capacity_bytes=capacity)
+    result.precisions["bf16"] = PrecisionResult(
+        "bf16", status="done", max_batch=max_batch, stop="nothing-fits", capacity_bytes=capacity
+    )
     return result
 
 
@@ -102,7 +110,10 @@ def test_nothing_fits_says_the_need_and_what_would_fit(tmp_path):
     saved = read_result(path).precisions["bf16"].settings["nothing_fits"]
     assert saved["need_bytes"] == 140 * GiB
     assert [(a["flags"], a["fits"]) for a in saved["alternatives"]] == [
-        ("--checkpointing", False), ("--lora 16", True), ("--lora 16 --checkpointing", True)]
+        ("--checkpointing", False),
+        ("--lora 16", True),
+        ("--lora 16 --checkpointing", True),
+    ]
 
 
 def test_nothing_fits_is_silent_when_something_fits_and_survives_a_failed_trace():
@@ -120,7 +131,9 @@ def test_nothing_fits_skips_settings_already_used_and_names_the_sequence_length(
     result = _result(0)
     (line,) = explain_nothing_fits(result, variant, need=fake_need)
     assert "not even a sequence length of 1" in line
-    assert [a["flags"] for a in result.precisions["bf16"].settings["nothing_fits"]["alternatives"]] == ["--checkpointing"]
+    assert [a["flags"] for a in result.precisions["bf16"].settings["nothing_fits"]["alternatives"]] == [
+        "--checkpointing"
+    ]
 
 
 def test_nothing_fits_tries_each_distinct_setting_once():
@@ -133,10 +146,12 @@ def test_nothing_fits_tries_each_distinct_setting_once():
 
 # --- the LLM edges side by side (compare/llm.py, report --llm) ---------------------------------------
 
+
 def _scan(name_request: VariantRequest, edge: int, created: str, tokens_per_s: float = 1000.0, need=None) -> ScanResult:
     variant = apply_variant(REGISTRY["llama-1b"], name_request, ["bf16"])
-    result = ScanResult(workload=variant.to_dict(), environment={"gpu": {"name": "NVIDIA H100 80GB HBM3"}}, settings={},
-                        created=created)
+    result = ScanResult(
+        workload=variant.to_dict(), environment={"gpu": {"name": "NVIDIA H100 80GB HBM3"}}, settings={}, created=created
+    )
     p = PrecisionResult("bf16", status="done", max_batch=edge, capacity_bytes=79 * GiB)
     if edge:
         tokens = edge * (variant.params.get("seq_len") or 1)
@@ -193,7 +208,6 @@ def test_seq_len_reaches_each_model_of_a_mixed_list():
 
     workloads = _workloads(None, "toy-llama,hf:gpt2-large", "bf16", None, None, None, 64, "batch", 1, False, None)
     assert [(w.name, w.params.get("seq_len")) for w in workloads] == [("toy-llama+seq64", 64), ("hf:gpt2-large", 64)]
-
 
 
 def test_the_need_is_traced_in_a_child_process_by_module_name():

@@ -30,8 +30,14 @@ from torchvision_standin import StandInFinder, forget, install_standin, torchvis
 
 CPU = torch.device("cpu")
 META = torch.device("meta")
-REAL = {"bert-large-squad": "toy-bert-squad", "transformer-big": "toy-transformer", "nasnet-large": "toy-nasnet",
-        "resnet50": "toy-resnet", "pix2pixhd": "toy-pix2pixhd", "pix2pixhd-1024": "toy-pix2pixhd"}
+REAL = {
+    "bert-large-squad": "toy-bert-squad",
+    "transformer-big": "toy-transformer",
+    "nasnet-large": "toy-nasnet",
+    "resnet50": "toy-resnet",
+    "pix2pixhd": "toy-pix2pixhd",
+    "pix2pixhd-1024": "toy-pix2pixhd",
+}
 TIMM_TOYS = ("toy-nasnet", "toy-resnet")
 TORCH_TOYS = ("toy-bert-squad", "toy-transformer", "toy-pix2pixhd")
 
@@ -47,6 +53,7 @@ def one_thread():
 
 
 # --- timm without torchvision ------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def timm_ready():
@@ -71,12 +78,17 @@ def timm_ready():
 
 # --- registry ----------------------------------------------------------------------------------
 
+
 def test_registry_entries():
     registry = load_registry()
-    expected = {"bert-large-squad": ("bert-squad", "sequences"),
-                "transformer-big": ("transformer-translation", "tokens"),
-                "nasnet-large": ("timm-classifier", "images"), "resnet50": ("timm-classifier", "images"),
-                "pix2pixhd": ("pix2pixhd", "images"), "pix2pixhd-1024": ("pix2pixhd", "images")}
+    expected = {
+        "bert-large-squad": ("bert-squad", "sequences"),
+        "transformer-big": ("transformer-translation", "tokens"),
+        "nasnet-large": ("timm-classifier", "images"),
+        "resnet50": ("timm-classifier", "images"),
+        "pix2pixhd": ("pix2pixhd", "images"),
+        "pix2pixhd-1024": ("pix2pixhd", "images"),
+    }
     for name, (family, unit) in expected.items():
         w = registry[name]
         assert (w.family, w.unit, w.test_only) == (family, unit, False)
@@ -101,8 +113,10 @@ def test_every_family_module_imports_without_timm_working():
         assert callable(getattr(importlib.import_module(module), func))
 
 
-@pytest.mark.skipif(importlib.util.find_spec("torchvision") is not None,
-                    reason="torchvision is installed (working, or replaced by the stand-in when broken), so timm imports")
+@pytest.mark.skipif(
+    importlib.util.find_spec("torchvision") is not None,
+    reason="torchvision is installed (working, or replaced by the stand-in when broken), so timm imports",
+)
 def test_load_timm_says_why_without_torchvision():
     if any(isinstance(f, StandInFinder) for f in sys.meta_path):
         pytest.skip("the stand-in torchvision is active")
@@ -112,6 +126,7 @@ def test_load_timm_says_why_without_torchvision():
 
 
 # --- the tiny variants train -------------------------------------------------------------------
+
 
 def build(name: str, device: torch.device = CPU):
     w = load_registry()[name]
@@ -164,6 +179,7 @@ def test_units():
 
 
 # --- Pix2PixHD ---------------------------------------------------------------------------------
+
 
 def test_pix2pixhd_generator_matches_paper_scale():
     # global generator at ngf 64 (4 downsamplings to 1024, 9 residual blocks, no output layer):
@@ -251,6 +267,7 @@ def test_pix2pixhd_rejects_bad_parameters():
 
 # --- Transformer-Big ---------------------------------------------------------------------------
 
+
 def test_transformer_big_parameters():
     # shared embedding 32768 x 1024 (also the output projection) = 33,554,432
     # encoder layer: self-attention 4 (1024^2 + 1024) + FFN 2 (1024 x 4096) + 4096 + 1024 + 2 LayerNorms
@@ -290,6 +307,7 @@ def test_transformer_decoder_is_causal_and_logits_tied():
 
 # --- BERT SQuAD --------------------------------------------------------------------------------
 
+
 def test_bert_large_squad_full_size_on_meta():
     task = build("bert-large-squad", META)
     info = task.describe()
@@ -308,6 +326,7 @@ def test_bert_squad_answers_lie_in_the_passage():
 
 
 # --- timm classifiers --------------------------------------------------------------------------
+
 
 def test_timm_full_size_on_meta(timm_ready):
     nasnet = build("nasnet-large", META)
@@ -345,6 +364,7 @@ def test_sgd_is_never_fused_even_on_cuda():
 
 
 # --- --compile ---------------------------------------------------------------------------------
+
 
 def test_compiled_toy_step_trains_and_says_what_was_compiled():
     # a real torch.compile (inductor, C++ on the CPU): the step still trains the same parameters

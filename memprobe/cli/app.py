@@ -38,9 +38,19 @@ def _registry(models: str | None) -> dict[str, Workload]:
         raise click.ClickException(str(exc)) from None
 
 
-def _workloads(models_file: str | None, model: str, precision: str, input_size: str | None, optimizer: str | None,
-               task: str | None, seq_len: int | None, search: str, batch: int, checkpointing: bool,
-               lora: str | None) -> list[Workload]:
+def _workloads(
+    models_file: str | None,
+    model: str,
+    precision: str,
+    input_size: str | None,
+    optimizer: str | None,
+    task: str | None,
+    seq_len: int | None,
+    search: str,
+    batch: int,
+    checkpointing: bool,
+    lora: str | None,
+) -> list[Workload]:
     """The workloads a command names: registry entries or models given by name (timm:, hf:, FILE.py:FUNC),
     then made LLM variants as --search/--seq-len/--checkpointing/--lora ask. --seq-len shapes an hf: model
     given by name, or the sequence length of a registry LLM."""
@@ -51,8 +61,9 @@ def _workloads(models_file: str | None, model: str, precision: str, input_size: 
     workloads: list[Workload] = []
     for item in items or [model]:  # no item: resolve_workloads says so in one line
         # --seq-len shapes a model given by name as it is resolved; a registry LLM's is a variant (below)
-        for w in resolve_workloads(registry, item, input_size, optimizer, task,
-                                   seq_len if is_custom_name(item) else None):
+        for w in resolve_workloads(
+            registry, item, input_size, optimizer, task, seq_len if is_custom_name(item) else None
+        ):
             if w.name not in {c.name for c in workloads}:
                 workloads.append(w)
     return _variants(workloads, precision, search, batch, seq_len, checkpointing, lora)
@@ -104,7 +115,12 @@ def main() -> None:
 
 @main.command("list")
 @click.argument("names", nargs=-1)
-@click.option("--models", "models_file", type=checks.Path(dir_okay=False), help="Registry file (default: the packaged models.yaml).")
+@click.option(
+    "--models",
+    "models_file",
+    type=checks.Path(dir_okay=False),
+    help="Registry file (default: the packaged models.yaml).",
+)
 @click.option("--all", "show_all", is_flag=True, help="Include test-only workloads.")
 def list_cmd(names: tuple[str, ...], models_file: str | None, show_all: bool) -> None:
     """List the workloads memprobe can scan; with NAMES (wildcards work), each one's whole entry and params."""
@@ -137,18 +153,29 @@ def device_cmd() -> None:
         found = gpus()
     except NoGPUError as exc:
         raise NoGPUExit(f"no CUDA GPU: {exc}") from None
-    rows = [[g.index, g.name, gib(g.total_bytes), gib(g.free_bytes), gib(g.used_bytes), len(g.processes)] for g in found]
-    click.echo(tabulate(rows, headers=["index", "name", "total GiB", "free GiB", "used GiB", "processes"], tablefmt="github"))
+    rows = [
+        [g.index, g.name, gib(g.total_bytes), gib(g.free_bytes), gib(g.used_bytes), len(g.processes)] for g in found
+    ]
+    click.echo(
+        tabulate(rows, headers=["index", "name", "total GiB", "free GiB", "used GiB", "processes"], tablefmt="github")
+    )
     torch_cuda = _torch_cuda_version()
-    click.echo(f"driver {env.get('driver')}, CUDA (driver) {env.get('cuda_driver')}, "
-               f"torch {env['versions'].get('torch')} (CUDA runtime {torch_cuda})")
+    click.echo(
+        f"driver {env.get('driver')}, CUDA (driver) {env.get('cuda_driver')}, "
+        f"torch {env['versions'].get('torch')} (CUDA runtime {torch_cuda})"
+    )
     click.echo(f"PYTORCH_CUDA_ALLOC_CONF={env.get('PYTORCH_CUDA_ALLOC_CONF') or '(unset)'}")
     for g in found:
         for p in g.processes:
-            click.echo(f"warning: GPU {g.index}: process {p.pid} {p.name} holds {gib(p.used_bytes, 2)} GiB; "
-                       "a scan's max batch will be lower while it runs", err=True)
+            click.echo(
+                f"warning: GPU {g.index}: process {p.pid} {p.name} holds {gib(p.used_bytes, 2)} GiB; "
+                "a scan's max batch will be lower while it runs",
+                err=True,
+            )
         if not g.processes and g.used_bytes > 1 << 30:
-            click.echo(f"warning: GPU {g.index}: {gib(g.used_bytes)} GiB in use by processes NVML cannot list", err=True)
+            click.echo(
+                f"warning: GPU {g.index}: {gib(g.used_bytes)} GiB in use by processes NVML cannot list", err=True
+            )
 
 
 def _torch_cuda_version() -> str:
@@ -174,8 +201,9 @@ def _load_results(paths: tuple[str, ...]) -> list:
         from pathlib import Path
 
         folders = [p for p in paths if Path(p).is_dir()]
-        raise click.ClickException(f"no memprobe result files in {', '.join(folders)}; skipped {skipped[0]}"
-                                   if folders else str(skipped[0]))
+        raise click.ClickException(
+            f"no memprobe result files in {', '.join(folders)}; skipped {skipped[0]}" if folders else str(skipped[0])
+        )
     for exc in skipped:
         click.echo(f"warning: skipped {exc}", err=True)
     if not loaded and skipped:
@@ -193,6 +221,7 @@ def _precision_list(text: str | None) -> list[str] | None:
         raise click.BadParameter("give at least one precision (e.g. fp16,bf16)", param_hint="--precision")
     unknown = [p for p in chosen if p not in PRECISIONS]
     if unknown:
-        raise click.BadParameter(f"unknown precision(s) {', '.join(unknown)} (known: {', '.join(PRECISIONS)})",
-                                 param_hint="--precision")
+        raise click.BadParameter(
+            f"unknown precision(s) {', '.join(unknown)} (known: {', '.join(PRECISIONS)})", param_hint="--precision"
+        )
     return chosen

@@ -27,9 +27,14 @@ def predicted_breakdowns(made: list, steps: int, out: str | None) -> None:
                 except PredictError as exc:
                     raise click.ClickException(str(exc).splitlines()[0]) from None
                 done[batch] = record
-                records.append({"workload": workload.name, "precision": precision, "memory": label,
-                                "breakdown": record})
-                click.echo(breakdown_table(record, f"{workload.name} {precision} at {label} (predicted)", precision,
-                                           workload.family) + "\n")
+                records.append(
+                    {"workload": workload.name, "precision": precision, "memory": label, "breakdown": record}
+                )
+                click.echo(
+                    breakdown_table(
+                        record, f"{workload.name} {precision} at {label} (predicted)", precision, workload.family
+                    )
+                    + "\n"
+                )
     if out:
         click.echo(f"wrote {write_predicted(out, records)}", err=True)

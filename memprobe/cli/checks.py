@@ -33,8 +33,11 @@ class Path(click.Path):
 def given(ctx: click.Context, *names: str) -> list[str]:
     """The options among the parameters `names` the user set (on the command line or by environment), as typed."""
     flags = {p.name: max(getattr(p, "opts", []) or [p.name or ""], key=len) for p in ctx.command.params}
-    return [flags[name] for name in names
-            if ctx.get_parameter_source(name) in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)]
+    return [
+        flags[name]
+        for name in names
+        if ctx.get_parameter_source(name) in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)
+    ]
 
 
 def refuse(options: Iterable[str], why: str) -> None:
@@ -52,8 +55,9 @@ def predict_checks(ctx: click.Context, world_size: int, search: str) -> None:
         refuse(given(ctx, "batch"), "without --search seq-len (it is the batch the length is predicted at)")
 
 
-def scan_checks(ctx: click.Context, device: str, gpus: str | None, no_curve: bool, no_throughput: bool,
-                parallel: bool) -> None:
+def scan_checks(
+    ctx: click.Context, device: str, gpus: str | None, no_curve: bool, no_throughput: bool, parallel: bool
+) -> None:
     """scan: options that only make sense with others (--cpu-memory-budget with --device cpu, ...)."""
     if device != "cpu":
         refuse(given(ctx, "cpu_memory_budget"), "without --device cpu (a GPU's allocator has its own limit)")
@@ -76,8 +80,12 @@ def report_checks(ctx: click.Context, scans: bool, llm: bool, breakdown: bool = 
     if scans:
         refuse(given(ctx, "charts_dir", "reference", "at_batch"), "with --scans (they shape the comparison report)")
     if llm:
-        refuse(given(ctx, "charts_dir", "reference", "at_batch", "with_published", "precision"),
-               "with --llm (they shape the comparison report)")
+        refuse(
+            given(ctx, "charts_dir", "reference", "at_batch", "with_published", "precision"),
+            "with --llm (they shape the comparison report)",
+        )
     if breakdown:
-        refuse(given(ctx, "reference", "at_batch", "with_published", "precision"),
-               "with --breakdown (they shape the comparison report)")
+        refuse(
+            given(ctx, "reference", "at_batch", "with_published", "precision"),
+            "with --breakdown (they shape the comparison report)",
+        )

@@ -23,8 +23,9 @@ def frontier_request(search: str, seq_len: int | None, batches: str | None, budg
     return True
 
 
-def scan_frontiers(workloads: list[Workload], opts, out_dir: str, budget: float | None, checkpointing: bool,
-                   lora: int | None, progress) -> None:
+def scan_frontiers(
+    workloads: list[Workload], opts, out_dir: str, budget: float | None, checkpointing: bool, lora: int | None, progress
+) -> None:
     """Measure each workload's frontier, say where it is written, and print its table."""
     from memprobe.cli.helpers import interrupted_status
     from memprobe.compare.frontier import frontier_rows
@@ -40,16 +41,29 @@ def scan_frontiers(workloads: list[Workload], opts, out_dir: str, budget: float 
         except FrontierError as exc:
             raise click.UsageError(str(exc)) from None
         except ScanInterrupted as stop:
-            click.echo(f"\ninterrupted: the finished points are in {stop.path} (marked partial)" if stop.path else
-                       "\ninterrupted: no frontier point had finished", err=True)
+            click.echo(
+                f"\ninterrupted: the finished points are in {stop.path} (marked partial)"
+                if stop.path
+                else "\ninterrupted: no frontier point had finished",
+                err=True,
+            )
             sys.exit(interrupted_status())
         click.echo(f"wrote {path}", err=True)
         loaded.append((path, result))
     click.echo(rows_text(frontier_rows(loaded)))
 
 
-def predict_frontiers(workloads: list[Workload], precisions: list[str], sizes: list, budget: float | None,
-                      checkpointing: bool, lora: int | None, steps: int, out_dir: str | None, progress) -> None:
+def predict_frontiers(
+    workloads: list[Workload],
+    precisions: list[str],
+    sizes: list,
+    budget: float | None,
+    checkpointing: bool,
+    lora: int | None,
+    steps: int,
+    out_dir: str | None,
+    progress,
+) -> None:
     """Predict each workload's frontier for the one memory size, print it, and write it to `out_dir` when given."""
     from memprobe.compare.frontier import frontier_rows
     from memprobe.compare.tables import rows_text
@@ -64,17 +78,26 @@ def predict_frontiers(workloads: list[Workload], precisions: list[str], sizes: l
     loaded = []
     for workload in workloads:
         try:
-            frontiers = {p: predict_frontier(workload, p, size, budget, checkpointing, lora, steps, cores(), progress)
-                         for p in precisions}
+            frontiers = {
+                p: predict_frontier(workload, p, size, budget, checkpointing, lora, steps, cores(), progress)
+                for p in precisions
+            }
         except FrontierError as exc:
             raise click.UsageError(str(exc)) from None
         name = frontier_name(workload, checkpointing, lora)
-        result = ScanResult(workload={**workload.to_dict(), "name": name},
-                            environment={"gpu": {"name": size.label, "predicted": True}},
-                            settings={"search": "frontier", "predicted": True, "frontier_budget_s": budget,
-                                      "capacity_bytes": size.capacity_bytes, "capacity_how": size.how},
-                            status="complete" if any(p.found is not None for f in frontiers.values() for p in f.points)
-                            else "failed", frontier={p: f.to_dict() for p, f in frontiers.items()})
+        result = ScanResult(
+            workload={**workload.to_dict(), "name": name},
+            environment={"gpu": {"name": size.label, "predicted": True}},
+            settings={
+                "search": "frontier",
+                "predicted": True,
+                "frontier_budget_s": budget,
+                "capacity_bytes": size.capacity_bytes,
+                "capacity_how": size.how,
+            },
+            status="complete" if any(p.found is not None for f in frontiers.values() for p in f.points) else "failed",
+            frontier={p: f.to_dict() for p, f in frontiers.items()},
+        )
         path = None
         if out_dir:
             path = write_result(result, f"{out_dir}/{result_filename(size.label + ' predicted', name, 'train')}")

@@ -35,12 +35,21 @@ def workload_table(workloads: Sequence[Workload], width: int = WIDTH) -> str:
 
 def workload_detail(workload: Workload, width: int = WIDTH) -> str:
     """Every field of one workload, each wrapped to `width` columns."""
-    fields = [("name", workload.name), ("family", workload.family), ("unit", workload.unit),
-              ("optimizer", ", ".join(f"{k}={v}" for k, v in workload.optimizer.items())),
-              ("params", ", ".join(f"{k}={v}" for k, v in workload.params.items())),
-              ("description", workload.description)]
+    fields = [
+        ("name", workload.name),
+        ("family", workload.family),
+        ("unit", workload.unit),
+        ("optimizer", ", ".join(f"{k}={v}" for k, v in workload.optimizer.items())),
+        ("params", ", ".join(f"{k}={v}" for k, v in workload.params.items())),
+        ("description", workload.description),
+    ]
     lines = []
     for key, value in fields:
-        lines += textwrap.wrap(str(value) or "-", width=width, initial_indent=f"{key + ':':13}",
-                               subsequent_indent=" " * 13, break_on_hyphens=False) or [f"{key}:"]
+        lines += textwrap.wrap(
+            str(value) or "-",
+            width=width,
+            initial_indent=f"{key + ':':13}",
+            subsequent_indent=" " * 13,
+            break_on_hyphens=False,
+        ) or [f"{key}:"]
     return "\n".join(lines)

@@ -19,8 +19,11 @@ def require_gpu() -> None:
     except NoGPUError as exc:
         raise NoGPUExit(f"no CUDA GPU: {exc}") from None
     for p in gpu.processes:
-        click.echo(f"warning: process {p.pid} {p.name} holds {gib(p.used_bytes, 2)} GiB on {gpu.name}; "
-                   "the max batch found will be lower than on an idle card", err=True)
+        click.echo(
+            f"warning: process {p.pid} {p.name} holds {gib(p.used_bytes, 2)} GiB on {gpu.name}; "
+            "the max batch found will be lower than on an idle card",
+            err=True,
+        )
 
 
 def no_gpu(message: str, workloads: list[Workload], opts, mode: str, predict_instead: bool) -> None:
@@ -29,12 +32,21 @@ def no_gpu(message: str, workloads: list[Workload], opts, mode: str, predict_ins
     The prediction subtracts the overhead memprobe ships (memprobe/data/overhead.yaml), as `memprobe predict` does.
     """
     names = ",".join(dict.fromkeys(base_name(w.name) for w in workloads))
-    same = " (with the same --search, --seq-len, --checkpointing and --lora)" if any("+" in w.name for w in workloads) else ""
+    same = (
+        " (with the same --search, --seq-len, --checkpointing and --lora)"
+        if any("+" in w.name for w in workloads)
+        else ""
+    )
     if not predict_instead:
-        raise NoGPUExit(f"{message}. Without a GPU, `memprobe predict --model {names} --memory {COMMON_CARD_SIZES}`{same} "
-                        "predicts the max batch on those card sizes (or rerun this scan with --predict-if-no-gpu)")
+        raise NoGPUExit(
+            f"{message}. Without a GPU, `memprobe predict --model {names} --memory {COMMON_CARD_SIZES}`{same} "
+            "predicts the max batch on those card sizes (or rerun this scan with --predict-if-no-gpu)"
+        )
     if mode != "train":
         raise NoGPUExit(f"{message}; --predict-if-no-gpu predicts training steps only (--mode train)")
-    click.echo(f"{message}: predicting instead of measuring (memprobe predict; nothing is measured and no result "
-               "file is written)", err=True)
+    click.echo(
+        f"{message}: predicting instead of measuring (memprobe predict; nothing is measured and no result "
+        "file is written)",
+        err=True,
+    )
     _predict_and_print(workloads, opts.precisions, COMMON_CARD_SIZES, None, opts.trial_steps, None, mode=opts.mode)

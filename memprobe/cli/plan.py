@@ -9,25 +9,66 @@ from memprobe.cli.app import _precision_list, _workloads, main
 
 
 @main.command("plan")
-@click.option("--model", "-m", "model", required=True,
-              help="One workload: a registry name, or timm:NAME, hf:NAME, hf-config:PATH, FILE.py:FUNCTION.")
-@click.option("--gpu", "card", required=True, help="The card to plan for, by name (\"H200\", \"H100 SXM\", 4090).")
-@click.option("--global-batch", type=int, help="The global batch to reach by accumulation (default: none, one "
-                                               "micro-batch per optimizer step).")
+@click.option(
+    "--model",
+    "-m",
+    "model",
+    required=True,
+    help="One workload: a registry name, or timm:NAME, hf:NAME, hf-config:PATH, FILE.py:FUNCTION.",
+)
+@click.option("--gpu", "card", required=True, help='The card to plan for, by name ("H200", "H100 SXM", 4090).')
+@click.option(
+    "--global-batch",
+    type=int,
+    help="The global batch to reach by accumulation (default: none, one micro-batch per optimizer step).",
+)
 @click.option("--seq-len", type=int, help="LLM workloads and hf: models: the sequence length.")
-@click.option("--precision", "-p", default="fp32,fp16,bf16", show_default=True,
-              help="Comma-separated precisions to plan: fp32, tf32, fp16, bf16.")
+@click.option(
+    "--precision",
+    "-p",
+    default="fp32,fp16,bf16",
+    show_default=True,
+    help="Comma-separated precisions to plan: fp32, tf32, fp16, bf16.",
+)
 @click.option("--lora", help="LLM workloads: also plan LoRA adapters of this rank (16 or r=16), in fp16/bf16.")
-@click.option("--optimizer", "optimizers", help="Models given by name: comma-separated optimizers to plan "
-                                                "(sgd, adam, adamw; default: the model's own).")
-@click.option("--results", multiple=True, type=checks.Path(exists=True),
-              help="Result files or folders to take measured rows from (repeatable). Default: none (memprobe ships "
-                   "no measurements), so every row is predicted.")
-@click.option("--models", "models_file", type=checks.Path(dir_okay=False), help="Registry file (default: the packaged models.yaml).")
-@click.option("--format", "fmt", type=click.Choice(["github", "plain", "json", "csv"]), default="github",
-              show_default=True, help="Output format.")
-def plan_cmd(model: str, card: str, global_batch: int | None, seq_len: int | None, precision: str, lora: str | None,
-             optimizers: str | None, results: tuple[str, ...], models_file: str | None, fmt: str) -> None:
+@click.option(
+    "--optimizer",
+    "optimizers",
+    help="Models given by name: comma-separated optimizers to plan (sgd, adam, adamw; default: the model's own).",
+)
+@click.option(
+    "--results",
+    multiple=True,
+    type=checks.Path(exists=True),
+    help="Result files or folders to take measured rows from (repeatable). Default: none (memprobe ships "
+    "no measurements), so every row is predicted.",
+)
+@click.option(
+    "--models",
+    "models_file",
+    type=checks.Path(dir_okay=False),
+    help="Registry file (default: the packaged models.yaml).",
+)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["github", "plain", "json", "csv"]),
+    default="github",
+    show_default=True,
+    help="Output format.",
+)
+def plan_cmd(
+    model: str,
+    card: str,
+    global_batch: int | None,
+    seq_len: int | None,
+    precision: str,
+    lora: str | None,
+    optimizers: str | None,
+    results: tuple[str, ...],
+    models_file: str | None,
+    fmt: str,
+) -> None:
     """Plan the micro-batch and gradient accumulation for each memory lever on a card.
 
     For each precision (and, for LLM workloads, activation checkpointing off/on and LoRA when --lora is given):
@@ -48,8 +89,9 @@ def plan_cmd(model: str, card: str, global_batch: int | None, seq_len: int | Non
         raise click.BadParameter(f"must be between 1 and {checks.MAX_SEQ_LEN}, got {seq_len}", param_hint="--seq-len")
     precisions = _precision_list(precision) or []
     named = is_custom_name(model.strip())
-    workloads = _workloads(models_file, model, precision, None, None, None, seq_len if named else None,
-                           "batch", 1, False, None)
+    workloads = _workloads(
+        models_file, model, precision, None, None, None, seq_len if named else None, "batch", 1, False, None
+    )
     if len(workloads) != 1:
         raise click.UsageError(f"--model '{model}' names {len(workloads)} workloads; plan one at a time")
     try:
@@ -58,8 +100,18 @@ def plan_cmd(model: str, card: str, global_batch: int | None, seq_len: int | Non
         raise click.BadParameter(str(exc), param_hint="--lora") from None
     chosen = [o.strip() for o in (optimizers or "").split(",") if o.strip()]
     try:
-        plan = build_plan(workloads[0], card, global_batch, precisions, None if named else seq_len, rank, chosen,
-                          results, workers=_cores(), on_line=lambda text: click.echo(text, err=True))
+        plan = build_plan(
+            workloads[0],
+            card,
+            global_batch,
+            precisions,
+            None if named else seq_len,
+            rank,
+            chosen,
+            results,
+            workers=_cores(),
+            on_line=lambda text: click.echo(text, err=True),
+        )
     except PlanError as exc:
         raise click.ClickException(str(exc)) from None
     except RuntimeError as exc:  # PredictError: the setting cannot be traced on fake tensors

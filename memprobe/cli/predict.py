@@ -1,5 +1,4 @@
-"""`memprobe predict`: the max batch for memory sizes or cards by name, with no GPU (predict.summary).
-"""
+"""`memprobe predict`: the max batch for memory sizes or cards by name, with no GPU (predict.summary)."""
 
 from __future__ import annotations
 
@@ -17,9 +16,17 @@ from memprobe.core.registry import Workload
 PROGRESS_EVERY_S = 5.0  # on a terminal, the longest silence while predicting
 
 
-def _predict_and_print(workloads: list[Workload], precisions: list[str], memory: str | None, override,
-                       steps: int, compare: str | None, cards: str | None = None, worlds: list | None = None,
-                       mode: str = "train") -> list:
+def _predict_and_print(
+    workloads: list[Workload],
+    precisions: list[str],
+    memory: str | None,
+    override,
+    steps: int,
+    compare: str | None,
+    cards: str | None = None,
+    worlds: list | None = None,
+    mode: str = "train",
+) -> list:
     """Predict each workload for the sizes and cards asked and print it. `override`: an overhead.Override
     (--overhead-from / --overhead) or None for the packaged per-card figures."""
     from memprobe.predict.torch_internals import TorchInternalsError, untested_torch_note
@@ -38,8 +45,10 @@ def _predict_and_print(workloads: list[Workload], precisions: list[str], memory:
         click.echo(f"note: {untested_torch_note()}", err=True)
     ensure_loadable()  # before the first workload imports timm or transformers, so the note below is true
     if standin_reason():
-        click.echo(f"note: {standin_reason()}; a stand-in that raises on use takes its place (no workload calls "
-                   "torchvision)", err=True)
+        click.echo(
+            f"note: {standin_reason()}; a stand-in that raises on use takes its place (no workload calls torchvision)",
+            err=True,
+        )
     try:
         sizes = memory_sizes(asked.labels, asked.cards, override)
     except ValueError as exc:
@@ -53,8 +62,10 @@ def _predict_and_print(workloads: list[Workload], precisions: list[str], memory:
         except ResultFileError as exc:
             raise click.ClickException(str(exc)) from None
         if compare_with[1].workload.get("name") not in {w.name for w in workloads}:
-            raise click.ClickException(f"{compare} is a scan of {compare_with[1].workload.get('name')}, "
-                                       f"not of {', '.join(w.name for w in workloads)}")
+            raise click.ClickException(
+                f"{compare} is a scan of {compare_with[1].workload.get('name')}, "
+                f"not of {', '.join(w.name for w in workloads)}"
+            )
         _check_same_world(compare, compare_with[1], worlds)
         scanned_mode = (compare_with[1].settings or {}).get("mode", "train")
         if scanned_mode != mode:
@@ -66,10 +77,21 @@ def _predict_and_print(workloads: list[Workload], precisions: list[str], memory:
             click.echo(f"[{workload.name}] tracing on fake tensors{where} (no GPU used) ...", err=True)
             try:
                 with _progress() as progress:
-                    prediction = predict(workload, precisions, sizes, None, "", steps=steps,
-                                         compare_with=compare_with if compare_with and
-                                         compare_with[1].workload.get("name") == workload.name else None,
-                                         world=world, mode=mode, workers=cores(), progress=progress)
+                    prediction = predict(
+                        workload,
+                        precisions,
+                        sizes,
+                        None,
+                        "",
+                        steps=steps,
+                        compare_with=compare_with
+                        if compare_with and compare_with[1].workload.get("name") == workload.name
+                        else None,
+                        world=world,
+                        mode=mode,
+                        workers=cores(),
+                        progress=progress,
+                    )
             except (PredictError, TorchInternalsError, RuntimeError) as exc:
                 raise click.ClickException(str(exc).splitlines()[0]) from None
             click.echo(render(prediction))
@@ -82,8 +104,7 @@ def _progress():
     PROGRESS_EVERY_S seconds pass without one."""
     from memprobe.predict.progress import Progress
 
-    return Progress(lambda text: click.echo(text, err=True), every=PROGRESS_EVERY_S,
-                    heartbeat=sys.stderr.isatty())
+    return Progress(lambda text: click.echo(text, err=True), every=PROGRESS_EVERY_S, heartbeat=sys.stderr.isatty())
 
 
 def _check_same_world(path: str, result, worlds: list | None) -> None:
@@ -96,8 +117,10 @@ def _check_same_world(path: str, result, worlds: list | None) -> None:
     if asked != [(size, strategy)]:
         made = f"{size} GPUs under {strategy}" if size > 1 else "1 GPU"
         wanted = ", ".join(f"{n} GPUs under {s}" if n > 1 else "1 GPU" for n, s in asked)
-        raise click.ClickException(f"{path} was scanned on {made}; this prediction is for {wanted}: "
-                                   "give --gpus/--strategy as the scan had them (one strategy)")
+        raise click.ClickException(
+            f"{path} was scanned on {made}; this prediction is for {wanted}: "
+            "give --gpus/--strategy as the scan had them (one strategy)"
+        )
 
 
 def _worlds(count: int, strategy: str) -> list | None:
@@ -116,53 +139,139 @@ def _worlds(count: int, strategy: str) -> list | None:
 
 
 @main.command("predict")
-@click.option("--model", "-m", "model", required=True,
-              help="Workload name(s), comma-separated; wildcards work. Also timm:NAME, hf:NAME, hf-config:PATH, "
-                   "FILE.py:FUNCTION or package.module:FUNCTION.")
-@click.option("--memory", help=f"Comma-separated memory sizes to predict for (24GiB, 11GB = decimal; default without "
-                               f"--gpu: {COMMON_CARD_SIZES}).")
-@click.option("--gpus", "world_size", default=1, show_default=True, type=click.IntRange(1, checks.MAX_GPUS),
-              help="Predict per GPU for N GPUs training data-parallel (rank 0 of N, under each --strategy).")
-@click.option("--strategy", default="ddp", show_default=True,
-              help="With --gpus N > 1, comma-separated: ddp (DistributedDataParallel), fsdp (FSDP2 fully_shard per block).")
-@click.option("--gpu", "cards", help="Comma-separated cards by name, alias or short name (\"H200\", \"H100 SXM\", \"a100 80gb\", "
-                                    "4090): predicts at the total memory the card's driver reports (see `memprobe "
-                                    "guide` for the catalog).")
-@click.option("--precision", "-p", default="fp32,fp16,bf16", show_default=True,
-              help="Comma-separated: fp32, tf32, fp16, bf16 (as in scan).")
-@click.option("--models", "models_file", type=checks.Path(dir_okay=False), help="Registry file (default: the packaged models.yaml).")
-@click.option("--overhead-from", "overhead_from", multiple=True, type=checks.Path(exists=True),
-              help="Scan result file(s) or folder(s) to take the memory a real card's allocator could not use (CUDA "
-                   "context, driver) from, subtracted from every size. Default: the figures memprobe ships "
-                   "(memprobe/data/overhead.yaml: measured per scanned card, carried over to the others).")
-@click.option("--overhead", "overhead_size",
-              help="The memory the allocator cannot use, given directly (e.g. 1.5GiB; 0 subtracts nothing); "
-                   "replaces the shipped figures.")
-@click.option("--compare", type=checks.Path(exists=True, dir_okay=False),
-              help="A scan result file of this workload: also print predicted vs measured peaks for its trials, and "
-                   "the predicted max batch at its allocator capacity beside the measured one.")
-@click.option("--steps", default=None, type=click.IntRange(1, checks.MAX_PREDICT_STEPS),
-              help="Steps per trial, as the scan's: 1 warm-up + K >= 2 in training (default 3); forward passes in "
-                   "inference (default 2).")
-@click.option("--mode", type=click.Choice(["train", "infer"]), default="train", show_default=True,
-              help="infer: predict the max batch of forward passes under inference_mode (as `scan --mode infer`).")
+@click.option(
+    "--model",
+    "-m",
+    "model",
+    required=True,
+    help="Workload name(s), comma-separated; wildcards work. Also timm:NAME, hf:NAME, hf-config:PATH, "
+    "FILE.py:FUNCTION or package.module:FUNCTION.",
+)
+@click.option(
+    "--memory",
+    help=f"Comma-separated memory sizes to predict for (24GiB, 11GB = decimal; default without "
+    f"--gpu: {COMMON_CARD_SIZES}).",
+)
+@click.option(
+    "--gpus",
+    "world_size",
+    default=1,
+    show_default=True,
+    type=click.IntRange(1, checks.MAX_GPUS),
+    help="Predict per GPU for N GPUs training data-parallel (rank 0 of N, under each --strategy).",
+)
+@click.option(
+    "--strategy",
+    default="ddp",
+    show_default=True,
+    help="With --gpus N > 1, comma-separated: ddp (DistributedDataParallel), fsdp (FSDP2 fully_shard per block).",
+)
+@click.option(
+    "--gpu",
+    "cards",
+    help='Comma-separated cards by name, alias or short name ("H200", "H100 SXM", "a100 80gb", '
+    "4090): predicts at the total memory the card's driver reports (see `memprobe "
+    "guide` for the catalog).",
+)
+@click.option(
+    "--precision",
+    "-p",
+    default="fp32,fp16,bf16",
+    show_default=True,
+    help="Comma-separated: fp32, tf32, fp16, bf16 (as in scan).",
+)
+@click.option(
+    "--models",
+    "models_file",
+    type=checks.Path(dir_okay=False),
+    help="Registry file (default: the packaged models.yaml).",
+)
+@click.option(
+    "--overhead-from",
+    "overhead_from",
+    multiple=True,
+    type=checks.Path(exists=True),
+    help="Scan result file(s) or folder(s) to take the memory a real card's allocator could not use (CUDA "
+    "context, driver) from, subtracted from every size. Default: the figures memprobe ships "
+    "(memprobe/data/overhead.yaml: measured per scanned card, carried over to the others).",
+)
+@click.option(
+    "--overhead",
+    "overhead_size",
+    help="The memory the allocator cannot use, given directly (e.g. 1.5GiB; 0 subtracts nothing); "
+    "replaces the shipped figures.",
+)
+@click.option(
+    "--compare",
+    type=checks.Path(exists=True, dir_okay=False),
+    help="A scan result file of this workload: also print predicted vs measured peaks for its trials, and "
+    "the predicted max batch at its allocator capacity beside the measured one.",
+)
+@click.option(
+    "--steps",
+    default=None,
+    type=click.IntRange(1, checks.MAX_PREDICT_STEPS),
+    help="Steps per trial, as the scan's: 1 warm-up + K >= 2 in training (default 3); forward passes in "
+    "inference (default 2).",
+)
+@click.option(
+    "--mode",
+    type=click.Choice(["train", "infer"]),
+    default="train",
+    show_default=True,
+    help="infer: predict the max batch of forward passes under inference_mode (as `scan --mode infer`).",
+)
 @_model_options
 @_variant_options
-@click.option("--breakdown", is_flag=True,
-              help="Also predict where the memory goes at each predicted max batch (same categories as scan --breakdown).")
-@click.option("--breakdown-out", type=click.Path(dir_okay=False),
-              help="With --breakdown: write the predicted breakdowns to this JSON file (for report --breakdown --predicted).")
-@click.option("--batch", default=1, show_default=True, type=click.IntRange(1, checks.MAX_SEQ_BATCH),
-              help="With --search seq-len: the batch the sequence length is predicted at.")
-@click.option("--out", "out_dir", type=checks.Path(file_okay=False),
-              help="With --search frontier: a folder to write the predicted frontier to (for `report --frontier`).")
-def predict_cmd(model: str, memory: str | None, world_size: int, strategy: str, cards: str | None, precision: str,
-                models_file: str | None,
-                overhead_from: tuple[str, ...], overhead_size: str | None, compare: str | None, steps: int,
-                input_size: str | None,
-                optimizer: str | None, task: str | None, seq_len: int | None, search: str, checkpointing: bool,
-                lora: str | None, batch: int, mode: str, frontier_budget: float | None, out_dir: str | None,
-                breakdown: bool = False, breakdown_out: str | None = None) -> None:
+@click.option(
+    "--breakdown",
+    is_flag=True,
+    help="Also predict where the memory goes at each predicted max batch (same categories as scan --breakdown).",
+)
+@click.option(
+    "--breakdown-out",
+    type=click.Path(dir_okay=False),
+    help="With --breakdown: write the predicted breakdowns to this JSON file (for report --breakdown --predicted).",
+)
+@click.option(
+    "--batch",
+    default=1,
+    show_default=True,
+    type=click.IntRange(1, checks.MAX_SEQ_BATCH),
+    help="With --search seq-len: the batch the sequence length is predicted at.",
+)
+@click.option(
+    "--out",
+    "out_dir",
+    type=checks.Path(file_okay=False),
+    help="With --search frontier: a folder to write the predicted frontier to (for `report --frontier`).",
+)
+def predict_cmd(
+    model: str,
+    memory: str | None,
+    world_size: int,
+    strategy: str,
+    cards: str | None,
+    precision: str,
+    models_file: str | None,
+    overhead_from: tuple[str, ...],
+    overhead_size: str | None,
+    compare: str | None,
+    steps: int,
+    input_size: str | None,
+    optimizer: str | None,
+    task: str | None,
+    seq_len: int | None,
+    search: str,
+    checkpointing: bool,
+    lora: str | None,
+    batch: int,
+    mode: str,
+    frontier_budget: float | None,
+    out_dir: str | None,
+    breakdown: bool = False,
+    breakdown_out: str | None = None,
+) -> None:
     """Predict the max batch for any memory size, with no GPU (labelled predicted, not measured).
 
     Runs the scan's trial (1 warm-up + K steps, optimizer state included) on fake tensors with the
@@ -176,9 +285,13 @@ def predict_cmd(model: str, memory: str | None, world_size: int, strategy: str, 
     frontier = frontier_request(search, seq_len, None, frontier_budget)
     if out_dir and not frontier:
         raise click.UsageError("--out has no effect without --search frontier")
-    workloads = (_workloads(models_file, model, precision, input_size, optimizer, task, None, "batch", 1, False, None)
-                 if frontier else _workloads(models_file, model, precision, input_size, optimizer, task, seq_len,
-                                             search, batch, checkpointing, lora))
+    workloads = (
+        _workloads(models_file, model, precision, input_size, optimizer, task, None, "batch", 1, False, None)
+        if frontier
+        else _workloads(
+            models_file, model, precision, input_size, optimizer, task, seq_len, search, batch, checkpointing, lora
+        )
+    )
     precisions = _precision_list(precision) or []
     if not precisions:
         raise click.BadParameter("give at least one precision", param_hint="--precision")
@@ -192,25 +305,48 @@ def predict_cmd(model: str, memory: str | None, world_size: int, strategy: str, 
     if frontier and (breakdown or breakdown_out):
         raise click.UsageError("--breakdown predicts at the max batch, not along a frontier: drop --search frontier")
     if frontier:
-        _predict_frontier(workloads, precisions, memory, cards, _override(overhead_from, overhead_size), steps,
-                          frontier_budget, checkpointing, lora, out_dir, bool(worlds or mode != "train" or compare))
+        _predict_frontier(
+            workloads,
+            precisions,
+            memory,
+            cards,
+            _override(overhead_from, overhead_size),
+            steps,
+            frontier_budget,
+            checkpointing,
+            lora,
+            out_dir,
+            bool(worlds or mode != "train" or compare),
+        )
         return
     if memory is None and cards is None:
         memory = COMMON_CARD_SIZES
     if (breakdown or breakdown_out) and (worlds or mode != "train" or not breakdown):
-        raise click.UsageError("--breakdown predicts one GPU's training step (no --gpus, --mode train); "
-                               "--breakdown-out needs --breakdown")
-    predictions = _predict_and_print(workloads, precisions, memory, _override(overhead_from, overhead_size), steps,
-                                     compare, cards, worlds, mode)
+        raise click.UsageError(
+            "--breakdown predicts one GPU's training step (no --gpus, --mode train); --breakdown-out needs --breakdown"
+        )
+    predictions = _predict_and_print(
+        workloads, precisions, memory, _override(overhead_from, overhead_size), steps, compare, cards, worlds, mode
+    )
     if breakdown:
         from memprobe.cli.breakdown import predicted_breakdowns
 
         predicted_breakdowns(predictions, steps, breakdown_out)
 
 
-def _predict_frontier(workloads: list[Workload], precisions: list[str], memory: str | None, cards: str | None,
-                      override, steps: int, budget: float | None, checkpointing: bool, lora: str | None,
-                      out_dir: str | None, refused: bool) -> None:
+def _predict_frontier(
+    workloads: list[Workload],
+    precisions: list[str],
+    memory: str | None,
+    cards: str | None,
+    override,
+    steps: int,
+    budget: float | None,
+    checkpointing: bool,
+    lora: str | None,
+    out_dir: str | None,
+    refused: bool,
+) -> None:
     """predict --search frontier: one memory size or card, one GPU, training, no --compare."""
     from memprobe.cli.frontier import predict_frontiers
     from memprobe.core.variants import VariantError, parse_lora

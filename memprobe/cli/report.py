@@ -1,5 +1,4 @@
-"""`memprobe report` and `memprobe guide`: tables and charts from result files (no torch).
-"""
+"""`memprobe report` and `memprobe guide`: tables and charts from result files (no torch)."""
 
 from __future__ import annotations
 
@@ -12,37 +11,82 @@ from memprobe.cli.helpers import card_names
 
 @main.command("report")
 @click.argument("paths", nargs=-1, required=True, type=checks.Path())
-@click.option("--reference", help="GPU that throughput is normalized to (catalog or device name). "
-                                  "Default: Quadro RTX 8000 where present, else the first GPU given.")
+@click.option(
+    "--reference",
+    help="GPU that throughput is normalized to (catalog or device name). "
+    "Default: Quadro RTX 8000 where present, else the first GPU given.",
+)
 @click.option("--precision", "-p", "precision", help="Comma-separated precisions to show (default: all found).")
-@click.option("--format", "fmt", type=click.Choice(_FORMATS), default="github", show_default=True,
-              help="github (markdown), plain, csv or json.")
-@click.option("--with-published", is_flag=True,
-              help="Add published figures (2020 study, 2023-2025 PyTorch catalog) for the workloads that have them, "
-                   "marked (pub).")
-@click.option("--charts", "charts_dir", type=checks.Path(file_okay=False),
-              help="Also write PNG and SVG charts into this folder.")
-@click.option("--at-batch", type=click.Choice(["best", "common", "max"]), default="best", show_default=True,
-              help="Throughput normalized across cards: best (at each card's best batch b*, from the scan's curve), "
-                   "common (at the largest batch every compared card fits, from the curves) or max (at each card's "
-                   "max batch B, the 2020 study's method). Files without a curve fall back to B, noted.")
-@click.option("--scans", is_flag=True,
-              help="Print the scan summary instead (max batch, proof, trials, throughput, MFU, utilization): one row "
-                   "per GPU, workload and precision, from the newest file that finished it.")
-@click.option("--llm", is_flag=True,
-              help="Print the LLM edges instead: max batch or max sequence length per setting (plain, checkpointing, "
-                   "LoRA) and how much each raises it over plain, with tokens per step, tokens/s and MFU.")
-@click.option("--frontier", is_flag=True,
-              help="Print the batch x sequence-length frontiers instead (scan/predict --search frontier): measured and "
-                   "predicted points side by side; with --charts, a frontier chart.")
-@click.option("--breakdown", is_flag=True,
-              help="Show the memory at the peak of B by category (scan --breakdown), with what buys more batch.")
-@click.option("--predicted", "predicted_file", type=checks.Path(exists=True, dir_okay=False),
-              help="With --breakdown or --charts: a file of predicted breakdowns (predict --breakdown-out) to set "
-                   "beside the measured ones at the same batch.")
-def report_cmd(paths: tuple[str, ...], reference: str | None, precision: str | None, fmt: str, with_published: bool,
-               charts_dir: str | None, at_batch: str, scans: bool, llm: bool, frontier: bool, breakdown: bool = False,
-               predicted_file: str | None = None) -> None:
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(_FORMATS),
+    default="github",
+    show_default=True,
+    help="github (markdown), plain, csv or json.",
+)
+@click.option(
+    "--with-published",
+    is_flag=True,
+    help="Add published figures (2020 study, 2023-2025 PyTorch catalog) for the workloads that have them, "
+    "marked (pub).",
+)
+@click.option(
+    "--charts", "charts_dir", type=checks.Path(file_okay=False), help="Also write PNG and SVG charts into this folder."
+)
+@click.option(
+    "--at-batch",
+    type=click.Choice(["best", "common", "max"]),
+    default="best",
+    show_default=True,
+    help="Throughput normalized across cards: best (at each card's best batch b*, from the scan's curve), "
+    "common (at the largest batch every compared card fits, from the curves) or max (at each card's "
+    "max batch B, the 2020 study's method). Files without a curve fall back to B, noted.",
+)
+@click.option(
+    "--scans",
+    is_flag=True,
+    help="Print the scan summary instead (max batch, proof, trials, throughput, MFU, utilization): one row "
+    "per GPU, workload and precision, from the newest file that finished it.",
+)
+@click.option(
+    "--llm",
+    is_flag=True,
+    help="Print the LLM edges instead: max batch or max sequence length per setting (plain, checkpointing, "
+    "LoRA) and how much each raises it over plain, with tokens per step, tokens/s and MFU.",
+)
+@click.option(
+    "--frontier",
+    is_flag=True,
+    help="Print the batch x sequence-length frontiers instead (scan/predict --search frontier): measured and "
+    "predicted points side by side; with --charts, a frontier chart.",
+)
+@click.option(
+    "--breakdown",
+    is_flag=True,
+    help="Show the memory at the peak of B by category (scan --breakdown), with what buys more batch.",
+)
+@click.option(
+    "--predicted",
+    "predicted_file",
+    type=checks.Path(exists=True, dir_okay=False),
+    help="With --breakdown or --charts: a file of predicted breakdowns (predict --breakdown-out) to set "
+    "beside the measured ones at the same batch.",
+)
+def report_cmd(
+    paths: tuple[str, ...],
+    reference: str | None,
+    precision: str | None,
+    fmt: str,
+    with_published: bool,
+    charts_dir: str | None,
+    at_batch: str,
+    scans: bool,
+    llm: bool,
+    frontier: bool,
+    breakdown: bool = False,
+    predicted_file: str | None = None,
+) -> None:
     """Compare result files from any number of machines.
 
     PATHS are result files or folders (searched for *.json; other JSON files there are skipped with a
@@ -56,14 +100,16 @@ def report_cmd(paths: tuple[str, ...], reference: str | None, precision: str | N
 
     checks.report_checks(click.get_current_context(), scans, llm, breakdown, bool(charts_dir))
     if reference is not None and not reference.strip():
-        raise click.BadParameter("give a GPU name (e.g. \"H100 SXM\")", param_hint="--reference")
+        raise click.BadParameter('give a GPU name (e.g. "H100 SXM")', param_hint="--reference")
     if charts_dir:  # before the report prints: a folder that cannot be written is one line, not a late traceback
         _charts_folder(charts_dir)
     if frontier:
         if scans or llm or breakdown:
             raise click.UsageError("give one of --frontier, --scans, --llm and --breakdown")
-        checks.refuse(checks.given(click.get_current_context(), "reference", "at_batch", "with_published"),
-                      "with --frontier (they shape the comparison report)")
+        checks.refuse(
+            checks.given(click.get_current_context(), "reference", "at_batch", "with_published"),
+            "with --frontier (they shape the comparison report)",
+        )
         _frontier_report(_load_results(paths), fmt, charts_dir)
         return
     loaded, multi = split_by_world_size(_load_results(paths))
@@ -96,14 +142,23 @@ def report_cmd(paths: tuple[str, ...], reference: str | None, precision: str | N
     if scans:
         if not loaded:
             raise click.ClickException(f"no memprobe result files in {', '.join(paths)}")
-        click.echo(scan_table([result for _path, result in loaded], fmt, newest_only=True,
-                              precisions=_precision_list(precision)))
+        click.echo(
+            scan_table(
+                [result for _path, result in loaded], fmt, newest_only=True, precisions=_precision_list(precision)
+            )
+        )
         return
     if not loaded and not with_published:
         raise click.ClickException(f"no memprobe result files in {', '.join(paths)}")
     try:
-        text, comparison, relative = comparison_report(loaded, reference=reference, precisions=_precision_list(precision),
-                                                       fmt=fmt, with_published=with_published, at_batch=at_batch)
+        text, comparison, relative = comparison_report(
+            loaded,
+            reference=reference,
+            precisions=_precision_list(precision),
+            fmt=fmt,
+            with_published=with_published,
+            at_batch=at_batch,
+        )
     except ReportError as exc:
         raise click.ClickException(str(exc)) from None
     click.echo(text, nl=False)
@@ -151,9 +206,17 @@ def _charts_folder(path: str) -> None:
 @main.command("guide")
 @click.argument("paths", nargs=-1, type=checks.Path())
 @click.option("--budget", type=click.FloatRange(min=0), help="Only cards whose typical price (USD) is at most this.")
-@click.option("--gpu", "gpus", help="Only these catalog cards, by name or alias, comma-separated (e.g. \"H200,A100 80GB SXM4\").")
-@click.option("--format", "fmt", type=click.Choice(_FORMATS), default="github", show_default=True,
-              help="github (markdown), plain, csv or json.")
+@click.option(
+    "--gpu", "gpus", help='Only these catalog cards, by name or alias, comma-separated (e.g. "H200,A100 80GB SXM4").'
+)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(_FORMATS),
+    default="github",
+    show_default=True,
+    help="github (markdown), plain, csv or json.",
+)
 def guide_cmd(paths: tuple[str, ...], budget: float | None, gpus: str | None, fmt: str) -> None:
     """GPU purchase guidance from result files: the max batch predicted on every catalog card.
 

@@ -11,15 +11,20 @@ def after_scan(result, path, workload: Workload) -> list[str]:
     """Say what a finished scan wrote and why a model fits nothing where it does not; returns its user-code errors."""
     from memprobe.core.outcomes import USER_ERROR
 
-    click.echo(f"wrote {path}" + (" (status failed: every precision ended in an error)"
-                                  if result.status == "failed" else ""), err=True)
+    click.echo(
+        f"wrote {path}" + (" (status failed: every precision ended in an error)" if result.status == "failed" else ""),
+        err=True,
+    )
     from memprobe.probe.nothing_fits import described
 
     for line in described(result, workload):  # what the scan recorded where nothing trains at 1
         click.echo(line, err=True)
-    return [f"{workload.name} {p.precision}: {p.error.splitlines()[0]} "
-            f"({'traceback' if len(p.error.splitlines()) > 1 else 'details'} in {path})"
-            for p in result.precisions.values() if p.stop == USER_ERROR]
+    return [
+        f"{workload.name} {p.precision}: {p.error.splitlines()[0]} "
+        f"({'traceback' if len(p.error.splitlines()) > 1 else 'details'} in {path})"
+        for p in result.precisions.values()
+        if p.stop == USER_ERROR
+    ]
 
 
 def print_scans(results: list) -> None:

@@ -21,18 +21,25 @@ def scan_parallel(workloads: list[Workload], opts, gpus: str | None, out_dir: st
             raise ValueError(f"--gpus {count}: give 1 or more GPUs")
         slots = gpu_slots(count, opts.device)
     except ValueError as exc:
-        raise click.UsageError(f"--parallel: {exc}" if "--gpus" in str(exc) else
-                               f"--parallel takes --gpus N (how many GPUs to use) or all: {exc}") from None
+        raise click.UsageError(
+            f"--parallel: {exc}"
+            if "--gpus" in str(exc)
+            else f"--parallel takes --gpus N (how many GPUs to use) or all: {exc}"
+        ) from None
     try:
-        written, summary = run_parallel(workloads, opts, slots, out_dir, models_file,
-                                        on_event=lambda text: click.echo(text, err=True))
+        written, summary = run_parallel(
+            workloads, opts, slots, out_dir, models_file, on_event=lambda text: click.echo(text, err=True)
+        )
     except KeyboardInterrupt:
         click.echo("\ninterrupted: the finished precisions were merged into result files (marked partial)", err=True)
         sys.exit(interrupted_status())
     for _result, path in written:
         click.echo(f"wrote {path}", err=True)
-    click.echo(f"parallel scan on {len(slots)} GPU(s): {summary.wall_seconds:.0f} s wall, serial estimate (sum of the "
-               f"jobs) {summary.serial_estimate_seconds:.0f} s; log and summary in {summary.folder}", err=True)
+    click.echo(
+        f"parallel scan on {len(slots)} GPU(s): {summary.wall_seconds:.0f} s wall, serial estimate (sum of the "
+        f"jobs) {summary.serial_estimate_seconds:.0f} s; log and summary in {summary.folder}",
+        err=True,
+    )
     print_scans([result for result, _path in written])
     if any(j["returncode"] not in (0, None) for j in summary.jobs):
         sys.exit(1)

@@ -16,23 +16,43 @@ def variant_options(command: Callable) -> Callable:
 
     --seq-len comes with the model options (cli_models.model_options) and serves both."""
     options = [
-        click.option("--search", type=click.Choice(["batch", "seq-len", "frontier"]), default="batch", show_default=True,
-                     help="What to find the largest of: the batch, or (LLM workloads) the sequence length at --batch, "
-                          "or (LLM and hf: workloads) the frontier: the max batch at lengths 512, 1024, ... and the "
-                          "max length at batch 1, 2, 4, ..., each point proven like B."),
-        click.option("--frontier-budget", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
-                     help="With --search frontier: seconds the frontier may take per precision; points not reached "
-                          "are recorded as skipped (default: no limit)."),
-        click.option("--checkpointing", is_flag=True, help="LLM workloads: activation checkpointing per decoder layer."),
-        click.option("--lora", help="LLM workloads: LoRA adapters of this rank (16 or r=16) on a frozen bf16 base (peft)."),
+        click.option(
+            "--search",
+            type=click.Choice(["batch", "seq-len", "frontier"]),
+            default="batch",
+            show_default=True,
+            help="What to find the largest of: the batch, or (LLM workloads) the sequence length at --batch, "
+            "or (LLM and hf: workloads) the frontier: the max batch at lengths 512, 1024, ... and the "
+            "max length at batch 1, 2, 4, ..., each point proven like B.",
+        ),
+        click.option(
+            "--frontier-budget",
+            type=click.FloatRange(min=0, min_open=True),
+            metavar="SECONDS",
+            help="With --search frontier: seconds the frontier may take per precision; points not reached "
+            "are recorded as skipped (default: no limit).",
+        ),
+        click.option(
+            "--checkpointing", is_flag=True, help="LLM workloads: activation checkpointing per decoder layer."
+        ),
+        click.option(
+            "--lora", help="LLM workloads: LoRA adapters of this rank (16 or r=16) on a frozen bf16 base (peft)."
+        ),
     ]
     for option in reversed(options):
         command = option(command)
     return command
 
 
-def variants(workloads: list[Workload], precision: str, search: str, batch: int, seq_len: int | None,
-              checkpointing: bool, lora: str | None) -> list[Workload]:
+def variants(
+    workloads: list[Workload],
+    precision: str,
+    search: str,
+    batch: int,
+    seq_len: int | None,
+    checkpointing: bool,
+    lora: str | None,
+) -> list[Workload]:
     """The workloads as the options ask. Raises click.UsageError for a variant they cannot have."""
     from memprobe.workloads.custom import CUSTOM_FAMILIES
 

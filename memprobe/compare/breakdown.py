@@ -21,9 +21,12 @@ def _gib(value: int | None) -> str:
 def breakdown_table(record: Breakdown, title: str, precision: str = "", family: str = "") -> str:
     """A record as text: each category (GiB and share of the peak reserved), the sum check, the memory outside
     PyTorch, the top modules by activation memory, and what buys more batch (estimates)."""
-    lines = [f"{title}: memory at the peak of a step at batch {record.batch} ({record.basis}; {record.instrument}, "
-             f"{record.seconds if record.seconds is not None else '-'} s)",
-             "| category | GiB | share of peak reserved |", "|---|---|---|"]
+    lines = [
+        f"{title}: memory at the peak of a step at batch {record.batch} ({record.basis}; {record.instrument}, "
+        f"{record.seconds if record.seconds is not None else '-'} s)",
+        "| category | GiB | share of peak reserved |",
+        "|---|---|---|",
+    ]
     for name in CATEGORIES:
         value = record.categories.get(name, 0)
         share = value / record.peak_reserved if record.peak_reserved else 0.0
@@ -31,13 +34,17 @@ def breakdown_table(record: Breakdown, title: str, precision: str = "", family: 
     lines.append(f"| peak reserved (sum of the above) | {_gib(record.peak_reserved)} | {1:.0%} |")
     problem = check_sum(record)
     lines.append(problem or f"sum rule: the categories add up to the peak reserved (off by {record.sum_error:.2%})")
-    lines.append(f"outside PyTorch (CUDA context, driver): {_gib(record.outside_pytorch)} GiB"
-                 + ("" if record.outside_pytorch is not None else " (not measured on this device)"))
+    lines.append(
+        f"outside PyTorch (CUDA context, driver): {_gib(record.outside_pytorch)} GiB"
+        + ("" if record.outside_pytorch is not None else " (not measured on this device)")
+    )
     per_sample = record.per_sample_bytes
     lines.append(f"per extra sample: {_gib(per_sample)} GiB")
     if record.top_modules:
-        lines.append("top modules by activation memory: " + ", ".join(
-            f"{m['module']} {m['bytes'] / GIB:.3f} GiB" for m in record.top_modules))
+        lines.append(
+            "top modules by activation memory: "
+            + ", ".join(f"{m['module']} {m['bytes'] / GIB:.3f} GiB" for m in record.top_modules)
+        )
     levers = what_buys_more_batch(record, precision, family)
     if levers:
         lines.append("what buys more batch (estimates; the bound if a category were freed entirely):")
@@ -56,19 +63,25 @@ def comparison_rows(measured: Breakdown, predicted: Breakdown) -> list[dict[str,
     for name in [*CATEGORIES, "peak_reserved"]:
         m = measured.peak_reserved if name == "peak_reserved" else measured.categories.get(name, 0)
         p = predicted.peak_reserved if name == "peak_reserved" else predicted.categories.get(name, 0)
-        rows.append({"category": name, "measured": m, "predicted": p, "difference": p - m, "within_goal": within_goal(m, p)})
+        rows.append(
+            {"category": name, "measured": m, "predicted": p, "difference": p - m, "within_goal": within_goal(m, p)}
+        )
     return rows
 
 
 def comparison_table(measured: Breakdown, predicted: Breakdown, title: str) -> str:
     """Measured against predicted per category, as text (predicted figures labelled)."""
-    lines = [f"{title}: measured (batch {measured.batch}) against predicted (emulated, batch {predicted.batch})",
-             "| category | measured GiB | predicted GiB | predicted - measured | within 3% or 0.5 GiB |",
-             "|---|---|---|---|---|"]
+    lines = [
+        f"{title}: measured (batch {measured.batch}) against predicted (emulated, batch {predicted.batch})",
+        "| category | measured GiB | predicted GiB | predicted - measured | within 3% or 0.5 GiB |",
+        "|---|---|---|---|---|",
+    ]
     for row in comparison_rows(measured, predicted):
         label = LABELS.get(row["category"], "peak reserved")
-        lines.append(f"| {label} | {_gib(row['measured'])} | {_gib(row['predicted'])} | {_gib(row['difference'])} | "
-                     f"{'yes' if row['within_goal'] else 'no'} |")
+        lines.append(
+            f"| {label} | {_gib(row['measured'])} | {_gib(row['predicted'])} | {_gib(row['difference'])} | "
+            f"{'yes' if row['within_goal'] else 'no'} |"
+        )
     return "\n".join(lines)
 
 
@@ -92,9 +105,14 @@ def breakdown_report(results: list[Any], predicted: list[dict[str, Any]] | None 
             parts.append(breakdown_table(p.breakdown, title, precision, family))
             for row in predicted_rows(predicted, name, precision):
                 if row["breakdown"].batch != p.breakdown.batch:
-                    parts.append(f"predicted for {row.get('memory', '?')} at batch {row['breakdown'].batch}, measured at "
-                                 f"{p.breakdown.batch}: not compared (predict at the measured batch)")
+                    parts.append(
+                        f"predicted for {row.get('memory', '?')} at batch {row['breakdown'].batch}, measured at "
+                        f"{p.breakdown.batch}: not compared (predict at the measured batch)"
+                    )
                 else:
-                    parts.append(comparison_table(p.breakdown, row["breakdown"],
-                                                  f"{title} vs predicted for {row.get('memory', '?')}"))
+                    parts.append(
+                        comparison_table(
+                            p.breakdown, row["breakdown"], f"{title} vs predicted for {row.get('memory', '?')}"
+                        )
+                    )
     return "\n\n".join(parts) if parts else "no memory breakdown in these result files (scan with --breakdown)"

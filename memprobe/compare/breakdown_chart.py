@@ -23,10 +23,18 @@ GIB = 1024**3
 BARS_NAME = "memory_breakdown"
 LINES_NAME = "memory_vs_batch"
 # One color per category, light enough for black labels; the unattributed rest is grey.
-CATEGORY_COLORS = {"parameters": "#8db3e2", "parameter_copies": "#c6dbef", "buffers": "#dadaeb",
-                   "gradients": "#fdae6b", "optimizer_state": "#fdd0a2", "activations": "#a1d99b",
-                   "temporaries": "#c7e9c0", "inputs": "#bcbddc", "allocator_slack": "#fde0ef",
-                   "unattributed": "#bdbdbd"}
+CATEGORY_COLORS = {
+    "parameters": "#8db3e2",
+    "parameter_copies": "#c6dbef",
+    "buffers": "#dadaeb",
+    "gradients": "#fdae6b",
+    "optimizer_state": "#fdd0a2",
+    "activations": "#a1d99b",
+    "temporaries": "#c7e9c0",
+    "inputs": "#bcbddc",
+    "allocator_slack": "#fde0ef",
+    "unattributed": "#bdbdbd",
+}
 LABEL_SHARE = 0.035  # a segment gets its GiB written on it when at least this share of the panel's height
 
 
@@ -58,8 +66,11 @@ def entries(loaded: Sequence, predicted: list[dict[str, Any]] | None = None) -> 
         for precision, p in result.precisions.items():
             if p.breakdown is None or (name, precision, gpu) in found:
                 continue
-            same = [r["breakdown"] for r in predicted_rows(predicted, name, precision)
-                    if r["breakdown"].batch == p.breakdown.batch]
+            same = [
+                r["breakdown"]
+                for r in predicted_rows(predicted, name, precision)
+                if r["breakdown"].batch == p.breakdown.batch
+            ]
             found[(name, precision, gpu)] = Entry(name, precision, gpu, p, same[0] if same else None)
     workloads = list(dict.fromkeys(key[0] for key in found))
     order = {p: i for i, p in enumerate(PRECISION_ORDER)}
@@ -75,13 +86,17 @@ def per_sample_line(entry: Entry) -> tuple[float, float, str] | None:
         return float(static), float(slope), "fitted to the scan's trials"
     record = entry.measured
     if record.per_sample_bytes and record.per_sample_bytes > 0:
-        return (float(record.peak_reserved - record.per_sample_bytes * record.batch), float(record.per_sample_bytes),
-                "through the breakdown's peak")
+        return (
+            float(record.peak_reserved - record.per_sample_bytes * record.batch),
+            float(record.per_sample_bytes),
+            "through the breakdown's peak",
+        )
     return None
 
 
-def write_breakdown_charts(loaded: Sequence, out_dir: str | Path,
-                           predicted: list[dict[str, Any]] | None = None) -> list[Path]:
+def write_breakdown_charts(
+    loaded: Sequence, out_dir: str | Path, predicted: list[dict[str, Any]] | None = None
+) -> list[Path]:
     """Write memory_breakdown and memory_vs_batch (PNG and SVG each) into out_dir when the results have
     breakdowns; returns the paths written ([] without a breakdown). Raises OutputError where a file cannot be
     written."""
@@ -109,11 +124,19 @@ def _stack(ax, x: float, width: float, record: Breakdown, hatch: str, limit: flo
         if value == 0:
             continue
         bottom = up if value > 0 else down
-        ax.bar(x, value, width, bottom=bottom, color=CATEGORY_COLORS[name], edgecolor="#555555", linewidth=0.4,
-               hatch=hatch)
+        ax.bar(
+            x, value, width, bottom=bottom, color=CATEGORY_COLORS[name], edgecolor="#555555", linewidth=0.4, hatch=hatch
+        )
         if abs(value) >= LABEL_SHARE * limit:  # on a hatched bar the number sits on a white patch, to be read
-            ax.text(x, bottom + value / 2, _gib_text(value), ha="center", va="center", fontsize=7.5,
-                    bbox={"facecolor": "white", "edgecolor": "none", "pad": 0.6} if hatch else None)
+            ax.text(
+                x,
+                bottom + value / 2,
+                _gib_text(value),
+                ha="center",
+                va="center",
+                fontsize=7.5,
+                bbox={"facecolor": "white", "edgecolor": "none", "pad": 0.6} if hatch else None,
+            )
         up, down = (up + value, down) if value > 0 else (up, down + value)
     ax.text(x, up, _gib_text(record.peak_reserved / GIB), ha="center", va="bottom", fontsize=7.5, fontweight="bold")
 
@@ -129,8 +152,16 @@ def bars_figure(found: Sequence[Entry]):
         raise ValueError("a breakdown chart needs at least one breakdown")
     gpus = list(dict.fromkeys(e.gpu for e in found))
     widest = max(sum(1 + (e.predicted is not None) for e in found if e.gpu == g) for g in gpus)
-    fig = Figure(figsize=figure_size(len(gpus), 1, panel_width=min(MAX_WIDTH_PX / DPI, max(10.0, 2.5 + 0.55 * widest)),
-                                     panel_height=3.6, extra_height=1.8), layout="constrained")
+    fig = Figure(
+        figsize=figure_size(
+            len(gpus),
+            1,
+            panel_width=min(MAX_WIDTH_PX / DPI, max(10.0, 2.5 + 0.55 * widest)),
+            panel_height=3.6,
+            extra_height=1.8,
+        ),
+        layout="constrained",
+    )
     axes = fig.subplots(len(gpus), 1, squeeze=False)[:, 0]
     for ax, gpu in zip(axes, gpus):
         mine = [e for e in found if e.gpu == gpu]
@@ -144,39 +175,62 @@ def bars_figure(found: Sequence[Entry]):
             if e.predicted is not None:
                 _stack(ax, x + 0.2, width, e.predicted, "///", top - bottom)
             if e.result.capacity_bytes:
-                ax.hlines(e.result.capacity_bytes / GIB, x - 0.45, x + 0.45, colors="black", linestyles="--",
-                          linewidth=1.2)
+                ax.hlines(
+                    e.result.capacity_bytes / GIB, x - 0.45, x + 0.45, colors="black", linestyles="--", linewidth=1.2
+                )
                 top = max(top, e.result.capacity_bytes / GIB)
         ax.set_xticks(range(len(mine)))
         ax.set_xticklabels([f"{e.precision}\nB={e.measured.batch}" for e in mine], fontsize=7.5)
         for workload in dict.fromkeys(e.workload for e in mine):  # the workload's name under its precisions
             xs = [x for x, e in enumerate(mine) if e.workload == workload]
-            ax.annotate("\n".join(textwrap.wrap(workload, 14 * len(xs))), ((xs[0] + xs[-1]) / 2, 0),
-                        xycoords=("data", "axes fraction"), xytext=(0, -30), textcoords="offset points",
-                        ha="center", va="top", fontsize=8.5, fontweight="bold")
+            ax.annotate(
+                "\n".join(textwrap.wrap(workload, 14 * len(xs))),
+                ((xs[0] + xs[-1]) / 2, 0),
+                xycoords=("data", "axes fraction"),
+                xytext=(0, -30),
+                textcoords="offset points",
+                ha="center",
+                va="top",
+                fontsize=8.5,
+                fontweight="bold",
+            )
         ax.set_xlim(-0.6, len(mine) - 0.4)
         ax.set_ylim(min(0.0, bottom * 1.1), top * 1.1)
         ax.set_ylabel("GiB at the peak of a step at B", fontsize=8.5)
         ax.set_title(gpu, fontsize=10)
         ax.tick_params(axis="y", labelsize=8)
         ax.grid(axis="y", alpha=0.3)
-    shown = [n for n in CATEGORIES if any(r.categories.get(n, 0) for e in found for r in (e.measured, e.predicted)
-                                         if r is not None)]
+    shown = [
+        n
+        for n in CATEGORIES
+        if any(r.categories.get(n, 0) for e in found for r in (e.measured, e.predicted) if r is not None)
+    ]
     handles: list[Any] = [Patch(facecolor=CATEGORY_COLORS[n], edgecolor="#333333", label=LABELS[n]) for n in shown]
     handles.append(Patch(facecolor="white", edgecolor="#333333", label="measured (MemTracker at B)"))
     if any(e.predicted is not None for e in found):
-        handles.append(Patch(facecolor="white", edgecolor="#333333", hatch="///",
-                             label="predicted (emulated, same batch)"))
+        handles.append(
+            Patch(facecolor="white", edgecolor="#333333", hatch="///", label="predicted (emulated, same batch)")
+        )
     if any(e.result.capacity_bytes for e in found):
         handles.append(Line2D([0], [0], color="black", linestyle="--", label="allocator capacity"))
-    legend = fig.legend(handles=handles, loc="outside upper center", ncols=min(len(handles), 3), fontsize=8.5,
-                        frameon=False, title="Where the memory goes at the peak of the max batch B",
-                        title_fontproperties={"size": 13, "weight": "bold"})
+    legend = fig.legend(
+        handles=handles,
+        loc="outside upper center",
+        ncols=min(len(handles), 3),
+        fontsize=8.5,
+        frameon=False,
+        title="Where the memory goes at the peak of the max batch B",
+        title_fontproperties={"size": 13, "weight": "bold"},
+    )
     legend.get_title().set_multialignment("center")
-    fig.supxlabel("GiB per category written on each segment, the peak reserved (their sum) above the bar; a "
-                  "negative unattributed part (the tracker counted more than the allocator) is drawn below zero. "
-                  "Memory outside PyTorch (CUDA context, driver) is not in the bars.",
-                  fontsize=7.5, color="#444444", wrap=True)
+    fig.supxlabel(
+        "GiB per category written on each segment, the peak reserved (their sum) above the bar; a "
+        "negative unattributed part (the tracker counted more than the allocator) is drawn below zero. "
+        "Memory outside PyTorch (CUDA context, driver) is not in the bars.",
+        fontsize=7.5,
+        color="#444444",
+        wrap=True,
+    )
     return fig
 
 
@@ -203,20 +257,44 @@ def lines_figure(found: Sequence[Entry]):
         ax.fill_between([0, xmax], 0, static / GIB, color="#d9d9d9")
         ax.text(xmax * 0.02, static / GIB / 2, f"static {static / GIB:.1f} GiB", fontsize=7.5, va="center")
         ax.plot([0, xmax], [static / GIB, (static + slope * xmax) / GIB], color=color, linewidth=1.8)
-        ax.annotate(f"+{slope / GIB * 1024:.1f} MiB per sample", (xmax * 0.5, (static + slope * xmax * 0.5) / GIB),
-                    textcoords="offset points", xytext=(0, 8), ha="right", fontsize=7.5, color=color)
+        ax.annotate(
+            f"+{slope / GIB * 1024:.1f} MiB per sample",
+            (xmax * 0.5, (static + slope * xmax * 0.5) / GIB),
+            textcoords="offset points",
+            xytext=(0, 8),
+            ha="right",
+            fontsize=7.5,
+            color=color,
+        )
         if capacity:
             ax.axhline(capacity / GIB, color="black", linestyle="--", linewidth=1.2)
         ax.axvline(record.batch, color="#b2182b", linewidth=1.2)
-        ax.plot(record.batch, record.peak_reserved / GIB, "*", color=color, markersize=12, markeredgecolor="black",
-                markeredgewidth=0.6, zorder=5)
+        ax.plot(
+            record.batch,
+            record.peak_reserved / GIB,
+            "*",
+            color=color,
+            markersize=12,
+            markeredgecolor="black",
+            markeredgewidth=0.6,
+            zorder=5,
+        )
         marks = [(record.batch, f"B={record.batch}", "#b2182b")]
         if best:
             ax.axvline(best, color="#1a7837", linestyle="-.", linewidth=1.2)
             marks.append((best, f"b*={best}", "#1a7837"))
         for x, text, ink in marks:  # B and b* named at the top, inside the panel
-            ax.annotate(text, (x, 1), xycoords=("data", "axes fraction"), xytext=(3, -3), textcoords="offset points",
-                        ha="left", va="top", fontsize=7.5, color=ink)
+            ax.annotate(
+                text,
+                (x, 1),
+                xycoords=("data", "axes fraction"),
+                xytext=(3, -3),
+                textcoords="offset points",
+                ha="left",
+                va="top",
+                fontsize=7.5,
+                color=ink,
+            )
         ax.set_xlim(0, xmax)
         ax.set_ylim(0, 1.08 * max(capacity or 0, static + slope * xmax, record.peak_reserved) / GIB)
         ax.set_title(f"{e.workload} {e.precision} on {e.gpu}", fontsize=9)
@@ -224,22 +302,51 @@ def lines_figure(found: Sequence[Entry]):
         ax.set_ylabel("GiB", fontsize=8.5)
         ax.tick_params(labelsize=8)
         ax.grid(alpha=0.3)
-    for ax in list(axes.flat)[len(lined):]:
+    for ax in list(axes.flat)[len(lined) :]:
         ax.set_visible(False)
     precisions = list(dict.fromkeys(e.precision for e, _ in lined))
     handles: list[Any] = [Patch(facecolor="#d9d9d9", label="static part (batch-independent)")]
-    handles += [Line2D([0], [0], color=PRECISION_COLORS.get(p, "#777777"), linewidth=2,
-                       label=f"static + bytes per sample x batch, {p}") for p in precisions]
-    handles += [Line2D([0], [0], marker="*", color="#555555", markeredgecolor="black", linestyle="none",
-                       markersize=10, label="measured peak reserved at B"),
-                Line2D([0], [0], color="#b2182b", label="max batch B"),
-                Line2D([0], [0], color="#1a7837", linestyle="-.", label="best batch b*")]
+    handles += [
+        Line2D(
+            [0],
+            [0],
+            color=PRECISION_COLORS.get(p, "#777777"),
+            linewidth=2,
+            label=f"static + bytes per sample x batch, {p}",
+        )
+        for p in precisions
+    ]
+    handles += [
+        Line2D(
+            [0],
+            [0],
+            marker="*",
+            color="#555555",
+            markeredgecolor="black",
+            linestyle="none",
+            markersize=10,
+            label="measured peak reserved at B",
+        ),
+        Line2D([0], [0], color="#b2182b", label="max batch B"),
+        Line2D([0], [0], color="#1a7837", linestyle="-.", label="best batch b*"),
+    ]
     if any(e.result.capacity_bytes for e, _ in lined):
         handles.append(Line2D([0], [0], color="black", linestyle="--", label="allocator capacity"))
-    legend = fig.legend(handles=handles, loc="outside upper center", ncols=min(len(handles), 4), fontsize=8.5,
-                        frameon=False, title="Memory against batch", title_fontproperties={"size": 13, "weight": "bold"})
+    legend = fig.legend(
+        handles=handles,
+        loc="outside upper center",
+        ncols=min(len(handles), 4),
+        fontsize=8.5,
+        frameon=False,
+        title="Memory against batch",
+        title_fontproperties={"size": 13, "weight": "bold"},
+    )
     legend.get_title().set_multialignment("center")
-    fig.supxlabel("The line is the peak reserved memory " + " or ".join(sorted(sources)) + "; where it meets the "
-                  "capacity is the batch the memory holds. Peak reserved excludes memory outside PyTorch.",
-                  fontsize=7.5, color="#444444", wrap=True)
+    fig.supxlabel(
+        "The line is the peak reserved memory " + " or ".join(sorted(sources)) + "; where it meets the "
+        "capacity is the batch the memory holds. Peak reserved excludes memory outside PyTorch.",
+        fontsize=7.5,
+        color="#444444",
+        wrap=True,
+    )
     return fig

@@ -58,7 +58,9 @@ def predict_max_batch(static_bytes: float, per_sample_bytes: float, usable_bytes
     return LinearModel(static_bytes, per_sample_bytes, "peak_reserved", 0).max_batch_for(usable_bytes)
 
 
-def memory_models(loaded: Sequence[tuple[Path, ScanResult]], catalog: Catalog | None = None) -> tuple[list[MemoryModel], list[str]]:
+def memory_models(
+    loaded: Sequence[tuple[Path, ScanResult]], catalog: Catalog | None = None
+) -> tuple[list[MemoryModel], list[str]]:
     """The usable memory models in the files, one per workload label and precision (the first given), and notes."""
     catalog = catalog or default_catalog()
     labels, notes = workload_labels([r for _, r in loaded])
@@ -73,16 +75,27 @@ def memory_models(loaded: Sequence[tuple[Path, ScanResult]], catalog: Catalog | 
                 continue
             overhead = overhead_for(result, p, catalog)
             if overhead is None:
-                notes.append(f"{where}: no recorded allocator capacity, so the overhead cannot be derived; no predictions.")
+                notes.append(
+                    f"{where}: no recorded allocator capacity, so the overhead cannot be derived; no predictions."
+                )
                 continue
             if (label, name) in models:
-                notes.append(f"{where}: another memory model for {label} {name} was given first "
-                             f"({Path(models[(label, name)].source).name}); predictions use that one.")
+                notes.append(
+                    f"{where}: another memory model for {label} {name} was given first "
+                    f"({Path(models[(label, name)].source).name}); predictions use that one."
+                )
                 continue
             models[(label, name)] = MemoryModel(
-                workload=label, precision=name, static_bytes=float(static), per_sample_bytes=float(per_sample),
-                batch_unit=batch_unit(result, p), source=str(path), gpu=overhead.gpu,
-                measured_max_batch=p.max_batch, overhead=overhead)
+                workload=label,
+                precision=name,
+                static_bytes=float(static),
+                per_sample_bytes=float(per_sample),
+                batch_unit=batch_unit(result, p),
+                source=str(path),
+                gpu=overhead.gpu,
+                measured_max_batch=p.max_batch,
+                overhead=overhead,
+            )
     return list(models.values()), notes
 
 
@@ -95,7 +108,9 @@ def card_capacity(card: Card, table: OverheadTable | None = None) -> int:
         return 0
 
 
-def predictions(models: Sequence[MemoryModel], cards: Sequence[Card], table: OverheadTable | None = None) -> list[Prediction]:
+def predictions(
+    models: Sequence[MemoryModel], cards: Sequence[Card], table: OverheadTable | None = None
+) -> list[Prediction]:
     """Every model on every card, at the card's capacity as predict takes it (card_capacity)."""
     out = []
     for m in models:
@@ -109,4 +124,3 @@ def predictions(models: Sequence[MemoryModel], cards: Sequence[Card], table: Ove
             else:
                 out.append(Prediction(card, m.workload, m.precision, predicted, predicted, PREDICTED))
     return out
-

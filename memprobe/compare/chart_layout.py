@@ -34,8 +34,9 @@ def grid_shape(panels: int, max_columns: int = MAX_COLUMNS) -> tuple[int, int]:
     return math.ceil(panels / columns), columns
 
 
-def figure_size(rows: int, columns: int, panel_width: float = 4.8, panel_height: float = 3.1,
-                extra_height: float = 1.6) -> tuple[float, float]:
+def figure_size(
+    rows: int, columns: int, panel_width: float = 4.8, panel_height: float = 3.1, extra_height: float = 1.6
+) -> tuple[float, float]:
     """Figure (width, height) in inches for a grid: panels shrink to keep the figure within MAX_WIDTH_PX x
     MAX_HEIGHT_PX at DPI; past 3 rows the height grows instead (panels must stay readable)."""
     width = min(columns * panel_width, MAX_WIDTH_PX / DPI)

@@ -50,19 +50,33 @@ def relative_heat(relative: Relative) -> Heat:
     columns = []
     for col in relative.columns:
         ref = relative.reference_values[col]
-        columns.append((col[0], header(col[1], f"= {_fmt(ref.throughput or 0.0)} {ref.unit}"
-                                               f"{' (pub)' if ref.origin == PUBLISHED else ''}", width=14)))
+        columns.append(
+            (
+                col[0],
+                header(
+                    col[1],
+                    f"= {_fmt(ref.throughput or 0.0)} {ref.unit}{' (pub)' if ref.origin == PUBLISHED else ''}",
+                    width=14,
+                ),
+            )
+        )
     total = len(relative.columns)
     mean_column = total if total > 1 else None
     mean_header = [("mean", header("over the columns a card has", width=14))] if mean_column is not None else []
-    heat = Heat(columns + mean_header, [(_row_label(r.gpu, r.origin), r.origin) for r in relative.rows],
-                colorbar=f"throughput / {_short(relative.reference)} (log scale)")
+    heat = Heat(
+        columns + mean_header,
+        [(_row_label(r.gpu, r.origin), r.origin) for r in relative.rows],
+        colorbar=f"throughput / {_short(relative.reference)} (log scale)",
+    )
     for i, row in enumerate(relative.rows):
         for j, col in enumerate(relative.columns):
             c = row.cells.get(col)
             if c is not None:
-                text = ("OOM" if c.oom else f"{c.value:.2f}" + ("*" if c.vs_published else "")
-                        + (" B" if relative.fell_back(c) else ""))
+                text = (
+                    "OOM"
+                    if c.oom
+                    else f"{c.value:.2f}" + ("*" if c.vs_published else "") + (" B" if relative.fell_back(c) else "")
+                )
                 heat.cells[(i, j)] = HeatCell(c.value, text, c.origin, c.oom)
         if mean_column is not None and row.mean is not None:
             text = f"{row.mean:.2f}" + (f" ({row.count}/{total})" if row.count < total else "")
@@ -81,16 +95,24 @@ def value_heat(comparison: Comparison, catalog: Catalog) -> tuple[Heat, dict[str
             continue
         origin = MEASURED if p.origin == MEASURED else PUBLISHED
         units.setdefault(p.workload, p.unit)
-        values.setdefault((p.gpu, origin), {}).setdefault((p.workload, p.precision), (p.throughput / card.price.usd * 1000, p.origin))
+        values.setdefault((p.gpu, origin), {}).setdefault(
+            (p.workload, p.precision), (p.throughput / card.price.usd * 1000, p.origin)
+        )
     workloads = comparison.workloads()
     order = {p: i for i, p in enumerate(PRECISION_ORDER)}
-    columns = sorted({col for cells in values.values() for col in cells},
-                     key=lambda c: (workloads.index(c[0]) if c[0] in workloads else len(workloads), order.get(c[1], 99), c))
+    columns = sorted(
+        {col for cells in values.values() for col in cells},
+        key=lambda c: (workloads.index(c[0]) if c[0] in workloads else len(workloads), order.get(c[1], 99), c),
+    )
     best = {col: max(v[col][0] for v in values.values() if col in v) for col in columns}
     share = {key: sum(v[0] / best[c] for c, v in cells.items()) / len(cells) for key, cells in values.items()}
     rows = sorted(values, key=lambda key: (-share[key], key))
-    heat = Heat(columns, [(_row_label(gpu, origin), origin) for gpu, origin in rows], scale="share",
-                colorbar="share of the column's best")
+    heat = Heat(
+        columns,
+        [(_row_label(gpu, origin), origin) for gpu, origin in rows],
+        scale="share",
+        colorbar="share of the column's best",
+    )
     for i, key in enumerate(rows):
         for j, col in enumerate(columns):
             if col in values[key]:
@@ -99,8 +121,14 @@ def value_heat(comparison: Comparison, catalog: Catalog) -> tuple[Heat, dict[str
     return heat, units
 
 
-def write_charts(comparison: Comparison, relative: Relative, loaded: Sequence, out_dir: str | Path,
-                 catalog: Catalog | None = None, predicted: list | None = None) -> list[Path]:
+def write_charts(
+    comparison: Comparison,
+    relative: Relative,
+    loaded: Sequence,
+    out_dir: str | Path,
+    catalog: Catalog | None = None,
+    predicted: list | None = None,
+) -> list[Path]:
     """Write every chart that has data into out_dir (PNG and SVG each). Returns the files written.
 
     `loaded` are the (path, result) pairs behind the comparison: their memory models give the predicted points,
@@ -114,30 +142,47 @@ def write_charts(comparison: Comparison, relative: Relative, loaded: Sequence, o
     catalog = catalog or default_catalog()
     out_dir = Path(out_dir)
     models, _ = memory_models(loaded, catalog)
-    preds = [p for p in predictions(models, catalog.cards) if comparison.precisions() and p.precision in comparison.precisions()]
+    preds = [
+        p
+        for p in predictions(models, catalog.cards)
+        if comparison.precisions() and p.precision in comparison.precisions()
+    ]
     published = " Published values come from other implementations (see the report's notes)."
     written: list[Path] = []
     heat = relative_heat(relative)
     if heat.cells:
-        footer = (f"{relative.basis[0].upper()}{relative.basis[1:]}, divided by the reference's, per workload and "
-                  "precision; OOM = 0; * a measured value over a published reference; B: at the card's max batch (its "
-                  "file has no throughput curve); (n/N): a mean over n of the N columns.")
-        written += draw_heat(heat, f"Training throughput relative to {_short(relative.reference)} (= 1.0), "
-                             f"{relative.basis}",
-                             footer + (published if any(o == PUBLISHED for _, o in heat.rows) else ""),
-                             out_dir / "relative_throughput")
+        footer = (
+            f"{relative.basis[0].upper()}{relative.basis[1:]}, divided by the reference's, per workload and "
+            "precision; OOM = 0; * a measured value over a published reference; B: at the card's max batch (its "
+            "file has no throughput curve); (n/N): a mean over n of the N columns."
+        )
+        written += draw_heat(
+            heat,
+            f"Training throughput relative to {_short(relative.reference)} (= 1.0), {relative.basis}",
+            footer + (published if any(o == PUBLISHED for _, o in heat.rows) else ""),
+            out_dir / "relative_throughput",
+        )
     panels = batch_panels(comparison, preds, catalog)
     if panels:
-        footer = ("Measured: exact maximum (B fits, B+1 does not). Predicted: fitted memory model, overhead carried "
-                  "over from the measured card. Published: a batch that fit (lower bound). Cards by memory: "
-                  + cards_by_memory(catalog) + ".")
+        footer = (
+            "Measured: exact maximum (B fits, B+1 does not). Predicted: fitted memory model, overhead carried "
+            "over from the measured card. Published: a batch that fit (lower bound). Cards by memory: "
+            + cards_by_memory(catalog)
+            + "."
+        )
         written += draw_max_batch(panels, footer, out_dir / "max_batch")
     value, units = value_heat(comparison, catalog)
     if value.cells:
-        footer = ("Training throughput per 1000 USD of the card's price ("
-                  + "; ".join(f"{w}: {u}" for w, u in units.items()) + " per 1000 USD); card prices from "
-                  "memprobe/data/gpus.yaml (published list prices, 2020 or 2023-2025); host not included.")
-        written += draw_heat(value, "Training throughput per 1000 USD of card price",
-                             footer + (published if any(o == PUBLISHED for _, o in value.rows) else ""),
-                             out_dir / "throughput_per_1000usd")
+        footer = (
+            "Training throughput per 1000 USD of the card's price ("
+            + "; ".join(f"{w}: {u}" for w, u in units.items())
+            + " per 1000 USD); card prices from "
+            "memprobe/data/gpus.yaml (published list prices, 2020 or 2023-2025); host not included."
+        )
+        written += draw_heat(
+            value,
+            "Training throughput per 1000 USD of card price",
+            footer + (published if any(o == PUBLISHED for _, o in value.rows) else ""),
+            out_dir / "throughput_per_1000usd",
+        )
     return written + write_curve_chart(comparison, out_dir) + write_breakdown_charts(loaded, out_dir, predicted)

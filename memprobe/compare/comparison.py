@@ -24,9 +24,11 @@ MEASURED, PUBLISHED, PREDICTED = "measured", "published", "predicted"
 MARKS = {MEASURED: "", PUBLISHED: " (pub)", PREDICTED: " (pred)"}
 
 
-LEGEND = ("Legend: unmarked = measured by memprobe; (pub) = published figure from elsewhere (sources in the notes); "
-          "(pred) = predicted by memprobe from a fitted memory model; >=N = a batch that fit, not a searched maximum; "
-          "OOM = batch 1 does not train (counted as 0); (vs pub) = a measured value divided by a published reference.")
+LEGEND = (
+    "Legend: unmarked = measured by memprobe; (pub) = published figure from elsewhere (sources in the notes); "
+    "(pred) = predicted by memprobe from a fitted memory model; >=N = a batch that fit, not a searched maximum; "
+    "OOM = batch 1 does not train (counted as 0); (vs pub) = a measured value divided by a published reference."
+)
 
 
 PRECISION_ORDER = PRECISIONS  # the order tables list them in
@@ -134,16 +136,37 @@ def workload_labels(results: Sequence[ScanResult]) -> tuple[list[str], list[str]
         unique_versions = len(set(versions)) == len(versions)
         for key, d in defs.items():
             labels_for[(name, key)] = f"{name}@v{d.get('version')}" + ("" if unique_versions else f"#{key}")
-        differing = sorted({k for d in defs.values() for k in (d.get("params") or {})
-                            if len({json.dumps((e.get("params") or {}).get(k), default=str) for e in defs.values()}) > 1})
-        what = ", ".join(filter(None, ["version" if len(set(versions)) > 1 else "",
-                                       f"params {', '.join(differing)}" if differing else ""])) or "optimizer or unit"
+        differing = sorted(
+            {
+                k
+                for d in defs.values()
+                for k in (d.get("params") or {})
+                if len({json.dumps((e.get("params") or {}).get(k), default=str) for e in defs.values()}) > 1
+            }
+        )
+        what = (
+            ", ".join(
+                filter(
+                    None,
+                    [
+                        "version" if len(set(versions)) > 1 else "",
+                        f"params {', '.join(differing)}" if differing else "",
+                    ],
+                )
+            )
+            or "optimizer or unit"
+        )
         shown = ", ".join(sorted(labels_for[(name, k)] for k in defs))
-        notes.append(f"{name}: {len(defs)} different workload definitions in the inputs (they differ in {what}); "
-                     f"shown apart as {shown} and never compared with each other.")
+        notes.append(
+            f"{name}: {len(defs)} different workload definitions in the inputs (they differ in {what}); "
+            f"shown apart as {shown} and never compared with each other."
+        )
     # An inference scan answers another question (forward passes only): never in a row with training.
-    return [labels_for[(str(r.workload.get('name', '?')), definition_key(r.workload))]
-            + (" (inference)" if r.settings.get("mode") == "infer" else "") for r in results], notes
+    return [
+        labels_for[(str(r.workload.get("name", "?")), definition_key(r.workload))]
+        + (" (inference)" if r.settings.get("mode") == "infer" else "")
+        for r in results
+    ], notes
 
 
 def _mfu(p: PrecisionResult, device: str) -> tuple[float | None, str]:
@@ -188,18 +211,34 @@ def _measured_points(loaded: Sequence[tuple[Path, ScanResult]], labels: list[str
             elif done and t.units_per_s and t.fits:
                 throughput = float(t.units_per_s)
             mfu, why = _mfu(p, device) if throughput else (None, "")
-            points.append(Point(
-                gpu=catalog.canonical(device), device=device, workload=label, precision=name, origin=MEASURED,
-                source=str(path), max_batch=float(p.max_batch) if done and p.max_batch is not None else None, batch_unit=batch_unit(result, p),
-                batch_lower_bound=False, throughput=throughput, unit=f"{t.unit or unit}/s", status=p.status,
-                mfu=mfu, mfu_why=why, utilization=t.utilization or {}, created=result.created,
-                tokens_per_sample=(p.settings.get("task") or {}).get("tokens_per_sample"),
-                best_batch=p.best_batch if done else None, best_throughput=p.best_units_per_s if done else None,
-                curve=[(c.batch, c.units_per_s) for c in p.curve if done and c.fits and c.units_per_s],
-                curve_skipped=len(p.curve_skipped) if done else 0,
-                knee_batch=p.knee_batch if done else None, knee_after_batch=p.knee_after_batch if done else None,
-                knee_drop=p.knee_drop if done else None,
-            ))
+            points.append(
+                Point(
+                    gpu=catalog.canonical(device),
+                    device=device,
+                    workload=label,
+                    precision=name,
+                    origin=MEASURED,
+                    source=str(path),
+                    max_batch=float(p.max_batch) if done and p.max_batch is not None else None,
+                    batch_unit=batch_unit(result, p),
+                    batch_lower_bound=False,
+                    throughput=throughput,
+                    unit=f"{t.unit or unit}/s",
+                    status=p.status,
+                    mfu=mfu,
+                    mfu_why=why,
+                    utilization=t.utilization or {},
+                    created=result.created,
+                    tokens_per_sample=(p.settings.get("task") or {}).get("tokens_per_sample"),
+                    best_batch=p.best_batch if done else None,
+                    best_throughput=p.best_units_per_s if done else None,
+                    curve=[(c.batch, c.units_per_s) for c in p.curve if done and c.fits and c.units_per_s],
+                    curve_skipped=len(p.curve_skipped) if done else 0,
+                    knee_batch=p.knee_batch if done else None,
+                    knee_after_batch=p.knee_after_batch if done else None,
+                    knee_drop=p.knee_drop if done else None,
+                )
+            )
     return points
 
 
@@ -217,18 +256,33 @@ def _published_points(figures: Iterable[Figure], catalog: Catalog) -> list[Point
             throughput = 0.0
         if max_batch is None and throughput is None:
             continue  # '-' in both tables: the source has no figure for this card
-        points.append(Point(
-            gpu=catalog.canonical(gpu), device=gpu, workload=workload, precision=precision, origin=PUBLISHED,
-            source=source, max_batch=max_batch, batch_unit=batch.unit if batch else "",
-            batch_lower_bound=bool(batch and batch.is_lower_bound), throughput=throughput,
-            unit=speed.unit if speed else "", mfu_why="published figure", at="published",
-        ))
+        points.append(
+            Point(
+                gpu=catalog.canonical(gpu),
+                device=gpu,
+                workload=workload,
+                precision=precision,
+                origin=PUBLISHED,
+                source=source,
+                max_batch=max_batch,
+                batch_unit=batch.unit if batch else "",
+                batch_lower_bound=bool(batch and batch.is_lower_bound),
+                throughput=throughput,
+                unit=speed.unit if speed else "",
+                mfu_why="published figure",
+                at="published",
+            )
+        )
     return points
 
 
-def build_comparison(loaded: Sequence[tuple[Path, ScanResult]], with_published: bool = False,
-                     precisions: Sequence[str] | None = None, catalog: Catalog | None = None,
-                     figures: Iterable[Figure] | None = None) -> Comparison:
+def build_comparison(
+    loaded: Sequence[tuple[Path, ScanResult]],
+    with_published: bool = False,
+    precisions: Sequence[str] | None = None,
+    catalog: Catalog | None = None,
+    figures: Iterable[Figure] | None = None,
+) -> Comparison:
     """Collect the points to compare: measured (from `loaded`, pairs of path and result) and, if asked, published.
 
     Workloads whose definitions differ are labelled apart; a card measured twice for one workload and
@@ -242,8 +296,10 @@ def build_comparison(loaded: Sequence[tuple[Path, ScanResult]], with_published: 
         key = (p.gpu, p.workload, p.precision)
         if key in newest:
             keep, drop = sorted((newest[key], p), key=lambda q: q.created, reverse=True)
-            notes.append(f"{p.gpu} {p.workload} {p.precision} is in two files; using the newer {Path(keep.source).name}, "
-                         f"not {Path(drop.source).name}.")
+            notes.append(
+                f"{p.gpu} {p.workload} {p.precision} is in two files; using the newer {Path(keep.source).name}, "
+                f"not {Path(drop.source).name}."
+            )
             newest[key] = keep
         else:
             newest[key] = p
@@ -254,13 +310,17 @@ def build_comparison(loaded: Sequence[tuple[Path, ScanResult]], with_published: 
         names = sorted({p.workload for p in published})
         for label in dict.fromkeys(p.workload for p in measured):
             if not any(q.workload == label for q in published):
-                notes.append(f"{label}: no published figures for this workload (published ones exist for "
-                             f"{', '.join(names)}); its cells are memprobe's alone.")
+                notes.append(
+                    f"{label}: no published figures for this workload (published ones exist for "
+                    f"{', '.join(names)}); its cells are memprobe's alone."
+                )
     if precisions:
         points = [p for p in points if p.precision in precisions]
     if not points:
-        raise ReportError("nothing to report: no result (or published figure) matches the inputs"
-                          + (f" and --precision {','.join(precisions)}" if precisions else ""))
+        raise ReportError(
+            "nothing to report: no result (or published figure) matches the inputs"
+            + (f" and --precision {','.join(precisions)}" if precisions else "")
+        )
     order: list[str] = []
     for p in points:  # measured cards first, in the order given; then published ones
         if p.gpu not in order:

@@ -58,20 +58,49 @@ def curve_figure(series: dict[str, list[Point]]):
         knees = 0  # knee labels in this panel so far: each next one sits lower, so two knees never overlap
         for p in points:
             xs, ys = zip(*sorted(p.curve))
-            ax.plot(xs, ys, LINESTYLES.get(p.precision, "-"), color=colors[p.gpu], marker="o", markersize=3,
-                    linewidth=1.4, label=f"{p.gpu} {p.precision}")
+            ax.plot(
+                xs,
+                ys,
+                LINESTYLES.get(p.precision, "-"),
+                color=colors[p.gpu],
+                marker="o",
+                markersize=3,
+                linewidth=1.4,
+                label=f"{p.gpu} {p.precision}",
+            )
             if p.best_batch is not None and p.best_throughput:
-                ax.plot([p.best_batch], [p.best_throughput], "*", color=colors[p.gpu], markersize=11,
-                        markeredgecolor="black", markeredgewidth=0.5)
+                ax.plot(
+                    [p.best_batch],
+                    [p.best_throughput],
+                    "*",
+                    color=colors[p.gpu],
+                    markersize=11,
+                    markeredgecolor="black",
+                    markeredgewidth=0.5,
+                )
             if p.max_batch:
                 ax.plot([xs[-1]], [ys[-1]], "x", color="black", markersize=7)
             knee = knee_mark(p)
             if knee is not None:
-                ax.plot([knee[0]], [knee[1]], "v", color=colors[p.gpu], markersize=9, markeredgecolor="black",
-                        markeredgewidth=0.5)
-                ax.annotate(knee[2], knee[:2], textcoords="offset points", xytext=(-6, 9 - 11 * knees), ha="right",
-                            fontsize=7, va="bottom",
-                            color=colors[p.gpu])
+                ax.plot(
+                    [knee[0]],
+                    [knee[1]],
+                    "v",
+                    color=colors[p.gpu],
+                    markersize=9,
+                    markeredgecolor="black",
+                    markeredgewidth=0.5,
+                )
+                ax.annotate(
+                    knee[2],
+                    knee[:2],
+                    textcoords="offset points",
+                    xytext=(-6, 9 - 11 * knees),
+                    ha="right",
+                    fontsize=7,
+                    va="bottom",
+                    color=colors[p.gpu],
+                )
         ax.set_xscale("log", base=2)
         ax.set_title(workload, fontsize=10)
         ax.set_xlabel("batch size (log 2)", fontsize=8.5)
@@ -80,18 +109,42 @@ def curve_figure(series: dict[str, list[Point]]):
         ax.set_ylim(bottom=0, top=1.12 * max(y for p in points for _, y in p.curve))
         ax.grid(alpha=0.3)
         ax.tick_params(labelsize=8)
-    for ax in list(axes.flat)[len(series):]:
+    for ax in list(axes.flat)[len(series) :]:
         ax.set_visible(False)
     # One legend for every panel: a card is a color, a precision a line style.
     handles = [Line2D([0], [0], color=colors[g], linewidth=2, label=g) for g in gpus]
     handles += [Line2D([0], [0], color="#555555", linestyle=LINESTYLES.get(p, "-"), label=p) for p in precisions]
-    handles += [Line2D([0], [0], marker="*", color="#555555", markeredgecolor="black", linestyle="none",
-                       markersize=10, label="best batch b*"),
-                Line2D([0], [0], marker="x", color="black", linestyle="none", markersize=7, label="max batch B"),
-                Line2D([0], [0], marker="v", color="#555555", markeredgecolor="black", linestyle="none",
-                       markersize=8, label=f"knee (then a fall > {KNEE_FALL:.0%})")]
-    legend = fig.legend(handles=handles, loc="outside upper center", ncols=min(len(handles), 8), fontsize=8.5,
-                        frameon=False, title="Throughput against batch size",
-                        title_fontproperties={"size": 13, "weight": "bold"})
+    handles += [
+        Line2D(
+            [0],
+            [0],
+            marker="*",
+            color="#555555",
+            markeredgecolor="black",
+            linestyle="none",
+            markersize=10,
+            label="best batch b*",
+        ),
+        Line2D([0], [0], marker="x", color="black", linestyle="none", markersize=7, label="max batch B"),
+        Line2D(
+            [0],
+            [0],
+            marker="v",
+            color="#555555",
+            markeredgecolor="black",
+            linestyle="none",
+            markersize=8,
+            label=f"knee (then a fall > {KNEE_FALL:.0%})",
+        ),
+    ]
+    legend = fig.legend(
+        handles=handles,
+        loc="outside upper center",
+        ncols=min(len(handles), 8),
+        fontsize=8.5,
+        frameon=False,
+        title="Throughput against batch size",
+        title_fontproperties={"size": 13, "weight": "bold"},
+    )
     legend.get_title().set_multialignment("center")
     return fig

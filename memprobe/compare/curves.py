@@ -84,17 +84,24 @@ def like_for_like(comparison: Comparison, at_batch: str = "best") -> Basis:
     basis.comparison = replace(comparison, points=points)
     if not any(p.throughput for p in comparison.points if p not in fallback):
         basis.label = f"{LABELS['max']}: no throughput curve in these inputs"
-        basis.notes.append(f"No result here has a throughput curve, so --at-batch {at_batch} could not apply: "
-                           "rescan with memprobe >= schema 2 (curves are on by default).")
+        basis.notes.append(
+            f"No result here has a throughput curve, so --at-batch {at_batch} could not apply: "
+            "rescan with memprobe >= schema 2 (curves are on by default)."
+        )
         return basis
     basis.common = common
     if common:
-        basis.notes.append("Common batch per column: " + ", ".join(f"{w} {pr} {b}" for (w, pr), b in common.items())
-                           + " (the largest batch timed on every compared card's curve).")
+        basis.notes.append(
+            "Common batch per column: "
+            + ", ".join(f"{w} {pr} {b}" for (w, pr), b in common.items())
+            + " (the largest batch timed on every compared card's curve)."
+        )
     measured = [f"{p.gpu} {p.workload} {p.precision}" for p in fallback if p.origin == MEASURED]
     if measured:
-        basis.notes.append(f"At B, not {at_batch} (no throughput curve in the result file: scanned before "
-                           f"curves, or with --no-curve): {', '.join(measured)}.")
+        basis.notes.append(
+            f"At B, not {at_batch} (no throughput curve in the result file: scanned before "
+            f"curves, or with --no-curve): {', '.join(measured)}."
+        )
     if any(p.origin != MEASURED for p in fallback):
         basis.notes.append("Published figures are at the batch their source ran, not on a curve.")
     return basis
@@ -132,31 +139,63 @@ def best_text(p: Point) -> str:
 def best_batch_table(comparison: Comparison) -> Table:
     """b* beside B per workload, card and precision (measured points with a curve), with the throughput at
     each, how much lower B's is, and the knee."""
-    columns = ["workload", "GPU", "precision", "B", "b*", "unit", "throughput at b*", "at B", "at B vs b*",
-               "knee (fall)"]
+    columns = [
+        "workload",
+        "GPU",
+        "precision",
+        "B",
+        "b*",
+        "unit",
+        "throughput at b*",
+        "at B",
+        "at B vs b*",
+        "knee (fall)",
+    ]
     rows: list[list[Any]] = []
     for p in comparison.points:
         if p.origin != MEASURED or p.best_batch is None or not p.best_throughput:
             continue
         at_b = p.throughput
         change = Cell(f"{at_b / p.best_throughput - 1:+.1%}", at_b / p.best_throughput - 1) if at_b else "-"
-        rows.append([p.workload, p.gpu, p.precision, fmt_number(p.max_batch or 0), best_text(p), p.unit,
-                     Cell(fmt_number(p.best_throughput), p.best_throughput),
-                     Cell(fmt_number(at_b), at_b) if at_b else "-", change,
-                     knee_text(p.knee_batch, p.knee_after_batch, p.knee_drop)])
-    notes = ["b* = the batch with the highest throughput on the scan's curve (powers of two below B, B, and the "
-             "batches the knee's bisection timed). A card's throughput at B can be well below its best. Where the "
-             "curve's time budget skipped points, b* is the best of the points timed.",
-             f"Knee = the last batch before throughput falls by more than {KNEE_FALL:.0%} (beyond the step-time "
-             f"spread), located by bisection to within {KNEE_RESOLUTION:.0%}; '-' = no such fall on the curve."]
+        rows.append(
+            [
+                p.workload,
+                p.gpu,
+                p.precision,
+                fmt_number(p.max_batch or 0),
+                best_text(p),
+                p.unit,
+                Cell(fmt_number(p.best_throughput), p.best_throughput),
+                Cell(fmt_number(at_b), at_b) if at_b else "-",
+                change,
+                knee_text(p.knee_batch, p.knee_after_batch, p.knee_drop),
+            ]
+        )
+    notes = [
+        "b* = the batch with the highest throughput on the scan's curve (powers of two below B, B, and the "
+        "batches the knee's bisection timed). A card's throughput at B can be well below its best. Where the "
+        "curve's time budget skipped points, b* is the best of the points timed.",
+        f"Knee = the last batch before throughput falls by more than {KNEE_FALL:.0%} (beyond the step-time "
+        f"spread), located by bisection to within {KNEE_RESOLUTION:.0%}; '-' = no such fall on the curve.",
+    ]
     return Table("best_batch", "Best batch b* beside max batch B", columns, rows, notes)
 
 
 def ranking_table(comparison: Comparison) -> Table:
     """Where two or more measured cards have a workload and precision: each card's rank at its max batch B beside
     its rank at its best batch b* (throughput at B where a card has no curve, marked)."""
-    columns = ["workload", "precision", "GPU", "B", "throughput at B", "rank at B", "b*", "throughput at b*",
-               "rank at b*", "unit"]
+    columns = [
+        "workload",
+        "precision",
+        "GPU",
+        "B",
+        "throughput at B",
+        "rank at B",
+        "b*",
+        "throughput at b*",
+        "rank at b*",
+        "unit",
+    ]
     rows: list[list[Any]] = []
     groups: dict[tuple[str, str], list[Point]] = {}
     for p in comparison.points:
@@ -172,10 +211,24 @@ def ranking_table(comparison: Comparison) -> Table:
         for p in sorted(points, key=lambda q: rank_best[id(q)]):
             b_star = fmt_number(p.best_batch) if p.best_batch is not None else "B (no curve)"
             speed_b, speed_best = at_b[id(p)] or 0.0, best[id(p)] or 0.0
-            rows.append([workload, precision, p.gpu, fmt_number(p.max_batch or 0), Cell(fmt_number(speed_b), speed_b),
-                         rank_b[id(p)], b_star, Cell(fmt_number(speed_best), speed_best), rank_best[id(p)], p.unit])
-    notes = ["The same cards ranked two ways: at each card's max batch B (the 2020 study's method), and at each "
-             "card's best batch b* (like for like). A card without a curve in its file is ranked at B in both."]
+            rows.append(
+                [
+                    workload,
+                    precision,
+                    p.gpu,
+                    fmt_number(p.max_batch or 0),
+                    Cell(fmt_number(speed_b), speed_b),
+                    rank_b[id(p)],
+                    b_star,
+                    Cell(fmt_number(speed_best), speed_best),
+                    rank_best[id(p)],
+                    p.unit,
+                ]
+            )
+    notes = [
+        "The same cards ranked two ways: at each card's max batch B (the 2020 study's method), and at each "
+        "card's best batch b* (like for like). A card without a curve in its file is ranked at B in both."
+    ]
     return Table("ranking", "Cards ranked at max batch B and at best batch b*", columns, rows, notes)
 
 

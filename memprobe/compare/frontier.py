@@ -18,7 +18,9 @@ def _card(result: ScanResult) -> str:
     return default_catalog().canonical(result.gpu_name())
 
 
-def frontier_entries(loaded: Sequence[tuple[Path | None, ScanResult]]) -> dict[tuple[str, str, str], dict[str, Frontier]]:
+def frontier_entries(
+    loaded: Sequence[tuple[Path | None, ScanResult]],
+) -> dict[tuple[str, str, str], dict[str, Frontier]]:
     """(workload, card, precision) -> {source: Frontier} for every result with a frontier section, the newest of
     each source kept."""
     out: dict[tuple[str, str, str], dict[str, Frontier]] = {}
@@ -38,14 +40,29 @@ def frontier_rows(loaded: Sequence[tuple[Path | None, ScanResult]]) -> list[dict
         for kind, fixed in keys:
             m = next((p for p in (measured.points if measured else []) if (p.kind, p.fixed) == (kind, fixed)), None)
             q = next((p for p in (predicted.points if predicted else []) if (p.kind, p.fixed) == (kind, fixed)), None)
-            rows.append({
-                "workload": workload, "gpu": card, "precision": precision, "point": f"{KIND_TEXT[kind]} {fixed}",
-                "measured": _value(m), "proof": "" if m is None or m.found is None else
-                ("fresh pair verified" if m.verified else "not verified in fresh processes"),
-                "predicted": _value(q),
-                "predicted / measured": (f"{q.found / m.found:.2f}" if m and q and m.found and q.found is not None
-                                         and m.status == "measured" and q.status == "predicted" else ""),
-            })
+            rows.append(
+                {
+                    "workload": workload,
+                    "gpu": card,
+                    "precision": precision,
+                    "point": f"{KIND_TEXT[kind]} {fixed}",
+                    "measured": _value(m),
+                    "proof": ""
+                    if m is None or m.found is None
+                    else ("fresh pair verified" if m.verified else "not verified in fresh processes"),
+                    "predicted": _value(q),
+                    "predicted / measured": (
+                        f"{q.found / m.found:.2f}"
+                        if m
+                        and q
+                        and m.found
+                        and q.found is not None
+                        and m.status == "measured"
+                        and q.status == "predicted"
+                        else ""
+                    ),
+                }
+            )
     return rows
 
 
@@ -77,8 +94,10 @@ def write_frontier_chart(loaded: Sequence[tuple[Path, ScanResult]], out_dir: str
             frontier = by_source.get(source)
             if frontier is None:
                 continue
-            pairs = sorted([(seq, b) for seq, b in frontier.found(BATCH_AT_SEQ).items()]
-                           + [(seq, b) for b, seq in frontier.found(SEQ_AT_BATCH).items()])
+            pairs = sorted(
+                [(seq, b) for seq, b in frontier.found(BATCH_AT_SEQ).items()]
+                + [(seq, b) for b, seq in frontier.found(SEQ_AT_BATCH).items()]
+            )
             if pairs:
                 ax.plot([p[0] for p in pairs], [p[1] for p in pairs], style, label=source)
         ax.set_xscale("log", base=2)
@@ -87,7 +106,7 @@ def write_frontier_chart(loaded: Sequence[tuple[Path, ScanResult]], out_dir: str
         ax.set_ylabel("batch")
         ax.set_title(f"{workload} {precision}\n{card}", fontsize=9)
         ax.legend(fontsize=8)
-    for ax in list(axes.flat)[len(entries):]:
+    for ax in list(axes.flat)[len(entries) :]:
         ax.set_visible(False)
     fig.tight_layout()
     return save(fig, Path(out_dir) / "frontier")

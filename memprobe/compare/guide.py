@@ -23,9 +23,14 @@ from memprobe.core.overhead import OverheadTable
 from memprobe.core.results import ScanResult
 
 
-def guide_report(loaded: Sequence[tuple[Path, ScanResult]], budget: float | None = None, fmt: str = "github",
-                 catalog: Catalog | None = None, only: Sequence[str] | None = None,
-                 table: OverheadTable | None = None) -> str:
+def guide_report(
+    loaded: Sequence[tuple[Path, ScanResult]],
+    budget: float | None = None,
+    fmt: str = "github",
+    catalog: Catalog | None = None,
+    only: Sequence[str] | None = None,
+    table: OverheadTable | None = None,
+) -> str:
     """Build and render `memprobe guide`, for the catalog cards named in `only` (all when None). Raises
     ValueError for an unknown format or a negative budget."""
     if budget is not None and budget < 0:
@@ -38,8 +43,10 @@ def guide_report(loaded: Sequence[tuple[Path, ScanResult]], budget: float | None
     notes: list[str] = []
     if budget is not None:
         unpriced = sum(1 for c in all_cards if not c.price)
-        notes.append(f"--budget {budget:,.0f} USD: {len(shown)} of {len(all_cards)} cards; {unpriced} cards without a "
-                     "sourced price are left out.")
+        notes.append(
+            f"--budget {budget:,.0f} USD: {len(shown)} of {len(all_cards)} cards; {unpriced} cards without a "
+            "sourced price are left out."
+        )
     models, model_notes = memory_models(loaded, catalog)
     notes += model_notes
     preds = predictions(models, all_cards, table)
@@ -55,18 +62,27 @@ def guide_report(loaded: Sequence[tuple[Path, ScanResult]], budget: float | None
     if loaded and measured_workloads is None:
         measured_workloads = list(dict.fromkeys(workload_labels([r for _, r in loaded])[0]))
     tables.append(value_table(comparison, shown, measured_workloads))
-    tables[-1].notes.append(f"Measured throughput is the {LABELS['best']}, where the scan timed a curve; at B "
-                            "otherwise (older files) and for published figures.")
+    tables[-1].notes.append(
+        f"Measured throughput is the {LABELS['best']}, where the scan timed a curve; at B "
+        "otherwise (older files) and for published figures."
+    )
     if models:
         vs = [v for v in verdicts(preds, all_cards) if v.card.name in names]
         verdicts_shown = verdict_table(vs)
         thresholds = roomy_thresholds(preds)
-        verdicts_shown.notes.append("Roomy from: " + ", ".join(f"{w} batch {t}" for w, t in thresholds.items())
-                                    + f" (1/8 of the largest over {len(all_cards)} catalog cards, whatever the budget).")
+        verdicts_shown.notes.append(
+            "Roomy from: "
+            + ", ".join(f"{w} batch {t}" for w, t in thresholds.items())
+            + f" (1/8 of the largest over {len(all_cards)} catalog cards, whatever the budget)."
+        )
         tables.append(verdicts_shown)
     else:
-        notes.append("No memory model in the inputs: give result files (memprobe scan output) for predictions and verdicts.")
+        notes.append(
+            "No memory model in the inputs: give result files (memprobe scan output) for predictions and verdicts."
+        )
     title = f"memprobe guide: {len(loaded)} result file(s), {len(shown)} card(s)"
-    legend = ("Legend: unmarked = measured by memprobe; (pred) = predicted from the fitted memory model; "
-              "(pub) = published figure from elsewhere; catalog values are datasheet figures.")
+    legend = (
+        "Legend: unmarked = measured by memprobe; (pred) = predicted from the fitted memory model; "
+        "(pub) = published figure from elsewhere; catalog values are datasheet figures."
+    )
     return render(tables, fmt, title, [legend] + notes)

@@ -22,17 +22,36 @@ def price_text(card: Card) -> str:
 
 def catalog_table(cards: Sequence[Card]) -> Table:
     """The catalog rows shown (datasheet values and sourced prices; nothing here is measured)."""
-    columns = ["card", "arch", "memory GiB", "peak TFLOP/s fp32/tf32/fp16/bf16", "bandwidth GB/s", "TDP W",
-               "price USD (date, source)", "spec source"]
+    columns = [
+        "card",
+        "arch",
+        "memory GiB",
+        "peak TFLOP/s fp32/tf32/fp16/bf16",
+        "bandwidth GB/s",
+        "TDP W",
+        "price USD (date, source)",
+        "spec source",
+    ]
     rows = []
     for c in cards:
         peaks = "/".join(fmt_number(v) if v is not None else "-" for v in c.peak_tflops.values())
-        rows.append([c.name, c.architecture, fmt_number(c.memory_bytes / 2**30), peaks,
-                     fmt_number(c.bandwidth_gb_s) if c.bandwidth_gb_s else "-",
-                     fmt_number(c.tdp_w) if c.tdp_w else "-", price_text(c), c.spec_source])
-    notes = ["Datasheet figures and published prices from memprobe/data/gpus.yaml (sources listed there); "
-             "'-' = not sourced, left empty rather than guessed. Peaks are dense (no sparsity); fp16/bf16 with FP32 "
-             "accumulate."]
+        rows.append(
+            [
+                c.name,
+                c.architecture,
+                fmt_number(c.memory_bytes / 2**30),
+                peaks,
+                fmt_number(c.bandwidth_gb_s) if c.bandwidth_gb_s else "-",
+                fmt_number(c.tdp_w) if c.tdp_w else "-",
+                price_text(c),
+                c.spec_source,
+            ]
+        )
+    notes = [
+        "Datasheet figures and published prices from memprobe/data/gpus.yaml (sources listed there); "
+        "'-' = not sourced, left empty rather than guessed. Peaks are dense (no sparsity); fp16/bf16 with FP32 "
+        "accumulate."
+    ]
     return Table("catalog", "GPU catalog (datasheets and published prices, not measured)", columns, rows, notes)
 
 
@@ -41,15 +60,24 @@ def usable_note(table: OverheadTable | None = None) -> str:
     table = table or default_overhead_table()
     scanned = ", ".join(f"the {c.card} {gib(c.capacity_bytes, 2)} GiB" for c in table.cards.values())
     carried = table.carried()
-    rest = (f"on the others, the card's memory (driver-reported total where the catalog has it, else datasheet) "
-            f"minus {gib(carried.overhead_bytes, 2)} GiB measured on the {carried.card}, carried over" if carried
-            else "on the others, the whole memory (no scanned card to measure the overhead on)")
-    return (f"Usable memory per card, as `memprobe predict --gpu CARD` takes it (memprobe/data/overhead.yaml): "
-            f"measured where memprobe scanned the card ({scanned or 'none'}); {rest}.")
+    rest = (
+        f"on the others, the card's memory (driver-reported total where the catalog has it, else datasheet) "
+        f"minus {gib(carried.overhead_bytes, 2)} GiB measured on the {carried.card}, carried over"
+        if carried
+        else "on the others, the whole memory (no scanned card to measure the overhead on)"
+    )
+    return (
+        f"Usable memory per card, as `memprobe predict --gpu CARD` takes it (memprobe/data/overhead.yaml): "
+        f"measured where memprobe scanned the card ({scanned or 'none'}); {rest}."
+    )
 
 
-def prediction_table(preds: Sequence[Prediction], cards: Sequence[Card], models: Sequence[MemoryModel],
-                     table: OverheadTable | None = None) -> Table:
+def prediction_table(
+    preds: Sequence[Prediction],
+    cards: Sequence[Card],
+    models: Sequence[MemoryModel],
+    table: OverheadTable | None = None,
+) -> Table:
     """Predicted max batch per card (rows) and workload/precision (columns), and how many workloads train."""
     cols = [(m.workload, m.precision) for m in models]
     by = {(p.card.name, p.workload, p.precision): p for p in preds}
@@ -70,36 +98,70 @@ def prediction_table(preds: Sequence[Prediction], cards: Sequence[Card], models:
         trains = len({w for w, b in batches if b})
         row.append(f"{trains}/{len(workloads)}")
         rows.append(row)
-    notes = ["(pred) = the scan's straight line (below) at the card's usable memory, the one `memprobe predict --gpu "
-             "CARD` takes (column 'usable GiB'). `memprobe predict -m WORKLOAD -p PRECISION --gpu CARD` replays the "
-             "trial through a model of the caching allocator instead of a line, so for the same card its answer can "
-             "differ by a few percent: the line runs through the peaks of the search's trials, not through the edge.",
-             usable_note(table)]
+    notes = [
+        "(pred) = the scan's straight line (below) at the card's usable memory, the one `memprobe predict --gpu "
+        "CARD` takes (column 'usable GiB'). `memprobe predict -m WORKLOAD -p PRECISION --gpu CARD` replays the "
+        "trial through a model of the caching allocator instead of a line, so for the same card its answer can "
+        "differ by a few percent: the line runs through the peaks of the search's trials, not through the edge.",
+        usable_note(table),
+    ]
     for m in models:
-        notes.append(f"{m.workload} {m.precision}: peak reserved = {gib(m.static_bytes, 2)} GiB + "
-                     f"{gib(m.per_sample_bytes, 3)} GiB x batch ({m.batch_unit}), fitted in {Path(m.source).name}.")
-    checks = [f"{m.workload} {m.precision} predicted {p.predicted_batch}, measured {p.batch}"
-              for m in models for p in preds
-              if p.origin == MEASURED and p.workload == m.workload and p.precision == m.precision]
+        notes.append(
+            f"{m.workload} {m.precision}: peak reserved = {gib(m.static_bytes, 2)} GiB + "
+            f"{gib(m.per_sample_bytes, 3)} GiB x batch ({m.batch_unit}), fitted in {Path(m.source).name}."
+        )
+    checks = [
+        f"{m.workload} {m.precision} predicted {p.predicted_batch}, measured {p.batch}"
+        for m in models
+        for p in preds
+        if p.origin == MEASURED and p.workload == m.workload and p.precision == m.precision
+    ]
     if checks:
-        notes.append("Check on the measured card(s): " + "; ".join(checks) + ". The line is fitted to the peaks of "
-                     "the search's trials, not to the edge, so it can miss the true maximum by a few percent either "
-                     "way.")
-    notes.append("Other cards run other kernels and library workspaces (cuDNN, cuBLAS), so their true maxima can "
-                 "differ by a few samples; 'n/a' = the card has no such precision (tf32/bf16 need Ampere or newer).")
-    return Table("predicted", "Max batch on every catalog card (predicted from the scan's fitted memory line)", columns,
-                 rows, notes)
+        notes.append(
+            "Check on the measured card(s): " + "; ".join(checks) + ". The line is fitted to the peaks of "
+            "the search's trials, not to the edge, so it can miss the true maximum by a few percent either "
+            "way."
+        )
+    notes.append(
+        "Other cards run other kernels and library workspaces (cuDNN, cuBLAS), so their true maxima can "
+        "differ by a few samples; 'n/a' = the card has no such precision (tf32/bf16 need Ampere or newer)."
+    )
+    return Table(
+        "predicted",
+        "Max batch on every catalog card (predicted from the scan's fitted memory line)",
+        columns,
+        rows,
+        notes,
+    )
 
 
 def value_table(comparison: Comparison | None, cards: Sequence[Card], workloads: Sequence[str] | None) -> Table:
     """Throughput per 1000 USD and per watt, where throughput is measured (on the file's card) or published."""
     allowed = {c.name: c for c in cards}
-    columns = ["workload", "precision", "card", "throughput", "unit", "at batch", "knee (fall)", "price USD",
-               "per 1000 USD", "TDP W", "per W (TDP)", "per W (measured power)"]
+    columns = [
+        "workload",
+        "precision",
+        "card",
+        "throughput",
+        "unit",
+        "at batch",
+        "knee (fall)",
+        "price USD",
+        "per 1000 USD",
+        "TDP W",
+        "per W (TDP)",
+        "per W (measured power)",
+    ]
     rows = []
-    points = [] if comparison is None else [
-        p for p in comparison.points
-        if p.throughput and p.gpu in allowed and (workloads is None or p.workload in workloads)]
+    points = (
+        []
+        if comparison is None
+        else [
+            p
+            for p in comparison.points
+            if p.throughput and p.gpu in allowed and (workloads is None or p.workload in workloads)
+        ]
+    )
     points.sort(key=lambda p: (p.workload, p.precision, -(p.throughput or 0)))
     for p in points:
         card = allowed[p.gpu]
@@ -110,24 +172,58 @@ def value_table(comparison: Comparison | None, cards: Sequence[Card], workloads:
         per_w = Cell(f"{throughput / card.tdp_w:.3f}{mark}", throughput / card.tdp_w, p.origin) if card.tdp_w else "-"
         power = ((p.utilization or {}).get("power_w") or {}).get("mean")
         per_power = Cell(f"{throughput / power:.3f}", throughput / power, MEASURED) if power else "-"
-        rows.append([p.workload, p.precision, card.name, Cell(fmt_number(throughput) + mark, throughput, p.origin),
-                     p.unit, at_batch_text(p), knee_text(p.knee_batch, p.knee_after_batch, p.knee_drop),
-                     f"{price:,.0f}" if price else "-", per_usd,
-                     fmt_number(card.tdp_w) if card.tdp_w else "-", per_w, per_power])
-    notes = ["Prices and TDP are the catalog's (gpus.yaml: datasheet TDP, published prices with their dates); "
-             "throughput is memprobe's on the card a file was measured on, or published (pub). Card-only prices: "
-             "a host, power and cooling are not included."]
-    return Table("value", "Throughput per 1000 USD and per watt (measured: at the best batch b* where the scan timed "
-                 "a curve, else at max batch B)", columns, rows, notes)
+        rows.append(
+            [
+                p.workload,
+                p.precision,
+                card.name,
+                Cell(fmt_number(throughput) + mark, throughput, p.origin),
+                p.unit,
+                at_batch_text(p),
+                knee_text(p.knee_batch, p.knee_after_batch, p.knee_drop),
+                f"{price:,.0f}" if price else "-",
+                per_usd,
+                fmt_number(card.tdp_w) if card.tdp_w else "-",
+                per_w,
+                per_power,
+            ]
+        )
+    notes = [
+        "Prices and TDP are the catalog's (gpus.yaml: datasheet TDP, published prices with their dates); "
+        "throughput is memprobe's on the card a file was measured on, or published (pub). Card-only prices: "
+        "a host, power and cooling are not included."
+    ]
+    return Table(
+        "value",
+        "Throughput per 1000 USD and per watt (measured: at the best batch b* where the scan timed "
+        "a curve, else at max batch B)",
+        columns,
+        rows,
+        notes,
+    )
 
 
 def verdict_table(verdicts_: Sequence[Verdict]) -> Table:
     """One line per card: the verdict and the best batch per workload it rests on."""
     rows = []
     for v in verdicts_:
-        basis = "; ".join(f"{w} {b} ({pr}{', pred' if origin == PREDICTED else ''})" for w, (b, pr, origin) in v.best.items())
-        rows.append([v.card.name, fmt_number(v.card.memory_bytes / 2**30), price_text(v.card), v.verdict,
-                     f"{v.trains}/{v.total} train, {v.roomy}/{v.total} roomy", basis or "-"])
-    return Table("verdicts", "Verdicts", ["card", "memory GiB", "price USD", "verdict", "count", "best batch per workload"],
-                 rows, [VERDICT_RULE])
-
+        basis = "; ".join(
+            f"{w} {b} ({pr}{', pred' if origin == PREDICTED else ''})" for w, (b, pr, origin) in v.best.items()
+        )
+        rows.append(
+            [
+                v.card.name,
+                fmt_number(v.card.memory_bytes / 2**30),
+                price_text(v.card),
+                v.verdict,
+                f"{v.trains}/{v.total} train, {v.roomy}/{v.total} roomy",
+                basis or "-",
+            ]
+        )
+    return Table(
+        "verdicts",
+        "Verdicts",
+        ["card", "memory GiB", "price USD", "verdict", "count", "best batch per workload"],
+        rows,
+        [VERDICT_RULE],
+    )

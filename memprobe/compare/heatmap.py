@@ -101,8 +101,16 @@ def heat_figure(heat: Heat, title: str, footer: str):
         if cell.oom:
             ax.add_patch(Rectangle((c - 0.5, r - 0.5), 1, 1, facecolor=OOM_FILL, edgecolor="none"))
         measured = cell.origin == MEASURED
-        ax.text(c, r, cell.text, ha="center", va="center", fontsize=7.5, color=_ink(cmap, norm, grid[r, c]),
-                fontweight="bold" if measured else "normal")
+        ax.text(
+            c,
+            r,
+            cell.text,
+            ha="center",
+            va="center",
+            fontsize=7.5,
+            color=_ink(cmap, norm, grid[r, c]),
+            fontweight="bold" if measured else "normal",
+        )
         if measured:
             ax.add_patch(Rectangle((c - 0.47, r - 0.45), 0.94, 0.9, fill=False, edgecolor=MEASURED_EDGE, linewidth=1.3))
     ax.set_xticks(range(len(heat.columns)))
@@ -111,8 +119,11 @@ def heat_figure(heat: Heat, title: str, footer: str):
     top = ax.secondary_xaxis("top")
     top.set_xticks([(first + last) / 2 for _g, first, last in groups])
     chars = _chars_per_column(fig, heat)
-    top.set_xticklabels([header(g, width=max(8, chars * (last - first + 1))) for g, first, last in groups],
-                        fontsize=8, fontweight="bold")
+    top.set_xticklabels(
+        [header(g, width=max(8, chars * (last - first + 1))) for g, first, last in groups],
+        fontsize=8,
+        fontweight="bold",
+    )
     top.tick_params(length=0)
     for _g, first, _last in groups[1:]:
         ax.axvline(first - 0.5, color="#333333", linewidth=1.4)
@@ -130,14 +141,21 @@ def heat_figure(heat: Heat, title: str, footer: str):
     bar.ax.tick_params(labelsize=7.5)
     if heat.scale == "ratio":
         ticks = [t for t in range(-4, 5) if norm.vmin <= t <= norm.vmax]
-        bar.set_ticks(ticks, labels=[f"{2.0 ** t:g}x" for t in ticks])
+        bar.set_ticks(ticks, labels=[f"{2.0**t:g}x" for t in ticks])
     handles = [Patch(facecolor="white", edgecolor=MEASURED_EDGE, linewidth=1.3, label="measured by memprobe (bold)")]
     if any(origin == PUBLISHED for _, origin in heat.rows):
         handles.append(Patch(facecolor="white", edgecolor="#bbbbbb", label="published (other implementation)"))
     if any(c.oom for c in heat.cells.values()):
         handles.append(Patch(facecolor=OOM_FILL, edgecolor="none", label="OOM: did not fit (counts as 0)"))
-    legend = fig.legend(handles=handles, loc="outside upper center", ncols=len(handles), fontsize=8.5, frameon=False,
-                        title=title, title_fontproperties={"size": 13, "weight": "bold"})
+    legend = fig.legend(
+        handles=handles,
+        loc="outside upper center",
+        ncols=len(handles),
+        fontsize=8.5,
+        frameon=False,
+        title=title,
+        title_fontproperties={"size": 13, "weight": "bold"},
+    )
     legend.get_title().set_multialignment("center")
     fig.supxlabel(footer, fontsize=7.5, color="#444444", wrap=True)
     return fig
@@ -159,5 +177,4 @@ def _ink(cmap, norm, value: float) -> str:
 
 def header(*parts: str, width: int = 16) -> str:
     """A column header: each part wrapped to `width` characters, one part per line at least."""
-    return "\n".join(line for part in parts if part
-                     for line in textwrap.wrap(part, width, break_on_hyphens=False))
+    return "\n".join(line for part in parts if part for line in textwrap.wrap(part, width, break_on_hyphens=False))

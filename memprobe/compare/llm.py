@@ -57,14 +57,24 @@ def llm_rows(results: Iterable[ScanResult]) -> list[dict[str, Any]]:
         plain_edge = plain[0].precisions[precision].max_batch if plain else None
         timed = p.throughput or Timed()
         need = (p.settings.get("nothing_fits") or {}).get("need_bytes")
-        rows.append({
-            "gpu": gpu, "model": model, "precision": precision, "searched": what, "setting": setting,
-            "edge": p.max_batch if p.max_batch else f"nothing fits (needs ~{gib(need)} GiB, traced)" if need else "nothing fits",
-            "vs plain": f"{p.max_batch / plain_edge:.2f}x" if plain_edge and p.max_batch else "-",
-            "tokens/step": _int(timed.units_per_step),
-            "tokens/s": _int(timed.units_per_s),
-            "MFU %": f"{100 * timed.mfu:.1f}" if timed.mfu else "-",
-        })
+        rows.append(
+            {
+                "gpu": gpu,
+                "model": model,
+                "precision": precision,
+                "searched": what,
+                "setting": setting,
+                "edge": p.max_batch
+                if p.max_batch
+                else f"nothing fits (needs ~{gib(need)} GiB, traced)"
+                if need
+                else "nothing fits",
+                "vs plain": f"{p.max_batch / plain_edge:.2f}x" if plain_edge and p.max_batch else "-",
+                "tokens/step": _int(timed.units_per_step),
+                "tokens/s": _int(timed.units_per_s),
+                "MFU %": f"{100 * timed.mfu:.1f}" if timed.mfu else "-",
+            }
+        )
     return rows
 
 

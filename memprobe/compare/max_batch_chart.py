@@ -56,17 +56,25 @@ def batch_panels(comparison: Comparison, predictions: Sequence, catalog: Catalog
     for p in predictions:
         if p.batch is not None and p.origin == PREDICTED:
             panel = panels.setdefault(p.workload, BatchPanel(p.workload, units.get(p.workload, "samples")))
-            panel.points.append(BatchPoint(p.card.memory_bytes / GIB, float(p.batch), PREDICTED, p.precision,
-                                           p.card.name))
+            panel.points.append(
+                BatchPoint(p.card.memory_bytes / GIB, float(p.batch), PREDICTED, p.precision, p.card.name)
+            )
     for point in known:
         card = catalog.find(point.gpu)
         # a published batch in another unit (tokens vs sentence pairs) would mislead on one axis
         if card is None or point.max_batch is None or point.batch_unit != units[point.workload]:
             continue
         panel = panels.setdefault(point.workload, BatchPanel(point.workload, units[point.workload]))
-        panel.points.append(BatchPoint(card.memory_bytes / GIB, float(point.max_batch),
-                                       MEASURED if point.origin == MEASURED else PUBLISHED, point.precision,
-                                       card.name, point.batch_lower_bound))
+        panel.points.append(
+            BatchPoint(
+                card.memory_bytes / GIB,
+                float(point.max_batch),
+                MEASURED if point.origin == MEASURED else PUBLISHED,
+                point.precision,
+                card.name,
+                point.batch_lower_bound,
+            )
+        )
     order = comparison.workloads()
     return sorted(panels.values(), key=lambda p: order.index(p.workload) if p.workload in order else len(order))
 
@@ -107,16 +115,38 @@ def max_batch_figure(panels: Sequence[BatchPanel], footer: str):
             mine = [p for p in panel.points if p.precision == precision]
             line = sorted((p.memory_gib, p.batch) for p in mine if p.origin == PREDICTED)
             if line:  # precisions with equal batches overlap: their line styles tell them apart
-                ax.plot(*zip(*line), PRECISION_LINESTYLES.get(precision, "-"), marker="o", color=color,
-                        markersize=3, linewidth=1.6)
+                ax.plot(
+                    *zip(*line),
+                    PRECISION_LINESTYLES.get(precision, "-"),
+                    marker="o",
+                    color=color,
+                    markersize=3,
+                    linewidth=1.6,
+                )
                 shown[PREDICTED] = True
             for p in mine:
                 if p.origin == MEASURED:
-                    ax.plot(p.memory_gib, p.batch, "*", color=color, markersize=13, markeredgecolor="black",
-                            markeredgewidth=0.7, zorder=5)
+                    ax.plot(
+                        p.memory_gib,
+                        p.batch,
+                        "*",
+                        color=color,
+                        markersize=13,
+                        markeredgecolor="black",
+                        markeredgewidth=0.7,
+                        zorder=5,
+                    )
                 elif p.origin == PUBLISHED:
-                    ax.plot(p.memory_gib, p.batch, "^", markerfacecolor="none", markeredgecolor=color,
-                            markersize=8, markeredgewidth=1.4, zorder=4)
+                    ax.plot(
+                        p.memory_gib,
+                        p.batch,
+                        "^",
+                        markerfacecolor="none",
+                        markeredgecolor=color,
+                        markersize=8,
+                        markeredgewidth=1.4,
+                        zorder=4,
+                    )
                 shown[p.origin] = True
         ax.set_xscale("log", base=2)
         ax.set_xticks(ticks)
@@ -127,18 +157,52 @@ def max_batch_figure(panels: Sequence[BatchPanel], footer: str):
         ax.set_ylabel(f"max batch ({panel.unit} per step)", fontsize=8.5)
         ax.tick_params(axis="y", labelsize=8)
         ax.grid(alpha=0.3)
-    for ax in list(axes.flat)[len(panels):]:
+    for ax in list(axes.flat)[len(panels) :]:
         ax.set_visible(False)
-    handles = [Line2D([0], [0], color=PRECISION_COLORS.get(p, "#777777"), linestyle=PRECISION_LINESTYLES.get(p, "-"),
-                      linewidth=2, label=p) for p in precisions]
-    kinds = {PREDICTED: Line2D([0], [0], color="#555555", marker="o", markersize=3, label="predicted (memory model)"),
-             MEASURED: Line2D([0], [0], color="#555555", marker="*", markersize=11, linestyle="none",
-                              markeredgecolor="black", label="measured by memprobe"),
-             PUBLISHED: Line2D([0], [0], marker="^", markerfacecolor="none", markeredgecolor="#555555",
-                               linestyle="none", markersize=8, label="published (other implementation): a batch that fit")}
+    handles = [
+        Line2D(
+            [0],
+            [0],
+            color=PRECISION_COLORS.get(p, "#777777"),
+            linestyle=PRECISION_LINESTYLES.get(p, "-"),
+            linewidth=2,
+            label=p,
+        )
+        for p in precisions
+    ]
+    kinds = {
+        PREDICTED: Line2D([0], [0], color="#555555", marker="o", markersize=3, label="predicted (memory model)"),
+        MEASURED: Line2D(
+            [0],
+            [0],
+            color="#555555",
+            marker="*",
+            markersize=11,
+            linestyle="none",
+            markeredgecolor="black",
+            label="measured by memprobe",
+        ),
+        PUBLISHED: Line2D(
+            [0],
+            [0],
+            marker="^",
+            markerfacecolor="none",
+            markeredgecolor="#555555",
+            linestyle="none",
+            markersize=8,
+            label="published (other implementation): a batch that fit",
+        ),
+    }
     handles += [kinds[k] for k in (MEASURED, PREDICTED, PUBLISHED) if shown.get(k)]
-    legend = fig.legend(handles=handles, loc="outside upper center", ncols=len(handles), fontsize=8.5, frameon=False,
-                        title="Max training batch by card memory", title_fontproperties={"size": 13, "weight": "bold"})
+    legend = fig.legend(
+        handles=handles,
+        loc="outside upper center",
+        ncols=len(handles),
+        fontsize=8.5,
+        frameon=False,
+        title="Max training batch by card memory",
+        title_fontproperties={"size": 13, "weight": "bold"},
+    )
     legend.get_title().set_multialignment("center")
     fig.supxlabel("card memory (GiB, log scale). " + footer, fontsize=7.5, color="#444444", wrap=True)
     return fig

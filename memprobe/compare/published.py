@@ -16,16 +16,30 @@ from pathlib import Path
 # Short citations for the notes under a table; the CSV's `reference` column has the exact table/file.
 SOURCES: dict[str, str] = {
     "lambda-2020": "Lambda, 'Choosing the Best GPU for Deep Learning in 2020' (Feb 2020), tables of max batch and "
-                   "throughput; max batch = largest power-of-two that trained (a lower bound)",
+    "throughput; max batch = largest power-of-two that trained (a lower bound)",
     "lambda-2019-sweeps": "raw April 2019 sweeps behind the 2020 study (fairseq Transformer Big FP16, batch in tokens); "
-                          "largest fitting grid point (a lower bound)",
+    "largest fitting grid point (a lower bound)",
     "lambda-bench": "lambdal/deeplearning-benchmark PyTorch catalog 2023-2025 (commit aa5addb6), single-GPU rows; "
-                    "batch sizes hand-picked per memory size, not searched; its 'FP32' is TF32 on Ampere and newer",
+    "batch sizes hand-picked per memory size, not searched; its 'FP32' is TF32 on Ampere and newer",
 }
 
 METRICS = ("max_batch", "throughput")
-_FIELDS = ("source", "date", "gpu", "gpu_as_published", "num_gpu", "workload", "memprobe_workload", "precision",
-           "metric", "value", "unit", "implementation", "reference", "caveat")
+_FIELDS = (
+    "source",
+    "date",
+    "gpu",
+    "gpu_as_published",
+    "num_gpu",
+    "workload",
+    "memprobe_workload",
+    "precision",
+    "metric",
+    "value",
+    "unit",
+    "implementation",
+    "reference",
+    "caveat",
+)
 
 
 class PublishedDataError(ValueError):
@@ -92,17 +106,31 @@ def load_published(path: str | Path | None = None, multi_gpu: bool = False) -> l
             raise PublishedDataError(f"{path}: data line {number}: unknown metric '{row['metric']}'")
         if (row["num_gpu"] != "1") != multi_gpu or not row["num_gpu"].isdigit():
             where = "GPU counts above 1" if multi_gpu else "single-GPU rows"
-            raise PublishedDataError(f"{path}: data line {number}: num_gpu '{row['num_gpu']}': only {where} belong here")
+            raise PublishedDataError(
+                f"{path}: data line {number}: num_gpu '{row['num_gpu']}': only {where} belong here"
+            )
         try:
             value = float(row["value"]) if row["value"].strip() else None
         except ValueError:
             raise PublishedDataError(f"{path}: data line {number}: value '{row['value']}' is not a number") from None
-        figures.append(Figure(
-            source=row["source"], date=row["date"], gpu=row["gpu"], gpu_as_published=row["gpu_as_published"],
-            workload=row["workload"], memprobe_workload=row["memprobe_workload"], precision=row["precision"],
-            metric=row["metric"], value=value, unit=row["unit"], implementation=row["implementation"],
-            reference=row["reference"], caveat=row["caveat"], num_gpu=int(row["num_gpu"]),
-        ))
+        figures.append(
+            Figure(
+                source=row["source"],
+                date=row["date"],
+                gpu=row["gpu"],
+                gpu_as_published=row["gpu_as_published"],
+                workload=row["workload"],
+                memprobe_workload=row["memprobe_workload"],
+                precision=row["precision"],
+                metric=row["metric"],
+                value=value,
+                unit=row["unit"],
+                implementation=row["implementation"],
+                reference=row["reference"],
+                caveat=row["caveat"],
+                num_gpu=int(row["num_gpu"]),
+            )
+        )
     return figures
 
 

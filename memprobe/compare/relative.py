@@ -79,12 +79,16 @@ def resolve_reference(comparison: Comparison, requested: str | None, catalog: Ca
     partial = [g for g in gpus if folded in g.casefold()]
     if len(partial) == 1:
         return partial[0]
-    raise ReportError(f"reference GPU '{requested}' is not among the results"
-                      + (f" (ambiguous: {', '.join(partial)})" if partial else "")
-                      + f"; GPUs: {', '.join(gpus)}")
+    raise ReportError(
+        f"reference GPU '{requested}' is not among the results"
+        + (f" (ambiguous: {', '.join(partial)})" if partial else "")
+        + f"; GPUs: {', '.join(gpus)}"
+    )
 
 
-def relative_throughput(comparison: Comparison, reference: str | None = None, catalog: Catalog | None = None) -> Relative:
+def relative_throughput(
+    comparison: Comparison, reference: str | None = None, catalog: Catalog | None = None
+) -> Relative:
     """Normalize every card's throughput to the reference card's, per workload and precision, OOM as 0.
 
     A column exists only where the reference has a throughput above 0 (its measured value when it has one,
@@ -103,14 +107,18 @@ def relative_throughput(comparison: Comparison, reference: str | None = None, ca
     for col in candidates:
         ref_point = comparison.find(ref, col[0], col[1], MEASURED) or comparison.find(ref, col[0], col[1], PUBLISHED)
         if ref_point is None or not ref_point.throughput:
-            skipped.append(f"{col[0]} {col[1]}" + (" (reference OOM)" if ref_point is not None and ref_point.oom else ""))
+            skipped.append(
+                f"{col[0]} {col[1]}" + (" (reference OOM)" if ref_point is not None and ref_point.oom else "")
+            )
             continue
         columns.append(col)
         ref_values[col] = ref_point
         ref_throughput[col] = ref_point.throughput
     if skipped:
-        notes.append(f"Not normalized (the reference {ref} has no throughput there): {', '.join(skipped)}; "
-                     "--reference picks a card that has them.")
+        notes.append(
+            f"Not normalized (the reference {ref} has no throughput there): {', '.join(skipped)}; "
+            "--reference picks a card that has them."
+        )
     rows: dict[tuple[str, str], RelativeRow] = {}
     for p in comparison.points:
         col = (p.workload, p.precision)
@@ -122,17 +130,27 @@ def relative_throughput(comparison: Comparison, reference: str | None = None, ca
             notes.append(f"{p.gpu} {col[0]} {col[1]}: two published sources; kept the first.")
             continue
         ref_point = ref_values[col]
-        row.cells[col] = RelativeCell(p.throughput / ref_throughput[col], p.origin, p.oom,
-                                      vs_published=p.origin == MEASURED and ref_point.origin == PUBLISHED, at=p.at)
+        row.cells[col] = RelativeCell(
+            p.throughput / ref_throughput[col],
+            p.origin,
+            p.oom,
+            vs_published=p.origin == MEASURED and ref_point.origin == PUBLISHED,
+            at=p.at,
+        )
     for row in rows.values():
         row.count = len(row.cells)
         row.mean = sum(c.value for c in row.cells.values()) / row.count if row.count else None
     ordered = sorted(rows.values(), key=lambda r: (-(r.mean if r.mean is not None else -1), r.gpu, r.origin))
-    published_refs = [f"{w} {pr} {fmt_number(ref_throughput[(w, pr)])} {p.unit} ({p.source})"
-                      for (w, pr), p in ref_values.items() if p.origin == PUBLISHED]
+    published_refs = [
+        f"{w} {pr} {fmt_number(ref_throughput[(w, pr)])} {p.unit} ({p.source})"
+        for (w, pr), p in ref_values.items()
+        if p.origin == PUBLISHED
+    ]
     if published_refs:
-        notes.append(f"The reference's values are published for: {'; '.join(published_refs)}. A measured cell divided "
-                     "by one of them compares two implementations and is marked (vs pub).")
+        notes.append(
+            f"The reference's values are published for: {'; '.join(published_refs)}. A measured cell divided "
+            "by one of them compares two implementations and is marked (vs pub)."
+        )
     return Relative(ref, columns, ref_values, ordered, notes)
 
 
@@ -150,7 +168,11 @@ def relative_table(relative: Relative) -> Table:
                 cells.append("-")
                 continue
             text = "0 (OOM)" if c.oom else f"{c.value:.2f}"
-            text = _mark(text, c.origin) + (" (vs pub)" if c.vs_published else "") + (" (at B)" if relative.fell_back(c) else "")
+            text = (
+                _mark(text, c.origin)
+                + (" (vs pub)" if c.vs_published else "")
+                + (" (at B)" if relative.fell_back(c) else "")
+            )
             cells.append(Cell(text, c.value, c.origin))
         if row.mean is None:
             cells.append("-")
@@ -158,9 +180,11 @@ def relative_table(relative: Relative) -> Table:
             text = f"{row.mean:.2f}" + (f" ({row.count}/{total})" if row.count < total else "")
             cells.append(Cell(_mark(text, row.origin), row.mean, row.origin))
         rows.append(cells)
-    notes = [f"Reference: {relative.reference} = 1.00 in every column it has. OOM counts as 0. The mean is the "
-             "arithmetic mean over the columns a row has ((n/N) when it lacks some); means over different "
-             "columns are not comparable."] + relative.notes
+    notes = [
+        f"Reference: {relative.reference} = 1.00 in every column it has. OOM counts as 0. The mean is the "
+        "arithmetic mean over the columns a row has ((n/N) when it lacks some); means over different "
+        "columns are not comparable."
+    ] + relative.notes
     if any(relative.fell_back(c) for row in relative.rows for c in row.cells.values()):
         notes.append("(at B) = at the card's max batch B: its file has no throughput curve, so no best batch b*.")
     return Table("relative", f"Throughput relative to {relative.reference}", columns, rows, notes)

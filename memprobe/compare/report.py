@@ -29,7 +29,12 @@ from memprobe.core.results import ScanResult
 
 def report_tables(comparison: Comparison, relative: Relative) -> list[Table]:
     """All the comparison tables, in the order `memprobe report` prints them."""
-    tables = [max_batch_table(comparison), throughput_table(comparison), relative_table(relative), gains_table(comparison)]
+    tables = [
+        max_batch_table(comparison),
+        throughput_table(comparison),
+        relative_table(relative),
+        gains_table(comparison),
+    ]
     util = utilization_table(comparison)
     if util.rows:
         tables.append(util)
@@ -50,12 +55,23 @@ def render(tables: Sequence[Table], fmt: str = "github", title: str = "", notes:
     if fmt not in FORMATS:
         raise ValueError(f"unknown format '{fmt}' (choose from {', '.join(FORMATS)})")
     if fmt == "json":
-        return json.dumps({
-            "title": title,
-            "notes": list(notes),
-            "tables": [{"key": t.key, "title": t.title, "columns": t.columns, "notes": t.notes,
-                        "rows": [dict(zip(t.columns, map(_cell_json, row))) for row in t.rows]} for t in tables],
-        }, indent=1)
+        return json.dumps(
+            {
+                "title": title,
+                "notes": list(notes),
+                "tables": [
+                    {
+                        "key": t.key,
+                        "title": t.title,
+                        "columns": t.columns,
+                        "notes": t.notes,
+                        "rows": [dict(zip(t.columns, map(_cell_json, row))) for row in t.rows],
+                    }
+                    for t in tables
+                ],
+            },
+            indent=1,
+        )
     if fmt == "csv":
         out = io.StringIO()
         writer = csv.writer(out, lineterminator="\n")
@@ -76,16 +92,24 @@ def render(tables: Sequence[Table], fmt: str = "github", title: str = "", notes:
         parts.append("\n".join(bullet + n for n in notes))
     for t in tables:
         heading = f"### {t.title}" if fmt == "github" else f"{t.title}\n{'-' * len(t.title)}"
-        body = (tabulate([[str(c) for c in row] for row in t.rows], headers=t.columns, tablefmt=fmt,
-                         disable_numparse=True) if t.rows else "(no rows)")
+        body = (
+            tabulate([[str(c) for c in row] for row in t.rows], headers=t.columns, tablefmt=fmt, disable_numparse=True)
+            if t.rows
+            else "(no rows)"
+        )
         tail = "\n".join(bullet + n for n in t.notes)
         parts.append("\n\n".join(x for x in (heading, body, tail) if x))
     return "\n\n".join(parts) + "\n"
 
 
-def comparison_report(loaded: Sequence[tuple[Path, ScanResult]], reference: str | None = None,
-                      precisions: Sequence[str] | None = None, fmt: str = "github", with_published: bool = False,
-                      at_batch: str = "best") -> tuple[str, Comparison, Relative]:
+def comparison_report(
+    loaded: Sequence[tuple[Path, ScanResult]],
+    reference: str | None = None,
+    precisions: Sequence[str] | None = None,
+    fmt: str = "github",
+    with_published: bool = False,
+    at_batch: str = "best",
+) -> tuple[str, Comparison, Relative]:
     """Build and render `memprobe report`: returns the text and the data behind it (for charts).
 
     `at_batch` picks the like-for-like figure normalized (compare.curves: best, common or max).
@@ -99,4 +123,8 @@ def comparison_report(loaded: Sequence[tuple[Path, ScanResult]], reference: str 
     relative.basis = basis.label
     notes = [LEGEND] + comparison.notes + source_notes(comparison)
     title = f"memprobe report: {len(loaded)} result file(s)" + (" + published figures" if with_published else "")
-    return render(with_basis(report_tables(comparison, relative), basis, comparison), fmt, title, notes), comparison, relative
+    return (
+        render(with_basis(report_tables(comparison, relative), basis, comparison), fmt, title, notes),
+        comparison,
+        relative,
+    )

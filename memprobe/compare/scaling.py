@@ -69,34 +69,64 @@ def scaling_rows(multi: Sequence[ScanResult], single: Sequence[ScanResult] = ())
         r, p = newest[key]
         scaling = (p.settings or {}).get("scaling") or {}
         proof = p.proof
-        proven = (f"{proof.fits} fits, {proof.fails} {proof.fail_outcome or 'fails'}"
-                  if proof is not None and proof.verified else ("-" if p.max_batch is None else f"{p.max_batch} (unverified)"))
+        proven = (
+            f"{proof.fits} fits, {proof.fails} {proof.fail_outcome or 'fails'}"
+            if proof is not None and proof.verified
+            else ("-" if p.max_batch is None else f"{p.max_batch} (unverified)")
+        )
         unit = scaling.get("unit")
         interconnect = ((r.environment.get("distributed") or {}).get("interconnect") or {}).get("summary", "-")
-        rows.append([
-            gpu, workload, precision, how, n,
-            "-" if p.max_batch is None else p.max_batch, proven,
-            edges.get((gpu, workload, precision), "-"),
-            scaling.get("per_gpu_batch", "-"),
-            _rate(scaling.get("units_per_s_1"), unit),
-            _rate(scaling.get("units_per_s_n"), unit),
-            "-" if scaling.get("speedup") is None else f"{scaling['speedup']:.2f}x",
-            "-" if scaling.get("efficiency") is None else f"{100 * scaling['efficiency']:.1f}%",
-            interconnect,
-        ])
+        rows.append(
+            [
+                gpu,
+                workload,
+                precision,
+                how,
+                n,
+                "-" if p.max_batch is None else p.max_batch,
+                proven,
+                edges.get((gpu, workload, precision), "-"),
+                scaling.get("per_gpu_batch", "-"),
+                _rate(scaling.get("units_per_s_1"), unit),
+                _rate(scaling.get("units_per_s_n"), unit),
+                "-" if scaling.get("speedup") is None else f"{scaling['speedup']:.2f}x",
+                "-" if scaling.get("efficiency") is None else f"{100 * scaling['efficiency']:.1f}%",
+                interconnect,
+            ]
+        )
     return rows
 
 
-COLUMNS = ["GPU", "model", "precision", "strategy", "GPUs", "per-GPU max batch", "proof (fresh process groups)",
-           "1-GPU max batch", "timed at per-GPU batch", "1 GPU", "N GPUs", "speed-up", "efficiency", "interconnect"]
+COLUMNS = [
+    "GPU",
+    "model",
+    "precision",
+    "strategy",
+    "GPUs",
+    "per-GPU max batch",
+    "proof (fresh process groups)",
+    "1-GPU max batch",
+    "timed at per-GPU batch",
+    "1 GPU",
+    "N GPUs",
+    "speed-up",
+    "efficiency",
+    "interconnect",
+]
 
 
 def scaling_table(multi: Sequence[ScanResult], single: Sequence[ScanResult] = (), fmt: str = "github") -> str:
     """The scaling table as text (github, plain, csv or json); single-GPU results add the 1-GPU max batch."""
-    table = Table("scaling", "Scaling: per-GPU max batch and throughput of N GPUs against 1", COLUMNS,
-                  scaling_rows(multi, single),
-                  ["efficiency = throughput of N GPUs / (N x throughput of 1 GPU), both at the per-GPU batch shown "
-                   "(1 GPU: plain training, no wrapper)",
-                   "per-GPU max batch: B trains on every rank of a fresh process group, B+1 fails on at least one",
-                   "1-GPU max batch: from the single-GPU scan of the same GPU model, where given"])
+    table = Table(
+        "scaling",
+        "Scaling: per-GPU max batch and throughput of N GPUs against 1",
+        COLUMNS,
+        scaling_rows(multi, single),
+        [
+            "efficiency = throughput of N GPUs / (N x throughput of 1 GPU), both at the per-GPU batch shown "
+            "(1 GPU: plain training, no wrapper)",
+            "per-GPU max batch: B trains on every rank of a fresh process group, B+1 fails on at least one",
+            "1-GPU max batch: from the single-GPU scan of the same GPU model, where given",
+        ],
+    )
     return render([table], fmt)

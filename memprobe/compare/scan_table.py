@@ -77,16 +77,18 @@ def newest_finished(results: Sequence[ScanResult]) -> list[tuple[ScanResult, str
     return [best[k] for k in sorted(best, key=lambda k: (k[0], k[1], order.get(k[2], len(order))))]
 
 
-def _entries(results: Iterable[ScanResult], newest_only: bool,
-             precisions: Sequence[str] | None) -> list[tuple[ScanResult, str, PrecisionResult]]:
+def _entries(
+    results: Iterable[ScanResult], newest_only: bool, precisions: Sequence[str] | None
+) -> list[tuple[ScanResult, str, PrecisionResult]]:
     """The (result, precision name, precision) a scan table shows (see scan_rows)."""
     results = list(results)
     entries = newest_finished(results) if newest_only else [(r, n, p) for r in results for n, p in r.precisions.items()]
     return [e for e in entries if e[1] in precisions] if precisions else entries
 
 
-def scan_notes(results: Iterable[ScanResult], newest_only: bool = False,
-               precisions: Sequence[str] | None = None) -> list[str]:
+def scan_notes(
+    results: Iterable[ScanResult], newest_only: bool = False, precisions: Sequence[str] | None = None
+) -> list[str]:
     """One line per precision of the table whose edge was not monotone (proof.non_monotone): which sizes fit,
     which failed, and the B reported."""
     lines = []
@@ -97,8 +99,9 @@ def scan_notes(results: Iterable[ScanResult], newest_only: bool = False,
     return lines
 
 
-def scan_rows(results: Iterable[ScanResult], newest_only: bool = False,
-              precisions: Sequence[str] | None = None) -> list[dict[str, Any]]:
+def scan_rows(
+    results: Iterable[ScanResult], newest_only: bool = False, precisions: Sequence[str] | None = None
+) -> list[dict[str, Any]]:
     """One row per workload and precision with the headline numbers of a scan. With `newest_only`,
     one row per GPU, workload and precision across all `results` (see newest_finished);
     `precisions` keeps only those."""
@@ -117,31 +120,44 @@ def scan_rows(results: Iterable[ScanResult], newest_only: bool = False,
         max_batch: Any = p.max_batch
         if p.status == "done" and axis_name(result.workload) != "batch":
             max_batch = f"{axis_name(result.workload)} {p.max_batch}"  # a sequence-length search: a length
-        rows.append({
-            "gpu": gpu,
-            "model": model_label(result),
-            "precision": name,
-            "max batch": max_batch if p.status == "done" else f"{p.status}: {p.error.splitlines()[0][:60]}" if p.error else p.status,
-            "proof (fresh processes)": _proof_text(p),
-            "agreed": _agreed_text(p),
-            "trials (fresh)": f"{len(p.attempts) + len(rechecks)} ({fresh})",
-            "search s": p.search_seconds if p.search_seconds is not None else "-",
-            "throughput at B": (f"{t.units_per_s:.1f} {unit}/s" if t and t.units_per_s
-                                else ((t.error if t.error is not None else "-")[:40] if t else "-")),
-            "b* (curve)": _best_text(p, unit),
-            "knee (fall)": knee_text(p.knee_batch, p.knee_after_batch, p.knee_drop) if p.status == "done" else "-",
-            "curve": _curve_text(p),
-            "step ms (median)": f"{t.step_time['median_s'] * 1000:.0f}" if t and t.step_time else "-",
-            "MFU %": f"{mfu * 100:.1f}" if mfu is not None else "-",
-            "peak GiB": gib(t.peak_reserved) if t else "-",
-            "GPU util %": f"{gpu_util:.0f}" if gpu_util is not None else "-",
-            "power W": f"{power:.0f}" if power is not None else "-",
-        })
+        rows.append(
+            {
+                "gpu": gpu,
+                "model": model_label(result),
+                "precision": name,
+                "max batch": max_batch
+                if p.status == "done"
+                else f"{p.status}: {p.error.splitlines()[0][:60]}"
+                if p.error
+                else p.status,
+                "proof (fresh processes)": _proof_text(p),
+                "agreed": _agreed_text(p),
+                "trials (fresh)": f"{len(p.attempts) + len(rechecks)} ({fresh})",
+                "search s": p.search_seconds if p.search_seconds is not None else "-",
+                "throughput at B": (
+                    f"{t.units_per_s:.1f} {unit}/s"
+                    if t and t.units_per_s
+                    else ((t.error if t.error is not None else "-")[:40] if t else "-")
+                ),
+                "b* (curve)": _best_text(p, unit),
+                "knee (fall)": knee_text(p.knee_batch, p.knee_after_batch, p.knee_drop) if p.status == "done" else "-",
+                "curve": _curve_text(p),
+                "step ms (median)": f"{t.step_time['median_s'] * 1000:.0f}" if t and t.step_time else "-",
+                "MFU %": f"{mfu * 100:.1f}" if mfu is not None else "-",
+                "peak GiB": gib(t.peak_reserved) if t else "-",
+                "GPU util %": f"{gpu_util:.0f}" if gpu_util is not None else "-",
+                "power W": f"{power:.0f}" if power is not None else "-",
+            }
+        )
     return rows
 
 
-def scan_table(results: Iterable[ScanResult], fmt: str = "github", newest_only: bool = False,
-               precisions: Sequence[str] | None = None) -> str:
+def scan_table(
+    results: Iterable[ScanResult],
+    fmt: str = "github",
+    newest_only: bool = False,
+    precisions: Sequence[str] | None = None,
+) -> str:
     """The scan summary as text: a table (github, plain or another tabulate format) with a line under it for
     each precision whose edge was not monotone, csv or json (the table's rows only)."""
     results = list(results)

@@ -103,19 +103,30 @@ def max_batch_table(comparison: Comparison) -> Table:
         rows.append([workload, gpu, source, unit, *(batch_cell(by.get(pr)) for pr in precisions)])
     notes = []
     if any(p.origin == PUBLISHED and p.batch_lower_bound for p in comparison.points):
-        notes.append("Published batches are batches that fit (2020: largest power of two; 2023-2025 catalog: "
-                     "hand-picked per memory size), hence >=; memprobe's are exact maxima (B fits, B+1 does not).")
+        notes.append(
+            "Published batches are batches that fit (2020: largest power of two; 2023-2025 catalog: "
+            "hand-picked per memory size), hence >=; memprobe's are exact maxima (B fits, B+1 does not)."
+        )
     if any(p.origin == PUBLISHED and p.batch_unit == "tokens" for p in comparison.points):
-        notes.append("transformer-big: the published batch is counted in tokens (fairseq --max-tokens); memprobe's "
-                     "in sentence pairs, with its size in tokens (batch x max(src, tgt) length) in brackets.")
-    return Table("max_batch", "Max batch per workload, GPU and precision", ["workload", "GPU", "source", "batch unit"]
-                 + precisions, rows, notes)
+        notes.append(
+            "transformer-big: the published batch is counted in tokens (fairseq --max-tokens); memprobe's "
+            "in sentence pairs, with its size in tokens (batch x max(src, tgt) length) in brackets."
+        )
+    return Table(
+        "max_batch",
+        "Max batch per workload, GPU and precision",
+        ["workload", "GPU", "source", "batch unit"] + precisions,
+        rows,
+        notes,
+    )
 
 
 def throughput_table(comparison: Comparison) -> Table:
     """Throughput at the max batch per workload x GPU x precision, with its unit and MFU (measured rows only)."""
     precisions = comparison.precisions()
-    mfu_precisions = [pr for pr in precisions if any(p.precision == pr and p.origin == MEASURED for p in comparison.points)]
+    mfu_precisions = [
+        pr for pr in precisions if any(p.precision == pr and p.origin == MEASURED for p in comparison.points)
+    ]
     columns = ["workload", "GPU", "source", "unit"]
     for pr in precisions:
         columns.append(pr)
@@ -135,18 +146,29 @@ def throughput_table(comparison: Comparison) -> Table:
     notes = []
     reasons = sorted({p.mfu_why for p in comparison.points if p.origin == MEASURED and p.mfu is None and p.mfu_why})
     if reasons:
-        notes.append(f"MFU '-': {'; '.join(reasons)} (MFU = FLOPs per sample x samples/s / the card's dense peak "
-                     "for the precision, from memprobe/data/gpus.yaml). Published rows have no MFU.")
+        notes.append(
+            f"MFU '-': {'; '.join(reasons)} (MFU = FLOPs per sample x samples/s / the card's dense peak "
+            "for the precision, from memprobe/data/gpus.yaml). Published rows have no MFU."
+        )
     if any(p.origin == PUBLISHED and p.precision == "tf32" for p in comparison.points):
-        notes.append("tf32 published cells are the 2023-2025 catalog's 'FP32' column on Ampere and newer cards, where "
-                     "TF32 tensor cores were on; compare them with memprobe tf32 results, not fp32.")
+        notes.append(
+            "tf32 published cells are the 2023-2025 catalog's 'FP32' column on Ampere and newer cards, where "
+            "TF32 tensor cores were on; compare them with memprobe tf32 results, not fp32."
+        )
     return Table("throughput", "Training throughput at the max batch", columns, rows, notes)
 
 
 def gains_table(comparison: Comparison) -> Table:
     """Mixed-precision gain per workload and card: fp16 and bf16 over fp32, for max batch and throughput."""
-    columns = ["workload", "GPU", "source", "fp16/fp32 batch", "fp16/fp32 throughput", "bf16/fp32 batch",
-               "bf16/fp32 throughput"]
+    columns = [
+        "workload",
+        "GPU",
+        "source",
+        "fp16/fp32 batch",
+        "fp16/fp32 throughput",
+        "bf16/fp32 batch",
+        "bf16/fp32 throughput",
+    ]
     rows = []
 
     def ratio(a: float | None, b: float | None, origin: str) -> Cell | str:
@@ -167,8 +189,10 @@ def gains_table(comparison: Comparison) -> Table:
             row.append(ratio(p.max_batch if p else None, base.max_batch, base.origin))
             row.append(ratio(p.throughput if p else None, base.throughput, base.origin))
         rows.append(row)
-    notes = ["Ratios of the same card and source: fp16 = autocast float16 + GradScaler, bf16 = autocast bfloat16, "
-             "fp32 = true FP32 (TF32 off). Published rows whose 'FP32' is TF32 have no fp32 baseline and are left out."]
+    notes = [
+        "Ratios of the same card and source: fp16 = autocast float16 + GradScaler, bf16 = autocast bfloat16, "
+        "fp32 = true FP32 (TF32 off). Published rows whose 'FP32' is TF32 have no fp32 baseline and are left out."
+    ]
     if any(r[2] != "measured" for r in rows):
         notes.append("Published batch ratios compare hand-picked batches, not maxima.")
     return Table("gains", "Mixed-precision gain over fp32", columns, rows, notes)
@@ -176,8 +200,17 @@ def gains_table(comparison: Comparison) -> Table:
 
 def utilization_table(comparison: Comparison) -> Table:
     """Utilization sampled during memprobe's timed steps (measured rows only: nothing published has it)."""
-    columns = ["GPU", "workload", "precision", "batch", "GPU util %", "memory util %", "power W (mean / max)",
-               "memory used GiB", "SM clock MHz"]
+    columns = [
+        "GPU",
+        "workload",
+        "precision",
+        "batch",
+        "GPU util %",
+        "memory util %",
+        "power W (mean / max)",
+        "memory used GiB",
+        "SM clock MHz",
+    ]
     rows = []
     for p in comparison.points:
         if p.origin != MEASURED or not p.utilization:
@@ -189,12 +222,27 @@ def utilization_table(comparison: Comparison) -> Table:
             return "-" if m is None else f"{m / scale:.{digits}f}"
 
         power = u.get("power_w") or {}
-        power_text = "-" if power.get("mean") is None else f"{power['mean']:.0f} / {power.get('max', power['mean']):.0f}"
+        power_text = (
+            "-" if power.get("mean") is None else f"{power['mean']:.0f} / {power.get('max', power['mean']):.0f}"
+        )
         used = (u.get("mem_used_bytes") or {}).get("max")
-        rows.append([p.gpu, p.workload, p.precision, fmt_number(p.max_batch) if p.max_batch is not None else "-",
-                     mean("gpu_util_pct"), mean("mem_util_pct"), power_text, gib(used), mean("sm_clock_mhz")])
-    notes = ["Sampled every 0.1 s from NVML during the timed steps at the max batch; memory util % is the "
-             "memory-controller busy time, not capacity."]
+        rows.append(
+            [
+                p.gpu,
+                p.workload,
+                p.precision,
+                fmt_number(p.max_batch) if p.max_batch is not None else "-",
+                mean("gpu_util_pct"),
+                mean("mem_util_pct"),
+                power_text,
+                gib(used),
+                mean("sm_clock_mhz"),
+            ]
+        )
+    notes = [
+        "Sampled every 0.1 s from NVML during the timed steps at the max batch; memory util % is the "
+        "memory-controller busy time, not capacity."
+    ]
     return Table("utilization", "Utilization during the timed steps (measured)", columns, rows, notes)
 
 

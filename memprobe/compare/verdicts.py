@@ -72,4 +72,3 @@ def roomy_thresholds(preds: Sequence[Prediction]) -> dict[str, int]:
         if p.batch is not None:
             best[p.workload] = max(best.get(p.workload, 0), p.batch)
     return {w: max(1, math.ceil(b * ROOMY_FRACTION)) for w, b in best.items()}
-

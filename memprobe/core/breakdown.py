@@ -15,8 +15,18 @@ from typing import Any
 from memprobe.core.variants import LLM_FAMILIES
 
 # The categories in the order they are stacked and listed; together they make the peak reserved bytes.
-CATEGORIES = ("parameters", "parameter_copies", "buffers", "gradients", "optimizer_state", "activations",
-              "temporaries", "inputs", "allocator_slack", "unattributed")
+CATEGORIES = (
+    "parameters",
+    "parameter_copies",
+    "buffers",
+    "gradients",
+    "optimizer_state",
+    "activations",
+    "temporaries",
+    "inputs",
+    "allocator_slack",
+    "unattributed",
+)
 LABELS = {
     "parameters": "parameters (master weights)",
     "parameter_copies": "low-precision weight copies",
@@ -87,15 +97,23 @@ class Breakdown:
         try:
             categories = {str(k): int(v) for k, v in dict(data["categories"]).items()}
             known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
-            return cls(**{**known, "categories": categories, "batch": int(data["batch"]),
-                          "peak_reserved": int(data["peak_reserved"]), "peak_allocated": int(data["peak_allocated"]),
-                          "top_modules": [dict(m) for m in data.get("top_modules") or []]})
+            return cls(
+                **{
+                    **known,
+                    "categories": categories,
+                    "batch": int(data["batch"]),
+                    "peak_reserved": int(data["peak_reserved"]),
+                    "peak_allocated": int(data["peak_allocated"]),
+                    "top_modules": [dict(m) for m in data.get("top_modules") or []],
+                }
+            )
         except (KeyError, TypeError, ValueError) as exc:
             raise BreakdownError(f"malformed breakdown ({type(exc).__name__}: {exc})") from exc
 
 
-def assemble(batch: int, basis: str, tracked: dict[str, int], peak_allocated: int, peak_reserved: int,
-             **details: Any) -> Breakdown:
+def assemble(
+    batch: int, basis: str, tracked: dict[str, int], peak_allocated: int, peak_reserved: int, **details: Any
+) -> Breakdown:
     """The record from the tracked tensor bytes at the peak (by category) and the allocator's peaks.
 
     Allocator slack is peak reserved minus peak allocated; `unattributed` is the allocated peak minus
@@ -109,16 +127,24 @@ def assemble(batch: int, basis: str, tracked: dict[str, int], peak_allocated: in
     categories = {name: int(tracked.get(name, 0)) for name in CATEGORIES}
     categories["allocator_slack"] = int(peak_reserved) - int(peak_allocated)
     categories["unattributed"] = int(peak_allocated) - sum(int(v) for v in tracked.values())
-    return Breakdown(batch=batch, basis=basis, categories=categories, peak_reserved=int(peak_reserved),
-                     peak_allocated=int(peak_allocated), **details)
+    return Breakdown(
+        batch=batch,
+        basis=basis,
+        categories=categories,
+        peak_reserved=int(peak_reserved),
+        peak_allocated=int(peak_allocated),
+        **details,
+    )
 
 
 def check_sum(breakdown: Breakdown) -> str:
     """'' when the categories add up to the peak reserved within SUM_TOLERANCE, else a one-line problem."""
     if breakdown.sum_error <= SUM_TOLERANCE:
         return ""
-    return (f"categories add up to {breakdown.total} bytes, {breakdown.sum_error:.1%} away from the peak reserved "
-            f"{breakdown.peak_reserved}")
+    return (
+        f"categories add up to {breakdown.total} bytes, {breakdown.sum_error:.1%} away from the peak reserved "
+        f"{breakdown.peak_reserved}"
+    )
 
 
 def top_modules(activation_bytes: dict[str, int], count: int = TOP_MODULES) -> list[dict[str, Any]]:
@@ -140,8 +166,10 @@ class Lever:
     def text(self) -> str:
         gib = 1024**3
         where = f" ({self.option})" if self.option else ""
-        return (f"{LABELS[self.category]} {self.bytes / gib:.2f} GiB = +{self.batch} batch at "
-                f"{self.per_sample_bytes / gib:.3f} GiB per sample{where} [estimate]")
+        return (
+            f"{LABELS[self.category]} {self.bytes / gib:.2f} GiB = +{self.batch} batch at "
+            f"{self.per_sample_bytes / gib:.3f} GiB per sample{where} [estimate]"
+        )
 
 
 def _option(category: str, precision: str, family: str) -> str:
@@ -165,9 +193,13 @@ def what_buys_more_batch(breakdown: Breakdown, precision: str = "", family: str 
     per_sample = breakdown.per_sample_bytes
     if not per_sample or per_sample <= 0:
         return []
-    levers = [Lever(name, value, int(value // per_sample), int(per_sample), _option(name, precision, family))
-              for name in CATEGORIES if name != "unattributed"
-              for value in [breakdown.categories.get(name, 0)] if value > 0]
+    levers = [
+        Lever(name, value, int(value // per_sample), int(per_sample), _option(name, precision, family))
+        for name in CATEGORIES
+        if name != "unattributed"
+        for value in [breakdown.categories.get(name, 0)]
+        if value > 0
+    ]
     return sorted(levers, key=lambda lever: -lever.bytes)
 
 

@@ -79,10 +79,12 @@ def resolve_card(name: str, catalog: Catalog | None = None) -> ResolvedCard:
     catalog = catalog or default_catalog()
     text = name.strip()
     if not text:
-        raise CardNameError("empty card name (e.g. H100, \"A100 80GB\", 4090)")
+        raise CardNameError('empty card name (e.g. H100, "A100 80GB", 4090)')
     if not _ALLOWED.match(text):
-        raise CardNameError(f"'{_shown(text)}' is not a card name (letters, digits, spaces and - _ . ( ) / "
-                            "only); `memprobe guide` lists the catalog")
+        raise CardNameError(
+            f"'{_shown(text)}' is not a card name (letters, digits, spaces and - _ . ( ) / "
+            "only); `memprobe guide` lists the catalog"
+        )
     words = _words(text)
     if not words:
         raise CardNameError(f"'{_shown(text)}' names no card; `memprobe guide` lists the catalog")
@@ -97,11 +99,15 @@ def resolve_card(name: str, catalog: Catalog | None = None) -> ResolvedCard:
         others = ", ".join(c.name for c in fits if c is not chosen)
         if chosen is None:
             raise CardNameError(f"'{_shown(text)}' fits several cards ({others}); give one of them")
-        return ResolvedCard(chosen, f"'{text}' taken as the {chosen.name} (the most common form); it also fits "
-                                    f"{others} (give that name for it)")
+        return ResolvedCard(
+            chosen,
+            f"'{text}' taken as the {chosen.name} (the most common form); it also fits "
+            f"{others} (give that name for it)",
+        )
     close = closest_names(text, catalog)
-    raise CardNameError(f"unknown GPU '{_shown(text)}'; closest catalog names: {', '.join(close)} "
-                        "(`memprobe guide` lists them all)")
+    raise CardNameError(
+        f"unknown GPU '{_shown(text)}'; closest catalog names: {', '.join(close)} (`memprobe guide` lists them all)"
+    )
 
 
 def resolve_cards(names: str | None, catalog: Catalog | None = None) -> list[ResolvedCard]:
@@ -111,7 +117,7 @@ def resolve_cards(names: str | None, catalog: Catalog | None = None) -> list[Res
         return []
     items = [t.strip() for t in names.split(",")]
     if not any(items):
-        raise CardNameError("no card name given (e.g. H100, or \"H100 SXM,A100 80GB\")")
+        raise CardNameError('no card name given (e.g. H100, or "H100 SXM,A100 80GB")')
     out: list[ResolvedCard] = []
     for item in items:
         if not item:

@@ -42,11 +42,14 @@ def card_size(card: Card) -> tuple[int, str]:
     """The memory to predict for on `card`: (bytes, how it was chosen). The driver-reported total where the
     catalog records one, else the datasheet size (labelled as such: the real total is a little lower)."""
     if card.driver_total_bytes:
-        return card.driver_total_bytes, (f"{card.name}: {_mib(card.driver_total_bytes)} as the driver reports it "
-                                         f"({card.driver_total_source})")
-    return card.memory_bytes, (f"{card.name}: no driver-reported total in the catalog, so the datasheet size "
-                               f"{card.memory_bytes / 2**30:g} GiB is used; a real card reports a little less, so the "
-                               "prediction may be one or two batches high")
+        return card.driver_total_bytes, (
+            f"{card.name}: {_mib(card.driver_total_bytes)} as the driver reports it ({card.driver_total_source})"
+        )
+    return card.memory_bytes, (
+        f"{card.name}: no driver-reported total in the catalog, so the datasheet size "
+        f"{card.memory_bytes / 2**30:g} GiB is used; a real card reports a little less, so the "
+        "prediction may be one or two batches high"
+    )
 
 
 def _datasheet_match(nbytes: int, catalog: Catalog) -> list[Card]:
@@ -86,15 +89,19 @@ def read_sizes(memory: str | None, gpus: str | None, catalog: Catalog | None = N
             continue
         unit = item.lstrip("0123456789. ").lower()
         if unit in ("gb", "mb", "tb", "kb"):
-            sizes.notes.append(f"{item} read as decimal {unit.upper()}: {nbytes:,} bytes = {nbytes / 2**30:.2f} GiB "
-                               f"(write {item[: -len(unit)].strip()}{unit[0].upper()}iB for binary)")
+            sizes.notes.append(
+                f"{item} read as decimal {unit.upper()}: {nbytes:,} bytes = {nbytes / 2**30:.2f} GiB "
+                f"(write {item[: -len(unit)].strip()}{unit[0].upper()}iB for binary)"
+            )
         elif unit in ("", "b", "k", "m", "g", "t"):
             sizes.notes.append(f"{item} read as {nbytes:,} bytes = {nbytes / 2**30:.2f} GiB")
         matches = _datasheet_match(nbytes, catalog)
         if matches:
-            names = ", ".join(f"--gpu \"{c.name}\"" for c in matches[:3])
-            sizes.notes.append(f"{item} is the datasheet size of {', '.join(c.name for c in matches[:3])}; "
-                               f"a real card reports a different total: {names} uses the card's own figure")
+            names = ", ".join(f'--gpu "{c.name}"' for c in matches[:3])
+            sizes.notes.append(
+                f"{item} is the datasheet size of {', '.join(c.name for c in matches[:3])}; "
+                f"a real card reports a different total: {names} uses the card's own figure"
+            )
     try:
         resolved = resolve_cards(gpus, catalog)
     except CardNameError as exc:

@@ -160,8 +160,14 @@ def _card(entry: Any, where: str) -> Card:
     for p in entry.get("prices") or []:
         if not isinstance(p, dict) or not p.get("source") or not p.get("date"):
             raise CatalogError(f"{where}: each price needs usd, date and source")
-        prices.append(Price(usd=_number(p.get("usd"), where, "price usd") or 0.0, date=str(p["date"]),
-                            source=str(p["source"]), note=str(p.get("note", ""))))
+        prices.append(
+            Price(
+                usd=_number(p.get("usd"), where, "price usd") or 0.0,
+                date=str(p["date"]),
+                source=str(p["source"]),
+                note=str(p.get("note", "")),
+            )
+        )
     return Card(
         name=str(entry["name"]),
         aliases=tuple(str(a) for a in entry.get("aliases") or ()),

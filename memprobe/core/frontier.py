@@ -57,18 +57,31 @@ class Frontier:
     notes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"precision": self.precision, "source": self.source, "budget_s": self.budget_s,
-                "points": [p.to_dict() for p in self.points], "notes": list(self.notes)}
+        return {
+            "precision": self.precision,
+            "source": self.source,
+            "budget_s": self.budget_s,
+            "points": [p.to_dict() for p in self.points],
+            "notes": list(self.notes),
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Frontier":
-        return cls(data["precision"], data["source"], data.get("budget_s"),
-                   [FrontierPoint.from_dict(p) for p in data.get("points", [])], list(data.get("notes", [])))
+        return cls(
+            data["precision"],
+            data["source"],
+            data.get("budget_s"),
+            [FrontierPoint.from_dict(p) for p in data.get("points", [])],
+            list(data.get("notes", [])),
+        )
 
     def found(self, kind: str) -> dict[int, int]:
         """fixed -> found for the points of `kind` that were measured or predicted."""
-        return {p.fixed: p.found for p in self.points
-                if p.kind == kind and p.status in (MEASURED, PREDICTED) and p.found is not None}
+        return {
+            p.fixed: p.found
+            for p in self.points
+            if p.kind == kind and p.status in (MEASURED, PREDICTED) and p.found is not None
+        }
 
 
 def frontiers_of(section: dict[str, Any] | None) -> dict[str, Frontier]:
@@ -88,9 +101,15 @@ def ladder(start: int, cap: int) -> list[int]:
 Measure = Callable[[str, int], FrontierPoint]
 
 
-def walk(measure: Measure, budget_s: float | None, seq_cap: int, batch_cap: int, seq_start: int = SEQ_START,
-         clock: Callable[[], float] = time.monotonic, kinds: tuple[str, ...] = (BATCH_AT_SEQ, SEQ_AT_BATCH)
-         ) -> tuple[list[FrontierPoint], list[str]]:
+def walk(
+    measure: Measure,
+    budget_s: float | None,
+    seq_cap: int,
+    batch_cap: int,
+    seq_start: int = SEQ_START,
+    clock: Callable[[], float] = time.monotonic,
+    kinds: tuple[str, ...] = (BATCH_AT_SEQ, SEQ_AT_BATCH),
+) -> tuple[list[FrontierPoint], list[str]]:
     """Walk the two ladders (lengths from `seq_start` to `seq_cap`, batches 1, 2, 4 ... to `batch_cap`), alternating,
     calling measure(kind, fixed) for each point. Returns the points (measured, errors and skipped rungs) and notes
     (where the walk is not monotone). A point is skipped, not guessed, when the budget would be passed."""
@@ -105,8 +124,15 @@ def walk(measure: Measure, budget_s: float | None, seq_cap: int, batch_cap: int,
             fixed = queues[kind].pop(0)
             spent = clock() - started
             if budget_s is not None and spent + longest > budget_s:
-                points.append(FrontierPoint(kind, fixed, SKIPPED, note=f"time budget {budget_s:g} s: {spent:.0f} s "
-                                            f"spent and the longest point took {longest:.0f} s; the ladder stops here"))
+                points.append(
+                    FrontierPoint(
+                        kind,
+                        fixed,
+                        SKIPPED,
+                        note=f"time budget {budget_s:g} s: {spent:.0f} s "
+                        f"spent and the longest point took {longest:.0f} s; the ladder stops here",
+                    )
+                )
                 queues[kind] = []
                 continue
             before = clock()
@@ -124,8 +150,11 @@ def monotone_notes(points: list[FrontierPoint]) -> list[str]:
     max length (measurement or allocator effects; the points stand as found)."""
     notes = []
     for kind, what in ((BATCH_AT_SEQ, "max batch at length"), (SEQ_AT_BATCH, "max length at batch")):
-        found = sorted((p.fixed, p.found) for p in points if p.kind == kind and p.found is not None
-                       and p.status in (MEASURED, PREDICTED))
+        found = sorted(
+            (p.fixed, p.found)
+            for p in points
+            if p.kind == kind and p.found is not None and p.status in (MEASURED, PREDICTED)
+        )
         for (a, fa), (b, fb) in zip(found, found[1:]):
             if fb > fa:
                 notes.append(f"not monotone: {what} {b} is {fb}, above {fa} at {a}")
@@ -136,8 +165,9 @@ class FrontierError(ValueError):
     """A workload that has no frontier (not an LLM nor an hf: model); one line."""
 
 
-def point_workload(workload: Workload, kind: str, fixed: int, checkpointing: bool = False,
-                   lora: int | None = None) -> Workload:
+def point_workload(
+    workload: Workload, kind: str, fixed: int, checkpointing: bool = False, lora: int | None = None
+) -> Workload:
     """The variant a point scans: the batch search at length `fixed`, or the length search at batch `fixed`.
     An hf: model takes the length as its seq_len param (it has no length search)."""
     if workload.family == "hf":
@@ -156,8 +186,10 @@ def frontier_kinds(workload: Workload) -> tuple[str, ...]:
         return (BATCH_AT_SEQ, SEQ_AT_BATCH)
     if workload.family == "hf":
         return (BATCH_AT_SEQ,)
-    raise FrontierError(f"--search frontier applies to LLM workloads (family {', '.join(LLM_FAMILIES)}) and hf: "
-                        f"models; {workload.name} is {workload.family}")
+    raise FrontierError(
+        f"--search frontier applies to LLM workloads (family {', '.join(LLM_FAMILIES)}) and hf: "
+        f"models; {workload.name} is {workload.family}"
+    )
 
 
 def frontier_name(workload: Workload, checkpointing: bool, lora: int | None) -> str:

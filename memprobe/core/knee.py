@@ -70,8 +70,11 @@ def falls(points: Iterable[dict[str, Any]]) -> list[Fall]:
     """Every counted fall between neighbouring fitting points (failed and skipped points are not neighbours),
     the largest fall first."""
     timed = _timed(points)
-    found = [Fall(a["batch"], b["batch"], b["samples_per_s"] / a["samples_per_s"] - 1)
-             for a, b in pairwise(timed) if counts(a, b)]
+    found = [
+        Fall(a["batch"], b["batch"], b["samples_per_s"] / a["samples_per_s"] - 1)
+        for a, b in pairwise(timed)
+        if counts(a, b)
+    ]
     return sorted(found, key=lambda f: (f.drop, f.before))
 
 

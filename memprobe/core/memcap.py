@@ -31,13 +31,17 @@ def plan_cap(cap_bytes: int, total_bytes: int, free_bytes: int, reserved_bytes: 
     not below the card's total or leaves nothing after the memory held outside the allocator.
     """
     if cap_bytes >= total_bytes:
-        raise MemoryCapError(f"a cap of {cap_bytes / 2**30:.2f} GiB is not below this card's "
-                             f"{total_bytes / 2**30:.2f} GiB: scan without --memory-cap")
+        raise MemoryCapError(
+            f"a cap of {cap_bytes / 2**30:.2f} GiB is not below this card's "
+            f"{total_bytes / 2**30:.2f} GiB: scan without --memory-cap"
+        )
     outside = max(0, total_bytes - free_bytes - reserved_bytes)
     limit = cap_bytes - outside
     if limit <= 0:
-        raise MemoryCapError(f"a cap of {cap_bytes / 2**30:.2f} GiB leaves nothing once the "
-                             f"{outside / 2**30:.2f} GiB held outside PyTorch is counted")
+        raise MemoryCapError(
+            f"a cap of {cap_bytes / 2**30:.2f} GiB leaves nothing once the "
+            f"{outside / 2**30:.2f} GiB held outside PyTorch is counted"
+        )
     return CapPlan(cap_bytes, outside, limit, limit / total_bytes)
 
 

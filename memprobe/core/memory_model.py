@@ -177,9 +177,14 @@ def edge_model(attempts: Iterable[Attempt]) -> MemoryModel | None:
             top = max(a.batch for a in pair)
             tops = [a for a in pair if a.batch == top]
             # every fit of the pair has both peaks (checked above); the condition says so to the type checker
-            ratio = sum(a.peak_reserved / a.peak_allocated for a in tops
-                        if a.peak_reserved and a.peak_allocated) / len(tops)
-            return MemoryModel(ratio * allocated.static_bytes, ratio * allocated.per_sample_bytes,
-                               "peak_allocated x reserved/allocated of the largest fit", allocated.points,
-                               ratio * allocated.max_residual_bytes)
+            ratio = sum(a.peak_reserved / a.peak_allocated for a in tops if a.peak_reserved and a.peak_allocated) / len(
+                tops
+            )
+            return MemoryModel(
+                ratio * allocated.static_bytes,
+                ratio * allocated.per_sample_bytes,
+                "peak_allocated x reserved/allocated of the largest fit",
+                allocated.points,
+                ratio * allocated.max_residual_bytes,
+            )
     return fit_memory_model(pair, basis=basis) or fit_memory_model(attempts, basis=basis)

@@ -11,10 +11,10 @@ import re
 
 # Outcomes of one trial. Everything except FIT means "this batch does not train".
 FIT = "fit"
-OOM = "oom"          # out of memory: the allocator or a library could not get memory
-LIMIT = "limit"      # a hard limit that is not memory (kernel launch configuration, 32-bit indexing)
-CRASH = "crash"      # the CUDA context is unusable or the trial process died: a new process is needed
-ERROR = "error"      # a bug or a misconfiguration: retrying at another batch will not help
+OOM = "oom"  # out of memory: the allocator or a library could not get memory
+LIMIT = "limit"  # a hard limit that is not memory (kernel launch configuration, 32-bit indexing)
+CRASH = "crash"  # the CUDA context is unusable or the trial process died: a new process is needed
+ERROR = "error"  # a bug or a misconfiguration: retrying at another batch will not help
 TIMEOUT = "timeout"  # the trial ran past its time limit and was killed
 # The user's model code (a module:function build, or a name that cannot be resolved) raised something
 # that is not out of memory: the user must fix it; the message carries their traceback.
@@ -80,8 +80,9 @@ def classify_error(type_name: str, message: str, reserved_share: float | None = 
     """
     # torch's CUDA errors (AcceleratorError) end with hints that name "device-side assertions" whatever the
     # error was; without them, "CUDA error: out of memory" reads as the OOM it is, wherever it was raised.
-    text = "\n".join(line for line in (message or "").lower().splitlines()
-                     if not any(hint in line for hint in _BOILERPLATE_HINTS))
+    text = "\n".join(
+        line for line in (message or "").lower().splitlines() if not any(hint in line for hint in _BOILERPLATE_HINTS)
+    )
     if any(marker in text for marker in _CRASH_MARKERS):
         return CRASH
     if type_name in ("OutOfMemoryError", "MemoryError") or any(m in text for m in _OOM_MARKERS):
@@ -93,8 +94,9 @@ def classify_error(type_name: str, message: str, reserved_share: float | None = 
     return ERROR
 
 
-def with_memory_state(outcome: str, type_name: str, message: str, peak_reserved: int | None,
-                      capacity_bytes: int | None) -> tuple[str, str]:
+def with_memory_state(
+    outcome: str, type_name: str, message: str, peak_reserved: int | None, capacity_bytes: int | None
+) -> tuple[str, str]:
     """Re-classify an ERROR now that the peak reserved memory is known: (outcome, note), where the
     note ("" when nothing changed) is for the trial's message. Never raises."""
     if outcome != ERROR or not capacity_bytes or peak_reserved is None:

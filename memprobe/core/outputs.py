@@ -70,7 +70,8 @@ def save_figure(fig: Any, path: str | Path, **savefig: Any) -> Path:
     """fig.savefig to `path` atomically (atomic_write). Raises OutputError naming the file."""
     path = Path(path)
     try:
-        return atomic_write(path, lambda handle: fig.savefig(handle, format=path.suffix.lstrip("."), **savefig),
-                            binary=True)
+        return atomic_write(
+            path, lambda handle: fig.savefig(handle, format=path.suffix.lstrip("."), **savefig), binary=True
+        )
     except OSError as exc:
         raise OutputError(f"cannot write {path} ({_reason(exc)})") from None

@@ -52,15 +52,21 @@ class Overhead:
     def describe(self) -> str:
         """One sentence: the overhead and where it comes from."""
         if self.nominal_bytes is not None:
-            parts = [f"{gib(self.nominal_bytes, 2)} GiB datasheet memory - {gib(self.capacity_bytes, 2)} GiB that the "
-                     f"scan's allocator could use = {gib(self.bytes, 2)} GiB"]
+            parts = [
+                f"{gib(self.nominal_bytes, 2)} GiB datasheet memory - {gib(self.capacity_bytes, 2)} GiB that the "
+                f"scan's allocator could use = {gib(self.bytes, 2)} GiB"
+            ]
             if self.total_bytes is not None:
-                parts.append(f"{gib(self.nominal_bytes - self.total_bytes, 2)} GiB the driver does not expose + "
-                             f"{gib(self.total_bytes - self.capacity_bytes, 2)} GiB CUDA context and runtime")
+                parts.append(
+                    f"{gib(self.nominal_bytes - self.total_bytes, 2)} GiB the driver does not expose + "
+                    f"{gib(self.total_bytes - self.capacity_bytes, 2)} GiB CUDA context and runtime"
+                )
             return f"measured on {self.gpu}: " + " (".join(parts) + (")" if len(parts) > 1 else "")
-        return (f"measured on {self.gpu} (not in the catalog): total {gib(self.total_bytes, 2)} GiB - capacity "
-                f"{gib(self.capacity_bytes, 2)} GiB = {gib(self.bytes, 2)} GiB; the driver's own reservation is unknown "
-                "and not included")
+        return (
+            f"measured on {self.gpu} (not in the catalog): total {gib(self.total_bytes, 2)} GiB - capacity "
+            f"{gib(self.capacity_bytes, 2)} GiB = {gib(self.bytes, 2)} GiB; the driver's own reservation is unknown "
+            "and not included"
+        )
 
 
 def overhead_for(result: "ScanResult", p: "PrecisionResult", catalog: Catalog) -> Overhead | None:
@@ -120,8 +126,14 @@ def load_overhead_table(path: str | Path | None = None) -> OverheadTable:
     cards = {}
     for i, row in enumerate(data["cards"]):
         try:
-            entry = ScannedCard(str(row["card"]), int(row["capacity_bytes"]), int(row["overhead_bytes"]),
-                                int(row["scans"]), tuple(map(str, row["devices"])), tuple(map(str, row["sources"])))
+            entry = ScannedCard(
+                str(row["card"]),
+                int(row["capacity_bytes"]),
+                int(row["overhead_bytes"]),
+                int(row["scans"]),
+                tuple(map(str, row["devices"])),
+                tuple(map(str, row["sources"])),
+            )
         except (KeyError, TypeError, ValueError) as exc:
             raise OverheadError(f"{path}: card #{i + 1} is malformed ({type(exc).__name__}: {exc})") from None
         if entry.capacity_bytes <= 0 or entry.overhead_bytes < 0:
@@ -153,8 +165,13 @@ class Usable:
     how: str
 
 
-def usable_memory(label: str, memory_bytes: int, card: "Card | None" = None, override: Override | None = None,
-                  table: OverheadTable | None = None) -> Usable:
+def usable_memory(
+    label: str,
+    memory_bytes: int,
+    card: "Card | None" = None,
+    override: Override | None = None,
+    table: OverheadTable | None = None,
+) -> Usable:
     """The allocator capacity of `memory_bytes` (the memory of `card`, or a size given in bytes when None), by the
     module's rule. Raises OverheadError when nothing is left once the overhead is subtracted."""
     table = table or default_overhead_table()
@@ -164,19 +181,28 @@ def usable_memory(label: str, memory_bytes: int, card: "Card | None" = None, ove
         how = f"{gib(override.bytes, 2)} GiB not allocatable, {override.source}"
     elif scanned is not None:
         capacity = scanned.capacity_bytes
-        how = (f"the allocator capacity memprobe measured on the {scanned.card} ({scanned.scans} scanned precisions, "
-               "the smallest; memprobe/data/overhead.yaml)")
+        how = (
+            f"the allocator capacity memprobe measured on the {scanned.card} ({scanned.scans} scanned precisions, "
+            "the smallest; memprobe/data/overhead.yaml)"
+        )
     else:
         carried = table.carried()
         if carried is None:
-            return Usable(memory_bytes, memory_bytes, "no scanned card in memprobe/data/overhead.yaml: nothing "
-                                                      "subtracted, so the prediction is optimistic")
+            return Usable(
+                memory_bytes,
+                memory_bytes,
+                "no scanned card in memprobe/data/overhead.yaml: nothing subtracted, so the prediction is optimistic",
+            )
         capacity = memory_bytes - carried.overhead_bytes
-        how = (f"{gib(carried.overhead_bytes, 2)} GiB not allocatable, measured on the {carried.card} and carried "
-               "over (not measured on this " + ("card" if card is not None else "size") + "; memprobe/data/overhead.yaml)")
+        how = (
+            f"{gib(carried.overhead_bytes, 2)} GiB not allocatable, measured on the {carried.card} and carried "
+            "over (not measured on this " + ("card" if card is not None else "size") + "; memprobe/data/overhead.yaml)"
+        )
     if capacity <= 0:
-        raise OverheadError(f"{label} is not larger than the {gib(memory_bytes - capacity, 2)} GiB the allocator "
-                            "cannot use (CUDA context, driver)")
+        raise OverheadError(
+            f"{label} is not larger than the {gib(memory_bytes - capacity, 2)} GiB the allocator "
+            "cannot use (CUDA context, driver)"
+        )
     return Usable(memory_bytes, capacity, how)
 
 
@@ -196,8 +222,9 @@ def overhead_from_files(paths: Sequence[str | Path]) -> Override:
             found = overhead_for(result, p, catalog)
             if found is not None:
                 return Override(found.bytes, f"from --overhead-from, {found.describe()} ({path})")
-    raise OverheadError(f"--overhead-from: no scan result with a recorded allocator capacity in "
-                        f"{', '.join(str(p) for p in paths)}")
+    raise OverheadError(
+        f"--overhead-from: no scan result with a recorded allocator capacity in {', '.join(str(p) for p in paths)}"
+    )
 
 
 def choose_override(paths: Sequence[str | Path] | None = None, size: str | int | None = None) -> Override | None:

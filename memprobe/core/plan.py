@@ -99,8 +99,13 @@ class Plan:
     notes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"model": self.model, "card": self.card, "global_batch": self.global_batch,
-                "rows": [r.to_dict() for r in self.rows], "notes": list(self.notes)}
+        return {
+            "model": self.model,
+            "card": self.card,
+            "global_batch": self.global_batch,
+            "rows": [r.to_dict() for r in self.rows],
+            "notes": list(self.notes),
+        }
 
 
 def check_global_batch(global_batch: int | None) -> None:
@@ -143,16 +148,31 @@ def headroom(c: Capacity, micro: int) -> tuple[int | None, str]:
         return c.capacity_bytes - c.peaks[micro], how
     if c.static_bytes is not None and c.per_sample_bytes is not None:
         peak = c.static_bytes + c.per_sample_bytes * micro
-        return int(c.capacity_bytes - peak), ("fitted line of measured peaks" if c.source == MEASURED
-                                              else "fitted line of predicted peaks")
+        return int(c.capacity_bytes - peak), (
+            "fitted line of measured peaks" if c.source == MEASURED else "fitted line of predicted peaks"
+        )
     return None, "no peak at this batch"
 
 
 def plan_row(c: Capacity, global_batch: int | None) -> PlanRow:
     """The plan for one setting. Without a global batch the micro-batch is the cap and there is no accumulation."""
     if c.max_batch < 1:
-        return PlanRow(c.levers.label(), c.workload, c.source, c.max_batch, 0, "batch 1 does not fit", 0, None,
-                       None, None, "", None, None, "does not train at batch 1 on this card")
+        return PlanRow(
+            c.levers.label(),
+            c.workload,
+            c.source,
+            c.max_batch,
+            0,
+            "batch 1 does not fit",
+            0,
+            None,
+            None,
+            None,
+            "",
+            None,
+            None,
+            "does not train at batch 1 on this card",
+        )
     cap, reason = micro_cap(c)
     if global_batch is None:
         steps, micro, effective = 1, cap, cap
@@ -165,21 +185,47 @@ def plan_row(c: Capacity, global_batch: int | None) -> PlanRow:
     if global_batch is not None and effective != global_batch:
         notes.append(f"{global_batch} is not a multiple of {micro}: the effective global batch is {effective}")
     if speed is None:
-        notes.append("throughput not measured at this micro-batch" if c.source == MEASURED
-                     else "throughput not measured (predicted row)")
-    return PlanRow(c.levers.label(), c.workload, c.source, c.max_batch, cap, reason, micro, steps, effective, room, how,
-                   speed, seconds, "; ".join(notes))
+        notes.append(
+            "throughput not measured at this micro-batch"
+            if c.source == MEASURED
+            else "throughput not measured (predicted row)"
+        )
+    return PlanRow(
+        c.levers.label(),
+        c.workload,
+        c.source,
+        c.max_batch,
+        cap,
+        reason,
+        micro,
+        steps,
+        effective,
+        room,
+        how,
+        speed,
+        seconds,
+        "; ".join(notes),
+    )
 
 
 def sort_rows(rows: list[PlanRow]) -> list[PlanRow]:
     """Rows by time per global batch, fastest first; rows without one last (measured before predicted, then the
     larger micro-batch first)."""
-    return sorted(rows, key=lambda r: (r.seconds_per_global_batch is None, r.seconds_per_global_batch or 0.0,
-                                       r.source != MEASURED, -r.micro_batch, r.setting))
+    return sorted(
+        rows,
+        key=lambda r: (
+            r.seconds_per_global_batch is None,
+            r.seconds_per_global_batch or 0.0,
+            r.source != MEASURED,
+            -r.micro_batch,
+            r.setting,
+        ),
+    )
 
 
-def make_plan(model: str, card: str, capacities: list[Capacity], global_batch: int | None,
-              notes: list[str] | None = None) -> Plan:
+def make_plan(
+    model: str, card: str, capacities: list[Capacity], global_batch: int | None, notes: list[str] | None = None
+) -> Plan:
     """The plan of `capacities` for `global_batch`, rows sorted (sort_rows). Raises PlanError for a bad global batch."""
     check_global_batch(global_batch)
     rows = sort_rows([plan_row(c, global_batch) for c in capacities])

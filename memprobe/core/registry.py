@@ -31,7 +31,6 @@ FAMILIES: dict[str, str] = {
 }
 
 
-
 def family_builder(family: str) -> Callable[..., Any]:
     """The function that builds a family's training task (imports its module, and so torch, now).
 
@@ -66,8 +65,15 @@ class Workload:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Workload":
         """The workload a to_dict() stored (a result file's, a child process's request); test_only is not kept."""
-        return cls(data["name"], data["family"], data.get("description", ""), data.get("unit", "samples"),
-                   dict(data.get("params", {})), dict(data.get("optimizer", {})), version=int(data.get("version", 1)))
+        return cls(
+            data["name"],
+            data["family"],
+            data.get("description", ""),
+            data.get("unit", "samples"),
+            dict(data.get("params", {})),
+            dict(data.get("optimizer", {})),
+            version=int(data.get("version", 1)),
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """The definition as stored in result files: enough to tell whether two results compare."""
@@ -111,7 +117,9 @@ def load_registry(path: str | Path | None = None) -> dict[str, Workload]:
     for node, _ in root.value:
         line = node.start_mark.line + 1
         if node.value in seen:
-            raise RegistryError(f"{path}: line {line}: duplicate entry '{node.value}' (first at line {seen[node.value]})")
+            raise RegistryError(
+                f"{path}: line {line}: duplicate entry '{node.value}' (first at line {seen[node.value]})"
+            )
         seen[node.value] = line
     # Without duplicates the composed nodes and the loaded mapping are in the same order, so each
     # entry gets its line even when YAML reads its name as a number or a boolean.

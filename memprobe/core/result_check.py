@@ -20,6 +20,7 @@ def _int(minimum: int | None = 0, null: bool = True) -> tuple[Check, str]:
         if v is None:
             return null
         return isinstance(v, int) and not isinstance(v, bool) and (minimum is None or v >= minimum)
+
     bound = f" >= {minimum}" if minimum is not None else ""
     return ok, f"an integer{bound}" + (" or null" if null else "")
 
@@ -28,8 +29,13 @@ def _num(minimum: float | None = 0, null: bool = True) -> tuple[Check, str]:
     def ok(v: Any) -> bool:
         if v is None:
             return null
-        return (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-                and (minimum is None or v >= minimum))
+        return (
+            isinstance(v, (int, float))
+            and not isinstance(v, bool)
+            and math.isfinite(v)
+            and (minimum is None or v >= minimum)
+        )
+
     bound = f" >= {minimum:g}" if minimum is not None else ""
     return ok, f"a number{bound}" + (" or null" if null else "")
 
@@ -39,19 +45,47 @@ def _of(kind: type, null: bool = False) -> tuple[Check, str]:
     return (lambda v: (v is None and null) or isinstance(v, kind)), names[kind] + (" or null" if null else "")
 
 
-INT, INT1, NUM, TEXT, TEXT0, MAP, MAP0, LIST = (_int(), _int(1), _num(), _of(str), _of(str, True), _of(dict),
-                                                _of(dict, True), _of(list))
+INT, INT1, NUM, TEXT, TEXT0, MAP, MAP0, LIST = (
+    _int(),
+    _int(1),
+    _num(),
+    _of(str),
+    _of(str, True),
+    _of(dict),
+    _of(dict, True),
+    _of(list),
+)
 
 # Per precision: the fields report, guide, charts, predict --compare and the overhead table read.
-PRECISION = {"status": TEXT, "max_batch": INT, "stop": TEXT, "proof": MAP, "attempts": LIST, "memory_model": MAP,
-             "capacity_bytes": _int(1), "settings": MAP, "search_seconds": NUM, "throughput": MAP0,
-             "extra_batches": LIST, "error": TEXT, "curve": LIST, "best_batch": INT1, "best_samples_per_s": NUM,
-             "best_units_per_s": NUM, "curve_seconds": NUM}
-ATTEMPT = {"batch": _int(0, null=False), "outcome": TEXT, "peak_allocated": INT, "peak_reserved": INT,
-           "message": TEXT0}
+PRECISION = {
+    "status": TEXT,
+    "max_batch": INT,
+    "stop": TEXT,
+    "proof": MAP,
+    "attempts": LIST,
+    "memory_model": MAP,
+    "capacity_bytes": _int(1),
+    "settings": MAP,
+    "search_seconds": NUM,
+    "throughput": MAP0,
+    "extra_batches": LIST,
+    "error": TEXT,
+    "curve": LIST,
+    "best_batch": INT1,
+    "best_samples_per_s": NUM,
+    "best_units_per_s": NUM,
+    "curve_seconds": NUM,
+}
+ATTEMPT = {"batch": _int(0, null=False), "outcome": TEXT, "peak_allocated": INT, "peak_reserved": INT, "message": TEXT0}
 CURVE_POINT = {"batch": _int(1, null=False), "samples_per_s": NUM, "units_per_s": NUM}
-TIMED = {"samples_per_s": NUM, "units_per_s": NUM, "outcome": TEXT, "mfu": NUM, "flops_per_sample": NUM,
-         "utilization": MAP0}
+TIMED = {
+    "samples_per_s": NUM,
+    "units_per_s": NUM,
+    "outcome": TEXT,
+    "mfu": NUM,
+    "flops_per_sample": NUM,
+    "utilization": MAP0,
+}
 LINE = {"static_bytes": _num(None), "per_sample_bytes": _num(None)}
 PROOF = {"fits": INT, "fails": INT, "checks": LIST, "search": MAP0, "in_process": MAP0}
 GPU = {"name": TEXT, "total_bytes": _int(1), "emulated_total_bytes": _int(1)}
@@ -82,7 +116,11 @@ def _each(items: list, spec: dict[str, tuple[Check, str]], where: str) -> str | 
 
 def _memory_line(where: str, line: Any) -> str | None:
     """What is wrong with one memory_model line (None: nothing)."""
-    return f"{where} must be a mapping, got {_shown(line)}" if not isinstance(line, dict) else _fields(line, LINE, f"{where}.")
+    return (
+        f"{where} must be a mapping, got {_shown(line)}"
+        if not isinstance(line, dict)
+        else _fields(line, LINE, f"{where}.")
+    )
 
 
 def _precision(name: str, p: dict) -> str | None:
@@ -125,8 +163,9 @@ def problem(data: dict) -> str | None:
     found = _fields(workload, {"unit": TEXT, "params": MAP, "family": TEXT}, "workload.")
     found = found or _fields(data["environment"], {"gpu": MAP, "versions": MAP, "distributed": MAP0}, "environment.")
     found = found or _fields(data["environment"].get("gpu") or {}, GPU, "environment.gpu.")
-    found = found or _fields(data.get("settings") or {}, {"mode": TEXT, "world_size": INT1, "strategy": TEXT0},
-                             "settings.")
+    found = found or _fields(
+        data.get("settings") or {}, {"mode": TEXT, "world_size": INT1, "strategy": TEXT0}, "settings."
+    )
     if found:
         return found
     from memprobe.core.results import FILE_STATUSES

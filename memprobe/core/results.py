@@ -87,8 +87,9 @@ class PrecisionResult:
         if isinstance(self.proof, dict):
             self.proof = Proof.from_dict(self.proof) if self.proof else None
         self.attempts = [Attempt.from_dict(a) if isinstance(a, dict) else a for a in self.attempts]
-        self.memory_model = {basis: MemoryModel.from_dict(m) if isinstance(m, dict) else m
-                             for basis, m in self.memory_model.items()}
+        self.memory_model = {
+            basis: MemoryModel.from_dict(m) if isinstance(m, dict) else m for basis, m in self.memory_model.items()
+        }
         if isinstance(self.throughput, dict):
             self.throughput = Timed.from_dict(self.throughput) if self.throughput else None
         self.extra_batches = [Timed.from_dict(t) if isinstance(t, dict) else t for t in self.extra_batches]
@@ -183,11 +184,17 @@ class ScanResult:
     def to_dict(self) -> dict[str, Any]:
         """The result as a result file's mapping; the schema fields first, so a reader sees what the file is."""
         # The version this memprobe writes: a file read from an older one is written back in today's shape.
-        return {"schema": SCHEMA, "schema_version": SCHEMA_VERSION, "workload": self.workload,
-                "environment": self.environment, "settings": self.settings,
-                "precisions": {name: p.to_dict() for name, p in self.precisions.items()},
-                "status": self.status, "created": self.created,
-                **({"frontier": self.frontier} if self.frontier is not None else {})}
+        return {
+            "schema": SCHEMA,
+            "schema_version": SCHEMA_VERSION,
+            "workload": self.workload,
+            "environment": self.environment,
+            "settings": self.settings,
+            "precisions": {name: p.to_dict() for name, p in self.precisions.items()},
+            "status": self.status,
+            "created": self.created,
+            **({"frontier": self.frontier} if self.frontier is not None else {}),
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "ScanResult":
@@ -223,7 +230,11 @@ def final_status(precisions: dict[str, PrecisionResult]) -> str:
 
 def effective_status(result: "ScanResult") -> str:
     """The file's status, with an old `complete` whose precisions all ended in error read as failed."""
-    if result.status == "complete" and result.precisions and all(p.status == "error" for p in result.precisions.values()):
+    if (
+        result.status == "complete"
+        and result.precisions
+        and all(p.status == "error" for p in result.precisions.values())
+    ):
         return "failed"
     return result.status
 
@@ -296,8 +307,9 @@ def find_result_files(paths: list[str | Path]) -> list[Path]:
     return found
 
 
-def load_results(paths: list[str | Path], on_skip: Callable[[ResultFileError], None] | None = None,
-                 strict_files: bool = True) -> list[tuple[Path, ScanResult]]:
+def load_results(
+    paths: list[str | Path], on_skip: Callable[[ResultFileError], None] | None = None, strict_files: bool = True
+) -> list[tuple[Path, ScanResult]]:
     """(path, result) for every result file in `paths` (files, and folders searched recursively).
 
     A .json under a folder that is not a result file (e.g. a benchmark's output) is skipped and passed

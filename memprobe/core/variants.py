@@ -59,7 +59,9 @@ def parse_lora(text: str | None) -> int | None:
     return int(value)
 
 
-def apply_variant(workload: Workload, request: VariantRequest, precisions: list[str] | tuple[str, ...] = ()) -> Workload:
+def apply_variant(
+    workload: Workload, request: VariantRequest, precisions: list[str] | tuple[str, ...] = ()
+) -> Workload:
     """The workload with the request's params and a name that says so; the workload itself when the
     request changes nothing.
 
@@ -72,8 +74,10 @@ def apply_variant(workload: Workload, request: VariantRequest, precisions: list[
     if request.is_default:
         return workload
     if workload.family not in LLM_FAMILIES:
-        raise VariantError(f"--search seq-len, --seq-len, --checkpointing and --lora apply to the LLM workloads "
-                           f"(family {', '.join(LLM_FAMILIES)}); {workload.name} is {workload.family}")
+        raise VariantError(
+            f"--search seq-len, --seq-len, --checkpointing and --lora apply to the LLM workloads "
+            f"(family {', '.join(LLM_FAMILIES)}); {workload.name} is {workload.family}"
+        )
     if request.seq_len is not None and request.seq_len < 1:
         raise VariantError(f"--seq-len must be at least 1, got {request.seq_len}")
     if request.batch < 1:
@@ -81,8 +85,9 @@ def apply_variant(workload: Workload, request: VariantRequest, precisions: list[
     if request.search == "seq-len" and request.seq_len is not None:
         raise VariantError("--search seq-len finds the sequence length itself: drop --seq-len")
     if request.lora and any(p in ("fp32", "tf32") for p in precisions):
-        raise VariantError("--lora stores the frozen base weights in bf16, so it trains in bf16 or fp16 only: "
-                           "use --precision bf16")
+        raise VariantError(
+            "--lora stores the frozen base weights in bf16, so it trains in bf16 or fp16 only: use --precision bf16"
+        )
     params = dict(workload.params)
     if request.seq_len is not None:
         params["seq_len"] = request.seq_len

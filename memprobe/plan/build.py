@@ -14,14 +14,24 @@ from memprobe.plan.levers import settings as lever_settings
 from memprobe.plan.measured import measured
 from memprobe.plan.predicted import predicted
 
-NO_RESULTS_NOTE = ("no result files given (--results): every row is predicted. memprobe ships no measurements; give "
-                   "the folders of your scans (or the repository's reports/) to plan from measured curves")
+NO_RESULTS_NOTE = (
+    "no result files given (--results): every row is predicted. memprobe ships no measurements; give "
+    "the folders of your scans (or the repository's reports/) to plan from measured curves"
+)
 
 
-def build_plan(workload: Workload, card_name: str, global_batch: int | None = None,
-               precisions: Sequence[str] = ("fp32", "fp16", "bf16"), seq_len: int | None = None,
-               lora: int | None = None, optimizers: Sequence[str] = (), results: Sequence[str | Path] = (),
-               workers: int = 1, on_line: Callable[[str], None] | None = None) -> Plan:
+def build_plan(
+    workload: Workload,
+    card_name: str,
+    global_batch: int | None = None,
+    precisions: Sequence[str] = ("fp32", "fp16", "bf16"),
+    seq_len: int | None = None,
+    lora: int | None = None,
+    optimizers: Sequence[str] = (),
+    results: Sequence[str | Path] = (),
+    workers: int = 1,
+    on_line: Callable[[str], None] | None = None,
+) -> Plan:
     """The plan for `workload` on the card `card_name` reaching `global_batch` (None: one micro-batch per step).
 
     A setting is measured where a finished result of it on that card is among `results` (files or folders), else
@@ -40,8 +50,10 @@ def build_plan(workload: Workload, card_name: str, global_batch: int | None = No
     chosen = [s for s in chosen if card.supports(s.levers.precision)]
     notes = [resolved.note] if resolved.note else []
     if unsupported:
-        notes.append(f"the {card.name} cannot train in {', '.join(unsupported)} (compute capability "
-                     f"{card.compute_capability}): left out")
+        notes.append(
+            f"the {card.name} cannot train in {', '.join(unsupported)} (compute capability "
+            f"{card.compute_capability}): left out"
+        )
     loaded: list[tuple[Path, ScanResult]] = []
     if results:
         try:
@@ -56,10 +68,14 @@ def build_plan(workload: Workload, card_name: str, global_batch: int | None = No
     if missing:
         capacities += predicted(missing, card, workers, on_line)
     if any(c.source == PREDICTED for c in capacities):
-        notes.append("predicted rows: max micro-batch from `memprobe predict` (fake tensors, no GPU; not measured); "
-                     "they recommend B itself, as no throughput curve exists for them")
-    notes.append("micro-batch: the fewest accumulation steps whose micro-batch stays at or below the cap (b* or the "
-                 "knee, whichever is smaller, where a measured curve exists; else B), spread evenly")
+        notes.append(
+            "predicted rows: max micro-batch from `memprobe predict` (fake tensors, no GPU; not measured); "
+            "they recommend B itself, as no throughput curve exists for them"
+        )
+    notes.append(
+        "micro-batch: the fewest accumulation steps whose micro-batch stays at or below the cap (b* or the "
+        "knee, whichever is smaller, where a measured curve exists; else B), spread evenly"
+    )
     notes.append("samples/s and time per global batch only where a timed run at that exact micro-batch was measured")
     for c in capacities:
         if c.source != PREDICTED:

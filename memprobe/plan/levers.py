@@ -23,19 +23,28 @@ class Setting:
     workload: Workload
 
 
-def settings(workload: Workload, precisions: Sequence[str], seq_len: int | None = None, lora: int | None = None,
-             optimizers: Sequence[str] = ()) -> list[Setting]:
+def settings(
+    workload: Workload,
+    precisions: Sequence[str],
+    seq_len: int | None = None,
+    lora: int | None = None,
+    optimizers: Sequence[str] = (),
+) -> list[Setting]:
     """Every lever combination that applies to `workload`: each precision; for LLM families checkpointing off and
     on, and LoRA of rank `lora` (fp16/bf16 only) when given; for models given by name each of `optimizers`
     (with memprobe's default settings of each, as `--optimizer` gives them). Raises PlanError for a lever the workload lacks."""
     llm = workload.family in LLM_FAMILIES
     if not llm and (lora or seq_len is not None):
         what = "--lora" if lora else "--seq-len"
-        raise PlanError(f"{what} applies to the LLM workloads (family {', '.join(LLM_FAMILIES)}); "
-                        f"{workload.name} is {workload.family}")
+        raise PlanError(
+            f"{what} applies to the LLM workloads (family {', '.join(LLM_FAMILIES)}); "
+            f"{workload.name} is {workload.family}"
+        )
     if optimizers and workload.family not in OPTIMIZER_FAMILIES:
-        raise PlanError(f"--optimizer chooses the optimizer of a model given by name (timm:, hf:, FILE.py:FUNC); "
-                        f"{workload.name} trains with its registry optimizer")
+        raise PlanError(
+            f"--optimizer chooses the optimizer of a model given by name (timm:, hf:, FILE.py:FUNC); "
+            f"{workload.name} trains with its registry optimizer"
+        )
     unknown = [o for o in optimizers if o not in OPTIMIZERS]
     if unknown:
         raise PlanError(f"unknown optimizer(s) {', '.join(unknown)} (known: {', '.join(OPTIMIZERS)})")

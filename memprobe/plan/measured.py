@@ -27,8 +27,12 @@ def on_card(result: ScanResult, card: Card, catalog: Catalog) -> bool:
     one GPU, in training mode."""
     name = result.gpu_name(unknown="")
     found = catalog.find(name) if name else None
-    return (found is not None and found.name == card.name and world_size(result) == 1
-            and (result.settings or {}).get("mode", "train") == "train")
+    return (
+        found is not None
+        and found.name == card.name
+        and world_size(result) == 1
+        and (result.settings or {}).get("mode", "train") == "train"
+    )
 
 
 def capacity_of(setting: Setting, p: PrecisionResult, unit: str, origin: str) -> Capacity:
@@ -44,19 +48,34 @@ def capacity_of(setting: Setting, p: PrecisionResult, unit: str, origin: str) ->
         if one.outcome == FIT and one.peak_reserved and one.batch is not None:
             peaks[int(one.batch)] = max(peaks.get(int(one.batch), 0), int(one.peak_reserved))
     line = p.memory_model.get("peak_reserved")
-    return Capacity(setting.levers, setting.workload.name, MEASURED, int(p.max_batch or 0), p.capacity_bytes,
-                    p.best_batch, p.knee_batch, timed, peaks, line.static_bytes if line else None,
-                    line.per_sample_bytes if line else None,
-                    unit, origin)
+    return Capacity(
+        setting.levers,
+        setting.workload.name,
+        MEASURED,
+        int(p.max_batch or 0),
+        p.capacity_bytes,
+        p.best_batch,
+        p.knee_batch,
+        timed,
+        peaks,
+        line.static_bytes if line else None,
+        line.per_sample_bytes if line else None,
+        unit,
+        origin,
+    )
 
 
-def measured(setting: Setting, loaded: Sequence[tuple[Path, ScanResult]], card: Card,
-             catalog: Catalog) -> Capacity | None:
+def measured(
+    setting: Setting, loaded: Sequence[tuple[Path, ScanResult]], card: Card, catalog: Catalog
+) -> Capacity | None:
     """The setting's Capacity from the newest finished result of it on `card`, or None when there is none."""
-    found = [(result.created, path, result, result.precisions[setting.levers.precision])
-             for path, result in loaded
-             if setting.levers.precision in result.precisions and on_card(result, card, catalog)
-             and same_definition(result, setting.workload)]
+    found = [
+        (result.created, path, result, result.precisions[setting.levers.precision])
+        for path, result in loaded
+        if setting.levers.precision in result.precisions
+        and on_card(result, card, catalog)
+        and same_definition(result, setting.workload)
+    ]
     done = [f for f in found if f[3].status == "done" and f[3].max_batch is not None]
     if not done:
         return None

@@ -10,8 +10,9 @@ from memprobe.core.plan import PREDICTED, Capacity
 from memprobe.plan.levers import Setting
 
 
-def predicted(settings: Sequence[Setting], card: Card, workers: int = 1,
-              on_line: Callable[[str], None] | None = None) -> list[Capacity]:
+def predicted(
+    settings: Sequence[Setting], card: Card, workers: int = 1, on_line: Callable[[str], None] | None = None
+) -> list[Capacity]:
     """Each setting's Capacity predicted for `card` as `memprobe predict --gpu CARD` does (the card's driver total,
     the shipped overhead), one trace session per workload variant covering its precisions. Raises
     memprobe.predict.trace.PredictError when a variant cannot be traced."""
@@ -26,15 +27,26 @@ def predicted(settings: Sequence[Setting], card: Card, workers: int = 1,
     for group in by_variant.values():
         workload = group[0].workload
         if on_line:
-            on_line(f"[{workload.name}] predicting {', '.join(s.levers.precision for s in group)} on the {card.name} "
-                    "(fake tensors, no GPU) ...")
+            on_line(
+                f"[{workload.name}] predicting {', '.join(s.levers.precision for s in group)} on the {card.name} "
+                "(fake tensors, no GPU) ..."
+            )
         prediction = predict(workload, [s.levers.precision for s in group], sizes, None, "", workers=workers)
         for s in group:
             p = prediction.precisions[s.levers.precision]
             line = p.model_reserved
-            out.append(Capacity(s.levers, workload.name, PREDICTED, p.max_batch[card.name], sizes[0].capacity_bytes,
-                                peaks={b: r for b, (_a, r) in p.peaks.items()},
-                                static_bytes=line.static_bytes if line else None,
-                                per_sample_bytes=line.per_sample_bytes if line else None,
-                                unit=workload.unit, origin=f"predicted for the {card.name}: {sizes[0].how}"))
+            out.append(
+                Capacity(
+                    s.levers,
+                    workload.name,
+                    PREDICTED,
+                    p.max_batch[card.name],
+                    sizes[0].capacity_bytes,
+                    peaks={b: r for b, (_a, r) in p.peaks.items()},
+                    static_bytes=line.static_bytes if line else None,
+                    per_sample_bytes=line.per_sample_bytes if line else None,
+                    unit=workload.unit,
+                    origin=f"predicted for the {card.name}: {sizes[0].how}",
+                )
+            )
     return out

@@ -14,9 +14,12 @@ NOT_MEASURED = "not measured"
 
 
 def _shown(row: PlanRow) -> dict[str, Any]:
-    room = ("" if row.headroom_bytes is None
-            else f"{gib(row.headroom_bytes, 2)} GiB" + ("" if "measured peak" == row.headroom_how else
-                                                        f" ({row.headroom_how})"))
+    room = (
+        ""
+        if row.headroom_bytes is None
+        else f"{gib(row.headroom_bytes, 2)} GiB"
+        + ("" if "measured peak" == row.headroom_how else f" ({row.headroom_how})")
+    )
     return {
         "setting": row.setting,
         "source": row.source,
@@ -27,7 +30,8 @@ def _shown(row: PlanRow) -> dict[str, Any]:
         "global batch": "" if row.global_batch is None else row.global_batch,
         "headroom": room,
         "samples/s": NOT_MEASURED if row.samples_per_s is None else f"{row.samples_per_s:,.0f}",
-        "s per global batch": NOT_MEASURED if row.seconds_per_global_batch is None
+        "s per global batch": NOT_MEASURED
+        if row.seconds_per_global_batch is None
         else f"{row.seconds_per_global_batch:.3f}",
         "note": row.note,
     }
@@ -45,5 +49,10 @@ def render_plan(plan: Plan, fmt: str = "github") -> str:
     target = f"global batch {plan.global_batch}" if plan.global_batch else "one micro-batch per optimizer step"
     head = f"plan for {plan.model} on the {plan.card}, {target}"
     bullet = "- " if fmt == "github" else "  "
-    return "\n\n".join([head, rows_text([_shown(r) for r in plan.rows], fmt, empty="(no settings)"),
-                        "\n".join(bullet + n for n in plan.notes)])
+    return "\n\n".join(
+        [
+            head,
+            rows_text([_shown(r) for r in plan.rows], fmt, empty="(no settings)"),
+            "\n".join(bullet + n for n in plan.notes),
+        ]
+    )

@@ -92,7 +92,8 @@ class SimulatedOutOfMemory(Exception):
         self.capacity = capacity
         super().__init__(
             f"simulated CUDA out of memory: tried to allocate {requested} bytes (a {segment}-byte segment) with "
-            f"{allocated} allocated and {reserved} reserved of {capacity}")
+            f"{allocated} allocated and {reserved} reserved of {capacity}"
+        )
 
 
 @dataclass

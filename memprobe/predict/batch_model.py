@@ -130,8 +130,9 @@ def _replay(events: list[tuple], capacity: int | None = None) -> ReplayResult:
     return replay(events, capacity=capacity, measure_from=TRIAL_MARK)
 
 
-def max_batch_for(events_at: Callable[[int], list[tuple]], capacity: int, guess: int = 2,
-                  limit: int = MAX_SEARCH_BATCH) -> tuple[int, ReplayResult | None]:
+def max_batch_for(
+    events_at: Callable[[int], list[tuple]], capacity: int, guess: int = 2, limit: int = MAX_SEARCH_BATCH
+) -> tuple[int, ReplayResult | None]:
     """The largest batch whose replayed trial fits in `capacity` bytes (0 when batch 1 does not), and
     the replay that failed at max + 1 (None when everything up to `limit` fits).
 
@@ -205,9 +206,15 @@ class PrecisionTraces:
     quadratic model, checked at the edge by check_at). Raises PredictError when a trace it needs fails.
     """
 
-    def __init__(self, session: TraceSession, precision: str, check: bool = True,
-                 traced: dict[int, Trace | PredictError] | None = None, tracer: Tracer | None = None,
-                 axis: str = "batch") -> None:
+    def __init__(
+        self,
+        session: TraceSession,
+        precision: str,
+        check: bool = True,
+        traced: dict[int, Trace | PredictError] | None = None,
+        tracer: Tracer | None = None,
+        axis: str = "batch",
+    ) -> None:
         self.session = session
         self.precision = precision
         self.axis = axis
@@ -226,7 +233,7 @@ class PrecisionTraces:
 
     @property
     def how(self) -> str:
-        """"checked": extrapolated and checked byte for byte; "unchecked"; "traced": every batch traced."""
+        """ "checked": extrapolated and checked byte for byte; "unchecked"; "traced": every batch traced."""
         if self.model is None:
             return "traced"
         return "checked" if self.model.exact else "unchecked"

@@ -45,13 +45,20 @@ def _tracked_trial(session: TraceSession, precision: str, batch: int) -> tuple[d
     inputs = amp = tracker = None  # noqa: F841
     end = session.end_trial()
     if failure is not None:
-        raise PredictError(f"{session.workload.name} {precision} batch {batch}: the tracked step failed on fake tensors: "
-                           f"{failure}")
-    return tracked, modules, _canonical(session.build_events, rec.events[start + 1:end])
+        raise PredictError(
+            f"{session.workload.name} {precision} batch {batch}: the tracked step failed on fake tensors: {failure}"
+        )
+    return tracked, modules, _canonical(session.build_events, rec.events[start + 1 : end])
 
 
-def predict_breakdown(workload: Workload, precision: str, batch: int, steps: int = 3, target: Target = H100,
-                      per_sample_bytes: int | None = None) -> Breakdown:
+def predict_breakdown(
+    workload: Workload,
+    precision: str,
+    batch: int,
+    steps: int = 3,
+    target: Target = H100,
+    per_sample_bytes: int | None = None,
+) -> Breakdown:
     """The predicted breakdown of a training step at `batch` (basis "predicted"). Without `per_sample_bytes`,
     it is the replayed peak's slope between `batch` and a smaller batch (one more trace). Raises PredictError."""
     started = time.perf_counter()
@@ -62,7 +69,16 @@ def predict_breakdown(workload: Workload, precision: str, batch: int, steps: int
             other = batch // 2 if batch > 1 else 2
             other_peak = replay(session.trace(precision, other).events, measure_from=TRIAL_MARK).peak_reserved
             per_sample_bytes = max(0, round((peaks.peak_reserved - other_peak) / (batch - other)))
-    return assemble(batch, "predicted", tracked, peaks.peak_allocated, peaks.peak_reserved,
-                    per_sample_bytes=per_sample_bytes, top_modules=top_modules(modules), instrument=INSTRUMENT
-                    + " over fake tensors, peaks from the caching-allocator model", device=f"emulated {target.name}",
-                    seconds=round(time.perf_counter() - started, 3), note="predicted (emulated), not measured")
+    return assemble(
+        batch,
+        "predicted",
+        tracked,
+        peaks.peak_allocated,
+        peaks.peak_reserved,
+        per_sample_bytes=per_sample_bytes,
+        top_modules=top_modules(modules),
+        instrument=INSTRUMENT + " over fake tensors, peaks from the caching-allocator model",
+        device=f"emulated {target.name}",
+        seconds=round(time.perf_counter() - started, 3),
+        note="predicted (emulated), not measured",
+    )

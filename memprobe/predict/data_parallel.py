@@ -129,18 +129,25 @@ def wrap_for_trace(task: Any, world: World, precision: str, mesh: Any) -> dict[s
 
 def notes(world: World) -> list[str]:
     """What a data-parallel prediction counts and what it leaves out, for the printed notes."""
-    out = [f"per GPU: rank 0 of {world.size} GPUs under {world.strategy}, wrapped by the scan's own code in a fake "
-           "process group (collectives move no data). NCCL's own buffers, allocated outside PyTorch's caching "
-           "allocator, are not in the trace: measure them with a multi-GPU scan and give it to --overhead-from."]
+    out = [
+        f"per GPU: rank 0 of {world.size} GPUs under {world.strategy}, wrapped by the scan's own code in a fake "
+        "process group (collectives move no data). NCCL's own buffers, allocated outside PyTorch's caching "
+        "allocator, are not in the trace: measure them with a multi-GPU scan and give it to --overhead-from."
+    ]
     if world.strategy == "ddp":
-        out.append("ddp: the gradient buckets are in the trace; their rebuild in gradient-ready order after the "
-                   "first step is not (same total size, another split into blocks).")
+        out.append(
+            "ddp: the gradient buckets are in the trace; their rebuild in gradient-ready order after the "
+            "first step is not (same total size, another split into blocks)."
+        )
     else:
-        out.append("fsdp: FSDP2 all-gathers and reduce-scatters on streams of their own; the caching allocator keeps "
-                   "each stream's blocks apart, the allocator model here has one pool, so fragmentation across "
-                   "streams is not predicted.")
-        out.append("fsdp: torch's warning that a wrapped module returned a view tensor (an in-place op on it would "
-                   "skip the all-gather and give wrong gradients) is not repeated for every traced step: it is about "
-                   "the model's outputs, not about the memory predicted here.")
+        out.append(
+            "fsdp: FSDP2 all-gathers and reduce-scatters on streams of their own; the caching allocator keeps "
+            "each stream's blocks apart, the allocator model here has one pool, so fragmentation across "
+            "streams is not predicted."
+        )
+        out.append(
+            "fsdp: torch's warning that a wrapped module returned a view tensor (an in-place op on it would "
+            "skip the all-gather and give wrong gradients) is not repeated for every traced step: it is about "
+            "the model's outputs, not about the memory predicted here."
+        )
     return out
-

@@ -23,8 +23,15 @@ DynamicOutputShapeException = internal("torch._subclasses.fake_tensor.DynamicOut
 # --- fake tensors ------------------------------------------------------------------------------
 
 _PRIM_DEVICE = torch.ops.prim.device.default
-_BOOL_INDEX_OPS = frozenset({aten.index.Tensor, aten.index_put.default, aten.index_put_.default,
-                             aten._index_put_impl_.default, aten._unsafe_index.Tensor})
+_BOOL_INDEX_OPS = frozenset(
+    {
+        aten.index.Tensor,
+        aten.index_put.default,
+        aten.index_put_.default,
+        aten._index_put_impl_.default,
+        aten._unsafe_index.Tensor,
+    }
+)
 
 
 class FakeCudaMode(TorchDispatchMode):
@@ -100,8 +107,10 @@ class FakeCudaMode(TorchDispatchMode):
             try:
                 out = func(*args, **kwargs)
             except DynamicOutputShapeException as exc:
-                raise EmulationError(f"{func} has an output shape that depends on tensor values; "
-                                     "the step cannot be predicted on fake tensors") from exc
+                raise EmulationError(
+                    f"{func} has an output shape that depends on tensor values; "
+                    "the step cannot be predicted on fake tensors"
+                ) from exc
         if func in (aten.all.default, aten.all.dim, aten.any.default, aten.any.dim) and isinstance(out, torch.Tensor):
             self._made_by[id(out)] = (weakref.ref(out), "all" if func in (aten.all.default, aten.all.dim) else "any")
         self.observe(func, args, kwargs, out)

@@ -78,10 +78,19 @@ H100 = Target()
 FLASH_MAX_HEAD_DIM = 256  # flash_attn/static_switch.h HEADDIM_SWITCH: the largest head dim with a kernel
 
 # Ops that run a cuBLAS GEMM on CUDA (the first one allocates the cuBLAS workspace).
-CUBLAS_OPS = frozenset({
-    aten.mm.default, aten.addmm.default, aten.bmm.default, aten.baddbmm.default, aten.addmv.default,
-    aten.mv.default, aten.dot.default, aten._addmm_activation.default, aten.addbmm.default,
-})
+CUBLAS_OPS = frozenset(
+    {
+        aten.mm.default,
+        aten.addmm.default,
+        aten.bmm.default,
+        aten.baddbmm.default,
+        aten.addmv.default,
+        aten.mv.default,
+        aten.dot.default,
+        aten._addmm_activation.default,
+        aten.addbmm.default,
+    }
+)
 
 _AUTOCAST_CPU = torch._C.DispatchKeySet(torch._C.DispatchKey.AutocastCPU)
 
@@ -146,10 +155,16 @@ class CudaBehaviour:
     # -- autocast -----------------------------------------------------------------------------
     def _register_autocast(self) -> None:
         table = policies()
-        cuda_ops = {n.removeprefix("aten::") for n in torch._C._dispatch_get_registrations_for_dispatch_key("AutocastCUDA")
-                    if n.startswith("aten::")}
-        cpu_ops = {n.removeprefix("aten::") for n in torch._C._dispatch_get_registrations_for_dispatch_key("AutocastCPU")
-                   if n.startswith("aten::")}
+        cuda_ops = {
+            n.removeprefix("aten::")
+            for n in torch._C._dispatch_get_registrations_for_dispatch_key("AutocastCUDA")
+            if n.startswith("aten::")
+        }
+        cpu_ops = {
+            n.removeprefix("aten::")
+            for n in torch._C._dispatch_get_registrations_for_dispatch_key("AutocastCPU")
+            if n.startswith("aten::")
+        }
         unknown = sorted(cuda_ops - set(table))
         if unknown:
             self.notes.append("CUDA autocast kernels with no known policy (left as on the CPU): " + ", ".join(unknown))
@@ -166,8 +181,14 @@ class CudaBehaviour:
             if not eligible(arg) or arg.dtype == to_type:
                 return arg
             lower = torch.get_autocast_dtype("cpu")
-            if (to_type == lower and arg.dtype == torch.float32 and arg.requires_grad and arg.is_leaf
-                    and not arg._is_view() and torch.is_autocast_cache_enabled()):
+            if (
+                to_type == lower
+                and arg.dtype == torch.float32
+                and arg.requires_grad
+                and arg.is_leaf
+                and not arg._is_view()
+                and torch.is_autocast_cache_enabled()
+            ):
                 hit = self._cache.get(id(arg))
                 if hit is not None and hit[0]() is arg:
                     return hit[1]
@@ -188,11 +209,15 @@ class CudaBehaviour:
             with torch._C._ExcludeDispatchKeyGuard(_AUTOCAST_CPU):
                 if policy == "lower":
                     to = torch.get_autocast_dtype("cpu")
-                    return op(*[self._cached_cast(to, a) for a in args],
-                              **{k: self._cached_cast(to, v) for k, v in kwargs.items()})
+                    return op(
+                        *[self._cached_cast(to, a) for a in args],
+                        **{k: self._cached_cast(to, v) for k, v in kwargs.items()},
+                    )
                 if policy == "fp32":
-                    return op(*[self._cached_cast(torch.float32, a) for a in args],
-                              **{k: self._cached_cast(torch.float32, v) for k, v in kwargs.items()})
+                    return op(
+                        *[self._cached_cast(torch.float32, a) for a in args],
+                        **{k: self._cached_cast(torch.float32, v) for k, v in kwargs.items()},
+                    )
                 if policy == "fp32_set_opt_dtype":
                     if args and eligible(args[0]):
                         args = list(args)
@@ -214,11 +239,13 @@ class CudaBehaviour:
                     lower = torch.get_autocast_dtype("cpu")
                     widest = lower
                     for a in [*args, *kwargs.values()]:
-                        for t in (a if isinstance(a, (list, tuple)) else [a]):
+                        for t in a if isinstance(a, (list, tuple)) else [a]:
                             if eligible(t) and (widest == torch.float32 or t.dtype == torch.float32):
                                 widest = torch.float32
-                    return op(*[self._cached_cast(widest, a) for a in args],
-                              **{k: self._cached_cast(widest, v) for k, v in kwargs.items()})
+                    return op(
+                        *[self._cached_cast(widest, a) for a in args],
+                        **{k: self._cached_cast(widest, v) for k, v in kwargs.items()},
+                    )
                 raise RuntimeError(f"{op} is unsafe to autocast (banned on CUDA: use the *_with_logits variant)")
 
         return kernel
@@ -263,21 +290,34 @@ class CudaBehaviour:
         head = query.size(-1)
         same_head = head == key.size(-1) == value.size(-1)
         half = query.dtype in (torch.float16, torch.bfloat16)
-        if (backends.flash_sdp_enabled() and sm80 and dims_ok and half and attn_mask is None and same_head
-                and head <= FLASH_MAX_HEAD_DIM and query.dtype == key.dtype == value.dtype):
+        if (
+            backends.flash_sdp_enabled()
+            and sm80
+            and dims_ok
+            and half
+            and attn_mask is None
+            and same_head
+            and head <= FLASH_MAX_HEAD_DIM
+            and query.dtype == key.dtype == value.dtype
+        ):
             return "flash"
         # mem-efficient: fp32, fp16 (sm50+), bf16 (sm80+); last dims aligned for the GEMMs
         # (minimum_gemm_alignment: 4 elements for fp32, 8 for half on tensor-core GPUs).
         align = 8 if half else 4
         eff_dtype = query.dtype in (torch.float32, torch.float16) or (query.dtype == torch.bfloat16 and sm80)
         gqa_ok = not enable_gqa or query.size(-3) == key.size(-3)
-        if (backends.mem_efficient_sdp_enabled() and dims_ok and eff_dtype and gqa_ok and head % align == 0
-                and value.size(-1) % align == 0):
+        if (
+            backends.mem_efficient_sdp_enabled()
+            and dims_ok
+            and eff_dtype
+            and gqa_ok
+            and head % align == 0
+            and value.size(-1) % align == 0
+        ):
             return "efficient"
         return "math"
 
-    def _sdpa(self, query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, *, scale=None,
-              enable_gqa=False):
+    def _sdpa(self, query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, *, scale=None, enable_gqa=False):
         backend = self.sdpa_backend(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa)
         self.sdpa_choices[(backend, str(query.dtype).removeprefix("torch."))] += 1
         if backend == "flash":
@@ -286,15 +326,17 @@ class CudaBehaviour:
             og_scale = scale if scale is not None else 1.0 / math.sqrt(head)
             pad = (-head) % 8
             q, k, v = (torch.nn.functional.pad(t, (0, pad)) if pad else t for t in (query, key, value))
-            out = aten._scaled_dot_product_flash_attention.default(q, k, v, dropout_p, is_causal, False,
-                                                                     scale=og_scale)[0]
+            out = aten._scaled_dot_product_flash_attention.default(
+                q, k, v, dropout_p, is_causal, False, scale=og_scale
+            )[0]
             return out[..., :head] if pad else out
         if backend == "efficient":
             bias = attn_mask
             if bias is not None:
                 if bias.dtype == torch.bool:  # convert_boolean_attn_mask: where(mask, 0, -inf) in the query's dtype
-                    bias = torch.where(bias, 0.0, torch.scalar_tensor(float("-inf"), dtype=query.dtype,
-                                                                      device=bias.device))
+                    bias = torch.where(
+                        bias, 0.0, torch.scalar_tensor(float("-inf"), dtype=query.dtype, device=bias.device)
+                    )
                 # preprocess_mask (attention.cpp): pad_bias<8> unless the bias is aligned, then expand to 4-D.
                 aligned = all(bias.stride(i) % 8 == 0 for i in range(bias.dim() - 1)) and bias.stride(-1) == 1
                 if not aligned:
@@ -303,9 +345,11 @@ class CudaBehaviour:
                 bias = bias.expand(query.size(0), query.size(1), query.size(2), key.size(2))
             compute_lse = torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value))
             return aten._scaled_dot_product_efficient_attention.default(
-                query, key, value, bias, compute_lse, dropout_p, is_causal, scale=scale)[0]
+                query, key, value, bias, compute_lse, dropout_p, is_causal, scale=scale
+            )[0]
         return aten._scaled_dot_product_attention_math.default(
-            query, key, value, attn_mask, dropout_p, is_causal, None, scale=scale, enable_gqa=enable_gqa)[0]
+            query, key, value, attn_mask, dropout_p, is_causal, None, scale=scale, enable_gqa=enable_gqa
+        )[0]
 
 
 def cuda_optimizers(task) -> None:

@@ -16,9 +16,17 @@ from memprobe.predict.trace import PredictError
 PREDICT_CAP = 65536  # the scan's default cap on n (batch or length), so both walk the same ladders
 
 
-def predict_frontier(workload: Workload, precision: str, size: MemorySize, budget_s: float | None,
-                     checkpointing: bool = False, lora: int | None = None, steps: int = 3, workers: int = 1,
-                     progress: Progress | None = None) -> Frontier:
+def predict_frontier(
+    workload: Workload,
+    precision: str,
+    size: MemorySize,
+    budget_s: float | None,
+    checkpointing: bool = False,
+    lora: int | None = None,
+    steps: int = 3,
+    workers: int = 1,
+    progress: Progress | None = None,
+) -> Frontier:
     """The predicted frontier of `workload` in `precision` for the memory `size`, within `budget_s` seconds (None:
     no limit). A point that cannot be traced is an ERROR point (its ladder stops). Raises core.frontier.FrontierError
     for a workload without a frontier."""

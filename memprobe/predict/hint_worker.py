@@ -79,8 +79,10 @@ def serve() -> int:
                 traces = traced[precision]
                 try:
                     batch, _fail = traces.max_batch(int(request["capacity_bytes"]))
-                    _answer(request, {"max_batch": batch, "seconds": round(time.perf_counter() - started, 2),
-                                      "how": traces.how})
+                    _answer(
+                        request,
+                        {"max_batch": batch, "seconds": round(time.perf_counter() - started, 2), "how": traces.how},
+                    )
                 except Exception as exc:  # noqa: BLE001 - a batch that cannot be traced: no hint
                     _answer(request, {"error": _text(exc)})
             elif precision in failed:

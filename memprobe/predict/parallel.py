@@ -50,7 +50,9 @@ def can_fork() -> bool:
     return sys.platform.startswith("linux") and hasattr(os, "fork")
 
 
-def trace_jobs(jobs: Sequence[Job], workers: int = 1, progress: Progress | None = None) -> dict[Job, Trace | PredictError]:
+def trace_jobs(
+    jobs: Sequence[Job], workers: int = 1, progress: Progress | None = None
+) -> dict[Job, Trace | PredictError]:
     """Trace every job; returns job -> its Trace, or the PredictError it raised (raised where it is needed).
 
     With workers > 1 (and fork), at most `workers` children run at once. A child that dies without an
@@ -75,10 +77,13 @@ def _trace_here(job: Job, progress: Progress) -> Trace | PredictError:
 
 # --- children ---------------------------------------------------------------------------------------
 
+
 def _portable(events: list[tuple]) -> list[tuple]:
     """Events with op labels (OpOverload, not picklable) as ("op", "aten.mm.default")."""
-    return [(e[0], e[1], e[2], e[3] if isinstance(e[3], (str, Workspace)) else ("op", str(e[3])))
-            if e[0] == ALLOC else e for e in events]
+    return [
+        (e[0], e[1], e[2], e[3] if isinstance(e[3], (str, Workspace)) else ("op", str(e[3]))) if e[0] == ALLOC else e
+        for e in events
+    ]
 
 
 def _resolve(events: list[tuple]) -> list[tuple]:
@@ -122,7 +127,7 @@ def _child(job: Job, fd: int) -> None:
         data = pickle.dumps(answer, protocol=pickle.HIGHEST_PROTOCOL)
         view = memoryview(data)
         while view:
-            view = view[os.write(fd, view):]
+            view = view[os.write(fd, view) :]
     except BaseException:  # noqa: BLE001 - nothing may escape into the parent's code; the parent sees no answer
         code = 1
     finally:

@@ -20,8 +20,13 @@ class Progress:
     never copies a half-written line or a held stream lock.
     """
 
-    def __init__(self, write: Callable[[str], None], every: float = 5.0, heartbeat: bool = False,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        write: Callable[[str], None],
+        every: float = 5.0,
+        heartbeat: bool = False,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._write = write
         self.every = every
         self.heartbeat = heartbeat

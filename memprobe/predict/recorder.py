@@ -1,5 +1,4 @@
-"""Record every storage a fake-tensor training step allocates and frees, in order, as CUDA would.
-"""
+"""Record every storage a fake-tensor training step allocates and frees, in order, as CUDA would."""
 
 from __future__ import annotations
 

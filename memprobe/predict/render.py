@@ -19,65 +19,134 @@ def render(pred: Prediction) -> str:
     from tabulate import tabulate
 
     where = f" per GPU on {pred.world}" if pred.world else ""
-    trial = (f"(1 warm-up + {pred.steps - 1} steps, optimizer state included)" if pred.mode == "train"
-             else f"of inference ({pred.steps} forward passes under inference_mode)")
-    lines = [f"memprobe predict: {pred.workload}{where} -- PREDICTED, not measured: a fake-tensor trace of one trial "
-             f"{trial} with the CUDA kernels of {pred.target}, "
-             f"replayed through a model of the CUDA caching allocator; {pred.seconds:.1f} s on this CPU."]
+    trial = (
+        f"(1 warm-up + {pred.steps - 1} steps, optimizer state included)"
+        if pred.mode == "train"
+        else f"of inference ({pred.steps} forward passes under inference_mode)"
+    )
+    lines = [
+        f"memprobe predict: {pred.workload}{where} -- PREDICTED, not measured: a fake-tensor trace of one trial "
+        f"{trial} with the CUDA kernels of {pred.target}, "
+        f"replayed through a model of the CUDA caching allocator; {pred.seconds:.1f} s on this CPU."
+    ]
     if any(s.how for s in pred.sizes):
-        lines += [f"Usable memory, {s.label}: {gib(s.capacity_bytes, 2)} of {gib(s.memory_bytes, 2)} GiB; {s.how}."
-                  for s in pred.sizes]
+        lines += [
+            f"Usable memory, {s.label}: {gib(s.capacity_bytes, 2)} of {gib(s.memory_bytes, 2)} GiB; {s.how}."
+            for s in pred.sizes
+        ]
     elif pred.overhead_bytes is not None:
-        lines.append(f"Usable memory = memory - {gib(pred.overhead_bytes, 2)} GiB not allocatable, {pred.overhead_source}.")
+        lines.append(
+            f"Usable memory = memory - {gib(pred.overhead_bytes, 2)} GiB not allocatable, {pred.overhead_source}."
+        )
     else:
-        lines.append(f"Usable memory = the memory given ({pred.overhead_source}): the CUDA context and the driver's "
-                     "reservation are not subtracted, so these predictions are optimistic.")
+        lines.append(
+            f"Usable memory = the memory given ({pred.overhead_source}): the CUDA context and the driver's "
+            "reservation are not subtracted, so these predictions are optimistic."
+        )
     lengths = pred.axis == "seq_len"
     n = "length" if lengths else "batch"
     per = "MiB/token" if lengths else "GiB/sample"
-    headers = (["precision", "predicted static GiB", f"predicted {per}"]
-               + [f"{s.label}: predicted max {'length (tokens)' if lengths else 'batch'}" for s in pred.sizes])
+    headers = ["precision", "predicted static GiB", f"predicted {per}"] + [
+        f"{s.label}: predicted max {'length (tokens)' if lengths else 'batch'}" for s in pred.sizes
+    ]
     rows = []
     for name, p in pred.precisions.items():
         m = p.model_reserved
         slope = (f"{m.per_sample_bytes / 2**20:.3f}" if lengths else gib(m.per_sample_bytes, 3)) if m else "-"
-        rows.append([name, gib(m.static_bytes, 2) if m else "-", slope] + [str(p.max_batch[s.label]) for s in pred.sizes])
+        rows.append(
+            [name, gib(m.static_bytes, 2) if m else "-", slope] + [str(p.max_batch[s.label]) for s in pred.sizes]
+        )
     lines += ["", tabulate(rows, headers=headers, tablefmt="github"), ""]
     if lengths:
-        lines.append("static / per token: least-squares line through the predicted peak reserved bytes at lengths "
-                     "2, 4, 8, ... up to the longest edge; max length: the longest sequence whose trial fits the "
-                     "usable memory in the allocator model (not the line).")
+        lines.append(
+            "static / per token: least-squares line through the predicted peak reserved bytes at lengths "
+            "2, 4, 8, ... up to the longest edge; max length: the longest sequence whose trial fits the "
+            "usable memory in the allocator model (not the line)."
+        )
     else:
-        lines.append("static / per sample: least-squares line through the predicted peak reserved bytes at batches "
-                     "2, 4, 8, ... up to the largest edge; max batch: the largest batch whose trial fits the usable "
-                     "memory in the allocator model (not the line).")
+        lines.append(
+            "static / per sample: least-squares line through the predicted peak reserved bytes at batches "
+            "2, 4, 8, ... up to the largest edge; max batch: the largest batch whose trial fits the usable "
+            "memory in the allocator model (not the line)."
+        )
     if pred.comparison:
-        lines += ["", f"Predicted vs measured ({pred.compared_with}); predictions replayed with the scan's allocator capacity:", ""]
+        lines += [
+            "",
+            f"Predicted vs measured ({pred.compared_with}); predictions replayed with the scan's allocator capacity:",
+            "",
+        ]
         crow = []
         for r in pred.comparison:
             measured_ok = r.measured_outcome == "fit"
             measured = r.measured_outcome
             if not measured_ok and r.measured_trial_fit:
                 measured = "trial fit; timed run oom"  # a fresh check goes on to the timed steps after the trial
-            crow.append([r.precision, r.batch, r.where, measured,
-                         "fit" if r.predicted_fits else f"oom ({gib(r.predicted_request, 2)} GiB request)",
-                         gib(r.measured_allocated, 2), gib(r.predicted_allocated, 2),
-                         _pct(r.predicted_allocated, r.measured_allocated) if measured_ok else "(oom: partial)",
-                         gib(r.measured_reserved, 2), gib(r.predicted_reserved, 2),
-                         _pct(r.predicted_reserved, r.measured_reserved) if measured_ok else "(oom: partial)"])
-        lines.append(tabulate(crow, headers=["precision", n, "trial", "measured", "predicted",
-                                             "peak alloc GiB measured", "predicted", "error",
-                                             "peak reserved GiB measured", "predicted", "error"], tablefmt="github"))
+            crow.append(
+                [
+                    r.precision,
+                    r.batch,
+                    r.where,
+                    measured,
+                    "fit" if r.predicted_fits else f"oom ({gib(r.predicted_request, 2)} GiB request)",
+                    gib(r.measured_allocated, 2),
+                    gib(r.predicted_allocated, 2),
+                    _pct(r.predicted_allocated, r.measured_allocated) if measured_ok else "(oom: partial)",
+                    gib(r.measured_reserved, 2),
+                    gib(r.predicted_reserved, 2),
+                    _pct(r.predicted_reserved, r.measured_reserved) if measured_ok else "(oom: partial)",
+                ]
+            )
+        lines.append(
+            tabulate(
+                crow,
+                headers=[
+                    "precision",
+                    n,
+                    "trial",
+                    "measured",
+                    "predicted",
+                    "peak alloc GiB measured",
+                    "predicted",
+                    "error",
+                    "peak reserved GiB measured",
+                    "predicted",
+                    "error",
+                ],
+                tablefmt="github",
+            )
+        )
         if pred.max_batch_comparison:
             lines.append("")
             erow = []
             for e in pred.max_batch_comparison:
                 err = f"{(e.predicted / e.measured - 1) * 100:+.1f}%" if e.measured else "-"
-                erow.append([e.precision, gib(e.capacity_bytes, 2), e.predicted, e.measured, err,
-                             f"{e.search[0]}/{e.search[1]}", f"{e.fresh[0]}/{e.fresh[1]}",
-                             ", ".join(map(str, e.trial_fits_fresh)) or "-"])
-            lines.append(tabulate(erow, headers=["precision", "capacity GiB", f"predicted max {n}", f"measured max {n}",
-                                                 "error", "search fits/fails", "fresh fits/fails",
-                                                 "3-step trial fit in a fresh process at"], tablefmt="github"))
+                erow.append(
+                    [
+                        e.precision,
+                        gib(e.capacity_bytes, 2),
+                        e.predicted,
+                        e.measured,
+                        err,
+                        f"{e.search[0]}/{e.search[1]}",
+                        f"{e.fresh[0]}/{e.fresh[1]}",
+                        ", ".join(map(str, e.trial_fits_fresh)) or "-",
+                    ]
+                )
+            lines.append(
+                tabulate(
+                    erow,
+                    headers=[
+                        "precision",
+                        "capacity GiB",
+                        f"predicted max {n}",
+                        f"measured max {n}",
+                        "error",
+                        "search fits/fails",
+                        "fresh fits/fails",
+                        "3-step trial fit in a fresh process at",
+                    ],
+                    tablefmt="github",
+                )
+            )
     lines += [""] + [f"note: {n}" for n in pred.notes]
     return "\n".join(lines) + "\n"

@@ -24,14 +24,15 @@ def world_wraps(world: Any) -> Iterator[Callable[[str], Callable | None]]:
     scaler_class = Amp.scaler_class
     try:
         with fake_world(world) as mesh:
-            yield lambda precision: (lambda task: wrap_for_trace(task, world, precision, mesh))
+            yield lambda precision: lambda task: wrap_for_trace(task, world, precision, mesh)
     finally:
         Amp.scaler_class = scaler_class
 
 
 @contextmanager
-def trace_sessions(workload: Workload, steps: int = 3, target: Target = H100, world: Any = None,
-                   mode: str = "train") -> Iterator[Callable[[str], TraceSession]]:
+def trace_sessions(
+    workload: Workload, steps: int = 3, target: Target = H100, world: Any = None, mode: str = "train"
+) -> Iterator[Callable[[str], TraceSession]]:
     """Yields precision -> an open TraceSession to trace that precision in, all closed on exit.
 
     One GPU: one session shared by every precision (built once). With a `world`: a session per precision
@@ -45,8 +46,9 @@ def trace_sessions(workload: Workload, steps: int = 3, target: Target = H100, wo
 
         def session_for(precision: str) -> TraceSession:
             if world is not None:
-                return stack.enter_context(TraceSession(workload, steps, target, wrap=wrap_for(precision), fresh=True,
-                                                        mode=mode))
+                return stack.enter_context(
+                    TraceSession(workload, steps, target, wrap=wrap_for(precision), fresh=True, mode=mode)
+                )
             if not shared:
                 shared.append(stack.enter_context(TraceSession(workload, steps, target, mode=mode)))
             return shared[0]

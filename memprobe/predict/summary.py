@@ -131,24 +131,54 @@ def _compare(traces: PrecisionTraces, p) -> tuple[list[ComparisonRow], MaxBatchC
     for where, attempts in (("search", p.attempts), ("fresh", checks)):
         for a in attempts:
             r = traces.peaks(a.batch, capacity)
-            rows.append(ComparisonRow(
-                traces.precision, a.batch, where, a.outcome, a.peak_allocated, a.peak_reserved,
-                r.fits, r.peak_allocated, r.peak_reserved, r.oom.requested if r.oom else None,
-                str(a.message or ""), a.trial_fitted))
+            rows.append(
+                ComparisonRow(
+                    traces.precision,
+                    a.batch,
+                    where,
+                    a.outcome,
+                    a.peak_allocated,
+                    a.peak_reserved,
+                    r.fits,
+                    r.peak_allocated,
+                    r.peak_reserved,
+                    r.oom.requested if r.oom else None,
+                    str(a.message or ""),
+                    a.trial_fitted,
+                )
+            )
     if not capacity:
         return rows, None
     predicted, _ = traces.max_batch(capacity)
     proof = p.proof or Proof()
     found = proof.found
     trial_fits = trial_fit_batches(checks)
-    return rows, MaxBatchComparison(traces.precision, capacity, predicted, p.max_batch, (found.fits, found.fails),
-                                    (proof.fits, proof.fails), trial_fits)
+    return rows, MaxBatchComparison(
+        traces.precision,
+        capacity,
+        predicted,
+        p.max_batch,
+        (found.fits, found.fails),
+        (proof.fits, proof.fails),
+        trial_fits,
+    )
 
 
-def predict(workload: Workload, precisions: Sequence[str], sizes: Sequence[MemorySize], overhead_bytes: int | None,
-            overhead_source: str, steps: int = 3, target: Target = H100, check: bool = True,
-            compare_with: tuple[str, Any] | None = None, world: Any = None, mode: str = "train", workers: int = 1,
-            progress: Progress | None = None) -> Prediction:
+def predict(
+    workload: Workload,
+    precisions: Sequence[str],
+    sizes: Sequence[MemorySize],
+    overhead_bytes: int | None,
+    overhead_source: str,
+    steps: int = 3,
+    target: Target = H100,
+    check: bool = True,
+    compare_with: tuple[str, Any] | None = None,
+    world: Any = None,
+    mode: str = "train",
+    workers: int = 1,
+    progress: Progress | None = None,
+) -> Prediction:
     """Trace `workload` in each precision and predict its max batch for each memory size.
 
     `compare_with` = (path, ScanResult) of a real scan of this workload adds predicted-vs-measured rows.
@@ -182,8 +212,10 @@ def predict(workload: Workload, precisions: Sequence[str], sizes: Sequence[Memor
     progress = progress or silent()
     scanned = compare_with[1].precisions if compare_with is not None else {}
     capacities = [s.capacity_bytes for s in sizes] + [p.capacity_bytes for p in scanned.values() if p.capacity_bytes]
-    with traced_precisions(workload, precisions, capacities, steps, target, world, mode, check, workers,
-                           progress) as (traces_for, traced):
+    with traced_precisions(workload, precisions, capacities, steps, target, world, mode, check, workers, progress) as (
+        traces_for,
+        traced,
+    ):
         for precision in precisions:
             traces = traces_for(precision)
             progress.phase(f"replaying {precision} through the allocator model")
@@ -201,8 +233,10 @@ def predict(workload: Workload, precisions: Sequence[str], sizes: Sequence[Memor
             behaviour_notes += [n for n in session.behaviour.notes if n not in behaviour_notes]
     for precision, result in results.items():
         if result.how == "traced" and precision not in traced.shared:
-            notes.append(f"{precision}: the traces at small batches do not extrapolate (the op sequence or a size "
-                         "changes with the batch), so every batch needed was traced.")
+            notes.append(
+                f"{precision}: the traces at small batches do not extrapolate (the op sequence or a size "
+                "changes with the batch), so every batch needed was traced."
+            )
     if traced.shared:
         notes.append("tf32: fp32's traces (TF32 changes the math, not the tensors).")
     elif "tf32" in precisions:
@@ -220,17 +254,35 @@ def predict(workload: Workload, precisions: Sequence[str], sizes: Sequence[Memor
         notes += world_notes(world)
     build_seconds, trace_seconds = traced.build_seconds, traced.trace_seconds
     at_once = f" ({workers} at a time)" if workers > 1 else ""
-    notes.append(f"time: {build_seconds:.1f} s to import and build the model, {trace_seconds:.1f} s tracing trials"
-                 f"{at_once}, {time.perf_counter() - started - build_seconds - trace_seconds:.1f} s replaying them "
-                 "through the allocator model.")
+    notes.append(
+        f"time: {build_seconds:.1f} s to import and build the model, {trace_seconds:.1f} s tracing trials"
+        f"{at_once}, {time.perf_counter() - started - build_seconds - trace_seconds:.1f} s replaying them "
+        "through the allocator model."
+    )
     seconds = time.perf_counter() - started
-    return Prediction(workload.name, target.name, steps, seconds, build_seconds, list(sizes), overhead_bytes,
-                      overhead_source, results, notes, rows, edges, compare_with[0] if compare_with else "",
-                      world.label if world is not None else "", mode, axis_of(workload))
+    return Prediction(
+        workload.name,
+        target.name,
+        steps,
+        seconds,
+        build_seconds,
+        list(sizes),
+        overhead_bytes,
+        overhead_source,
+        results,
+        notes,
+        rows,
+        edges,
+        compare_with[0] if compare_with else "",
+        world.label if world is not None else "",
+        mode,
+        axis_of(workload),
+    )
 
 
-def memory_sizes(labels: Sequence[tuple[str, int]], cards: dict[str, Any] | None = None,
-                 override: Any = None) -> list[MemorySize]:
+def memory_sizes(
+    labels: Sequence[tuple[str, int]], cards: dict[str, Any] | None = None, override: Any = None
+) -> list[MemorySize]:
     """Memory sizes with the capacity the allocator gets of each (overhead.usable_memory: the packaged per-card data,
     or `override`, an overhead.Override). `cards` maps a label to its catalog Card (sizes given by card name).
 

@@ -42,8 +42,10 @@ INTERNALS: tuple[Internal, ...] = (
     Internal("torch._subclasses.fake_tensor.FakeTensorMode", "fakecuda, session: the fake tensors"),
     Internal("torch._subclasses.fake_tensor.FakeTensor", "session: deep copies of fake tensors in the session's mode"),
     Internal("torch._subclasses.fake_tensor.DynamicOutputShapeException", "fake_mode: data-dependent shapes"),
-    Internal("FakeTensorMode.fake_tensor_converter.meta_converter.tensor_memo",
-             "session: cleared before swap_tensors, which refuses the memo's weak references"),
+    Internal(
+        "FakeTensorMode.fake_tensor_converter.meta_converter.tensor_memo",
+        "session: cleared before swap_tensors, which refuses the memo's weak references",
+    ),
     Internal("FakeTensorMode.in_kernel_invocation", "fake_mode: answers tensor.device as FakeTensor does"),
     Internal("FakeTensor.fake_device", "fake_mode, recorder: a fake tensor's device without a dispatch"),
     Internal("FakeTensor.fake_mode", "fake_mode: answers tensor.device as FakeTensor does"),
@@ -76,19 +78,39 @@ INTERNALS: tuple[Internal, ...] = (
     Internal("UntypedStorage._cdata", "recorder: a storage's identity"),
     Internal("torch.nn.modules.batchnorm._BatchNorm", "training/wrap: models with batch norm under DDP"),
     Internal("torch.nn.parallel.distributed", "data_parallel: DDP's construction syncs are skipped", "data_parallel"),
-    Internal("torch.nn.parallel.distributed._verify_param_shape_across_processes",
-             "data_parallel: skipped (reads tensor data)", "data_parallel"),
-    Internal("torch.nn.parallel.distributed._sync_module_states", "data_parallel: skipped (reads tensor data)",
-             "data_parallel"),
-    Internal("torch._C._distributed_c10d.Reducer._rebuild_buckets",
-             "data_parallel: _ReducerKeepingBuckets overrides it (the rebuild reads tensor data)", "data_parallel"),
-    Internal("torch.distributed.device_mesh.init_device_mesh", "data_parallel: the mesh FSDP shards over",
-             "data_parallel"),
-    Internal("torch.testing._internal.distributed.fake_pg.FakeStore", "data_parallel: the fake process group",
-             "data_parallel"),
-    Internal("transformers.utils.import_utils.is_fake_tensor",
-             "session: transformers keeps an all-ones attention mask for fake tensors, not on a GPU", "transformers"),
-    Internal(_MT + ".MemTracker", "training/breakdown: the memory of a step by category (scan and predict --breakdown)", "breakdown"),
+    Internal(
+        "torch.nn.parallel.distributed._verify_param_shape_across_processes",
+        "data_parallel: skipped (reads tensor data)",
+        "data_parallel",
+    ),
+    Internal(
+        "torch.nn.parallel.distributed._sync_module_states",
+        "data_parallel: skipped (reads tensor data)",
+        "data_parallel",
+    ),
+    Internal(
+        "torch._C._distributed_c10d.Reducer._rebuild_buckets",
+        "data_parallel: _ReducerKeepingBuckets overrides it (the rebuild reads tensor data)",
+        "data_parallel",
+    ),
+    Internal(
+        "torch.distributed.device_mesh.init_device_mesh", "data_parallel: the mesh FSDP shards over", "data_parallel"
+    ),
+    Internal(
+        "torch.testing._internal.distributed.fake_pg.FakeStore",
+        "data_parallel: the fake process group",
+        "data_parallel",
+    ),
+    Internal(
+        "transformers.utils.import_utils.is_fake_tensor",
+        "session: transformers keeps an all-ones attention mask for fake tensors, not on a GPU",
+        "transformers",
+    ),
+    Internal(
+        _MT + ".MemTracker",
+        "training/breakdown: the memory of a step by category (scan and predict --breakdown)",
+        "breakdown",
+    ),
     Internal(_MT + "._MemRefType", _CATEGORIES, "breakdown"),
     Internal(_MT + "._ModState", _STATES, "breakdown"),
     Internal(_MT + "._MemRefType.ACT", _CATEGORIES, "breakdown"),
@@ -101,7 +123,9 @@ INTERNALS: tuple[Internal, ...] = (
     Internal(_MT + "._ModState.PEAK_FW", _STATES, "breakdown"),
     Internal(_MT + "._ModState.POST_FW", _STATES, "breakdown"),
     Internal(_MT + "._ModState.PRE_FW", _STATES, "breakdown"),
-    Internal("torch.ops.aten._to_copy.default", "training/breakdown: autocast's low-precision weight copies", "breakdown"),
+    Internal(
+        "torch.ops.aten._to_copy.default", "training/breakdown: autocast's low-precision weight copies", "breakdown"
+    ),
     Internal("MemTracker._WINFO", _STEP_TRACKER, "breakdown"),
     Internal("MemTracker._mod_tracker", _STEP_TRACKER, "breakdown"),
     Internal("MemTracker._param_to_grad_hook_handles", _STEP_TRACKER, "breakdown"),
@@ -128,10 +152,15 @@ def _fake_tensor(parameter: bool = False) -> Any:
 def _samples() -> dict[str, Callable[[], Any]]:
     import torch
 
-    return {"Tensor": lambda: torch.empty(0), "UntypedStorage": lambda: torch.empty(0).untyped_storage(),
-            "OpOverload": lambda: torch.ops.aten.add.Tensor, "FakeTensorMode": _fake_mode,
-            "FakeTensor": _fake_tensor, "FakeParameter": lambda: _fake_tensor(parameter=True),
-            "MemTracker": lambda: _resolve(_MT + ".MemTracker")()}
+    return {
+        "Tensor": lambda: torch.empty(0),
+        "UntypedStorage": lambda: torch.empty(0).untyped_storage(),
+        "OpOverload": lambda: torch.ops.aten.add.Tensor,
+        "FakeTensorMode": _fake_mode,
+        "FakeTensor": _fake_tensor,
+        "FakeParameter": lambda: _fake_tensor(parameter=True),
+        "MemTracker": lambda: _resolve(_MT + ".MemTracker")(),
+    }
 
 
 # The objects a path may start from besides a module (made by _samples, each only when a path asks for it).
@@ -146,8 +175,10 @@ class TorchInternalsError(RuntimeError):
 def _message(what: list[str]) -> str:
     import torch
 
-    return (f"memprobe predict needs PyTorch internals missing from torch {torch.__version__}: {', '.join(what)} "
-            "(tested with torch 2.11-2.13); install a torch in that range to predict")
+    return (
+        f"memprobe predict needs PyTorch internals missing from torch {torch.__version__}: {', '.join(what)} "
+        "(tested with torch 2.11-2.13); install a torch in that range to predict"
+    )
 
 
 def _resolve(dotted: str) -> Any:
@@ -236,7 +267,13 @@ def untested_torch_note() -> str | None:
     version = ".".join(torch.__version__.split("+")[0].split(".")[:2])
     if version == TESTED_TORCH:
         return None
-    headers = ("its autocast lists and allocator constants were compared with its headers, its run-time "
-               "behaviour was not tested" if version in HEADER_CHECKED_TORCH else "nothing was checked for it")
-    return (f"predict's CUDA emulation is tested on torch {TESTED_TORCH}; this is torch {torch.__version__} "
-            f"({headers}): treat the numbers with more caution")
+    headers = (
+        "its autocast lists and allocator constants were compared with its headers, its run-time "
+        "behaviour was not tested"
+        if version in HEADER_CHECKED_TORCH
+        else "nothing was checked for it"
+    )
+    return (
+        f"predict's CUDA emulation is tested on torch {TESTED_TORCH}; this is torch {torch.__version__} "
+        f"({headers}): treat the numbers with more caution"
+    )

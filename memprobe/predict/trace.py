@@ -79,8 +79,15 @@ def _builder(workload: Workload) -> Callable:
 class TraceSession:
     """One workload built on fake tensors, traced at any batch and precision. Use as a context manager."""
 
-    def __init__(self, workload: Workload, steps: int = 3, target: Target = H100,
-                 wrap: Callable[[Any], dict[str, Any]] | None = None, fresh: bool = False, mode: str = "train") -> None:
+    def __init__(
+        self,
+        workload: Workload,
+        steps: int = 3,
+        target: Target = H100,
+        wrap: Callable[[Any], dict[str, Any]] | None = None,
+        fresh: bool = False,
+        mode: str = "train",
+    ) -> None:
         """`wrap(task)`, when given, wraps the built task's model (data_parallel.wrap_for_trace) before the
         build events are taken, so what the wrapper allocates counts as built. `fresh`: build the model
         again before every trace after the first, for wrappers whose state outlives a trial (FSDP2
@@ -122,8 +129,10 @@ class TraceSession:
             self.__exit__(None, None, None)
             if isinstance(exc, PredictError):
                 raise
-            raise PredictError(f"{self.workload.name}: cannot build it on fake tensors: "
-                               f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from exc
+            raise PredictError(
+                f"{self.workload.name}: cannot build it on fake tensors: "
+                f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            ) from exc
         self.build_events = list(self.recorder.events)
         built = time.perf_counter() - started
         self.build_seconds += built  # summed over rebuilds (fresh)
@@ -177,8 +186,10 @@ class TraceSession:
         end = self.end_trial()
         self.seconds += time.perf_counter() - started
         if failure is not None:
-            raise PredictError(f"{self.workload.name} {precision} batch {batch}: the step failed on fake tensors: {failure}")
-        return Trace(batch, _canonical(self.build_events, rec.events[start + 1:end]), ran)
+            raise PredictError(
+                f"{self.workload.name} {precision} batch {batch}: the step failed on fake tensors: {failure}"
+            )
+        return Trace(batch, _canonical(self.build_events, rec.events[start + 1 : end]), ran)
 
     def end_trial(self) -> int:
         """Close a traced trial (trace, and predict/breakdown.py's tracked one): mark its end, stop the task and

@@ -35,15 +35,24 @@ class Traced:
 
 
 def axis_of(workload: Workload) -> str:
-    """"seq_len" when the workload's n is the sequence length (--search seq-len), else "batch"."""
+    """ "seq_len" when the workload's n is the sequence length (--search seq-len), else "batch"."""
     return "seq_len" if (workload.params or {}).get("axis") == "seq_len" else "batch"
 
 
 class _Tracing:
     """Builds sessions and traces precisions for traced_precisions (see there)."""
 
-    def __init__(self, workload: Workload, precisions: Sequence[str], capacities: Sequence[int], check: bool,
-                 workers: int, progress: Progress, world: Any, session_for: Any) -> None:
+    def __init__(
+        self,
+        workload: Workload,
+        precisions: Sequence[str],
+        capacities: Sequence[int],
+        check: bool,
+        workers: int,
+        progress: Progress,
+        world: Any,
+        session_for: Any,
+    ) -> None:
         self.workload, self.capacities, self.check = workload, list(capacities), check
         self.workers, self.progress, self.world, self.session_for = workers, progress, world, session_for
         self.axis = axis_of(workload)
@@ -82,8 +91,9 @@ class _Tracing:
         first = self.run([self.job(p, b) for p in group for b in model_batches(self.axis, self.check)])
         for p in group:
             made = {j.batch: r for j, r in first.items() if j.precision == p}
-            self.out.traces[p] = PrecisionTraces(self.sessions[p], p, self.check, traced=made,
-                                                 tracer=self.tracer(p), axis=self.axis)
+            self.out.traces[p] = PrecisionTraces(
+                self.sessions[p], p, self.check, traced=made, tracer=self.tracer(p), axis=self.axis
+            )
         edges = {p: self.out.traces[p].needs_edge_check(self.capacities) for p in group}
         for j, result in self.run([self.job(p, e) for p, e in edges.items() if e is not None]).items():
             self.out.traces[j.precision].check_at(result)
@@ -103,9 +113,18 @@ class _Tracing:
 
 
 @contextmanager
-def traced_precisions(workload: Workload, precisions: Sequence[str], capacities: Sequence[int], steps: int = 3,
-                      target: Target = H100, world: Any = None, mode: str = "train", check: bool = True,
-                      workers: int = 1, progress: Progress | None = None) -> Iterator[tuple[Any, Traced]]:
+def traced_precisions(
+    workload: Workload,
+    precisions: Sequence[str],
+    capacities: Sequence[int],
+    steps: int = 3,
+    target: Target = H100,
+    world: Any = None,
+    mode: str = "train",
+    check: bool = True,
+    workers: int = 1,
+    progress: Progress | None = None,
+) -> Iterator[tuple[Any, Traced]]:
     """Yields (traces_for, Traced): traces_for(precision) is the precision's PrecisionTraces; the sessions stay
     open inside (a batch the models do not give is traced on demand). `capacities`: the allocator capacities the
     max batch is asked at (a sequence-length model is checked at the largest edge among them). tf32 uses

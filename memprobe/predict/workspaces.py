@@ -50,8 +50,11 @@ class Workspace:
 
     def same_kind(self, other: Any) -> bool:
         """Whether `other` is the same workspace of the same op (dims may differ)."""
-        return (isinstance(other, Workspace) and (self.op, self.index) == (other.op, other.index)
-                and len(self.dims) == len(other.dims))
+        return (
+            isinstance(other, Workspace)
+            and (self.op, self.index) == (other.op, other.index)
+            and len(self.dims) == len(other.dims)
+        )
 
 
 def kernel_workspaces(func, args: tuple, out: Any) -> list[Workspace]:

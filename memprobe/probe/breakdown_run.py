@@ -28,12 +28,20 @@ def serve(session: Any, req: BreakdownRequest) -> BreakdownAnswer:
     session._drop_kept()
     failure = None
     try:
-        record = measure_breakdown(session.task, session.precision, int(req.batch), int(req.steps),
-                                   session.memory, per_sample_bytes=req.per_sample_bytes,
-                                   loss_scale=req.loss_scale, before=session.apply_cap)
+        record = measure_breakdown(
+            session.task,
+            session.precision,
+            int(req.batch),
+            int(req.steps),
+            session.memory,
+            per_sample_bytes=req.per_sample_bytes,
+            loss_scale=req.loss_scale,
+            before=session.apply_cap,
+        )
     except Exception as exc:  # noqa: BLE001 - classified and reported; the scan's B stands either way
-        failure = BreakdownAnswer(outcome=classify_error(type(exc).__name__, str(exc)),
-                                  error=f"{type(exc).__name__}: {exc}"[:500])
+        failure = BreakdownAnswer(
+            outcome=classify_error(type(exc).__name__, str(exc)), error=f"{type(exc).__name__}: {exc}"[:500]
+        )
         del exc
     session.memory.reset()  # outside the except block: the traceback held the step's tensors
     return failure or BreakdownAnswer(breakdown=record.to_dict())
@@ -48,15 +56,17 @@ def per_sample_bytes(result: PrecisionResult) -> int | None:
     return None
 
 
-def measure_at_max(factory: WorkerFactory, spec: WorkerSpec, result: PrecisionResult, steps: int,
-                   note: Callable[[str], None]) -> None:
+def measure_at_max(
+    factory: WorkerFactory, spec: WorkerSpec, result: PrecisionResult, steps: int, note: Callable[[str], None]
+) -> None:
     """Measure the breakdown at result.max_batch in a fresh process and put it in `result.breakdown`; a failure
     goes to result.settings["breakdown_error"] and a note, and never changes B."""
     batch = int(result.max_batch or 0)
     note(f"memory breakdown at batch {batch} (a fresh process, under MemTracker)")
     started = time.perf_counter()
-    request = BreakdownRequest(batch=batch, steps=steps, per_sample_bytes=per_sample_bytes(result),
-                               loss_scale=spec.loss_scale)
+    request = BreakdownRequest(
+        batch=batch, steps=steps, per_sample_bytes=per_sample_bytes(result), loss_scale=spec.loss_scale
+    )
     try:
         with fresh_worker(factory, spec) as worker:
             answer = worker.request(request, spec.timeout_s)

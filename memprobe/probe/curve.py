@@ -46,7 +46,7 @@ def ladder(max_batch: int, points: int = DEFAULT_POINTS, requested: list[int] | 
             if power <= NEAR_MAX_SHARE * max_batch:
                 below.append(power)
             power *= 2
-    return below[len(below) - (points - 1):] + [max_batch] if points > 1 else [max_batch]
+    return below[len(below) - (points - 1) :] + [max_batch] if points > 1 else [max_batch]
 
 
 def spread_order(batches: list[int]) -> list[int]:
@@ -90,9 +90,14 @@ def curve_point(measured: Timed, fresh: bool) -> CurvePoint:
 
 def skipped_point(batch: int, phase: str, estimate_s: float, left_s: float, budget_s: float) -> CurvePoint:
     """A point that was not started: its estimate would have ended past the curve's budget."""
-    return CurvePoint(batch, SKIPPED, False, phase=phase, estimated_s=round(estimate_s, 1),
-                      error=f"estimated {estimate_s:.1f} s, {max(0.0, left_s):.1f} s of the {budget_s:g} s curve "
-                            "budget left")
+    return CurvePoint(
+        batch,
+        SKIPPED,
+        False,
+        phase=phase,
+        estimated_s=round(estimate_s, 1),
+        error=f"estimated {estimate_s:.1f} s, {max(0.0, left_s):.1f} s of the {budget_s:g} s curve budget left",
+    )
 
 
 def curve_text(point: CurvePoint, unit: str = "samples", n_name: str = "batch") -> str:
@@ -123,6 +128,8 @@ def best_point(points: list[dict[str, Any]]) -> dict[str, Any] | None:
 def summary(points: list[dict[str, Any]]) -> dict[str, Any]:
     """best_batch, best_samples_per_s and best_units_per_s of a curve (None when no point fits)."""
     best = best_point(points)
-    return {"best_batch": best["batch"] if best else None,
-            "best_samples_per_s": best["samples_per_s"] if best else None,
-            "best_units_per_s": best.get("units_per_s") if best else None}
+    return {
+        "best_batch": best["batch"] if best else None,
+        "best_samples_per_s": best["samples_per_s"] if best else None,
+        "best_units_per_s": best.get("units_per_s") if best else None,
+    }

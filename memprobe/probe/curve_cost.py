@@ -82,8 +82,14 @@ class PointCost:
 
     def to_dict(self) -> dict[str, Any]:
         """What the estimates rest on, for the result file (seconds)."""
-        return {"process_s": round(self.process_s, 3), "setup_s": round(self.setup_s, 3), "margin": self.margin,
-                "warmup": self.warmup, "timed": self.timed, "timed_budget_s": self.timed_budget_s}
+        return {
+            "process_s": round(self.process_s, 3),
+            "setup_s": round(self.setup_s, 3),
+            "margin": self.margin,
+            "warmup": self.warmup,
+            "timed": self.timed,
+            "timed_budget_s": self.timed_budget_s,
+        }
 
 
 def _excess(entry: Attempt, cost: PointCost, trial_steps: int) -> float:
@@ -91,16 +97,27 @@ def _excess(entry: Attempt, cost: PointCost, trial_steps: int) -> float:
     return float(entry.seconds or 0.0) - (entry.steps or trial_steps) * cost.step_at(int(entry.batch))
 
 
-def from_precision(attempts: list[Attempt], checks: list[Attempt], at_max: Timed | None, settings: dict[str, Any],
-                   trial_steps: int, warmup: int, timed: int, timed_budget_s: float | None) -> PointCost:
+def from_precision(
+    attempts: list[Attempt],
+    checks: list[Attempt],
+    at_max: Timed | None,
+    settings: dict[str, Any],
+    trial_steps: int,
+    warmup: int,
+    timed: int,
+    timed_budget_s: float | None,
+) -> PointCost:
     """The estimator for one precision's curve from its search `attempts` and proof `checks`, the timed run at B
     (`at_max`), its `settings` (first_process_ready_seconds) and the curve point's steps (`trial_steps` is what a
     trial ran when an attempt does not say)."""
     cost = PointCost(0.0, 0.0, warmup, timed, timed_budget_s)
     if at_max and at_max.outcome == FIT and (at_max.step_time or {}).get("median_s"):
         cost.steps[int(at_max.batch)] = float(at_max.step_time["median_s"])  # type: ignore[arg-type,index]
-    starts = [float(a.wall_seconds) - float(a.seconds or 0.0)
-              for a in [*attempts, *(c for c in checks if c.outcome != FIT)] if a.wall_seconds]
+    starts = [
+        float(a.wall_seconds) - float(a.seconds or 0.0)
+        for a in [*attempts, *(c for c in checks if c.outcome != FIT)]
+        if a.wall_seconds
+    ]
     cost.process_s = max(starts) if starts else float(settings.get("first_process_ready_seconds") or 0.0)
     fits = [a for a in attempts[1:] if a.outcome == FIT] + [c for c in checks if c.outcome == FIT]
     cost.setup_s = max([0.0, *(_excess(a, cost, trial_steps) for a in fits)])

@@ -33,16 +33,27 @@ class PointTimer:
     factory forks cheaply; the others share one process, replaced after a crash or a timeout and closed before
     a fresh point runs (its model and caches must not hold memory then). Never raises for a failed point."""
 
-    def __init__(self, factory: WorkerFactory, spec: WorkerSpec, measure: Callable[[Worker, int], Timed],
-                 model: MemoryModel | None, fresh_above_bytes: float | None, max_batch: int) -> None:
+    def __init__(
+        self,
+        factory: WorkerFactory,
+        spec: WorkerSpec,
+        measure: Callable[[Worker, int], Timed],
+        model: MemoryModel | None,
+        fresh_above_bytes: float | None,
+        max_batch: int,
+    ) -> None:
         self.factory, self.spec, self.measure, self.model = factory, spec, measure, model
         self.fresh_above_bytes, self.max_batch = fresh_above_bytes, max_batch
         self.shared: Worker | None = None
 
     def is_fresh(self, batch: int) -> bool:
         """Whether the point at `batch` runs in a process of its own."""
-        return self.factory.forks and (batch == self.max_batch or self.model is None or self.fresh_above_bytes is None
-                                       or self.model.predict(batch) > self.fresh_above_bytes)
+        return self.factory.forks and (
+            batch == self.max_batch
+            or self.model is None
+            or self.fresh_above_bytes is None
+            or self.model.predict(batch) > self.fresh_above_bytes
+        )
 
     def needs_process(self, batch: int) -> bool:
         """Whether the point at `batch` must start a trial process (a fresh one, or the first shared one)."""
@@ -85,9 +96,16 @@ class PointTimer:
             self.shared = None
 
 
-def measure_curve(timer: CurveTimer, batches: list[int], at_max: Timed | None, max_batch: int,
-                  cost: PointCost, budget_s: float | None, report: Callable[[CurvePoint], None],
-                  clock: Callable[[], float] = time.perf_counter) -> list[CurvePoint]:
+def measure_curve(
+    timer: CurveTimer,
+    batches: list[int],
+    at_max: Timed | None,
+    max_batch: int,
+    cost: PointCost,
+    budget_s: float | None,
+    report: Callable[[CurvePoint], None],
+    clock: Callable[[], float] = time.perf_counter,
+) -> list[CurvePoint]:
     """Time the curve's points and return them ascending (B's is `at_max`, the proof's timed run, when given).
 
     Order: the coarse pass, then while a counted fall has an unresolved bracket its bisection (a ladder batch
@@ -124,8 +142,14 @@ def measure_curve(timer: CurveTimer, batches: list[int], at_max: Timed | None, m
             run(planned, "coarse")
         given_up: set[tuple[int, int]] = set()
         while True:
-            fall = next((f for f in falls(p.to_dict() for p in points.values())
-                         if not f.resolved and (f.before, f.after) not in given_up), None)
+            fall = next(
+                (
+                    f
+                    for f in falls(p.to_dict() for p in points.values())
+                    if not f.resolved and (f.before, f.after) not in given_up
+                ),
+                None,
+            )
             if fall is not None:
                 middle = bisect_batch(fall, refine, points)
                 if middle is None or not run(middle, "knee"):
@@ -140,8 +164,9 @@ def measure_curve(timer: CurveTimer, batches: list[int], at_max: Timed | None, m
     return sorted(points.values(), key=lambda p: p.batch)
 
 
-def add_curve(result: PrecisionResult, timer: CurveTimer, workload: Workload, opts: ScanOptions,
-              note: Callable[[str], None]) -> None:
+def add_curve(
+    result: PrecisionResult, timer: CurveTimer, workload: Workload, opts: ScanOptions, note: Callable[[str], None]
+) -> None:
     """Time the curve up to B (B's point is the proof's timed run) with `timer` (the trial back-end's) and store the
     points, b* and the knee in `result`, also when interrupted (the points timed so far). `note` gets one line per
     point and a summary."""
@@ -152,10 +177,11 @@ def add_curve(result: PrecisionResult, timer: CurveTimer, workload: Workload, op
     unit = str((at_max.unit if at_max is not None else None) or workload.unit)
     n_name = axis_name(workload.to_dict())
     warmup, timed, timed_budget = opts.curve_steps
-    cost = from_precision(result.attempts, result.checks, at_max, result.settings, opts.trial_steps, warmup, timed, timed_budget)
+    cost = from_precision(
+        result.attempts, result.checks, at_max, result.settings, opts.trial_steps, warmup, timed, timed_budget
+    )
     budget = opts.curve_budget
-    note(f"throughput curve at {n_name} {', '.join(map(str, batches))}"
-         + (f" (budget {budget:g} s)" if budget else ""))
+    note(f"throughput curve at {n_name} {', '.join(map(str, batches))}" + (f" (budget {budget:g} s)" if budget else ""))
     done: list[CurvePoint] = []
 
     def report(point: CurvePoint) -> None:
@@ -181,13 +207,20 @@ def summary_lines(result: PrecisionResult, unit: str, n_name: str) -> list[str]:
         return [f"no curve point fits; curve took {result.curve_seconds:.1f} s"]
     at_max = next((p.units_per_s for p in result.curve if p.batch == result.max_batch and p.fits), None)
     best = result.best_units_per_s or result.best_samples_per_s or 0.0
-    drop = (f" ({at_max / best - 1:+.1%} at B = {result.max_batch})"
-            if at_max and result.best_batch != result.max_batch else " (b* = B)")
-    lines = [f"best {n_name} b* = {result.best_batch}: {best:.1f} {unit}/s{drop}; curve took {result.curve_seconds:.1f} s"]
+    drop = (
+        f" ({at_max / best - 1:+.1%} at B = {result.max_batch})"
+        if at_max and result.best_batch != result.max_batch
+        else " (b* = B)"
+    )
+    lines = [
+        f"best {n_name} b* = {result.best_batch}: {best:.1f} {unit}/s{drop}; curve took {result.curve_seconds:.1f} s"
+    ]
     skipped, timed = result.curve_skipped, result.curve_timed
     if skipped:
-        lines.append(f"b* is the best of the {len(timed)} points timed ({n_name} {min(timed)}-{max(timed)}); "
-                     f"skipped by the budget: {', '.join(map(str, sorted(skipped)))}")
+        lines.append(
+            f"b* is the best of the {len(timed)} points timed ({n_name} {min(timed)}-{max(timed)}); "
+            f"skipped by the budget: {', '.join(map(str, sorted(skipped)))}"
+        )
     if result.knee_batch is not None and result.knee_after_batch is not None:
         before, after = result.knee_batch, result.knee_after_batch
         if resolved(before, after):

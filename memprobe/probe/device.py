@@ -55,7 +55,10 @@ def nvml_driver() -> dict[str, Any]:
     except pynvml.NVMLError as exc:
         raise NoGPUError(f"no NVIDIA GPU driver found (NVML: {exc})") from exc
     cuda = pynvml.nvmlSystemGetCudaDriverVersion()
-    return {"driver": _text(pynvml.nvmlSystemGetDriverVersion()), "cuda_driver": f"{cuda // 1000}.{(cuda % 1000) // 10}"}
+    return {
+        "driver": _text(pynvml.nvmlSystemGetDriverVersion()),
+        "cuda_driver": f"{cuda // 1000}.{(cuda % 1000) // 10}",
+    }
 
 
 def gpus() -> list[GPUInfo]:
@@ -73,8 +76,17 @@ def gpus() -> list[GPUInfo]:
     for index in range(count):
         handle = pynvml.nvmlDeviceGetHandleByIndex(index)
         mem = pynvml.nvmlDeviceGetMemoryInfo(handle)
-        found.append(GPUInfo(index, _text(pynvml.nvmlDeviceGetName(handle)), _text(pynvml.nvmlDeviceGetUUID(handle)),
-                             int(mem.total), int(mem.free), int(mem.used), _processes(handle)))
+        found.append(
+            GPUInfo(
+                index,
+                _text(pynvml.nvmlDeviceGetName(handle)),
+                _text(pynvml.nvmlDeviceGetUUID(handle)),
+                int(mem.total),
+                int(mem.free),
+                int(mem.used),
+                _processes(handle),
+            )
+        )
     return found
 
 
@@ -111,6 +123,7 @@ def visible_gpu() -> GPUInfo:
 
 def host_environment() -> dict[str, Any]:
     """What the parent can say without torch: host, Python, library versions, driver, env vars."""
+
     def version(pkg: str) -> str | None:
         try:
             return metadata.version(pkg)

@@ -30,18 +30,31 @@ from memprobe.probe.options import ScanOptions
 from memprobe.probe.scan import Progress, ScanInterrupted, scan_workload
 
 
-def scan_frontier(workload: Workload, opts: ScanOptions, out_dir: str | Path, progress: Progress,
-                  budget_s: float | None, checkpointing: bool = False, lora: int | None = None
-                  ) -> tuple[ScanResult, Path]:
+def scan_frontier(
+    workload: Workload,
+    opts: ScanOptions,
+    out_dir: str | Path,
+    progress: Progress,
+    budget_s: float | None,
+    checkpointing: bool = False,
+    lora: int | None = None,
+) -> tuple[ScanResult, Path]:
     """Measure the frontier of `workload` in each precision of `opts`, each within `budget_s` seconds (None: no
     limit). Returns the frontier result and its path. Raises FrontierError for a workload without one; on Ctrl-C
     the file keeps the points finished (partial) and ScanInterrupted is raised."""
     kinds = frontier_kinds(workload)
     name = frontier_name(workload, checkpointing, lora)
-    record = {**workload.to_dict(), "name": name, "params": {**workload.params, "checkpointing": checkpointing,
-                                                            "lora": lora}}
-    result = ScanResult(workload=record, environment=host_environment(),
-                        settings={**opts.to_dict(), "search": "frontier", "frontier_budget_s": budget_s}, frontier={})
+    record = {
+        **workload.to_dict(),
+        "name": name,
+        "params": {**workload.params, "checkpointing": checkpointing, "lora": lora},
+    }
+    result = ScanResult(
+        workload=record,
+        environment=host_environment(),
+        settings={**opts.to_dict(), "search": "frontier", "frontier_budget_s": budget_s},
+        frontier={},
+    )
     points_dir = Path(out_dir) / "frontier-points"
     state: dict[str, Any] = {"path": None}
 
@@ -55,8 +68,13 @@ def scan_frontier(workload: Workload, opts: ScanOptions, out_dir: str | Path, pr
         frontier = Frontier(precision, MEASURED, budget_s)
         point_opts = replace(opts, precisions=[precision], measure=False, curve=False, predicted_start=False)
 
-        def measure(kind: str, fixed: int, precision: str = precision, frontier: Frontier = frontier,
-                    point_opts: ScanOptions = point_opts) -> FrontierPoint:
+        def measure(
+            kind: str,
+            fixed: int,
+            precision: str = precision,
+            frontier: Frontier = frontier,
+            point_opts: ScanOptions = point_opts,
+        ) -> FrontierPoint:
             variant = point_workload(workload, kind, fixed, checkpointing, lora)
             try:
                 scanned, path = scan_workload(variant, point_opts, points_dir, progress)
@@ -68,17 +86,19 @@ def scan_frontier(workload: Workload, opts: ScanOptions, out_dir: str | Path, pr
                 result.environment.update(scanned.environment)
             p = scanned.precisions[precision]
             proof = p.proof or {}
-            point = (FrontierPoint(kind, fixed, MEASURED, p.max_batch, proof.get("fails"), bool(proof.get("verified")),
-                                   file=str(path))
-                     if p.status == "done" else
-                     FrontierPoint(kind, fixed, ERROR, file=str(path), note=(p.error or p.stop).splitlines()[0][:200]))
+            point = (
+                FrontierPoint(
+                    kind, fixed, MEASURED, p.max_batch, proof.get("fails"), bool(proof.get("verified")), file=str(path)
+                )
+                if p.status == "done"
+                else FrontierPoint(kind, fixed, ERROR, file=str(path), note=(p.error or p.stop).splitlines()[0][:200])
+            )
             frontier.points.append(point)
             result.frontier[precision] = frontier.to_dict()
             save()
             return point
 
-        points, notes = walk(measure, budget_s, opts.max_batch, opts.max_batch,
-                             kinds=kinds)
+        points, notes = walk(measure, budget_s, opts.max_batch, opts.max_batch, kinds=kinds)
         frontier.points, frontier.notes = points, notes
         if workload.family == "hf":
             frontier.notes.append("hf: models have no sequence-length search: only the max batch at each length")

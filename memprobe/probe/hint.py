@@ -34,8 +34,14 @@ class PredictedStart:
     manager (the child is killed on exit). Never raises for the child's failures: an answer is
     {"error": why} instead."""
 
-    def __init__(self, workload: Workload, precisions: list[str], steps: int = 3,
-                 world: tuple[int, str] | None = None, mode: str = "train") -> None:
+    def __init__(
+        self,
+        workload: Workload,
+        precisions: list[str],
+        steps: int = 3,
+        world: tuple[int, str] | None = None,
+        mode: str = "train",
+    ) -> None:
         """`world` = (N, strategy) predicts per GPU for N data-parallel GPUs (predict --gpus N); `mode` "infer"
         predicts forward passes; `steps` as the scan's trial runs them."""
         self.workload, self.precisions, self.steps = workload, precisions, steps
@@ -49,11 +55,23 @@ class PredictedStart:
     def __enter__(self) -> "PredictedStart":
         env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "PYTHONUNBUFFERED": "1", PARENT_ENV: str(os.getpid())}
         try:
-            self.proc = subprocess.Popen([sys.executable, "-m", "memprobe.predict.hint_worker"],
-                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                         start_new_session=True, env=env)
-            self._send({"workload": self.workload.to_dict(), "precisions": self.precisions, "steps": self.steps,
-                        "mode": self.mode, "world": list(self.world) if self.world else None})
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "memprobe.predict.hint_worker"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+                env=env,
+            )
+            self._send(
+                {
+                    "workload": self.workload.to_dict(),
+                    "precisions": self.precisions,
+                    "steps": self.steps,
+                    "mode": self.mode,
+                    "world": list(self.world) if self.world else None,
+                }
+            )
         except OSError:
             self.__exit__()
             self._ended = "the prediction process could not be started"
@@ -113,8 +131,14 @@ class PredictedStart:
             return Prediction(self, 0, {"error": ENDED})
         return Prediction(self, ident)
 
-    def hint_for(self, precision: str, capacity_bytes: float | None, settings: dict[str, Any],
-                 note: Callable[[str], None], started_at: float) -> "PrecisionHint":
+    def hint_for(
+        self,
+        precision: str,
+        capacity_bytes: float | None,
+        settings: dict[str, Any],
+        note: Callable[[str], None],
+        started_at: float,
+    ) -> "PrecisionHint":
         """The search's hint for one precision (see PrecisionHint), asked now. `started_at`: time.time() when
         the precision started (arrival times are counted from it)."""
         return PrecisionHint(self.ask(precision, capacity_bytes), settings, note, started_at)
@@ -146,8 +170,9 @@ class PrecisionHint:
     from the precision's start to the child's answer), `after_trials`, `used` and `why` not; says each step
     through `note`."""
 
-    def __init__(self, prediction: Prediction, settings: dict[str, Any], note: Callable[[str], None],
-                 started_at: float) -> None:
+    def __init__(
+        self, prediction: Prediction, settings: dict[str, Any], note: Callable[[str], None], started_at: float
+    ) -> None:
         self.prediction, self.settings, self.note, self.started_at = prediction, settings, note, started_at
         self.record: dict[str, Any] | None = None
         self.poll()  # an answer that cannot come (no capacity, no child) is said at once
@@ -172,8 +197,10 @@ class PrecisionHint:
         """Record and say what the search did with the prediction."""
         assert self.record is not None
         self.record.update(after_trials=use.after_trials, used=use.used, why=use.why)
-        came = (f"predicted max batch {use.batch} (memprobe predict on the CPU) came {self.record['arrived_s']:g} s "
-                f"into the precision, after {use.after_trials} trial{'s' if use.after_trials != 1 else ''}")
+        came = (
+            f"predicted max batch {use.batch} (memprobe predict on the CPU) came {self.record['arrived_s']:g} s "
+            f"into the precision, after {use.after_trials} trial{'s' if use.after_trials != 1 else ''}"
+        )
         self.note(f"{came}: tried next" if use.used else f"{came}: not used, {use.why}")
 
     def finish(self, found: SearchResult, search_seconds: float) -> None:
@@ -183,10 +210,14 @@ class PrecisionHint:
         batch = self.poll()
         if self.record is None:
             self.record = self.settings["predicted_start"] = {
-                "arrived_s": None, "used": False,
-                "why": f"no prediction before the search ended ({search_seconds:g} s, {found.trials} trials)"}
+                "arrived_s": None,
+                "used": False,
+                "why": f"no prediction before the search ended ({search_seconds:g} s, {found.trials} trials)",
+            }
             self.note(f"no predicted start: {self.record['why']}")
         elif "used" not in self.record:
             self.record.update(after_trials=found.trials, used=False, why="came after the search had ended")
-            self.note(f"predicted max batch {batch} came {self.record['arrived_s']:g} s into the precision, "
-                      f"after the search had ended ({search_seconds:g} s): not used")
+            self.note(
+                f"predicted max batch {batch} came {self.record['arrived_s']:g} s into the precision, "
+                f"after the search had ended ({search_seconds:g} s): not used"
+            )

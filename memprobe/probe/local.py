@@ -34,13 +34,29 @@ class LocalBackend:
 
     counts_flops = True
 
-    def __init__(self, workload: Workload, precision: str, opts: ScanOptions, factory: WorkerFactory,
-                 progress: Progress) -> None:
-        self.workload, self.precision, self.opts, self.factory, self.progress = workload, precision, opts, factory, progress
-        self.spec = WorkerSpec(workload, precision, opts.mode, opts.device, opts.cpu_budget_bytes,
-                               {"cudnn_benchmark": opts.cudnn_benchmark, "memory_cap_bytes": opts.memory_cap_bytes,
-                                "compile": opts.compile},
-                               opts.timeout_s)
+    def __init__(
+        self, workload: Workload, precision: str, opts: ScanOptions, factory: WorkerFactory, progress: Progress
+    ) -> None:
+        self.workload, self.precision, self.opts, self.factory, self.progress = (
+            workload,
+            precision,
+            opts,
+            factory,
+            progress,
+        )
+        self.spec = WorkerSpec(
+            workload,
+            precision,
+            opts.mode,
+            opts.device,
+            opts.cpu_budget_bytes,
+            {
+                "cudnn_benchmark": opts.cudnn_benchmark,
+                "memory_cap_bytes": opts.memory_cap_bytes,
+                "compile": opts.compile,
+            },
+            opts.timeout_s,
+        )
         self.count = 0
         self.started = time.perf_counter()
         self.fresh = FreshRuns(factory, self.spec, opts, self._announce, self._report)
@@ -75,12 +91,15 @@ class LocalBackend:
         environment, emulation = info.environment, info.emulation
         on_environment({**environment, "emulation": emulation} if emulation else environment)
         result.capacity_bytes = self.capacity_bytes = info.capacity_bytes
-        result.settings = {"task": info.task, "flags": environment.get("flags", {}),
-                           "weights_bytes": info.weights_bytes,
-                           "build_seconds": info.build_seconds,
-                           "cuda_init_seconds": info.cuda_init_seconds,
-                           "first_process_ready_seconds": round(time.perf_counter() - self.started, 3),
-                           "emulation": emulation}
+        result.settings = {
+            "task": info.task,
+            "flags": environment.get("flags", {}),
+            "weights_bytes": info.weights_bytes,
+            "build_seconds": info.build_seconds,
+            "cuda_init_seconds": info.cuda_init_seconds,
+            "first_process_ready_seconds": round(time.perf_counter() - self.started, 3),
+            "emulation": emulation,
+        }
         return True
 
     def flops(self) -> Flops:
@@ -104,15 +123,23 @@ class LocalBackend:
 
     def curve_timer(self, model: MemoryModel | None, capacity_bytes: float | None, max_batch: int) -> PointTimer:
         """Curve points below FRESH_ABOVE_SHARE of the capacity share a process; the others, and B, run fresh."""
-        return PointTimer(self.factory, self.spec, self.opts.curve_run, model,
-                          FRESH_ABOVE_SHARE * capacity_bytes if capacity_bytes else None, max_batch)
+        return PointTimer(
+            self.factory,
+            self.spec,
+            self.opts.curve_run,
+            model,
+            FRESH_ABOVE_SHARE * capacity_bytes if capacity_bytes else None,
+            max_batch,
+        )
 
     def fit_check(self) -> str:
         opts = self.opts
-        return (f"{opts.trial_steps} steps (1 warm-up + {opts.trial_steps - 1})"
-                + (f", then in the same run 1 more warm-up + {opts.timed_steps} timed steps"
-                   + (f" (fewer past {opts.timed_budget_s:g} s)" if opts.timed_budget_s else "")
-                   if opts.measure else ""))
+        return f"{opts.trial_steps} steps (1 warm-up + {opts.trial_steps - 1})" + (
+            f", then in the same run 1 more warm-up + {opts.timed_steps} timed steps"
+            + (f" (fewer past {opts.timed_budget_s:g} s)" if opts.timed_budget_s else "")
+            if opts.measure
+            else ""
+        )
 
     def finish(self, result: PrecisionResult) -> None:
         """With --breakdown: where the memory goes at B, measured in its own fresh process (breakdown_run.py), so it

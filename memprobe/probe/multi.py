@@ -61,8 +61,14 @@ def check_runs(workload: Workload, opts: ScanOptions, sizes: list[int], strategi
                 check_options(opts, size, strategy, workload)
 
 
-def scan_runs(workload: Workload, opts: ScanOptions, sizes: list[int], strategies: list[str], out_dir: str | Path,
-              progress: Progress) -> Iterator[tuple[ScanResult, Path]]:
+def scan_runs(
+    workload: Workload,
+    opts: ScanOptions,
+    sizes: list[int],
+    strategies: list[str],
+    out_dir: str | Path,
+    progress: Progress,
+) -> Iterator[tuple[ScanResult, Path]]:
     """Scan `workload` at every world size: 1 is the single-GPU scan (unchanged), N > 1 one
     multi-GPU scan per strategy. Yields (result, path) as each file is complete; raises what
     scan_workload and scan_distributed raise (DistributedScanError before any scan runs)."""

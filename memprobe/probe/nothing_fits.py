@@ -20,9 +20,11 @@ from memprobe.core.units import gib
 from memprobe.core.variants import LLM_FAMILIES, VariantError, VariantRequest, apply_variant
 
 # What an LLM user tries next, in order of how much they change the training.
-ALTERNATIVES = (("--checkpointing", VariantRequest(checkpointing=True)),
-                ("--lora 16", VariantRequest(lora=16)),
-                ("--lora 16 --checkpointing", VariantRequest(lora=16, checkpointing=True)))
+ALTERNATIVES = (
+    ("--checkpointing", VariantRequest(checkpointing=True)),
+    ("--lora 16", VariantRequest(lora=16)),
+    ("--lora 16 --checkpointing", VariantRequest(lora=16, checkpointing=True)),
+)
 
 NeedFn = Callable[[Workload, str], int]
 
@@ -55,18 +57,24 @@ class Shortfall:
         room = f" ({gib(self.capacity_bytes)} GiB usable)" if self.capacity_bytes else ""
         text = f"{workload} {self.precision}: nothing trains on {gpu}{room}, not even {n_name} 1."
         if self.need_bytes is not None:
-            text += (f" A trial at {n_name} 1 would need about {gib(self.need_bytes)} GiB "
-                     "(predicted from a fake-tensor trace, not measured).")
+            text += (
+                f" A trial at {n_name} 1 would need about {gib(self.need_bytes)} GiB "
+                "(predicted from a fake-tensor trace, not measured)."
+            )
         elif self.error:
             text += f" (Its need could not be traced: {self.error})"
         fitting = [a for a in self.alternatives if a.fits]
         others = [a for a in self.alternatives if a.fits is False]
         if fitting:
-            text += " Predicted to fit at 1: " + "; ".join(f"{a.flags} ({gib(a.need_bytes)} GiB)" for a in fitting) + "."
+            text += (
+                " Predicted to fit at 1: " + "; ".join(f"{a.flags} ({gib(a.need_bytes)} GiB)" for a in fitting) + "."
+            )
         if others:
             text += " Still too big: " + "; ".join(f"{a.flags} ({gib(a.need_bytes)} GiB)" for a in others) + "."
-        text += (" Sharding the weights, gradients and optimizer state over several GPUs: `memprobe predict --gpus N "
-                 "--strategy fsdp` predicts it, `memprobe scan --gpus N --strategy fsdp` measures it.")
+        text += (
+            " Sharding the weights, gradients and optimizer state over several GPUs: `memprobe predict --gpus N "
+            "--strategy fsdp` predicts it, `memprobe scan --gpus N --strategy fsdp` measures it."
+        )
         return text
 
 
@@ -83,8 +91,14 @@ def _default_need(workload: Workload, precision: str) -> int:
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", PARENT_ENV: str(os.getpid())}
     request = json.dumps({"workload": workload.to_dict(), "precision": precision}) + "\n"
     try:
-        done = subprocess.run([sys.executable, "-m", "memprobe.predict.need"], input=request, capture_output=True,
-                              text=True, env=env, timeout=NEED_TIMEOUT_S)
+        done = subprocess.run(
+            [sys.executable, "-m", "memprobe.predict.need"],
+            input=request,
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=NEED_TIMEOUT_S,
+        )
     except subprocess.TimeoutExpired:
         raise NeedError(f"the trace took more than {NEED_TIMEOUT_S:.0f} s") from None
     lines = done.stdout.strip().splitlines()
@@ -157,6 +171,8 @@ def described(result: ScanResult, workload: Workload) -> list[str]:
     for p in result.precisions.values():
         stored = p.settings.get("nothing_fits")
         if stored:
-            shortfall = Shortfall(**{**stored, "alternatives": [Alternative(**a) for a in stored.get("alternatives", [])]})
+            shortfall = Shortfall(
+                **{**stored, "alternatives": [Alternative(**a) for a in stored.get("alternatives", [])]}
+            )
             lines.append(shortfall.describe(workload.name, _gpu(result), _n_name(workload)))
     return lines

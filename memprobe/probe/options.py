@@ -122,8 +122,9 @@ class ScanOptions:
         """Warm-up and timed steps at `batch` in `worker` (its answer, never raising for a failed step). `cont`:
         the steps go on from the trial the worker just ran at `batch` (kept), so the trial's steps were the
         warm-up and one more warm-up step is enough (it is also timed apart, as the first step)."""
-        return worker.measure(batch, 1 if cont else self.warmup_steps, self.timed_steps,
-                              budget_s=self.timed_budget_s, cont=cont)
+        return worker.measure(
+            batch, 1 if cont else self.warmup_steps, self.timed_steps, budget_s=self.timed_budget_s, cont=cont
+        )
 
     @property
     def curve_budget(self) -> float:
@@ -137,8 +138,11 @@ class ScanOptions:
     def curve_steps(self) -> tuple[int, int, float | None]:
         """A curve point's timed run below B: (warm-up steps, timed steps, timed-step budget in seconds): at most
         CURVE_WARMUP and CURVE_TIMED_STEPS, within half the timed-step budget (B's own point is the full run)."""
-        return (min(self.warmup_steps, CURVE_WARMUP), min(self.timed_steps, CURVE_TIMED_STEPS),
-                self.timed_budget_s / 2 if self.timed_budget_s else None)
+        return (
+            min(self.warmup_steps, CURVE_WARMUP),
+            min(self.timed_steps, CURVE_TIMED_STEPS),
+            self.timed_budget_s / 2 if self.timed_budget_s else None,
+        )
 
     def curve_run(self, worker: Worker, batch: int) -> Timed:
         """A curve point's timed run at `batch` in `worker` (curve_steps), never raising for a failed step."""

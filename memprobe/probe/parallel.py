@@ -62,9 +62,22 @@ class ParallelSummary:
 
 def scan_args(opts: ScanOptions, models_file: str | None) -> list[str]:
     """The `memprobe scan` options that reproduce `opts` in a child (model, precision and --out apart)."""
-    args = ["--mode", opts.mode, "--steps", str(opts.steps), "--warmup", str(opts.warmup),
-            "--timed-steps", str(opts.timed_steps), "--max-batch", str(opts.max_batch),
-            "--max-trials", str(opts.max_trials), "--device", opts.device]
+    args = [
+        "--mode",
+        opts.mode,
+        "--steps",
+        str(opts.steps),
+        "--warmup",
+        str(opts.warmup),
+        "--timed-steps",
+        str(opts.timed_steps),
+        "--max-batch",
+        str(opts.max_batch),
+        "--max-trials",
+        str(opts.max_trials),
+        "--device",
+        opts.device,
+    ]
     if opts.batches:
         args += ["--batch", ",".join(map(str, opts.batches))]
     if not opts.measure:
@@ -113,8 +126,9 @@ def gpu_slots(count: int | None, device: str, visible: str | None = None) -> lis
     return ids
 
 
-def merge_parts(workload: Workload, precisions: list[str], parts: dict[str, tuple[Path | None, Job]],
-                out_dir: Path, mode: str) -> tuple[ScanResult, Path] | None:
+def merge_parts(
+    workload: Workload, precisions: list[str], parts: dict[str, tuple[Path | None, Job]], out_dir: Path, mode: str
+) -> tuple[ScanResult, Path] | None:
     """One result file for `workload` from its per-precision files (as a serial scan writes it);
     None when no part left a file. The merged file says which GPU ran each precision."""
     read: dict[str, ScanResult] = {}
@@ -127,8 +141,11 @@ def merge_parts(workload: Workload, precisions: list[str], parts: dict[str, tupl
     if not read:
         return None
     first = read[next(p for p in precisions if p in read)]
-    merged = ScanResult(workload=first.workload, environment=dict(first.environment),
-                        settings=dict(first.settings) | {"precisions": [p for p in precisions if p in read]})
+    merged = ScanResult(
+        workload=first.workload,
+        environment=dict(first.environment),
+        settings=dict(first.settings) | {"precisions": [p for p in precisions if p in read]},
+    )
     merged.environment["CUDA_VISIBLE_DEVICES"] = None  # each precision ran on its own GPU: see its settings
     for precision in precisions:
         if precision not in read:
@@ -137,8 +154,9 @@ def merge_parts(workload: Workload, precisions: list[str], parts: dict[str, tupl
         if part is None:
             continue
         job = parts[precision][1]
-        part.settings = dict(part.settings) | {"parallel": {"gpu": job.slot, "job_seconds": job.seconds,
-                                                            "gpu_name": read[precision].gpu_name()}}
+        part.settings = dict(part.settings) | {
+            "parallel": {"gpu": job.slot, "job_seconds": job.seconds, "gpu_name": read[precision].gpu_name()}
+        }
         merged.precisions[precision] = part
     merged.settings["parallel"] = {"gpus": sorted({j.slot for _p, j in parts.values() if j.slot is not None})}
     complete = all(read.get(p) is not None and read[p].status == "complete" for p in precisions)
@@ -148,9 +166,15 @@ def merge_parts(workload: Workload, precisions: list[str], parts: dict[str, tupl
     return merged, path
 
 
-def run_parallel(workloads: list[Workload], opts: ScanOptions, slots: list[str], out_dir: str | Path,
-                 models_file: str | None = None, on_event: Callable[[str], None] = lambda _text: None,
-                 python: str | None = None) -> tuple[list[tuple[ScanResult, Path]], ParallelSummary]:
+def run_parallel(
+    workloads: list[Workload],
+    opts: ScanOptions,
+    slots: list[str],
+    out_dir: str | Path,
+    models_file: str | None = None,
+    on_event: Callable[[str], None] = lambda _text: None,
+    python: str | None = None,
+) -> tuple[list[tuple[ScanResult, Path]], ParallelSummary]:
     """Run every (workload, precision) as its own child scan, at most one per GPU slot at a time, and
     merge each workload's parts into one result file. KeyboardInterrupt interrupts the children (they
     write what finished), merges what exists, and is re-raised."""
@@ -175,11 +199,28 @@ def run_parallel(workloads: list[Workload], opts: ScanOptions, slots: list[str],
                 env = dict(base_env)
                 if opts.device == "cuda":
                     env["CUDA_VISIBLE_DEVICES"] = job.slot
-                cmd = [python or sys.executable, "-m", "memprobe", "scan", "--model", job.workload.name,
-                       "--precision", job.precision, "--out", str(job.part_dir), *common]
+                cmd = [
+                    python or sys.executable,
+                    "-m",
+                    "memprobe",
+                    "scan",
+                    "--model",
+                    job.workload.name,
+                    "--precision",
+                    job.precision,
+                    "--out",
+                    str(job.part_dir),
+                    *common,
+                ]
                 with open(job.log, "wb") as log:
-                    job.proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                                stdin=subprocess.DEVNULL, start_new_session=True)
+                    job.proc = subprocess.Popen(
+                        cmd,
+                        env=env,
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        stdin=subprocess.DEVNULL,
+                        start_new_session=True,
+                    )
                 job.started = time.perf_counter()
                 running.append(job)
                 on_event(f"started {job.workload.name} {job.precision} on GPU {job.slot}")
@@ -188,8 +229,10 @@ def run_parallel(workloads: list[Workload], opts: ScanOptions, slots: list[str],
                 job.returncode, job.seconds = job.proc.returncode, round(time.perf_counter() - job.started, 2)
                 running.remove(job)
                 free.append(job.slot)
-                on_event(f"finished {job.workload.name} {job.precision} on GPU {job.slot} in {job.seconds:.0f} s "
-                         f"(exit {job.returncode})")
+                on_event(
+                    f"finished {job.workload.name} {job.precision} on GPU {job.slot} in {job.seconds:.0f} s "
+                    f"(exit {job.returncode})"
+                )
     except KeyboardInterrupt:
         for job in running:
             try:
@@ -206,19 +249,43 @@ def run_parallel(workloads: list[Workload], opts: ScanOptions, slots: list[str],
         raise
     wall = time.perf_counter() - started
     written = _merge_all(workloads, opts, jobs, out_dir)
-    summary = ParallelSummary(round(wall, 2), round(sum(j.seconds or 0.0 for j in jobs), 2), list(slots),
-                              [{"workload": j.workload.name, "precision": j.precision, "gpu": j.slot,
-                                "seconds": j.seconds, "returncode": j.returncode} for j in jobs], folder)
+    summary = ParallelSummary(
+        round(wall, 2),
+        round(sum(j.seconds or 0.0 for j in jobs), 2),
+        list(slots),
+        [
+            {
+                "workload": j.workload.name,
+                "precision": j.precision,
+                "gpu": j.slot,
+                "seconds": j.seconds,
+                "returncode": j.returncode,
+            }
+            for j in jobs
+        ],
+        folder,
+    )
     with open(folder / "summary.jsonl", "w", encoding="utf-8") as handle:
         for job in summary.jobs:
             handle.write(json.dumps(job) + "\n")
-        handle.write(json.dumps({"wall_seconds": summary.wall_seconds, "serial_estimate_seconds": summary.serial_estimate_seconds,
-                                 "gpus": slots, "speedup": summary.speedup,
-                                 "files": [str(p) for _r, p in written]}) + "\n")
+        handle.write(
+            json.dumps(
+                {
+                    "wall_seconds": summary.wall_seconds,
+                    "serial_estimate_seconds": summary.serial_estimate_seconds,
+                    "gpus": slots,
+                    "speedup": summary.speedup,
+                    "files": [str(p) for _r, p in written],
+                }
+            )
+            + "\n"
+        )
     return written, summary
 
 
-def _merge_all(workloads: list[Workload], opts: ScanOptions, jobs: list[Job], out_dir: Path) -> list[tuple[ScanResult, Path]]:
+def _merge_all(
+    workloads: list[Workload], opts: ScanOptions, jobs: list[Job], out_dir: Path
+) -> list[tuple[ScanResult, Path]]:
     written = []
     for workload in workloads:
         parts: dict[str, tuple[Path | None, Job]] = {}

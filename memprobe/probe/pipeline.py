@@ -85,8 +85,15 @@ def add_mfu(measured: Timed | None, flops_per_sample: float | None, gpu: str, pr
         measured.mfu_note = f"no dense {precision} peak for '{gpu}' in memprobe's GPU catalog"
 
 
-def run_precision(backend: TrialBackend, workload: Workload, precision: str, opts: ScanOptions, progress: Progress,
-                  on_environment: OnEnvironment, start: PredictedStart | None = None) -> PrecisionResult:
+def run_precision(
+    backend: TrialBackend,
+    workload: Workload,
+    precision: str,
+    opts: ScanOptions,
+    progress: Progress,
+    on_environment: OnEnvironment,
+    start: PredictedStart | None = None,
+) -> PrecisionResult:
     """Search, prove, soak, time and curve one precision over `backend`; `start` predicts the max batch beside the
     search (polled, never waited for). Raises what the back-end's open raises (NoCudaError: no CUDA device) and
     CurveInterrupted on Ctrl-C during the curve (B proven and timed)."""
@@ -96,8 +103,15 @@ def run_precision(backend: TrialBackend, workload: Workload, precision: str, opt
         backend.close()
 
 
-def _run(backend: TrialBackend, workload: Workload, precision: str, opts: ScanOptions, progress: Progress,
-         on_environment: OnEnvironment, start: PredictedStart | None) -> PrecisionResult:
+def _run(
+    backend: TrialBackend,
+    workload: Workload,
+    precision: str,
+    opts: ScanOptions,
+    progress: Progress,
+    on_environment: OnEnvironment,
+    start: PredictedStart | None,
+) -> PrecisionResult:
     """run_precision's steps, in order."""
     result = PrecisionResult(precision, status="running")
     started, started_at = time.perf_counter(), time.time()
@@ -115,11 +129,18 @@ def _run(backend: TrialBackend, workload: Workload, precision: str, opts: ScanOp
         if flops.error:
             result.settings["flops_error"] = flops.error
     trials = backend.search_trials()
-    hint = (start.hint_for(precision, result.capacity_bytes, result.settings, progress.note, started_at)
-            if start else None)
+    hint = (
+        start.hint_for(precision, result.capacity_bytes, result.settings, progress.note, started_at) if start else None
+    )
     try:
-        found = find_max_batch(trials, result.capacity_bytes, opts.max_batch, opts.max_trials,
-                               hint=hint.poll if hint else None, on_hint=_on_hint(hint, trials))
+        found = find_max_batch(
+            trials,
+            result.capacity_bytes,
+            opts.max_batch,
+            opts.max_trials,
+            hint=hint.poll if hint else None,
+            on_hint=_on_hint(hint, trials),
+        )
     except BaseException:
         trials.kill()  # interrupted: do not wait for the shared process's running steps
         raise
@@ -145,8 +166,10 @@ def _run(backend: TrialBackend, workload: Workload, precision: str, opts: ScanOp
     result.proof.fit_check = backend.fit_check()
     result.proof.seconds = round(time.perf_counter() - started - result.search_seconds, 2)
     if not edge.agreed:
-        progress.note(f"fresh-process check moved the edge: search {found.max_batch}, fresh {edge.max_batch}"
-                      + ("" if edge.verified else " (not verified within the check limit)"))
+        progress.note(
+            f"fresh-process check moved the edge: search {found.max_batch}, fresh {edge.max_batch}"
+            + ("" if edge.verified else " (not verified within the check limit)")
+        )
     if result.proof.non_monotone:
         progress.note(result.proof.non_monotone["note"])
     if opts.soak and edge.max_batch > 0:
@@ -155,8 +178,13 @@ def _run(backend: TrialBackend, workload: Workload, precision: str, opts: ScanOp
     result.status = "done"
     if opts.measure and opts.curve and edge.max_batch > 0:
         try:
-            add_curve(result, backend.curve_timer(edge_model(found.attempts), result.capacity_bytes, result.max_batch),
-                      workload, opts, progress.note)
+            add_curve(
+                result,
+                backend.curve_timer(edge_model(found.attempts), result.capacity_bytes, result.max_batch),
+                workload,
+                opts,
+                progress.note,
+            )
         except KeyboardInterrupt:
             # B is proven and timed: keep the precision, with the curve points timed before Ctrl-C
             result.settings["curve_interrupted"] = True
@@ -177,7 +205,9 @@ def _on_hint(hint: PrecisionHint | None, trials: Any) -> Callable[[HintUse], Non
     return on_hint
 
 
-def _timed_runs(backend: TrialBackend, result: PrecisionResult, opts: ScanOptions, progress: Progress, gpu: str) -> None:
+def _timed_runs(
+    backend: TrialBackend, result: PrecisionResult, opts: ScanOptions, progress: Progress, gpu: str
+) -> None:
     """The throughput at B, the requested batches (--batch), their MFU, then what the back-end adds (scaling)."""
     if opts.measure and result.max_batch > 0:
         measured = backend.measurements.get(result.max_batch)
@@ -222,9 +252,15 @@ class ResultWriter:
         return ScanInterrupted(self.path)
 
 
-def scan_precisions(workload: Workload, opts: ScanOptions, writer: ResultWriter, progress: Progress,
-                    run_one: Callable[[str, PredictedStart | None, OnEnvironment], PrecisionResult],
-                    label: Callable[[str], str] = str, start: PredictedStart | None = None) -> tuple[ScanResult, Path]:
+def scan_precisions(
+    workload: Workload,
+    opts: ScanOptions,
+    writer: ResultWriter,
+    progress: Progress,
+    run_one: Callable[[str, PredictedStart | None, OnEnvironment], PrecisionResult],
+    label: Callable[[str], str] = str,
+    start: PredictedStart | None = None,
+) -> tuple[ScanResult, Path]:
     """Run `run_one(precision, start, on_environment)` for every precision, explain a precision where nothing
     trains at 1 (a traced need, in a child process), and save after each. Returns the result and its path. On
     KeyboardInterrupt writes what finished, marked partial, and raises ScanInterrupted."""

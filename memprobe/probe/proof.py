@@ -123,7 +123,9 @@ def _listed(batches: list[int]) -> str:
     return ", ".join(map(str, batches))
 
 
-def non_monotone(found: SearchResult, edge: EdgeCheck, known: Mapping[int, Attempt] | None = None) -> dict[str, Any] | None:
+def non_monotone(
+    found: SearchResult, edge: EdgeCheck, known: Mapping[int, Attempt] | None = None
+) -> dict[str, Any] | None:
     """Where the trials contradict one edge. Fresh checks are the proof's and the search trials it could take
     as checks (`known`, see reusable_checks). Returns the fresh checks that fit above the lowest fresh failure
     (`fits`), the search's other fits (its shared process, or a fresh trial without the timed run) at or above
@@ -147,8 +149,11 @@ def non_monotone(found: SearchResult, edge: EdgeCheck, known: Mapping[int, Attem
     if shared:
         said.append(f"{_listed(shared)} fitted in the search's own trials (not fresh checks), at or above it")
     b = edge.max_batch
-    proven = (f"B = {b} fits fresh and {b + 1} fails fresh" if edge.verified
-              else f"B = {b} is not verified (no fresh fit next to a fresh failure within the check limit)")
+    proven = (
+        f"B = {b} fits fresh and {b + 1} fails fresh"
+        if edge.verified
+        else f"B = {b} is not verified (no fresh fit next to a fresh failure within the check limit)"
+    )
     note = f"edge not monotone: {'; '.join(said)} (fresh failures at {_listed(fails)}); {proven}"
     return {"fits": fits, "search_fits": shared, "fails": fails, "note": note}
 
@@ -157,9 +162,18 @@ def proof_record(edge: EdgeCheck, found: SearchResult, known: Mapping[int, Attem
     """The proof as the result file keeps it: the search's pair, the fresh pair, every check (a failed one with
     its out-of-memory message's figures under "oom"), the batches reused from the search, and "non_monotone"
     where the edge is not (see non_monotone; `known` as confirm_edge got it)."""
-    checks = [Check(**vars(attempt), oom=(oom_numbers(attempt.message) or None) if not attempt.fits else None)
-              for attempt in edge.checks]
-    return Proof(search=Pair(found.max_batch, found.first_failure), fits=edge.fits, fails=edge.fails,
-                 fail_outcome=next((a.outcome for a in edge.checks if a.batch == edge.fails), None),
-                 agreed=edge.agreed, verified=edge.verified, checks=checks, reused_from_search=list(edge.reused),
-                 non_monotone=non_monotone(found, edge, known))
+    checks = [
+        Check(**vars(attempt), oom=(oom_numbers(attempt.message) or None) if not attempt.fits else None)
+        for attempt in edge.checks
+    ]
+    return Proof(
+        search=Pair(found.max_batch, found.first_failure),
+        fits=edge.fits,
+        fails=edge.fails,
+        fail_outcome=next((a.outcome for a in edge.checks if a.batch == edge.fails), None),
+        agreed=edge.agreed,
+        verified=edge.verified,
+        checks=checks,
+        reused_from_search=list(edge.reused),
+        non_monotone=non_monotone(found, edge, known),
+    )

@@ -25,6 +25,7 @@ class ProtocolError(ValueError):
 
 # --- answers -----------------------------------------------------------------------------------------------------
 
+
 @dataclass
 class Ready:
     """A setup that built the workload: the environment the trials run in and what building took."""
@@ -136,6 +137,7 @@ def crashed(answer: Answer) -> bool:
 
 # --- requests ----------------------------------------------------------------------------------------------------
 
+
 @dataclass
 class Request:
     """Base of a request: `op` names its kind on the wire, `answer` the type of the answer it gets."""
@@ -221,9 +223,10 @@ class ExitRequest(Request):
     op: ClassVar[str] = "exit"
 
 
-REQUESTS: dict[str, type[Request]] = {cls.op: cls for cls in
-                                      (SetupRequest, TrialRequest, MeasureRequest, FlopsRequest, BreakdownRequest,
-                                       PingRequest, ExitRequest)}
+REQUESTS: dict[str, type[Request]] = {
+    cls.op: cls
+    for cls in (SetupRequest, TrialRequest, MeasureRequest, FlopsRequest, BreakdownRequest, PingRequest, ExitRequest)
+}
 
 
 def encode_request(request: Request) -> str:

@@ -74,8 +74,9 @@ class WorkerSpec:
     loss_scale: float | None = None
 
     def setup_request(self) -> SetupRequest:
-        return SetupRequest(self.workload.to_dict(), self.precision, self.mode, self.device, self.cpu_budget_bytes,
-                            self.settings)
+        return SetupRequest(
+            self.workload.to_dict(), self.precision, self.mode, self.device, self.cpu_budget_bytes, self.settings
+        )
 
 
 PING_TIMEOUT_S = 60.0  # a forked process answers in milliseconds; one that hangs is replaced by exec
@@ -97,8 +98,12 @@ class _ExecProcess:
         # A new session: Ctrl-C in the terminal reaches the parent only, which then ends this process.
         self.popen = subprocess.Popen(
             [sys.executable, "-m", "memprobe.probe.worker", "--preload", preload],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
-            text=True, start_new_session=True, env=_worker_env(),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=log,
+            text=True,
+            start_new_session=True,
+            env=_worker_env(),
         )
         self.stdin, self.stdout = self.popen.stdin, self.popen.stdout
 
@@ -155,8 +160,12 @@ class Zygote:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "memprobe.probe.worker", "--zygote-fd", str(theirs.fileno()), "--preload", preload],
-            stdin=subprocess.DEVNULL, stdout=self.log, stderr=self.log, pass_fds=[theirs.fileno()],
-            start_new_session=True, env=_worker_env(),
+            stdin=subprocess.DEVNULL,
+            stdout=self.log,
+            stderr=self.log,
+            pass_fds=[theirs.fileno()],
+            start_new_session=True,
+            env=_worker_env(),
         )
         theirs.close()
         self.control = ours
@@ -312,13 +321,13 @@ class Worker:
             return Flops(None, f"while counting FLOPs: {lost[1]}")
         return answer
 
-    def measure(self, batch: int, warmup: int, steps: int, budget_s: float | None = None,
-                cont: bool = False) -> Timed:
+    def measure(self, batch: int, warmup: int, steps: int, budget_s: float | None = None, cont: bool = False) -> Timed:
         """Warm-up and timed steps at `batch` (fewer timed steps when they would run past `budget_s`
         seconds); a dead or hung process becomes a CRASH or TIMEOUT outcome. `cont`: go on from the trial just
         run with keep=True at this batch, as one continuous training run."""
-        answer = self.request(MeasureRequest(batch, warmup, steps, budget_s, self.spec.loss_scale, cont),
-                              self.spec.timeout_s)
+        answer = self.request(
+            MeasureRequest(batch, warmup, steps, budget_s, self.spec.loss_scale, cont), self.spec.timeout_s
+        )
         lost = self._lost(answer, Timed)
         if lost is not None:
             return Timed(batch=batch, outcome=lost[0], error=lost[1])
@@ -351,8 +360,12 @@ class Worker:
 
 def forkserver_available() -> bool:
     """Fork server on by default where the OS has fork and descriptor passing; MEMPROBE_FORKSERVER=0 turns it off."""
-    return (os.environ.get("MEMPROBE_FORKSERVER", "1") != "0" and hasattr(os, "fork")
-            and hasattr(socket, "send_fds") and os.path.isdir("/proc"))
+    return (
+        os.environ.get("MEMPROBE_FORKSERVER", "1") != "0"
+        and hasattr(os, "fork")
+        and hasattr(socket, "send_fds")
+        and os.path.isdir("/proc")
+    )
 
 
 class WorkerFactory:

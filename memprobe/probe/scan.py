@@ -40,33 +40,49 @@ from memprobe.probe.runner import WorkerFactory
 __all__ = ["NoCudaError", "ScanInterrupted", "ScanOptions", "scan_precision", "scan_workload"]
 
 
-def scan_precision(workload: Workload, precision: str, opts: ScanOptions, factory: WorkerFactory,
-                   progress: Progress, on_environment: Callable[[dict[str, Any]], None],
-                   start: PredictedStart | None = None) -> PrecisionResult:
+def scan_precision(
+    workload: Workload,
+    precision: str,
+    opts: ScanOptions,
+    factory: WorkerFactory,
+    progress: Progress,
+    on_environment: Callable[[dict[str, Any]], None],
+    start: PredictedStart | None = None,
+) -> PrecisionResult:
     """Search, prove and measure one precision in trial processes from `factory`; `start` predicts the max batch
     beside the search (polled, never waited for). Raises NoCudaError when there is no CUDA device."""
     backend = LocalBackend(workload, precision, opts, factory, progress)
     return run_precision(backend, workload, precision, opts, progress, on_environment, start)
 
 
-def scan_workload(workload: Workload, opts: ScanOptions, out_dir: str | Path, progress: Progress) -> tuple[ScanResult, Path]:
+def scan_workload(
+    workload: Workload, opts: ScanOptions, out_dir: str | Path, progress: Progress
+) -> tuple[ScanResult, Path]:
     """Scan every requested precision of one workload, writing the result file after each.
 
     Returns the result and its path. Raises NoCudaError (nothing written) when there is no CUDA
     device; on KeyboardInterrupt writes what finished, marked partial, and raises ScanInterrupted.
     """
     result = ScanResult(workload=workload.to_dict(), environment=host_environment(), settings=opts.to_dict())
-    writer = ResultWriter(result, out_dir,
-                          lambda gpu: result_filename(gpu or _nvml_gpu_name(opts.device), workload.name, opts.mode))
+    writer = ResultWriter(
+        result, out_dir, lambda gpu: result_filename(gpu or _nvml_gpu_name(opts.device), workload.name, opts.mode)
+    )
     factory = WorkerFactory(workload)
-    start = (PredictedStart(workload, opts.precisions, opts.trial_steps, mode=opts.mode)
-             if opts.uses_predicted_start else None)
+    start = (
+        PredictedStart(workload, opts.precisions, opts.trial_steps, mode=opts.mode)
+        if opts.uses_predicted_start
+        else None
+    )
     try:
         # scan_precision by its module name, so that a test can replace it
-        return scan_precisions(workload, opts, writer, progress,
-                               lambda precision, hint, on_env: scan_precision(workload, precision, opts, factory,
-                                                                              progress, on_env, hint),
-                               start=start)
+        return scan_precisions(
+            workload,
+            opts,
+            writer,
+            progress,
+            lambda precision, hint, on_env: scan_precision(workload, precision, opts, factory, progress, on_env, hint),
+            start=start,
+        )
     finally:
         factory.close()
 

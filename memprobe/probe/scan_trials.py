@@ -40,8 +40,7 @@ def fresh_worker(factory: WorkerFactory, spec: WorkerSpec) -> Iterator[Worker]:
         worker.close()
 
 
-def in_fresh_process(factory: WorkerFactory, spec: WorkerSpec, batch: int,
-                     run: Callable[[Worker], Attempt]) -> Attempt:
+def in_fresh_process(factory: WorkerFactory, spec: WorkerSpec, batch: int, run: Callable[[Worker], Attempt]) -> Attempt:
     """Run `run` in a new trial process and end the process; the Attempt is marked fresh and
     carries the process's wall time. A process that cannot be set up becomes a failed Attempt."""
     started = time.perf_counter()
@@ -75,8 +74,14 @@ class FreshRuns:
     for it, and its timed run (kept in `measurements`) is the throughput at B when it turns out to be B.
     """
 
-    def __init__(self, factory: WorkerFactory, spec: WorkerSpec, opts: ScanOptions,
-                 announce: Callable[[int, bool], None], report: Callable[[Attempt], Attempt] = lambda a: a) -> None:
+    def __init__(
+        self,
+        factory: WorkerFactory,
+        spec: WorkerSpec,
+        opts: ScanOptions,
+        announce: Callable[[int, bool], None],
+        report: Callable[[Attempt], Attempt] = lambda a: a,
+    ) -> None:
         self.factory, self.spec, self.opts, self.announce, self.report = factory, spec, opts, announce, report
         self.measurements: dict[int, Timed] = {}
 
@@ -85,8 +90,9 @@ class FreshRuns:
         not (then it is the trial alone, and a proof check of that batch will run it again). Announced first,
         reported (`report`) when done."""
         self.announce(batch, True)
-        return self.report(in_fresh_process(self.factory, self.spec, batch,
-                                            lambda worker: self._run(worker, batch, time_it)))
+        return self.report(
+            in_fresh_process(self.factory, self.spec, batch, lambda worker: self._run(worker, batch, time_it))
+        )
 
     def _run(self, worker: Worker, batch: int, time_it: Callable[[Attempt], bool] | None) -> Attempt:
         # With throughput on, a fit keeps its training state, so the timed steps go on from the trial as one run.
@@ -103,10 +109,16 @@ class FreshRuns:
             return attempt
         total = 1 + self.opts.timed_steps
         # The whole error (at most 500 characters from the worker): its out-of-memory figures are read back.
-        return Attempt(batch, measured.outcome or ERROR, measured.peak_allocated, measured.peak_reserved,
-                       attempt.seconds, f"ran the {self.opts.trial_steps}-step trial, then failed at step "
-                       f"{measured.failed_at_step} of the {total} steps that followed it: {measured.error or ''}",
-                       trial_fit=True)
+        return Attempt(
+            batch,
+            measured.outcome or ERROR,
+            measured.peak_allocated,
+            measured.peak_reserved,
+            attempt.seconds,
+            f"ran the {self.opts.trial_steps}-step trial, then failed at step "
+            f"{measured.failed_at_step} of the {total} steps that followed it: {measured.error or ''}",
+            trial_fit=True,
+        )
 
 
 class SearchTrials:

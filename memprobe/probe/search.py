@@ -218,8 +218,12 @@ def _judge_hint(predicted: int, after_trials: int, lo: int, hi: int) -> HintUse:
     if predicted >= hi:
         return HintUse(predicted, after_trials, False, f"at or above batch {hi}, which already failed")
     if hi - lo - 1 <= HINT_MIN_GAP:
-        return HintUse(predicted, after_trials, False,
-                       f"the search had already narrowed the edge to between {lo} (fits) and {hi} (fails)")
+        return HintUse(
+            predicted,
+            after_trials,
+            False,
+            f"the search had already narrowed the edge to between {lo} (fits) and {hi} (fails)",
+        )
     return HintUse(predicted, after_trials, True)
 
 

@@ -30,8 +30,7 @@ def other_gpu_processes(device: str) -> list[dict[str, Any]]:
         gpu = visible_gpu()
     except Exception:  # noqa: BLE001 - no NVML: nothing can be named
         return []
-    return [{"pid": p.pid, "name": p.name, "used_bytes": p.used_bytes}
-            for p in gpu.processes if p.pid != os.getpid()]
+    return [{"pid": p.pid, "name": p.name, "used_bytes": p.used_bytes} for p in gpu.processes if p.pid != os.getpid()]
 
 
 def setup_oom_report(message: str, stage: str, others: list[dict[str, Any]]) -> tuple[bool, str]:
@@ -39,14 +38,23 @@ def setup_oom_report(message: str, stage: str, others: list[dict[str, Any]]) -> 
     (cuda-context, build or setup); blame_others is True when other processes hold enough memory to explain
     it, and the text then names them (pid, GiB) and says what to do."""
     held = sum(p.get("used_bytes") or 0 for p in others)
-    named = ", ".join(f"pid {p['pid']}{' ' + p['name'] if p.get('name') else ''} holds {gib(p.get('used_bytes'), 2)} GiB"
-                      for p in others)
-    where = {"cuda-context": "creating the CUDA context", "build": "building the model"}.get(stage, "setting up the trial")
+    named = ", ".join(
+        f"pid {p['pid']}{' ' + p['name'] if p.get('name') else ''} holds {gib(p.get('used_bytes'), 2)} GiB"
+        for p in others
+    )
+    where = {"cuda-context": "creating the CUDA context", "build": "building the model"}.get(
+        stage, "setting up the trial"
+    )
     if others and held >= OTHERS_MATTER_BYTES:
-        return True, (f"out of memory while {where}, while other processes hold GPU memory ({named}): end them or wait "
-                      f"for them (`memprobe device` lists them), then scan again. [{message[:200]}]")
-    return False, (f"out of memory while {where}: the model does not fit this card even before its first batch"
-                   + (f" (other processes: {named})" if others else "") + f". [{message[:200]}]")
+        return True, (
+            f"out of memory while {where}, while other processes hold GPU memory ({named}): end them or wait "
+            f"for them (`memprobe device` lists them), then scan again. [{message[:200]}]"
+        )
+    return False, (
+        f"out of memory while {where}: the model does not fit this card even before its first batch"
+        + (f" (other processes: {named})" if others else "")
+        + f". [{message[:200]}]"
+    )
 
 
 def record_setup_oom(result: PrecisionResult, exc: WorkerError, device: str) -> PrecisionResult:
@@ -54,8 +62,12 @@ def record_setup_oom(result: PrecisionResult, exc: WorkerError, device: str) -> 
     other processes hold the GPU, an error that names them. Recorded under settings.setup_failure."""
     others = other_gpu_processes(device)
     blame_others, text = setup_oom_report(str(exc), exc.stage, others)
-    result.settings["setup_failure"] = {"outcome": OOM, "stage": exc.stage, "message": str(exc)[:500],
-                                        "other_processes": others}
+    result.settings["setup_failure"] = {
+        "outcome": OOM,
+        "stage": exc.stage,
+        "message": str(exc)[:500],
+        "other_processes": others,
+    }
     result.error = text
     if blame_others:
         result.status = "error"

@@ -61,8 +61,9 @@ def apply_soak(proof: Proof, record: dict[str, Any]) -> int | None:
     return record["max_batch"]
 
 
-def soak_max_batch(proof: Proof, batch: int, steps: int, run: Callable[[int, int], Attempt],
-                   note: Callable[[str], None]) -> int:
+def soak_max_batch(
+    proof: Proof, batch: int, steps: int, run: Callable[[int, int], Attempt], note: Callable[[str], None]
+) -> int:
     """--soak for one precision: soak the proven `batch`, record it in `proof`, say what happened through
     `note`, and return the max batch to report (lower than `batch` when the soak failed there)."""
     note(f"soak: training batch {batch} for {steps} steps in a fresh process")
@@ -72,6 +73,8 @@ def soak_max_batch(proof: Proof, batch: int, steps: int, run: Callable[[int, int
         note(f"soak lowered the max batch from {batch} to {lowered}")
         return lowered
     if not record["settled"]:
-        note(f"soak: no batch from {batch} down passed {steps} steps within {len(record['runs'])} runs; "
-             "the max batch is left as proven, see proof.soak")
+        note(
+            f"soak: no batch from {batch} down passed {steps} steps within {len(record['runs'])} runs; "
+            "the max batch is left as proven, see proof.soak"
+        )
     return batch

@@ -168,15 +168,26 @@ class Session:
                     plan = self.apply_cap()
                 except MemoryCapError as exc:
                     return Failure("error", str(exc))
-                emulation = {"memory_cap_bytes": plan.cap_bytes, "outside_allocator_bytes_at_setup": plan.outside_bytes,
-                             "allocator_limit_bytes_at_setup": plan.limit_bytes}
+                emulation = {
+                    "memory_cap_bytes": plan.cap_bytes,
+                    "outside_allocator_bytes_at_setup": plan.outside_bytes,
+                    "allocator_limit_bytes_at_setup": plan.limit_bytes,
+                }
                 capacity = min(capacity, plan.limit_bytes)
         else:
             capacity = req.cpu_budget_bytes
             weights = tracker.current if tracker else None
         self.capacity_bytes = capacity
-        return Ready(torch_environment(device, applied), capacity, weights, round(build_seconds, 3),
-                     round(cuda_init_seconds, 3), self.task.describe(), self.task.unit, emulation)
+        return Ready(
+            torch_environment(device, applied),
+            capacity,
+            weights,
+            round(build_seconds, 3),
+            round(cuda_init_seconds, 3),
+            self.task.describe(),
+            self.task.unit,
+            emulation,
+        )
 
     def _drop_kept(self) -> None:
         """Release a kept trial's state (optimizer state, gradients, batch) that no timed run went on from."""
@@ -189,9 +200,18 @@ class Session:
         """Run one trial; with `keep`, a trial that fits leaves its state for a measure request with `cont`."""
         self._drop_kept()
         self.kept = {} if req.keep else None
-        attempt = run_trial(self.task, self.precision, self.mode, int(req.batch), int(req.steps),
-                            self.memory, before=self.apply_cap, capacity_bytes=self.capacity_bytes,
-                            loss_scale=req.loss_scale, keep=self.kept)
+        attempt = run_trial(
+            self.task,
+            self.precision,
+            self.mode,
+            int(req.batch),
+            int(req.steps),
+            self.memory,
+            before=self.apply_cap,
+            capacity_bytes=self.capacity_bytes,
+            loss_scale=req.loss_scale,
+            keep=self.kept,
+        )
         if not self.kept:
             self.kept = None
         return Attempt.from_dict(attempt)
@@ -274,8 +294,9 @@ class Session:
             result["warmup_steps"] = run_until_state(step, amp, max(warmup, 1), self.mode)
             memory.synchronize()
             if result["warmup_steps"] > 1:  # the warm-up steps after the first: a step without set-up
-                result["warmup_step_seconds"] = round((time.perf_counter() - done["first_end"])
-                                                      / (result["warmup_steps"] - 1), 4)
+                result["warmup_step_seconds"] = round(
+                    (time.perf_counter() - done["first_end"]) / (result["warmup_steps"] - 1), 4
+                )
             steps = self._steps_within(steps, req.budget_s, result)
             sampler = UtilizationSampler(task.device, float(req.sample_interval))
             sampler.start()
@@ -301,9 +322,15 @@ class Session:
         memory.reset()
         stats = summarize_times(times)
         units = n * task.units_per_sample
-        result.update(outcome="fit", step_time=stats, unit=task.unit, units_per_step=units,
-                      samples_per_s=n / stats["median_s"], units_per_s=units / stats["median_s"],
-                      utilization=utilization)
+        result.update(
+            outcome="fit",
+            step_time=stats,
+            unit=task.unit,
+            units_per_step=units,
+            samples_per_s=n / stats["median_s"],
+            units_per_s=units / stats["median_s"],
+            utilization=utilization,
+        )
         if getattr(task, "flops_vary_with_n", False):
             result["flops_per_sample"] = _flops_at(task, n, self.mode)
         if task.compiled and "first_step_seconds" in result:
@@ -333,8 +360,14 @@ def _ping(_req: PingRequest) -> Pong:
 def _serve(protocol) -> int:
     session = Session()
     # One handler per request kind (probe/protocol.REQUESTS); "exit" has none: it ends the loop.
-    handlers = {"setup": session.setup, "trial": session.trial, "measure": session.measure,
-                "flops": session.flops, "ping": _ping, "breakdown": lambda r: breakdown_run.serve(session, r)}
+    handlers = {
+        "setup": session.setup,
+        "trial": session.trial,
+        "measure": session.measure,
+        "flops": session.flops,
+        "ping": _ping,
+        "breakdown": lambda r: breakdown_run.serve(session, r),
+    }
     for line in sys.stdin:
         if not line.strip():
             continue

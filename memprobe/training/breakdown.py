@@ -27,9 +27,15 @@ from memprobe.training.step import Memory, run_step, run_until_state
 from memprobe.workloads.base import Amp, TrainTask
 
 INSTRUMENT = "torch.distributed._tools.mem_tracker.MemTracker"
-_CATEGORY = {_MemRefType.PARAM: "parameters", _MemRefType.BUFFER: "buffers", _MemRefType.GRAD: "gradients",
-             _MemRefType.OPT: "optimizer_state", _MemRefType.ACT: "activations", _MemRefType.TEMP: "temporaries",
-             _MemRefType.OTH: "inputs"}
+_CATEGORY = {
+    _MemRefType.PARAM: "parameters",
+    _MemRefType.BUFFER: "buffers",
+    _MemRefType.GRAD: "gradients",
+    _MemRefType.OPT: "optimizer_state",
+    _MemRefType.ACT: "activations",
+    _MemRefType.TEMP: "temporaries",
+    _MemRefType.OTH: "inputs",
+}
 _CASTS = {torch.ops.aten._to_copy.default, torch.ops.aten.to.dtype, torch.ops.aten.to.dtype_layout}
 
 
@@ -106,14 +112,18 @@ class StepTracker(MemTracker):
                 for value in state.values():
                     if isinstance(value, torch.Tensor) and value.device.type == device.type:
                         info = self._WINFO.get(value.untyped_storage(), (None, None))[0]
-                        seen[id(value.untyped_storage())] = info.mem_consumed if info else value.untyped_storage().nbytes()
+                        seen[id(value.untyped_storage())] = (
+                            info.mem_consumed if info else value.untyped_storage().nbytes()
+                        )
         return sum(seen.values())
 
     def categories_at_peak(self, device: torch.device, optimizers: list[torch.optim.Optimizer]) -> dict[str, int]:
         """Tracked bytes by breakdown category at the tracker's peak on `device`. Weight copies are taken out of
         activations; the tracker's "optimizer" bytes beyond the state tensors (which live through the step, so
         exist at the peak) are the optimizer step's temporaries (foreach intermediates)."""
-        snapshot = next((snap for dev, snap in self.get_tracker_snapshot("peak").items() if dev.type == device.type), {})
+        snapshot = next(
+            (snap for dev, snap in self.get_tracker_snapshot("peak").items() if dev.type == device.type), {}
+        )
         tracked = {name: int(snapshot.get(ref, 0)) for ref, name in _CATEGORY.items()}
         tracked["parameter_copies"] = self.copies_at_peak
         tracked["activations"] -= self.copies_at_peak
@@ -140,8 +150,9 @@ class StepTracker(MemTracker):
                 own[parent] -= value
         return own
 
-    def _track_module_params_and_buffers(self, module: torch.nn.Module,
-                                         install_grad_hooks: bool = True) -> tuple[int, int]:
+    def _track_module_params_and_buffers(
+        self, module: torch.nn.Module, install_grad_hooks: bool = True
+    ) -> tuple[int, int]:
         # MemTracker hooks every parameter, and register_hook raises for frozen ones (a GAN's VGG, a LoRA
         # base): hook only those that get gradients.
         sizes = super()._track_module_params_and_buffers(module, install_grad_hooks=False)
@@ -150,7 +161,8 @@ class StepTracker(MemTracker):
                 if param.requires_grad and self._param_to_grad_hook_handles.get(param, None) is None:
                     self._param_to_grad_hook_handles[param] = (
                         param.register_hook(self._grad_seen),
-                        param.register_post_accumulate_grad_hook(lambda p: self._grad_seen(p.grad)))
+                        param.register_post_accumulate_grad_hook(lambda p: self._grad_seen(p.grad)),
+                    )
         return sizes
 
     def _grad_seen(self, grad: torch.Tensor) -> None:
@@ -185,9 +197,17 @@ def outside_pytorch_bytes(device: torch.device) -> int | None:
     return int(total - free - torch.cuda.memory_reserved(device))
 
 
-def measure_breakdown(task: TrainTask, precision: str, batch: int, steps: int, memory: Memory,
-                      per_sample_bytes: int | None = None, loss_scale: float | None = None,
-                      note: str = "", before: Callable[[], Any] | None = None) -> Breakdown:
+def measure_breakdown(
+    task: TrainTask,
+    precision: str,
+    batch: int,
+    steps: int,
+    memory: Memory,
+    per_sample_bytes: int | None = None,
+    loss_scale: float | None = None,
+    note: str = "",
+    before: Callable[[], Any] | None = None,
+) -> Breakdown:
     """Run `steps` training steps at `batch` as a trial does (training/step.py), the last one under the tracker,
     and return the breakdown at that step's peak. The earlier steps create optimizer state and warm the
     allocator, so the tracked step is a steady-state one. `before` runs after the memory reset (the --memory-cap
@@ -220,6 +240,17 @@ def measure_breakdown(task: TrainTask, precision: str, batch: int, steps: int, m
         task.stop()
     if peak_allocated is None or peak_reserved is None:
         raise RuntimeError("no peak memory statistics on this device (CPU without the fake allocator)")
-    return assemble(batch, "measured", tracked, peak_allocated, peak_reserved, per_sample_bytes=per_sample_bytes,
-                    outside_pytorch=outside, top_modules=modules, instrument=INSTRUMENT,
-                    seconds=round(time.perf_counter() - started, 3), device=str(task.device), note=note)
+    return assemble(
+        batch,
+        "measured",
+        tracked,
+        peak_allocated,
+        peak_reserved,
+        per_sample_bytes=per_sample_bytes,
+        outside_pytorch=outside,
+        top_modules=modules,
+        instrument=INSTRUMENT,
+        seconds=round(time.perf_counter() - started, 3),
+        device=str(task.device),
+        note=note,
+    )

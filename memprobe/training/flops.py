@@ -28,10 +28,24 @@ from memprobe.workloads.base import Amp, TrainTask
 MODES = ("train", "infer")
 
 
-def _conv_backward_flop(grad_out_shape, x_shape, w_shape, _bias, _stride, _padding, _dilation, transposed,
-                        _output_padding, groups, output_mask, out_shape=None, **_kwargs) -> int:
+def _conv_backward_flop(
+    grad_out_shape,
+    x_shape,
+    w_shape,
+    _bias,
+    _stride,
+    _padding,
+    _dilation,
+    transposed,
+    _output_padding,
+    groups,
+    output_mask,
+    out_shape=None,
+    **_kwargs,
+) -> int:
     """FLOPs of aten.convolution_backward: input gradient + weight gradient, each as many as the
     forward convolution, groups included (torch's own formula multiplies the weight gradient by groups)."""
+
     def t(shape):  # swap the batch and channel dimensions
         return [shape[1], shape[0], *shape[2:]]
 
@@ -105,8 +119,14 @@ def count_step_flops(task: TrainTask, batch: int = 2, mode: str = "train") -> fl
     return counter.get_total_flops() / batch
 
 
-def workload_flops_per_sample(family_builder: str, params: dict[str, Any], optimizer: dict[str, Any],
-                              mode: str = "train", batch: int = 2, device: str | torch.device = "meta") -> float:
+def workload_flops_per_sample(
+    family_builder: str,
+    params: dict[str, Any],
+    optimizer: dict[str, Any],
+    mode: str = "train",
+    batch: int = 2,
+    device: str | torch.device = "meta",
+) -> float:
     """Build a workload from its registry entry's family builder ("module:function", as in
     registry.FAMILIES) on `device` (meta by default: nothing is allocated) and count its FLOPs per sample.
 

@@ -95,9 +95,18 @@ def _traceback_tail(chars: int = 8000) -> str:
     return text if len(text) <= chars else "...\n" + text[-chars:]
 
 
-def run_trial(task: TrainTask, precision: str, mode: str, batch_size: int, steps: int, memory: Memory,
-              before: Callable[[], Any] | None = None, capacity_bytes: int | None = None,
-              loss_scale: float | None = None, keep: dict | None = None) -> dict:
+def run_trial(
+    task: TrainTask,
+    precision: str,
+    mode: str,
+    batch_size: int,
+    steps: int,
+    memory: Memory,
+    before: Callable[[], Any] | None = None,
+    capacity_bytes: int | None = None,
+    loss_scale: float | None = None,
+    keep: dict | None = None,
+) -> dict:
     """Run one trial and return an Attempt as a dict (batch, outcome, peaks, seconds, message, steps,
     and for fp16 the loss scale the trial ended at, to start the next one from).
 

@@ -19,8 +19,10 @@ class StrategyError(ValueError):
 
 
 # Families whose step the wrappers do not cover, and why.
-UNSUPPORTED_FAMILIES = {"pix2pixhd": "--gpus N wraps one model trained by one optimizer; Pix2PixHD's step updates a "
-                                     "generator and a discriminator with two optimizers (not supported yet)"}
+UNSUPPORTED_FAMILIES = {
+    "pix2pixhd": "--gpus N wraps one model trained by one optimizer; Pix2PixHD's step updates a "
+    "generator and a discriminator with two optimizers (not supported yet)"
+}
 
 
 def check_workload(workload: Workload) -> None:
@@ -60,8 +62,9 @@ def shard_blocks(model: nn.Module) -> list[nn.Module]:
     return blocks
 
 
-def wrap_model(model: nn.Module, strategy: str, precision: str, device: torch.device,
-               mesh: Any = None) -> dict[str, Any]:
+def wrap_model(
+    model: nn.Module, strategy: str, precision: str, device: torch.device, mesh: Any = None
+) -> dict[str, Any]:
     """Wrap `model` for `strategy`: {"module": the module to train, "describe": what was done}.
 
     ddp: DistributedDataParallel with its defaults (25 MiB gradient buckets). fsdp: FSDP2
@@ -79,8 +82,10 @@ def wrap_model(model: nn.Module, strategy: str, precision: str, device: torch.de
 
         ids = [device.index] if device.type == "cuda" else None
         wrapped = DistributedDataParallel(model, device_ids=ids)
-        return {"module": wrapped, "describe": {"strategy": "ddp", "bucket_cap_mb": 25,
-                                                "gradient_as_bucket_view": False}}
+        return {
+            "module": wrapped,
+            "describe": {"strategy": "ddp", "bucket_cap_mb": 25, "gradient_as_bucket_view": False},
+        }
     if strategy == "fsdp":
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
@@ -105,7 +110,9 @@ def wrap_model(model: nn.Module, strategy: str, precision: str, device: torch.de
             # per op, as on one GPU.
             dtype = None
         block_types = sorted({type(b).__name__ for b in blocks})  # before fully_shard renames the classes
-        policy = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32) if dtype else MixedPrecisionPolicy()
+        policy = (
+            MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32) if dtype else MixedPrecisionPolicy()
+        )
         if precision == "fp16":
             # Each rank sees only its shard of the gradients: the scaler must all_reduce its inf check,
             # or ranks would skip different steps and run different numbers of collectives.
@@ -117,11 +124,21 @@ def wrap_model(model: nn.Module, strategy: str, precision: str, device: torch.de
         for block in blocks:
             fully_shard(block, mesh=mesh, mp_policy=policy)
         fully_shard(model, mesh=mesh, mp_policy=policy)
-        return {"module": model, "describe": {
-            "strategy": "fsdp", "api": "torch.distributed.fsdp.fully_shard (FSDP2)", "blocks": len(blocks),
-            "block_type": block_types, "reshard_after_forward": True,
-            "param_dtype": str(dtype).replace("torch.", "") if dtype else "float32", "reduce_dtype": "float32",
-            "param_dtype_note": "float32: the model has BatchNorm" if batch_norm and precision in _MP_DTYPES else None,
-            "parameters_made_contiguous": relaid,
-            "loss_scaler": "ShardedGradScaler" if precision == "fp16" else None}}
+        return {
+            "module": model,
+            "describe": {
+                "strategy": "fsdp",
+                "api": "torch.distributed.fsdp.fully_shard (FSDP2)",
+                "blocks": len(blocks),
+                "block_type": block_types,
+                "reshard_after_forward": True,
+                "param_dtype": str(dtype).replace("torch.", "") if dtype else "float32",
+                "reduce_dtype": "float32",
+                "param_dtype_note": "float32: the model has BatchNorm"
+                if batch_norm and precision in _MP_DTYPES
+                else None,
+                "parameters_made_contiguous": relaid,
+                "loss_scaler": "ShardedGradScaler" if precision == "fp16" else None,
+            },
+        }
     raise StrategyError(f"unknown strategy '{strategy}'; choose from {', '.join(STRATEGIES)}")

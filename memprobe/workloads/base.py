@@ -95,16 +95,26 @@ def make_optimizer(params, spec: dict[str, Any], device: torch.device) -> torch.
     lr = float(spec.get("lr", 1e-3))
     fast = {"fused": True} if device.type == "cuda" else {"foreach": True}
     if name == "adamw":
-        return torch.optim.AdamW(params, lr=lr, betas=tuple(spec.get("betas", (0.9, 0.999))),
-                                 weight_decay=float(spec.get("weight_decay", 0.01)), **fast)
+        return torch.optim.AdamW(
+            params,
+            lr=lr,
+            betas=tuple(spec.get("betas", (0.9, 0.999))),
+            weight_decay=float(spec.get("weight_decay", 0.01)),
+            **fast,
+        )
     if name == "adam":
         return torch.optim.Adam(params, lr=lr, betas=tuple(spec.get("betas", (0.9, 0.999))), **fast)
     if name == "sgd":
         # Never fused: fused SGD takes over the GradScaler's overflow handling and still advances its
         # momentum on the steps the scaler skips, so one fp16 overflow writes inf into the momentum
         # (on the H100, torch 2.11: resnet50 fp16 had all 35 updates skipped). Fused Adam/AdamW skip.
-        return torch.optim.SGD(params, lr=lr, momentum=float(spec.get("momentum", 0.9)),
-                               weight_decay=float(spec.get("weight_decay", 0.0)), foreach=True)
+        return torch.optim.SGD(
+            params,
+            lr=lr,
+            momentum=float(spec.get("momentum", 0.9)),
+            weight_decay=float(spec.get("weight_decay", 0.0)),
+            foreach=True,
+        )
     raise ValueError(f"unknown optimizer '{name}'")
 
 
@@ -131,8 +141,13 @@ class TrainTask:
     # Submodules that --compile runs through torch.compile; empty: the model itself.
     compile_targets: tuple[str, ...] = ()
 
-    def __init__(self, model: torch.nn.Module, optimizer_spec: dict[str, Any], device: torch.device,
-                 units_per_sample: float = 1.0) -> None:
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        optimizer_spec: dict[str, Any],
+        device: torch.device,
+        units_per_sample: float = 1.0,
+    ) -> None:
         self.compiled: list[str] = []
         self.model = model
         self.optimizer_spec = optimizer_spec

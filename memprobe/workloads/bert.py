@@ -55,7 +55,7 @@ class BertPretrainingTask(TrainTask):
         masked = torch.rand(shape, device=self.device) < self.mlm_probability
         labels[masked] = ids[masked]
         token_type = torch.zeros(shape, dtype=torch.long, device=self.device)
-        token_type[:, self.seq_len // 2:] = 1
+        token_type[:, self.seq_len // 2 :] = 1
         return {
             "input_ids": ids,
             "token_type_ids": token_type,
@@ -104,11 +104,12 @@ class BertSquadTask(TrainTask):
     def make_batch(self, n: int) -> dict[str, torch.Tensor]:
         shape = (n, self.seq_len)
         token_type = torch.zeros(shape, dtype=torch.long, device=self.device)
-        token_type[:, self.question_len:] = 1  # segment B: the passage
+        token_type[:, self.question_len :] = 1  # segment B: the passage
         # answers lie in the passage
         start = torch.randint(self.question_len, self.seq_len, (n,), device=self.device)
-        end = torch.minimum(start + torch.randint(0, 30, (n,), device=self.device),
-                            torch.full_like(start, self.seq_len - 1))
+        end = torch.minimum(
+            start + torch.randint(0, 30, (n,), device=self.device), torch.full_like(start, self.seq_len - 1)
+        )
         # No attention_mask: every position is a real token (the worst case), and transformers drops
         # an all-ones mask anyway after checking it with .all() (a host sync each step, and a value
         # the meta device, used to count FLOPs, cannot produce).

@@ -49,10 +49,16 @@ class CustomOptions:
 
     def unused_by(self, family: str) -> list[str]:
         """The options given that a model of this family ignores (to refuse them, not drop them silently)."""
-        applies = {"timm": ("input_size", "optimizer"), "hf": ("task", "seq_len", "optimizer"),
-                   "module": ("optimizer",)}.get(family, ())
-        return [name for name in ("input_size", "task", "seq_len", "optimizer")
-                if getattr(self, name) is not None and name not in applies]
+        applies = {
+            "timm": ("input_size", "optimizer"),
+            "hf": ("task", "seq_len", "optimizer"),
+            "module": ("optimizer",),
+        }.get(family, ())
+        return [
+            name
+            for name in ("input_size", "task", "seq_len", "optimizer")
+            if getattr(self, name) is not None and name not in applies
+        ]
 
 
 def is_custom_name(text: str) -> bool:
@@ -79,6 +85,7 @@ def parse_input_size(text: str) -> tuple[int, int, int]:
 
 
 # --- transformers configs ----------------------------------------------------------------------
+
 
 def packaged_hf_configs() -> dict[str, Path]:
     """Names of the transformers configs shipped with memprobe, and their files."""
@@ -118,7 +125,8 @@ def load_hf_config(source: str, is_path: bool | None = None) -> tuple[dict[str, 
         if path is None:
             raise CustomModelError(
                 f"no local transformers config for '{source}' (memprobe downloads nothing; packaged: "
-                f"{', '.join(packaged)}): save its config.json and give it as --model hf-config:PATH/config.json")
+                f"{', '.join(packaged)}): save its config.json and give it as --model hf-config:PATH/config.json"
+            )
         where = f"packaged {path.name}" if source in packaged else f"Hugging Face cache {path}"
     try:
         config = json.loads(path.read_text(encoding="utf-8"))
@@ -132,6 +140,7 @@ def load_hf_config(source: str, is_path: bool | None = None) -> tuple[dict[str, 
 
 
 # --- module:function targets ------------------------------------------------------------------
+
 
 def check_target(target: str) -> str:
     """Check a `FILE.py:FUNC` or `pkg.mod:FUNC` target without importing it; return it with FILE made absolute.
@@ -160,18 +169,23 @@ def target_of(build_fn: Callable[..., Any]) -> str:
     qualname = getattr(build_fn, "__qualname__", "")
     module = getattr(build_fn, "__module__", None)
     if not callable(build_fn) or not qualname or "<" in qualname or module is None:
-        raise CustomModelError(f"{build_fn!r} cannot be imported by a trial process: give a top-level function "
-                               "of an importable module (or its 'module:function' name)")
+        raise CustomModelError(
+            f"{build_fn!r} cannot be imported by a trial process: give a top-level function "
+            "of an importable module (or its 'module:function' name)"
+        )
     if module == "__main__":
         main_file = getattr(inspect.getmodule(build_fn), "__file__", None)
         if not main_file:
-            raise CustomModelError(f"{qualname} is defined in a notebook or an interactive session, which a trial "
-                                   "process cannot import: move it into a .py file and pass 'FILE.py:function'")
+            raise CustomModelError(
+                f"{qualname} is defined in a notebook or an interactive session, which a trial "
+                "process cannot import: move it into a .py file and pass 'FILE.py:function'"
+            )
         return f"{Path(main_file).resolve()}:{qualname}"
     return f"{module}:{qualname}"
 
 
 # --- names and entries -> Workloads ------------------------------------------------------------
+
 
 def _optimizer(family: str, options: CustomOptions) -> dict[str, Any]:
     name = options.optimizer or _FAMILY_OPTIMIZER[family]
@@ -186,22 +200,36 @@ def resolve(text: str, options: CustomOptions = CustomOptions()) -> Workload:
     if kind == "timm":
         if not rest:
             raise CustomModelError("timm: needs a model name, e.g. timm:convnext_large")
-        params: dict[str, Any] = {"model": rest, "input_size": list(options.input_size) if options.input_size else None,
-                                  "channels_last": True}
-        return _checked(Workload(text, "timm", f"timm {rest}, random weights, CE", "images", params,
-                                 _optimizer("timm", options)), options)
+        params: dict[str, Any] = {
+            "model": rest,
+            "input_size": list(options.input_size) if options.input_size else None,
+            "channels_last": True,
+        }
+        return _checked(
+            Workload(text, "timm", f"timm {rest}, random weights, CE", "images", params, _optimizer("timm", options)),
+            options,
+        )
     if kind in ("hf", "hf-config"):
         if not rest:
             raise CustomModelError(f"{kind}: needs a {'name' if kind == 'hf' else 'path'}, e.g. hf:gpt2-large")
         if kind == "hf-config":
             rest = str(Path(rest).expanduser().resolve())
-        params = {"config": rest, "config_is_path": kind == "hf-config",
-                  "task": options.task or "causal-lm", "seq_len": options.seq_len}
-        return _checked(Workload(text, "hf", f"transformers {rest}, random weights, sdpa", HF_UNITS, params,
-                                 _optimizer("hf", options)), options)
+        params = {
+            "config": rest,
+            "config_is_path": kind == "hf-config",
+            "task": options.task or "causal-lm",
+            "seq_len": options.seq_len,
+        }
+        return _checked(
+            Workload(
+                text, "hf", f"transformers {rest}, random weights, sdpa", HF_UNITS, params, _optimizer("hf", options)
+            ),
+            options,
+        )
     params = {"target": text}
-    return _checked(Workload(text, "module", f"user build {text}", "samples", params,
-                             _optimizer("module", options)), options)
+    return _checked(
+        Workload(text, "module", f"user build {text}", "samples", params, _optimizer("module", options)), options
+    )
 
 
 def _checked(workload: Workload, options: CustomOptions) -> Workload:
@@ -222,8 +250,9 @@ def prepare(workload: Workload) -> Workload:
         if not isinstance(params.get("model"), str):
             raise CustomModelError(f"{where}: a timm entry needs params.model (a timm model name)")
         size = params.get("input_size")
-        if size is not None and (not isinstance(size, list) or len(size) != 3
-                                 or not all(isinstance(v, int) and v > 0 for v in size)):
+        if size is not None and (
+            not isinstance(size, list) or len(size) != 3 or not all(isinstance(v, int) and v > 0 for v in size)
+        ):
             raise CustomModelError(f"{where}: params.input_size must be [C, H, W]")
     elif workload.family == "hf":
         config = params.get("config")
@@ -240,7 +269,9 @@ def prepare(workload: Workload) -> Workload:
     elif workload.family == "module":
         target = params.get("target")
         if not isinstance(target, str):
-            raise CustomModelError(f"{where}: a module entry needs params.target ('FILE.py:function' or 'pkg.mod:function')")
+            raise CustomModelError(
+                f"{where}: a module entry needs params.target ('FILE.py:function' or 'pkg.mod:function')"
+            )
         params["target"] = check_target(target)
     else:
         return workload
@@ -262,8 +293,10 @@ def select_models(registry: dict[str, Workload], text: str, options: CustomOptio
         else:
             found = match(registry, item, hint=REGISTRY_HINT)
             if options != CustomOptions():
-                raise CustomModelError(f"--input-size, --optimizer, --task and --seq-len shape models given by "
-                                       f"name (timm:, hf:, FILE.py:FUNC); '{item}' is defined in the registry")
+                raise CustomModelError(
+                    f"--input-size, --optimizer, --task and --seq-len shape models given by "
+                    f"name (timm:, hf:, FILE.py:FUNC); '{item}' is defined in the registry"
+                )
             found = [prepare(w) for w in found]
         chosen.extend(w for w in found if w.name not in {c.name for c in chosen})
     if not chosen:

@@ -32,9 +32,13 @@ from transformers.models.auto.configuration_auto import CONFIG_MAPPING  # noqa: 
 
 from .base import TrainTask, UserModelError  # noqa: E402
 
-_AUTO = {"causal-lm": AutoModelForCausalLM, "masked-lm": AutoModelForMaskedLM,
-         "seq-cls": AutoModelForSequenceClassification, "qa": AutoModelForQuestionAnswering,
-         "seq2seq": AutoModelForSeq2SeqLM}
+_AUTO = {
+    "causal-lm": AutoModelForCausalLM,
+    "masked-lm": AutoModelForMaskedLM,
+    "seq-cls": AutoModelForSequenceClassification,
+    "qa": AutoModelForQuestionAnswering,
+    "seq2seq": AutoModelForSeq2SeqLM,
+}
 _DROPPED_KEYS = ("torch_dtype", "dtype", "transformers_version", "_name_or_path", "architectures", "auto_map")
 DEFAULT_MAX_SEQ = 1024  # the sequence length when none is given: the model's own maximum, at most this
 MLM_PROBABILITY = 0.15
@@ -50,14 +54,17 @@ def make_config(config: dict[str, Any]):
         # transformers' own message lists every model type it knows (12 KB on one line): name the closest instead
         close = difflib.get_close_matches(str(kind), known, n=3, cutoff=0.5)
         hint = f"; closest: {', '.join(close)}" if close else ""
-        raise UserModelError(f"transformers {transformers.__version__} knows no model_type {str(kind)[:60]!r} "
-                             f"({len(known)} types known{hint})")
+        raise UserModelError(
+            f"transformers {transformers.__version__} knows no model_type {str(kind)[:60]!r} "
+            f"({len(known)} types known{hint})"
+        )
     try:
         made = AutoConfig.for_model(kind, **values)
     except (KeyError, ValueError, TypeError) as exc:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise UserModelError(f"transformers {transformers.__version__} cannot make a config of model_type "
-                             f"'{kind}': {first[:300]}") from exc
+        raise UserModelError(
+            f"transformers {transformers.__version__} cannot make a config of model_type '{kind}': {first[:300]}"
+        ) from exc
     made.use_cache = False
     return made
 
@@ -94,8 +101,9 @@ class HFTask(TrainTask):
             self.attention = "sdpa"
         except ValueError as exc:
             if "sdpa" not in str(exc).lower() and "scaled_dot_product" not in str(exc).lower():
-                raise UserModelError(f"{type(config).__name__} has no {self.task} head in transformers "
-                                     f"{transformers.__version__}: {exc}") from exc
+                raise UserModelError(
+                    f"{type(config).__name__} has no {self.task} head in transformers {transformers.__version__}: {exc}"
+                ) from exc
             with device:  # an architecture without sdpa support: its eager attention, recorded as such
                 model = auto.from_config(config, attn_implementation="eager")
             self.attention = "eager"
@@ -123,13 +131,17 @@ class HFTask(TrainTask):
             return {"input_ids": ids, "labels": torch.randint(0, 2, (n,), device=self.device)}
         if self.task == "qa":
             start = torch.randint(0, self.seq_len, (n,), device=self.device)
-            end = torch.minimum(start + torch.randint(0, 30, (n,), device=self.device),
-                                torch.full_like(start, self.seq_len - 1))
+            end = torch.minimum(
+                start + torch.randint(0, 30, (n,), device=self.device), torch.full_like(start, self.seq_len - 1)
+            )
             return {"input_ids": ids, "start_positions": start, "end_positions": end}
         # seq2seq: a target as long as the source; the decoder inputs are given (not every config says
         # which token starts a decoder sequence, and the shifted labels cost the same memory).
-        return {"input_ids": ids, "labels": torch.randint(0, self.vocab, (n, self.seq_len), device=self.device),
-                "decoder_input_ids": torch.randint(0, self.vocab, (n, self.seq_len), device=self.device)}
+        return {
+            "input_ids": ids,
+            "labels": torch.randint(0, self.vocab, (n, self.seq_len), device=self.device),
+            "decoder_input_ids": torch.randint(0, self.vocab, (n, self.seq_len), device=self.device),
+        }
 
     def loss(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         return self.model(**batch).loss

@@ -78,8 +78,14 @@ def _apply_lora(model: torch.nn.Module, rank: int, alpha: float | None, dropout:
         from peft import LoraConfig, get_peft_model
     except ImportError as exc:
         raise ImportError(f"lora needs peft (pip install 'memprobe[lora]'): {exc}") from exc
-    config = LoraConfig(r=rank, lora_alpha=alpha if alpha is not None else 2 * rank, lora_dropout=dropout,
-                        target_modules=list(LORA_TARGETS), bias="none", task_type="CAUSAL_LM")
+    config = LoraConfig(
+        r=rank,
+        lora_alpha=alpha if alpha is not None else 2 * rank,
+        lora_dropout=dropout,
+        target_modules=list(LORA_TARGETS),
+        bias="none",
+        task_type="CAUSAL_LM",
+    )
     return get_peft_model(model, config)
 
 
@@ -173,11 +179,16 @@ class LlamaTask(TrainTask):
     def describe(self) -> dict[str, Any]:
         info = super().describe()
         trainable = sum(p.numel() for p in self.model.parameters() if p.requires_grad)
-        info.update(attention=self.model.config._attn_implementation, axis=self.axis,
-                    seq_len=None if self.axis == "seq_len" else self.seq_len,
-                    batch=self.rows if self.axis == "seq_len" else None,
-                    checkpointing=self.checkpointing, lora_rank=self.lora, trainable_parameters=trainable,
-                    frozen_weights_dtype=str(self.base_dtype).replace("torch.", "") if self.lora else None)
+        info.update(
+            attention=self.model.config._attn_implementation,
+            axis=self.axis,
+            seq_len=None if self.axis == "seq_len" else self.seq_len,
+            batch=self.rows if self.axis == "seq_len" else None,
+            checkpointing=self.checkpointing,
+            lora_rank=self.lora,
+            trainable_parameters=trainable,
+            frozen_weights_dtype=str(self.base_dtype).replace("torch.", "") if self.lora else None,
+        )
         return info
 
 

@@ -30,10 +30,24 @@ from .base import Amp, TrainTask, make_optimizer
 from .pix2pixhd_nets import Generator, Pix2PixHD, init_weights
 
 DEFAULTS: dict[str, Any] = {
-    "width": 2048, "height": 1024, "label_nc": 35, "instance_edges": True, "output_nc": 3,
-    "ngf": 32, "local_enhancers": 1, "global_downsamplings": 4, "global_blocks": 9, "local_blocks": 3,
-    "ndf": 64, "d_layers": 3, "d_scales": 3, "vgg_width": 64,
-    "lambda_feat": 10.0, "lambda_vgg": 10.0, "edge_density": 0.05, "channels_last": True,
+    "width": 2048,
+    "height": 1024,
+    "label_nc": 35,
+    "instance_edges": True,
+    "output_nc": 3,
+    "ngf": 32,
+    "local_enhancers": 1,
+    "global_downsamplings": 4,
+    "global_blocks": 9,
+    "local_blocks": 3,
+    "ndf": 64,
+    "d_layers": 3,
+    "d_scales": 3,
+    "vgg_width": 64,
+    "lambda_feat": 10.0,
+    "lambda_vgg": 10.0,
+    "edge_density": 0.05,
+    "channels_last": True,
 }
 
 
@@ -44,21 +58,35 @@ def _params(params: dict[str, Any]) -> dict[str, Any]:
     if unknown:
         raise ValueError(f"pix2pixhd: unknown parameter(s) {', '.join(sorted(unknown))}")
     p = {**DEFAULTS, **params}
-    for key in ("width", "height", "label_nc", "output_nc", "ngf", "local_enhancers", "global_downsamplings",
-                "global_blocks", "local_blocks", "ndf", "d_layers", "d_scales", "vgg_width"):
+    for key in (
+        "width",
+        "height",
+        "label_nc",
+        "output_nc",
+        "ngf",
+        "local_enhancers",
+        "global_downsamplings",
+        "global_blocks",
+        "local_blocks",
+        "ndf",
+        "d_layers",
+        "d_scales",
+        "vgg_width",
+    ):
         p[key] = int(p[key])
     for key in ("lambda_feat", "lambda_vgg", "edge_density"):
         p[key] = float(p[key])
     p["instance_edges"], p["channels_last"] = bool(p["instance_edges"]), bool(p["channels_last"])
     factor = 2 ** (p["local_enhancers"] + p["global_downsamplings"])
     if p["width"] % factor or p["height"] % factor:
-        raise ValueError(f"pix2pixhd: {p['width']}x{p['height']} must be divisible by {factor} "
-                         f"(2^(local_enhancers + global_downsamplings))")
+        raise ValueError(
+            f"pix2pixhd: {p['width']}x{p['height']} must be divisible by {factor} "
+            f"(2^(local_enhancers + global_downsamplings))"
+        )
     # reflection padding of 1 needs a bottleneck of at least 2x2
     if p["width"] // factor < 2 or p["height"] // factor < 2:
         raise ValueError(f"pix2pixhd: {p['width']}x{p['height']} leaves a bottleneck smaller than 2x2")
     return p
-
 
 
 def _lsgan(preds: list[list[torch.Tensor]], target: float) -> torch.Tensor:
@@ -119,8 +147,11 @@ class Pix2PixHDTask(TrainTask):
 
         gan = _lsgan(pred_fake_g, 1.0)
         # feature matching: every stage but the prediction, real features as fixed targets
-        fm = sum(F.l1_loss(f, r.detach())
-                 for fs, rs in zip(pred_fake_g, pred_real, strict=True) for f, r in zip(fs[:-1], rs[:-1], strict=True))
+        fm = sum(
+            F.l1_loss(f, r.detach())
+            for fs, rs in zip(pred_fake_g, pred_real, strict=True)
+            for f, r in zip(fs[:-1], rs[:-1], strict=True)
+        )
         with torch.no_grad():
             vgg_real = model.vgg(real)
         vgg = sum(F.l1_loss(f, r) for f, r in zip(model.vgg(fake), vgg_real, strict=True))
@@ -136,8 +167,9 @@ class Pix2PixHDTask(TrainTask):
         scaled = amp.scaler.scale(loss) if amp is not None and amp.scaler is not None else loss
         scaled.backward(inputs=params)
 
-    def forward_backward(self, batch: tuple[torch.Tensor, torch.Tensor], amp: Amp | None = None
-                         ) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward_backward(
+        self, batch: tuple[torch.Tensor, torch.Tensor], amp: Amp | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Forward and both backward passes without optimizer steps (what flops.py counts)."""
         with amp.autocast() if amp is not None else nullcontext():
             loss_g, loss_d = self.losses(batch)
@@ -148,8 +180,10 @@ class Pix2PixHDTask(TrainTask):
     def start(self) -> None:
         """Fresh Adam state for G and for D (it appears at the first step)."""
         self.model.train()
-        self.optimizers = [make_optimizer(self.g_params, self.optimizer_spec, self.device),
-                           make_optimizer(self.d_params, self.optimizer_spec, self.device)]
+        self.optimizers = [
+            make_optimizer(self.g_params, self.optimizer_spec, self.device),
+            make_optimizer(self.d_params, self.optimizer_spec, self.device),
+        ]
 
     def train_step(self, batch: tuple[torch.Tensor, torch.Tensor], amp: Amp) -> torch.Tensor:
         """Generator update, then discriminator update; one GradScaler (amp) serves both optimizers
@@ -200,7 +234,13 @@ def generator_parameters(params: dict[str, Any] | None = None) -> int:
     counted on the meta device without allocating."""
     p = _params(params or {})
     with torch.device("meta"):
-        g = Generator(p["label_nc"] + (1 if p["instance_edges"] else 0), p["output_nc"], p["ngf"],
-                      p["local_enhancers"], p["global_downsamplings"], p["global_blocks"], p["local_blocks"])
+        g = Generator(
+            p["label_nc"] + (1 if p["instance_edges"] else 0),
+            p["output_nc"],
+            p["ngf"],
+            p["local_enhancers"],
+            p["global_downsamplings"],
+            p["global_blocks"],
+            p["local_blocks"],
+        )
     return sum(q.numel() for q in g.parameters())
-

@@ -13,12 +13,34 @@ import torch.nn.functional as F
 from torch import nn
 
 # VGG19's convolution stack ('features'): numbers are conv output widths, "M" a 2x2 max-pool.
-VGG19_LAYOUT: tuple[int | str, ...] = (64, 64, "M", 128, 128, "M", 256, 256, 256, 256, "M",
-                                       512, 512, 512, 512, "M", 512, 512, 512, 512, "M")
+VGG19_LAYOUT: tuple[int | str, ...] = (
+    64,
+    64,
+    "M",
+    128,
+    128,
+    "M",
+    256,
+    256,
+    256,
+    256,
+    "M",
+    512,
+    512,
+    512,
+    512,
+    "M",
+    512,
+    512,
+    512,
+    512,
+    "M",
+)
 VGG_TAPS = 5  # the perceptual loss compares relu1_1, relu2_1, relu3_1, relu4_1 and relu5_1
 
 
 # --- generator ---------------------------------------------------------------------------------
+
 
 def _conv_in_relu(cin: int, cout: int, kernel: int, stride: int = 1) -> list[nn.Module]:
     """A conv + instance norm + ReLU; 7x7 convs use reflection padding, strided 3x3 convs zero padding."""
@@ -29,8 +51,11 @@ def _conv_in_relu(cin: int, cout: int, kernel: int, stride: int = 1) -> list[nn.
 
 def _up_in_relu(cin: int, cout: int) -> list[nn.Module]:
     """A transposed conv that doubles the resolution exactly, + instance norm + ReLU."""
-    return [nn.ConvTranspose2d(cin, cout, 3, stride=2, padding=1, output_padding=1), nn.InstanceNorm2d(cout),
-            nn.ReLU(True)]
+    return [
+        nn.ConvTranspose2d(cin, cout, 3, stride=2, padding=1, output_padding=1),
+        nn.InstanceNorm2d(cout),
+        nn.ReLU(True),
+    ]
 
 
 def _to_rgb(cin: int, out_channels: int) -> list[nn.Module]:
@@ -43,8 +68,13 @@ class ResidualBlock(nn.Module):
     def __init__(self, channels: int) -> None:
         super().__init__()
         self.body = nn.Sequential(
-            nn.ReflectionPad2d(1), nn.Conv2d(channels, channels, 3), nn.InstanceNorm2d(channels), nn.ReLU(True),
-            nn.ReflectionPad2d(1), nn.Conv2d(channels, channels, 3), nn.InstanceNorm2d(channels),
+            nn.ReflectionPad2d(1),
+            nn.Conv2d(channels, channels, 3),
+            nn.InstanceNorm2d(channels),
+            nn.ReLU(True),
+            nn.ReflectionPad2d(1),
+            nn.Conv2d(channels, channels, 3),
+            nn.InstanceNorm2d(channels),
         )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -58,16 +88,17 @@ class GlobalGenerator(nn.Module):
     to its own (the paper drops G1's output layer when G2 is attached).
     """
 
-    def __init__(self, in_channels: int, out_channels: int, ngf: int, downsamplings: int, blocks: int,
-                 to_rgb: bool) -> None:
+    def __init__(
+        self, in_channels: int, out_channels: int, ngf: int, downsamplings: int, blocks: int, to_rgb: bool
+    ) -> None:
         super().__init__()
         layers = _conv_in_relu(in_channels, ngf, 7)
         for i in range(downsamplings):
-            layers += _conv_in_relu(ngf * 2**i, ngf * 2**(i + 1), 3, stride=2)
+            layers += _conv_in_relu(ngf * 2**i, ngf * 2 ** (i + 1), 3, stride=2)
         top = ngf * 2**downsamplings
         layers += [ResidualBlock(top) for _ in range(blocks)]
         for i in range(downsamplings, 0, -1):
-            layers += _up_in_relu(ngf * 2**i, ngf * 2**(i - 1))
+            layers += _up_in_relu(ngf * 2**i, ngf * 2 ** (i - 1))
         if to_rgb:
             layers += _to_rgb(ngf, out_channels)
         self.net = nn.Sequential(*layers)
@@ -111,16 +142,35 @@ class Generator(nn.Module):
     """G1 with `local_enhancers` local enhancers (the paper's 2048x1024 setting uses one, ngf 32, so G1
     runs at 1024x512 with 64 base channels)."""
 
-    def __init__(self, in_channels: int, out_channels: int, ngf: int, local_enhancers: int,
-                 global_downsamplings: int, global_blocks: int, local_blocks: int) -> None:
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        ngf: int,
+        local_enhancers: int,
+        global_downsamplings: int,
+        global_blocks: int,
+        local_blocks: int,
+    ) -> None:
         super().__init__()
         self.local_enhancers = local_enhancers
-        self.global_g = GlobalGenerator(in_channels, out_channels, ngf * 2**local_enhancers, global_downsamplings,
-                                        global_blocks, to_rgb=local_enhancers == 0)
+        self.global_g = GlobalGenerator(
+            in_channels,
+            out_channels,
+            ngf * 2**local_enhancers,
+            global_downsamplings,
+            global_blocks,
+            to_rgb=local_enhancers == 0,
+        )
         # coarsest first: enhancer i works at 1 / 2**(local_enhancers - 1 - i) of the full resolution
         self.enhancers = nn.ModuleList(
-            LocalEnhancer(in_channels, out_channels, ngf * 2**(local_enhancers - 1 - i), local_blocks,
-                          to_rgb=i == local_enhancers - 1)
+            LocalEnhancer(
+                in_channels,
+                out_channels,
+                ngf * 2 ** (local_enhancers - 1 - i),
+                local_blocks,
+                to_rgb=i == local_enhancers - 1,
+            )
             for i in range(local_enhancers)
         )
 
@@ -135,6 +185,7 @@ class Generator(nn.Module):
 
 
 # --- discriminator ------------------------------------------------------------------------------
+
 
 class PatchDiscriminator(nn.Module):
     """A PatchGAN: 4x4 convs, `layers` stride-2 stages (width doubling up to 512) then one stride-1
@@ -152,8 +203,11 @@ class PatchDiscriminator(nn.Module):
         for i in range(1, layers + 1):
             nxt = min(width * 2, 512)
             stride = 2 if i < layers else 1
-            stages.append(nn.Sequential(nn.Conv2d(width, nxt, 4, stride=stride, padding=2), nn.InstanceNorm2d(nxt),
-                                        nn.LeakyReLU(0.2, True)))
+            stages.append(
+                nn.Sequential(
+                    nn.Conv2d(width, nxt, 4, stride=stride, padding=2), nn.InstanceNorm2d(nxt), nn.LeakyReLU(0.2, True)
+                )
+            )
             width = nxt
         stages.append(nn.Sequential(nn.Conv2d(width, 1, 4, stride=1, padding=2)))
         self.stages = nn.ModuleList(stages)
@@ -179,6 +233,7 @@ class MultiscaleDiscriminator(nn.Module):
 
 
 # --- VGG19 for the perceptual loss --------------------------------------------------------------
+
 
 class VGG19Features(nn.Module):
     """VGG19's conv stack up to relu5_1 (the deepest layer the perceptual loss reads; the three convs
@@ -212,17 +267,26 @@ class VGG19Features(nn.Module):
 
 # --- the whole model ----------------------------------------------------------------------------
 
+
 class Pix2PixHD(nn.Module):
     """G, D and the frozen VGG in one module, so that .train(), .to() and parameter counts see all."""
 
     def __init__(self, p: dict[str, Any]) -> None:
         super().__init__()
         in_channels = p["label_nc"] + (1 if p["instance_edges"] else 0)
-        self.generator = Generator(in_channels, p["output_nc"], p["ngf"], p["local_enhancers"],
-                                   p["global_downsamplings"], p["global_blocks"], p["local_blocks"])
+        self.generator = Generator(
+            in_channels,
+            p["output_nc"],
+            p["ngf"],
+            p["local_enhancers"],
+            p["global_downsamplings"],
+            p["global_blocks"],
+            p["local_blocks"],
+        )
         # D sees the label map and the image stacked (a conditional GAN)
-        self.discriminator = MultiscaleDiscriminator(in_channels + p["output_nc"], p["ndf"], p["d_layers"],
-                                                     p["d_scales"])
+        self.discriminator = MultiscaleDiscriminator(
+            in_channels + p["output_nc"], p["ndf"], p["d_layers"], p["d_scales"]
+        )
         self.vgg = VGG19Features(p["vgg_width"])
         self.vgg.requires_grad_(False)
 
@@ -243,4 +307,3 @@ def init_weights(model: nn.Module) -> None:
                 else:
                     nn.init.normal_(m.weight, 0.0, 0.02)
                 nn.init.zeros_(m.bias)
-

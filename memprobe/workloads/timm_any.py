@@ -21,7 +21,11 @@ def check_name(timm, name: str) -> None:
     if timm.is_model(name):
         return
     close = difflib.get_close_matches(name, timm.list_models(), n=4, cutoff=0.6)
-    hint = f"; close: {', '.join(close)}" if close else "; `python -c \"import timm; print(timm.list_models('*vit*'))\"` lists names"
+    hint = (
+        f"; close: {', '.join(close)}"
+        if close
+        else "; `python -c \"import timm; print(timm.list_models('*vit*'))\"` lists names"
+    )
     raise UserModelError(f"timm {timm.__version__} has no model '{name}'{hint}")
 
 
@@ -48,8 +52,13 @@ class TimmTask(ClassifierTask):
 
     def describe(self) -> dict[str, Any]:
         info = TrainTask.describe(self)
-        info.update(timm_model=self.arch, timm_version=self.timm_version,
-                    input_size=list(self.input_size), classes=self.classes, channels_last=self.channels_last)
+        info.update(
+            timm_model=self.arch,
+            timm_version=self.timm_version,
+            input_size=list(self.input_size),
+            classes=self.classes,
+            channels_last=self.channels_last,
+        )
         return info
 
 

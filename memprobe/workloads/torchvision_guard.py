@@ -31,8 +31,10 @@ class _Absent(type):
         return _Absent(name, (), {})
 
     def __call__(cls, *args, **kwargs):
-        raise RuntimeError(f"torchvision cannot load with this torch, so memprobe put a stand-in in its place: "
-                           f"{cls.__name__} is not available ({_state['reason'] or 'stand-in installed'})")
+        raise RuntimeError(
+            f"torchvision cannot load with this torch, so memprobe put a stand-in in its place: "
+            f"{cls.__name__} is not available ({_state['reason'] or 'stand-in installed'})"
+        )
 
 
 class _AbsentModule(types.ModuleType):
@@ -97,8 +99,10 @@ def ensure_loadable() -> str | None:
     try:
         import torchvision  # noqa: F401
     except Exception as exc:  # noqa: BLE001 - any failure to load means "not usable with this torch"
-        _state["reason"] = (f"the installed torchvision does not load with this torch "
-                            f"({type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''})")
+        _state["reason"] = (
+            f"the installed torchvision does not load with this torch "
+            f"({type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''})"
+        )
         install_standin()
         return _state["reason"]
     return None

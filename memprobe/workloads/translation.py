@@ -54,8 +54,13 @@ class Attention(nn.Module):
             k, v = self.kv_proj(memory).chunk(2, dim=-1)
         else:
             q, k, v = self.qkv_proj(x).chunk(3, dim=-1)
-        out = F.scaled_dot_product_attention(self._split(q), self._split(k), self._split(v),
-                                             dropout_p=self.dropout if self.training else 0.0, is_causal=causal)
+        out = F.scaled_dot_product_attention(
+            self._split(q),
+            self._split(k),
+            self._split(v),
+            dropout_p=self.dropout if self.training else 0.0,
+            is_causal=causal,
+        )
         n, _, s, _ = out.shape
         return self.out_proj(out.transpose(1, 2).reshape(n, s, -1))
 
@@ -167,14 +172,24 @@ def init_weights(model: TransformerModel) -> None:
             elif isinstance(m, nn.LayerNorm):
                 nn.init.ones_(m.weight)
                 nn.init.zeros_(m.bias)
-        nn.init.normal_(model.embed.weight, 0.0, model.embed.embedding_dim ** -0.5)
+        nn.init.normal_(model.embed.weight, 0.0, model.embed.embedding_dim**-0.5)
         model.embed.weight[PAD].zero_()
 
 
 DEFAULTS: dict[str, Any] = {
-    "encoder_layers": 6, "decoder_layers": 6, "d_model": 1024, "ffn": 4096, "heads": 16, "vocab": 32768,
-    "src_len": 128, "tgt_len": 128, "dropout": 0.3, "attention_dropout": 0.0, "activation_dropout": 0.0,
-    "label_smoothing": 0.1, "pre_norm": False,
+    "encoder_layers": 6,
+    "decoder_layers": 6,
+    "d_model": 1024,
+    "ffn": 4096,
+    "heads": 16,
+    "vocab": 32768,
+    "src_len": 128,
+    "tgt_len": 128,
+    "dropout": 0.3,
+    "attention_dropout": 0.0,
+    "activation_dropout": 0.0,
+    "label_smoothing": 0.1,
+    "pre_norm": False,
 }
 
 
@@ -217,8 +232,12 @@ class TranslationTask(TrainTask):
 
     def loss(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         logits = self.model(batch["src"], batch["prev_tgt"])
-        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), batch["tgt"].reshape(-1),
-                               ignore_index=PAD, label_smoothing=self.p["label_smoothing"])
+        return F.cross_entropy(
+            logits.reshape(-1, logits.shape[-1]),
+            batch["tgt"].reshape(-1),
+            ignore_index=PAD,
+            label_smoothing=self.p["label_smoothing"],
+        )
 
     def infer(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """One teacher-forced forward pass (scoring), not autoregressive decoding."""

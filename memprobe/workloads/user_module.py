@@ -74,8 +74,12 @@ class _ObjectTask(TrainTask):
     """A TrainTask around an object with .model, .make_batch(n) and .loss(batch)."""
 
     def __init__(self, made: Any, optimizer: dict[str, Any], device: torch.device) -> None:
-        super().__init__(made.model, dict(getattr(made, "optimizer", None) or optimizer), device,
-                         float(getattr(made, "units_per_sample", 1.0)))
+        super().__init__(
+            made.model,
+            dict(getattr(made, "optimizer", None) or optimizer),
+            device,
+            float(getattr(made, "units_per_sample", 1.0)),
+        )
         self.made = made
         self.unit = str(getattr(made, "unit", "samples"))
 
@@ -96,23 +100,31 @@ def as_task(made: Any, optimizer: dict[str, Any], device: torch.device, target: 
     be wrapped into one, or holds its parameters on another device than `device`."""
     if isinstance(made, TrainTask):
         task = made
-    elif (isinstance(getattr(made, "model", None), torch.nn.Module) and callable(getattr(made, "make_batch", None))
-          and callable(getattr(made, "loss", None))):
+    elif (
+        isinstance(getattr(made, "model", None), torch.nn.Module)
+        and callable(getattr(made, "make_batch", None))
+        and callable(getattr(made, "loss", None))
+    ):
         task = _ObjectTask(made, optimizer, device)
     else:
-        raise UserModelError(f"{target} returned {type(made).__name__}; expected a memprobe TrainTask "
-                             "(memprobe.workloads.base) or an object with .model (a torch Module), "
-                             ".make_batch(n) and .loss(batch)")
+        raise UserModelError(
+            f"{target} returned {type(made).__name__}; expected a memprobe TrainTask "
+            "(memprobe.workloads.base) or an object with .model (a torch Module), "
+            ".make_batch(n) and .loss(batch)"
+        )
     if device.type != "meta":
         elsewhere = sorted({p.device.type for p in task.model.parameters()} - {device.type})
         if elsewhere:
-            raise UserModelError(f"{target} returned a model with parameters on {', '.join(elsewhere)}, "
-                                 f"not on the device it was given ({device}): move it with .to(device)")
+            raise UserModelError(
+                f"{target} returned a model with parameters on {', '.join(elsewhere)}, "
+                f"not on the device it was given ({device}): move it with .to(device)"
+            )
     return task
 
 
-def build(params: dict[str, Any], optimizer: dict[str, Any], device: torch.device,
-          precision: str | None = None) -> TrainTask:
+def build(
+    params: dict[str, Any], optimizer: dict[str, Any], device: torch.device, precision: str | None = None
+) -> TrainTask:
     """Call the user's build(device, precision) named by params.target and return its task, marked as user
     code (a trial's non-OOM error is then `user-error`, with its traceback). `precision` is None where one
     build serves several precisions (predict). Raises UserModelError with the traceback."""
@@ -140,9 +152,11 @@ class UserExit(RuntimeError):
 def _no_exit(method: Callable[..., Any], what: str) -> Callable[..., Any]:
     """`method` with a SystemExit it raises turned into UserExit (a RuntimeError a trial classifies as the user's
     error), so sys.exit() in the user's step neither ends a trial process silently nor memprobe itself."""
+
     def guarded(*args: Any, **kwargs: Any) -> Any:
         try:
             return method(*args, **kwargs)
         except SystemExit as exc:
             raise UserExit(f"{what} called sys.exit({exc.code!r})") from None
+
     return guarded

@@ -22,6 +22,7 @@ from .torchvision_guard import ensure_loadable
 ensure_loadable()  # before timm imports torchvision (see torchvision_guard.py)
 try:
     import timm as _timm
+
     _TIMM_ERROR: Exception | None = None
 except Exception as exc:  # noqa: BLE001 - any import failure is reported when a timm model is built
     _timm = None

@@ -35,8 +35,16 @@ PG_TIMEOUT_S = 180.0  # a collective blocked this long ends its rank (a BERT-Lar
 class Launches:
     """Launches for one workload, precision, world size and strategy; announces each to `progress`."""
 
-    def __init__(self, workload: Workload, precision: str, opts: ScanOptions, world_size: int, strategy: str,
-                 progress: Progress, launcher: Launcher) -> None:
+    def __init__(
+        self,
+        workload: Workload,
+        precision: str,
+        opts: ScanOptions,
+        world_size: int,
+        strategy: str,
+        progress: Progress,
+        launcher: Launcher,
+    ) -> None:
         self.workload, self.precision, self.opts = workload, precision, opts
         self.world_size, self.strategy, self.progress, self.launcher = world_size, strategy, progress, launcher
         self.label = f"{world_size}x{strategy}"
@@ -44,8 +52,14 @@ class Launches:
         self.started = time.perf_counter()
         self.pg_timeout_s = min(PG_TIMEOUT_S, opts.timeout_s)
 
-    def run(self, batches: list[int], measure: dict[str, Any] | None = None, world_size: int | None = None,
-            strategy: str | None = None, steps: int | None = None) -> LaunchResult:
+    def run(
+        self,
+        batches: list[int],
+        measure: dict[str, Any] | None = None,
+        world_size: int | None = None,
+        strategy: str | None = None,
+        steps: int | None = None,
+    ) -> LaunchResult:
         """One launch of `batches` (`steps` steps each, default the trial's), then the timed run `measure`
         ({"warmup", "steps"}) of the last one when given."""
         world = world_size or self.world_size
@@ -53,9 +67,19 @@ class Launches:
         self.count += 1
         self.progress.trial_start(self.workload.name, where, self.count, batches[0], True)
         request = LaunchRequest(
-            self.workload.to_dict(), self.precision, strategy or self.strategy, world, batches, steps or self.opts.steps,
-            measure, self.opts.device, self.opts.cpu_budget_bytes, settings={"cudnn_benchmark": self.opts.cudnn_benchmark},
-            pg_timeout_s=self.pg_timeout_s, timeout_s=self.opts.timeout_s)
+            self.workload.to_dict(),
+            self.precision,
+            strategy or self.strategy,
+            world,
+            batches,
+            steps or self.opts.steps,
+            measure,
+            self.opts.device,
+            self.opts.cpu_budget_bytes,
+            settings={"cudnn_benchmark": self.opts.cudnn_benchmark},
+            pg_timeout_s=self.pg_timeout_s,
+            timeout_s=self.opts.timeout_s,
+        )
         result = self.launcher(request)
         for index, attempt in enumerate(result.attempts):
             attempt.done_at_s = round(time.perf_counter() - self.started, 3)
@@ -134,8 +158,17 @@ class RanksBackend:
 
     counts_flops = False  # a group's MFU against one GPU's peak would mislead; the scaling record says more
 
-    def __init__(self, workload: Workload, precision: str, opts: ScanOptions, world_size: int, strategy: str,
-                 progress: Progress, launcher: Launcher, on_setup: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
+    def __init__(
+        self,
+        workload: Workload,
+        precision: str,
+        opts: ScanOptions,
+        world_size: int,
+        strategy: str,
+        progress: Progress,
+        launcher: Launcher,
+        on_setup: Callable[[dict[str, Any]], dict[str, Any]],
+    ) -> None:
         self.opts, self.world_size, self.strategy, self.on_setup = opts, world_size, strategy, on_setup
         self.launches = Launches(workload, precision, opts, world_size, strategy, progress, launcher)
         self.measurements: dict[int, Timed] = {}
@@ -148,11 +181,16 @@ class RanksBackend:
         trials = self.trials = SearchLaunches(self.launches, self.opts.max_batch)
         setup = self.setup = trials.first.setup
         result.capacity_bytes = trials.capacity_bytes
-        result.settings = {"world_size": self.world_size, "strategy": self.strategy, "per_gpu": True,
-                           "wrap": (setup or {}).get("wrap"), "task": (setup or {}).get("task"),
-                           "weights_bytes": (setup or {}).get("weights_bytes"),
-                           "weights_after_wrap_bytes": (setup or {}).get("weights_after_wrap_bytes"),
-                           "flags": ((setup or {}).get("environment") or {}).get("flags", {})}
+        result.settings = {
+            "world_size": self.world_size,
+            "strategy": self.strategy,
+            "per_gpu": True,
+            "wrap": (setup or {}).get("wrap"),
+            "task": (setup or {}).get("task"),
+            "weights_bytes": (setup or {}).get("weights_bytes"),
+            "weights_after_wrap_bytes": (setup or {}).get("weights_after_wrap_bytes"),
+            "flags": ((setup or {}).get("environment") or {}).get("flags", {}),
+        }
         if setup is None and trials.first.attempts and trials.first.attempts[0].outcome != OOM:
             result.status, result.error = "error", trials.first.attempts[0].message
             return False
@@ -178,10 +216,18 @@ class RanksBackend:
         if measured.outcome == FIT:
             self.measurements[batch] = measured
             return attempt
-        return Attempt(batch, measured.outcome or ERROR, measured.peak_allocated, measured.peak_reserved,
-                       attempt.seconds, f"ran the {self.opts.steps}-step trial, then failed in the timed run "
-                       f"(step {measured.failed_at_step}): {str(measured.error or '')[:200]}",
-                       fresh=True, wall_seconds=attempt.wall_seconds, trial_fit=True)
+        return Attempt(
+            batch,
+            measured.outcome or ERROR,
+            measured.peak_allocated,
+            measured.peak_reserved,
+            attempt.seconds,
+            f"ran the {self.opts.steps}-step trial, then failed in the timed run "
+            f"(step {measured.failed_at_step}): {str(measured.error or '')[:200]}",
+            fresh=True,
+            wall_seconds=attempt.wall_seconds,
+            trial_fit=True,
+        )
 
     def soak(self, batch: int, steps: int) -> Attempt:
         attempt = self.launches.run([batch], steps=steps).attempts[0]
@@ -197,8 +243,9 @@ class RanksBackend:
 
     def fit_check(self) -> str:
         opts = self.opts
-        return (f"{opts.steps} steps on each of {self.world_size} ranks in a fresh process group"
-                + (f", then {opts.warmup} warm-up + {opts.timed_steps} timed steps" if opts.measure else ""))
+        return f"{opts.steps} steps on each of {self.world_size} ranks in a fresh process group" + (
+            f", then {opts.warmup} warm-up + {opts.timed_steps} timed steps" if opts.measure else ""
+        )
 
     def finish(self, result: PrecisionResult) -> None:
         """The 1-GPU baseline at B and the scaling efficiency, under settings.scaling."""
@@ -210,8 +257,9 @@ class RanksBackend:
         note = ""
 
         def record(group: Timed | None, single: Timed | None, note: str) -> dict[str, Any]:
-            return scaling_record(self.world_size, batch, group.to_dict() if group else None,
-                                  single.to_dict() if single else None, note)
+            return scaling_record(
+                self.world_size, batch, group.to_dict() if group else None, single.to_dict() if single else None, note
+            )
 
         for _ in range(BASELINE_HALVINGS + 1):
             single = self.launches.run([batch], self.launches.timed, world_size=1, strategy=NONE).measure
@@ -219,8 +267,10 @@ class RanksBackend:
                 return record(group, single, note)
             if group is None or group.outcome != FIT or batch <= 1:
                 return record(group, single, note or "a timed run did not complete")
-            note = (f"per-GPU max batch does not train on one GPU ({single and single.outcome}); "
-                    f"both timed at batch {batch // 2}")
+            note = (
+                f"per-GPU max batch does not train on one GPU ({single and single.outcome}); "
+                f"both timed at batch {batch // 2}"
+            )
             batch //= 2
             group = self.launches.run([batch], self.launches.timed).measure
         return record(group, None, note)
@@ -231,5 +281,8 @@ class RanksBackend:
 
 def _unmeasured(batch: int, attempt: Attempt) -> Timed:
     """The timed run of a launch that brought none back: the trial's failure, or an error when the trial fitted."""
-    return Timed(batch=batch, outcome=attempt.outcome if not attempt.fits else ERROR,
-                 error=attempt.message or "no measurement came back")
+    return Timed(
+        batch=batch,
+        outcome=attempt.outcome if not attempt.fits else ERROR,
+        error=attempt.message or "no measurement came back",
+    )

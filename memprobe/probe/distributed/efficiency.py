@@ -15,19 +15,23 @@ def scaling_efficiency(throughput_n: float, throughput_1: float, world_size: int
     return throughput_n / (world_size * throughput_1)
 
 
-def scaling_record(world_size: int, per_gpu_batch: int, group: dict[str, Any] | None,
-                   single: dict[str, Any] | None, note: str = "") -> dict[str, Any]:
+def scaling_record(
+    world_size: int, per_gpu_batch: int, group: dict[str, Any] | None, single: dict[str, Any] | None, note: str = ""
+) -> dict[str, Any]:
     """The scaling entry of a result file: both timed runs' throughput (samples/s and units/s of the
     whole group, of the one GPU), the speed-up and the efficiency, or None where a run did not fit."""
     fitted = [m if m and m.get("outcome") == "fit" else None for m in (group, single)]
     record: dict[str, Any] = {
-        "world_size": world_size, "per_gpu_batch": per_gpu_batch,
+        "world_size": world_size,
+        "per_gpu_batch": per_gpu_batch,
         "throughput_n": fitted[0]["samples_per_s"] if fitted[0] else None,
         "throughput_1": fitted[1]["samples_per_s"] if fitted[1] else None,
         "units_per_s_n": fitted[0].get("units_per_s") if fitted[0] else None,
         "units_per_s_1": fitted[1].get("units_per_s") if fitted[1] else None,
         "unit": (fitted[0] or fitted[1] or {}).get("unit"),
-        "speedup": None, "efficiency": None, "note": note,
+        "speedup": None,
+        "efficiency": None,
+        "note": note,
         "single_gpu_run": single,
     }
     if fitted[0] and fitted[1]:

@@ -49,7 +49,9 @@ def launch_env(base: dict[str, str] | None = None) -> dict[str, str]:
 
 def nccl_env(env: dict[str, str]) -> dict[str, str]:
     """The NCCL_* variables and the multicast switches in force for the ranks."""
-    return {k: v for k, v in sorted(env.items()) if k.startswith("NCCL_") or k in SAFE_ENV or k.startswith("TORCH_NCCL_")}
+    return {
+        k: v for k, v in sorted(env.items()) if k.startswith("NCCL_") or k in SAFE_ENV or k.startswith("TORCH_NCCL_")
+    }
 
 
 @dataclass
@@ -89,9 +91,23 @@ class LaunchResult:
 
 def torchrun_command(world_size: int, request_path: str | Path) -> list[str]:
     """The standard elastic launcher, one node, no restarts (a failed rank fails the trial)."""
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1",
-            "--nproc-per-node", str(world_size), "--max-restarts", "0", "--monitor-interval", "0.5",
-            "-m", RANK_MODULE, str(request_path)]
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nnodes",
+        "1",
+        "--nproc-per-node",
+        str(world_size),
+        "--max-restarts",
+        "0",
+        "--monitor-interval",
+        "0.5",
+        "-m",
+        RANK_MODULE,
+        str(request_path),
+    ]
 
 
 def _alive(pid: int) -> bool:
@@ -146,8 +162,14 @@ def launch(req: LaunchRequest, env: dict[str, str] | None = None) -> LaunchResul
     started = time.perf_counter()
     timed_out = False
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen(torchrun_command(req.world_size, run_dir / "request.json"), env=env, stdout=log,
-                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        proc = subprocess.Popen(
+            torchrun_command(req.world_size, run_dir / "request.json"),
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         try:
             proc.wait(req.timeout_s)
         except subprocess.TimeoutExpired:
@@ -189,43 +211,65 @@ def _tail(path: Path, lines: int = 6) -> str:
 
 def _root_failure(records: list[dict[str, Any] | None], batch: int | None) -> tuple[int, dict[str, Any]] | None:
     """(rank, failure) of the earliest failure recorded for `batch` (setup failures count for any)."""
-    found = [(r["failure"]["at"], r["rank"], r["failure"]) for r in records
-             if r and r.get("failure") and r["failure"].get("batch") in (batch, None)]
+    found = [
+        (r["failure"]["at"], r["rank"], r["failure"])
+        for r in records
+        if r and r.get("failure") and r["failure"].get("batch") in (batch, None)
+    ]
     if not found:
         return None
     _at, rank, failure = min(found, key=lambda item: (item[0], item[1]))
     return rank, failure
 
 
-def _lost(req: LaunchRequest, records: list[dict[str, Any] | None], returncode: int | None, timed_out: bool,
-          tail: str) -> tuple[str, str]:
+def _lost(
+    req: LaunchRequest, records: list[dict[str, Any] | None], returncode: int | None, timed_out: bool, tail: str
+) -> tuple[str, str]:
     silent = [r for r in range(req.world_size) if records[r] is None or not records[r].get("done")]
     if timed_out:
         return TIMEOUT, f"no result within {req.timeout_s:.0f} s (ranks {silent} unfinished); launcher killed"
     return CRASH, f"launcher exit {returncode}, ranks {silent} left no result: {tail or 'no output'}"
 
 
-def aggregate(records: list[dict[str, Any] | None], req: LaunchRequest, returncode: int | None, timed_out: bool,
-              tail: str = "") -> tuple[list[Attempt], Timed | None]:
+def aggregate(
+    records: list[dict[str, Any] | None], req: LaunchRequest, returncode: int | None, timed_out: bool, tail: str = ""
+) -> tuple[list[Attempt], Timed | None]:
     """An Attempt per batch run (a fit only where every rank committed it) and the group measurement."""
     attempts: list[Attempt] = []
     for batch in req.batches:
         done = [next((b for b in (r or {}).get("batches", []) if b["batch"] == batch), None) for r in records]
         if all(d is not None and d["outcome"] == FIT for d in done):
-            attempts.append(Attempt(batch, FIT, max(d["peak_allocated"] or 0 for d in done) or None,
-                                    max(d["peak_reserved"] or 0 for d in done) or None,
-                                    max(d["seconds"] for d in done), steps=max(d["steps"] or 0 for d in done),
-                                    loss_scale=done[0].get("loss_scale"), fresh=not attempts))
+            attempts.append(
+                Attempt(
+                    batch,
+                    FIT,
+                    max(d["peak_allocated"] or 0 for d in done) or None,
+                    max(d["peak_reserved"] or 0 for d in done) or None,
+                    max(d["seconds"] for d in done),
+                    steps=max(d["steps"] or 0 for d in done),
+                    loss_scale=done[0].get("loss_scale"),
+                    fresh=not attempts,
+                )
+            )
             continue
         root = _root_failure(records, batch)
         if root is not None and root[1].get("stage") != "measure":
             rank, failure = root
-            others = sorted({(r["rank"], r["failure"]["outcome"]) for r in records
-                             if r and r.get("failure") and r["rank"] != rank})
+            others = sorted(
+                {(r["rank"], r["failure"]["outcome"]) for r in records if r and r.get("failure") and r["rank"] != rank}
+            )
             then = "; then " + ", ".join(f"rank {r}: {o}" for r, o in others) if others else ""
-            attempts.append(Attempt(batch, failure["outcome"], failure.get("peak_allocated"), failure.get("peak_reserved"),
-                                    failure.get("seconds") or 0.0, f"rank {rank}: {failure['message']}{then}",
-                                    fresh=not attempts))
+            attempts.append(
+                Attempt(
+                    batch,
+                    failure["outcome"],
+                    failure.get("peak_allocated"),
+                    failure.get("peak_reserved"),
+                    failure.get("seconds") or 0.0,
+                    f"rank {rank}: {failure['message']}{then}",
+                    fresh=not attempts,
+                )
+            )
         else:
             outcome, message = _lost(req, records, returncode, timed_out, tail)
             attempts.append(Attempt(batch, outcome, message=message, fresh=not attempts))
@@ -238,9 +282,14 @@ def aggregate(records: list[dict[str, Any] | None], req: LaunchRequest, returnco
     root = _root_failure(records, req.batches[-1])
     if root is not None:
         rank, failure = root
-        return attempts, Timed(batch=req.batches[-1], outcome=failure["outcome"], error=f"rank {rank}: {failure['message']}",
-                               failed_at_step=failure.get("failed_at_step"), peak_allocated=failure.get("peak_allocated"),
-                               peak_reserved=failure.get("peak_reserved"))
+        return attempts, Timed(
+            batch=req.batches[-1],
+            outcome=failure["outcome"],
+            error=f"rank {rank}: {failure['message']}",
+            failed_at_step=failure.get("failed_at_step"),
+            peak_allocated=failure.get("peak_allocated"),
+            peak_reserved=failure.get("peak_reserved"),
+        )
     outcome, message = _lost(req, records, returncode, timed_out, tail)
     return attempts, Timed(batch=req.batches[-1], outcome=outcome, error=message)
 
@@ -248,18 +297,37 @@ def aggregate(records: list[dict[str, Any] | None], req: LaunchRequest, returnco
 def group_measurement(measures: list[Timed], world_size: int, batch: int) -> Timed:
     """Throughput of the whole group: world_size x batch samples per step of the slowest rank's median (the ranks'
     own figures under `per_rank`, with the group's size, in `extra`)."""
+
     def median(m: Timed) -> float:
         return (m.step_time or {})["median_s"]
 
     slowest = max(measures, key=median)
     units_per_sample = (slowest.units_per_s or 0.0) / slowest.samples_per_s if slowest.samples_per_s else 1.0
     samples = world_size * batch / median(slowest)
-    return Timed(batch=batch, outcome=FIT, samples_per_s=samples, units_per_s=samples * units_per_sample,
-                 unit=slowest.unit, step_time=slowest.step_time, warmup_steps=slowest.warmup_steps,
-                 peak_allocated=max(m.peak_allocated or 0 for m in measures) or None,
-                 peak_reserved=max(m.peak_reserved or 0 for m in measures) or None,
-                 utilization=measures[0].utilization,
-                 extra={"per_gpu_batch": batch, "world_size": world_size, "global_batch": world_size * batch,
-                        "per_rank": [{"rank": i, "median_s": median(m), "peak_allocated": m.peak_allocated,
-                                      "peak_reserved": m.peak_reserved, "utilization": m.utilization}
-                                     for i, m in enumerate(measures)]})
+    return Timed(
+        batch=batch,
+        outcome=FIT,
+        samples_per_s=samples,
+        units_per_s=samples * units_per_sample,
+        unit=slowest.unit,
+        step_time=slowest.step_time,
+        warmup_steps=slowest.warmup_steps,
+        peak_allocated=max(m.peak_allocated or 0 for m in measures) or None,
+        peak_reserved=max(m.peak_reserved or 0 for m in measures) or None,
+        utilization=measures[0].utilization,
+        extra={
+            "per_gpu_batch": batch,
+            "world_size": world_size,
+            "global_batch": world_size * batch,
+            "per_rank": [
+                {
+                    "rank": i,
+                    "median_s": median(m),
+                    "peak_allocated": m.peak_allocated,
+                    "peak_reserved": m.peak_reserved,
+                    "utilization": m.utilization,
+                }
+                for i, m in enumerate(measures)
+            ],
+        },
+    )

@@ -53,28 +53,47 @@ def distributed_environment(world_size: int, strategy: str, device: str, setup: 
     """What a multi-GPU result file records about the group: world size, strategy, backend, NCCL
     version and NCCL_* variables in force, and the GPUs' interconnect."""
     env = launch_env()
-    facts: dict[str, Any] = {"world_size": world_size, "strategy": strategy,
-                             "backend": "nccl" if device == "cuda" else "gloo",
-                             "launcher": "torch.distributed.run (torchrun) --standalone",
-                             "nccl_version": ((setup or {}).get("environment") or {}).get("nccl_version"),
-                             "nccl_env": nccl_env(env)}
+    facts: dict[str, Any] = {
+        "world_size": world_size,
+        "strategy": strategy,
+        "backend": "nccl" if device == "cuda" else "gloo",
+        "launcher": "torch.distributed.run (torchrun) --standalone",
+        "nccl_version": ((setup or {}).get("environment") or {}).get("nccl_version"),
+        "nccl_env": nccl_env(env),
+    }
     if device == "cuda":
         facts["interconnect"] = interconnect(visible_indices(world_size, env.get("CUDA_VISIBLE_DEVICES")))
     return facts
 
 
-def _backend(workload: Workload, precision: str, opts: ScanOptions, world_size: int, strategy: str,
-             progress: Progress, launcher: Launcher) -> RanksBackend:
+def _backend(
+    workload: Workload,
+    precision: str,
+    opts: ScanOptions,
+    world_size: int,
+    strategy: str,
+    progress: Progress,
+    launcher: Launcher,
+) -> RanksBackend:
     def group_environment(setup: dict[str, Any]) -> dict[str, Any]:
-        return {**(setup.get("environment") or {}),
-                "distributed": distributed_environment(world_size, strategy, opts.device, setup)}
+        return {
+            **(setup.get("environment") or {}),
+            "distributed": distributed_environment(world_size, strategy, opts.device, setup),
+        }
 
     return RanksBackend(workload, precision, opts, world_size, strategy, progress, launcher, group_environment)
 
 
-def scan_precision_distributed(workload: Workload, precision: str, opts: ScanOptions, world_size: int, strategy: str,
-                               progress: Progress, launcher: Launcher = launch,
-                               start: PredictedStart | None = None) -> tuple[PrecisionResult, dict | None]:
+def scan_precision_distributed(
+    workload: Workload,
+    precision: str,
+    opts: ScanOptions,
+    world_size: int,
+    strategy: str,
+    progress: Progress,
+    launcher: Launcher = launch,
+    start: PredictedStart | None = None,
+) -> tuple[PrecisionResult, dict | None]:
     """Search, prove, soak, time and curve one precision on `world_size` GPUs; returns the result and rank 0's
     setup record. `start` gives the search a predicted first batch (predict --gpus N, on the CPU)."""
     backend = _backend(workload, precision, opts, world_size, strategy, progress, launcher)
@@ -82,25 +101,48 @@ def scan_precision_distributed(workload: Workload, precision: str, opts: ScanOpt
     return result, backend.setup
 
 
-def scan_distributed(workload: Workload, opts: ScanOptions, world_size: int, strategy: str, out_dir: str | Path,
-                     progress: Progress, launcher: Launcher = launch) -> tuple[ScanResult, Path]:
+def scan_distributed(
+    workload: Workload,
+    opts: ScanOptions,
+    world_size: int,
+    strategy: str,
+    out_dir: str | Path,
+    progress: Progress,
+    launcher: Launcher = launch,
+) -> tuple[ScanResult, Path]:
     """Scan every requested precision of one workload on `world_size` GPUs under `strategy`, writing
     the result file after each. Raises DistributedScanError for unsupported options; on
     KeyboardInterrupt writes what finished, marked partial, and raises ScanInterrupted."""
     check_options(opts, world_size, strategy, workload)
-    result = ScanResult(workload=workload.to_dict(), environment=host_environment(),
-                        settings=opts.to_dict() | {"world_size": world_size, "strategy": strategy})
-    writer = ResultWriter(result, out_dir, lambda gpu: result_filename(f"{world_size}x {gpu or opts.device}",
-                                                                       f"{workload.name}-{strategy}", opts.mode))
-    start = (PredictedStart(workload, opts.precisions, opts.steps, world=(world_size, strategy))
-             if opts.uses_predicted_start else None)
+    result = ScanResult(
+        workload=workload.to_dict(),
+        environment=host_environment(),
+        settings=opts.to_dict() | {"world_size": world_size, "strategy": strategy},
+    )
+    writer = ResultWriter(
+        result,
+        out_dir,
+        lambda gpu: result_filename(f"{world_size}x {gpu or opts.device}", f"{workload.name}-{strategy}", opts.mode),
+    )
+    start = (
+        PredictedStart(workload, opts.precisions, opts.steps, world=(world_size, strategy))
+        if opts.uses_predicted_start
+        else None
+    )
 
     def run_one(precision: str, hint: PredictedStart | None, on_environment: Any) -> PrecisionResult:
         backend = _backend(workload, precision, opts, world_size, strategy, progress, launcher)
         return run_precision(backend, workload, precision, opts, progress, on_environment, hint)
 
-    return scan_precisions(workload, opts, writer, progress, run_one,
-                           label=lambda precision: f"{precision} on {world_size} GPUs ({strategy})", start=start)
+    return scan_precisions(
+        workload,
+        opts,
+        writer,
+        progress,
+        run_one,
+        label=lambda precision: f"{precision} on {world_size} GPUs ({strategy})",
+        start=start,
+    )
 
 
 def gpu_count(visible: str | None = None) -> int:

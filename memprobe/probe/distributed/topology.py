@@ -6,8 +6,14 @@ import subprocess
 from typing import Any
 
 # nvmlGpuTopologyLevel_t: the closest common ancestor of two GPUs on the PCIe tree.
-_LEVELS = {0: "same board", 10: "single PCIe switch", 20: "multiple PCIe switches", 30: "PCIe host bridge",
-           40: "same NUMA node (PCIe + CPU)", 50: "across CPU sockets (SMP interconnect)"}
+_LEVELS = {
+    0: "same board",
+    10: "single PCIe switch",
+    20: "multiple PCIe switches",
+    30: "PCIe host bridge",
+    40: "same NUMA node (PCIe + CPU)",
+    50: "across CPU sockets (SMP interconnect)",
+}
 
 
 def interconnect(indices: list[int]) -> dict[str, Any]:

@@ -30,8 +30,17 @@ from pathlib import Path
 from typing import Any
 
 FAILED_EXIT = 3
-_COLLECTIVE_MARKERS = ("distbackenderror", "nccl", "gloo", "connection closed", "connection reset", "broken pipe",
-                       "process group", "collective", "peer")
+_COLLECTIVE_MARKERS = (
+    "distbackenderror",
+    "nccl",
+    "gloo",
+    "connection closed",
+    "connection reset",
+    "broken pipe",
+    "process group",
+    "collective",
+    "peer",
+)
 
 
 def collective_outcome(outcome: str, message: str) -> str:
@@ -50,8 +59,15 @@ class Rank:
 
     def __init__(self, run_dir: Path, rank: int, world: int) -> None:
         self.run_dir, self.rank, self.world = run_dir, rank, world
-        self.record: dict[str, Any] = {"rank": rank, "world_size": world, "pid": os.getpid(), "batches": [],
-                                       "measure": None, "failure": None, "done": False}
+        self.record: dict[str, Any] = {
+            "rank": rank,
+            "world_size": world,
+            "pid": os.getpid(),
+            "batches": [],
+            "measure": None,
+            "failure": None,
+            "done": False,
+        }
         (run_dir / f"rank{rank}.pid").write_text(str(os.getpid()))
 
     def save(self) -> None:
@@ -64,8 +80,14 @@ class Rank:
     def failed(self, stage: str, outcome: str, message: str, batch: int | None, **extra: Any) -> None:
         """Record a failure (keeping the first one's time and outcome) and save at once."""
         if self.record["failure"] is None:
-            self.record["failure"] = {"stage": stage, "batch": batch, "outcome": collective_outcome(outcome, message),
-                                      "message": message[:500], "at": time.time(), **extra}
+            self.record["failure"] = {
+                "stage": stage,
+                "batch": batch,
+                "outcome": collective_outcome(outcome, message),
+                "message": message[:500],
+                "at": time.time(),
+                **extra,
+            }
         else:
             self.record["failure"].update(extra)
         self.save()
@@ -135,9 +157,16 @@ def run(req: dict[str, Any]) -> int:
             dist.init_process_group("gloo", timeout=timedelta(seconds=timeout_s))
         budgets = req.get("rank_cpu_budget_bytes") or {}
         session = Session()
-        info = session.setup(SetupRequest(req["workload"], req["precision"], "train", str(device),
-                                          budgets.get(str(rank_id), req.get("cpu_budget_bytes")),
-                                          req.get("settings", {})))
+        info = session.setup(
+            SetupRequest(
+                req["workload"],
+                req["precision"],
+                "train",
+                str(device),
+                budgets.get(str(rank_id), req.get("cpu_budget_bytes")),
+                req.get("settings", {}),
+            )
+        )
         if isinstance(info, Failure):
             rank.fail_and_exit("setup", info.kind or ERROR, info.message, None)
         wrapped = wrap_model(session.task.model, req["strategy"], req["precision"], device)
@@ -146,10 +175,16 @@ def run(req: dict[str, Any]) -> int:
         if cuda:
             version = torch.cuda.nccl.version()
             environment["nccl_version"] = ".".join(map(str, version)) if isinstance(version, tuple) else str(version)
-        rank.record["setup"] = {"environment": environment, "capacity_bytes": info.capacity_bytes,
-                                "weights_bytes": info.weights_bytes, "task": info.task, "unit": info.unit,
-                                "build_seconds": info.build_seconds, "wrap": wrapped["describe"],
-                                "weights_after_wrap_bytes": torch.cuda.memory_allocated(device) if cuda else None}
+        rank.record["setup"] = {
+            "environment": environment,
+            "capacity_bytes": info.capacity_bytes,
+            "weights_bytes": info.weights_bytes,
+            "task": info.task,
+            "unit": info.unit,
+            "build_seconds": info.build_seconds,
+            "wrap": wrapped["describe"],
+            "weights_after_wrap_bytes": torch.cuda.memory_allocated(device) if cuda else None,
+        }
         rank.commit(timeout_s, device)
         rank.save()
     except Exception as exc:  # noqa: BLE001 - a rank that cannot start fits no batch
@@ -164,8 +199,15 @@ def run(req: dict[str, Any]) -> int:
         where.update(stage="trial", batch=batch)
         attempt = session.trial(TrialRequest(batch, int(req.get("steps", 3))))
         if attempt.outcome != FIT:
-            rank.fail_and_exit("trial", attempt.outcome, attempt.message, batch, peak_allocated=attempt.peak_allocated,
-                               peak_reserved=attempt.peak_reserved, seconds=attempt.seconds)
+            rank.fail_and_exit(
+                "trial",
+                attempt.outcome,
+                attempt.message,
+                batch,
+                peak_allocated=attempt.peak_allocated,
+                peak_reserved=attempt.peak_reserved,
+                seconds=attempt.seconds,
+            )
         try:
             rank.commit(timeout_s, device)
         except Exception as exc:  # noqa: BLE001
@@ -176,12 +218,19 @@ def run(req: dict[str, Any]) -> int:
     if measure:
         batch = batches[-1]
         where.update(stage="measure", batch=batch)
-        measured = session.measure(MeasureRequest(batch, int(measure["warmup"]), int(measure["steps"]),
-                                                  sample_interval=0.1))
+        measured = session.measure(
+            MeasureRequest(batch, int(measure["warmup"]), int(measure["steps"]), sample_interval=0.1)
+        )
         if measured.outcome != FIT:
-            rank.fail_and_exit("measure", measured.outcome or ERROR, measured.error or "", batch,
-                               failed_at_step=measured.failed_at_step,
-                               peak_allocated=measured.peak_allocated, peak_reserved=measured.peak_reserved)
+            rank.fail_and_exit(
+                "measure",
+                measured.outcome or ERROR,
+                measured.error or "",
+                batch,
+                failed_at_step=measured.failed_at_step,
+                peak_allocated=measured.peak_allocated,
+                peak_reserved=measured.peak_reserved,
+            )
         try:
             rank.commit(timeout_s, device)
         except Exception as exc:  # noqa: BLE001
