@@ -55,7 +55,7 @@ def curve_figure(series: dict[str, list[Point]]):
     colors = {gpu: f"C{i % 10}" for i, gpu in enumerate(gpus)}
     precisions = list(dict.fromkeys(p.precision for ps in series.values() for p in ps))
     for ax, (workload, points) in zip(axes.flat, series.items()):
-        knees = 0  # knee labels in this panel so far: each next one sits lower, so two knees never overlap
+        knees = 0  # knee labels in this panel so far: each next one a line lower
         for p in points:
             xs, ys = zip(*sorted(p.curve))
             ax.plot(
@@ -91,21 +91,24 @@ def curve_figure(series: dict[str, list[Point]]):
                     markeredgecolor="black",
                     markeredgewidth=0.5,
                 )
-                ax.annotate(
-                    knee[2],
-                    knee[:2],
-                    textcoords="offset points",
-                    xytext=(-6, 9 - 11 * knees),
-                    ha="right",
+                # Listed in the panel's upper left (throughput is low at small batches, so that corner is free):
+                # labels beside their points overlapped where two cards' knees sit at similar batches.
+                ax.text(
+                    0.02,
+                    0.96 - 0.075 * knees,
+                    f"{p.gpu} {p.precision}: {knee[2]}",
+                    transform=ax.transAxes,
+                    ha="left",
+                    va="top",
                     fontsize=7,
-                    va="bottom",
                     color=colors[p.gpu],
                 )
+                knees += 1
         ax.set_xscale("log", base=2)
         ax.set_title(workload, fontsize=10)
         ax.set_xlabel("batch size (log 2)", fontsize=8.5)
         ax.set_ylabel(points[0].unit, fontsize=8.5)
-        # room above the highest point for its marker and a knee's label
+        # room above the highest point for its marker
         ax.set_ylim(bottom=0, top=1.12 * max(y for p in points for _, y in p.curve))
         ax.grid(alpha=0.3)
         ax.tick_params(labelsize=8)
