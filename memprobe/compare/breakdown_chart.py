@@ -15,7 +15,15 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from memprobe.compare.breakdown import predicted_rows
-from memprobe.compare.chart_layout import DPI, MAX_WIDTH_PX, PRECISION_COLORS, figure_size, grid_shape, save
+from memprobe.compare.chart_layout import (
+    DPI,
+    MAX_WIDTH_PX,
+    PRECISION_COLORS,
+    figure_size,
+    grid_shape,
+    save,
+    title_legend,
+)
 from memprobe.compare.comparison import PRECISION_ORDER
 from memprobe.core.breakdown import CATEGORIES, LABELS, Breakdown
 
@@ -213,16 +221,7 @@ def bars_figure(found: Sequence[Entry]):
         )
     if any(e.result.capacity_bytes for e in found):
         handles.append(Line2D([0], [0], color="black", linestyle="--", label="allocator capacity"))
-    legend = fig.legend(
-        handles=handles,
-        loc="outside upper center",
-        ncols=min(len(handles), 3),
-        fontsize=8.5,
-        frameon=False,
-        title="Where the memory goes at the peak of the max batch B",
-        title_fontproperties={"size": 13, "weight": "bold"},
-    )
-    legend.get_title().set_multialignment("center")
+    title_legend(fig, handles, "Where the memory goes at the peak of the max batch B", min(len(handles), 3))
     fig.supxlabel(
         "GiB per category written on each segment, the peak reserved (their sum) above the bar; a "
         "negative unattributed part (the tracker counted more than the allocator) is drawn below zero. "
@@ -332,16 +331,7 @@ def lines_figure(found: Sequence[Entry]):
     ]
     if any(e.result.capacity_bytes for e, _ in lined):
         handles.append(Line2D([0], [0], color="black", linestyle="--", label="allocator capacity"))
-    legend = fig.legend(
-        handles=handles,
-        loc="outside upper center",
-        ncols=min(len(handles), 4),
-        fontsize=8.5,
-        frameon=False,
-        title="Memory against batch",
-        title_fontproperties={"size": 13, "weight": "bold"},
-    )
-    legend.get_title().set_multialignment("center")
+    title_legend(fig, handles, "Memory against batch", min(len(handles), 4))
     fig.supxlabel(
         "The line is the peak reserved memory " + " or ".join(sorted(sources)) + "; where it meets the "
         "capacity is the batch the memory holds. Peak reserved excludes memory outside PyTorch.",

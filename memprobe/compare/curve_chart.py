@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from memprobe.compare.chart_layout import PRECISION_LINESTYLES as LINESTYLES
-from memprobe.compare.chart_layout import figure_size, grid_shape, save
+from memprobe.compare.chart_layout import figure_size, grid_shape, save, title_legend
 from memprobe.compare.comparison import MEASURED, Comparison, Point
 from memprobe.core.knee import KNEE_FALL
 
@@ -140,14 +140,5 @@ def curve_figure(series: dict[str, list[Point]]):
             label=f"knee (then a fall > {KNEE_FALL:.0%})",
         ),
     ]
-    legend = fig.legend(
-        handles=handles,
-        loc="outside upper center",
-        ncols=min(len(handles), 8),
-        fontsize=8.5,
-        frameon=False,
-        title="Throughput against batch size",
-        title_fontproperties={"size": 13, "weight": "bold"},
-    )
-    legend.get_title().set_multialignment("center")
+    title_legend(fig, handles, "Throughput against batch size", min(len(handles), 8))
     return fig

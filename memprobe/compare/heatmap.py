@@ -13,7 +13,7 @@ import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from memprobe.compare.chart_layout import DPI, MAX_WIDTH_PX, save
+from memprobe.compare.chart_layout import DPI, MAX_WIDTH_PX, save, title_legend
 from memprobe.compare.comparison import MEASURED, PUBLISHED
 
 MEASURED_EDGE = "#0b2e59"
@@ -147,16 +147,7 @@ def heat_figure(heat: Heat, title: str, footer: str):
         handles.append(Patch(facecolor="white", edgecolor="#bbbbbb", label="published (other implementation)"))
     if any(c.oom for c in heat.cells.values()):
         handles.append(Patch(facecolor=OOM_FILL, edgecolor="none", label="OOM: did not fit (counts as 0)"))
-    legend = fig.legend(
-        handles=handles,
-        loc="outside upper center",
-        ncols=len(handles),
-        fontsize=8.5,
-        frameon=False,
-        title=title,
-        title_fontproperties={"size": 13, "weight": "bold"},
-    )
-    legend.get_title().set_multialignment("center")
+    title_legend(fig, handles, title, len(handles))
     fig.supxlabel(footer, fontsize=7.5, color="#444444", wrap=True)
     return fig
 

@@ -12,7 +12,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from memprobe.compare.chart_layout import PRECISION_COLORS, PRECISION_LINESTYLES, figure_size, grid_shape, save
+from memprobe.compare.chart_layout import (
+    PRECISION_COLORS,
+    PRECISION_LINESTYLES,
+    figure_size,
+    grid_shape,
+    save,
+    title_legend,
+)
 from memprobe.compare.comparison import MEASURED, PRECISION_ORDER, PREDICTED, PUBLISHED, Comparison
 from memprobe.core.catalog import Catalog
 
@@ -194,15 +201,6 @@ def max_batch_figure(panels: Sequence[BatchPanel], footer: str):
         ),
     }
     handles += [kinds[k] for k in (MEASURED, PREDICTED, PUBLISHED) if shown.get(k)]
-    legend = fig.legend(
-        handles=handles,
-        loc="outside upper center",
-        ncols=len(handles),
-        fontsize=8.5,
-        frameon=False,
-        title="Max training batch by card memory",
-        title_fontproperties={"size": 13, "weight": "bold"},
-    )
-    legend.get_title().set_multialignment("center")
+    title_legend(fig, handles, "Max training batch by card memory", len(handles))
     fig.supxlabel("card memory (GiB, log scale). " + footer, fontsize=7.5, color="#444444", wrap=True)
     return fig
