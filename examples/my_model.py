@@ -18,7 +18,5 @@ class MyTask(TrainTask):
 
 def build(device, precision):  # precision: fp32/tf32/fp16/bf16 (None when predict builds once for all)
     layer = nn.TransformerEncoderLayer(1024, 16, 4096, batch_first=True, norm_first=True)
-    model = nn.Sequential(nn.TransformerEncoder(layer, 12, enable_nested_tensor=False), nn.Linear(1024, 1000)).to(
-        device
-    )
-    return MyTask(model, {"name": "adamw", "lr": 1e-4}, device)
+    model = nn.Sequential(nn.TransformerEncoder(layer, 12, enable_nested_tensor=False), nn.Linear(1024, 1000))
+    return MyTask(model.to(device), {"name": "adamw", "lr": 1e-4}, device)
