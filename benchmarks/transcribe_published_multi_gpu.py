@@ -17,6 +17,10 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from memprobe.compare.published import FIELDS  # noqa: E402 - the columns the reader checks
+
 OUT = REPO / "memprobe" / "data" / "published_multi_gpu.csv"
 WORKLOADS = {
     "bert_large_squad": (
@@ -40,22 +44,6 @@ HEADER = """# Published multi-GPU training figures transcribed verbatim from ../
 # batch of the whole machine (all GPUs together), hand-picked, NOT searched. gpu: the same card's one-GPU row in
 # published.csv. These are figures from elsewhere: memprobe always marks them as published.
 """
-FIELDS = (
-    "source",
-    "date",
-    "gpu",
-    "gpu_as_published",
-    "num_gpu",
-    "workload",
-    "memprobe_workload",
-    "precision",
-    "metric",
-    "value",
-    "unit",
-    "implementation",
-    "reference",
-    "caveat",
-)
 
 
 def one_gpu_name(name: str) -> str:

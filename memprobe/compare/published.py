@@ -24,7 +24,7 @@ SOURCES: dict[str, str] = {
 }
 
 METRICS = ("max_batch", "throughput")
-_FIELDS = (
+FIELDS = (  # the columns of published.csv and published_multi_gpu.csv
     "source",
     "date",
     "gpu",
@@ -97,7 +97,7 @@ def load_published(path: str | Path | None = None, multi_gpu: bool = False) -> l
         raise PublishedDataError(f"{path}: cannot read published figures ({exc.strerror or exc})") from exc
     lines = [line for line in text.splitlines() if not line.startswith("#")]
     reader = csv.DictReader(lines)
-    missing = set(_FIELDS) - set(reader.fieldnames or ())
+    missing = set(FIELDS) - set(reader.fieldnames or ())
     if missing:
         raise PublishedDataError(f"{path}: missing column(s) {', '.join(sorted(missing))}")
     figures = []
