@@ -41,8 +41,9 @@ def _predict_and_print(
         raise click.ClickException(str(exc)) from None
 
     asked = memory_list(memory, cards, hints=memory != COMMON_CARD_SIZES)  # no hints about memprobe's own default
-    if untested_torch_note():
-        click.echo(f"note: {untested_torch_note()}", err=True)
+    torch_note = untested_torch_note()  # imports torch and reads its version: once
+    if torch_note:
+        click.echo(f"note: {torch_note}", err=True)
     ensure_loadable()  # before the first workload imports timm or transformers, so the note below is true
     if standin_reason():
         click.echo(
