@@ -122,3 +122,36 @@ def test_frontier_section_round_trips_and_report_pairs_measured_with_predicted(t
     )
     assert chart.exit_code == 0, chart.output
     assert (tmp_path / "charts" / "frontier.png").exists()
+
+
+def test_scan_frontier_reads_each_points_typed_proof(tmp_path, monkeypatch):
+    """The measured frontier over fake point scans that return result records as scan_workload does (typed Proof),
+    written to the frontier file after every point."""
+    from memprobe.core.records import Proof
+    from memprobe.core.results import PrecisionResult
+    from memprobe.probe import frontier as probe_frontier
+    from memprobe.probe.options import ScanOptions
+
+    def fake_scan(variant, opts, out_dir, progress):
+        params = variant.params
+        if params.get("search") == "seq-len" or "maxseq" in variant.name:
+            n = TOKENS // max(1, int(params.get("batch") or 1))
+        else:
+            n = TOKENS // int(params["seq_len"])
+        precision = opts.precisions[0]
+        scanned = ScanResult(workload=variant.to_dict(), environment={"gpu": {"name": "Fake GPU"}}, settings={})
+        scanned.precisions[precision] = PrecisionResult(
+            precision, "done", n, proof=Proof(fits=n, fails=n + 1, agreed=True, verified=True)
+        )
+        return scanned, tmp_path / f"{variant.name}.json"
+
+    monkeypatch.setattr(probe_frontier, "scan_workload", fake_scan)
+    llama = load_registry()["llama-1b"]
+    result, path = probe_frontier.scan_frontier(
+        llama, ScanOptions(precisions=["bf16"], max_batch=4096), tmp_path, lambda *a, **k: None, None
+    )
+    points = result.frontier["bf16"]["points"]
+    batch_at = {p["fixed"]: (p["found"], p["fails"], p["verified"]) for p in points if p["kind"] == BATCH_AT_SEQ}
+    assert batch_at[512] == (78, 79, True) and batch_at[1024] == (39, 40, True)
+    assert result.status == "complete"
+    assert read_result(path).frontier["bf16"]["points"] == points

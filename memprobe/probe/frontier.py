@@ -23,6 +23,7 @@ from memprobe.core.frontier import (
     point_workload,
     walk,
 )
+from memprobe.core.records import Proof
 from memprobe.core.registry import Workload
 from memprobe.core.results import ScanResult, result_filename, write_result
 from memprobe.probe.device import host_environment
@@ -85,11 +86,9 @@ def scan_frontier(
             if not result.gpu_name(unknown=""):
                 result.environment.update(scanned.environment)
             p = scanned.precisions[precision]
-            proof = p.proof or {}
+            proof = p.proof or Proof()
             point = (
-                FrontierPoint(
-                    kind, fixed, MEASURED, p.max_batch, proof.get("fails"), bool(proof.get("verified")), file=str(path)
-                )
+                FrontierPoint(kind, fixed, MEASURED, p.max_batch, proof.fails, bool(proof.verified), file=str(path))
                 if p.status == "done"
                 else FrontierPoint(kind, fixed, ERROR, file=str(path), note=(p.error or p.stop).splitlines()[0][:200])
             )
