@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import os
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,18 @@ def has_nvidia_gpu() -> bool:
         return bool(gpus())
     except Exception:  # noqa: BLE001 - no driver, no library, no GPU: all mean "no GPU"
         return False
+
+
+@pytest.fixture(autouse=True)
+def _keep_cuda_visible_devices():
+    """`predict` and `plan` hide the GPUs from their process (cli/helpers.trace_without_gpus); CliRunner runs them
+    in the pytest process, so put CUDA_VISIBLE_DEVICES back after each test."""
+    before = os.environ.get("CUDA_VISIBLE_DEVICES")
+    yield
+    if before is None:
+        os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+    else:
+        os.environ["CUDA_VISIBLE_DEVICES"] = before
 
 
 @pytest.fixture(autouse=True)

@@ -195,3 +195,45 @@ def test_no_heartbeat_lines_unless_asked():
     sink.now = 60.0
     progress.beat()
     assert sink.lines == ["tracing toy fp32 at batch 2 (1 of 1) ..."]  # a log gets a line per trace, no pulses
+
+
+def test_no_fork_once_this_process_has_a_cuda_context(monkeypatch, registry):
+    """A fake CUDA tensor on a CUDA build makes a real CUDA context; forked children could not use it, so the traces
+    then run here, one after another, and give the same events."""
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    assert not can_fork()
+    with TraceSession(registry["toy"], 3) as session:
+        traces = trace_jobs([Job(session, "fp32", 2, "toy fp32 at 2")], workers=4)
+    assert isinstance(next(iter(traces.values())), Trace)
+
+
+def test_predict_hides_the_gpus_before_tracing(run, monkeypatch):
+    """So that tracing on a GPU machine makes no CUDA context (GPU memory, broken forks)."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    result = run("predict", "--model", "toy", "--memory", "2GiB", "--precision", "fp32", "--overhead", "0")
+    assert result.exit_code == 0, result.output
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == ""
+
+
+@forks
+def test_a_job_autograd_refuses_after_fork_is_traced_here(monkeypatch, registry):
+    """Autograd refuses a forked child once this process ran its device threads (a GPU machine): that job is traced
+    again here, and so is every later one."""
+    from memprobe.predict import parallel
+
+    monkeypatch.setattr(parallel, "_fork_failed", False)
+    parent = os.getpid()
+    with TraceSession(registry["toy"], 3) as session:
+        traced_here = session.trace
+
+        def trace(precision, batch):
+            if os.getpid() != parent:
+                raise PredictError(f"toy: RuntimeError: {parallel._FORK_BROKEN}-based multiprocessing")
+            return traced_here(precision, batch)
+
+        monkeypatch.setattr(session, "trace", trace)
+        jobs = [Job(session, "fp32", b, f"toy fp32 at {b}") for b in (2, 3)]
+        traces = trace_jobs(jobs, workers=2)
+        assert all(isinstance(t, Trace) for t in traces.values()), traces
+        assert [t.batch for t in traces.values()] == [2, 3]
+        assert not can_fork()  # from now on, here

@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import os
 from contextlib import contextmanager
 from typing import Iterator
 
 import click
 
 from memprobe.core.units import parse_size
+
+
+def trace_without_gpus() -> None:
+    """Hide the GPUs from this process before anything is traced: a fake CUDA tensor on a CUDA build creates a
+    real CUDA context (torch's FakeTensor init_gpu_context), which takes GPU memory from a scan running beside
+    the prediction and breaks the forked trace workers (CUDA cannot be used after fork). Tracing needs no GPU."""
+    os.environ["CUDA_VISIBLE_DEVICES"] = ""
 
 
 def positive_size(text: str, option: str) -> int:

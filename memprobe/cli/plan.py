@@ -6,6 +6,7 @@ import click
 
 from memprobe.cli import checks
 from memprobe.cli.app import _precision_list, _workloads, main
+from memprobe.cli.helpers import trace_without_gpus
 
 
 @main.command("plan")
@@ -82,6 +83,8 @@ def plan_cmd(
     from memprobe.plan.build import build_plan
     from memprobe.plan.render import render_plan
     from memprobe.workloads.custom import is_custom_name
+
+    trace_without_gpus()
 
     if global_batch is not None and global_batch < 1:
         raise click.BadParameter(f"must be at least 1, got {global_batch}", param_hint="--global-batch")

@@ -8,7 +8,7 @@ import click
 
 from memprobe.cli import checks
 from memprobe.cli.app import COMMON_CARD_SIZES, _precision_list, _workloads, main
-from memprobe.cli.helpers import memory_list, writable
+from memprobe.cli.helpers import memory_list, trace_without_gpus, writable
 from memprobe.cli.models import model_options as _model_options
 from memprobe.cli.variants import variant_options as _variant_options
 from memprobe.core.registry import Workload
@@ -282,6 +282,7 @@ def predict_cmd(
     """
     from memprobe.cli.frontier import frontier_request
 
+    trace_without_gpus()
     checks.predict_checks(click.get_current_context(), world_size, search)
     frontier = frontier_request(search, seq_len, None, frontier_budget)
     if out_dir and not frontier:

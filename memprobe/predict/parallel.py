@@ -21,6 +21,8 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Sequence
 
+import torch
+
 from memprobe.predict.allocator import ALLOC
 from memprobe.predict.progress import Progress, silent
 from memprobe.predict.trace import PredictError, Trace, TraceSession
@@ -45,9 +47,23 @@ def cores() -> int:
         return os.cpu_count() or 1
 
 
+_FORK_BROKEN = "Unable to handle autograd's threading in combination with fork"
+_fork_failed = False  # a child here met autograd's fork check: trace here from now on
+
+
 def can_fork() -> bool:
-    """Whether traces can run in forked children here (Linux: fork copies a running torch safely enough)."""
-    return sys.platform.startswith("linux") and hasattr(os, "fork")
+    """Whether traces can run in forked children here: Linux, and a process that sees no GPU. Where this process
+    sees one, tracing fake CUDA tensors may start CUDA (torch's FakeTensor init_gpu_context) or autograd's
+    per-device threads, neither of which a forked child can use ("CUDA error: initialization error", "Unable to
+    handle autograd's threading ... fork"). The CLI hides the GPUs before tracing; an API caller on a GPU machine
+    traces one trial at a time."""
+    return (
+        sys.platform.startswith("linux")
+        and hasattr(os, "fork")
+        and not _fork_failed
+        and not torch.cuda.is_initialized()
+        and torch.cuda.device_count() == 0
+    )
 
 
 def trace_jobs(
@@ -56,13 +72,21 @@ def trace_jobs(
     """Trace every job; returns job -> its Trace, or the PredictError it raised (raised where it is needed).
 
     With workers > 1 (and fork), at most `workers` children run at once. A child that dies without an
-    answer (a signal, memory) gives a PredictError saying so.
+    answer (a signal, memory) gives a PredictError saying so. A child that autograd refuses to run after fork
+    (this process ran autograd's device threads before) is traced again here, and so is every later job.
     """
+    global _fork_failed
     progress = progress or silent()
     progress.plan(len(jobs))
     if workers <= 1 or not can_fork():
         return {job: _trace_here(job, progress) for job in jobs}
-    return _Children(progress).run(list(jobs), workers)
+    results = _Children(progress).run(list(jobs), workers)
+    again = [job for job, r in results.items() if isinstance(r, PredictError) and _FORK_BROKEN in str(r)]
+    if again:
+        _fork_failed = True
+        progress.plan(len(again))
+        results.update({job: _trace_here(job, progress) for job in again})
+    return results
 
 
 def _trace_here(job: Job, progress: Progress) -> Trace | PredictError:
