@@ -290,6 +290,8 @@ def breakdown(
     batch: int = 1,
     *,
     predicted: bool = True,
+    gpu: str | None = None,
+    memory: str | None = None,
     steps: int = 3,
     optimizer: str | None = None,
     input_size: Sequence[int] | None = None,
@@ -300,13 +302,26 @@ def breakdown(
     """Where the memory goes at the peak of a training step at `batch`, as a memprobe.core.breakdown.Breakdown
     record (categories in bytes, top modules, per-sample bytes, `what_buys_more_batch`).
 
-    `predicted=True` traces it on fake tensors for an H100-like card (no GPU; labelled predicted). For a measured
-    one, run find_max_batch (its `.precisions[p].breakdown` holds the breakdown at B on a GPU scan).
-    Raises memprobe.predict.trace.PredictError when the step cannot be traced, ValueError for predicted=False.
+    `predicted=True` traces it on fake tensors for an H100-like card (no GPU; labelled predicted). `gpu` (a card
+    name) or `memory` (a size) replays it at that card's allocator capacity, as the card runs it: near its max
+    batch the allocator's slack is then much smaller than with no limit. For a measured one, run find_max_batch
+    (its `.precisions[p].breakdown` holds the breakdown at B on a GPU scan). Raises
+    memprobe.predict.trace.PredictError when the step cannot be traced, ValueError for predicted=False or a bad
+    card name or size (memprobe.core.cardsize.SizeError).
     """
     if not predicted:
         raise ValueError("a measured breakdown comes from find_max_batch(...).precisions[p].breakdown (at B, on a GPU)")
     from memprobe.predict.breakdown import predict_breakdown
 
+    capacity = None
+    if gpu is not None or memory is not None:
+        from memprobe.core.cardsize import SizeError, read_sizes
+        from memprobe.predict.summary import memory_sizes
+
+        asked = read_sizes(memory, gpu)
+        sizes = memory_sizes(asked.labels, asked.cards, None)
+        if len(sizes) != 1:
+            raise SizeError(f"give one card or size for a breakdown, not {len(sizes)}")
+        capacity = sizes[0].capacity_bytes
     workload = resolve_model(model, optimizer, input_size, task, seq_len, models_file)
-    return predict_breakdown(workload, precision, batch, steps)
+    return predict_breakdown(workload, precision, batch, steps, capacity=capacity)

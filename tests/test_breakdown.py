@@ -128,6 +128,15 @@ def test_report_shows_measured_and_compares_only_at_the_same_batch(toy_breakdown
     assert "optimizer state" in text and "within 3% or 0.5 GiB" in text and "sum rule" in text
     other = Breakdown.from_dict({**toy_breakdown.to_dict(), "batch": 9})
     assert "not compared" in breakdown_report([result], [{"workload": "toy", "precision": "fp32", "breakdown": other}])
+    # another card's prediction beside this one's: compared with this one, the other left out without a line
+    both = breakdown_report(
+        [result],
+        [
+            {"workload": "toy", "precision": "fp32", "memory": "H100", "breakdown": predicted},
+            {"workload": "toy", "precision": "fp32", "memory": "H200", "breakdown": other},
+        ],
+    )
+    assert "vs predicted for H100" in both and "H200" not in both and "not compared" not in both
     rows = comparison_rows(toy_breakdown, predicted)
     assert all(r["within_goal"] for r in rows) and rows[-1]["category"] == "peak_reserved"
     assert within_goal(100 * GIB, 102 * GIB) and not within_goal(10 * GIB, 11 * GIB)
@@ -195,6 +204,12 @@ def test_api_and_predict_cli_give_the_predicted_breakdown(tmp_path):
     record = memprobe.breakdown("toy", "fp32", 8)
     assert record.basis == "predicted" and record.categories["parameters"] == 603176
     assert record.categories["optimizer_state"] == 1206384 and record.total == record.peak_reserved
+    # at a card's capacity: the same where it fits with room; where the emulation does not fit, a note says so
+    assert memprobe.breakdown("toy", "fp32", 8, memory="4GiB").peak_reserved == record.peak_reserved
+    tight = memprobe.breakdown("toy", "fp32", 8, memory="1848MiB")  # 1 MiB of capacity past the default overhead
+    assert "does not fit 1 MiB: peaks with no limit" in tight.note and tight.peak_reserved == record.peak_reserved
+    with pytest.raises(ValueError, match="one card or size"):
+        memprobe.breakdown("toy", "fp32", 8, memory="4GiB,8GiB")
     out = tmp_path / "p.json"
     res = CliRunner().invoke(
         main,

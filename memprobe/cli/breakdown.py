@@ -9,8 +9,9 @@ from memprobe.core.breakdown import Breakdown
 
 
 def predicted_breakdowns(made: list, steps: int, out: str | None) -> None:
-    """For each (workload, prediction) and precision, the breakdown at each memory size's predicted max batch
-    (one trace per distinct batch). Writes them to `out` when given."""
+    """For each (workload, prediction) and precision, the breakdown at each memory size's predicted max batch,
+    replayed at that size's allocator capacity (one trace per distinct batch and capacity). Writes them to `out`
+    when given."""
     from memprobe.core.breakdown import write_predicted
     from memprobe.predict.breakdown import predict_breakdown
     from memprobe.predict.trace import PredictError
@@ -18,15 +19,17 @@ def predicted_breakdowns(made: list, steps: int, out: str | None) -> None:
     records = []
     for workload, prediction in made:
         for precision, p in prediction.precisions.items():
-            done: dict[int, Breakdown] = {}
+            done: dict[tuple[int, int], Breakdown] = {}
+            capacity = {size.label: size.capacity_bytes for size in prediction.sizes}
             for label, batch in p.max_batch.items():
                 if batch < 1:
                     continue
+                key = (batch, capacity[label])
                 try:
-                    record = done.get(batch) or predict_breakdown(workload, precision, batch, steps)
+                    record = done.get(key) or predict_breakdown(workload, precision, batch, steps, capacity=key[1])
                 except PredictError as exc:
                     raise click.ClickException(str(exc).splitlines()[0]) from None
-                done[batch] = record
+                done[key] = record
                 records.append(
                     {"workload": workload.name, "precision": precision, "memory": label, "breakdown": record}
                 )

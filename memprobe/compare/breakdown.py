@@ -92,7 +92,8 @@ def predicted_rows(predicted: list[dict[str, Any]] | None, workload: str, precis
 
 def breakdown_report(results: list[Any], predicted: list[dict[str, Any]] | None = None) -> str:
     """For each result and precision with a measured breakdown: its table, and measured against predicted where
-    `predicted` (records of core.breakdown.read_predicted) has the same workload and precision."""
+    `predicted` (records of core.breakdown.read_predicted) has the same workload, precision and batch (records
+    at other batches, e.g. another card's B, get one line saying they were not compared)."""
     parts = []
     for result in results:
         name = str(result.workload.get("name"))
@@ -103,16 +104,18 @@ def breakdown_report(results: list[Any], predicted: list[dict[str, Any]] | None 
                 continue
             title = f"{name} {precision} on {gpu}"
             parts.append(breakdown_table(p.breakdown, title, precision, family))
-            for row in predicted_rows(predicted, name, precision):
-                if row["breakdown"].batch != p.breakdown.batch:
-                    parts.append(
-                        f"predicted for {row.get('memory', '?')} at batch {row['breakdown'].batch}, measured at "
-                        f"{p.breakdown.batch}: not compared (predict at the measured batch)"
+            rows = predicted_rows(predicted, name, precision)
+            same = [row for row in rows if row["breakdown"].batch == p.breakdown.batch]
+            for row in same:
+                parts.append(
+                    comparison_table(
+                        p.breakdown, row["breakdown"], f"{title} vs predicted for {row.get('memory', '?')}"
                     )
-                else:
-                    parts.append(
-                        comparison_table(
-                            p.breakdown, row["breakdown"], f"{title} vs predicted for {row.get('memory', '?')}"
-                        )
-                    )
+                )
+            if rows and not same:  # predictions for other cards or batches: one line, not a table each
+                batches = ", ".join(str(row["breakdown"].batch) for row in rows)
+                parts.append(
+                    f"predicted at batch {batches}, measured at {p.breakdown.batch}: not compared (predict at the "
+                    "measured batch)"
+                )
     return "\n\n".join(parts) if parts else "no memory breakdown in these result files (scan with --breakdown)"
