@@ -279,7 +279,9 @@ def lines_figure(found: Sequence[Entry]):
             zorder=5,
         )
         marks = [(record.batch, f"B={record.batch}", "#b2182b")]
-        if best:
+        if best == record.batch:  # one label where they meet, not two drawn over each other
+            marks = [(record.batch, f"B=b*={best}", "#b2182b")]
+        elif best:
             ax.axvline(best, color="#1a7837", linestyle="-.", linewidth=1.2)
             marks.append((best, f"b*={best}", "#1a7837"))
         for x, text, ink in marks:  # B and b* named at the top, inside the panel
