@@ -27,3 +27,12 @@ render reports/scans_h200.md "memprobe scans on the H200 (the newest finished ru
     report --scans reports/h200
 render reports/scans_h100_emulated.md "memprobe scans on the H100 with emulated memory caps (scan --memory-cap)" \
     report --scans reports/emulated_h100
+BREAKDOWNS="reports/breakdown/h100 reports/h100 reports/breakdown/h200"
+# shellcheck disable=SC2086 # the folders are words
+render reports/breakdown/breakdown.md "Memory breakdown at B on the H100 and H200, measured and predicted" \
+    report --breakdown $BREAKDOWNS --predicted reports/breakdown/predicted-breakdowns.json --charts reports/breakdown/charts
+# shellcheck disable=SC2086
+"$PYTHON" benchmarks/breakdown_accuracy.py --predicted reports/breakdown/predicted-breakdowns.json $BREAKDOWNS \
+    > reports/breakdown/accuracy.md
+render reports/h200_frontier/frontier.md "llama-1b batch x sequence-length frontier on the H200, measured and predicted" \
+    report --frontier reports/h200_frontier/scans reports/h200_frontier/predicted
