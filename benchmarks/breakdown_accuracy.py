@@ -25,8 +25,9 @@ from memprobe.core.results import load_results  # noqa: E402
 GIB = 2**30
 
 
-def rows(paths: list[str], predicted_file: str) -> list[list[str]]:
-    """One table row per (result, precision) with a measured breakdown and a prediction at the same batch."""
+def rows(paths: list[str], predicted_file: str) -> list[tuple[list[str], bool]]:
+    """One table row per (result, precision) with a measured breakdown and a prediction at the same batch, and
+    whether every category (and the peak) is within the goal."""
     predicted = read_predicted(predicted_file)
     out = []
     for _path, result in load_results(paths):
@@ -42,20 +43,19 @@ def rows(paths: list[str], predicted_file: str) -> list[list[str]]:
             compared = comparison_rows(measured, same[0]["breakdown"])
             by = {r["category"]: r for r in compared}
             worst = max((r for r in compared if r["category"] != "peak_reserved"), key=lambda r: abs(r["difference"]))
-            out.append(
-                [
-                    result.gpu_name(),
-                    name,
-                    precision,
-                    str(measured.batch),
-                    f"{by['peak_reserved']['measured'] / GIB:.2f}",
-                    f"{by['peak_reserved']['predicted'] / GIB:.2f}",
-                    f"{100 * by['peak_reserved']['difference'] / max(1, by['peak_reserved']['measured']):+.2f}%",
-                    f"{by['allocator_slack']['measured'] / GIB:.2f} / {by['allocator_slack']['predicted'] / GIB:.2f}",
-                    f"{sum(r['within_goal'] for r in compared)} of {len(compared)}",
-                    f"{LABELS.get(worst['category'], worst['category'])} {worst['difference'] / GIB:+.2f} GiB",
-                ]
-            )
+            cells = [
+                result.gpu_name(),
+                name,
+                precision,
+                str(measured.batch),
+                f"{by['peak_reserved']['measured'] / GIB:.2f}",
+                f"{by['peak_reserved']['predicted'] / GIB:.2f}",
+                f"{100 * by['peak_reserved']['difference'] / max(1, by['peak_reserved']['measured']):+.2f}%",
+                f"{by['allocator_slack']['measured'] / GIB:.2f} / {by['allocator_slack']['predicted'] / GIB:.2f}",
+                f"{sum(r['within_goal'] for r in compared)} of {len(compared)}",
+                f"{LABELS.get(worst['category'], worst['category'])} {worst['difference'] / GIB:+.2f} GiB",
+            ]
+            out.append((cells, all(r["within_goal"] for r in compared)))
     return out
 
 
@@ -86,9 +86,9 @@ def main() -> None:
     )
     print("| " + " | ".join(header) + " |")
     print("|" + "---|" * len(header))
-    for row in table:
-        print("| " + " | ".join(row) + " |")
-    within = sum(1 for row in table if row[8].split()[0] == row[8].split()[-1])
+    for cells, _ in table:
+        print("| " + " | ".join(cells) + " |")
+    within = sum(1 for _, all_within in table if all_within)
     print(f"\n{len(table)} scans and precisions; every category within the goal in {within}.")
 
 

@@ -73,13 +73,9 @@ def predict_breakdown(
     with TraceSession(workload, steps, target) as session:
         tracked, modules, events = _tracked_trial(session, precision, batch)
         peaks = replay(events, capacity=capacity, measure_from=TRIAL_MARK)
-        if not peaks.fits:
+        if capacity is not None and not peaks.fits:  # only a limited replay can run out
             peaks = replay(events, measure_from=TRIAL_MARK)
-            room = (
-                f"{capacity / 2**30:.2f} GiB"
-                if capacity and capacity >= 2**30
-                else f"{(capacity or 0) / 2**20:.0f} MiB"
-            )
+            room = f"{capacity / 2**30:.2f} GiB" if capacity >= 2**30 else f"{capacity / 2**20:.0f} MiB"
             note += f"; at batch {batch} the emulation does not fit {room}: peaks with no limit"
         if per_sample_bytes is None:
             other = batch // 2 if batch > 1 else 2
