@@ -33,6 +33,7 @@ class Internal(NamedTuple):
 
 _SDPA = "fakecuda: the attention kernel CUDA runs"
 _BWD = "fakecuda/workspaces: the CUDA attention backward and its workspaces"
+_KEY = "fast_key: the fake tensors' dispatch cache key, built faster"
 # Tested with torch 2.11 (on the GPU machines) and 2.13 (CI).
 _MT = "torch.distributed._tools.mem_tracker"
 _STEP_TRACKER = "training/breakdown: StepTracker, a MemTracker subclass, reads and extends it"
@@ -47,6 +48,13 @@ INTERNALS: tuple[Internal, ...] = (
         "session: cleared before swap_tensors, which refuses the memo's weak references",
     ),
     Internal("FakeTensorMode.in_kernel_invocation", "fake_mode: answers tensor.device as FakeTensor does"),
+    Internal("FakeTensorMode._cache_key", _KEY),
+    Internal("FakeTensorMode.shape_env", _KEY),
+    Internal("torch._subclasses.fake_tensor._DispatchCacheKey", _KEY),
+    Internal("torch.fx.experimental.proxy_tensor.get_proxy_mode", _KEY),
+    Internal("torch._C._get_default_device", _KEY),
+    Internal("FakeTensor.constant", _KEY),
+    Internal("Tensor._has_symbolic_sizes_strides", _KEY),
     Internal("FakeTensor.fake_device", "fake_mode, recorder: a fake tensor's device without a dispatch"),
     Internal("FakeTensor.fake_mode", "fake_mode: answers tensor.device as FakeTensor does"),
     Internal("FakeParameter._is_param", "session: a deep-copied fake Parameter stays a Parameter"),
