@@ -63,7 +63,7 @@ class _DyingSession:
         self.recorder = SimpleNamespace(answers=Counter())
         self.behaviour = SimpleNamespace(sdpa_choices=Counter(), notes=[])
 
-    def trace(self, precision: str, batch: int) -> Trace:
+    def trace(self, precision: str, batch: int, repeat_last: bool = False) -> Trace:
         if self.how == "killed":
             os.kill(os.getpid(), signal.SIGKILL)
         warnings.warn("a warning from the child", UserWarning, stacklevel=1)
@@ -226,10 +226,10 @@ def test_a_job_autograd_refuses_after_fork_is_traced_here(monkeypatch, registry)
     with TraceSession(registry["toy"], 3) as session:
         traced_here = session.trace
 
-        def trace(precision, batch):
+        def trace(precision, batch, repeat_last=False):
             if os.getpid() != parent:
                 raise PredictError(f"toy: RuntimeError: {parallel._FORK_BROKEN}-based multiprocessing")
-            return traced_here(precision, batch)
+            return traced_here(precision, batch, repeat_last)
 
         monkeypatch.setattr(session, "trace", trace)
         jobs = [Job(session, "fp32", b, f"toy fp32 at {b}") for b in (2, 3)]

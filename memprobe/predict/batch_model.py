@@ -7,7 +7,8 @@ are quadratic (an attention mask is length x length): the traces at lengths 2, 3
 any length, checked byte for byte against a trace at the longest length predicted, where an error would
 show. A kernel workspace's size is recomputed from its extrapolated dims (workspaces.py), with the
 kernel's rounding. Batch 1, and every batch of a workload whose op sequence changes with the batch or
-whose check fails, is traced directly.
+whose check fails, is traced directly. The traces at 2 and 3 repeat their last step rather than trace it
+(trace.repeat_last_step, a third less work); the check at 4 traces every step, so it checks that too.
 """
 
 from __future__ import annotations
@@ -84,6 +85,17 @@ class BatchModel:
                 if x[0] == ALLOC and x[3] != y[3] and not (isinstance(x[3], Workspace) and x[3].same_kind(y[3])):
                     return False
         return True
+
+    def needs_batch_one(self, capacities: Sequence[int]) -> bool:
+        """Whether the max batch at some capacity will ask for batch 1 (batch 2 does not fit the smallest one).
+        False where there is no model: batch 2 is then traced again first."""
+        if self.model is None or not capacities or 1 in self._pending:
+            return False
+        return not self.peaks(MODEL_BATCHES[0], min(capacities)).fits
+
+    def add(self, batch: int, trace: Trace | PredictError) -> None:
+        """A trace of `batch` made elsewhere (or the PredictError tracing it raised), for when it is asked for."""
+        self._pending.setdefault(batch, trace)
 
     def events_at(self, batch: int) -> list[tuple]:
         """The trace at `batch`. Raises ValueError if a size goes negative (call only when aligned())."""
@@ -222,6 +234,7 @@ class PrecisionTraces:
         self._pending = dict(traced or {})
         self._traced: dict[int, list[tuple]] = {}
         self._found: dict[int, tuple[int, ReplayResult | None]] = {}
+        self._unlimited: dict[int, ReplayResult] = {}
         points = LENGTH_BATCHES if axis == "seq_len" else MODEL_BATCHES
         got = self._get(points)
         made = BatchModel([got[b] for b in points])
@@ -230,6 +243,15 @@ class PrecisionTraces:
             self.model = None
         elif check and axis != "seq_len" and not made.reproduces(self._get([CHECK_BATCH])[CHECK_BATCH]):
             self.model = None
+        if self.model is None or not self.model.exact:
+            self._forget_repeated()
+
+    def _forget_repeated(self) -> None:
+        """Drop traces whose last step was repeated, not traced (TraceSession.trace's repeat_last): they stand
+        only inside a model checked against a trace of every step. A batch asked for again is traced in full."""
+        for b in [b for b, t in self._pending.items() if isinstance(t, Trace) and t.repeated]:
+            del self._pending[b]
+            self._traced.pop(b, None)
 
     @property
     def how(self) -> str:
@@ -251,6 +273,17 @@ class PrecisionTraces:
             out[b] = got
         return out
 
+    def needs_batch_one(self, capacities: Sequence[int]) -> bool:
+        """Whether the max batch at some capacity will ask for batch 1 (batch 2 does not fit the smallest one).
+        False where there is no model: batch 2 is then traced again first."""
+        if self.model is None or not capacities or 1 in self._pending:
+            return False
+        return not self.peaks(MODEL_BATCHES[0], min(capacities)).fits
+
+    def add(self, batch: int, trace: Trace | PredictError) -> None:
+        """A trace of `batch` made elsewhere (or the PredictError tracing it raised), for when it is asked for."""
+        self._pending.setdefault(batch, trace)
+
     def events_at(self, batch: int) -> list[tuple]:
         """The trace at `batch` (build + trial). Raises PredictError if tracing fails."""
         if batch in self._traced:
@@ -260,7 +293,13 @@ class PrecisionTraces:
         return self._get([batch])[batch].events
 
     def peaks(self, batch: int, capacity: int | None = None) -> ReplayResult:
-        return _replay(self.events_at(batch), capacity)
+        """The trial at `batch` replayed at `capacity` (None: unlimited; those replays are kept, for the line's
+        guess and the fit ask for the same batches). Raises PredictError if a trace it needs fails."""
+        if capacity is not None:
+            return _replay(self.events_at(batch), capacity)
+        if batch not in self._unlimited:
+            self._unlimited[batch] = _replay(self.events_at(batch))
+        return self._unlimited[batch]
 
     def max_batch(self, capacity: int) -> tuple[int, ReplayResult | None]:
         """max_batch_for at `capacity` bytes, walking from the line's guess where the traces extrapolate
@@ -298,5 +337,6 @@ class PrecisionTraces:
         if not self.model.reproduces(trace):
             self.model = None
             self._found.clear()
+            self._unlimited.clear()
         self._traced[trace.batch] = trace.events
         return self.model is not None

@@ -37,6 +37,7 @@ class Job:
     precision: str
     batch: int
     what: str  # for the progress line: "bert-large fp16 at batch 2"
+    repeat_last: bool = False  # TraceSession.trace's: the last step repeated, not traced
 
 
 def cores() -> int:
@@ -92,7 +93,7 @@ def trace_jobs(
 def _trace_here(job: Job, progress: Progress) -> Trace | PredictError:
     label = progress.tracing(job.what)
     try:
-        return job.session.trace(job.precision, job.batch)
+        return job.session.trace(job.precision, job.batch, job.repeat_last)
     except PredictError as exc:
         return exc
     finally:
@@ -141,8 +142,13 @@ def _child(job: Job, fd: int) -> None:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")  # the parent's filters decide what is shown, once
             try:
-                trace = job.session.trace(job.precision, job.batch)
-                answer: dict = {"batch": trace.batch, "events": _portable(trace.events), "steps": trace.steps}
+                trace = job.session.trace(job.precision, job.batch, job.repeat_last)
+                answer: dict = {
+                    "batch": trace.batch,
+                    "events": _portable(trace.events),
+                    "steps": trace.steps,
+                    "repeated": trace.repeated,
+                }
             except PredictError as exc:
                 answer = {"error": str(exc)}
         now = _counts(job.session)
@@ -226,7 +232,7 @@ class _Children:
                 warnings.warn_explicit(message, category, filename, lineno)
         if "error" in answer:
             return job, PredictError(answer["error"])
-        return job, Trace(answer["batch"], _resolve(answer["events"]), answer["steps"])
+        return job, Trace(answer["batch"], _resolve(answer["events"]), answer["steps"], answer["repeated"])
 
     def _kill_all(self) -> None:
         """End and reap every child still running (an exception or Ctrl-C in the parent)."""

@@ -54,6 +54,12 @@ class Recorder(FakeCudaMode):
         self.events.append((MARK, name))
         return len(self.events) - 1
 
+    def boundary(self, name: str) -> None:
+        """Add a named point without moving any event: the deaths since the last op are settled here, as the
+        next op would settle them first thing; storages that linger wait for their usual sweep."""
+        self._settle()
+        self.events.append((MARK, name))
+
     # storage lifetimes
     def track(self, t: torch.Tensor, label: Any = "") -> None:
         if is_traceable_wrapper_subclass(t):

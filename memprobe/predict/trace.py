@@ -23,6 +23,7 @@ from memprobe.training.step import run_step, run_until_state
 from memprobe.workloads.base import Amp
 
 TRIAL_MARK = "trial"  # where run_trial called reset_peak_memory_stats (after empty_cache)
+STEP_MARK = "step"  # where a traced step begins (dropped from a Trace's events)
 
 
 class PredictError(RuntimeError):
@@ -36,6 +37,7 @@ class Trace:
     batch: int
     events: list[tuple]
     steps: int
+    repeated: bool = False  # the last step is the one before it repeated, not traced (repeat_last_step)
 
 
 def _canonical(build: list[tuple], trial: list[tuple]) -> list[tuple]:
@@ -54,6 +56,30 @@ def _canonical(build: list[tuple], trial: list[tuple]) -> list[tuple]:
         elif kind == MARK and event[1] == TRIAL_MARK:
             out.append(event)
     return out
+
+
+def repeat_last_step(trial: list[tuple]) -> list[tuple] | None:
+    """`trial` (events with a STEP_MARK before each step and after the last) with its last step's events once
+    more, under new ids; None when that step keeps memory for a later step or frees an earlier step's (each of
+    its allocations must be freed within it, and each free be of one of them): such a step may not repeat itself.
+
+    Steps after the warm-up run the same ops on the same sizes from the same live memory (train_step drops
+    the gradients and the loss at its end), so the trial's third step is the second one again. Whether that
+    holds for a workload is checked where it matters: a batch model made from such traces is compared byte
+    for byte with a trace of all its steps (batch_model.PrecisionTraces)."""
+    marks = [i for i, e in enumerate(trial) if e[0] == MARK and e[1] == STEP_MARK]
+    if len(marks) < 2:
+        return None
+    last = trial[marks[-2] : marks[-1]]
+    allocated = {e[1] for e in last if e[0] == ALLOC}
+    if allocated != {e[1] for e in last if e[0] == FREE}:
+        return None
+    new_ids = {old: -(n + 1) for n, old in enumerate(allocated)}  # negative: never one of the recorder's ids
+    again = [
+        (ALLOC, new_ids[e[1]], e[2], e[3]) if e[0] == ALLOC else (FREE, new_ids[e[1]]) if e[0] == FREE else e
+        for e in last
+    ]
+    return trial[: marks[-1]] + again + trial[marks[-1] :]
 
 
 class _EmulatedAmp(Amp):
@@ -104,6 +130,7 @@ class TraceSession:
         self.wrap = wrap
         self.fresh = fresh
         self._traced = 0
+        self._repeats = mode == "train"  # repeat_last_step holds here (until a trace shows it does not)
         self.seconds = 0.0
         self.build_seconds = 0.0
         self._stack: list = []
@@ -156,11 +183,14 @@ class TraceSession:
         self.behaviour.sdpa_choices.update(choices)
         self.behaviour.notes[:0] = [n for n in notes if n not in self.behaviour.notes]
 
-    def trace(self, precision: str, batch: int) -> Trace:
+    def trace(self, precision: str, batch: int, repeat_last: bool = False) -> Trace:
         """Run one trial (trial.run_trial's steps) at `batch` and return build + trial events.
 
-        Raises PredictError when the step fails on fake tensors.
+        `repeat_last`: trace all steps but the last and repeat the one before it (repeat_last_step), a third
+        less work, where the session's traces allow it; otherwise every step is traced. Only for traces that
+        are checked against a trace of every step. Raises PredictError when the step fails on fake tensors.
         """
+        repeat = repeat_last and self._repeats
         if self.recorder is None:
             raise PredictError(f"{self.workload.name}: the trace session is closed")
         if self.fresh and self._traced:
@@ -178,7 +208,13 @@ class TraceSession:
                 cuda_optimizers(task)
             amp = _EmulatedAmp(precision, self.behaviour)
             inputs = task.make_batch(batch)
-            ran = run_until_state(lambda: run_step(task, amp, inputs, self.mode), amp, self.steps, self.mode)
+
+            def step() -> None:
+                rec.boundary(STEP_MARK)
+                run_step(task, amp, inputs, self.mode)
+
+            ran = run_until_state(step, amp, self.steps - 1 if repeat else self.steps, self.mode)
+            rec.boundary(STEP_MARK)
             failure = None
         except Exception as exc:  # noqa: BLE001 - reported as a PredictError below, outside the except block
             failure = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
@@ -189,7 +225,14 @@ class TraceSession:
             raise PredictError(
                 f"{self.workload.name} {precision} batch {batch}: the step failed on fake tensors: {failure}"
             )
-        return Trace(batch, _canonical(self.build_events, rec.events[start + 1 : end]), ran)
+        trial = rec.events[start + 1 : end]
+        if repeat:
+            repeated = repeat_last_step(trial)
+            if repeated is None:
+                self._repeats = False
+                return self.trace(precision, batch)
+            return Trace(batch, _canonical(self.build_events, repeated), ran + 1, repeated=True)
+        return Trace(batch, _canonical(self.build_events, trial), ran)
 
     def end_trial(self) -> int:
         """Close a traced trial (trace, and predict/breakdown.py's tracked one): mark its end, stop the task and

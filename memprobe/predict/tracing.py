@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator, Sequence
 
 from memprobe.core.registry import Workload
-from memprobe.predict.batch_model import PrecisionTraces, model_batches
+from memprobe.predict.batch_model import MODEL_BATCHES, PrecisionTraces, model_batches
 from memprobe.predict.fakecuda import H100, Target
 from memprobe.predict.parallel import Job, trace_jobs
 from memprobe.predict.progress import Progress, silent
@@ -68,9 +68,10 @@ class _Tracing:
             # a session rebuilt before a trace here (fresh) counts that as building, not tracing
             self.out.trace_seconds += time.perf_counter() - started - (self.out.build_seconds - built)
 
-    def job(self, precision: str, batch: int) -> Job:
+    def job(self, precision: str, batch: int, repeat_last: bool = False) -> Job:
         unit = "length" if self.axis == "seq_len" else "batch"
-        return Job(self.sessions[precision], precision, batch, f"{self.workload.name} {precision} at {unit} {batch}")
+        what = f"{self.workload.name} {precision} at {unit} {batch}"
+        return Job(self.sessions[precision], precision, batch, what, repeat_last)
 
     def tracer(self, precision: str):
         return lambda batches: {j.batch: r for j, r in self.run([self.job(precision, b) for b in batches]).items()}
@@ -88,7 +89,12 @@ class _Tracing:
         # precision (the wrapper depends on it), each built and traced in turn: only the newest is in use.
         group = [precision] if self.world is not None else self.own
         self._build(group)
-        first = self.run([self.job(p, b) for p in group for b in model_batches(self.axis, self.check)])
+        # The model's batches repeat their last step (a third less tracing) where the check batch, traced in
+        # full, will compare the model with a trace of every step.
+        repeat = self.check and self.axis == "batch"
+        first = self.run(
+            [self.job(p, b, repeat and b in MODEL_BATCHES) for p in group for b in model_batches(self.axis, self.check)]
+        )
         for p in group:
             made = {j.batch: r for j, r in first.items() if j.precision == p}
             self.out.traces[p] = PrecisionTraces(
@@ -97,6 +103,11 @@ class _Tracing:
         edges = {p: self.out.traces[p].needs_edge_check(self.capacities) for p in group}
         for j, result in self.run([self.job(p, e) for p, e in edges.items() if e is not None]).items():
             self.out.traces[j.precision].check_at(result)
+        # Batch 1 takes its own paths (it is never extrapolated): traced now for every precision whose batch 2
+        # does not fit the smallest capacity, at once, rather than one after another when each asks for it.
+        ones = [p for p in group if self.out.traces[p].needs_batch_one(self.capacities)]
+        for j, result in self.run([self.job(p, 1) for p in ones]).items():
+            self.out.traces[j.precision].add(j.batch, result)
         return self.out.traces[precision]
 
     def _build(self, group: list[str]) -> None:
