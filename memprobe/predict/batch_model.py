@@ -8,7 +8,8 @@ any length, checked byte for byte against a trace at the longest length predicte
 show. A kernel workspace's size is recomputed from its extrapolated dims (workspaces.py), with the
 kernel's rounding. Batch 1, and every batch of a workload whose op sequence changes with the batch or
 whose check fails, is traced directly. The traces at 2 and 3 repeat their last step rather than trace it
-(trace.repeat_last_step, a third less work); the check at 4 traces every step, so it checks that too.
+(trace.repeat_last_step, a third less work), and so do the lengths 2, 3 and 4; the check at batch 4, or
+at the edge length, traces every step, so it checks that too.
 """
 
 from __future__ import annotations
@@ -243,6 +244,12 @@ class PrecisionTraces:
             self.model = None
         elif check and axis != "seq_len" and not made.reproduces(self._get([CHECK_BATCH])[CHECK_BATCH]):
             self.model = None
+        if axis != "seq_len":
+            self.drop_unchecked()
+
+    def drop_unchecked(self) -> None:
+        """Unless the model has been checked against a trace of every step, drop the traces whose last step was
+        repeated (TraceSession.trace's repeat_last). Along the sequence length, call it after the edge check."""
         if self.model is None or not self.model.exact:
             self._forget_repeated()
 
@@ -338,5 +345,6 @@ class PrecisionTraces:
             self.model = None
             self._found.clear()
             self._unlimited.clear()
+            self._forget_repeated()
         self._traced[trace.batch] = trace.events
         return self.model is not None

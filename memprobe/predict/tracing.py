@@ -89,11 +89,16 @@ class _Tracing:
         # precision (the wrapper depends on it), each built and traced in turn: only the newest is in use.
         group = [precision] if self.world is not None else self.own
         self._build(group)
-        # The model's batches repeat their last step (a third less tracing) where the check batch, traced in
-        # full, will compare the model with a trace of every step.
-        repeat = self.check and self.axis == "batch"
+        # The model's batches repeat their last step (a third less tracing) where a check, traced in full, will
+        # compare the model with a trace of every step: batch 4, or along the length the edge (or, where the
+        # edge is among the traced lengths, the repeated traces are dropped and traced again in full).
+        repeat = self.check
         first = self.run(
-            [self.job(p, b, repeat and b in MODEL_BATCHES) for p in group for b in model_batches(self.axis, self.check)]
+            [
+                self.job(p, b, repeat and (self.axis == "seq_len" or b in MODEL_BATCHES))
+                for p in group
+                for b in model_batches(self.axis, self.check)
+            ]
         )
         for p in group:
             made = {j.batch: r for j, r in first.items() if j.precision == p}
@@ -103,6 +108,8 @@ class _Tracing:
         edges = {p: self.out.traces[p].needs_edge_check(self.capacities) for p in group}
         for j, result in self.run([self.job(p, e) for p, e in edges.items() if e is not None]).items():
             self.out.traces[j.precision].check_at(result)
+        for p in group:
+            self.out.traces[p].drop_unchecked()
         # Batch 1 takes its own paths (it is never extrapolated): traced now for every precision whose batch 2
         # does not fit the smallest capacity, at once, rather than one after another when each asks for it.
         ones = [p for p in group if self.out.traces[p].needs_batch_one(self.capacities)]
