@@ -237,3 +237,30 @@ def test_a_job_autograd_refuses_after_fork_is_traced_here(monkeypatch, registry)
         assert all(isinstance(t, Trace) for t in traces.values()), traces
         assert [t.batch for t in traces.values()] == [2, 3]
         assert not can_fork()  # from now on, here
+
+
+def _square_or_fail(x: int) -> int:
+    if x == 3:
+        raise ValueError("three")
+    if x == 4 and os.environ.get("MEMPROBE_TEST_PARENT") != str(os.getpid()):
+        os.kill(os.getpid(), signal.SIGKILL)  # a child that dies: the parent computes it
+    return x * x
+
+
+@forks
+def test_forked_map_keeps_order_raises_and_recovers(monkeypatch):
+    from memprobe.predict.parallel import forked_map
+
+    monkeypatch.setenv("MEMPROBE_TEST_PARENT", str(os.getpid()))
+    assert forked_map(_square_or_fail, [1, 2, 4, 5, 6], workers=2) == [1, 4, 16, 25, 36]
+    with pytest.raises(ValueError, match="three"):
+        forked_map(_square_or_fail, [1, 3], workers=2)
+    assert forked_map(lambda x: os.getpid(), [1, 2], workers=2) != [os.getpid()] * 2  # each in its own child
+    assert forked_map(lambda x: os.getpid(), [1, 2], workers=1) == [os.getpid()] * 2
+
+
+def test_predict_numbers_do_not_depend_on_forked_replays(registry):
+    sizes = [MemorySize("40MiB", 40 * MiB, 40 * MiB), MemorySize("1GiB", 1 << 30, 1 << 30)]
+    one = predict(registry["toy"], ["fp32", "bf16"], sizes, None, "test", workers=1)
+    two = predict(registry["toy"], ["fp32", "bf16"], sizes, None, "test", workers=2)
+    assert one.precisions == two.precisions

@@ -92,7 +92,10 @@ class BatchModel:
         False where there is no model: batch 2 is then traced again first."""
         if self.model is None or not capacities or 1 in self._pending:
             return False
-        return not self.peaks(MODEL_BATCHES[0], min(capacities)).fits
+        smallest = min(capacities)
+        if self.peaks(MODEL_BATCHES[0]).peak_reserved <= smallest:
+            return False  # never more reserved than it holds: replayed at that capacity it runs the same way
+        return not self.peaks(MODEL_BATCHES[0], smallest).fits
 
     def add(self, batch: int, trace: Trace | PredictError) -> None:
         """A trace of `batch` made elsewhere (or the PredictError tracing it raised), for when it is asked for."""
@@ -285,7 +288,10 @@ class PrecisionTraces:
         False where there is no model: batch 2 is then traced again first."""
         if self.model is None or not capacities or 1 in self._pending:
             return False
-        return not self.peaks(MODEL_BATCHES[0], min(capacities)).fits
+        smallest = min(capacities)
+        if self.peaks(MODEL_BATCHES[0]).peak_reserved <= smallest:
+            return False  # never more reserved than it holds: replayed at that capacity it runs the same way
+        return not self.peaks(MODEL_BATCHES[0], smallest).fits
 
     def add(self, batch: int, trace: Trace | PredictError) -> None:
         """A trace of `batch` made elsewhere (or the PredictError tracing it raised), for when it is asked for."""

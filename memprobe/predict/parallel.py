@@ -19,7 +19,7 @@ import sys
 import warnings
 from collections import Counter
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence, TypeVar
 
 import torch
 
@@ -27,6 +27,9 @@ from memprobe.predict.allocator import ALLOC
 from memprobe.predict.progress import Progress, silent
 from memprobe.predict.trace import PredictError, Trace, TraceSession
 from memprobe.predict.workspaces import Workspace
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 
 @dataclass(frozen=True)
@@ -245,3 +248,84 @@ class _Children:
             os.close(fd)
             self.progress.done(label)
         self.running.clear()
+
+
+# --- replays ----------------------------------------------------------------------------------------
+
+
+def forked_map(fn: Callable[[T], R], items: Sequence[T], workers: int = 1) -> list[R]:
+    """[fn(item) for item in items], each in a child forked from this process, `workers` at a time, where
+    can_fork() (else here, one after another). For work that only reads what this process holds (the allocator
+    replays of traced precisions): what a child changes is lost. An exception fn raised in a child is raised
+    here; an item whose child ended without an answer is computed here."""
+    if workers <= 1 or len(items) <= 1 or not can_fork():
+        return [fn(item) for item in items]
+    answers: dict[int, tuple] = {}
+    running: dict[int, tuple[int, int, bytearray]] = {}  # read fd -> (item index, pid, data)
+    waiting = list(range(len(items)))
+    try:
+        while waiting or running:
+            while waiting and len(running) < workers:
+                index = waiting.pop(0)
+                read_fd, write_fd = os.pipe()
+                sys.stdout.flush()
+                sys.stderr.flush()
+                pid = os.fork()
+                if pid == 0:
+                    os.close(read_fd)
+                    _map_child(fn, items[index], write_fd)
+                os.close(write_fd)
+                running[read_fd] = (index, pid, bytearray())
+            ready, _w, _x = select.select(list(running), [], [], 1.0)
+            for fd in ready:
+                chunk = os.read(fd, 1 << 20)
+                if chunk:
+                    running[fd][2].extend(chunk)
+                    continue
+                index, pid, data = running.pop(fd)
+                os.close(fd)
+                os.waitpid(pid, 0)
+                try:
+                    answers[index] = pickle.loads(bytes(data)) if data else ("lost", None)
+                except (pickle.UnpicklingError, EOFError, ValueError, AttributeError):
+                    answers[index] = ("lost", None)
+    finally:
+        for fd, (_index, pid, _data) in running.items():
+            try:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+            except (ProcessLookupError, ChildProcessError):
+                pass
+            os.close(fd)
+    out = []
+    for index, item in enumerate(items):
+        kind, value = answers[index]
+        if kind == "raised":
+            raise value
+        out.append(value if kind == "done" else fn(item))
+    return out
+
+
+def _map_child(fn: Callable, item: object, fd: int) -> None:
+    """In a forked child: write pickled ("done", fn(item)) or ("raised", exception) to `fd`, end. Never returns."""
+    code = 0
+    try:
+        from memprobe.core.lifeline import set_death_signal
+
+        set_death_signal()
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        try:
+            answer: tuple = ("done", fn(item))
+        except Exception as exc:  # noqa: BLE001 - raised again in the parent
+            answer = ("raised", exc)
+        try:
+            data = pickle.dumps(answer, protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception:  # noqa: BLE001 - an answer that does not pickle is computed again in the parent
+            data = b""
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+    except BaseException:  # noqa: BLE001 - nothing may escape into the parent's code; the parent sees no answer
+        code = 1
+    finally:
+        os._exit(code)

@@ -17,6 +17,7 @@ from memprobe.core.records import Proof
 from memprobe.core.registry import Workload
 from memprobe.predict.batch_model import FIT_BATCHES, PrecisionTraces
 from memprobe.predict.fakecuda import H100, Target
+from memprobe.predict.parallel import forked_map
 from memprobe.predict.progress import Progress, silent
 from memprobe.predict.trace import PredictError
 from memprobe.predict.tracing import axis_of, traced_precisions
@@ -216,15 +217,30 @@ def predict(
         traces_for,
         traced,
     ):
-        for precision in precisions:
+
+        def replays(precision: str) -> tuple[PrecisionPrediction, list[ComparisonRow], MaxBatchComparison | None]:
             traces = traces_for(precision)
-            progress.phase(f"replaying {precision} through the allocator model")
-            results[precision] = _predict_precision(traces, sizes)
-            if precision in scanned:
-                got_rows, edge = _compare(traces, scanned[precision])
-                rows += got_rows
-                if edge is not None:
-                    edges.append(edge)
+            got_rows, edge = _compare(traces, scanned[precision]) if precision in scanned else ([], None)
+            return _predict_precision(traces, sizes), got_rows, edge
+
+        if world is None:
+            # One session traced every precision at its first call; their replays only read the traces, so
+            # they run side by side in forked children where there are cores.
+            for precision in precisions:
+                traces_for(precision)
+            progress.phase(f"replaying {', '.join(precisions)} through the allocator model")
+            done = forked_map(replays, list(precisions), workers)
+        else:
+            done = []
+            for precision in precisions:
+                traces_for(precision)
+                progress.phase(f"replaying {precision} through the allocator model")
+                done.append(replays(precision))
+        for precision, (result, got_rows, edge) in zip(precisions, done):
+            results[precision] = result
+            rows += got_rows
+            if edge is not None:
+                edges.append(edge)
         for session in traced.sessions:  # counted before the sessions close
             for key, n in session.behaviour.sdpa_choices.items():
                 sdpa[key] = sdpa.get(key, 0) + n
