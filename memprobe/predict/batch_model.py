@@ -87,20 +87,6 @@ class BatchModel:
                     return False
         return True
 
-    def needs_batch_one(self, capacities: Sequence[int]) -> bool:
-        """Whether the max batch at some capacity will ask for batch 1 (batch 2 does not fit the smallest one).
-        False where there is no model: batch 2 is then traced again first."""
-        if self.model is None or not capacities or 1 in self._pending:
-            return False
-        smallest = min(capacities)
-        if self.peaks(MODEL_BATCHES[0]).peak_reserved <= smallest:
-            return False  # never more reserved than it holds: replayed at that capacity it runs the same way
-        return not self.peaks(MODEL_BATCHES[0], smallest).fits
-
-    def add(self, batch: int, trace: Trace | PredictError) -> None:
-        """A trace of `batch` made elsewhere (or the PredictError tracing it raised), for when it is asked for."""
-        self._pending.setdefault(batch, trace)
-
     def events_at(self, batch: int) -> list[tuple]:
         """The trace at `batch`. Raises ValueError if a size goes negative (call only when aligned())."""
         steps = batch - self.first

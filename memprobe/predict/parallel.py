@@ -133,38 +133,63 @@ def _counts(session: TraceSession) -> tuple[Counter, Counter, list[str]]:
     return Counter(session.recorder.answers), Counter(session.behaviour.sdpa_choices), list(session.behaviour.notes)
 
 
-def _child(job: Job, fd: int) -> None:
-    """In the forked child: trace the job, write the pickled answer to `fd`, end. Never returns."""
+def _child_answer(job: Job) -> bytes:
+    """In a forked child: trace the job; the pickled answer (the trace or its PredictError, and what the child
+    counted, noted and warned)."""
+    answers, choices, notes = _counts(job.session)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")  # the parent's filters decide what is shown, once
+        try:
+            trace = job.session.trace(job.precision, job.batch, job.repeat_last)
+            answer: dict = {
+                "batch": trace.batch,
+                "events": _portable(trace.events),
+                "steps": trace.steps,
+                "repeated": trace.repeated,
+            }
+        except PredictError as exc:
+            answer = {"error": str(exc)}
+    now = _counts(job.session)
+    answer["counts"] = (now[0] - answers, now[1] - choices, [n for n in now[2] if n not in notes])
+    answer["warnings"] = [(str(w.message), w.category, w.filename, w.lineno) for w in caught]
+    return pickle.dumps(answer, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def _fork(answer: Callable[[], bytes]) -> tuple[int, int]:
+    """Fork a child that writes answer()'s bytes to a pipe and ends; returns (the pipe's read end, the pid). The
+    child dies with this process, ends quietly on Ctrl-C (the parent reports it), and writes nothing when answer()
+    raises: the parent sees no answer."""
+    read_fd, write_fd = os.pipe()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid != 0:
+        os.close(write_fd)
+        return read_fd, pid
     code = 0
     try:
+        os.close(read_fd)
         from memprobe.core.lifeline import set_death_signal
 
-        set_death_signal()  # a killed prediction leaves no child tracing
-        signal.signal(signal.SIGINT, signal.SIG_DFL)  # Ctrl-C ends it quietly; the parent reports it
-        answers, choices, notes = _counts(job.session)
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")  # the parent's filters decide what is shown, once
-            try:
-                trace = job.session.trace(job.precision, job.batch, job.repeat_last)
-                answer: dict = {
-                    "batch": trace.batch,
-                    "events": _portable(trace.events),
-                    "steps": trace.steps,
-                    "repeated": trace.repeated,
-                }
-            except PredictError as exc:
-                answer = {"error": str(exc)}
-        now = _counts(job.session)
-        answer["counts"] = (now[0] - answers, now[1] - choices, [n for n in now[2] if n not in notes])
-        answer["warnings"] = [(str(w.message), w.category, w.filename, w.lineno) for w in caught]
-        data = pickle.dumps(answer, protocol=pickle.HIGHEST_PROTOCOL)
-        view = memoryview(data)
+        set_death_signal()
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        view = memoryview(answer())
         while view:
-            view = view[os.write(fd, view) :]
+            view = view[os.write(write_fd, view) :]
     except BaseException:  # noqa: BLE001 - nothing may escape into the parent's code; the parent sees no answer
         code = 1
     finally:
         os._exit(code)
+
+
+def _end(pid: int, fd: int) -> None:
+    """Kill and reap a child still running, and close its pipe."""
+    try:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    except (ProcessLookupError, ChildProcessError):
+        pass
+    os.close(fd)
 
 
 _SHOWN: set[tuple] = set()  # the children's warnings shown here
@@ -198,18 +223,11 @@ class _Children:
         return results
 
     def _start(self, job: Job) -> None:
-        read_fd, write_fd = os.pipe()
         label = self.progress.tracing(job.what)
-        sys.stdout.flush()
-        sys.stderr.flush()
         with self.progress.lock, warnings.catch_warnings():  # no heartbeat line is half-written in the copy
             # Python 3.12+ warns about forking with threads (the heartbeat's); the child uses none of them.
             warnings.simplefilter("ignore", DeprecationWarning)
-            pid = os.fork()
-        if pid == 0:
-            os.close(read_fd)
-            _child(job, write_fd)
-        os.close(write_fd)
+            read_fd, pid = _fork(lambda: _child_answer(job))
         self.running[read_fd] = (job, pid, bytearray(), label)
 
     def _finish(self, fd: int) -> tuple[Job, Trace | PredictError]:
@@ -240,12 +258,7 @@ class _Children:
     def _kill_all(self) -> None:
         """End and reap every child still running (an exception or Ctrl-C in the parent)."""
         for fd, (_job, pid, _data, label) in list(self.running.items()):
-            try:
-                os.kill(pid, signal.SIGKILL)
-                os.waitpid(pid, 0)
-            except (ProcessLookupError, ChildProcessError):
-                pass
-            os.close(fd)
+            _end(pid, fd)
             self.progress.done(label)
         self.running.clear()
 
@@ -267,14 +280,7 @@ def forked_map(fn: Callable[[T], R], items: Sequence[T], workers: int = 1) -> li
         while waiting or running:
             while waiting and len(running) < workers:
                 index = waiting.pop(0)
-                read_fd, write_fd = os.pipe()
-                sys.stdout.flush()
-                sys.stderr.flush()
-                pid = os.fork()
-                if pid == 0:
-                    os.close(read_fd)
-                    _map_child(fn, items[index], write_fd)
-                os.close(write_fd)
+                read_fd, pid = _fork(lambda index=index: _map_answer(fn, items[index]))
                 running[read_fd] = (index, pid, bytearray())
             ready, _w, _x = select.select(list(running), [], [], 1.0)
             for fd in ready:
@@ -291,12 +297,7 @@ def forked_map(fn: Callable[[T], R], items: Sequence[T], workers: int = 1) -> li
                     answers[index] = ("lost", None)
     finally:
         for fd, (_index, pid, _data) in running.items():
-            try:
-                os.kill(pid, signal.SIGKILL)
-                os.waitpid(pid, 0)
-            except (ProcessLookupError, ChildProcessError):
-                pass
-            os.close(fd)
+            _end(pid, fd)
     out = []
     for index, item in enumerate(items):
         kind, value = answers[index]
@@ -306,26 +307,14 @@ def forked_map(fn: Callable[[T], R], items: Sequence[T], workers: int = 1) -> li
     return out
 
 
-def _map_child(fn: Callable, item: object, fd: int) -> None:
-    """In a forked child: write pickled ("done", fn(item)) or ("raised", exception) to `fd`, end. Never returns."""
-    code = 0
+def _map_answer(fn: Callable, item: object) -> bytes:
+    """In a forked child: pickled ("done", fn(item)) or ("raised", the exception); b"" when that does not pickle
+    (the parent computes the item again)."""
     try:
-        from memprobe.core.lifeline import set_death_signal
-
-        set_death_signal()
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
-        try:
-            answer: tuple = ("done", fn(item))
-        except Exception as exc:  # noqa: BLE001 - raised again in the parent
-            answer = ("raised", exc)
-        try:
-            data = pickle.dumps(answer, protocol=pickle.HIGHEST_PROTOCOL)
-        except Exception:  # noqa: BLE001 - an answer that does not pickle is computed again in the parent
-            data = b""
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-    except BaseException:  # noqa: BLE001 - nothing may escape into the parent's code; the parent sees no answer
-        code = 1
-    finally:
-        os._exit(code)
+        answer: tuple = ("done", fn(item))
+    except Exception as exc:  # noqa: BLE001 - raised again in the parent
+        answer = ("raised", exc)
+    try:
+        return pickle.dumps(answer, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception:  # noqa: BLE001 - see the docstring
+        return b""
