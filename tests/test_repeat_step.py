@@ -85,3 +85,22 @@ def test_batch_one_is_traced_for_every_precision_at_once(registry):
     traced = [line for line in lines if line.startswith("tracing")]
     assert traced[-2:] == ["tracing toy fp32 at batch 1 (7 of 8) ...", "tracing toy bf16 at batch 1 (8 of 8) ..."]
     assert all(p.max_batch["tiny"] == 0 and p.max_batch["big"] > 3 for p in pred.precisions.values())
+
+
+def test_a_length_model_left_unchecked_forgets_what_it_replayed(registry):
+    """Along the length, a model no edge check compared (the edge among the traced lengths) drops its repeated traces
+    and the searches replayed from them; a length asked for again is traced in full."""
+    from memprobe.core.variants import VariantRequest, apply_variant
+
+    workload = apply_variant(registry["toy-llama"], VariantRequest(search="seq-len"))
+    with TraceSession(workload) as session:
+        made = {n: session.trace("bf16", n, repeat_last=True) for n in (2, 3, 4)}
+        traces = PrecisionTraces(session, "bf16", traced=made, axis="seq_len")
+        capacity = traces.peaks(3).peak_reserved
+        found = traces.max_batch(capacity)[0]
+        assert traces._found and traces._unlimited
+        traces.drop_unchecked()  # as tracing does when needs_edge_check found nothing to check
+        assert not traces._found and not traces._unlimited and traces.how == "traced"
+        assert not any(isinstance(t, Trace) and t.repeated for t in traces._pending.values())
+        assert traces.max_batch(capacity)[0] == found  # the same answer, from full traces
+        assert all(not t.repeated for t in traces._pending.values() if isinstance(t, Trace))

@@ -244,10 +244,16 @@ class PrecisionTraces:
 
     def _forget_repeated(self) -> None:
         """Drop traces whose last step was repeated, not traced (TraceSession.trace's repeat_last): they stand
-        only inside a model checked against a trace of every step. A batch asked for again is traced in full."""
-        for b in [b for b, t in self._pending.items() if isinstance(t, Trace) and t.repeated]:
+        only inside a model checked against a trace of every step. That model goes with them; a batch asked for
+        again is traced in full, and what was replayed (the edge search that found nothing to check) is redone."""
+        repeated = [b for b, t in self._pending.items() if isinstance(t, Trace) and t.repeated]
+        for b in repeated:
             del self._pending[b]
             self._traced.pop(b, None)
+        if repeated:  # the model was made from them too: from now on every batch is traced
+            self.model = None
+            self._found.clear()
+            self._unlimited.clear()
 
     @property
     def how(self) -> str:
