@@ -18,8 +18,9 @@ import signal
 import sys
 import warnings
 from collections import Counter
+from contextlib import closing
 from dataclasses import dataclass
-from typing import Callable, Sequence, TypeVar
+from typing import Callable, Iterator, Sequence, TypeVar
 
 import torch
 
@@ -84,7 +85,7 @@ def trace_jobs(
     progress.plan(len(jobs))
     if workers <= 1 or not can_fork():
         return {job: _trace_here(job, progress) for job in jobs}
-    results = _Children(progress).run(list(jobs), workers)
+    results = _trace_in_children(list(jobs), workers, progress)
     again = [job for job, r in results.items() if isinstance(r, PredictError) and _FORK_BROKEN in str(r)]
     if again:
         _fork_failed = True
@@ -192,75 +193,85 @@ def _end(pid: int, fd: int) -> None:
     os.close(fd)
 
 
+def _forked(
+    items: Sequence[T], start: Callable[[T], tuple[int, int]], workers: int, beat: Callable[[], None] | None = None
+) -> Iterator[tuple[T, bytes, int]]:
+    """Run a forked child per item (`start(item)` forks it: _fork's (read fd, pid)), `workers` at a time, and yield
+    (item, what its child wrote, its wait status) as each ends. `beat` is called about once a second while they
+    run. Children still running when the generator is closed (an exception or Ctrl-C in the caller) are killed
+    and reaped: close it (contextlib.closing)."""
+    running: dict[int, tuple[T, int, bytearray]] = {}  # read fd -> (item, pid, data)
+    waiting = list(items)
+    try:
+        while waiting or running:
+            while waiting and len(running) < workers:
+                item = waiting.pop(0)
+                read_fd, pid = start(item)
+                running[read_fd] = (item, pid, bytearray())
+            ready, _w, _x = select.select(list(running), [], [], 1.0)
+            for fd in ready:
+                chunk = os.read(fd, 1 << 20)
+                if chunk:
+                    running[fd][2].extend(chunk)
+                    continue
+                item, pid, data = running.pop(fd)
+                os.close(fd)
+                _pid, status = os.waitpid(pid, 0)
+                yield item, bytes(data), status
+            if beat is not None:
+                beat()
+    finally:
+        for fd, (_item, pid, _data) in running.items():
+            _end(pid, fd)
+
+
 _SHOWN: set[tuple] = set()  # the children's warnings shown here
 
 
-class _Children:
-    """Forks a child per job, `workers` at a time, and collects their answers."""
+def _trace_in_children(jobs: list[Job], workers: int, progress: Progress) -> dict[Job, Trace | PredictError]:
+    """Trace each job in a forked child, `workers` at a time, and collect their answers."""
+    results: dict[Job, Trace | PredictError] = {}
+    labels: dict[Job, str] = {}
 
-    def __init__(self, progress: Progress) -> None:
-        self.progress = progress
-        self.running: dict[int, tuple[Job, int, bytearray, str]] = {}  # read fd -> (job, pid, data, label)
-
-    def run(self, jobs: list[Job], workers: int) -> dict[Job, Trace | PredictError]:
-        results: dict[Job, Trace | PredictError] = {}
-        waiting = list(jobs)
-        try:
-            while waiting or self.running:
-                while waiting and len(self.running) < workers:
-                    self._start(waiting.pop(0))
-                ready, _w, _x = select.select(list(self.running), [], [], 1.0)
-                for fd in ready:
-                    chunk = os.read(fd, 1 << 20)
-                    if chunk:
-                        self.running[fd][2].extend(chunk)
-                        continue
-                    job, result = self._finish(fd)
-                    results[job] = result
-                self.progress.beat()
-        finally:
-            self._kill_all()
-        return results
-
-    def _start(self, job: Job) -> None:
-        label = self.progress.tracing(job.what)
-        with self.progress.lock, warnings.catch_warnings():  # no heartbeat line is half-written in the copy
+    def start(job: Job) -> tuple[int, int]:
+        labels[job] = progress.tracing(job.what)
+        with progress.lock, warnings.catch_warnings():  # no heartbeat line is half-written in the copy
             # Python 3.12+ warns about forking with threads (the heartbeat's); the child uses none of them.
             warnings.simplefilter("ignore", DeprecationWarning)
-            read_fd, pid = _fork(lambda: _child_answer(job))
-        self.running[read_fd] = (job, pid, bytearray(), label)
+            return _fork(lambda: _child_answer(job))
 
-    def _finish(self, fd: int) -> tuple[Job, Trace | PredictError]:
-        job, pid, data, label = self.running.pop(fd)
-        os.close(fd)
-        _pid, status = os.waitpid(pid, 0)
-        self.progress.done(label)
-        try:
-            answer = pickle.loads(bytes(data)) if data else None
-        except (pickle.UnpicklingError, EOFError, ValueError):
-            answer = None
-        if answer is None:
-            how = f"signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status) else f"exit code {os.WEXITSTATUS(status)}"
-            return job, PredictError(f"{job.what}: the tracing process ended without an answer ({how})")
-        answers, choices, notes = answer["counts"]
-        job.session.recorder.answers.update(answers)
-        job.session.behaviour.sdpa_choices.update(choices)
-        job.session.behaviour.notes += [n for n in notes if n not in job.session.behaviour.notes]
-        for message, category, filename, lineno in answer["warnings"]:
-            key = (message, category, filename, lineno)
-            if key not in _SHOWN:  # once per process, as Python's default filter shows a warning once per place
-                _SHOWN.add(key)
-                warnings.warn_explicit(message, category, filename, lineno)
-        if "error" in answer:
-            return job, PredictError(answer["error"])
-        return job, Trace(answer["batch"], _resolve(answer["events"]), answer["steps"], answer["repeated"])
+    try:
+        with closing(_forked(jobs, start, workers, progress.beat)) as ended:
+            for job, data, status in ended:
+                progress.done(labels.pop(job))
+                results[job] = _answered(job, data, status)
+    finally:
+        for label in labels.values():  # children killed (an exception or Ctrl-C here)
+            progress.done(label)
+    return results
 
-    def _kill_all(self) -> None:
-        """End and reap every child still running (an exception or Ctrl-C in the parent)."""
-        for fd, (_job, pid, _data, label) in list(self.running.items()):
-            _end(pid, fd)
-            self.progress.done(label)
-        self.running.clear()
+
+def _answered(job: Job, data: bytes, status: int) -> Trace | PredictError:
+    """The Trace (or PredictError) a child wrote for `job`; what it counted, noted and warned is taken over here."""
+    try:
+        answer = pickle.loads(data) if data else None
+    except (pickle.UnpicklingError, EOFError, ValueError):
+        answer = None
+    if answer is None:
+        how = f"signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status) else f"exit code {os.WEXITSTATUS(status)}"
+        return PredictError(f"{job.what}: the tracing process ended without an answer ({how})")
+    answers, choices, notes = answer["counts"]
+    job.session.recorder.answers.update(answers)
+    job.session.behaviour.sdpa_choices.update(choices)
+    job.session.behaviour.notes += [n for n in notes if n not in job.session.behaviour.notes]
+    for message, category, filename, lineno in answer["warnings"]:
+        key = (message, category, filename, lineno)
+        if key not in _SHOWN:  # once per process, as Python's default filter shows a warning once per place
+            _SHOWN.add(key)
+            warnings.warn_explicit(message, category, filename, lineno)
+    if "error" in answer:
+        return PredictError(answer["error"])
+    return Trace(answer["batch"], _resolve(answer["events"]), answer["steps"], answer["repeated"])
 
 
 # --- replays ----------------------------------------------------------------------------------------
@@ -274,30 +285,16 @@ def forked_map(fn: Callable[[T], R], items: Sequence[T], workers: int = 1) -> li
     if workers <= 1 or len(items) <= 1 or not can_fork():
         return [fn(item) for item in items]
     answers: dict[int, tuple] = {}
-    running: dict[int, tuple[int, int, bytearray]] = {}  # read fd -> (item index, pid, data)
-    waiting = list(range(len(items)))
-    try:
-        while waiting or running:
-            while waiting and len(running) < workers:
-                index = waiting.pop(0)
-                read_fd, pid = _fork(lambda index=index: _map_answer(fn, items[index]))
-                running[read_fd] = (index, pid, bytearray())
-            ready, _w, _x = select.select(list(running), [], [], 1.0)
-            for fd in ready:
-                chunk = os.read(fd, 1 << 20)
-                if chunk:
-                    running[fd][2].extend(chunk)
-                    continue
-                index, pid, data = running.pop(fd)
-                os.close(fd)
-                os.waitpid(pid, 0)
-                try:
-                    answers[index] = pickle.loads(bytes(data)) if data else ("lost", None)
-                except (pickle.UnpicklingError, EOFError, ValueError, AttributeError):
-                    answers[index] = ("lost", None)
-    finally:
-        for fd, (_index, pid, _data) in running.items():
-            _end(pid, fd)
+
+    def start(index: int) -> tuple[int, int]:
+        return _fork(lambda: _map_answer(fn, items[index]))
+
+    with closing(_forked(range(len(items)), start, workers)) as ended:
+        for index, data, _status in ended:
+            try:
+                answers[index] = pickle.loads(data) if data else ("lost", None)
+            except (pickle.UnpicklingError, EOFError, ValueError, AttributeError):
+                answers[index] = ("lost", None)
     out = []
     for index, item in enumerate(items):
         kind, value = answers[index]

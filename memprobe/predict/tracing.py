@@ -92,10 +92,9 @@ class _Tracing:
         # The model's batches repeat their last step (a third less tracing) where a check, traced in full, will
         # compare the model with a trace of every step: batch 4, or along the length the edge (or, where the
         # edge is among the traced lengths, the repeated traces are dropped and traced again in full).
-        repeat = self.check
         first = self.run(
             [
-                self.job(p, b, repeat and (self.axis == "seq_len" or b in MODEL_BATCHES))
+                self.job(p, b, self.check and (self.axis == "seq_len" or b in MODEL_BATCHES))
                 for p in group
                 for b in model_batches(self.axis, self.check)
             ]
