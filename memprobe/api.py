@@ -75,6 +75,11 @@ def _visible_device(device: int | str) -> Iterator[str]:
         return
     before = os.environ.get("CUDA_VISIBLE_DEVICES")
     visible = [v for v in (before or "").split(",") if v.strip()] if before is not None else None
+    if visible == []:  # every GPU hidden: as if there were none
+        raise NoGPUError(
+            "no CUDA GPU to measure on (CUDA_VISIBLE_DEVICES is empty); memprobe.predict_max_batch predicts the "
+            "max batch without one"
+        )
     if visible is not None and not 0 <= device < len(visible):
         raise ValueError(f"GPU {device} is not among CUDA_VISIBLE_DEVICES={before}")
     os.environ["CUDA_VISIBLE_DEVICES"] = visible[device] if visible is not None else str(device)

@@ -60,6 +60,12 @@ def test_find_max_batch_without_cuda_raises_a_named_error(monkeypatch):
     assert memprobe.CustomModelError and memprobe.RegistryError and memprobe.UserCodeError
 
 
+def test_find_max_batch_with_every_gpu_hidden_raises_the_named_error(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    with pytest.raises(memprobe.NoGPUError, match="CUDA_VISIBLE_DEVICES is empty"):
+        memprobe.find_max_batch("toy", precision="fp32", device=0)
+
+
 def test_fsdp2s_view_warning_is_not_repeated_per_traced_step():
     pytest.importorskip("torch")
     from memprobe.predict.data_parallel import World, fake_world, notes

@@ -12,6 +12,7 @@ import sys
 import click
 from tabulate import tabulate
 
+from memprobe import __version__
 from memprobe.cli import checks
 from memprobe.cli.helpers import SIGNALS_KEY, interrupted_status, one_line, stop_on_signals
 from memprobe.cli.models import resolve_workloads
@@ -104,7 +105,7 @@ class MemprobeGroup(click.Group):
 
 
 @click.group(cls=MemprobeGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(package_name="memprobe")
+@click.version_option(__version__, prog_name="memprobe")  # not package metadata: a checkout on PYTHONPATH has none
 def main() -> None:
     """memprobe: the exact largest batch that trains on your GPU, and how fast it trains there.
 
