@@ -105,11 +105,10 @@ def test_a_line_per_trace_with_n_of_m(registry):
     sizes = [MemorySize("64MiB", 64 * MiB, 64 * MiB)]
     predict(registry["toy"], ["fp32", "tf32", "bf16"], sizes, None, "test", progress=sink.progress())
     traced = [line for line in sink.lines if line.startswith("tracing ")]
-    # tf32 takes fp32's traces; each precision is traced at batches 2 and 3 and checked at 4
-    assert traced == [
-        f"tracing toy {p} at batch {b} ({i} of 6) ..."
-        for i, (p, b) in enumerate([(p, b) for p in ("fp32", "bf16") for b in (2, 3, 4)], 1)
-    ]
+    # tf32 takes fp32's traces; each precision is traced at batch 2 first, then (it fits) checked at 4 and
+    # traced at 3; the m of "n of m" counts those from the start
+    order = [("fp32", 2), ("bf16", 2), ("fp32", 4), ("fp32", 3), ("bf16", 4), ("bf16", 3)]
+    assert traced == [f"tracing toy {p} at batch {b} ({i} of 6) ..." for i, (p, b) in enumerate(order, 1)]
     assert "building toy on fake tensors ..." in sink.lines
 
 
@@ -267,3 +266,19 @@ def test_predict_numbers_do_not_depend_on_forked_replays(registry):
     one = predict(registry["toy"], ["fp32", "bf16"], sizes, None, "test", workers=1)
     two = predict(registry["toy"], ["fp32", "bf16"], sizes, None, "test", workers=2)
     assert one.precisions == two.precisions
+
+
+@pytest.mark.parametrize("workers", [1, pytest.param(2, marks=forks)])
+def test_jobs_can_add_jobs_as_they_end(registry, workers):
+    with TraceSession(registry["toy"]) as session:
+        first = Job(session, "fp32", 2, "fp32 at batch 2")
+        added: list[Job] = []
+
+        def then(job: Job, result) -> list[Job]:
+            assert isinstance(result, Trace) and result.batch == job.batch
+            more = [Job(session, "fp32", b, f"fp32 at batch {b}") for b in (3, 4)] if job is first else []
+            added.extend(more)
+            return more
+
+        got = trace_jobs([first], workers=workers, then=then)
+    assert set(got) == {first, *added} and sorted(t.batch for t in got.values()) == [2, 3, 4]

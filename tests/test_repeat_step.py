@@ -104,3 +104,83 @@ def test_a_length_model_left_unchecked_forgets_what_it_replayed(registry):
         assert not any(isinstance(t, Trace) and t.repeated for t in traces._pending.values())
         assert traces.max_batch(capacity)[0] == found  # the same answer, from full traces
         assert all(not t.repeated for t in traces._pending.values() if isinstance(t, Trace))
+
+
+def test_a_trace_of_every_step_says_whether_its_last_step_repeats(registry):
+    with TraceSession(registry["toy"]) as session:
+        full = session.trace("fp32", 3)
+        repeated = session.trace("fp32", 3, repeat_last=True)
+    assert full.last_step_repeats() and not repeated.last_step_repeats()  # a repeated trace shows nothing
+    assert full.traced == len(full.events) and repeated.traced == repeated.step_at[-2] < len(repeated.events)
+    assert repeated.events[: repeated.traced] == full.events[: repeated.traced]  # the traced part is the same
+    a, b, end = full.step_at[-3:]
+    grown = list(full.events)
+    i = next(i for i in range(b, end) if grown[i][0] == ALLOC)
+    grown[i] = (ALLOC, grown[i][1], grown[i][2] + 1, grown[i][3])  # one allocation of the last step a byte larger
+    assert not Trace(3, grown, 3, step_at=full.step_at).last_step_repeats()
+
+
+@pytest.mark.parametrize(
+    "before, last, repeats",
+    [
+        ([(ALLOC, 2, 8, "a"), (FREE, 2)], [(ALLOC, 3, 8, "a"), (FREE, 3)], True),
+        ([(ALLOC, 2, 8, "a"), (FREE, 1)], [(ALLOC, 3, 8, "a"), (FREE, 2)], False),  # frees an earlier step's
+        ([(ALLOC, 2, 8, "a"), (FREE, 2)], [(ALLOC, 3, 8, "b"), (FREE, 3)], False),  # another op
+    ],
+)
+def test_a_step_repeats_only_with_the_same_events_freeing_its_own(before, last, repeats):
+    events = [(ALLOC, 1, 64, "input"), *before, *last]
+    assert Trace(1, events, 3, step_at=(1, 1, 3, 5)).last_step_repeats() is repeats
+
+
+def test_the_traced_part_decides_a_batch_that_does_not_fit(registry):
+    from memprobe.predict.batch_model import traced_part_fits
+
+    with TraceSession(registry["toy"]) as session:
+        full = session.trace("fp32", 2)
+        repeated = session.trace("fp32", 2, repeat_last=True)
+    for trace in (full, repeated):
+        assert not traced_part_fits(trace, 4 * MiB) and traced_part_fits(trace, 1 << 30)
+
+
+def _edge_between_one_and_two(registry, precision: str) -> tuple[int, dict[int, Trace]]:
+    """A capacity that holds toy-pix2pixhd's batch 1 and not its batch 2, and its full traces at 1 and 2."""
+    from memprobe.predict.batch_model import _replay
+
+    with TraceSession(registry["toy-pix2pixhd"]) as session:
+        full = {b: session.trace(precision, b) for b in (1, 2)}
+    capacity = _replay(full[1].events).peak_reserved
+    assert not _replay(full[2].events, capacity).fits
+    return capacity, full
+
+
+def test_where_batch_2_does_not_fit_only_batch_1_is_traced_after_it(registry):
+    from memprobe.predict.batch_model import _replay
+
+    capacity, full = _edge_between_one_and_two(registry, "fp32")
+    lines: list[str] = []
+    sizes = [MemorySize("small", capacity, capacity)]
+    pred = predict(registry["toy-pix2pixhd"], ["fp32"], sizes, None, "test", progress=Progress(lines.append))
+    traced = [line for line in lines if line.startswith("tracing")]
+    assert traced == [
+        "tracing toy-pix2pixhd fp32 at batch 2 (1 of 3) ...",
+        "tracing toy-pix2pixhd fp32 at batch 1 (2 of 2) ...",
+    ]
+    got = pred.precisions["fp32"]
+    assert got.max_batch == {"small": 1} and got.how == "traced"
+    # the line is through batches 1 and 2, their peaks those of traces of every step
+    expected = {b: (_replay(t.events).peak_allocated, _replay(t.events).peak_reserved) for b, t in full.items()}
+    assert got.peaks == expected
+    assert any("batch 2 does not fit the largest memory here" in n for n in pred.notes)
+
+
+def test_batch_2s_repeated_trace_stands_only_where_batch_1_shows_its_step_repeating(registry, monkeypatch):
+    with TraceSession(registry["toy"]) as session:
+        made = {2: session.trace("fp32", 2, repeat_last=True), 1: session.trace("fp32", 1)}
+        shown = PrecisionTraces(session, "fp32", traced=dict(made), small=True)
+        assert shown.events_at(2) == made[2].events and shown.how == "traced" and shown.fit_batches(1) == [1, 2]
+        monkeypatch.setattr(Trace, "last_step_repeats", lambda self: False)
+        unshown = PrecisionTraces(session, "fp32", traced=dict(made), small=True)
+        assert 2 not in unshown._pending  # dropped: asked for, batch 2 is traced in full
+        assert unshown.events_at(2) == session.trace("fp32", 2).events
+        assert not unshown._pending[2].repeated

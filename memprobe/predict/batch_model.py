@@ -9,7 +9,9 @@ show. A kernel workspace's size is recomputed from its extrapolated dims (worksp
 kernel's rounding. Batch 1, and every batch of a workload whose op sequence changes with the batch or
 whose check fails, is traced directly. The traces at 2 and 3 repeat their last step rather than trace it
 (trace.repeat_last_step, a third less work), and so do the lengths 2, 3 and 4; the check at batch 4, or
-at the edge length, traces every step, so it checks that too.
+at the edge length, traces every step, so it checks that too. Where batch 2 does not fit the largest
+memory asked about (even its traced steps), no model is made: batches 1 and 2 are all that is needed
+(PrecisionTraces' `small`).
 """
 
 from __future__ import annotations
@@ -132,6 +134,12 @@ def _replay(events: list[tuple], capacity: int | None = None) -> ReplayResult:
     return replay(events, capacity=capacity, measure_from=TRIAL_MARK)
 
 
+def traced_part_fits(trace: Trace, capacity: int) -> bool:
+    """Whether the traced part of `trace` (all of it, or the steps before a repeated one) fits in `capacity`
+    bytes. When it does not, no trace of that batch does: every step's trace begins with the same events."""
+    return _replay(trace.events[: trace.traced], capacity).fits
+
+
 def max_batch_for(
     events_at: Callable[[int], list[tuple]], capacity: int, guess: int = 2, limit: int = MAX_SEARCH_BATCH
 ) -> tuple[int, ReplayResult | None]:
@@ -205,7 +213,9 @@ class PrecisionTraces:
 
     `traced`: traces made already (batch -> Trace, or the PredictError tracing it raised); `tracer` traces
     the others (default: here, one after another). `axis` "seq_len": the batch is a sequence length (a
-    quadratic model, checked at the edge by check_at). Raises PredictError when a trace it needs fails.
+    quadratic model, checked at the edge by check_at). `small`: batch 2 does not fit the largest capacity
+    asked (traced_part_fits), so batches 1 and 2, given in `traced`, are all the searches and the line need: no
+    batch model is made. Raises PredictError when a trace it needs fails.
     """
 
     def __init__(
@@ -216,19 +226,29 @@ class PrecisionTraces:
         traced: dict[int, Trace | PredictError] | None = None,
         tracer: Tracer | None = None,
         axis: str = "batch",
+        small: bool = False,
     ) -> None:
         self.session = session
         self.precision = precision
         self.axis = axis
+        self.small = small
         self._tracer = tracer or trace_each(session, precision)
         self._pending = dict(traced or {})
         self._traced: dict[int, list[tuple]] = {}
         self._found: dict[int, tuple[int, ReplayResult | None]] = {}
         self._unlimited: dict[int, ReplayResult] = {}
+        self.model: BatchModel | None = None
+        # Repeated traces stand where a trace of every step showed the step repeating: the model's check, or
+        # (small) batch 1's trace, whose last step is the one before it again.
+        one = self._pending.get(1)
+        self._repeats_shown = small and isinstance(one, Trace) and one.last_step_repeats()
+        if small:
+            self.drop_unchecked()
+            return
         points = LENGTH_BATCHES if axis == "seq_len" else MODEL_BATCHES
         got = self._get(points)
         made = BatchModel([got[b] for b in points])
-        self.model: BatchModel | None = made
+        self.model = made
         if not made.aligned():
             self.model = None
         elif check and axis != "seq_len" and not made.reproduces(self._get([CHECK_BATCH])[CHECK_BATCH]):
@@ -239,7 +259,7 @@ class PrecisionTraces:
     def drop_unchecked(self) -> None:
         """Unless the model has been checked against a trace of every step, drop the traces whose last step was
         repeated (TraceSession.trace's repeat_last). Along the sequence length, call it after the edge check."""
-        if self.model is None or not self.model.exact:
+        if (self.model is None or not self.model.exact) and not self._repeats_shown:
             self._forget_repeated()
 
     def _forget_repeated(self) -> None:
@@ -257,10 +277,21 @@ class PrecisionTraces:
 
     @property
     def how(self) -> str:
-        """ "checked": extrapolated and checked byte for byte; "unchecked"; "traced": every batch traced."""
+        """ "checked": extrapolated and checked byte for byte; "unchecked"; "traced": every batch traced (all
+        of them, or with `small` the two needed)."""
         if self.model is None:
             return "traced"
         return "checked" if self.model.exact else "unchecked"
+
+    def fit_batches(self, edge: int) -> list[int]:
+        """The batches the reported line is fit through, for a largest max batch `edge`: 2, 4, 8, ... up to the
+        edge (and the edge) where a model gives them; with `small`, the two traced (1 and 2)."""
+        if self.small:
+            return [1, MODEL_BATCHES[0]]
+        batches = {b for b in FIT_BATCHES if b <= max(8, edge)}
+        if edge > 8 and self.model is not None:
+            batches.add(edge)
+        return sorted(batches)
 
     def _get(self, batches: Sequence[int]) -> dict[int, Trace]:
         missing = [b for b in batches if b not in self._pending]

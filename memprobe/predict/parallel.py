@@ -71,10 +71,15 @@ def can_fork() -> bool:
     )
 
 
+Then = Callable[[Job, "Trace | PredictError"], list[Job]]
+
+
 def trace_jobs(
-    jobs: Sequence[Job], workers: int = 1, progress: Progress | None = None
+    jobs: Sequence[Job], workers: int = 1, progress: Progress | None = None, then: Then | None = None
 ) -> dict[Job, Trace | PredictError]:
     """Trace every job; returns job -> its Trace, or the PredictError it raised (raised where it is needed).
+    `then(job, result)`, called as each job ends, gives jobs to trace after it (the caller counts them in
+    `progress`): what to trace next can depend on what a trace showed, and no worker waits for a round to end.
 
     With workers > 1 (and fork), at most `workers` children run at once. A child that dies without an
     answer (a signal, memory) gives a PredictError saying so. A child that autograd refuses to run after fork
@@ -82,15 +87,30 @@ def trace_jobs(
     """
     global _fork_failed
     progress = progress or silent()
+    then = then or (lambda job, result: [])
     progress.plan(len(jobs))
     if workers <= 1 or not can_fork():
-        return {job: _trace_here(job, progress) for job in jobs}
-    results = _trace_in_children(list(jobs), workers, progress)
-    again = [job for job, r in results.items() if isinstance(r, PredictError) and _FORK_BROKEN in str(r)]
+        return _trace_all_here(list(jobs), progress, then)
+    results = _trace_in_children(list(jobs), workers, progress, then)
+    again = [job for job, r in results.items() if _fork_broke(r)]
     if again:
         _fork_failed = True
         progress.plan(len(again))
-        results.update({job: _trace_here(job, progress) for job in again})
+        results.update(_trace_all_here(again, progress, then))
+    return results
+
+
+def _fork_broke(result: Trace | PredictError) -> bool:
+    return isinstance(result, PredictError) and _FORK_BROKEN in str(result)
+
+
+def _trace_all_here(jobs: list[Job], progress: Progress, then: Then) -> dict[Job, Trace | PredictError]:
+    """Trace the jobs here, one after another, and those `then` adds."""
+    results: dict[Job, Trace | PredictError] = {}
+    while jobs:
+        job = jobs.pop(0)
+        results[job] = _trace_here(job, progress)
+        jobs += then(job, results[job])
     return results
 
 
@@ -141,12 +161,14 @@ def _child_answer(job: Job) -> bytes:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")  # the parent's filters decide what is shown, once
         try:
+            job.session.last_in_process = True
             trace = job.session.trace(job.precision, job.batch, job.repeat_last)
             answer: dict = {
                 "batch": trace.batch,
                 "events": _portable(trace.events),
                 "steps": trace.steps,
                 "repeated": trace.repeated,
+                "step_at": trace.step_at,
             }
         except PredictError as exc:
             answer = {"error": str(exc)}
@@ -194,14 +216,14 @@ def _end(pid: int, fd: int) -> None:
 
 
 def _forked(
-    items: Sequence[T], start: Callable[[T], tuple[int, int]], workers: int, beat: Callable[[], None] | None = None
+    waiting: list[T], start: Callable[[T], tuple[int, int]], workers: int, beat: Callable[[], None] | None = None
 ) -> Iterator[tuple[T, bytes, int]]:
-    """Run a forked child per item (`start(item)` forks it: _fork's (read fd, pid)), `workers` at a time, and yield
-    (item, what its child wrote, its wait status) as each ends. `beat` is called about once a second while they
-    run. Children still running when the generator is closed (an exception or Ctrl-C in the caller) are killed
-    and reaped: close it (contextlib.closing)."""
+    """Run a forked child per item of `waiting` (`start(item)` forks it: _fork's (read fd, pid)), `workers` at a
+    time, taking them from the front of the list, and yield (item, what its child wrote, its wait status) as each
+    ends; items the caller appends meanwhile are run too. `beat` is called about once a second while they run.
+    Children still running when the generator is closed (an exception or Ctrl-C in the caller) are killed and
+    reaped: close it (contextlib.closing)."""
     running: dict[int, tuple[T, int, bytearray]] = {}  # read fd -> (item, pid, data)
-    waiting = list(items)
     try:
         while waiting or running:
             while waiting and len(running) < workers:
@@ -228,8 +250,11 @@ def _forked(
 _SHOWN: set[tuple] = set()  # the children's warnings shown here
 
 
-def _trace_in_children(jobs: list[Job], workers: int, progress: Progress) -> dict[Job, Trace | PredictError]:
-    """Trace each job in a forked child, `workers` at a time, and collect their answers."""
+def _trace_in_children(
+    jobs: list[Job], workers: int, progress: Progress, then: Then
+) -> dict[Job, Trace | PredictError]:
+    """Trace each job in a forked child, `workers` at a time, and those `then` adds; collect their answers. A job
+    autograd refused to fork for gets no `then` here (trace_jobs traces it again here, and calls it then)."""
     results: dict[Job, Trace | PredictError] = {}
     labels: dict[Job, str] = {}
 
@@ -245,6 +270,8 @@ def _trace_in_children(jobs: list[Job], workers: int, progress: Progress) -> dic
             for job, data, status in ended:
                 progress.done(labels.pop(job))
                 results[job] = _answered(job, data, status)
+                if not _fork_broke(results[job]):
+                    jobs += then(job, results[job])
     finally:
         for label in labels.values():  # children killed (an exception or Ctrl-C here)
             progress.done(label)
@@ -271,7 +298,7 @@ def _answered(job: Job, data: bytes, status: int) -> Trace | PredictError:
             warnings.warn_explicit(message, category, filename, lineno)
     if "error" in answer:
         return PredictError(answer["error"])
-    return Trace(answer["batch"], _resolve(answer["events"]), answer["steps"], answer["repeated"])
+    return Trace(answer["batch"], _resolve(answer["events"]), answer["steps"], answer["repeated"], answer["step_at"])
 
 
 # --- replays ----------------------------------------------------------------------------------------
@@ -289,7 +316,7 @@ def forked_map(fn: Callable[[T], R], items: Sequence[T], workers: int = 1) -> li
     def start(index: int) -> tuple[int, int]:
         return _fork(lambda: _map_answer(fn, items[index]))
 
-    with closing(_forked(range(len(items)), start, workers)) as ended:
+    with closing(_forked(list(range(len(items))), start, workers)) as ended:
         for index, data, _status in ended:
             try:
                 answers[index] = pickle.loads(data) if data else ("lost", None)

@@ -64,10 +64,14 @@ def render(pred: Prediction) -> str:
             "usable memory in the allocator model (not the line)."
         )
     else:
+        # where batch 2 does not fit (PrecisionTraces.small) the line is through the two batches traced
+        small = [name for name, p in pred.precisions.items() if sorted(p.peaks) == [1, 2]]
+        at = "2, 4, 8, ... up to the largest edge"
+        if small:
+            at = "1 and 2" if len(small) == len(pred.precisions) else f"{at} ({', '.join(small)}: 1 and 2)"
         lines.append(
-            "static / per sample: least-squares line through the predicted peak reserved bytes at batches "
-            "2, 4, 8, ... up to the largest edge; max batch: the largest batch whose trial fits the usable "
-            "memory in the allocator model (not the line)."
+            f"static / per sample: least-squares line through the predicted peak reserved bytes at batches {at}; "
+            "max batch: the largest batch whose trial fits the usable memory in the allocator model (not the line)."
         )
     if pred.comparison:
         lines += [

@@ -10,7 +10,7 @@ import torch
 
 from memprobe.predict.fake_mode import FakeCudaMode
 from memprobe.predict.fakecuda import H100, CudaBehaviour, FakeTensorMode, Target
-from memprobe.predict.fast_key import FastKeyFakeTensorMode
+from memprobe.predict.fast_fake import FastFakeTensorMode
 from memprobe.predict.torch_internals import internal, require_internals
 
 _get_current_dispatch_mode_stack = internal("torch.utils._python_dispatch._get_current_dispatch_mode_stack")
@@ -27,7 +27,7 @@ def fake_session(target: Target = H100) -> Iterator[tuple[FakeTensorMode, CudaBe
     and active FakeCudaModes are told to drop theirs (before_swap / after_swap).
     """
     require_internals()
-    fake = FastKeyFakeTensorMode()
+    fake = FastFakeTensorMode()
     original_swap = torch.utils.swap_tensors
 
     def swap(t1, t2):

@@ -15,7 +15,7 @@ from memprobe.core.memory_model import Attempt, MemoryModel, fit_memory_model
 from memprobe.core.outcomes import FIT
 from memprobe.core.records import Proof
 from memprobe.core.registry import Workload
-from memprobe.predict.batch_model import FIT_BATCHES, PrecisionTraces
+from memprobe.predict.batch_model import PrecisionTraces
 from memprobe.predict.fakecuda import H100, Target
 from memprobe.predict.parallel import forked_map
 from memprobe.predict.progress import Progress, silent
@@ -102,12 +102,8 @@ def _predict_precision(traces: PrecisionTraces, sizes: Sequence[MemorySize]) -> 
         max_batch[size.label] = found
         if fail is not None and fail.oom is not None:
             oom[size.label] = fail.oom.requested
-    edge = max(max_batch.values(), default=0)
-    batches = {b for b in FIT_BATCHES if b <= max(8, edge)}
-    if edge > 8 and traces.model is not None:
-        batches.add(edge)
     peaks: dict[int, tuple[int, int]] = {}
-    for b in sorted(batches):
+    for b in traces.fit_batches(max(max_batch.values(), default=0)):
         r = traces.peaks(b)
         peaks[b] = (r.peak_allocated, r.peak_reserved)
     attempts = [Attempt(b, FIT, a, r) for b, (a, r) in peaks.items()]
@@ -248,7 +244,14 @@ def predict(
                 answers[key] = answers.get(key, 0) + n
             behaviour_notes += [n for n in session.behaviour.notes if n not in behaviour_notes]
     for precision, result in results.items():
-        if result.how == "traced" and precision not in traced.shared:
+        if precision in traced.shared or result.how != "traced":
+            continue
+        if traced.traces[precision].small:
+            notes.append(
+                f"{precision}: batch 2 does not fit the largest memory here, so batches 1 and 2 were traced and "
+                "no batch model was made; the line is through those two."
+            )
+        else:
             notes.append(
                 f"{precision}: the traces at small batches do not extrapolate (the op sequence or a size "
                 "changes with the batch), so every batch needed was traced."

@@ -33,7 +33,8 @@ class Internal(NamedTuple):
 
 _SDPA = "fakecuda: the attention kernel CUDA runs"
 _BWD = "fakecuda/workspaces: the CUDA attention backward and its workspaces"
-_KEY = "fast_key: the fake tensors' dispatch cache key, built faster"
+_KEY = "fast_fake: the fake tensors' dispatch cache key, built faster"
+_OUT = "fast_fake: the fake tensors' cached outputs, made faster"
 # Tested with torch 2.11 (on the GPU machines) and 2.13 (CI).
 _MT = "torch.distributed._tools.mem_tracker"
 _STEP_TRACKER = "training/breakdown: StepTracker, a MemTracker subclass, reads and extends it"
@@ -54,6 +55,16 @@ INTERNALS: tuple[Internal, ...] = (
     Internal("torch.fx.experimental.proxy_tensor.get_proxy_mode", _KEY),
     Internal("torch._C._get_default_device", _KEY),
     Internal("FakeTensor.constant", _KEY),
+    Internal("FakeTensorMode._get_output_tensor_from_cache_entry", _OUT),
+    Internal("FakeTensorMode._make_cache_entry", _OUT),
+    Internal("FakeTensorMode._output_from_cache_entry", _OUT),
+    Internal("FakeTensorMode._allow_unsafe_data_ptr_access", _OUT),
+    Internal("torch._subclasses.fake_tensor.FakeTensorConfig", _OUT),
+    Internal("torch._C._DisableTorchDispatch", _OUT),
+    Internal("torch._C._set_warn_deprecated_on_mutable_data_ptr", _OUT),
+    Internal("torch._C._set_throw_on_mutable_data_ptr", _OUT),
+    Internal("torch.Tensor._make_subclass", _OUT),
+    Internal("torch._ops.OpOverload", _OUT),
     Internal("Tensor._has_symbolic_sizes_strides", _KEY),
     Internal("FakeTensor.fake_device", "fake_mode, recorder: a fake tensor's device without a dispatch"),
     Internal("FakeTensor.fake_mode", "fake_mode: answers tensor.device as FakeTensor does"),

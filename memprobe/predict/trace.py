@@ -38,11 +38,44 @@ class Trace:
     events: list[tuple]
     steps: int
     repeated: bool = False  # the last step is the one before it repeated, not traced (repeat_last_step)
+    step_at: tuple[int, ...] = ()  # index in events where each step starts, and where the last one ends
+
+    @property
+    def traced(self) -> int:
+        """How many leading events were traced: all of them, or those before the repeated step."""
+        return self.step_at[-2] if self.repeated else len(self.events)
+
+    def last_step_repeats(self) -> bool:
+        """Whether the last step is the one before it again, byte for byte: the same events, its allocations
+        (numbered in order) at the same offsets, and each step freeing only what it allocated. A trace of every
+        step that says so shows, for its workload and precision, what repeat_last_step assumes."""
+        if self.repeated or len(self.step_at) < 3:
+            return False
+        a, b, end = self.step_at[-3:]
+        before, last = self.events[a:b], self.events[b:end]
+        if len(before) != len(last):
+            return False
+        first_id = [next((e[1] for e in part if e[0] == ALLOC), 0) for part in (before, last)]
+        counts = [sum(1 for e in part if e[0] == ALLOC) for part in (before, last)]
+        for x, y in zip(before, last):
+            if x[0] != y[0]:
+                return False
+            if x[0] == ALLOC:
+                if x[2:] != y[2:] or x[1] - first_id[0] != y[1] - first_id[1]:
+                    return False
+            elif x[0] == FREE:
+                offset = x[1] - first_id[0]
+                if not 0 <= offset < counts[0] or offset != y[1] - first_id[1]:
+                    return False
+            elif x != y:
+                return False
+        return True
 
 
-def _canonical(build: list[tuple], trial: list[tuple]) -> list[tuple]:
+def _canonical(build: list[tuple], trial: list[tuple], step_at: list[int] | None = None) -> list[tuple]:
     """Build events, the trial mark, then the trial's events; ids renumbered; frees of storages
-    allocated outside these sections (an earlier trial's leftovers) dropped."""
+    allocated outside these sections (an earlier trial's leftovers) dropped. Step marks are dropped too; with
+    `step_at`, where each stood (an index into the result) is appended to it."""
     mapping: dict[int, int] = {}
     out: list[tuple] = []
     for event in [*build, (MARK, TRIAL_MARK), *trial]:
@@ -55,6 +88,8 @@ def _canonical(build: list[tuple], trial: list[tuple]) -> list[tuple]:
                 out.append((FREE, mapping[event[1]]))
         elif kind == MARK and event[1] == TRIAL_MARK:
             out.append(event)
+        elif kind == MARK and event[1] == STEP_MARK and step_at is not None:
+            step_at.append(len(out))
     return out
 
 
@@ -131,6 +166,7 @@ class TraceSession:
         self.fresh = fresh
         self._traced = 0
         self._repeats = mode == "train"  # repeat_last_step holds here (until a trace shows it does not)
+        self.last_in_process = False  # this process ends after its next trace: what the trial held is not collected
         self.seconds = 0.0
         self.build_seconds = 0.0
         self._stack: list = []
@@ -219,29 +255,39 @@ class TraceSession:
         except Exception as exc:  # noqa: BLE001 - reported as a PredictError below, outside the except block
             failure = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
         inputs = amp = None  # noqa: F841
-        end = self.end_trial()
+        trial = rec.events[start + 1 : self.end_trial(collect=False)]
+        repeated = repeat_last_step(trial) if repeat and failure is None else None
+        if not self.last_in_process or (repeat and failure is None and repeated is None):
+            self.collect()  # for the next trace here (in a forked child that is the full trace done below)
         self.seconds += time.perf_counter() - started
         if failure is not None:
             raise PredictError(
                 f"{self.workload.name} {precision} batch {batch}: the step failed on fake tensors: {failure}"
             )
-        trial = rec.events[start + 1 : end]
+        step_at: list[int] = []
         if repeat:
-            repeated = repeat_last_step(trial)
             if repeated is None:
                 self._repeats = False
                 return self.trace(precision, batch)
-            return Trace(batch, _canonical(self.build_events, repeated), ran + 1, repeated=True)
-        return Trace(batch, _canonical(self.build_events, trial), ran)
+            events = _canonical(self.build_events, repeated, step_at)
+            return Trace(batch, events, ran + 1, repeated=True, step_at=tuple(step_at))
+        return Trace(batch, _canonical(self.build_events, trial, step_at), ran, step_at=tuple(step_at))
 
-    def end_trial(self) -> int:
-        """Close a traced trial (trace, and predict/breakdown.py's tracked one): mark its end, stop the task and
-        collect what it held with recording off, then sweep the recorder. Returns the end mark's index."""
+    def end_trial(self, collect: bool = True) -> int:
+        """Close a traced trial (trace, and predict/breakdown.py's tracked one): mark its end and (`collect`)
+        collect what it held (see collect()). Returns the end mark's index."""
+        end = self.recorder.mark("end")
+        if collect:
+            self.collect()
+        return end
+
+    def collect(self) -> None:
+        """After a trial's end mark: stop the task and collect what it held with recording off, then sweep the
+        recorder, so the next trial here starts from the state after the build. A forked child that ends after
+        its one trace skips it (last_in_process): a third of a second of a full collection, wasted there."""
         rec = self.recorder
-        end = rec.mark("end")
         rec.recording = False
         self.task.stop()
         gc.collect()
         rec.recording = True
         rec.sweep()
-        return end

@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator, Sequence
 
 from memprobe.core.registry import Workload
-from memprobe.predict.batch_model import MODEL_BATCHES, PrecisionTraces, model_batches
+from memprobe.predict.batch_model import MODEL_BATCHES, PrecisionTraces, model_batches, traced_part_fits
 from memprobe.predict.fakecuda import H100, Target
-from memprobe.predict.parallel import Job, trace_jobs
+from memprobe.predict.parallel import Job, Then, trace_jobs
 from memprobe.predict.progress import Progress, silent
 from memprobe.predict.sessions import trace_sessions
 from memprobe.predict.trace import PredictError, Trace, TraceSession
@@ -60,10 +60,10 @@ class _Tracing:
         self.out = Traced(shared={p: "fp32" for p in precisions if p not in self.own})
         self.sessions: dict[str, TraceSession] = {}
 
-    def run(self, jobs: list[Job]) -> dict[Job, Trace | PredictError]:
+    def run(self, jobs: list[Job], then: Then | None = None) -> dict[Job, Trace | PredictError]:
         started, built = time.perf_counter(), self.out.build_seconds
         try:
-            return trace_jobs(jobs, self.workers, self.progress)
+            return trace_jobs(jobs, self.workers, self.progress, then)
         finally:
             # a session rebuilt before a trace here (fresh) counts that as building, not tracing
             self.out.trace_seconds += time.perf_counter() - started - (self.out.build_seconds - built)
@@ -89,20 +89,12 @@ class _Tracing:
         # precision (the wrapper depends on it), each built and traced in turn: only the newest is in use.
         group = [precision] if self.world is not None else self.own
         self._build(group)
-        # The model's batches repeat their last step (a third less tracing) where a check, traced in full, will
-        # compare the model with a trace of every step: batch 4, or along the length the edge (or, where the
-        # edge is among the traced lengths, the repeated traces are dropped and traced again in full).
-        first = self.run(
-            [
-                self.job(p, b, self.check and (self.axis == "seq_len" or b in MODEL_BATCHES))
-                for p in group
-                for b in model_batches(self.axis, self.check)
-            ]
-        )
+        first = self._first(group)
         for p in group:
             made = {j.batch: r for j, r in first.items() if j.precision == p}
+            small = self.axis == "batch" and 1 in made
             self.out.traces[p] = PrecisionTraces(
-                self.sessions[p], p, self.check, traced=made, tracer=self.tracer(p), axis=self.axis
+                self.sessions[p], p, self.check, traced=made, tracer=self.tracer(p), axis=self.axis, small=small
             )
         edges = {p: self.out.traces[p].needs_edge_check(self.capacities) for p in group}
         for j, result in self.run([self.job(p, e) for p, e in edges.items() if e is not None]).items():
@@ -115,6 +107,29 @@ class _Tracing:
         for j, result in self.run([self.job(p, 1) for p in ones]).items():
             self.out.traces[j.precision].add(j.batch, result)
         return self.out.traces[precision]
+
+    def _first(self, group: list[str]) -> dict[Job, Trace | PredictError]:
+        """Trace the batches the precisions' models are made from. They repeat their last step (a third less
+        tracing) where a check, traced in full, will compare the model with a trace of every step: batch 4, or
+        along the length the edge (or, where the edge is among the traced lengths, the repeated traces are
+        dropped and traced again in full). Along the batch, batch 2 comes first: where even its traced part does
+        not fit the largest capacity, only batch 1 is traced after it (PrecisionTraces' `small`)."""
+        batches = model_batches(self.axis, self.check)
+        if self.axis == "seq_len":
+            return self.run([self.job(p, b, self.check) for p in group for b in batches])
+        rest = [b for b in reversed(batches) if b != MODEL_BATCHES[0]]  # the check first: it takes longest
+        largest = max(self.capacities, default=None)
+
+        def then(job: Job, result: Trace | PredictError) -> list[Job]:
+            if job.batch != MODEL_BATCHES[0]:
+                return []
+            if largest is not None and isinstance(result, Trace) and not traced_part_fits(result, largest):
+                self.progress.plan(1 - len(rest))
+                return [self.job(job.precision, 1)]
+            return [self.job(job.precision, b, self.check and b in MODEL_BATCHES) for b in rest]
+
+        self.progress.plan(len(group) * len(rest))
+        return self.run([self.job(p, MODEL_BATCHES[0], self.check) for p in group], then)
 
     def _build(self, group: list[str]) -> None:
         for precision in group:
