@@ -173,7 +173,9 @@ def test_flops_per_sequence_are_counted_on_a_meta_twin_and_do_not_depend_on_the_
 
     task = build(llm)
     two, three = flops_per_sample(task, 2), flops_per_sample(task, 3)
-    assert two == three > 0
+    # equal up to a term that does not grow with the batch: transformers 5.17's rotary embedding counts one bmm
+    # of inv_freq and the positions (512 FLOPs here) per forward, whatever the batch
+    assert two == pytest.approx(three, rel=1e-4) and two > 0
     params = sum(p.numel() for n, p in task.model.named_parameters() if "embed" not in n)
     # at least the 6 x parameters x tokens of the matmuls (the tied head counts), plus attention
     assert two >= 6 * params * 32

@@ -227,6 +227,7 @@ def test_a_job_autograd_refuses_after_fork_is_traced_here(monkeypatch, registry)
 
         def trace(precision, batch, repeat_last=False):
             if os.getpid() != parent:
+                session.behaviour.sdpa_choices[("math", "in a failed child")] += 1  # counted before it failed
                 raise PredictError(f"toy: RuntimeError: {parallel._FORK_BROKEN}-based multiprocessing")
             return traced_here(precision, batch, repeat_last)
 
@@ -236,6 +237,7 @@ def test_a_job_autograd_refuses_after_fork_is_traced_here(monkeypatch, registry)
         assert all(isinstance(t, Trace) for t in traces.values()), traces
         assert [t.batch for t in traces.values()] == [2, 3]
         assert not can_fork()  # from now on, here
+        assert ("math", "in a failed child") not in session.behaviour.sdpa_choices  # counted once, here
 
 
 def _square_or_fail(x: int) -> int:

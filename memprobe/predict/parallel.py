@@ -287,6 +287,8 @@ def _answered(job: Job, data: bytes, status: int) -> Trace | PredictError:
     if answer is None:
         how = f"signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status) else f"exit code {os.WEXITSTATUS(status)}"
         return PredictError(f"{job.what}: the tracing process ended without an answer ({how})")
+    if "error" in answer and _FORK_BROKEN in answer["error"]:
+        return PredictError(answer["error"])  # traced again here: what the child counted before it failed is not kept
     answers, choices, notes = answer["counts"]
     job.session.recorder.answers.update(answers)
     job.session.behaviour.sdpa_choices.update(choices)
