@@ -7,6 +7,10 @@ the two runs side by side and says whether every predicted number is the same.
 
     python benchmarks/predict_speed.py --json after.json --markdown after.md [--before before.json]
     python benchmarks/predict_speed.py --repo /path/to/older/checkout --json before.json   # time older code
+    python benchmarks/predict_speed.py --before-repo /path/to/older/checkout --json after.json --markdown after.md
+
+With --before-repo each case is timed in the older checkout right before this one, so both see the machine in the
+same state (a 2-core machine's speed drifts by a fifth over an hour); --before-json keeps those runs.
 
 Cases: the default prediction of every registry workload on an H200 (`--model M --gpu H200`), and the LLM
 variants: LoRA with checkpointing, the sequence-length search, two GPUs under FSDP.
@@ -189,21 +193,31 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="write the runs as JSON here")
     parser.add_argument("--markdown", type=Path, help="write the markdown table here (default: print it)")
     parser.add_argument("--before", type=Path, help="JSON of an earlier run to compare with")
+    parser.add_argument("--before-repo", type=Path, help="an older checkout, each case timed there just before")
+    parser.add_argument("--before-json", type=Path, help="with --before-repo: write its runs as JSON here")
     parser.add_argument("--timeout", type=float, default=2400.0, help="seconds per case")
     opts = parser.parse_args()
+    if opts.before and opts.before_repo:
+        parser.error("--before and --before-repo are two sources of the same column: give one")
     cases = [c for c in default_cases() if not opts.only or opts.only in " ".join(c)]
-    runs = []
+    runs, earlier = [], []
     for args in cases:
-        run = run_case(args, opts.repo.resolve(), opts.timeout)
-        print(
-            f"{run['seconds']:7.1f} s  rc {run['rc']}  {' '.join(args)}  {_numbers_text(run['numbers'])}",
-            file=sys.stderr,
-            flush=True,
-        )
-        runs.append(run)
+        pairs = [(opts.before_repo, earlier)] if opts.before_repo else []
+        for repo, into in [*pairs, (opts.repo, runs)]:
+            run = run_case(args, repo.resolve(), opts.timeout)
+            print(
+                f"{run['seconds']:7.1f} s  rc {run['rc']}  {repo.name}: {' '.join(args)}  {_numbers_text(run['numbers'])}",
+                file=sys.stderr,
+                flush=True,
+            )
+            into.append(run)
     if opts.json:
         opts.json.write_text(json.dumps(runs, indent=1) + "\n")
-    before = json.loads(opts.before.read_text()) if opts.before else None
+    if opts.before_json and earlier:
+        opts.before_json.write_text(json.dumps(earlier, indent=1) + "\n")
+    before = earlier or None
+    if opts.before:
+        before = json.loads(opts.before.read_text())
     text = markdown(runs, before, machine_description())
     if opts.markdown:
         opts.markdown.write_text(text)

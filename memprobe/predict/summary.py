@@ -225,7 +225,9 @@ def predict(
             for precision in precisions:
                 traces_for(precision)
             progress.phase(f"replaying {', '.join(precisions)} through the allocator model")
-            done = forked_map(replays, list(precisions), workers)
+            # All at once where there are cores to share: three precisions on two cores end together, not
+            # two and then one alone.
+            done = forked_map(replays, list(precisions), max(workers, len(precisions)) if workers > 1 else 1)
         else:
             done = []
             for precision in precisions:
