@@ -22,7 +22,22 @@ from memprobe.predict.trace import PredictError, Trace, TraceSession  # noqa: E4
 from memprobe.predict.workspaces import Workspace  # noqa: E402
 
 MiB = 1 << 20
-forks = pytest.mark.skipif(not can_fork(), reason="traces run in forked children on Linux only")
+
+
+@pytest.fixture
+def _forks_now():
+    """Skips where this process can no longer fork (it ran autograd's CUDA device threads: a CUDA build of torch):
+    a child's SIGKILL would then kill the test process itself."""
+    if not can_fork():
+        pytest.skip("this process can no longer trace in forked children")
+
+
+_ON_LINUX = pytest.mark.skipif(not can_fork(), reason="traces run in forked children on Linux only")
+
+
+def forks(test):
+    """Runs `test` only where traces run in forked children: checked when collected, and again when it runs."""
+    return pytest.mark.usefixtures("_forks_now")(_ON_LINUX(test))
 
 
 @pytest.fixture(scope="module")
@@ -270,7 +285,7 @@ def test_predict_numbers_do_not_depend_on_forked_replays(registry):
     assert one.precisions == two.precisions
 
 
-@pytest.mark.parametrize("workers", [1, pytest.param(2, marks=forks)])
+@pytest.mark.parametrize("workers", [1, pytest.param(2, marks=_ON_LINUX)])
 def test_jobs_can_add_jobs_as_they_end(registry, workers):
     with TraceSession(registry["toy"]) as session:
         first = Job(session, "fp32", 2, "fp32 at batch 2")
