@@ -31,6 +31,7 @@ tests/test_fast_fake.py compares whole traces made this way and torch's way.
 from __future__ import annotations
 
 import functools
+import inspect
 from typing import Any
 
 import torch
@@ -49,7 +50,7 @@ _DispatchCacheKey = internal("torch._subclasses.fake_tensor._DispatchCacheKey")
 _get_proxy_mode = internal("torch.fx.experimental.proxy_tensor.get_proxy_mode")
 _get_default_device = internal("torch._C._get_default_device")
 
-_TAG = ("memprobe fast key",)  # never equal to anything in torch's own keys
+FAST_KEY_TAG = ("memprobe fast key",)  # never equal to anything in torch's own keys
 _STRIDED = torch.strided
 _PLAIN = (int, float, bool, str, type(None), torch.dtype, torch.device, torch.layout, torch.memory_format)
 
@@ -120,7 +121,7 @@ class FastFakeTensorMode(FakeTensorMode):
         if self.shape_env is not None:
             return super()._cache_key(state, func, args, kwargs)
         key: list = [
-            _TAG,
+            FAST_KEY_TAG,
             func,
             torch.get_default_dtype(),
             _get_default_device(),
@@ -170,3 +171,8 @@ class FastFakeTensorMode(FakeTensorMode):
                 key += [type(arg), arg]  # the type too: 1 and 1.0 hash alike but give different dtypes
             else:
                 raise _TorchKey
+
+
+# FakeTensorMode's __torch_dispatch__ is wrapped in torch._disable_dynamo (see fake_mode.py) and in a call counter
+# for torch's statistics; the plain function is called here.
+FastFakeTensorMode.__torch_dispatch__ = inspect.unwrap(FakeTensorMode.__dict__["__torch_dispatch__"])  # type: ignore[method-assign]

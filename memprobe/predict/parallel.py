@@ -24,6 +24,7 @@ from typing import Callable, Iterator, Sequence, TypeVar
 
 import torch
 
+from memprobe.predict import dispatch_cache
 from memprobe.predict.allocator import ALLOC
 from memprobe.predict.progress import Progress, silent
 from memprobe.predict.trace import PredictError, Trace, TraceSession
@@ -158,6 +159,7 @@ def _child_answer(job: Job) -> bytes:
     """In a forked child: trace the job; the pickled answer (the trace or its PredictError, and what the child
     counted, noted and warned)."""
     answers, choices, notes = _counts(job.session)
+    cache = dispatch_cache.mark()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")  # the parent's filters decide what is shown, once
         try:
@@ -175,6 +177,7 @@ def _child_answer(job: Job) -> bytes:
     now = _counts(job.session)
     answer["counts"] = (now[0] - answers, now[1] - choices, [n for n in now[2] if n not in notes])
     answer["warnings"] = [(str(w.message), w.category, w.filename, w.lineno) for w in caught]
+    answer["cache"] = dispatch_cache.added_since(cache)
     return pickle.dumps(answer, protocol=pickle.HIGHEST_PROTOCOL)
 
 
@@ -289,6 +292,7 @@ def _answered(job: Job, data: bytes, status: int) -> Trace | PredictError:
         return PredictError(f"{job.what}: the tracing process ended without an answer ({how})")
     if "error" in answer and _FORK_BROKEN in answer["error"]:
         return PredictError(answer["error"])  # traced again here: what the child counted before it failed is not kept
+    dispatch_cache.merge(answer["cache"])  # the children forked from now on start with it
     answers, choices, notes = answer["counts"]
     job.session.recorder.answers.update(answers)
     job.session.behaviour.sdpa_choices.update(choices)

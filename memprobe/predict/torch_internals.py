@@ -50,6 +50,7 @@ INTERNALS: tuple[Internal, ...] = (
     ),
     Internal("FakeTensorMode.in_kernel_invocation", "fake_mode: answers tensor.device as FakeTensor does"),
     Internal("FakeTensorMode._cache_key", _KEY),
+    Internal("FakeTensorMode.cache", "dispatch_cache: a forked trace's cache entries carried to the next ones"),
     Internal("FakeTensorMode.shape_env", _KEY),
     Internal("torch._subclasses.fake_tensor._DispatchCacheKey", _KEY),
     Internal("torch.fx.experimental.proxy_tensor.get_proxy_mode", _KEY),
