@@ -46,7 +46,11 @@ def mark() -> int:
 def added_since(start: int) -> bytes:
     """The entries added to the cache after `start` (a mark()) under fast_fake's keys, pickled for merge()."""
     items = list(FakeTensorMode.cache.items())[start:]
-    entries = [(_portable(key.key), entry) for key, entry in items if key.key[:1] == (FAST_KEY_TAG,)]
+    entries = [
+        (_portable(key.key), entry)
+        for key, entry in items
+        if key.key[:1] == (FAST_KEY_TAG,) and isinstance(key.key[1], OpOverload)
+    ]
     try:
         return pickle.dumps(entries, protocol=pickle.HIGHEST_PROTOCOL)
     except Exception:  # noqa: BLE001 - an entry that does not pickle stays behind; the others go
@@ -80,20 +84,16 @@ def _pickles(entry: tuple) -> bool:
     return True
 
 
-def _portable(value: Any) -> Any:
-    if isinstance(value, OpOverload):
-        return _Op(str(value))
-    if type(value) is tuple:
-        return tuple(_portable(v) for v in value)
-    return value
+def _portable(key: tuple) -> tuple:
+    """fast_fake's key with its op (the key's second item; no other item is an op: see FastFakeTensorMode._describe)
+    by name."""
+    return (key[0], _Op(str(key[1])), *key[2:])
 
 
-def _resolved(value: Any, ops: dict[str, Any]) -> Any:
-    if isinstance(value, _Op):
-        if value.name not in ops:
-            namespace, name, overload = value.name.split(".")
-            ops[value.name] = getattr(getattr(getattr(torch.ops, namespace), name), overload)
-        return ops[value.name]
-    if type(value) is tuple:
-        return tuple(_resolved(v, ops) for v in value)
-    return value
+def _resolved(key: tuple, ops: dict[str, Any]) -> tuple:
+    """_portable's inverse, with the op found here. Raises AttributeError or ValueError for an op not here."""
+    name = key[1].name
+    if name not in ops:
+        namespace, packet, overload = name.split(".")
+        ops[name] = getattr(getattr(getattr(torch.ops, namespace), packet), overload)
+    return (key[0], ops[name], *key[2:])

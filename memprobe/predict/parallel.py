@@ -5,8 +5,10 @@ A trace runs one trial on fake tensors: single-threaded Python for seconds. The 
 each runs in a child forked from the process that built the model, `workers` at a time, and sends its
 events back through a pipe. A forked child starts from the state right after the build, as a scan's
 trial starts in a fresh process; the parent never traces, so every child starts from the same state and
-the events are those of a trace run here (tests/test_predict_parallel.py compares them).
-Without fork (not Linux) or with one worker, the traces run here, one after another.
+the events are those of a trace run here (tests/test_predict_parallel.py compares them). What a child's trace
+added to the fake tensors' dispatch cache comes back with its answer and is added here, so the children forked
+after it start with it (dispatch_cache.py). Without fork (not Linux) or with one worker, the traces run here, one
+after another.
 """
 
 from __future__ import annotations
