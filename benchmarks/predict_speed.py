@@ -10,7 +10,9 @@ the two runs side by side and says whether every predicted number is the same.
     python benchmarks/predict_speed.py --before-repo /path/to/older/checkout --json after.json --markdown after.md
 
 With --before-repo each case is timed in the older checkout right before this one, so both see the machine in the
-same state (a 2-core machine's speed drifts by a fifth over an hour); --before-json keeps those runs.
+same state (a 2-core machine's speed drifts by a fifth over an hour); --before-json keeps those runs. --repeat N runs
+each case N times in each checkout, the two taking turns, and keeps the run with the median wall seconds (every run's
+seconds are kept beside it).
 
 Cases: the default prediction of every registry workload on an H200 (`--model M --gpu H200`), and the LLM
 variants: LoRA with checkpointing, the sequence-length search, two GPUs under FSDP.
@@ -125,11 +127,23 @@ def _numbers_text(numbers: dict[str, dict[str, str]]) -> str:
 
 
 def _seconds(run: dict | None) -> str:
-    """'wall (cpu, load)' of a run, '-' when there is none."""
+    """'wall (cpu, load)' of a run, '-' when there is none; with repeats, the median run's and every run's wall."""
     if run is None:
         return "-"
     cpu = f"{run['cpu_seconds']}" if run.get("cpu_seconds") is not None else "?"
-    return f"{run['seconds']} ({cpu} CPU, load {run.get('load', '?')})"
+    runs = run.get("runs_seconds", [])
+    every = f"; runs {', '.join(str(x) for x in runs)}" if len(runs) > 1 else ""
+    return f"{run['seconds']} ({cpu} CPU, load {run.get('load', '?')}{every})"
+
+
+def median_run(runs: list[dict]) -> dict:
+    """The run with the median wall seconds (the lower middle one of an even number), with every run's seconds in
+    "runs_seconds" and "numbers_vary" true when the runs did not all predict the same numbers."""
+    ordered = sorted(runs, key=lambda r: r["seconds"])
+    chosen = dict(ordered[(len(ordered) - 1) // 2])
+    chosen["runs_seconds"] = [r["seconds"] for r in runs]
+    chosen["numbers_vary"] = any(_values(r["numbers"]) != _values(chosen["numbers"]) for r in runs)
+    return chosen
 
 
 def markdown(runs: list[dict], before: list[dict] | None, machine: str) -> str:
@@ -158,6 +172,8 @@ def markdown(runs: list[dict], before: list[dict] | None, machine: str) -> str:
             continue
         b = old.get(case)
         same = "-" if b is None else ("yes" if _values(b["numbers"]) == _values(r["numbers"]) else "**no**")
+        if r.get("numbers_vary") or (b is not None and b.get("numbers_vary")):
+            same += " (**the repeats differ**)"
         lines.append(f"| `{case}` | {_seconds(b)} | {_seconds(r)} | {shown} | {same} |")
     traced = [(" ".join(r["args"]), n) for r in runs for n in r.get("traced_notes", []) if not n.startswith("time:")]
     if traced:
@@ -196,21 +212,30 @@ def main() -> None:
     parser.add_argument("--before-repo", type=Path, help="an older checkout, each case timed there just before")
     parser.add_argument("--before-json", type=Path, help="with --before-repo: write its runs as JSON here")
     parser.add_argument("--timeout", type=float, default=2400.0, help="seconds per case")
+    parser.add_argument("--repeat", type=int, default=1, help="runs per case and checkout; the median is kept")
     opts = parser.parse_args()
     if opts.before and opts.before_repo:
         parser.error("--before and --before-repo are two sources of the same column: give one")
     cases = [c for c in default_cases() if not opts.only or opts.only in " ".join(c)]
-    runs, earlier = [], []
+    if opts.repeat < 1:
+        parser.error("--repeat must be at least 1")
+    runs: list[dict] = []
+    earlier: list[dict] = []
     for args in cases:
         pairs = [(opts.before_repo, earlier)] if opts.before_repo else []
-        for repo, into in [*pairs, (opts.repo, runs)]:
-            run = run_case(args, repo.resolve(), opts.timeout)
-            print(
-                f"{run['seconds']:7.1f} s  rc {run['rc']}  {repo.name}: {' '.join(args)}  {_numbers_text(run['numbers'])}",
-                file=sys.stderr,
-                flush=True,
-            )
-            into.append(run)
+        made: dict[int, list[dict]] = {}
+        for _ in range(opts.repeat):
+            for index, (repo, _into) in enumerate([*pairs, (opts.repo, runs)]):
+                run = run_case(args, repo.resolve(), opts.timeout)
+                print(
+                    f"{run['seconds']:7.1f} s  rc {run['rc']}  {repo.name}: {' '.join(args)}  "
+                    f"{_numbers_text(run['numbers'])}",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                made.setdefault(index, []).append(run)
+        for index, (_repo, into) in enumerate([*pairs, (opts.repo, runs)]):
+            into.append(median_run(made[index]))
     if opts.json:
         opts.json.write_text(json.dumps(runs, indent=1) + "\n")
     if opts.before_json and earlier:
