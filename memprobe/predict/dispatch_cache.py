@@ -17,6 +17,7 @@ sizes, and ops, sent by name); an entry that does not pickle, or whose op is not
 
 from __future__ import annotations
 
+import functools
 import pickle
 from dataclasses import dataclass
 from typing import Any
@@ -64,11 +65,10 @@ def merge(data: bytes) -> int:
         entries = pickle.loads(data)
     except Exception:  # noqa: BLE001 - see the docstring
         return 0
-    ops: dict[str, Any] = {}
     added = 0
     for key, entry in entries:
         try:
-            resolved = _resolved(key, ops)
+            resolved = _resolved(key)
         except Exception:  # noqa: BLE001 - an op this process does not have
             continue
         FakeTensorMode.cache.setdefault(_DispatchCacheKey(resolved), entry)
@@ -90,10 +90,14 @@ def _portable(key: tuple) -> tuple:
     return (key[0], _Op(str(key[1])), *key[2:])
 
 
-def _resolved(key: tuple, ops: dict[str, Any]) -> tuple:
+def _resolved(key: tuple) -> tuple:
     """_portable's inverse, with the op found here. Raises AttributeError or ValueError for an op not here."""
-    name = key[1].name
-    if name not in ops:
-        namespace, packet, overload = name.split(".")
-        ops[name] = getattr(getattr(getattr(torch.ops, namespace), packet), overload)
-    return (key[0], ops[name], *key[2:])
+    return (key[0], op_named(key[1].name), *key[2:])
+
+
+@functools.cache
+def op_named(name: str) -> Any:
+    """The OpOverload named `name` ("aten.mm.default", as str() of it gives). Raises AttributeError or ValueError
+    when there is none."""
+    namespace, packet, overload = name.split(".")
+    return getattr(getattr(getattr(torch.ops, namespace), packet), overload)

@@ -140,16 +140,7 @@ def _portable(events: list[tuple]) -> list[tuple]:
 
 def _resolve(events: list[tuple]) -> list[tuple]:
     """_portable's inverse: op labels back to the OpOverload objects a trace made here holds."""
-    import torch
-
-    ops: dict[str, object] = {}
-
-    def op(name: str) -> object:
-        if name not in ops:
-            namespace, packet, overload = name.split(".")
-            ops[name] = getattr(getattr(getattr(torch.ops, namespace), packet), overload)
-        return ops[name]
-
+    op = dispatch_cache.op_named
     return [(e[0], e[1], e[2], op(e[3][1])) if e[0] == ALLOC and isinstance(e[3], tuple) else e for e in events]
 
 
