@@ -221,11 +221,11 @@ def main() -> None:
         parser.error("--repeat must be at least 1")
     runs: list[dict] = []
     earlier: list[dict] = []
+    checkouts = ([(opts.before_repo, earlier)] if opts.before_repo else []) + [(opts.repo, runs)]
     for args in cases:
-        pairs = [(opts.before_repo, earlier)] if opts.before_repo else []
-        made: dict[int, list[dict]] = {}
+        made: list[list[dict]] = [[] for _ in checkouts]
         for _ in range(opts.repeat):
-            for index, (repo, _into) in enumerate([*pairs, (opts.repo, runs)]):
+            for (repo, _into), got in zip(checkouts, made):
                 run = run_case(args, repo.resolve(), opts.timeout)
                 print(
                     f"{run['seconds']:7.1f} s  rc {run['rc']}  {repo.name}: {' '.join(args)}  "
@@ -233,9 +233,9 @@ def main() -> None:
                     file=sys.stderr,
                     flush=True,
                 )
-                made.setdefault(index, []).append(run)
-        for index, (_repo, into) in enumerate([*pairs, (opts.repo, runs)]):
-            into.append(median_run(made[index]))
+                got.append(run)
+        for (_repo, into), got in zip(checkouts, made):
+            into.append(median_run(got))
     if opts.json:
         opts.json.write_text(json.dumps(runs, indent=1) + "\n")
     if opts.before_json and earlier:
