@@ -155,6 +155,10 @@ class Prediction:
         """The answer if it has come, waiting at most `timeout_s` for it (0, the search's way: not at all)."""
         deadline = time.monotonic() + timeout_s
         while self.answer is None:
+            # An answer filed by an earlier pump (read with another request's) is taken before waiting for more.
+            self.answer = self.start._answers.pop(self.ident, None)
+            if self.answer is not None:
+                break
             self.start._pump(max(0.0, deadline - time.monotonic()))
             self.answer = self.start._answers.pop(self.ident, None)
             if self.answer is None and self.start.proc is None:
