@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -39,6 +40,23 @@ def _unfreeze_the_collector():
     tests run it in the pytest process, so undo that after each test."""
     yield
     gc.unfreeze()
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _no_dispatch_mode_left():
+    """A torch dispatch mode left on the stack (an in-process trial Session not closed) runs every later op of the
+    pytest process through it: a test module after it ran 40 times slower and one failed. Fail the module that
+    leaves one, and take it off so the modules after it run as they would alone."""
+    yield
+    if "torch" not in sys.modules:
+        return
+    from torch.utils._python_dispatch import _get_current_dispatch_mode_stack, _pop_mode
+
+    left = [type(m).__name__ for m in _get_current_dispatch_mode_stack()]
+    while _get_current_dispatch_mode_stack():
+        _pop_mode()
+    if left:
+        pytest.fail(f"this module left torch dispatch modes on the stack: {left} (close the Session it set up)")
 
 
 class RecordingProgress:

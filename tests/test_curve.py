@@ -361,7 +361,7 @@ def test_timed_steps_stop_at_the_budget_but_never_below_three(toy):
         assert tight.outcome == "fit", tight
         assert tight.step_time["steps"] == MIN_TIMED_STEPS == 3 and tight.timed_steps_cut_from == 6
     finally:
-        s.memory.cpu.__exit__(None, None, None)
+        s.close()
 
 
 @pytest.mark.parametrize(

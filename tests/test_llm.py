@@ -59,10 +59,6 @@ def session_for(workload, precision="bf16", budget=BUDGET):
     return s
 
 
-def close(session):
-    session.memory.cpu.__exit__(None, None, None)
-
-
 def trial(session, n):
     return session.trial(TrialRequest(batch=n, steps=3)).to_dict()
 
@@ -140,12 +136,12 @@ def test_checkpointing_lowers_the_peak_and_raises_the_edge():
     try:
         plain_peak = trial(plain, 4)["peak_allocated"]
     finally:
-        close(plain)
+        plain.close()
     ckpt = session_for(replace(TOY, params={**TOY.params, "seq_len": 256, "checkpointing": True}))
     try:
         ckpt_peak = trial(ckpt, 4)["peak_allocated"]
     finally:
-        close(ckpt)
+        ckpt.close()
     assert ckpt_peak < 0.8 * plain_peak
 
 
@@ -165,7 +161,7 @@ def test_sequence_length_search_trials_and_timed_run_report_tokens_and_flops_at_
         m2 = s.measure(MeasureRequest(batch=256, warmup=1, steps=2)).to_dict()
         assert m2["flops_per_sample"] > m["flops_per_sample"]  # attention grows with the length
     finally:
-        close(s)
+        s.close()
 
 
 def test_flops_per_sequence_are_counted_on_a_meta_twin_and_do_not_depend_on_the_batch(llm):
@@ -222,7 +218,7 @@ def test_lora_lowers_the_peak_and_checkpointing_lowers_it_further():
         try:
             peaks[name] = trial(s, 4)["peak_allocated"]
         finally:
-            close(s)
+            s.close()
     assert peaks["lora"] < peaks["plain"]
     assert peaks["lora+ckpt-256"] < 0.8 * peaks["lora-256"]
 

@@ -65,8 +65,8 @@ def session(toy):
     assert isinstance(info, Ready), info
     s.info = info
     yield s
-    # Session.setup enters the fake allocator for the life of the process; leave it here.
-    s.memory.cpu.__exit__(None, None, None)
+    # Session.setup enters the fake allocator for the life of the process: leave it, so later tests run without it
+    s.close()
 
 
 def trial(session, batch, steps=3):
@@ -209,7 +209,22 @@ def test_setup_freezes_the_built_model_and_trials_still_free_everything(toy):
         assert gc.get_freeze_count() <= frozen  # frozen objects can still die by reference count
         assert s.memory.cpu.current == live
     finally:
-        s.memory.cpu.__exit__(None, None, None)
+        s.close()
+
+
+def test_close_leaves_the_fake_allocator_and_can_be_called_twice(toy):
+    from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+
+    before = len(_get_current_dispatch_mode_stack())
+    s = Session()
+    s.close()  # before setup: nothing to leave
+    assert isinstance(s.setup(SetupRequest(toy.to_dict(), "fp32", "train", "cpu", BUDGET, {})), Ready)
+    assert s.trial(TrialRequest(batch=8, steps=3, keep=True)).outcome == "fit"
+    assert len(_get_current_dispatch_mode_stack()) == before + 1
+    s.close()
+    assert len(_get_current_dispatch_mode_stack()) == before and s.task is None and s.kept is None
+    s.close()
+    assert len(_get_current_dispatch_mode_stack()) == before
 
 
 def test_compile_setting_compiles_and_reports_compile_time(toy):
@@ -226,7 +241,7 @@ def test_compile_setting_compiles_and_reports_compile_time(toy):
         )
         assert s.flops(FlopsRequest(batch=1)).flops_per_sample > 0  # counted on the eager step
     finally:
-        s.memory.cpu.__exit__(None, None, None)
+        s.close()
 
 
 def test_session_measure_oom_is_reported_not_raised(session):
@@ -514,14 +529,17 @@ def test_fp16_trial_starts_from_the_loss_scale_an_earlier_one_settled_at():
     # toy-pix2pixhd in fp16 on the CPU skips ~8 updates while the scaler backs off from 2**16
     s = Session()
     spec = _fp16_spec("toy-pix2pixhd")
-    assert isinstance(s.setup(spec.setup_request()), Ready)
-    first = s.trial(TrialRequest(batch=1, steps=3)).to_dict()
-    assert first["outcome"] == "fit" and first["steps"] > 3
-    assert first["loss_scale"] < 2.0**16
-    second = s.trial(TrialRequest(batch=1, steps=3, loss_scale=first["loss_scale"])).to_dict()
-    assert second["outcome"] == "fit" and second["steps"] == 3
-    assert second["loss_scale"] <= first["loss_scale"]
-    assert s.trial(TrialRequest(batch=1, steps=3)).to_dict()["steps"] == first["steps"]  # no scale given: 2**16 again
+    try:
+        assert isinstance(s.setup(spec.setup_request()), Ready)
+        first = s.trial(TrialRequest(batch=1, steps=3)).to_dict()
+        assert first["outcome"] == "fit" and first["steps"] > 3
+        assert first["loss_scale"] < 2.0**16
+        second = s.trial(TrialRequest(batch=1, steps=3, loss_scale=first["loss_scale"])).to_dict()
+        assert second["outcome"] == "fit" and second["steps"] == 3
+        assert second["loss_scale"] <= first["loss_scale"]
+        assert s.trial(TrialRequest(batch=1, steps=3)).to_dict()["steps"] == first["steps"]  # no scale: 2**16 again
+    finally:
+        s.close()
 
 
 def test_fp32_trial_has_no_loss_scale(session):

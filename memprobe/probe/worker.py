@@ -189,6 +189,19 @@ class Session:
             emulation,
         )
 
+    def close(self) -> None:
+        """End the session in a process that goes on: release the task and leave the CPU fake allocator that
+        setup entered (a worker process just exits). Every later op of the process would otherwise still run
+        through the allocator's dispatch mode. Safe to call twice, or after a setup that failed."""
+        self.kept = None
+        if self.task is not None:
+            self.task.stop()
+            self.task = None
+        if self.memory is not None and self.memory.cpu is not None:
+            self.memory.cpu.__exit__(None, None, None)
+            self.memory.cpu = None
+        gc.unfreeze()
+
     def _drop_kept(self) -> None:
         """Release a kept trial's state (optimizer state, gradients, batch) that no timed run went on from."""
         if self.kept is not None:
