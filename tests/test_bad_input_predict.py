@@ -116,8 +116,18 @@ CASES = [
     ("compare-missing", P + ["--compare", "{tmp}/gone.json"], "does not exist"),
     ("relative-compare-path", ["predict", "--model", "resnet50", "--compare", "reports/h100/x.json"], "does not exist"),
     ("compare-empty-path", P + ["--compare", ""], "an empty path"),
+    ("compare-dev-zero", P + ["--compare", "/dev/zero"], "/dev/zero: cannot read (not a regular file"),
+    ("hf-config-dev-zero", ["predict", "--model", "hf-config:/dev/zero"], "cannot read the config (not a regular"),
     ("overhead-from-empty-path", P + ["--overhead-from", ""], "an empty path"),
     ("models-bad-unit", P + ["--models", "{bad_unit.yaml}"], "entry 'toy' (line 6): unit"),
+    # --breakdown-out: checked before the prediction, not after minutes of it
+    (
+        "breakdown-out-in-proc",
+        P + ["--breakdown", "--breakdown-out", "/proc/memprobe-x/b.json"],
+        "cannot make the folder /proc/memprobe-x",
+    ),
+    ("breakdown-out-a-folder", P + ["--breakdown", "--breakdown-out", "{empty_dir}"], "is a directory"),
+    ("breakdown-out-empty", P + ["--breakdown", "--breakdown-out", " "], "an empty path"),
 ]
 
 

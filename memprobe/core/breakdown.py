@@ -220,10 +220,13 @@ def read_predicted(path: Any) -> list[dict[str, Any]]:
     """Read a file write_predicted wrote. Raises BreakdownError (one line, naming the file) when it cannot."""
     import json
 
+    from memprobe.core.inputs import read_text
+
     try:
-        with open(path, encoding="utf-8") as handle:
-            data = json.load(handle)
-    except (OSError, ValueError) as exc:
+        data = json.loads(read_text(path))
+    except OSError as exc:
+        raise BreakdownError(f"{path}: cannot read a predicted breakdown file ({exc.strerror or exc})") from exc
+    except ValueError as exc:
         raise BreakdownError(f"{path}: cannot read a predicted breakdown file ({exc})") from exc
     if not isinstance(data, dict) or data.get("schema") != PREDICTED_SCHEMA:
         raise BreakdownError(f"{path}: not a predicted breakdown file (no '{PREDICTED_SCHEMA}' schema field)")

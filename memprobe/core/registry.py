@@ -15,6 +15,8 @@ from typing import Any, Callable
 
 import yaml
 
+from memprobe.core.inputs import read_text
+
 # family -> "module:function" that builds the training task. Imported lazily by the trial worker.
 FAMILIES: dict[str, str] = {
     "toy-mlp": "memprobe.workloads.toy:build",
@@ -100,7 +102,7 @@ def load_registry(path: str | Path | None = None) -> dict[str, Workload]:
     """
     path = Path(path) if path is not None else default_registry_path()
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_text(path)
     except OSError as exc:
         raise RegistryError(f"{path}: cannot read registry ({exc.strerror or exc})") from exc
     try:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from memprobe.core.breakdown import Breakdown, BreakdownError
+from memprobe.core.inputs import read_text
 from memprobe.core.memory_model import Attempt, MemoryModel
 from memprobe.core.outcomes import FIT
 from memprobe.core.records import Check, CurvePoint, Proof, Timed
@@ -268,7 +269,7 @@ def read_result(path: str | Path) -> ScanResult:
     """Read a result file. Raises ResultFileError (one line, naming the file) when it cannot."""
     path = Path(path)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(read_text(path))
     except OSError as exc:
         raise ResultFileError(f"{path}: cannot read ({exc.strerror or exc})") from exc
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:

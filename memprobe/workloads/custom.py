@@ -17,6 +17,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Callable
 
+from memprobe.core.inputs import read_text
 from memprobe.core.registry import OPTIMIZERS, RegistryError, Workload, match
 
 CUSTOM_FAMILIES = ("timm", "hf", "module")
@@ -129,7 +130,7 @@ def load_hf_config(source: str, is_path: bool | None = None) -> tuple[dict[str, 
             )
         where = f"packaged {path.name}" if source in packaged else f"Hugging Face cache {path}"
     try:
-        config = json.loads(path.read_text(encoding="utf-8"))
+        config = json.loads(read_text(path))
     except OSError as exc:
         raise CustomModelError(f"{path}: cannot read the config ({exc.strerror or exc})") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
