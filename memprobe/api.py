@@ -274,7 +274,9 @@ def plan(
     named = callable(model) or is_custom_name(str(model))
     workload = resolve_model(model, seq_len=seq_len if named else None, models_file=models_file)
     precisions = [p.strip() for p in precision.split(",")] if isinstance(precision, str) else list(precision)
-    on_line = (lambda text: print(f"memprobe: {text}", file=sys.stderr)) if verbose else None
+    from memprobe.predict.progress import Progress
+
+    progress = Progress(lambda text: print(f"memprobe: {text}", file=sys.stderr)) if verbose else None
     return build_plan(
         workload,
         gpu,
@@ -285,7 +287,7 @@ def plan(
         list(optimizers),
         list(results),
         workers=cores(),
-        on_line=on_line,
+        progress=progress,
     )
 
 

@@ -213,10 +213,24 @@ def test_api_and_predict_cli_give_the_predicted_breakdown(tmp_path):
     out = tmp_path / "p.json"
     res = CliRunner().invoke(
         main,
-        ["predict", "--model", "toy", "--memory", "4GiB", "-p", "fp32", "--breakdown", "--breakdown-out", str(out)],
+        [
+            "predict",
+            "--model",
+            "toy",
+            "--memory",
+            "4GiB,8GiB",
+            "-p",
+            "fp32",
+            "--breakdown",
+            "--breakdown-out",
+            str(out),
+        ],
     )
     assert res.exit_code == 0, res.output
     assert "(predicted)" in res.output and out.exists()
+    # each breakdown is announced as it starts (they take tens of seconds on the large models)
+    assert "predicting where the memory goes: toy fp32 at batch" in res.output
+    assert "(4GiB; 1 of 2)" in res.output and "(8GiB; 2 of 2)" in res.output
     (tmp_path / "junk.json").write_text("{}")
     junk = CliRunner().invoke(
         main, ["report", "--breakdown", str(tmp_path / "p.json"), "--predicted", str(tmp_path / "junk.json")]

@@ -78,6 +78,16 @@ def test_headroom_from_the_peak_at_that_batch_or_the_fitted_line():
     row = plan_row(cap(best_batch=50, static_bytes=100.0, per_sample_bytes=10.0), 50)
     assert (row.headroom_bytes, row.headroom_how) == (400, "fitted line of measured peaks")
     assert plan_row(cap(best_batch=50), 50).headroom_bytes is None
+    # a peak with no capacity limit past the capacity at a batch that fits: no room, said so, not a negative one
+    row = plan_row(cap(source=PREDICTED, peaks={100: 1200}), None)
+    assert row.headroom_bytes == 0 and "frees cached blocks" in row.headroom_how
+    assert plan_row(cap(source=PREDICTED, max_batch=90, peaks={100: 1200}), None).micro_batch == 90
+
+
+def test_a_huge_global_batch_is_split_in_integers():
+    n = 10**29
+    steps, micro, effective = accumulate(n, 108)
+    assert (steps, micro) == (-(-n // 108), -(-n // steps)) and effective == steps * micro and effective >= n
 
 
 def test_rows_sorted_by_time_per_global_batch_unknown_last():

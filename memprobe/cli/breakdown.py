@@ -6,38 +6,44 @@ import click
 
 from memprobe.compare.breakdown import breakdown_table
 from memprobe.core.breakdown import Breakdown
+from memprobe.predict.progress import Progress, silent
 
 
-def predicted_breakdowns(made: list, steps: int, out: str | None) -> None:
+def predicted_breakdowns(made: list, steps: int, out: str | None, progress: Progress | None = None) -> None:
     """For each (workload, prediction) and precision, the breakdown at each memory size's predicted max batch,
-    replayed at that size's allocator capacity (one trace per distinct batch and capacity). Writes them to `out`
-    when given."""
+    replayed at that size's allocator capacity (one trace per distinct batch and capacity). Each takes tens of
+    seconds: `progress` announces it ("n of m"; its heartbeat fills the silence). Writes them to `out` when given
+    (its folder was checked before predicting); an error writing it is one line."""
     from memprobe.core.breakdown import write_predicted
     from memprobe.predict.breakdown import predict_breakdown
     from memprobe.predict.trace import PredictError
 
-    records = []
+    progress = progress or silent()
+    jobs = []  # (workload, precision, memory label, batch, allocator capacity)
     for workload, prediction in made:
+        capacity = {size.label: size.capacity_bytes for size in prediction.sizes}
         for precision, p in prediction.precisions.items():
-            done: dict[tuple[int, int], Breakdown] = {}
-            capacity = {size.label: size.capacity_bytes for size in prediction.sizes}
-            for label, batch in p.max_batch.items():
-                if batch < 1:
-                    continue
-                key = (batch, capacity[label])
-                try:
-                    record = done.get(key) or predict_breakdown(workload, precision, batch, steps, capacity=key[1])
-                except PredictError as exc:
-                    raise click.ClickException(str(exc).splitlines()[0]) from None
-                done[key] = record
-                records.append(
-                    {"workload": workload.name, "precision": precision, "memory": label, "breakdown": record}
-                )
-                click.echo(
-                    breakdown_table(
-                        record, f"{workload.name} {precision} at {label} (predicted)", precision, workload.family
-                    )
-                    + "\n"
-                )
+            jobs += [(workload, precision, label, b, capacity[label]) for label, b in p.max_batch.items() if b >= 1]
+    distinct = list(dict.fromkeys((w.name, precision, b, c) for w, precision, _label, b, c in jobs))
+    done: dict[tuple, Breakdown] = {}
+    records = []
+    for workload, precision, label, batch, capacity in jobs:
+        key = (workload.name, precision, batch, capacity)
+        if key not in done:
+            progress.phase(
+                f"predicting where the memory goes: {workload.name} {precision} at batch {batch} ({label}; "
+                f"{distinct.index(key) + 1} of {len(distinct)})"
+            )
+            try:
+                done[key] = predict_breakdown(workload, precision, batch, steps, capacity=capacity)
+            except PredictError as exc:
+                raise click.ClickException(str(exc).splitlines()[0]) from None
+        record = done[key]
+        records.append({"workload": workload.name, "precision": precision, "memory": label, "breakdown": record})
+        title = f"{workload.name} {precision} at {label} (predicted)"
+        click.echo(breakdown_table(record, title, precision, workload.family) + "\n")
     if out:
-        click.echo(f"wrote {write_predicted(out, records)}", err=True)
+        try:
+            click.echo(f"wrote {write_predicted(out, records)}", err=True)
+        except OSError as exc:
+            raise click.ClickException(f"cannot write {out} ({exc.strerror or type(exc).__name__})") from None

@@ -3,12 +3,25 @@
 from __future__ import annotations
 
 import os
+import sys
 from contextlib import contextmanager
 from typing import Iterator
 
 import click
 
 from memprobe.core.units import parse_size
+
+PROGRESS_EVERY_S = 5.0  # on a terminal, the longest silence while predicting
+# The heartbeat speaks after this much silence: its thread ticks every quarter second and may wait for the GIL.
+_HEARTBEAT_AFTER_S = PROGRESS_EVERY_S - 0.5
+
+
+def progress_lines():
+    """A predict.progress.Progress writing to stderr (stdout keeps the command's answer alone); on a terminal also
+    a line whenever PROGRESS_EVERY_S seconds would pass without one. Enter it to start that heartbeat."""
+    from memprobe.predict.progress import Progress
+
+    return Progress(lambda text: click.echo(text, err=True), every=_HEARTBEAT_AFTER_S, heartbeat=sys.stderr.isatty())
 
 
 def trace_without_gpus() -> None:
@@ -107,11 +120,23 @@ def card_names(gpus: str | None) -> list[str] | None:
     return [found.card.name for found in resolved]
 
 
-def writable(out_dir: str) -> None:
+def writable(out_dir: str, option: str = "--out") -> None:
     """--out exists or can be made, and a result file can be written there; one-line error otherwise."""
     from memprobe.core.outputs import OutputError, prepare_dir
 
     try:
         prepare_dir(out_dir, suffixes=(".json",))
     except OutputError as exc:
-        raise click.BadParameter(str(exc), param_hint="--out") from None
+        raise click.BadParameter(str(exc), param_hint=option) from None
+
+
+def writable_file(path: str, option: str) -> None:
+    """An output file option can be written: checked before the work that fills it, not after (its folder is
+    made). One-line error otherwise."""
+    from pathlib import Path
+
+    if not path.strip():
+        raise click.BadParameter("an empty path", param_hint=option)
+    if Path(path).is_dir():
+        raise click.BadParameter(f"{path} is a folder; give a file name", param_hint=option)
+    writable(str(Path(path).parent), option)

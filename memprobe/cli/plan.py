@@ -6,7 +6,7 @@ import click
 
 from memprobe.cli import checks
 from memprobe.cli.app import _precision_list, _workloads, main
-from memprobe.cli.helpers import trace_without_gpus
+from memprobe.cli.helpers import progress_lines, trace_without_gpus
 
 
 @main.command("plan")
@@ -103,18 +103,19 @@ def plan_cmd(
         raise click.BadParameter(str(exc), param_hint="--lora") from None
     chosen = [o.strip() for o in (optimizers or "").split(",") if o.strip()]
     try:
-        plan = build_plan(
-            workloads[0],
-            card,
-            global_batch,
-            precisions,
-            None if named else seq_len,
-            rank,
-            chosen,
-            results,
-            workers=_cores(),
-            on_line=lambda text: click.echo(text, err=True),
-        )
+        with progress_lines() as progress:
+            plan = build_plan(
+                workloads[0],
+                card,
+                global_batch,
+                precisions,
+                None if named else seq_len,
+                rank,
+                chosen,
+                results,
+                workers=_cores(),
+                progress=progress,
+            )
     except PlanError as exc:
         raise click.ClickException(str(exc)) from None
     except RuntimeError as exc:  # PredictError: the setting cannot be traced on fake tensors

@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
-import sys
-
 import click
 
 from memprobe.cli import checks
 from memprobe.cli.app import COMMON_CARD_SIZES, _precision_list, _workloads, main
-from memprobe.cli.helpers import memory_list, trace_without_gpus, writable
+from memprobe.cli.helpers import memory_list, progress_lines, trace_without_gpus, writable, writable_file
 from memprobe.cli.models import model_options as _model_options
 from memprobe.cli.variants import variant_options as _variant_options
 from memprobe.core.registry import Workload
-
-PROGRESS_EVERY_S = 5.0  # on a terminal, the longest silence while predicting
 
 
 def _predict_and_print(
@@ -77,7 +73,7 @@ def _predict_and_print(
             where = f" as rank 0 of {world.label}" if world else ""
             click.echo(f"[{workload.name}] tracing on fake tensors{where} (no GPU used) ...", err=True)
             try:
-                with _progress() as progress:
+                with progress_lines() as progress:
                     prediction = predict(
                         workload,
                         precisions,
@@ -98,14 +94,6 @@ def _predict_and_print(
             click.echo(render(prediction))
             made.append((workload, prediction))
     return made
-
-
-def _progress():
-    """Progress lines on stderr (stdout keeps the prediction alone); on a terminal also a line whenever
-    PROGRESS_EVERY_S seconds pass without one."""
-    from memprobe.predict.progress import Progress
-
-    return Progress(lambda text: click.echo(text, err=True), every=PROGRESS_EVERY_S, heartbeat=sys.stderr.isatty())
 
 
 def _check_same_world(path: str, result, worlds: list | None) -> None:
@@ -327,13 +315,16 @@ def predict_cmd(
         raise click.UsageError(
             "--breakdown predicts one GPU's training step (no --gpus, --mode train); --breakdown-out needs --breakdown"
         )
+    if breakdown_out:
+        writable_file(breakdown_out, "--breakdown-out")
     predictions = _predict_and_print(
         workloads, precisions, memory, _override(overhead_from, overhead_size), steps, compare, cards, worlds, mode
     )
     if breakdown:
         from memprobe.cli.breakdown import predicted_breakdowns
 
-        predicted_breakdowns(predictions, steps, breakdown_out)
+        with progress_lines() as progress:
+            predicted_breakdowns(predictions, steps, breakdown_out, progress)
 
 
 def _predict_frontier(
@@ -366,7 +357,7 @@ def _predict_frontier(
         raise click.UsageError(str(exc)) from None
     if out_dir:
         writable(out_dir)
-    with _progress() as progress:
+    with progress_lines() as progress:
         predict_frontiers(workloads, precisions, sizes, budget, checkpointing, rank, steps, out_dir, progress)
 
 

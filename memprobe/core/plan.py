@@ -11,7 +11,6 @@ from a timed run at that exact micro-batch; anything else is "not measured".
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -133,25 +132,31 @@ def accumulate(global_batch: int, cap: int) -> tuple[int, int, int]:
     check_global_batch(global_batch)
     if cap < 1:
         raise PlanError(f"a micro-batch cap must be at least 1, got {cap}")
-    steps = math.ceil(global_batch / cap)
-    micro = math.ceil(global_batch / steps)
+    steps = -(-global_batch // cap)  # integer ceilings: a float quotient is wrong past 2**53
+    micro = -(-global_batch // steps)
     return steps, micro, steps * micro
 
 
 def headroom(c: Capacity, micro: int) -> tuple[int | None, str]:
     """Bytes the allocator has left at `micro` (capacity minus the peak reserved), and how the peak is known:
-    a trial at that batch, else the fitted line (said so), else unknown."""
+    a trial at that batch, else the fitted line (said so), else unknown.
+
+    A predicted peak is replayed with no capacity limit, and a line is a fit: near the max batch either can pass the
+    capacity although the batch fits, as the real allocator frees its cached blocks and retries when cudaMalloc
+    fails. A batch up to the max batch then has no room to spare: 0, said so, never a negative headroom."""
     if not c.capacity_bytes:
         return None, "no allocator capacity"
     how = "measured peak" if c.source == MEASURED else "predicted peak"
     if micro in c.peaks:
-        return c.capacity_bytes - c.peaks[micro], how
-    if c.static_bytes is not None and c.per_sample_bytes is not None:
-        peak = c.static_bytes + c.per_sample_bytes * micro
-        return int(c.capacity_bytes - peak), (
-            "fitted line of measured peaks" if c.source == MEASURED else "fitted line of predicted peaks"
-        )
-    return None, "no peak at this batch"
+        room = c.capacity_bytes - c.peaks[micro]
+    elif c.static_bytes is not None and c.per_sample_bytes is not None:
+        room = int(c.capacity_bytes - (c.static_bytes + c.per_sample_bytes * micro))
+        how = "fitted line of measured peaks" if c.source == MEASURED else "fitted line of predicted peaks"
+    else:
+        return None, "no peak at this batch"
+    if room < 0 and micro <= c.max_batch:
+        return 0, f"{how} past the capacity: fits as the allocator frees cached blocks"
+    return room, how
 
 
 def plan_row(c: Capacity, global_batch: int | None) -> PlanRow:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Sequence
 
 from memprobe.core.cardnames import CardNameError, resolve_card
 from memprobe.core.catalog import default_catalog
@@ -13,6 +13,7 @@ from memprobe.core.results import ResultFileError, ScanResult, load_results
 from memprobe.plan.levers import settings as lever_settings
 from memprobe.plan.measured import measured
 from memprobe.plan.predicted import predicted
+from memprobe.predict.progress import Progress
 
 NO_RESULTS_NOTE = (
     "no result files given (--results): every row is predicted. memprobe ships no measurements; give "
@@ -30,7 +31,7 @@ def build_plan(
     optimizers: Sequence[str] = (),
     results: Sequence[str | Path] = (),
     workers: int = 1,
-    on_line: Callable[[str], None] | None = None,
+    progress: Progress | None = None,
 ) -> Plan:
     """The plan for `workload` on the card `card_name` reaching `global_batch` (None: one micro-batch per step).
 
@@ -66,7 +67,7 @@ def build_plan(
     missing = [s for s in chosen if found[id(s)] is None]
     capacities = [c for c in found.values() if c is not None]
     if missing:
-        capacities += predicted(missing, card, workers, on_line)
+        capacities += predicted(missing, card, workers, progress)
     if any(c.source == PREDICTED for c in capacities):
         notes.append(
             "predicted rows: max micro-batch from `memprobe predict` (fake tensors, no GPU; not measured); "

@@ -2,19 +2,21 @@
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Sequence
 
 from memprobe.core.cardsize import card_size
 from memprobe.core.catalog import Card
 from memprobe.core.plan import PREDICTED, Capacity
 from memprobe.plan.levers import Setting
+from memprobe.predict.progress import Progress, silent
 
 
 def predicted(
-    settings: Sequence[Setting], card: Card, workers: int = 1, on_line: Callable[[str], None] | None = None
+    settings: Sequence[Setting], card: Card, workers: int = 1, progress: Progress | None = None
 ) -> list[Capacity]:
     """Each setting's Capacity predicted for `card` as `memprobe predict --gpu CARD` does (the card's driver total,
-    the shipped overhead), one trace session per workload variant covering its precisions. Raises
+    the shipped overhead), one trace session per workload variant covering its precisions; `progress` says what is
+    traced, as predict does. Raises
     memprobe.predict.trace.PredictError when a variant cannot be traced."""
     from memprobe.predict.summary import memory_sizes, predict
 
@@ -23,15 +25,16 @@ def predicted(
     by_variant: dict[str, list[Setting]] = {}
     for s in settings:
         by_variant.setdefault(s.workload.name + repr(s.workload.optimizer), []).append(s)
+    progress = progress or silent()
     out: list[Capacity] = []
     for group in by_variant.values():
         workload = group[0].workload
-        if on_line:
-            on_line(
-                f"[{workload.name}] predicting {', '.join(s.levers.precision for s in group)} on the {card.name} "
-                "(fake tensors, no GPU) ..."
-            )
-        prediction = predict(workload, [s.levers.precision for s in group], sizes, None, "", workers=workers)
+        progress.line(
+            f"[{workload.name}] predicting {', '.join(s.levers.precision for s in group)} on the {card.name} "
+            "(fake tensors, no GPU) ..."
+        )
+        precisions = [s.levers.precision for s in group]
+        prediction = predict(workload, precisions, sizes, None, "", workers=workers, progress=progress)
         for s in group:
             p = prediction.precisions[s.levers.precision]
             line = p.model_reserved

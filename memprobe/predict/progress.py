@@ -99,7 +99,7 @@ class Progress:
             self._thread = None
 
     def _run(self) -> None:
-        while not self._stop.wait(min(1.0, self.every / 5)):
+        while not self._stop.wait(min(0.25, self.every / 5)):
             self.beat()
 
 
