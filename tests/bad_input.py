@@ -54,6 +54,7 @@ FILES = {
     "not_mapping.yaml": "- just\n- a list\n",
     "unknown_key.yaml": "toy:\n  family: toy-mlp\n  unit: samples\n  params: {}\n  optimizer: {name: sgd}\n  colour: red\n",
     "unknown_type.json": json.dumps({"model_type": "gpt3000", "n_layer": 2}),
+    "negative_layers.json": json.dumps({"model_type": "bert", "num_hidden_layers": -3}),
     "exits.py": "import sys\n\ndef build(device, precision):\n    sys.exit(3)\n",
     "exits_on_import.py": "import sys\nsys.exit(5)\n\ndef build(device, precision):\n    pass\n",
     "charts_blocked/max_batch.png/inside": "a folder where a chart file goes",

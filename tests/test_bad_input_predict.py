@@ -117,6 +117,11 @@ CASES = [
     ("relative-compare-path", ["predict", "--model", "resnet50", "--compare", "reports/h100/x.json"], "does not exist"),
     ("compare-empty-path", P + ["--compare", ""], "an empty path"),
     ("compare-dev-zero", P + ["--compare", "/dev/zero"], "/dev/zero: cannot read (not a regular file"),
+    (
+        "hf-config-negative-layers",
+        ["predict", "--model", "hf-config:{negative_layers.json}"],
+        "'num_hidden_layers' is -3; a size or count cannot be negative",
+    ),
     ("hf-config-dev-zero", ["predict", "--model", "hf-config:/dev/zero"], "cannot read the config (not a regular"),
     ("overhead-from-empty-path", P + ["--overhead-from", ""], "an empty path"),
     ("models-bad-unit", P + ["--models", "{bad_unit.yaml}"], "entry 'toy' (line 6): unit"),

@@ -164,3 +164,14 @@ def test_guide_says_how_an_ambiguous_name_was_taken():
     result = CliRunner().invoke(main, ["guide", "--gpu", "H100"])
     assert result.exit_code == 0, result.output
     assert "note: 'H100' taken as the H100 SXM" in result.output and "H100 PCIe" in result.output
+
+
+def test_predict_gives_no_max_batch_for_a_precision_the_card_cannot_train(run):
+    # plan leaves bf16 out on a V100 (compute capability 7.0); predict shows "-" and says why, not a number
+    result = run("predict", "--model", "toy", "--gpu", "V100,H100", "-p", "bf16,fp32")
+    assert result.exit_code == 0, result.output
+    rows = {line.split("|")[1].strip(): line for line in result.stdout.splitlines() if line.startswith("| ")}
+    v100, h100 = (cell.strip() for cell in rows["bf16"].split("|")[4:6])
+    assert v100 == "-" and h100.isdigit()
+    assert all(cell.strip().isdigit() for cell in rows["fp32"].split("|")[4:6])
+    assert "V100 SXM2 16GB: cannot train in bf16 (they need compute capability 8.0 or newer)" in result.stdout

@@ -91,7 +91,8 @@ def _predict_and_print(
                     )
             except (PredictError, TorchInternalsError, RuntimeError) as exc:
                 raise click.ClickException(str(exc).splitlines()[0]) from None
-            click.echo(render(prediction))
+            cannot = {label: [p for p in precisions if not card.supports(p)] for label, card in asked.cards.items()}
+            click.echo(render(prediction, {label: names for label, names in cannot.items() if names}))
             made.append((workload, prediction))
     return made
 

@@ -13,9 +13,12 @@ def _pct(pred: float | None, meas: float | None) -> str:
     return f"{(pred / meas - 1) * 100:+.2f}%"
 
 
-def render(pred: Prediction) -> str:
+def render(pred: Prediction, cannot_train: dict[str, list[str]] | None = None) -> str:
     """The prediction as text: per precision the fitted line and the predicted max batch per memory size,
-    then (with a comparison) predicted vs measured. Every figure is labelled predicted."""
+    then (with a comparison) predicted vs measured. Every figure is labelled predicted. `cannot_train`: memory
+    label -> the precisions that card cannot train in (tf32 and bf16 before compute capability 8.0): their cells
+    show "-" and a line says why, as `plan` and `guide` leave such settings out."""
+    cannot_train = cannot_train or {}
     from tabulate import tabulate
 
     where = f" per GPU on {pred.world}" if pred.world else ""
@@ -53,10 +56,14 @@ def render(pred: Prediction) -> str:
     for name, p in pred.precisions.items():
         m = p.model_reserved
         slope = (f"{m.per_sample_bytes / 2**20:.3f}" if lengths else gib(m.per_sample_bytes, 3)) if m else "-"
-        rows.append(
-            [name, gib(m.static_bytes, 2) if m else "-", slope] + [str(p.max_batch[s.label]) for s in pred.sizes]
-        )
+        cells = ["-" if name in cannot_train.get(s.label, ()) else str(p.max_batch[s.label]) for s in pred.sizes]
+        rows.append([name, gib(m.static_bytes, 2) if m else "-", slope] + cells)
     lines += ["", tabulate(rows, headers=headers, tablefmt="github"), ""]
+    lines += [
+        f"{label}: cannot train in {', '.join(names)} (they need compute capability 8.0 or newer): no max batch is given."
+        for label, names in cannot_train.items()
+        if any(n in pred.precisions for n in names)
+    ]
     if lengths:
         lines.append(
             "static / per token: least-squares line through the predicted peak reserved bytes at lengths "

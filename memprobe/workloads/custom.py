@@ -22,6 +22,7 @@ from memprobe.core.registry import OPTIMIZERS, RegistryError, Workload, match
 
 CUSTOM_FAMILIES = ("timm", "hf", "module")
 # Said after the known registry names when a name matches none of them.
+_SIZE_KEY = re.compile(r"^(num_|n_)|(_size|_layers|_heads|_dim|_embeddings|_positions)$")
 REGISTRY_HINT = "; or timm:NAME, hf:NAME, hf-config:PATH, FILE.py:FUNCTION, package.module:FUNCTION"
 HF_TASKS = ("causal-lm", "masked-lm", "seq-cls", "qa", "seq2seq")
 HF_UNITS = "sequences"
@@ -137,6 +138,10 @@ def load_hf_config(source: str, is_path: bool | None = None) -> tuple[dict[str, 
         raise CustomModelError(f"{path}: not a JSON config ({exc})") from None
     if not isinstance(config, dict) or not isinstance(config.get("model_type"), str):
         raise CustomModelError(f"{path}: not a transformers config (no 'model_type')")
+    # transformers builds a model from a negative layer count (none) or size: a prediction of nothing, not an error
+    for key, value in config.items():
+        if _SIZE_KEY.search(key) and isinstance(value, int) and not isinstance(value, bool) and value < 0:
+            raise CustomModelError(f"{path}: '{key}' is {value}; a size or count cannot be negative")
     return config, where
 
 
