@@ -88,8 +88,8 @@ def plan_cmd(
 
     if global_batch is not None and global_batch < 1:
         raise click.BadParameter(f"must be at least 1, got {global_batch}", param_hint="--global-batch")
-    if seq_len is not None and not 1 <= seq_len <= checks.MAX_SEQ_LEN:
-        raise click.BadParameter(f"must be between 1 and {checks.MAX_SEQ_LEN}, got {seq_len}", param_hint="--seq-len")
+    if seq_len is not None and not 2 <= seq_len <= checks.MAX_SEQ_LEN:  # as predict and scan take it
+        raise click.BadParameter(f"must be between 2 and {checks.MAX_SEQ_LEN}, got {seq_len}", param_hint="--seq-len")
     precisions = _precision_list(precision) or []
     named = is_custom_name(model.strip())
     workloads = _workloads(
