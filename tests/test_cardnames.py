@@ -175,3 +175,18 @@ def test_predict_gives_no_max_batch_for_a_precision_the_card_cannot_train(run):
     assert v100 == "-" and h100.isdigit()
     assert all(cell.strip().isdigit() for cell in rows["fp32"].split("|")[4:6])
     assert "V100 SXM2 16GB: cannot train in bf16 (they need compute capability 8.0 or newer)" in result.stdout
+
+
+@pytest.mark.parametrize(
+    "typed, card",
+    [("RTX4090", "GeForce RTX 4090"), ("rtx8000", "Quadro RTX 8000"), ("gtx1080ti", "GeForce GTX 1080 Ti")],
+)
+def test_letters_run_into_digits_still_name_the_card(typed, card):
+    assert resolve_card(typed).card.name == card
+
+
+@pytest.mark.parametrize("typed", ["a", "h1", "a10g", "RTX3090Ti"])
+def test_splitting_letters_from_digits_accepts_no_junk(typed):
+    # "a" has no digits to split; "h1" is no card's word; the 3090 Ti is not the 3090
+    with pytest.raises(CardNameError, match="unknown GPU"):
+        resolve_card(typed)

@@ -4,7 +4,8 @@ One function, resolve_card, for every command that takes a card by name (predict
 1. Case, spaces, '-' and '_' do not matter, nor the brand words NVIDIA, GeForce and Tesla; a name equal to a
    card's catalog name or alias is that card.
 2. Otherwise the name's words must all be among one card's words (its name and aliases: "4090" is the GeForce
-   RTX 4090; "sxm" matches SXM2/SXM4/SXM5). One card: that card.
+   RTX 4090; "sxm" matches SXM2/SXM4/SXM5). One card: that card. Where none fits and letters run into digits
+   ("RTX4090", "rtx8000"), the words split there are tried the same way.
 3. Several cards (H100 = SXM or PCIe; A100 = 40 or 80 GB): the first of the catalog's `preferred` list that fits
    (the form most often rented), with a note naming the others; none of them preferred: an error naming them.
 4. No card: an error with the three closest names (difflib). Characters that cannot be in a card name (anything
@@ -42,6 +43,11 @@ def _words(text: str) -> tuple[str, ...]:
     text = re.sub(r"(\d)\s*(gb|gib)\b", r"\1gb", text.casefold())
     text = re.sub(r"(\d)(ti|super|sxm\d?|pcie)\b", r"\1 \2", text)
     return tuple(w for w in re.split(r"[^a-z0-9]+", text) if w and w not in _BRAND_WORDS)
+
+
+def _split(words: tuple[str, ...] | set[str]) -> tuple[str, ...]:
+    """Words split where letters run into digits: "rtx4090" -> "rtx", "4090" (digits into letters stay: "80gb")."""
+    return tuple(part for w in words for part in re.sub(r"([a-z])(\d)", r"\1 \2", w).split())
 
 
 def _card_words(card: Card) -> set[str]:
@@ -92,6 +98,8 @@ def resolve_card(name: str, catalog: Catalog | None = None) -> ResolvedCard:
         if any(_words(alias) == words for alias in (card.name,) + card.aliases):
             return ResolvedCard(card)
     fits = [card for card in catalog.cards if set(words) <= _card_words(card)]
+    if not fits and _split(words) != words:
+        fits = [card for card in catalog.cards if set(_split(words)) <= set(_split(_card_words(card)))]
     if len(fits) == 1:
         return ResolvedCard(fits[0])
     if fits:
