@@ -46,6 +46,13 @@ class UserCodeError(RuntimeError):
         self.details = details
 
 
+def _progress(verbose: bool):
+    """What a call with `verbose` says while it traces: "memprobe: ..." lines on stderr; nothing otherwise."""
+    from memprobe.predict.progress import Progress, silent
+
+    return Progress(lambda text: print(f"memprobe: {text}", file=sys.stderr)) if verbose else silent()
+
+
 def resolve_model(
     model: Model,
     optimizer: str | None = None,
@@ -223,7 +230,6 @@ def predict_max_batch(
     from memprobe.core.cardsize import read_sizes
     from memprobe.core.overhead import choose_override
     from memprobe.predict.parallel import cores
-    from memprobe.predict.progress import Progress, silent
     from memprobe.predict.summary import memory_sizes, predict
 
     workload = resolve_model(model, optimizer, input_size, task, seq_len, models_file)
@@ -237,8 +243,9 @@ def predict_max_batch(
         from memprobe.predict.data_parallel import World
 
         world = World(gpus, strategy)  # StrategyError is a ValueError
-    progress = Progress(lambda text: print(f"memprobe: {text}", file=sys.stderr)) if verbose else silent()
-    return predict(workload, precisions, sizes, None, "", steps=steps, world=world, workers=cores(), progress=progress)
+    return predict(
+        workload, precisions, sizes, None, "", steps=steps, world=world, workers=cores(), progress=_progress(verbose)
+    )
 
 
 def plan(
@@ -274,9 +281,6 @@ def plan(
     named = callable(model) or is_custom_name(str(model))
     workload = resolve_model(model, seq_len=seq_len if named else None, models_file=models_file)
     precisions = [p.strip() for p in precision.split(",")] if isinstance(precision, str) else list(precision)
-    from memprobe.predict.progress import Progress
-
-    progress = Progress(lambda text: print(f"memprobe: {text}", file=sys.stderr)) if verbose else None
     return build_plan(
         workload,
         gpu,
@@ -287,7 +291,7 @@ def plan(
         list(optimizers),
         list(results),
         workers=cores(),
-        progress=progress,
+        progress=_progress(verbose),
     )
 
 

@@ -24,7 +24,7 @@ def predicted_breakdowns(made: list, steps: int, out: str | None, progress: Prog
         capacity = {size.label: size.capacity_bytes for size in prediction.sizes}
         for precision, p in prediction.precisions.items():
             jobs += [(workload, precision, label, b, capacity[label]) for label, b in p.max_batch.items() if b >= 1]
-    distinct = list(dict.fromkeys((w.name, precision, b, c) for w, precision, _label, b, c in jobs))
+    number = {key: n for n, key in enumerate(dict.fromkeys((w.name, p, b, c) for w, p, _label, b, c in jobs), 1)}
     done: dict[tuple, Breakdown] = {}
     records = []
     for workload, precision, label, batch, capacity in jobs:
@@ -32,7 +32,7 @@ def predicted_breakdowns(made: list, steps: int, out: str | None, progress: Prog
         if key not in done:
             progress.phase(
                 f"predicting where the memory goes: {workload.name} {precision} at batch {batch} ({label}; "
-                f"{distinct.index(key) + 1} of {len(distinct)})"
+                f"{number[key]} of {len(number)})"
             )
             try:
                 done[key] = predict_breakdown(workload, precision, batch, steps, capacity=capacity)

@@ -121,22 +121,11 @@ def card_names(gpus: str | None) -> list[str] | None:
 
 
 def writable(out_dir: str, option: str = "--out") -> None:
-    """--out exists or can be made, and a result file can be written there; one-line error otherwise."""
+    """The folder of an output option (--out, or an output file's folder) exists or can be made, and a file can be
+    written there; one-line error otherwise."""
     from memprobe.core.outputs import OutputError, prepare_dir
 
     try:
         prepare_dir(out_dir, suffixes=(".json",))
     except OutputError as exc:
         raise click.BadParameter(str(exc), param_hint=option) from None
-
-
-def writable_file(path: str, option: str) -> None:
-    """An output file option can be written: checked before the work that fills it, not after (its folder is
-    made). One-line error otherwise."""
-    from pathlib import Path
-
-    if not path.strip():
-        raise click.BadParameter("an empty path", param_hint=option)
-    if Path(path).is_dir():
-        raise click.BadParameter(f"{path} is a folder; give a file name", param_hint=option)
-    writable(str(Path(path).parent), option)

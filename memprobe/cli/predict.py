@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
 from memprobe.cli import checks
 from memprobe.cli.app import COMMON_CARD_SIZES, _precision_list, _workloads, main
-from memprobe.cli.helpers import memory_list, progress_lines, trace_without_gpus, writable, writable_file
+from memprobe.cli.helpers import memory_list, progress_lines, trace_without_gpus, writable
 from memprobe.cli.models import model_options as _model_options
 from memprobe.cli.variants import variant_options as _variant_options
 from memprobe.core.registry import Workload
@@ -224,7 +226,7 @@ def _worlds(count: int, strategy: str) -> list | None:
 )
 @click.option(
     "--breakdown-out",
-    type=click.Path(dir_okay=False),
+    type=checks.Path(dir_okay=False),
     help="With --breakdown: write the predicted breakdowns to this JSON file (for report --breakdown --predicted).",
 )
 @click.option(
@@ -320,8 +322,8 @@ def predict_cmd(
         raise click.UsageError(
             "--breakdown predicts one GPU's training step (no --gpus, --mode train); --breakdown-out needs --breakdown"
         )
-    if breakdown_out:
-        writable_file(breakdown_out, "--breakdown-out")
+    if breakdown_out:  # its folder now, not after minutes of predicting
+        writable(str(Path(breakdown_out).parent), "--breakdown-out")
     predictions = _predict_and_print(
         workloads, precisions, memory, _override(overhead_from, overhead_size), steps, compare, cards, worlds, mode
     )

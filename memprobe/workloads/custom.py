@@ -21,8 +21,9 @@ from memprobe.core.inputs import read_text
 from memprobe.core.registry import OPTIMIZERS, RegistryError, Workload, match
 
 CUSTOM_FAMILIES = ("timm", "hf", "module")
-# Said after the known registry names when a name matches none of them.
+# Config keys that hold a size or a count (hidden_size, num_hidden_layers, n_head, ...): never negative.
 _SIZE_KEY = re.compile(r"^(num_|n_)|(_size|_layers|_heads|_dim|_embeddings|_positions)$")
+# Said after the known registry names when a name matches none of them.
 REGISTRY_HINT = "; or timm:NAME, hf:NAME, hf-config:PATH, FILE.py:FUNCTION, package.module:FUNCTION"
 HF_TASKS = ("causal-lm", "masked-lm", "seq-cls", "qa", "seq2seq")
 HF_UNITS = "sequences"
