@@ -80,7 +80,8 @@ Then = Callable[[Job, "Trace | PredictError"], list[Job]]
 def trace_jobs(
     jobs: Sequence[Job], workers: int = 1, progress: Progress | None = None, then: Then | None = None
 ) -> dict[Job, Trace | PredictError]:
-    """Trace every job; returns job -> its Trace, or the PredictError it raised (raised where it is needed).
+    """Trace every job; returns job -> its Trace, or the PredictError it raised (raised where it is needed), the
+    jobs in the order given, then those `then` added.
     `then(job, result)`, called as each job ends, gives jobs to trace after it (the caller counts them in
     `progress`): what to trace next can depend on what a trace showed, and no worker waits for a round to end.
 
@@ -100,7 +101,7 @@ def trace_jobs(
         _fork_failed = True
         progress.plan(len(again))
         results.update(_trace_all_here(again, progress, then))
-    return results
+    return {**{job: results[job] for job in jobs if job in results}, **results}  # children end in any order
 
 
 def _fork_broke(result: Trace | PredictError) -> bool:
