@@ -201,3 +201,122 @@ def test_replay_reports_the_failing_request():
     events = [(ALLOC, 1, 30 * MiB), (ALLOC, 2, 12 * MiB), (FREE, 1)]
     r = replay(events, capacity=40 * MiB)
     assert not r.fits and r.oom_at == 1 and r.oom.requested == 12 * MiB
+
+
+# --- malloc and free, inlined, against the rules called one at a time ----------------------------
+
+
+class _RulesAllocator:
+    """The allocator written plainly with the rule functions above (as allocator.py was before its inner loop was
+    written out inline): what CachingAllocator must match, call for call."""
+
+    def __init__(self, capacity: int | None) -> None:
+        self.capacity = capacity
+        self.free_blocks: dict[bool, list[tuple[int, int]]] = {True: [], False: []}  # sorted (size, addr)
+        self.blocks: dict[int, list] = {}  # addr -> [size, small, allocated, segment]
+        self.live: dict[int, int] = {}  # handle -> addr
+        self.allocated = self.reserved = self.peak_allocated = self.peak_reserved = self.retries = 0
+        self.next_addr, self.next_handle = 1 << 60, 1
+
+    def _segment_blocks(self, segment: int) -> list[int]:
+        return sorted(a for a, b in self.blocks.items() if b[3] == segment)
+
+    def empty_cache(self) -> None:
+        for segment in {b[3] for b in self.blocks.values()}:
+            addrs = self._segment_blocks(segment)
+            if len(addrs) == 1 and not self.blocks[addrs[0]][2]:
+                size, small = self.blocks[addrs[0]][:2]
+                self.free_blocks[small].remove((size, addrs[0]))
+                del self.blocks[addrs[0]]
+                self.reserved -= size
+
+    def malloc(self, nbytes: int) -> int:
+        if nbytes == 0:
+            return 0
+        size = round_size(nbytes)
+        small = is_small(size)
+        fitting = [k for k in self.free_blocks[small] if k[0] >= size]
+        if fitting:
+            addr = min(fitting)[1]
+            self.free_blocks[small].remove(min(fitting))
+        else:
+            seg = segment_size(size)
+            if self.capacity is not None and self.reserved + seg > self.capacity:
+                self.retries += 1
+                self.empty_cache()
+                if self.reserved + seg > self.capacity:
+                    raise SimulatedOutOfMemory(nbytes, seg, self.allocated, self.reserved, self.capacity)
+            self.next_addr -= seg + 2 * MiB
+            addr = self.next_addr
+            self.blocks[addr] = [seg, small, False, addr]
+            self.reserved += seg
+            self.peak_reserved = max(self.peak_reserved, self.reserved)
+        block = self.blocks[addr]
+        if should_split(block[0], size, small):
+            self.blocks[addr + size] = [block[0] - size, small, False, block[3]]
+            self.free_blocks[small].append((block[0] - size, addr + size))
+            self.free_blocks[small].sort()
+            block[0] = size
+        block[2] = True
+        self.live[self.next_handle] = addr
+        self.next_handle += 1
+        self.allocated += block[0]
+        self.peak_allocated = max(self.peak_allocated, self.allocated)
+        return self.next_handle - 1
+
+    def free(self, handle: int) -> None:
+        if handle == 0:
+            return
+        addr = self.live.pop(handle)
+        block = self.blocks[addr]
+        block[2] = False
+        self.allocated -= block[0]
+        addrs = self._segment_blocks(block[3])
+        i = addrs.index(addr)
+        for other in [a for a in (addrs[i - 1] if i else None, addrs[i + 1] if i + 1 < len(addrs) else None) if a]:
+            if not self.blocks[other][2]:
+                size = self.blocks.pop(other)[0]
+                self.free_blocks[block[1]].remove((size, other))
+                addr = min(addr, other)
+                block[0] += size
+                self.blocks[addr] = block
+        self.blocks = {a: b for a, b in self.blocks.items() if b is not block or a == addr}
+        self.free_blocks[block[1]].append((block[0], addr))
+        self.free_blocks[block[1]].sort()
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_malloc_and_free_follow_the_rules_call_for_call(seed):
+    import random
+
+    rng = random.Random(seed)
+    capacity = rng.choice([None, 64 * MiB, 200 * MiB])
+    fast, rules = CachingAllocator(capacity), _RulesAllocator(capacity)
+    handles: list[tuple[int, int]] = []
+    for _ in range(600):
+        if handles and rng.random() < 0.45:
+            h_fast, h_rules = handles.pop(rng.randrange(len(handles)))
+            fast.free(h_fast)
+            rules.free(h_rules)
+        else:
+            nbytes = rng.choice([0, rng.randrange(1, 2048), rng.randrange(1, 2 * MiB), rng.randrange(MiB, 40 * MiB)])
+            outcomes = []
+            for allocator in (fast, rules):
+                try:
+                    outcomes.append(allocator.malloc(nbytes))
+                except SimulatedOutOfMemory as exc:
+                    outcomes.append(("oom", exc.requested, exc.segment, exc.allocated, exc.reserved))
+            assert isinstance(outcomes[0], int) == isinstance(outcomes[1], int), outcomes
+            if isinstance(outcomes[0], int):
+                handles.append((outcomes[0], outcomes[1]))
+            else:
+                assert outcomes[0] == outcomes[1]
+        s = fast.stats
+        assert (s.allocated, s.reserved, s.peak_allocated, s.peak_reserved, s.retries) == (
+            rules.allocated,
+            rules.reserved,
+            rules.peak_allocated,
+            rules.peak_reserved,
+            rules.retries,
+        )
+        assert fast._free == rules.free_blocks

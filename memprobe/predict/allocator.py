@@ -96,14 +96,21 @@ class SimulatedOutOfMemory(Exception):
         )
 
 
-@dataclass
 class _Block:
-    addr: int
-    size: int
-    small: bool
-    allocated: bool = False
-    prev: "_Block | None" = None
-    next: "_Block | None" = None
+    """A block of a segment: free or handed out, linked to its neighbours in the segment. Slots: a replay makes
+    and reads hundreds of thousands of them."""
+
+    __slots__ = ("addr", "size", "small", "allocated", "prev", "next")
+
+    def __init__(
+        self, addr: int, size: int, small: bool, prev: "_Block | None" = None, next: "_Block | None" = None
+    ) -> None:
+        self.addr = addr
+        self.size = size
+        self.small = small
+        self.allocated = False
+        self.prev = prev
+        self.next = next
 
     def key(self) -> tuple[int, int]:
         return (self.size, self.addr)
@@ -142,39 +149,55 @@ class CachingAllocator:
         self._next_addr = 1 << 60  # the next segment ends below this address (see the module docstring)
 
     # -- public -------------------------------------------------------------------------------
+    # malloc and free are a replay's inner loop: round_size, is_small and should_split (above), the best fit and
+    # the free lists are written out inline rather than called, with the same arithmetic (tests/test_allocator.py
+    # checks both).
     def malloc(self, nbytes: int) -> int:
         """Allocate `nbytes`; return a handle. Raises SimulatedOutOfMemory when the capacity is exhausted."""
         if nbytes == 0:
             return 0
-        size = round_size(nbytes)
-        small = is_small(size)
-        block = self._best_fit(small, size)
-        if block is None:
+        if nbytes < K_MIN_BLOCK_SIZE:
+            size = round_size(nbytes)  # raises for a negative size
+        else:
+            size = K_MIN_BLOCK_SIZE * ((nbytes + K_MIN_BLOCK_SIZE - 1) // K_MIN_BLOCK_SIZE)
+        small = size <= K_SMALL_SIZE  # get_pool
+        pool = self._free[small]
+        stats = self.stats
+        i = bisect.bisect_left(pool, (size, -1))
+        if i < len(pool):  # best fit: the smallest free block that is large enough (ties: lowest address)
+            block = self._by_addr.pop(pool.pop(i)[1])
+        else:
             seg = segment_size(size)
-            if self.capacity is not None and self.stats.reserved + seg > self.capacity:
+            if self.capacity is not None and stats.reserved + seg > self.capacity:
                 # cudaMalloc failed: free all cached whole segments and retry once.
-                self.stats.retries += 1
+                stats.retries += 1
                 self.empty_cache()
-                if self.stats.reserved + seg > self.capacity:
-                    raise SimulatedOutOfMemory(nbytes, seg, self.stats.allocated, self.stats.reserved, self.capacity)
+                if stats.reserved + seg > self.capacity:
+                    raise SimulatedOutOfMemory(nbytes, seg, stats.allocated, stats.reserved, self.capacity)
             self._next_addr -= seg + K_ROUND_LARGE
             block = _Block(self._next_addr, seg, small)
-            self.stats.reserved += seg
-            self.stats.segments += 1
-            self.stats.peak_reserved = max(self.stats.peak_reserved, self.stats.reserved)
-        if should_split(block.size, size, small):
-            rest = _Block(block.addr + size, block.size - size, small, prev=block, next=block.next)
-            if block.next is not None:
-                block.next.prev = rest
+            stats.reserved += seg
+            stats.segments += 1
+            if stats.reserved > stats.peak_reserved:
+                stats.peak_reserved = stats.reserved
+        remaining = block.size - size
+        # should_split: a small block when the rest is >= 512 bytes, a large one when the rest is over 1 MiB
+        if remaining >= K_MIN_BLOCK_SIZE if small else remaining > K_SMALL_SIZE:
+            after = block.next
+            rest = _Block(block.addr + size, remaining, small, block, after)
+            if after is not None:
+                after.prev = rest
             block.next = rest
             block.size = size
-            self._insert(rest)
+            bisect.insort(pool, (remaining, rest.addr))
+            self._by_addr[rest.addr] = rest
         block.allocated = True
         handle = self._next_handle
-        self._next_handle += 1
+        self._next_handle = handle + 1
         self._live[handle] = block
-        self.stats.allocated += block.size
-        self.stats.peak_allocated = max(self.stats.peak_allocated, self.stats.allocated)
+        stats.allocated += block.size
+        if stats.allocated > stats.peak_allocated:
+            stats.peak_allocated = stats.allocated
         return handle
 
     def free(self, handle: int) -> None:
@@ -184,20 +207,23 @@ class CachingAllocator:
         block = self._live.pop(handle)
         block.allocated = False
         self.stats.allocated -= block.size
-        for other in (block.prev, block.next):
-            if other is not None and not other.allocated:
-                self._remove(other)
-                if other is block.prev:
-                    block.addr = other.addr
-                    block.prev = other.prev
-                    if other.prev is not None:
-                        other.prev.next = block
-                else:
-                    block.next = other.next
-                    if other.next is not None:
-                        other.next.prev = block
-                block.size += other.size
-        self._insert(block)
+        before = block.prev
+        if before is not None and not before.allocated:
+            self._remove(before)
+            block.addr = before.addr
+            block.size += before.size
+            block.prev = before.prev
+            if before.prev is not None:
+                before.prev.next = block
+        after = block.next
+        if after is not None and not after.allocated:
+            self._remove(after)
+            block.next = after.next
+            if after.next is not None:
+                after.next.prev = block
+            block.size += after.size
+        bisect.insort(self._free[block.small], (block.size, block.addr))
+        self._by_addr[block.addr] = block
 
     def empty_cache(self) -> int:
         """Release every cached segment that is entirely free (release_cached_blocks); return the bytes released."""
@@ -222,18 +248,6 @@ class CachingAllocator:
         return len(self._live)
 
     # -- free-block index ---------------------------------------------------------------------
-    def _best_fit(self, small: bool, size: int) -> _Block | None:
-        pool = self._free[small]
-        i = bisect.bisect_left(pool, (size, -1))
-        if i == len(pool):
-            return None
-        _, addr = pool.pop(i)
-        return self._by_addr.pop(addr)
-
-    def _insert(self, block: _Block) -> None:
-        bisect.insort(self._free[block.small], block.key())
-        self._by_addr[block.addr] = block
-
     def _remove(self, block: _Block) -> None:
         pool = self._free[block.small]
         i = bisect.bisect_left(pool, block.key())
@@ -273,16 +287,17 @@ def replay(events: Iterable[tuple], capacity: int | None = None, measure_from: s
     out-of-memory and reports it instead of raising. Raises KeyError for a FREE of an unknown id.
     """
     alloc = CachingAllocator(capacity)
+    malloc, free = alloc.malloc, alloc.free
     handles: dict[object, int] = {}
     for index, event in enumerate(events):
         kind = event[0]
         if kind == ALLOC:
             try:
-                handles[event[1]] = alloc.malloc(event[2])
+                handles[event[1]] = malloc(event[2])
             except SimulatedOutOfMemory as exc:
                 return ReplayResult(alloc.stats.peak_allocated, alloc.stats.peak_reserved, exc, index, alloc.stats)
         elif kind == FREE:
-            alloc.free(handles.pop(event[1]))
+            free(handles.pop(event[1]))
         elif kind == MARK and event[1] == measure_from:
             alloc.empty_cache()
             alloc.reset_peak()
