@@ -202,6 +202,19 @@ def test_a_model_from_three_lengths_gives_quadratic_sizes_and_rounded_workspaces
     assert line.events_at(4)[1] == _trace(4).events[1]  # the affine size it gets right
 
 
+def test_a_batch_model_keeps_the_events_that_do_not_change_and_refuses_a_negative_size():
+    from memprobe.predict.batch_model import BatchModel
+
+    two = Trace(2, [("alloc", 1, 100, "weight"), ("alloc", 2, 600, "act"), ("free", 2)], 3)
+    three = Trace(3, [("alloc", 1, 100, "weight"), ("alloc", 2, 500, "act"), ("free", 2)], 3)
+    model = BatchModel([two, three])
+    at_seven = model.events_at(7)
+    assert at_seven == [("alloc", 1, 100, "weight"), ("alloc", 2, 100, "act"), ("free", 2)]
+    assert at_seven[0] is two.events[0]  # not made again for every batch asked
+    with pytest.raises(ValueError, match="negative"):
+        model.events_at(9)  # 600 - 100 x 7
+
+
 def test_no_heartbeat_lines_unless_asked():
     sink = Lines()
     progress = sink.progress(heartbeat=False)

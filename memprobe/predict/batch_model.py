@@ -93,31 +93,36 @@ class BatchModel:
         """The trace at `batch`. Raises ValueError if a size goes negative (call only when aligned())."""
         steps = batch - self.first
         weights = [_binomial(steps, k) for k in range(len(self.traces))]
-        out = []
-        for event, terms in zip(self.traces[0].events, self._terms()):
-            if terms is None:
-                out.append(event)
-            elif isinstance(event[3], Workspace):
+        out = list(self.traces[0].events)  # the events whose size does not change with the batch stay as they are
+        for index, terms in self._varying():
+            event = out[index]
+            if isinstance(event[3], Workspace):
                 dims = tuple(_weighted(t, weights) for t in terms)
                 workspace = Workspace(event[3].op, event[3].index, dims)
-                out.append((ALLOC, event[1], workspace.nbytes, workspace))
+                out[index] = (ALLOC, event[1], workspace.nbytes, workspace)
             else:
-                out.append((ALLOC, event[1], _weighted(terms, weights), event[3]))
+                out[index] = (ALLOC, event[1], _weighted(terms, weights), event[3])
         return out
 
-    def _terms(self) -> list:
-        """Per event: None (not an allocation), the forward differences of its size, or of each workspace dim."""
+    def _varying(self) -> list[tuple[int, tuple]]:
+        """(index, terms) of each allocation whose size (or a workspace dim) changes with the batch: the forward
+        differences of its size, or of each workspace dim. A replay asks for tens of batches, and in a training
+        step of a CNN half the allocations (weights, gradients, optimizer state) do not depend on the batch."""
         if self._cached_terms is None:
-            terms: list = []
-            for column in zip(*(t.events for t in self.traces)):
+            varying: list = []
+            for index, column in enumerate(zip(*(t.events for t in self.traces))):
                 x = column[0]
                 if x[0] != ALLOC:
-                    terms.append(None)
-                elif isinstance(x[3], Workspace):
-                    terms.append(tuple(_differences(ds) for ds in zip(*(e[3].dims for e in column))))
+                    continue
+                if isinstance(x[3], Workspace):
+                    terms: tuple = tuple(_differences(ds) for ds in zip(*(e[3].dims for e in column)))
+                    if any(any(t[1:]) for t in terms):
+                        varying.append((index, terms))
                 else:
-                    terms.append(_differences([e[2] for e in column]))
-            self._cached_terms = terms
+                    terms = _differences([e[2] for e in column])
+                    if any(terms[1:]):
+                        varying.append((index, terms))
+            self._cached_terms = varying
         return self._cached_terms
 
     def reproduces(self, trace: Trace) -> bool:
