@@ -27,16 +27,19 @@ def _predict_and_print(
 ) -> list:
     """Predict each workload for the sizes and cards asked and print it. `override`: an overhead.Override
     (--overhead-from / --overhead) or None for the packaged per-card figures."""
-    from memprobe.predict.torch_internals import TorchInternalsError, untested_torch_note
-    from memprobe.workloads.torchvision_guard import ensure_loadable, standin_reason
+    from memprobe.predict.collector import paused
 
-    try:
-        from memprobe.predict.parallel import cores
-        from memprobe.predict.render import render
-        from memprobe.predict.summary import memory_sizes, predict
-        from memprobe.predict.trace import PredictError
-    except TorchInternalsError as exc:
-        raise click.ClickException(str(exc)) from None
+    with paused(keep=True):  # torch's import: see collector.py
+        from memprobe.predict.torch_internals import TorchInternalsError, untested_torch_note
+        from memprobe.workloads.torchvision_guard import ensure_loadable, standin_reason
+
+        try:
+            from memprobe.predict.parallel import cores
+            from memprobe.predict.render import render
+            from memprobe.predict.summary import memory_sizes, predict
+            from memprobe.predict.trace import PredictError
+        except TorchInternalsError as exc:
+            raise click.ClickException(str(exc)) from None
 
     asked = memory_list(memory, cards, hints=memory != COMMON_CARD_SIZES)  # no hints about memprobe's own default
     torch_note = untested_torch_note()  # imports torch and reads its version: once

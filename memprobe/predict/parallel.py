@@ -28,6 +28,7 @@ import torch
 
 from memprobe.predict import dispatch_cache
 from memprobe.predict.allocator import ALLOC
+from memprobe.predict.collector import paused
 from memprobe.predict.progress import Progress, silent
 from memprobe.predict.trace import PredictError, Trace, TraceSession
 from memprobe.predict.workspaces import Workspace
@@ -266,7 +267,10 @@ def _trace_in_children(
         with closing(_forked(jobs, start, workers, progress.beat)) as ended:
             for job, data, status in ended:
                 progress.done(labels.pop(job))
-                results[job] = _answered(job, data, status)
+                # A trace is tens of thousands of tuples, kept to the end: unpickled without collections, then
+                # frozen, so neither this process's collections nor those of the children forked next walk them.
+                with paused(keep=True):
+                    results[job] = _answered(job, data, status)
                 if not _fork_broke(results[job]):
                     jobs += then(job, results[job])
     finally:

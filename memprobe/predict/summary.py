@@ -16,6 +16,7 @@ from memprobe.core.outcomes import FIT
 from memprobe.core.records import Proof
 from memprobe.core.registry import Workload
 from memprobe.predict.batch_model import PrecisionTraces
+from memprobe.predict.collector import paused
 from memprobe.predict.fakecuda import H100, Target
 from memprobe.predict.parallel import forked_map
 from memprobe.predict.progress import Progress, silent
@@ -216,8 +217,9 @@ def predict(
 
         def replays(precision: str) -> tuple[PrecisionPrediction, list[ComparisonRow], MaxBatchComparison | None]:
             traces = traces_for(precision)
-            got_rows, edge = _compare(traces, scanned[precision]) if precision in scanned else ([], None)
-            return _predict_precision(traces, sizes), got_rows, edge
+            with paused():  # replays make cycles only in their allocators: collections walk the traces for nothing
+                got_rows, edge = _compare(traces, scanned[precision]) if precision in scanned else ([], None)
+                return _predict_precision(traces, sizes), got_rows, edge
 
         if world is None:
             # One session traced every precision at its first call; their replays only read the traces, so

@@ -16,6 +16,7 @@ import torch
 
 from memprobe.core.registry import Workload, family_builder
 from memprobe.predict.allocator import ALLOC, FREE, MARK
+from memprobe.predict.collector import paused
 from memprobe.predict.fakecuda import H100, Target, cuda_optimizers
 from memprobe.predict.recorder import Recorder
 from memprobe.predict.session import fake_session
@@ -173,7 +174,8 @@ class TraceSession:
 
     def __enter__(self) -> "TraceSession":
         started = time.perf_counter()
-        build = _builder(self.workload)
+        with paused():  # imports the family's libraries (timm, transformers): see collector.py
+            build = _builder(self.workload)
         session = fake_session(self.target)
         self.fake, self.behaviour = session.__enter__()
         self._stack.append(session)

@@ -1,0 +1,48 @@
+"""The garbage collector around bulk work (memprobe/predict/collector.py)."""
+
+from __future__ import annotations
+
+import gc
+
+import pytest
+
+from memprobe.predict.collector import paused
+
+
+@pytest.fixture(autouse=True)
+def _collector_as_found():
+    was_on = gc.isenabled()
+    yield
+    gc.unfreeze()
+    (gc.enable if was_on else gc.disable)()
+
+
+def test_paused_switches_automatic_collection_off_inside_and_back_on_after():
+    gc.enable()
+    with paused():
+        assert not gc.isenabled()
+    assert gc.isenabled()
+
+
+def test_paused_leaves_a_collector_that_was_off_off():
+    gc.disable()
+    with paused():
+        pass
+    assert not gc.isenabled()
+
+
+def test_paused_is_undone_when_the_work_raises():
+    gc.enable()
+    with pytest.raises(KeyboardInterrupt), paused():
+        raise KeyboardInterrupt
+    assert gc.isenabled()
+
+
+def test_keep_freezes_what_was_made_inside():
+    gc.unfreeze()
+    with paused(keep=True):
+        made = [[i] for i in range(1000)]
+    assert gc.get_freeze_count() >= len(made)
+    with paused():
+        pass
+    assert gc.get_freeze_count() >= len(made)  # without keep nothing more is frozen, nothing is unfrozen
