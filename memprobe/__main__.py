@@ -1,5 +1,5 @@
 """`python -m memprobe` runs the CLI (the same as the `memprobe` command)."""
 
-from memprobe.cli import main
+from memprobe.cli import run
 
-main()
+run()

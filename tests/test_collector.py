@@ -1,8 +1,9 @@
-"""The garbage collector around bulk work (memprobe/predict/collector.py)."""
+"""The garbage collector around bulk work (memprobe/predict/collector.py) and the program's quick end (cli.run)."""
 
 from __future__ import annotations
 
 import gc
+import sys
 
 import pytest
 
@@ -46,3 +47,15 @@ def test_keep_freezes_what_was_made_inside():
     with paused():
         pass
     assert gc.get_freeze_count() >= len(made)  # without keep nothing more is frozen, nothing is unfrozen
+
+
+def test_run_exits_with_the_command_s_code_and_freezes(monkeypatch, capsys):
+    from memprobe.cli import run
+
+    gc.unfreeze()
+    monkeypatch.setattr(sys, "argv", ["memprobe", "predict", "--model", "no-such-model"])
+    with pytest.raises(SystemExit) as exited:
+        run()
+    assert exited.value.code == 1  # as `memprobe predict --model no-such-model` exits
+    assert "no-such-model" in capsys.readouterr().err
+    assert gc.get_freeze_count() > 0
