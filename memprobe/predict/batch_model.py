@@ -72,7 +72,7 @@ class BatchModel:
         self.first = batches[0]
         self.exact = False  # the model reproduced a trace it was not made from, byte for byte
         self.checked_at: int | None = None
-        self._cached_terms: list | None = None
+        self._varying_terms: list | None = None  # _varying(), made at its first call
 
     def aligned(self) -> bool:
         """Whether the traces have the same events in the same order (only ALLOC sizes, and the dims of
@@ -108,7 +108,7 @@ class BatchModel:
         """(index, terms) of each allocation whose size (or a workspace dim) changes with the batch: the forward
         differences of its size, or of each workspace dim. A replay asks for tens of batches, and in a training
         step of a CNN half the allocations (weights, gradients, optimizer state) do not depend on the batch."""
-        if self._cached_terms is None:
+        if self._varying_terms is None:
             varying: list = []
             for index, column in enumerate(zip(*(t.events for t in self.traces))):
                 x = column[0]
@@ -122,8 +122,8 @@ class BatchModel:
                     terms = _differences([e[2] for e in column])
                     if any(terms[1:]):
                         varying.append((index, terms))
-            self._cached_terms = varying
-        return self._cached_terms
+            self._varying_terms = varying
+        return self._varying_terms
 
     def reproduces(self, trace: Trace) -> bool:
         """Whether the model gives `trace`'s events exactly; records the check."""
