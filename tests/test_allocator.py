@@ -320,3 +320,88 @@ def test_malloc_and_free_follow_the_rules_call_for_call(seed):
             rules.retries,
         )
         assert fast._free == rules.free_blocks
+
+
+# --- a run that goes on after the trial: the last step repeated ------------------------------------
+
+
+def _random_run(seed: int) -> tuple[list[tuple], tuple[int, int]]:
+    """A build (persistent allocations, some freed again), the trial mark, then one step that frees all it
+    allocates, in mixed sizes across both pools; returns the events and the step's (start, end)."""
+    import random
+
+    rng = random.Random(seed)
+    sizes = [
+        rng.choice([300, 4 * KiB, 700 * KiB, 3 * MiB, 9 * MiB, 12 * MiB, 25 * MiB]) + rng.randrange(512)
+        for _ in range(40)
+    ]
+    events: list[tuple] = []
+    next_id = 1
+    for _ in range(rng.randrange(3, 12)):
+        events.append((ALLOC, next_id, rng.choice(sizes)))
+        if rng.random() < 0.3:
+            events.append((FREE, next_id))
+        next_id += 1
+    events.append((MARK, "trial"))
+    start = len(events)
+    live: list[int] = []
+    for _ in range(rng.randrange(10, 60)):
+        if live and rng.random() < 0.45:
+            events.append((FREE, live.pop(rng.randrange(len(live)))))
+        else:
+            events.append((ALLOC, next_id, rng.choice(sizes)))
+            live.append(next_id)
+            next_id += 1
+    rng.shuffle(live)
+    events += [(FREE, i) for i in live]
+    return events, (start, len(events))
+
+
+def _unrolled(events: list[tuple], span: tuple[int, int], times: int) -> list[tuple]:
+    """The same run written out: the step `times` more times, each with its own ids."""
+    start, end = span
+    out = list(events[:end])
+    for k in range(1, times + 1):
+        out += [(e[0], e[1] + k * 100_000, *e[2:]) if e[0] in (ALLOC, FREE) else e for e in events[start:end]]
+    return out + events[end:]
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_a_repeated_step_replays_as_the_run_written_out(seed):
+    events, span = _random_run(seed)
+    for times in (1, 4, 30):
+        for capacity in (None, 120 * MiB):
+            repeated = replay(events, capacity, "trial", (*span, times))
+            written = replay(_unrolled(events, span, times), capacity, "trial")
+            assert (repeated.fits, repeated.peak_allocated, repeated.peak_reserved) == (
+                written.fits,
+                written.peak_allocated,
+                written.peak_reserved,
+            )
+
+
+def test_a_step_can_need_more_memory_the_second_time_it_runs():
+    """What the repetition is for: the cache the first step leaves serves the next one worse (a block it split
+    cannot hold what the next step asks first), so the run's peak is above the trial step's."""
+    grew = 0
+    for seed in range(120):
+        events, span = _random_run(seed)
+        once = replay(events, None, "trial")
+        again = replay(events, None, "trial", (*span, 30))
+        assert again.peak_reserved >= once.peak_reserved
+        grew += again.peak_reserved > once.peak_reserved
+    assert grew >= 3  # 4 of these 120 (seeds 51, 52, 74, 112)
+
+
+def test_repetition_stops_once_the_cache_has_settled():
+    calls = []
+    events, span = _random_run(7)
+
+    class Counting(list):
+        def __getitem__(self, i):
+            calls.append(i)
+            return list.__getitem__(self, i)
+
+    replay(Counting(events), None, "trial", (*span, 10_000))
+    steps_replayed = sum(1 for i in calls if i == span[0])
+    assert 2 <= steps_replayed <= 20  # the first run of the step, and repetitions until one changes nothing

@@ -243,6 +243,11 @@ class CachingAllocator:
         self.stats.peak_allocated = self.stats.allocated
         self.stats.peak_reserved = self.stats.reserved
 
+    def state(self) -> tuple:
+        """What decides how the next requests are served: the segments reserved and every free block (size and
+        address, both pools). Two equal states serve an equal sequence of requests the same way."""
+        return (self.stats.segments, self.stats.reserved, tuple(self._free[True]), tuple(self._free[False]))
+
     @property
     def live_handles(self) -> int:
         return len(self._live)
@@ -279,26 +284,62 @@ class ReplayResult:
         return self.oom is None
 
 
-def replay(events: Iterable[tuple], capacity: int | None = None, measure_from: str | None = None) -> ReplayResult:
+def replay(
+    events: Iterable[tuple],
+    capacity: int | None = None,
+    measure_from: str | None = None,
+    repeat: tuple[int, int, int] | None = None,
+) -> ReplayResult:
     """Replay (ALLOC, id, nbytes) / (FREE, id) / (MARK, name) events through a CachingAllocator.
 
     Peaks count from the MARK named `measure_from` (where the real trial called
     reset_peak_memory_stats, after empty_cache), or from the start. Stops at the first simulated
     out-of-memory and reports it instead of raising. Raises KeyError for a FREE of an unknown id.
+
+    `repeat` = (start, end, times): once events[end - 1] has been replayed, replay events[start:end] (one step
+    that frees everything it allocates) up to `times` more times before going on with events[end:], as a run
+    that trains on. A step leaves the allocator as it found it once the cache has settled; the repetitions stop
+    at the first one that ends with the same segments and free blocks as the one before it (every later one
+    would run the same way), so a long run costs a few replayed steps.
     """
+    if not isinstance(events, list):
+        events = list(events)
     alloc = CachingAllocator(capacity)
     malloc, free = alloc.malloc, alloc.free
     handles: dict[object, int] = {}
-    for index, event in enumerate(events):
-        kind = event[0]
-        if kind == ALLOC:
-            try:
-                handles[event[1]] = malloc(event[2])
-            except SimulatedOutOfMemory as exc:
-                return ReplayResult(alloc.stats.peak_allocated, alloc.stats.peak_reserved, exc, index, alloc.stats)
-        elif kind == FREE:
-            free(handles.pop(event[1]))
-        elif kind == MARK and event[1] == measure_from:
-            alloc.empty_cache()
-            alloc.reset_peak()
+
+    def run(lo: int, hi: int) -> ReplayResult | None:
+        for index in range(lo, hi):
+            event = events[index]
+            kind = event[0]
+            if kind == ALLOC:
+                try:
+                    handles[event[1]] = malloc(event[2])
+                except SimulatedOutOfMemory as exc:
+                    return ReplayResult(alloc.stats.peak_allocated, alloc.stats.peak_reserved, exc, index, alloc.stats)
+            elif kind == FREE:
+                free(handles.pop(event[1]))
+            elif kind == MARK and event[1] == measure_from:
+                alloc.empty_cache()
+                alloc.reset_peak()
+        return None
+
+    if repeat is None:
+        failed = run(0, len(events))
+    else:
+        start, end, times = repeat
+        failed = run(0, end)
+        state = alloc.state()
+        for _ in range(times if failed is None else 0):
+            failed = run(start, end)
+            if failed is not None:
+                break
+            now = alloc.state()
+            if now == state:
+                break
+            state = now
+        if failed is None:
+            failed = run(end, len(events))
+    if failed is not None:
+        return failed
     return ReplayResult(alloc.stats.peak_allocated, alloc.stats.peak_reserved, None, None, alloc.stats)

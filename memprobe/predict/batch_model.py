@@ -18,7 +18,8 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
-from memprobe.predict.allocator import ALLOC, ReplayResult, replay
+from memprobe.core.run_length import steps_at_fit
+from memprobe.predict.allocator import ALLOC, FREE, ReplayResult, replay
 from memprobe.predict.trace import TRIAL_MARK, PredictError, Trace, TraceSession
 from memprobe.predict.workspaces import Workspace
 
@@ -135,8 +136,23 @@ class BatchModel:
         return self.exact
 
 
-def _replay(events: list[tuple], capacity: int | None = None) -> ReplayResult:
-    return replay(events, capacity=capacity, measure_from=TRIAL_MARK)
+def _replay(
+    events: list[tuple], capacity: int | None = None, repeat: tuple[int, int, int] | None = None
+) -> ReplayResult:
+    return replay(events, capacity=capacity, measure_from=TRIAL_MARK, repeat=repeat)
+
+
+def last_step_span(trace: Trace) -> tuple[int, int] | None:
+    """(start, end) of `trace`'s last step in its events, where that step frees everything it allocates and
+    nothing else (so it can be replayed again, as the steps after it run); None otherwise."""
+    if len(trace.step_at) < 2:
+        return None
+    start, end = trace.step_at[-2], trace.step_at[-1]
+    part = trace.events[start:end]
+    allocated = {e[1] for e in part if e[0] == ALLOC}
+    if allocated != {e[1] for e in part if e[0] == FREE}:
+        return None
+    return start, end
 
 
 def traced_part_fits(trace: Trace, capacity: int) -> bool:
@@ -146,10 +162,10 @@ def traced_part_fits(trace: Trace, capacity: int) -> bool:
 
 
 def max_batch_for(
-    events_at: Callable[[int], list[tuple]], capacity: int, guess: int = 2, limit: int = MAX_SEARCH_BATCH
+    replay_at: Callable[[int, int], ReplayResult], capacity: int, guess: int = 2, limit: int = MAX_SEARCH_BATCH
 ) -> tuple[int, ReplayResult | None]:
-    """The largest batch whose replayed trial fits in `capacity` bytes (0 when batch 1 does not), and
-    the replay that failed at max + 1 (None when everything up to `limit` fits).
+    """The largest batch whose replayed run, `replay_at(batch, capacity)`, fits in `capacity` bytes (0 when batch
+    1 does not), and the replay that failed at max + 1 (None when everything up to `limit` fits).
 
     Walks from `guess` (e.g. a linear estimate) with steps 1, 2, 4, ... until the edge is bracketed,
     then bisects; assumes fitting is monotone in the batch. Batch 1 is only replayed when 2 does not fit.
@@ -158,7 +174,7 @@ def max_batch_for(
 
     def fits(b: int) -> bool:
         if b not in cache:
-            cache[b] = _replay(events_at(b), capacity)
+            cache[b] = replay_at(b, capacity)
         return cache[b].fits
 
     lo, hi = 0, limit + 1  # lo fits (0: nothing known), hi does not (limit + 1: unknown)
@@ -221,6 +237,12 @@ class PrecisionTraces:
     quadratic model, checked at the edge by check_at). `small`: batch 2 does not fit the largest capacity
     asked (traced_part_fits), so batches 1 and 2, given in `traced`, are all the searches and the line need: no
     batch model is made. Raises PredictError when a trace it needs fails.
+
+    Every replay is of the whole run a scan makes at a batch it calls a fit (core/run_length.py): the trial,
+    then its last step repeated for the warm-up and timed steps that follow it in the same process (`run_steps`
+    steps in all; the repetitions stop once the cache has settled), since the allocator's state can keep
+    changing after the trial (mobilenetv2_100 bf16 on an H200: the 3-step trial fitted 3720, the timed steps
+    after it failed there). Where the last step keeps memory for a later one, the trial alone is replayed.
     """
 
     def __init__(
@@ -243,6 +265,7 @@ class PrecisionTraces:
         self._found: dict[int, tuple[int, ReplayResult | None]] = {}
         self._unlimited: dict[int, ReplayResult] = {}
         self.model: BatchModel | None = None
+        self.run_steps = steps_at_fit(session.mode, session.steps)
         # Repeated traces stand where a trace of every step showed the step repeating: the model's check, or
         # (small) batch 1's trace, whose last step is the one before it again.
         one = self._pending.get(1)
@@ -333,13 +356,32 @@ class PrecisionTraces:
             return self.model.events_at(batch)
         return self._get([batch])[batch].events
 
+    def _source(self, batch: int) -> Trace:
+        """The trace whose step positions `batch`'s events have: its own, or the model's first."""
+        if self.model is not None and batch >= MODEL_BATCHES[0] and batch not in self._traced:
+            return self.model.traces[0]
+        return self._get([batch])[batch]
+
+    def repeat_at(self, batch: int) -> tuple[int, int, int] | None:
+        """How `batch`'s replay goes on after its trial: (start, end, times) of the last step and how many more
+        times it runs (allocator.replay's `repeat`); None where it cannot be repeated or nothing follows."""
+        source = self._source(batch)
+        span = last_step_span(source)
+        extra = self.run_steps - source.steps
+        return (*span, extra) if span is not None and extra > 0 else None
+
+    def replay_at(self, batch: int, capacity: int | None = None) -> ReplayResult:
+        """The run at `batch` (the trial and the steps after it, repeat_at) replayed at `capacity` (None:
+        unlimited). Raises PredictError if a trace it needs fails."""
+        return _replay(self.events_at(batch), capacity, self.repeat_at(batch))
+
     def peaks(self, batch: int, capacity: int | None = None) -> ReplayResult:
-        """The trial at `batch` replayed at `capacity` (None: unlimited; those replays are kept, for the line's
+        """The run at `batch` replayed at `capacity` (None: unlimited; those replays are kept, for the line's
         guess and the fit ask for the same batches). Raises PredictError if a trace it needs fails."""
         if capacity is not None:
-            return _replay(self.events_at(batch), capacity)
+            return self.replay_at(batch, capacity)
         if batch not in self._unlimited:
-            self._unlimited[batch] = _replay(self.events_at(batch))
+            self._unlimited[batch] = self.replay_at(batch)
         return self._unlimited[batch]
 
     def max_batch(self, capacity: int) -> tuple[int, ReplayResult | None]:
@@ -347,7 +389,7 @@ class PrecisionTraces:
         (from batch 2 where every batch is traced). Raises PredictError if a trace it needs fails."""
         if capacity not in self._found:
             guess = self.linear_guess(capacity) if self.model is not None else MODEL_BATCHES[0]
-            self._found[capacity] = max_batch_for(self.events_at, capacity, guess)
+            self._found[capacity] = max_batch_for(self.replay_at, capacity, guess)
         return self._found[capacity]
 
     def linear_guess(self, capacity: int) -> int:

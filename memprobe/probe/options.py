@@ -11,16 +11,18 @@ from typing import Any
 
 from memprobe.core.catalog import PRECISIONS
 from memprobe.core.records import Timed
+from memprobe.core.run_length import (  # noqa: F401 - INFER_* and MIN_TIMED_STEPS re-exported for probe
+    INFER_TRIAL_STEPS,
+    INFER_WARMUP,
+    MIN_TIMED_STEPS,
+    TIMED_STEPS,
+    TRIAL_STEPS,
+    WARMUP_STEPS,
+)
 from memprobe.probe.curve import DEFAULT_BUDGET_S, DEFAULT_POINTS, ladder
 from memprobe.probe.runner import Worker
 
 MODES = ("train", "infer")
-# Inference has no optimizer state to wait for: a trial is one warm-up forward and one more, and a
-# timed run needs one warm-up forward. At the huge batches inference reaches (bert-large-squad fp16
-# ~9400 on an H200, a forward of several seconds), the training trial's 3 steps and 3 warm-up steps
-# made each trial 16-18 s.
-INFER_TRIAL_STEPS = 2
-INFER_WARMUP = 1
 # Inference curves get less time than training ones (DEFAULT_BUDGET_S, 45 s): forwards at the huge batches
 # inference reaches take seconds, and the six-workload inference suite should take minutes. Each point's
 # cost is estimated before it starts (probe/curve_cost.py) and the coarse pass spans the ladder first (its
@@ -30,7 +32,6 @@ INFER_CURVE_BUDGET_S = 20.0
 # spread at B on the H100 was at most 2.7% over 10 steps), so a curve costs seconds per point.
 CURVE_WARMUP = 2
 CURVE_TIMED_STEPS = 6
-MIN_TIMED_STEPS = 3  # a time budget never cuts the timed steps below this (a median and a spread)
 
 
 def timed_steps_within(steps: int, budget_s: float | None, step_s: float | None) -> int:
@@ -47,9 +48,9 @@ class ScanOptions:
 
     precisions: list[str]
     mode: str = "train"
-    steps: int = 3
-    warmup: int = 3
-    timed_steps: int = 10
+    steps: int = TRIAL_STEPS
+    warmup: int = WARMUP_STEPS
+    timed_steps: int = TIMED_STEPS
     batches: list[int] = field(default_factory=list)
     max_batch: int = 65536
     max_trials: int = 40

@@ -1,0 +1,29 @@
+"""How many steps a scan runs at a batch it calls a fit: the trial, then the warm-up and timed steps after it.
+
+A batch fits (docs/definitions.md) when its trial and the timed run that follows in the same fresh process both
+complete: by default 3 trial steps, 3 warm-up steps and 10 timed ones in training, 16 steps of one run. The
+allocator's state can keep changing over those steps, so `memprobe predict` replays as many (predict/allocator.py
+stops early once a step leaves the cache as it found it). No torch here: probe's options and predict share these.
+"""
+
+from __future__ import annotations
+
+TRIAL_STEPS = 3  # one warm-up step and K = 2 more, so that optimizer state exists
+WARMUP_STEPS = 3  # before timing, in the same process, going on from the trial
+TIMED_STEPS = 10  # a time budget may cut them, to no fewer than MIN_TIMED_STEPS
+MIN_TIMED_STEPS = 3
+# Inference has no optimizer state to wait for: a trial is one warm-up forward and one more, and a timed run
+# needs one warm-up forward. At the huge batches inference reaches (bert-large-squad fp16 ~9400 on an H200, a
+# forward of several seconds), the training trial's 3 steps and 3 warm-up steps made each trial 16-18 s.
+INFER_TRIAL_STEPS = 2
+INFER_WARMUP = 1
+
+
+def steps_at_fit(mode: str, trial_steps: int = TRIAL_STEPS) -> int:
+    """Every step a scan runs in the fresh process that proves a batch fits: its trial of `trial_steps` (at most
+    INFER_TRIAL_STEPS in inference), the warm-up and the timed steps. Raises ValueError for an unknown mode."""
+    if mode == "train":
+        return trial_steps + WARMUP_STEPS + TIMED_STEPS
+    if mode == "infer":
+        return min(trial_steps, INFER_TRIAL_STEPS) + INFER_WARMUP + TIMED_STEPS
+    raise ValueError(f"unknown mode '{mode}'")
