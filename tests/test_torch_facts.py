@@ -24,7 +24,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from memprobe.predict import allocator, autocast_policy, fakecuda  # noqa: E402
+from memprobe.predict import allocator, autocast_policy, sdpa_choice  # noqa: E402
 
 # Emulation entries that some torch release in the claimed range (2.11-2.13) lacks, read from the headers of the
 # 2.11.0 and 2.13.0 wheels. Any other difference between the emulation's lists and the header fails.
@@ -214,9 +214,9 @@ def test_flash_attention_head_dim_limit_matches_the_header(include):
     m = re.search(r"#define HEADDIM_SWITCH\(HEADDIM, \.\.\.\)((?:.*\\\n)*.*\n)", text)
     assert m, "static_switch.h has no HEADDIM_SWITCH"
     largest = max(int(d) for d in re.findall(r"HEADDIM <= (\d+)", m.group(1)))
-    assert largest == fakecuda.FLASH_MAX_HEAD_DIM, (
+    assert largest == sdpa_choice.FLASH_MAX_HEAD_DIM, (
         f"flash attention of {_source(include)} has kernels up to head dim {largest}; the emulation "
-        f"(fakecuda.FLASH_MAX_HEAD_DIM) says {fakecuda.FLASH_MAX_HEAD_DIM}"
+        f"(sdpa_choice.FLASH_MAX_HEAD_DIM) says {sdpa_choice.FLASH_MAX_HEAD_DIM}"
     )
     switch = re.search(r"#define FP16_SWITCH\(COND, \.\.\.\)((?:.*\\\n)*.*\n)", text)
     assert switch and {"cutlass::half_t", "cutlass::bfloat16_t"} == set(re.findall(r"cutlass::\w+", switch.group(1))), (
@@ -237,10 +237,11 @@ def test_efficient_attention_computes_delta_only_for_half(include):
 
 
 def test_sdpa_priority_order():
-    """fakecuda.sdpa_backend tries flash, then efficient, then math; cuDNN attention comes after them."""
+    """sdpa_choice.choose_backend tries flash, then efficient, then math, the default order, except where CUDA
+    moves cuDNN to the front at its first call (check_prefer_cudnn_attention: sm90/sm10x with cuDNN > 9.15)."""
     order = [torch._C._SDPBackend(i).name for i in torch._C._get_sdp_priority_order()]
     known = [n for n in order if n in ("FLASH_ATTENTION", "EFFICIENT_ATTENTION", "MATH", "CUDNN_ATTENTION")]
     assert known == ["FLASH_ATTENTION", "EFFICIENT_ATTENTION", "MATH", "CUDNN_ATTENTION"], (
-        f"torch {torch.__version__} picks attention backends in the order {order}; the emulation assumes "
-        "flash, efficient, math, then cuDNN"
+        f"torch {torch.__version__} picks attention backends in the order {order} by default; the emulation "
+        "assumes flash, efficient, math (cuDNN last, or first where CUDA prefers it)"
     )

@@ -43,6 +43,7 @@ from typing import Any
 import torch
 
 from memprobe.predict.autocast_policy import FP32_APPEND_DTYPE, eligible, op_overload, policies
+from memprobe.predict.sdpa_choice import choose_backend
 from memprobe.predict.torch_internals import internal
 
 # Private internals, resolved through torch_internals so a missing one is a clear error, not a wrong number.
@@ -61,6 +62,19 @@ class Target:
 
     name: str = "NVIDIA H100 (sm90)"
     compute_capability: tuple[int, int] = (9, 0)
+    # The cuDNN the emulated torch runs (versionRuntimeCuDNN): 9.19, what torch 2.11's CUDA 13 wheels ship and the
+    # H100 and H200 scans ran (their environment.cudnn).
+    cudnn_version: int = 91900
+
+    @property
+    def prefers_cudnn_attention(self) -> bool:
+        """Whether SDPA tries cuDNN attention first (sdp_utils.cpp check_prefer_cudnn_attention: cuDNN newer than
+        9.15 on sm90 or sm10x, unless TORCH_CUDNN_SDPA_DEPRIORITIZED is set)."""
+        import os
+
+        if os.environ.get("TORCH_CUDNN_SDPA_DEPRIORITIZED", "").lower() in ("1", "true", "on", "yes"):
+            return False
+        return self.cudnn_version > 91500 and self.compute_capability[0] in (9, 10)
 
     @property
     def cublas_workspace_bytes(self) -> int:
@@ -73,9 +87,6 @@ class Target:
 
 
 H100 = Target()
-
-# --- scaled_dot_product_attention on sm80+ (sdp_utils.cpp; checked where the wheel shows them) ---------------------
-FLASH_MAX_HEAD_DIM = 256  # flash_attn/static_switch.h HEADDIM_SWITCH: the largest head dim with a kernel
 
 # Ops that run a cuBLAS GEMM on CUDA (the first one allocates the cuBLAS workspace).
 CUBLAS_OPS = frozenset(
@@ -279,47 +290,28 @@ class CudaBehaviour:
         return CudaBehaviour._half_to_float(aten._log_softmax.default, input, dim, dtype)
 
     def sdpa_backend(self, query, key, value, attn_mask, dropout_p, is_causal, enable_gqa) -> str:
-        """The backend select_sdp_backend (sdp_utils.cpp) picks on the target: flash, efficient or math.
+        """The backend select_sdp_backend (cuda/sdp_utils.cpp) picks on the target: cudnn, flash, efficient or math.
 
-        Priority flash > efficient > math (cuDNN attention comes last in the default order). Honours
-        torch.backends.cuda.enable_{flash,mem_efficient,math}_sdp.
+        Priority cudnn > flash > efficient > math on sm90/sm100 with cuDNN newer than 9.15
+        (check_prefer_cudnn_attention: what torch 2.11's CUDA 13 wheels, with cuDNN 9.19, do on an H100 or H200;
+        seen there by benchmarks/trace_diff.py, e.g. gpt2 and roberta bf16 training with dropout 0.1 ran cuDNN,
+        T5's self-attention with its relative-position bias (a mask that needs a gradient and whose last dim is
+        strided) the math path), flash > efficient > math on other targets. Honours
+        torch.backends.cuda.enable_{cudnn,flash,mem_efficient,math}_sdp.
         """
-        backends = torch.backends.cuda
-        sm80 = self.target.compute_capability >= (8, 0)
-        dims_ok = query.dim() == 4 and key.dim() == 4 and value.dim() == 4
-        head = query.size(-1)
-        same_head = head == key.size(-1) == value.size(-1)
-        half = query.dtype in (torch.float16, torch.bfloat16)
-        if (
-            backends.flash_sdp_enabled()
-            and sm80
-            and dims_ok
-            and half
-            and attn_mask is None
-            and same_head
-            and head <= FLASH_MAX_HEAD_DIM
-            and query.dtype == key.dtype == value.dtype
-        ):
-            return "flash"
-        # mem-efficient: fp32, fp16 (sm50+), bf16 (sm80+); last dims aligned for the GEMMs
-        # (minimum_gemm_alignment: 4 elements for fp32, 8 for half on tensor-core GPUs).
-        align = 8 if half else 4
-        eff_dtype = query.dtype in (torch.float32, torch.float16) or (query.dtype == torch.bfloat16 and sm80)
-        gqa_ok = not enable_gqa or query.size(-3) == key.size(-3)
-        if (
-            backends.mem_efficient_sdp_enabled()
-            and dims_ok
-            and eff_dtype
-            and gqa_ok
-            and head % align == 0
-            and value.size(-1) % align == 0
-        ):
-            return "efficient"
-        return "math"
+        return choose_backend(self.target, query, key, value, attn_mask, dropout_p, is_causal, enable_gqa)
 
     def _sdpa(self, query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, *, scale=None, enable_gqa=False):
         backend = self.sdpa_backend(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa)
         self.sdpa_choices[(backend, str(query.dtype).removeprefix("torch."))] += 1
+        if backend == "cudnn":
+            bias = attn_mask
+            if bias is not None and bias.dtype == torch.bool:  # convert_boolean_attn_mask_cudnn
+                bias = torch.where(bias, 0.0, torch.scalar_tensor(float("-inf"), dtype=query.dtype, device=bias.device))
+            compute_lse = torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value))
+            return aten._scaled_dot_product_cudnn_attention.default(
+                query, key, value, bias, compute_lse, dropout_p, is_causal, False, scale=scale
+            )[0]
         if backend == "flash":
             # attention.cpp: pad the head dim to a multiple of 8, scale from the original head dim.
             head = query.size(-1)

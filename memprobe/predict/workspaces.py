@@ -15,6 +15,7 @@ import torch
 aten = torch.ops.aten
 _FLASH_BACKWARD = "aten._scaled_dot_product_flash_attention_backward.default"
 _EFFICIENT_BACKWARD = "aten._scaled_dot_product_efficient_attention_backward.default"
+_CUDNN_BACKWARD = "aten._scaled_dot_product_cudnn_attention_backward.default"
 
 
 def _round_up(n: int, to: int) -> int:
@@ -46,6 +47,12 @@ class Workspace:
             for d in self.dims:
                 size *= d
             return size
+        if self.op == _CUDNN_BACKWARD:
+            b, h, m, k, kv_heads, n, kv = self.dims
+            size = 4 * b * h * m * k + 4 * b * h * m + 256
+            if kv_heads != h:  # grouped-query attention: key and value gradients per query head, then summed
+                size += 2 * 2 * b * h * n * kv
+            return size
         raise ValueError(f"no workspace formula for {self.op}")
 
     def same_kind(self, other: Any) -> bool:
@@ -64,7 +71,12 @@ def kernel_workspaces(func, args: tuple, out: Any) -> list[Workspace]:
     - flash attention backward (flash_api.cpp mha_bwd): softmax_d (B, H, round128(M)) fp32 and
       dq_accum (B, round128(M), H, round32(K)) fp32;
     - memory-efficient attention backward (attention_backward.cu): for fp32, where the kernel does not
-      compute delta itself, (grad_out.float() * out.float()) (B, M, H, K) and its sum (B, H, M) fp32.
+      compute delta itself, (grad_out.float() * out.float()) (B, M, H, K) and its sum (B, H, M) fp32;
+    - cuDNN attention backward (cudnn/MHA.cpp asks the caching allocator for the plan's workspace each call):
+      measured with torch 2.11 and cuDNN 9.19 on an H200 (benchmarks/trace_diff.py, bart-large, roberta-large,
+      gpt2-medium and a Mixtral-style model): a query-gradient accumulator (B, H, M, K) fp32, the softmax
+      statistics (B, H, M) fp32 and 256 bytes; with grouped-query attention also key and value gradients per
+      query head (B, H, N, Kv) in the input's 2-byte type, two of them.
     """
     if func is aten._scaled_dot_product_flash_attention_backward.default:
         dims = tuple(args[1].shape)
@@ -74,4 +86,8 @@ def kernel_workspaces(func, args: tuple, out: Any) -> list[Workspace]:
         if q.dtype == torch.float32:  # kKernelComputesDelta is false for fp32 kernels
             b, h, m, _ = q.shape
             return [Workspace(_EFFICIENT_BACKWARD, 0, tuple(out_t.shape)), Workspace(_EFFICIENT_BACKWARD, 1, (b, h, m))]
+    if func is aten._scaled_dot_product_cudnn_attention_backward.default:
+        q, k, v = args[1], args[2], args[3]
+        b, h, m, d = q.shape
+        return [Workspace(_CUDNN_BACKWARD, 0, (b, h, m, d, k.size(1), k.size(2), v.size(3)))]
     return []
