@@ -1,8 +1,13 @@
 """FakeCudaMode: the dispatch mode above fake tensors that answers data-dependent reads as synthetic inputs would.
 
-Fake tensors cannot answer data-dependent questions; FakeCudaMode answers them the way synthetic,
-well-formed inputs would (`.all()` True, `.any()` False, other scalar reads 0, data-dependent shapes at
-their worst case), counts what it answered so the prediction can say so, and lets a subclass (the
+Fake tensors cannot answer data-dependent questions. Small tensors (SHADOW_NUMEL elements at most) made from
+values alone (torch.rand([]), torch.arange(4), a constant, and what ops compute from those) get a real twin,
+a shadow, computed on the CPU beside them, so a read of one answers with the value the step would really see:
+LayerDrop's `if torch.rand([]) < self.layerdrop` in BART and its relatives is False at layerdrop 0 (answered
+True, every layer was skipped and the prediction was 2.8 times too large). Random shadows draw from a generator
+seeded per session, so a prediction is the same every time. Other reads are answered the way synthetic,
+well-formed inputs would (`.all()` True, `.any()` False, other scalar reads 0, data-dependent shapes at their
+worst case); FakeCudaMode counts what it answered so the prediction can say so, and lets a subclass (the
 recorder) watch every op.
 """
 
@@ -11,8 +16,10 @@ from __future__ import annotations
 import inspect
 import weakref
 from collections import Counter
+from typing import Any
 
 import torch
+from torch.utils._pytree import tree_flatten, tree_map
 
 from memprobe.predict.fakecuda import EmulationError
 from memprobe.predict.torch_internals import internal
@@ -24,6 +31,28 @@ DynamicOutputShapeException = internal("torch._subclasses.fake_tensor.DynamicOut
 # --- fake tensors ------------------------------------------------------------------------------
 
 _PRIM_DEVICE = torch.ops.prim.device.default
+SHADOW_NUMEL = 64  # tensors this small made from values alone are computed for real beside their fakes
+# Ops that make a tensor from their arguments alone (no tensor input): a small one gets a shadow.
+_FACTORIES = frozenset(
+    {
+        aten.rand.default,
+        aten.randn.default,
+        aten.randint.default,
+        aten.randint.low,
+        aten.zeros.default,
+        aten.ones.default,
+        aten.full.default,
+        aten.arange.default,
+        aten.arange.start,
+        aten.arange.start_step,
+        aten.scalar_tensor.default,
+        aten.linspace.default,
+    }
+)
+_RANDOM = frozenset({aten.rand.default, aten.randn.default, aten.randint.default, aten.randint.low})
+_NO_AUTOCAST = torch._C.DispatchKeySet(torch._C.DispatchKey.AutocastCPU) | torch._C.DispatchKeySet(
+    torch._C.DispatchKey.AutocastCUDA
+)
 _BOOL_INDEX_OPS = frozenset(
     {
         aten.index.Tensor,
@@ -48,6 +77,8 @@ class FakeCudaMode(TorchDispatchMode):
         super().__init__()
         self.answers: Counter = Counter()
         self._made_by: dict[int, tuple[weakref.ref, str]] = {}
+        self._shadows: dict[int, tuple[weakref.ref, torch.Tensor]] = {}
+        self._draws = 0  # random shadows drawn so far: each is seeded by its number
 
     def observe(self, func, args, kwargs, out) -> None:
         """Called after every op with its result."""
@@ -58,7 +89,54 @@ class FakeCudaMode(TorchDispatchMode):
     def after_swap(self, t1: torch.Tensor, t2: torch.Tensor) -> None:
         """torch.utils.swap_tensors(t1, t2) has run."""
 
+    def _shadow_of(self, t: Any) -> torch.Tensor | None:
+        """The real twin of a fake tensor (a shadow, or the constant FakeTensorMode keeps), or a real tensor itself."""
+        got = self._shadows.get(id(t))
+        if got is not None and got[0]() is t:
+            return got[1]
+        constant = getattr(t, "constant", None)
+        if isinstance(constant, torch.Tensor):
+            return constant
+        if type(t) is torch.Tensor or type(t) is torch.nn.Parameter:  # a real tensor: its own value
+            return t if t.device.type == "cpu" and not t.is_meta else None
+        return None
+
+    def _shade(self, func, args, kwargs, out) -> None:
+        """Give a small `out` of `func` a shadow, where every tensor it was made from has one; drop a stale one."""
+        flat, _ = tree_flatten((args, kwargs))
+        tensors = [a for a in flat if isinstance(a, torch.Tensor)]
+        if not tensors and func not in _FACTORIES:
+            return
+        real = [self._shadow_of(t) for t in tensors]
+        if any(r is None for r in real):
+            self._shadows.pop(id(out), None)  # an in-place op on a shadowed tensor with an unknown input
+            return
+        swap = {id(t): r for t, r in zip(tensors, real)}
+        real_args, real_kwargs = tree_map(
+            lambda a: swap.get(id(a), a) if isinstance(a, torch.Tensor) else a, (args, kwargs)
+        )
+        try:
+            with torch._C._DisableTorchDispatch(), torch._C._ExcludeDispatchKeyGuard(_NO_AUTOCAST), torch.no_grad():
+                if func in _RANDOM:
+                    self._draws += 1
+                    with torch.random.fork_rng(devices=[]):
+                        torch.manual_seed(self._draws)
+                        value = func(*real_args, **real_kwargs)
+                else:
+                    value = func(*real_args, **real_kwargs)
+        except Exception:  # noqa: BLE001 - no shadow: reads of it are answered as before
+            self._shadows.pop(id(out), None)
+            return
+        if isinstance(value, torch.Tensor) and value.shape == out.shape:
+            self._shadows[id(out)] = (weakref.ref(out), value)
+
     def _scalar(self, t: torch.Tensor):
+        real = self._shadow_of(t)
+        if real is not None and real.numel() == 1:
+            with torch._C._DisableTorchDispatch():  # a real tensor: the fake mode below must not see it
+                value = real.item()
+            self.answers[("computed", "exactly")] += 1
+            return value
         made = self._made_by.get(id(t))
         producer = made[1] if made is not None and made[0]() is t else None
         if t.dtype == torch.bool:
@@ -112,6 +190,8 @@ class FakeCudaMode(TorchDispatchMode):
                     f"{func} has an output shape that depends on tensor values; "
                     "the step cannot be predicted on fake tensors"
                 ) from exc
+        if isinstance(out, torch.Tensor) and not out.is_meta and out.numel() <= SHADOW_NUMEL:
+            self._shade(func, args, kwargs, out)
         if func in (aten.all.default, aten.all.dim, aten.any.default, aten.any.dim) and isinstance(out, torch.Tensor):
             self._made_by[id(out)] = (weakref.ref(out), "all" if func in (aten.all.default, aten.all.dim) else "any")
         self.observe(func, args, kwargs, out)
