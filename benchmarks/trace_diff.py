@@ -73,7 +73,6 @@ def record(args: argparse.Namespace) -> int:
 
     from memprobe.core.registry import family_builder
     from memprobe.training.step import Memory, run_trial
-    from memprobe.workloads.base import Amp
 
     workload = _workload(args)
     device = torch.device(args.device)
@@ -110,7 +109,13 @@ def record(args: argparse.Namespace) -> int:
             }
         )
         return original(
-            query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale,
+            query,
+            key,
+            value,
+            attn_mask=attn_mask,
+            dropout_p=dropout_p,
+            is_causal=is_causal,
+            scale=scale,
             enable_gqa=enable_gqa,
         )
 
@@ -157,7 +162,9 @@ def record(args: argparse.Namespace) -> int:
     }
     folder = Path(args.out)
     folder.mkdir(parents=True, exist_ok=True)
-    name = args.name or f"{workload.name.replace('/', '_').replace(':', '_')}_{args.precision}_{args.mode}_b{args.batch}"
+    name = (
+        args.name or f"{workload.name.replace('/', '_').replace(':', '_')}_{args.precision}_{args.mode}_b{args.batch}"
+    )
     path = folder / f"{name}.json.gz"
     with gzip.open(path, "wt") as handle:
         json.dump(out, handle)

@@ -290,7 +290,7 @@ def predict_one(job_name: str, result_path: Path, card: str) -> dict[str, Any]:
     workload = resolve(entry.model, CustomOptions(size, None, entry.task, entry.seq_len))
     asked = read_sizes(None, card)
     sizes = memory_sizes(asked.labels, asked.cards)
-    out: dict[str, Any] = {"job": job_name, "card": card, "result_file": str(result_path.relative_to(ROOT))}
+    out: dict[str, Any] = {"job": job_name, "card": card, "result_file": str(result_path.resolve().relative_to(ROOT))}
     world = None
     precisions = [precision]
     if kind == "gpus2":
