@@ -44,7 +44,8 @@ def tip(ax: Any, x: float, y: float, text: str) -> None:
     tips = _TIPS.get()
     if tips is None:
         return
-    # An invisible square over the point; one color for all, so the SVG defines its marker once.
+    # An invisible square over the point, drawn last (on top) so the pointer finds it; one color for all, so the
+    # SVG defines its marker once.
     ax.plot(
         [x],
         [y],
@@ -56,6 +57,7 @@ def tip(ax: Any, x: float, y: float, text: str) -> None:
         gid=f"{TIP_ID}{len(tips)}",
         scalex=False,
         scaley=False,
+        zorder=100,
     )
     tips.append(text)
 
