@@ -44,9 +44,9 @@ def tip(ax: Any, x: float, y: float, text: str) -> None:
     tips = _TIPS.get()
     if tips is None:
         return
-    # An invisible square over the point, drawn last (on top) so the pointer finds it; one color for all, so the
-    # SVG defines its marker once.
-    ax.plot(
+    # An invisible square over the point, drawn last (on top) so the pointer finds it, and left out of the layout;
+    # one color for all, so the SVG defines its marker once.
+    (marker,) = ax.plot(
         [x],
         [y],
         marker="s",
@@ -58,7 +58,9 @@ def tip(ax: Any, x: float, y: float, text: str) -> None:
         scalex=False,
         scaley=False,
         zorder=100,
+        clip_on=False,
     )
+    marker.set_in_layout(False)
     tips.append(text)
 
 

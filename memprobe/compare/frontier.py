@@ -108,7 +108,7 @@ def frontier_figure(entries: dict[tuple[str, str, str], dict[str, Frontier]]):
     if not entries:
         raise ValueError("a frontier chart needs at least one frontier")
     rows, columns = grid_shape(len(entries))
-    fig = Figure(figsize=figure_size(rows, columns), layout="tight")
+    fig = Figure(figsize=figure_size(rows, columns), layout="constrained")
     axes = fig.subplots(rows, columns, squeeze=False)
     for ax, ((workload, card, precision), by_source) in zip(axes.flat, entries.items()):
         for source, style in (("measured", "-o"), ("predicted", "--x")):
@@ -121,7 +121,7 @@ def frontier_figure(entries: dict[tuple[str, str, str], dict[str, Frontier]]):
             )
             if pairs:
                 ax.plot([p[0] for p in pairs], [p[1] for p in pairs], style, label=source)
-            for seq, batch in pairs:
+            for seq, batch in (pair for pair in pairs if min(pair) > 0):  # log axes: a 0 is not drawn
                 tip(ax, seq, batch, f"{workload} {precision} on {card}, {source}: batch {batch} at length {seq}")
         ax.set_xscale("log", base=2)
         ax.set_yscale("log", base=2)

@@ -126,8 +126,9 @@ def max_batch_figure(panels: Sequence[BatchPanel], footer: str):
                     ax,
                     p.memory_gib,
                     p.batch,
-                    f"{panel.workload} {precision} on {p.card} ({p.memory_gib:g} GiB): max batch "
-                    f"{'>=' if p.lower_bound else ''}{p.batch:g} {panel.unit} - {p.origin}",
+                    f"{panel.workload} {precision} on {p.card} ({p.memory_gib:g} GiB): "
+                    + (f"max batch {'>=' if p.lower_bound else ''}{p.batch:g} {panel.unit}" if p.batch else "OOM")
+                    + f" - {p.origin}",
                 )
             line = sorted((p.memory_gib, p.batch) for p in mine if p.origin == PREDICTED)
             if line:  # precisions with equal batches overlap: their line styles tell them apart

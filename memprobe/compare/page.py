@@ -269,7 +269,7 @@ def _guide(single: list[tuple[Path, ScanResult]], options: PageOptions, sources:
     from memprobe.core.catalog import default_catalog
 
     title, notes, tables = guide_tables(single, options.budget, only=options.only)
-    body = notes_html([title] + notes)
+    body = f"<p>{esc(title)}. {esc(notes[0])}</p>"  # the legend; the other notes below the tables
     by_key = {t.key: t for t in tables}
     for key in ("verdicts", "predicted", "value"):
         if key in by_key:
@@ -283,6 +283,9 @@ def _guide(single: list[tuple[Path, ScanResult]], options: PageOptions, sources:
         pass  # nothing measured or published to price
     if "catalog" in by_key:
         body += table_html(by_key["catalog"], sources)
+    if notes[1:]:
+        body += f'<details class="about"><summary>Notes on the guide ({len(notes) - 1})</summary>'
+        body += notes_html(notes[1:]) + "</details>"
     return Section("guide", "Guide: which card, at what batch, for what price", body)
 
 
@@ -308,7 +311,7 @@ def _document(sections: list[Section], notes: list[str], files: int, options: Pa
     from memprobe import __version__
 
     body = "".join(f'<section id="{s.key}"><h2>{esc(s.title)}</h2>{s.body}</section>' for s in sections if s.body)
-    refs = _choices(body, "ref")
+    refs = _choices(body, "ref")  # values read back from the page: already escaped, written as they are
     chosen = re.search(r'<div class="ref-view" data-ref="([^"]*)">', body)
     selected = chosen.group(1) if chosen else ""
     options_html = "".join(f'<option value="{r}"{" selected" if r == selected else ""}>{r}</option>' for r in refs)

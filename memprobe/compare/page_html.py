@@ -102,8 +102,9 @@ def column_meta(name: str) -> tuple[str, str]:
 ROW_KEYS = {"workload": "workload", "model": "workload", "precision": "precision"}
 
 
-def _cell_html(cell: Any, tag: str, sources: Sources, color: tuple[str, str] | None, hidden_meta: str) -> str:
-    attrs = hidden_meta
+def _cell_html(cell: Any, sources: Sources, color: tuple[str, str] | None) -> str:
+    """One <td>: its text, and for a Cell its number (data-value, for sorting), origin (class) and file (link)."""
+    attrs = ""
     text = esc(cell).replace("\n", "<br>")
     if isinstance(cell, Cell):
         if cell.value is not None:
@@ -113,7 +114,7 @@ def _cell_html(cell: Any, tag: str, sources: Sources, color: tuple[str, str] | N
             text = sources.link(cell.source, text)
     if color is not None:
         attrs += f' style="background:{color[0]};color:{color[1]}"'
-    return f"<{tag}{attrs}>{text}</{tag}>"
+    return f"<td{attrs}>{text}</td>"
 
 
 def table_html(
@@ -138,11 +139,9 @@ def table_html(
         head.append('<th><button type="button" class="sort">result file</button></th>')
     body = []
     for r, row in enumerate(table.rows):
+        # a row's precision and workload come from its own columns ("precision", "workload" or "model")
         meta = {key: str(row[i]) for i, key in row_keys.items() if i < len(row)}
-        cells = [
-            _cell_html(cell, "td", sources, (colors or {}).get((r, c)), "")
-            for c, cell in enumerate(row)  # a row's precision and workload come from its own columns
-        ]
+        cells = [_cell_html(cell, sources, (colors or {}).get((r, c))) for c, cell in enumerate(row)]
         if table.sources:
             source = table.sources[r] if r < len(table.sources) else ""
             cells.append(f"<td>{sources.link(source, '[' + str(sources.number.get(source, '-')) + ']')}</td>")
@@ -213,6 +212,7 @@ def svg_html(fig: Any, tips: Sequence[str], name: str, caption: str) -> str:
     svg = out.getvalue()
     svg = svg[svg.index("<svg") :]
     svg = re.sub(r"<metadata>.*?</metadata>\s*", "", svg, flags=re.S)
+    svg = re.sub(r"\n[ \t]+", "\n", svg)  # matplotlib's indentation: a sixth of a chart, and never read
 
     def named(match: re.Match[str]) -> str:
         ident = match.group(1)
