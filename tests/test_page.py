@@ -207,6 +207,31 @@ def test_guide_and_report_write_the_same_page(run, tmp_path, command):
     assert "Verdicts" in html and "GPU catalog" in html
 
 
+def test_multi_gpu_files_get_the_scaling_section(run, tmp_path):
+    scan = REPORTS / "h100" / "nvidia-h100-80gb-hbm3_resnet50_train_20261124-003756.json"
+    data = json.loads(scan.read_text())
+    data["environment"]["distributed"] = {"world_size": 2, "strategy": "ddp"}
+    data["settings"]["world_size"] = 2
+    for p in data["precisions"].values():
+        p["settings"]["scaling"] = {"per_gpu_batch": 256, "units_per_s_1": 2000.0, "units_per_s_n": 3800.0,
+                                    "unit": "images", "speedup": 1.9, "efficiency": 0.95}  # fmt: skip
+    multi = tmp_path / "2x-h100_resnet50-ddp_train.json"
+    multi.write_text(json.dumps(data))
+    out = tmp_path / "page.html"
+    result = run("report", scan, multi, "--html", out)
+    assert result.exit_code == 0, result.output
+    tables = Tables()
+    tables.feed(out.read_text())
+    (scaling,) = tables.keyed("scaling")
+    rows = body_texts(scaling)
+    assert [row[:5] for row in rows] == [
+        ["NVIDIA H100 80GB HBM3", "resnet50", p, "ddp", "2"] for p in data["precisions"]
+    ]
+    assert {row[12] for row in rows} == {"95.0%"} and {row[-1] for row in rows} == {"[2]"}  # the multi-GPU file
+    (max_batch,) = tables.keyed("max_batch")
+    assert len(body_texts(max_batch)) == 1  # the single-GPU tables keep the one-GPU file alone
+
+
 def error_lines(output: str) -> list[str]:
     return [line for line in output.splitlines() if line.startswith("Error:")]
 
@@ -307,6 +332,14 @@ def test_the_page_works_in_a_headless_browser(page, browser, tmp_path):
     assert browser.screenshot(shot).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     errors = [e for e in browser.console() if e.get("level") == "SEVERE"]
     assert errors == []
+    # Printed: the controls are left out and the linked figures carry their file's number (print styles).
+    browser.call("POST", "/goog/cdp/execute", {"cmd": "Emulation.setEmulatedMedia", "params": {"media": "print"}})
+    printed = browser.run(
+        """return [getComputedStyle(document.getElementById('controls')).display,
+                   getComputedStyle(document.querySelector('table.data a.src'), '::after').content];"""
+    )
+    browser.call("POST", "/goog/cdp/execute", {"cmd": "Emulation.setEmulatedMedia", "params": {"media": ""}})
+    assert printed[0] == "none" and re.fullmatch(r'" \[\d+\]"', printed[1])
 
 
 @needs_browser
