@@ -67,6 +67,13 @@ from memprobe.cli.helpers import card_names
     help="Show the memory at the peak of B by category (scan --breakdown), with what buys more batch.",
 )
 @click.option(
+    "--html",
+    "html_file",
+    type=checks.Path(dir_okay=False),
+    help="Write one self-contained HTML page instead of printing: every table and chart of report, guide and "
+    "--scans/--breakdown/--frontier/--llm for these files, each measured figure linked to its result file.",
+)
+@click.option(
     "--predicted",
     "predicted_file",
     type=checks.Path(exists=True, dir_okay=False),
@@ -85,6 +92,7 @@ def report_cmd(
     llm: bool,
     frontier: bool,
     breakdown: bool = False,
+    html_file: str | None = None,
     predicted_file: str | None = None,
 ) -> None:
     """Compare result files from any number of machines.
@@ -98,9 +106,26 @@ def report_cmd(
     from memprobe.compare.scaling import scaling_table, split_by_world_size
     from memprobe.compare.scan_table import scan_table
 
-    checks.report_checks(click.get_current_context(), scans, llm, breakdown, bool(charts_dir))
+    checks.report_checks(click.get_current_context(), scans, llm, breakdown, bool(charts_dir or html_file))
     if reference is not None and not reference.strip():
         raise click.BadParameter('give a GPU name (e.g. "H100 SXM")', param_hint="--reference")
+    if html_file:
+        if scans or llm or breakdown or frontier:
+            raise click.UsageError(
+                "--html writes every section: give it without --scans, --llm, --breakdown, --frontier"
+            )
+        checks.refuse(checks.given(click.get_current_context(), "fmt"), "with --html (the page is HTML)")
+        html_page(
+            html_file,
+            paths,
+            reference=reference,
+            precisions=_precision_list(precision),
+            at_batch=at_batch,
+            with_published=with_published,
+            predicted=_predicted(predicted_file),
+        )
+        if not charts_dir:
+            return
     if charts_dir:  # before the report prints: a folder that cannot be written is one line, not a late traceback
         _charts_folder(charts_dir)
     if frontier:
@@ -168,6 +193,24 @@ def report_cmd(
         _wrote(lambda: write_charts(comparison, relative, loaded, charts_dir, predicted=predicted))
 
 
+def html_page(path: str, paths: tuple[str, ...], **options) -> None:
+    """Write the HTML page of `paths` (compare/page.py) atomically; any problem is one Error line, with no page
+    written: the path is checked before the files are read."""
+    from memprobe.compare.comparison import ReportError
+    from memprobe.compare.page import PageOptions, build_page, check_page_path, write_page
+    from memprobe.core.outputs import OutputError
+
+    try:
+        check_page_path(path)
+        loaded = _load_results(paths) if paths else []
+        if paths and not loaded:
+            raise click.ClickException(f"no memprobe result files in {', '.join(paths)}")
+        write_page(path, build_page(loaded, PageOptions(**options)))
+    except (OutputError, ReportError) as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(f"wrote {path}", err=True)
+
+
 def _wrote(write) -> None:
     """Run a chart writer and say each file it wrote; a file that cannot be written is one line."""
     from memprobe.core.outputs import OutputError
@@ -217,7 +260,15 @@ def _charts_folder(path: str) -> None:
     show_default=True,
     help="github (markdown), plain, csv or json.",
 )
-def guide_cmd(paths: tuple[str, ...], budget: float | None, gpus: str | None, fmt: str) -> None:
+@click.option(
+    "--html",
+    "html_file",
+    type=checks.Path(dir_okay=False),
+    help="Write the report page (memprobe report --html) with this guide instead of printing.",
+)
+def guide_cmd(
+    paths: tuple[str, ...], budget: float | None, gpus: str | None, fmt: str, html_file: str | None = None
+) -> None:
     """GPU purchase guidance from result files: the max batch predicted on every catalog card.
 
     Uses each scan's fitted memory model (static + per-sample bytes) and the memory overhead measured on
@@ -232,6 +283,10 @@ def guide_cmd(paths: tuple[str, ...], budget: float | None, gpus: str | None, fm
         raise click.BadParameter(f"expected a price in USD, got {budget}", param_hint="--budget")
     from memprobe.compare.scaling import split_by_world_size
 
+    if html_file:
+        checks.refuse(checks.given(click.get_current_context(), "fmt"), "with --html (the page is HTML)")
+        html_page(html_file, paths, budget=budget, only=card_names(gpus))
+        return
     loaded, _multi_gpu = split_by_world_size(_load_results(paths))  # the guide is about one card
     if paths and not loaded:
         raise click.ClickException(f"no memprobe result files in {', '.join(paths)}")

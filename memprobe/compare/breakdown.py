@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from memprobe.compare.comparison import PREDICTED
+from memprobe.compare.tables import Cell, Table
 from memprobe.core.breakdown import CATEGORIES, LABELS, Breakdown, check_sum, what_buys_more_batch
 
 GIB = 1024**3
@@ -18,38 +20,55 @@ def _gib(value: int | None) -> str:
     return "-" if value is None else f"{value / GIB:.3f}"
 
 
-def breakdown_table(record: Breakdown, title: str, precision: str = "", family: str = "") -> str:
-    """A record as text: each category (GiB and share of the peak reserved), the sum check, the memory outside
-    PyTorch, the top modules by activation memory, and what buys more batch (estimates)."""
-    lines = [
-        f"{title}: memory at the peak of a step at batch {record.batch} ({record.basis}; {record.instrument}, "
-        f"{record.seconds if record.seconds is not None else '-'} s)",
-        "| category | GiB | share of peak reserved |",
-        "|---|---|---|",
-    ]
+def breakdown_record_table(record: Breakdown, title: str, precision: str = "", family: str = "") -> Table:
+    """A record as a Table: each category (GiB and share of the peak reserved) and their sum; its notes are the
+    sum check, the memory outside PyTorch, the top modules by activation memory, and what buys more batch."""
+    rows: list[list[Any]] = []
     for name in CATEGORIES:
         value = record.categories.get(name, 0)
         share = value / record.peak_reserved if record.peak_reserved else 0.0
-        lines.append(f"| {LABELS[name]} | {_gib(value)} | {share:.1%} |")
-    lines.append(f"| peak reserved (sum of the above) | {_gib(record.peak_reserved)} | {1:.0%} |")
-    problem = check_sum(record)
-    lines.append(problem or f"sum rule: the categories add up to the peak reserved (off by {record.sum_error:.2%})")
-    lines.append(
+        rows.append([LABELS[name], Cell(_gib(value), value / GIB), Cell(f"{share:.1%}", share)])
+    rows.append(
+        ["peak reserved (sum of the above)", Cell(_gib(record.peak_reserved), record.peak_reserved / GIB), "100%"]
+    )
+    notes = [
+        check_sum(record) or f"sum rule: the categories add up to the peak reserved (off by {record.sum_error:.2%})"
+    ]
+    notes.append(
         f"outside PyTorch (CUDA context, driver): {_gib(record.outside_pytorch)} GiB"
         + ("" if record.outside_pytorch is not None else " (not measured on this device)")
     )
-    per_sample = record.per_sample_bytes
-    lines.append(f"per extra sample: {_gib(per_sample)} GiB")
+    notes.append(f"per extra sample: {_gib(record.per_sample_bytes)} GiB")
     if record.top_modules:
-        lines.append(
+        notes.append(
             "top modules by activation memory: "
             + ", ".join(f"{m['module']} {m['bytes'] / GIB:.3f} GiB" for m in record.top_modules)
         )
     levers = what_buys_more_batch(record, precision, family)
     if levers:
-        lines.append("what buys more batch (estimates; the bound if a category were freed entirely):")
-        lines.extend(f"  {lever.text()}" for lever in levers)
-    return "\n".join(lines)
+        notes.append("what buys more batch (estimates; the bound if a category were freed entirely):")
+        notes.extend(f"  {lever.text()}" for lever in levers)
+    return Table(
+        "breakdown",
+        f"{title}: memory at the peak of a step at batch {record.batch} ({record.basis}; {record.instrument}, "
+        f"{record.seconds if record.seconds is not None else '-'} s)",
+        ["category", "GiB", "share of peak reserved"],
+        rows,
+        notes,
+    )
+
+
+def breakdown_table(record: Breakdown, title: str, precision: str = "", family: str = "") -> str:
+    """A record as text: each category (GiB and share of the peak reserved), the sum check, the memory outside
+    PyTorch, the top modules by activation memory, and what buys more batch (estimates)."""
+    return _markdown(breakdown_record_table(record, title, precision, family))
+
+
+def _markdown(table: Table) -> str:
+    """A Table as its title line, a markdown table and its notes, one a line."""
+    lines = [table.title, "| " + " | ".join(table.columns) + " |", "|" + "---|" * len(table.columns)]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in table.rows]
+    return "\n".join(lines + table.notes)
 
 
 def within_goal(measured: int, predicted: int) -> bool:
@@ -69,20 +88,31 @@ def comparison_rows(measured: Breakdown, predicted: Breakdown) -> list[dict[str,
     return rows
 
 
-def comparison_table(measured: Breakdown, predicted: Breakdown, title: str) -> str:
-    """Measured against predicted per category, as text (predicted figures labelled)."""
-    lines = [
-        f"{title}: measured (batch {measured.batch}) against predicted (emulated, batch {predicted.batch})",
-        "| category | measured GiB | predicted GiB | predicted - measured | within 3% or 0.5 GiB |",
-        "|---|---|---|---|---|",
-    ]
+def comparison_record_table(measured: Breakdown, predicted: Breakdown, title: str) -> Table:
+    """Measured against predicted per category as a Table (predicted figures labelled)."""
+    rows: list[list[Any]] = []
     for row in comparison_rows(measured, predicted):
         label = LABELS.get(row["category"], "peak reserved")
-        lines.append(
-            f"| {label} | {_gib(row['measured'])} | {_gib(row['predicted'])} | {_gib(row['difference'])} | "
-            f"{'yes' if row['within_goal'] else 'no'} |"
+        rows.append(
+            [
+                label,
+                Cell(_gib(row["measured"]), row["measured"] / GIB),
+                Cell(_gib(row["predicted"]), row["predicted"] / GIB, PREDICTED),
+                Cell(_gib(row["difference"]), row["difference"] / GIB, PREDICTED),
+                "yes" if row["within_goal"] else "no",
+            ]
         )
-    return "\n".join(lines)
+    return Table(
+        "breakdown_vs_predicted",
+        f"{title}: measured (batch {measured.batch}) against predicted (emulated, batch {predicted.batch})",
+        ["category", "measured GiB", "predicted GiB", "predicted - measured", "within 3% or 0.5 GiB"],
+        rows,
+    )
+
+
+def comparison_table(measured: Breakdown, predicted: Breakdown, title: str) -> str:
+    """Measured against predicted per category, as text (predicted figures labelled)."""
+    return _markdown(comparison_record_table(measured, predicted, title))
 
 
 def predicted_rows(predicted: list[dict[str, Any]] | None, workload: str, precision: str) -> list[dict[str, Any]]:
@@ -90,11 +120,11 @@ def predicted_rows(predicted: list[dict[str, Any]] | None, workload: str, precis
     return [row for row in predicted or [] if row.get("workload") == workload and row.get("precision") == precision]
 
 
-def breakdown_report(results: list[Any], predicted: list[dict[str, Any]] | None = None) -> str:
-    """For each result and precision with a measured breakdown: its table, and measured against predicted where
-    `predicted` (records of core.breakdown.read_predicted) has the same workload, precision and batch (records
-    at other batches, e.g. another card's B, get one line saying they were not compared)."""
-    parts = []
+def breakdown_parts(results: list[Any], predicted: list[dict[str, Any]] | None = None) -> list[tuple[Any, Any]]:
+    """(part, result) for each result and precision with a measured breakdown: its Table, and measured against
+    predicted (a Table) where `predicted` (records of core.breakdown.read_predicted) has the same workload,
+    precision and batch; records at other batches (e.g. another card's B) get one line (a str) saying so."""
+    parts: list[tuple[Any, Any]] = []
     for result in results:
         name = str(result.workload.get("name"))
         family = str(result.workload.get("family", ""))
@@ -103,19 +133,29 @@ def breakdown_report(results: list[Any], predicted: list[dict[str, Any]] | None 
             if p.breakdown is None:
                 continue
             title = f"{name} {precision} on {gpu}"
-            parts.append(breakdown_table(p.breakdown, title, precision, family))
+            parts.append((breakdown_record_table(p.breakdown, title, precision, family), result))
             rows = predicted_rows(predicted, name, precision)
             same = [row for row in rows if row["breakdown"].batch == p.breakdown.batch]
             for row in same:
-                parts.append(
-                    comparison_table(
-                        p.breakdown, row["breakdown"], f"{title} vs predicted for {row.get('memory', '?')}"
-                    )
-                )
+                compared = f"{title} vs predicted for {row.get('memory', '?')}"
+                parts.append((comparison_record_table(p.breakdown, row["breakdown"], compared), result))
             if rows and not same:  # predictions for other cards or batches: one line, not a table each
                 batches = ", ".join(str(row["breakdown"].batch) for row in rows)
                 parts.append(
-                    f"predicted at batch {batches}, measured at {p.breakdown.batch}: not compared (predict at the "
-                    "measured batch)"
+                    (
+                        f"predicted at batch {batches}, measured at {p.breakdown.batch}: not compared (predict at "
+                        "the measured batch)",
+                        result,
+                    )
                 )
+    return parts
+
+
+def breakdown_report(results: list[Any], predicted: list[dict[str, Any]] | None = None) -> str:
+    """For each result and precision with a measured breakdown: its table, and measured against predicted where
+    `predicted` (records of core.breakdown.read_predicted) has the same workload, precision and batch (records
+    at other batches, e.g. another card's B, get one line saying they were not compared)."""
+    parts = [
+        part if isinstance(part, str) else _markdown(part) for part, _result in breakdown_parts(results, predicted)
+    ]
     return "\n\n".join(parts) if parts else "no memory breakdown in these result files (scan with --breakdown)"

@@ -17,11 +17,11 @@ on every chart.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Collection, Iterator, Sequence
 
 from memprobe.compare.comparison import MEASURED, PRECISION_ORDER, PUBLISHED, Comparison
-from memprobe.compare.heatmap import Heat, HeatCell, draw_heat, header
-from memprobe.compare.max_batch_chart import batch_panels, cards_by_memory, draw_max_batch
+from memprobe.compare.heatmap import Heat, HeatCell, header
+from memprobe.compare.max_batch_chart import batch_panels, cards_by_memory, max_batch_figure
 from memprobe.compare.relative import Relative
 from memprobe.core.catalog import Catalog, default_catalog
 
@@ -135,54 +135,95 @@ def write_charts(
     their breakdowns the breakdown charts; `predicted` are predicted breakdowns (core.breakdown.read_predicted)
     set beside the measured ones at the same batch. Raises OutputError where a file cannot be written.
     """
-    from memprobe.compare.breakdown_chart import write_breakdown_charts
+    from memprobe.compare.chart_layout import save
+
+    out_dir = Path(out_dir)
+    written: list[Path] = []
+    for name, fig in chart_figures(comparison, relative, loaded, catalog, predicted):
+        written += save(fig, out_dir / name)
+    return written
+
+
+def chart_figures(
+    comparison: Comparison,
+    relative: Relative,
+    loaded: Sequence,
+    catalog: Catalog | None = None,
+    predicted: list | None = None,
+    names: Collection[str] | None = None,
+) -> Iterator[tuple[str, Any]]:
+    """(name, matplotlib Figure) of every chart that has data, in the order write_charts writes them; with
+    `names`, only those charts are drawn (see write_charts for the arguments)."""
+    from memprobe.compare.breakdown_chart import (
+        BARS_NAME,
+        LINES_NAME,
+        bars_figure,
+        entries,
+        lines_figure,
+        per_sample_line,
+    )
     from memprobe.compare.card_predictions import memory_models, predictions
-    from memprobe.compare.curve_chart import write_curve_chart
+    from memprobe.compare.curve_chart import CHART_NAME, curve_figure, curve_series
+    from memprobe.compare.heatmap import heat_figure
+
+    def wanted(name: str) -> bool:
+        return names is None or name in names
 
     catalog = catalog or default_catalog()
-    out_dir = Path(out_dir)
-    models, _ = memory_models(loaded, catalog)
-    preds = [
-        p
-        for p in predictions(models, catalog.cards)
-        if comparison.precisions() and p.precision in comparison.precisions()
-    ]
     published = " Published values come from other implementations (see the report's notes)."
-    written: list[Path] = []
     heat = relative_heat(relative)
-    if heat.cells:
+    if heat.cells and wanted("relative_throughput"):
         footer = (
             f"{relative.basis[0].upper()}{relative.basis[1:]}, divided by the reference's, per workload and "
             "precision; OOM = 0; * a measured value over a published reference; B: at the card's max batch (its "
             "file has no throughput curve); (n/N): a mean over n of the N columns."
         )
-        written += draw_heat(
-            heat,
-            f"Training throughput relative to {_short(relative.reference)} (= 1.0), {relative.basis}",
-            footer + (published if any(o == PUBLISHED for _, o in heat.rows) else ""),
-            out_dir / "relative_throughput",
+        yield (
+            "relative_throughput",
+            heat_figure(
+                heat,
+                f"Training throughput relative to {_short(relative.reference)} (= 1.0), {relative.basis}",
+                footer + (published if any(o == PUBLISHED for _, o in heat.rows) else ""),
+            ),
         )
-    panels = batch_panels(comparison, preds, catalog)
-    if panels:
-        footer = (
-            "Measured: exact maximum (B fits, B+1 does not). Predicted: fitted memory model, overhead carried "
-            "over from the measured card. Published: a batch that fit (lower bound). Cards by memory: "
-            + cards_by_memory(catalog)
-            + "."
-        )
-        written += draw_max_batch(panels, footer, out_dir / "max_batch")
+    if wanted("max_batch"):
+        models, _ = memory_models(loaded, catalog)
+        preds = [
+            p
+            for p in predictions(models, catalog.cards)
+            if comparison.precisions() and p.precision in comparison.precisions()
+        ]
+        panels = batch_panels(comparison, preds, catalog)
+        if panels:
+            footer = (
+                "Measured: exact maximum (B fits, B+1 does not). Predicted: fitted memory model, overhead carried "
+                "over from the measured card. Published: a batch that fit (lower bound). Cards by memory: "
+                + cards_by_memory(catalog)
+                + "."
+            )
+            yield "max_batch", max_batch_figure(panels, footer)
     value, units = value_heat(comparison, catalog)
-    if value.cells:
+    if value.cells and wanted("throughput_per_1000usd"):
         footer = (
             "Training throughput per 1000 USD of the card's price ("
             + "; ".join(f"{w}: {u}" for w, u in units.items())
             + " per 1000 USD); card prices from "
             "memprobe/data/gpus.yaml (published list prices, 2020 or 2023-2025); host not included."
         )
-        written += draw_heat(
-            value,
-            "Training throughput per 1000 USD of card price",
-            footer + (published if any(o == PUBLISHED for _, o in value.rows) else ""),
-            out_dir / "throughput_per_1000usd",
+        yield (
+            "throughput_per_1000usd",
+            heat_figure(
+                value,
+                "Training throughput per 1000 USD of card price",
+                footer + (published if any(o == PUBLISHED for _, o in value.rows) else ""),
+            ),
         )
-    return written + write_curve_chart(comparison, out_dir) + write_breakdown_charts(loaded, out_dir, predicted)
+    series = curve_series(comparison)
+    if series and wanted(CHART_NAME):
+        yield CHART_NAME, curve_figure(series)
+    found = entries(loaded, predicted)
+    if found and wanted(BARS_NAME):
+        yield BARS_NAME, bars_figure(found)
+    lined = [e for e in found if per_sample_line(e) is not None]
+    if lined and wanted(LINES_NAME):
+        yield LINES_NAME, lines_figure(lined)

@@ -152,9 +152,11 @@ def best_batch_table(comparison: Comparison) -> Table:
         "knee (fall)",
     ]
     rows: list[list[Any]] = []
+    sources: list[str] = []
     for p in comparison.points:
         if p.origin != MEASURED or p.best_batch is None or not p.best_throughput:
             continue
+        sources.append(p.source)
         at_b = p.throughput
         change = Cell(f"{at_b / p.best_throughput - 1:+.1%}", at_b / p.best_throughput - 1) if at_b else "-"
         rows.append(
@@ -178,7 +180,7 @@ def best_batch_table(comparison: Comparison) -> Table:
         f"Knee = the last batch before throughput falls by more than {KNEE_FALL:.0%} (beyond the step-time "
         f"spread), located by bisection to within {KNEE_RESOLUTION:.0%}; '-' = no such fall on the curve.",
     ]
-    return Table("best_batch", "Best batch b* beside max batch B", columns, rows, notes)
+    return Table("best_batch", "Best batch b* beside max batch B", columns, rows, notes, sources)
 
 
 def ranking_table(comparison: Comparison) -> Table:
@@ -197,6 +199,7 @@ def ranking_table(comparison: Comparison) -> Table:
         "unit",
     ]
     rows: list[list[Any]] = []
+    sources: list[str] = []
     groups: dict[tuple[str, str], list[Point]] = {}
     for p in comparison.points:
         if p.origin == MEASURED and p.throughput is not None:
@@ -211,6 +214,7 @@ def ranking_table(comparison: Comparison) -> Table:
         for p in sorted(points, key=lambda q: rank_best[id(q)]):
             b_star = fmt_number(p.best_batch) if p.best_batch is not None else "B (no curve)"
             speed_b, speed_best = at_b[id(p)] or 0.0, best[id(p)] or 0.0
+            sources.append(p.source)
             rows.append(
                 [
                     workload,
@@ -229,7 +233,7 @@ def ranking_table(comparison: Comparison) -> Table:
         "The same cards ranked two ways: at each card's max batch B (the 2020 study's method), and at each "
         "card's best batch b* (like for like). A card without a curve in its file is ranked at B in both."
     ]
-    return Table("ranking", "Cards ranked at max batch B and at best batch b*", columns, rows, notes)
+    return Table("ranking", "Cards ranked at max batch B and at best batch b*", columns, rows, notes, sources)
 
 
 def with_basis(tables: list[Table], basis: Basis, comparison: Comparison) -> list[Table]:

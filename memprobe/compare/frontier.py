@@ -23,10 +23,24 @@ def frontier_entries(
 ) -> dict[tuple[str, str, str], dict[str, Frontier]]:
     """(workload, card, precision) -> {source: Frontier} for every result with a frontier section, the newest of
     each source kept."""
-    out: dict[tuple[str, str, str], dict[str, Frontier]] = {}
-    for _path, result in sorted(loaded, key=lambda item: item[1].created):
+    return {key: {source: f for source, (f, _path) in found.items()} for key, found in _collect(loaded).items()}
+
+
+def frontier_files(
+    loaded: Sequence[tuple[Path | None, ScanResult]],
+) -> dict[tuple[str, str, str], dict[str, Path | None]]:
+    """(workload, card, precision) -> {source: the file frontier_entries took that source's frontier from}."""
+    return {key: {source: path for source, (_f, path) in found.items()} for key, found in _collect(loaded).items()}
+
+
+def _collect(
+    loaded: Sequence[tuple[Path | None, ScanResult]],
+) -> dict[tuple[str, str, str], dict[str, tuple[Frontier, Path | None]]]:
+    out: dict[tuple[str, str, str], dict[str, tuple[Frontier, Path | None]]] = {}
+    for path, result in sorted(loaded, key=lambda item: item[1].created):
         for precision, frontier in frontiers_of(result.frontier).items():
-            out.setdefault((str(result.workload.get("name")), _card(result), precision), {})[frontier.source] = frontier
+            key = (str(result.workload.get("name")), _card(result), precision)
+            out.setdefault(key, {})[frontier.source] = (frontier, path)
     return out
 
 
@@ -77,18 +91,25 @@ def _value(point) -> str:
 def write_frontier_chart(loaded: Sequence[tuple[Path, ScanResult]], out_dir: str | Path) -> list[Path]:
     """One panel per (workload, card, precision): max batch against sequence length, measured (solid) and predicted
     (dashed), both ladders on the same axes. Returns the files written (none without frontier results)."""
-    from memprobe.compare.chart_layout import figure_size, grid_shape, save
+    from memprobe.compare.chart_layout import save
 
     entries = frontier_entries(loaded)
     if not entries:
         return []
-    import matplotlib
+    return save(frontier_figure(entries), Path(out_dir) / "frontier")
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
+def frontier_figure(entries: dict[tuple[str, str, str], dict[str, Frontier]]):
+    """The frontier panels as a matplotlib Figure (not laid out yet). Raises ValueError without entries."""
+    from matplotlib.figure import Figure
+
+    from memprobe.compare.chart_layout import figure_size, grid_shape, tip
+
+    if not entries:
+        raise ValueError("a frontier chart needs at least one frontier")
     rows, columns = grid_shape(len(entries))
-    fig, axes = plt.subplots(rows, columns, figsize=figure_size(rows, columns), squeeze=False)
+    fig = Figure(figsize=figure_size(rows, columns), layout="constrained")
+    axes = fig.subplots(rows, columns, squeeze=False)
     for ax, ((workload, card, precision), by_source) in zip(axes.flat, entries.items()):
         for source, style in (("measured", "-o"), ("predicted", "--x")):
             frontier = by_source.get(source)
@@ -100,6 +121,8 @@ def write_frontier_chart(loaded: Sequence[tuple[Path, ScanResult]], out_dir: str
             )
             if pairs:
                 ax.plot([p[0] for p in pairs], [p[1] for p in pairs], style, label=source)
+            for seq, batch in (pair for pair in pairs if min(pair) > 0):  # log axes: a 0 is not drawn
+                tip(ax, seq, batch, f"{workload} {precision} on {card}, {source}: batch {batch} at length {seq}")
         ax.set_xscale("log", base=2)
         ax.set_yscale("log", base=2)
         ax.set_xlabel("sequence length")
@@ -108,5 +131,4 @@ def write_frontier_chart(loaded: Sequence[tuple[Path, ScanResult]], out_dir: str
         ax.legend(fontsize=8)
     for ax in list(axes.flat)[len(entries) :]:
         ax.set_visible(False)
-    fig.tight_layout()
-    return save(fig, Path(out_dir) / "frontier")
+    return fig

@@ -17,6 +17,7 @@ from memprobe.compare.comparison import ReportError, build_comparison, workload_
 from memprobe.compare.curves import LABELS, like_for_like
 from memprobe.compare.guide_tables import catalog_table, prediction_table, value_table, verdict_table
 from memprobe.compare.report import render
+from memprobe.compare.tables import Table
 from memprobe.compare.verdicts import roomy_thresholds, verdicts
 from memprobe.core.catalog import Catalog, default_catalog
 from memprobe.core.overhead import OverheadTable
@@ -33,6 +34,19 @@ def guide_report(
 ) -> str:
     """Build and render `memprobe guide`, for the catalog cards named in `only` (all when None). Raises
     ValueError for an unknown format or a negative budget."""
+    title, notes, tables = guide_tables(loaded, budget, catalog, only, table)
+    return render(tables, fmt, title, notes)
+
+
+def guide_tables(
+    loaded: Sequence[tuple[Path, ScanResult]],
+    budget: float | None = None,
+    catalog: Catalog | None = None,
+    only: Sequence[str] | None = None,
+    table: OverheadTable | None = None,
+) -> tuple[str, list[str], list[Table]]:
+    """`memprobe guide` as its title, its notes (the legend first) and its tables, for the catalog cards named in
+    `only` (all when None). Raises ValueError for a negative budget."""
     if budget is not None and budget < 0:
         raise ValueError(f"--budget must be >= 0, got {budget}")
     catalog = catalog or default_catalog()
@@ -85,4 +99,4 @@ def guide_report(
         "Legend: unmarked = measured by memprobe; (pred) = predicted from the fitted memory model; "
         "(pub) = published figure from elsewhere; catalog values are datasheet figures."
     )
-    return render(tables, fmt, title, [legend] + notes)
+    return title, [legend] + notes, tables

@@ -81,6 +81,7 @@ def prediction_table(
     """Predicted max batch per card (rows) and workload/precision (columns), and how many workloads train."""
     cols = [(m.workload, m.precision) for m in models]
     by = {(p.card.name, p.workload, p.precision): p for p in preds}
+    fitted_in = {(m.workload, m.precision): m.source for m in models}  # a measured cell's file
     workloads = list(dict.fromkeys(m.workload for m in models))
     columns = ["card", "memory GiB", "usable GiB"] + [f"{w} {p}" for w, p in cols] + ["trains (workloads)"]
     rows = []
@@ -91,9 +92,12 @@ def prediction_table(
             if p is None or p.batch is None:
                 row.append(f"n/a (no {pr})")
             elif p.batch == 0:
-                row.append(Cell("OOM" + (" (pred)" if p.origin == PREDICTED else ""), 0.0, p.origin))
+                row.append(
+                    Cell("OOM" + (" (pred)" if p.origin == PREDICTED else ""), 0.0, p.origin, _file(p, fitted_in))
+                )
             else:
-                row.append(Cell(str(p.batch) + (" (pred)" if p.origin == PREDICTED else ""), float(p.batch), p.origin))
+                text = str(p.batch) + (" (pred)" if p.origin == PREDICTED else "")
+                row.append(Cell(text, float(p.batch), p.origin, _file(p, fitted_in)))
         batches = [(w, by[(card.name, w, pr)].batch) for w, pr in cols if (card.name, w, pr) in by]
         trains = len({w for w, b in batches if b})
         row.append(f"{trains}/{len(workloads)}")
@@ -133,6 +137,11 @@ def prediction_table(
         rows,
         notes,
     )
+
+
+def _file(p: Prediction, fitted_in: dict[tuple[str, str], str]) -> str:
+    """The result file behind a measured cell of the prediction table ("" for a predicted one)."""
+    return fitted_in.get((p.workload, p.precision), "") if p.origin == MEASURED else ""
 
 
 def value_table(comparison: Comparison | None, cards: Sequence[Card], workloads: Sequence[str] | None) -> Table:
@@ -177,7 +186,7 @@ def value_table(comparison: Comparison | None, cards: Sequence[Card], workloads:
                 p.workload,
                 p.precision,
                 card.name,
-                Cell(fmt_number(throughput) + mark, throughput, p.origin),
+                Cell(fmt_number(throughput) + mark, throughput, p.origin, p.source if p.origin == MEASURED else ""),
                 p.unit,
                 at_batch_text(p),
                 knee_text(p.knee_batch, p.knee_after_batch, p.knee_drop),

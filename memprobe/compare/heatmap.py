@@ -169,3 +169,19 @@ def _ink(cmap, norm, value: float) -> str:
 def header(*parts: str, width: int = 16) -> str:
     """A column header: each part wrapped to `width` characters, one part per line at least."""
     return "\n".join(line for part in parts if part for line in textwrap.wrap(part, width, break_on_hyphens=False))
+
+
+def heat_colors(heat: Heat) -> dict[tuple[int, int], tuple[str, str]]:
+    """Each cell's fill and text color as CSS hex colors, on the scale the chart draws (OOM cells grey): the HTML
+    page colors its tables with them."""
+    from matplotlib.colors import to_hex
+
+    cmap, norm, transform = _colors(heat)
+    out = {}
+    for key, cell in heat.cells.items():
+        shown = None if cell.oom else transform(cell.value)
+        if shown is None:
+            out[key] = (OOM_FILL, "black")
+        else:
+            out[key] = (to_hex(cmap(norm(shown))), _ink(cmap, norm, shown))
+    return out

@@ -36,6 +36,11 @@ def searched(params: dict[str, Any]) -> str:
 def llm_rows(results: Iterable[ScanResult]) -> list[dict[str, Any]]:
     """One row per GPU x model x precision x search x setting (newest file first wins), with the edge,
     tokens per step there, tokens/s and MFU, and the edge over the plain setting's ('gain')."""
+    return [row for row, _result in llm_entries(results)]
+
+
+def llm_entries(results: Iterable[ScanResult]) -> list[tuple[dict[str, Any], ScanResult]]:
+    """llm_rows' rows, each with the result it was read from."""
     newest: dict[tuple, tuple[ScanResult, str]] = {}
     for result in sorted(results, key=lambda r: r.created, reverse=True):
         workload = result.workload
@@ -48,7 +53,7 @@ def llm_rows(results: Iterable[ScanResult]) -> list[dict[str, Any]]:
                 continue
             key = (gpu, base_name(workload["name"]), precision, searched(params), setting_label(params))
             newest.setdefault(key, (result, precision))
-    rows = []
+    rows: list[tuple[dict[str, Any], ScanResult]] = []
     for key in sorted(newest, key=lambda k: (k[0], k[1], k[2], k[3], k[4] != "plain", k[4])):
         gpu, model, precision, what, setting = key
         result, _ = newest[key]
@@ -57,24 +62,23 @@ def llm_rows(results: Iterable[ScanResult]) -> list[dict[str, Any]]:
         plain_edge = plain[0].precisions[precision].max_batch if plain else None
         timed = p.throughput or Timed()
         need = (p.settings.get("nothing_fits") or {}).get("need_bytes")
-        rows.append(
-            {
-                "gpu": gpu,
-                "model": model,
-                "precision": precision,
-                "searched": what,
-                "setting": setting,
-                "edge": p.max_batch
-                if p.max_batch
-                else f"nothing fits (needs ~{gib(need)} GiB, traced)"
-                if need
-                else "nothing fits",
-                "vs plain": f"{p.max_batch / plain_edge:.2f}x" if plain_edge and p.max_batch else "-",
-                "tokens/step": _int(timed.units_per_step),
-                "tokens/s": _int(timed.units_per_s),
-                "MFU %": f"{100 * timed.mfu:.1f}" if timed.mfu else "-",
-            }
-        )
+        row = {
+            "gpu": gpu,
+            "model": model,
+            "precision": precision,
+            "searched": what,
+            "setting": setting,
+            "edge": p.max_batch
+            if p.max_batch
+            else f"nothing fits (needs ~{gib(need)} GiB, traced)"
+            if need
+            else "nothing fits",
+            "vs plain": f"{p.max_batch / plain_edge:.2f}x" if plain_edge and p.max_batch else "-",
+            "tokens/step": _int(timed.units_per_step),
+            "tokens/s": _int(timed.units_per_s),
+            "MFU %": f"{100 * timed.mfu:.1f}" if timed.mfu else "-",
+        }
+        rows.append((row, result))
     return rows
 
 

@@ -30,6 +30,7 @@ class RelativeCell:
     oom: bool = False
     vs_published: bool = False
     at: str = "B"  # where the card's throughput was taken (comparison.Point.at)
+    source: str = ""  # the result file of a measured cell (comparison.Point.source); "" for a published one
 
 
 @dataclass
@@ -136,6 +137,7 @@ def relative_throughput(
             p.oom,
             vs_published=p.origin == MEASURED and ref_point.origin == PUBLISHED,
             at=p.at,
+            source=p.source if p.origin == MEASURED else "",
         )
     for row in rows.values():
         row.count = len(row.cells)
@@ -173,7 +175,7 @@ def relative_table(relative: Relative) -> Table:
                 + (" (vs pub)" if c.vs_published else "")
                 + (" (at B)" if relative.fell_back(c) else "")
             )
-            cells.append(Cell(text, c.value, c.origin))
+            cells.append(Cell(text, c.value, c.origin, c.source))
         if row.mean is None:
             cells.append("-")
         else:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -115,6 +116,31 @@ def comparison_report(
     `at_batch` picks the like-for-like figure normalized (compare.curves: best, common or max).
     Raises ReportError (nothing to report, unknown reference or at_batch) and ValueError (unknown format).
     """
+    built = build_report(loaded, reference, precisions, with_published, at_batch)
+    return render(built.tables, fmt, built.title, built.notes), built.comparison, built.relative
+
+
+@dataclass
+class Report:
+    """`memprobe report` before rendering: its title, notes and tables, and the data behind them."""
+
+    title: str
+    notes: list[str]
+    tables: list[Table]
+    comparison: Comparison
+    relative: Relative
+    basis: Any  # compare.curves.Basis: the like-for-like comparison the relative table normalizes
+
+
+def build_report(
+    loaded: Sequence[tuple[Path, ScanResult]],
+    reference: str | None = None,
+    precisions: Sequence[str] | None = None,
+    with_published: bool = False,
+    at_batch: str = "best",
+) -> Report:
+    """The comparison, its like-for-like basis, the throughput relative to `reference` and the tables of
+    `memprobe report` in its order. Raises ReportError (nothing to report, unknown reference or at_batch)."""
     from memprobe.compare.curves import like_for_like, with_basis
 
     comparison = build_comparison(loaded, with_published=with_published, precisions=precisions)
@@ -123,8 +149,5 @@ def comparison_report(
     relative.basis = basis.label
     notes = [LEGEND] + comparison.notes + source_notes(comparison)
     title = f"memprobe report: {len(loaded)} result file(s)" + (" + published figures" if with_published else "")
-    return (
-        render(with_basis(report_tables(comparison, relative), basis, comparison), fmt, title, notes),
-        comparison,
-        relative,
-    )
+    tables = with_basis(report_tables(comparison, relative), basis, comparison)
+    return Report(title, notes, tables, comparison, relative, basis)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Sequence, TypeVar
+from typing import Any, Callable, Sequence, TypeVar
 
 from memprobe.compare.report import render
 from memprobe.compare.tables import Table, fmt_number
@@ -53,6 +53,13 @@ def _rate(value: float | None, unit: str | None) -> str:
 
 def scaling_rows(multi: Sequence[ScanResult], single: Sequence[ScanResult] = ()) -> list[list[Any]]:
     """One row per GPU, workload, precision, world size and strategy, from the newest file that has it."""
+    return [row for row, _result in scaling_entries(multi, single)]
+
+
+def scaling_entries(
+    multi: Sequence[ScanResult], single: Sequence[ScanResult] = ()
+) -> list[tuple[list[Any], ScanResult]]:
+    """scaling_rows' rows, each with the multi-GPU result it was read from."""
     newest: dict[tuple, tuple[ScanResult, Any]] = {}
     for r in multi:
         gpu = r.gpu_name()
@@ -63,7 +70,7 @@ def scaling_rows(multi: Sequence[ScanResult], single: Sequence[ScanResult] = ())
                 newest[key] = (r, p)
     edges = _single_gpu_edges(single)
     order = {name: i for i, name in enumerate(PRECISIONS)}
-    rows = []
+    rows: list[tuple[list[Any], ScanResult]] = []
     for key in sorted(newest, key=lambda k: (k[0], k[1], order.get(k[2], 99), k[3], k[4])):
         gpu, workload, precision, n, how = key
         r, p = newest[key]
@@ -76,24 +83,23 @@ def scaling_rows(multi: Sequence[ScanResult], single: Sequence[ScanResult] = ())
         )
         unit = scaling.get("unit")
         interconnect = ((r.environment.get("distributed") or {}).get("interconnect") or {}).get("summary", "-")
-        rows.append(
-            [
-                gpu,
-                workload,
-                precision,
-                how,
-                n,
-                "-" if p.max_batch is None else p.max_batch,
-                proven,
-                edges.get((gpu, workload, precision), "-"),
-                scaling.get("per_gpu_batch", "-"),
-                _rate(scaling.get("units_per_s_1"), unit),
-                _rate(scaling.get("units_per_s_n"), unit),
-                "-" if scaling.get("speedup") is None else f"{scaling['speedup']:.2f}x",
-                "-" if scaling.get("efficiency") is None else f"{100 * scaling['efficiency']:.1f}%",
-                interconnect,
-            ]
-        )
+        row = [
+            gpu,
+            workload,
+            precision,
+            how,
+            n,
+            "-" if p.max_batch is None else p.max_batch,
+            proven,
+            edges.get((gpu, workload, precision), "-"),
+            scaling.get("per_gpu_batch", "-"),
+            _rate(scaling.get("units_per_s_1"), unit),
+            _rate(scaling.get("units_per_s_n"), unit),
+            "-" if scaling.get("speedup") is None else f"{scaling['speedup']:.2f}x",
+            "-" if scaling.get("efficiency") is None else f"{100 * scaling['efficiency']:.1f}%",
+            interconnect,
+        ]
+        rows.append((row, r))
     return rows
 
 
@@ -117,16 +123,27 @@ COLUMNS = [
 
 def scaling_table(multi: Sequence[ScanResult], single: Sequence[ScanResult] = (), fmt: str = "github") -> str:
     """The scaling table as text (github, plain, csv or json); single-GPU results add the 1-GPU max batch."""
-    table = Table(
+    return render([scaling_rows_table(multi, single)], fmt)
+
+
+def scaling_rows_table(
+    multi: Sequence[ScanResult],
+    single: Sequence[ScanResult] = (),
+    source_of: Callable[[ScanResult], str] | None = None,
+) -> Table:
+    """The scaling table as a Table; single-GPU results add the 1-GPU max batch. With `source_of`, each row
+    names its result file (Table.sources)."""
+    entries = scaling_entries(multi, single)
+    return Table(
         "scaling",
         "Scaling: per-GPU max batch and throughput of N GPUs against 1",
         COLUMNS,
-        scaling_rows(multi, single),
+        [row for row, _result in entries],
         [
             "efficiency = throughput of N GPUs / (N x throughput of 1 GPU), both at the per-GPU batch shown "
             "(1 GPU: plain training, no wrapper)",
             "per-GPU max batch: B trains on every rank of a fresh process group, B+1 fails on at least one",
             "1-GPU max batch: from the single-GPU scan of the same GPU model, where given",
         ],
+        [source_of(result) for _row, result in entries] if source_of else [],
     )
-    return render([table], fmt)

@@ -77,10 +77,10 @@ def newest_finished(results: Sequence[ScanResult]) -> list[tuple[ScanResult, str
     return [best[k] for k in sorted(best, key=lambda k: (k[0], k[1], order.get(k[2], len(order))))]
 
 
-def _entries(
+def scan_entries(
     results: Iterable[ScanResult], newest_only: bool, precisions: Sequence[str] | None
 ) -> list[tuple[ScanResult, str, PrecisionResult]]:
-    """The (result, precision name, precision) a scan table shows (see scan_rows)."""
+    """The (result, precision name, precision) a scan table shows, one per row of scan_rows, in its order."""
     results = list(results)
     entries = newest_finished(results) if newest_only else [(r, n, p) for r in results for n, p in r.precisions.items()]
     return [e for e in entries if e[1] in precisions] if precisions else entries
@@ -92,7 +92,7 @@ def scan_notes(
     """One line per precision of the table whose edge was not monotone (proof.non_monotone): which sizes fit,
     which failed, and the B reported."""
     lines = []
-    for result, name, p in _entries(results, newest_only, precisions):
+    for result, name, p in scan_entries(results, newest_only, precisions):
         note = (p.proof.non_monotone or {}).get("note") if p.proof is not None else None
         if note:
             lines.append(f"{result.gpu_name()} {result.workload.get('name')} {name}: {note}")
@@ -106,7 +106,7 @@ def scan_rows(
     one row per GPU, workload and precision across all `results` (see newest_finished);
     `precisions` keeps only those."""
     rows = []
-    for result, name, p in _entries(results, newest_only, precisions):
+    for result, name, p in scan_entries(results, newest_only, precisions):
         gpu = result.gpu_name()
         t = p.throughput
         unit = (t.unit if t else None) or result.workload.get("unit", "samples")

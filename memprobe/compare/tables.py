@@ -20,11 +20,13 @@ from memprobe.core.units import gib
 
 @dataclass(frozen=True)
 class Cell:
-    """One table cell: the text shown, the number behind it (for csv/json/charts) and where it comes from."""
+    """One table cell: the text shown, the number behind it (for csv/json/charts), where it comes from, and the
+    result file that measured it ("" for published, predicted or derived figures): the HTML page links it."""
 
     text: str
     value: float | None = None
     origin: str = MEASURED
+    source: str = ""
 
     def __str__(self) -> str:
         return self.text
@@ -32,13 +34,15 @@ class Cell:
 
 @dataclass
 class Table:
-    """A titled table; rows hold label strings and Cells. notes are printed under it."""
+    """A titled table; rows hold label strings and Cells. notes are printed under it. `sources` (empty, or one
+    per row) names the result file each row was read from, for tables whose row is one file's (the HTML page)."""
 
     key: str
     title: str
     columns: list[str]
     rows: list[list[Any]]
     notes: list[str] = field(default_factory=list)
+    sources: list[str] = field(default_factory=list)
 
 
 def fmt_number(value: float) -> str:
@@ -52,6 +56,11 @@ def _mark(text: str, origin: str) -> str:
     return text + MARKS.get(origin, f" ({origin})")
 
 
+def measured_in(p: Point) -> str:
+    """The result file a point was measured in ("" for a published point): what a cell of it links to."""
+    return p.source if p.origin == MEASURED else ""
+
+
 def batch_cell(p: Point | None) -> Cell | str:
     """Max batch as shown: exact for memprobe, '>=N' for published batches that were not searched, OOM for 0."""
     if p is None:
@@ -59,11 +68,11 @@ def batch_cell(p: Point | None) -> Cell | str:
     if p.max_batch is None:
         return Cell(_mark(p.status if p.status != "done" else "-", p.origin), None, p.origin)
     if p.max_batch == 0:
-        return Cell(_mark("OOM", p.origin), 0.0, p.origin)
+        return Cell(_mark("OOM", p.origin), 0.0, p.origin, measured_in(p))
     text = (">=" if p.batch_lower_bound else "") + fmt_number(p.max_batch)
     if p.tokens_per_sample:  # also in tokens, the unit fairseq's --max-tokens (and the 2020 table) count in
         text += f" ({fmt_number(p.max_batch * float(p.tokens_per_sample))} tok)"
-    return Cell(_mark(text, p.origin), p.max_batch, p.origin)
+    return Cell(_mark(text, p.origin), p.max_batch, p.origin, measured_in(p))
 
 
 def throughput_cell(p: Point | None) -> Cell | str:
@@ -73,8 +82,8 @@ def throughput_cell(p: Point | None) -> Cell | str:
     if p.throughput is None:
         return Cell(_mark(p.status if p.status != "done" else "-", p.origin), None, p.origin)
     if p.oom:
-        return Cell(_mark("0 (OOM)", p.origin), 0.0, p.origin)
-    return Cell(_mark(fmt_number(p.throughput), p.origin), p.throughput, p.origin)
+        return Cell(_mark("0 (OOM)", p.origin), 0.0, p.origin, measured_in(p))
+    return Cell(_mark(fmt_number(p.throughput), p.origin), p.throughput, p.origin, measured_in(p))
 
 
 def _row_groups(comparison: Comparison) -> list[tuple[str, str, str, list[Point]]]:
@@ -141,7 +150,11 @@ def throughput_table(comparison: Comparison) -> Table:
             row.append(throughput_cell(by.get(pr)))
             if pr in mfu_precisions:
                 p = by.get(pr)
-                row.append(Cell(f"{p.mfu * 100:.1f}%", p.mfu) if p is not None and p.mfu is not None else "-")
+                row.append(
+                    Cell(f"{p.mfu * 100:.1f}%", p.mfu, source=measured_in(p))
+                    if p is not None and p.mfu is not None
+                    else "-"
+                )
         rows.append(row)
     notes = []
     reasons = sorted({p.mfu_why for p in comparison.points if p.origin == MEASURED and p.mfu is None and p.mfu_why})
@@ -212,9 +225,11 @@ def utilization_table(comparison: Comparison) -> Table:
         "SM clock MHz",
     ]
     rows = []
+    sources = []
     for p in comparison.points:
         if p.origin != MEASURED or not p.utilization:
             continue
+        sources.append(p.source)
         u = p.utilization
 
         def mean(key: str, scale: float = 1.0, digits: int = 0, u: dict[str, Any] = u) -> str:
@@ -243,7 +258,7 @@ def utilization_table(comparison: Comparison) -> Table:
         "Sampled every 0.1 s from NVML during the timed steps at the max batch; memory util % is the "
         "memory-controller busy time, not capacity."
     ]
-    return Table("utilization", "Utilization during the timed steps (measured)", columns, rows, notes)
+    return Table("utilization", "Utilization during the timed steps (measured)", columns, rows, notes, sources)
 
 
 def source_notes(comparison: Comparison, figures: Iterable[Figure] | None = None) -> list[str]:
