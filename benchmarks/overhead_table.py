@@ -28,9 +28,34 @@ HEADER = """\
 # benchmarks/overhead_table.py from the committed result files; do not edit by hand, re-run the script.
 # Per scanned card: capacity_bytes, the smallest allocator capacity a scan recorded (free + reserved once the model
 # was built, single GPU, real card), and overhead_bytes = datasheet memory (gpus.yaml) - capacity_bytes.
+# run_overhead_bytes: the most memory outside the allocator that a trial took after the capacity was read (kernel
+# modules loaded on first use, library handles and workspaces), seen at the out-of-memory errors of the scans: capacity
+# minus (reserved + free) at the error.
 # How predict and guide use it (memprobe/core/overhead.py): a scanned card gets its capacity; any other card or size gets
-# its memory minus the largest overhead_bytes here, carried over and labelled so.
+# its memory minus the largest overhead_bytes here, carried over and labelled so; from either, the largest
+# run_overhead_bytes is subtracted too.
 """
+# The reserved bytes PyTorch's message states (allocated + reserved but unallocated, each rounded to 0.01 GiB) and the
+# peak the trial recorded must agree this closely for the peak to be the reserved memory at the error.
+AT_THE_ERROR = 32 << 20
+
+
+def run_overhead(p) -> int | None:
+    """The most memory outside the allocator one precision's trials took after setup: capacity - (reserved + free) at
+    each out-of-memory error whose message states the figures and whose recorded peak is the state at the error."""
+    from memprobe.core.outcomes import oom_numbers
+
+    seen = []
+    for a in [*p.attempts, *p.checks]:
+        numbers = oom_numbers(a.message or "")
+        if a.peak_reserved is None or not {"free_bytes", "allocated_bytes", "reserved_unallocated_bytes"} <= set(
+            numbers
+        ):
+            continue
+        stated = numbers["allocated_bytes"] + numbers["reserved_unallocated_bytes"]
+        if abs(a.peak_reserved - stated) <= AT_THE_ERROR:
+            seen.append(p.capacity_bytes - (a.peak_reserved + numbers["free_bytes"]))
+    return max(seen) if seen else None
 
 
 def rows(paths: list[str]) -> list[dict]:
@@ -53,8 +78,20 @@ def rows(paths: list[str]) -> list[dict]:
                 continue
             row = found.setdefault(
                 card.name,
-                {"card": card.name, "capacity_bytes": p.capacity_bytes, "scans": 0, "devices": set(), "sources": set()},
+                {
+                    "card": card.name,
+                    "capacity_bytes": p.capacity_bytes,
+                    "run_overhead_bytes": 0,
+                    "errors": 0,
+                    "scans": 0,
+                    "devices": set(),
+                    "sources": set(),
+                },
             )
+            grew = run_overhead(p)
+            if grew is not None:
+                row["run_overhead_bytes"] = max(row["run_overhead_bytes"], grew)
+                row["errors"] += 1
             row["capacity_bytes"] = min(row["capacity_bytes"], int(p.capacity_bytes))
             row["scans"] += 1
             row["devices"].add(name)
@@ -69,7 +106,9 @@ def rows(paths: list[str]) -> list[dict]:
                     "card": card.name,
                     "capacity_bytes": row["capacity_bytes"],
                     "overhead_bytes": card.memory_bytes - row["capacity_bytes"],
+                    "run_overhead_bytes": row["run_overhead_bytes"],
                     "scans": row["scans"],
+                    "scans_with_errors": row["errors"],
                     "devices": sorted(row["devices"]),
                     "sources": sorted(row["sources"]),
                 }
@@ -86,7 +125,8 @@ def render(paths: list[str]) -> str:
     body = yaml.safe_dump(data, sort_keys=False, width=120)
     notes = "".join(
         f"# {r['card']}: capacity {r['capacity_bytes'] / 2**20:.1f} MiB, overhead "
-        f"{r['overhead_bytes'] / 2**20:.1f} MiB ({r['scans']} precision results)\n"
+        f"{r['overhead_bytes'] / 2**20:.1f} MiB ({r['scans']} precision results), run overhead "
+        f"{r['run_overhead_bytes'] / 2**20:.1f} MiB ({r['scans_with_errors']} with out-of-memory figures)\n"
         for r in data["cards"]
     )
     return HEADER + notes + body

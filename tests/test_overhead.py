@@ -54,16 +54,20 @@ def test_a_scanned_card_gets_its_measured_capacity_and_others_the_carried_overhe
     assert h100.capacity_bytes == 84368556032 and h100.overhead_bytes == 80 * GIB - 84368556032
     catalog = default_catalog()
     sxm = catalog.find("H100 SXM")
+    # during the run, kernels and libraries take memory outside the allocator: the most any scan's OOM showed
+    run = table.run_overhead_bytes
+    assert run == max(c.run_overhead_bytes for c in table.cards.values()) and 100 << 20 < run < 1 << 30
     got = usable_memory("H100 SXM", card_size(sxm)[0], sxm)
-    assert got.capacity_bytes == h100.capacity_bytes and "measured on the H100 SXM" in got.how
+    assert got.capacity_bytes == h100.capacity_bytes - run and "measured on the H100 SXM" in got.how
+    assert "during the run" in got.how
     carried = table.carried()  # the largest overhead of the scanned cards
     assert carried is not None and carried.overhead_bytes == max(c.overhead_bytes for c in table.cards.values())
     a100 = catalog.find("A100 80GB SXM4")
     assert a100 is not None and a100.name not in table.cards
     got = usable_memory(a100.name, card_size(a100)[0], a100)
-    assert got.capacity_bytes == card_size(a100)[0] - carried.overhead_bytes and "carried over" in got.how
+    assert got.capacity_bytes == card_size(a100)[0] - carried.overhead_bytes - run and "carried over" in got.how
     got = usable_memory("24GiB", 24 * GIB)
-    assert got.capacity_bytes == 24 * GIB - carried.overhead_bytes and "not measured on this size" in got.how
+    assert got.capacity_bytes == 24 * GIB - carried.overhead_bytes - run and "not measured on this size" in got.how
     with pytest.raises(OverheadError, match="not larger than"):
         usable_memory("1GiB", GIB)
 

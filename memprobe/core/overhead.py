@@ -8,7 +8,10 @@ the committed result files. The rule (usable_memory):
   (overhead = datasheet memory - recorded capacity), carried over and labelled so. The card's memory is what
   predict takes for it (cardsize.card_size: the driver-reported total where the catalog has it, else the
   datasheet size); on the scanned H100 this rule gives 0.35 GiB less than was measured, so it errs low.
-- an explicit override (`predict --overhead-from FILES`, or a size given directly) replaces both.
+- an explicit override (`predict --overhead-from FILES`, or a size given directly) replaces both;
+- from a scanned or carried capacity, the memory a trial takes outside the allocator after the capacity was read is
+  subtracted as well (run_overhead_bytes: kernel modules loaded on first use, library handles; at most 0.15 GiB at
+  the out-of-memory errors of the H100 and H200 scans): the allocator can use only what is left of it.
 """
 
 from __future__ import annotations
@@ -95,6 +98,9 @@ class ScannedCard:
     scans: int  # precision results with a recorded capacity
     devices: tuple[str, ...]
     sources: tuple[str, ...]
+    # The most memory outside the allocator a trial took after the capacity was read (kernel modules loaded on first
+    # use, library handles), seen at its scans' out-of-memory errors: capacity - (reserved + free) there.
+    run_overhead_bytes: int = 0
 
 
 @dataclass(frozen=True)
@@ -107,6 +113,12 @@ class OverheadTable:
     def carried(self) -> ScannedCard | None:
         """The scanned card with the largest overhead: carried over to every card that was not scanned."""
         return max(self.cards.values(), key=lambda c: (c.overhead_bytes, c.card), default=None)
+
+    @property
+    def run_overhead_bytes(self) -> int:
+        """The most memory a trial took outside the allocator after setup, on any scanned card: subtracted from every
+        capacity (it is the kernels' and libraries', which a model on another card loads as well)."""
+        return max((c.run_overhead_bytes for c in self.cards.values()), default=0)
 
 
 def default_overhead_path() -> Path:
@@ -133,10 +145,11 @@ def load_overhead_table(path: str | Path | None = None) -> OverheadTable:
                 int(row["scans"]),
                 tuple(map(str, row["devices"])),
                 tuple(map(str, row["sources"])),
+                int(row.get("run_overhead_bytes", 0)),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise OverheadError(f"{path}: card #{i + 1} is malformed ({type(exc).__name__}: {exc})") from None
-        if entry.capacity_bytes <= 0 or entry.overhead_bytes < 0:
+        if entry.capacity_bytes <= 0 or entry.overhead_bytes < 0 or entry.run_overhead_bytes < 0:
             raise OverheadError(f"{path}: card #{i + 1} ({entry.card}) has a capacity <= 0 or an overhead < 0")
         cards[entry.card] = entry
     return OverheadTable(cards, str(data.get("made_by", "")))
@@ -197,6 +210,12 @@ def usable_memory(
         how = (
             f"{gib(carried.overhead_bytes, 2)} GiB not allocatable, measured on the {carried.card} and carried "
             "over (not measured on this " + ("card" if card is not None else "size") + "; memprobe/data/overhead.yaml)"
+        )
+    if override is None and table.run_overhead_bytes:
+        capacity -= table.run_overhead_bytes
+        how += (
+            f", less {gib(table.run_overhead_bytes, 2)} GiB that kernels and libraries took during the run (the most "
+            "seen at a scan's out-of-memory error)"
         )
     if capacity <= 0:
         raise OverheadError(

@@ -121,9 +121,19 @@ def trial_fit_batches(checks: Sequence[Attempt]) -> list[int]:
     return sorted({c.batch for c in checks if c.trial_fitted})
 
 
+def run_capacity(p) -> int | None:
+    """What a scan's allocator could use during its trials: the capacity it recorded at setup, less the memory that
+    kernels and libraries take outside the allocator afterwards (core/overhead.py's run overhead)."""
+    from memprobe.core.overhead import default_overhead_table
+
+    if not p.capacity_bytes:
+        return None
+    return p.capacity_bytes - default_overhead_table().run_overhead_bytes
+
+
 def _compare(traces: PrecisionTraces, p) -> tuple[list[ComparisonRow], MaxBatchComparison | None]:
-    """Predicted vs measured for every trial a scan's precision result recorded, at its capacity."""
-    capacity = p.capacity_bytes
+    """Predicted vs measured for every trial a scan's precision result recorded, at its capacity during the run."""
+    capacity = run_capacity(p)
     rows = []
     checks = p.checks
     for where, attempts in (("search", p.attempts), ("fresh", checks)):
@@ -209,7 +219,7 @@ def predict(
         raise ValueError("a data-parallel prediction is of training (--mode train)")
     progress = progress or silent()
     scanned = compare_with[1].precisions if compare_with is not None else {}
-    capacities = [s.capacity_bytes for s in sizes] + [p.capacity_bytes for p in scanned.values() if p.capacity_bytes]
+    capacities = [s.capacity_bytes for s in sizes] + [c for p in scanned.values() if (c := run_capacity(p))]
     with traced_precisions(workload, precisions, capacities, steps, target, world, mode, check, workers, progress) as (
         traces_for,
         traced,
