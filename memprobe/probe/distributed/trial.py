@@ -113,7 +113,13 @@ class Rank:
             raise RuntimeError(f"status all_reduce: {total} of {self.world} ranks completed")
 
 
-def _watch_steps(task, rank: Rank, where: dict[str, Any]) -> None:
+def hang_if_asked(rank: Rank) -> None:
+    """The tests' hook: MEMPROBE_TEST_HANG_RANK=R (or `all`) makes rank R sleep, as a rank stuck in a driver call."""
+    if os.environ.get("MEMPROBE_TEST_HANG_RANK") in (str(rank.rank), "all"):
+        time.sleep(3600)
+
+
+def watch_steps(task, rank: Rank, where: dict[str, Any]) -> None:
     """Record a step's failure the moment it is raised, before run_trial's clean-up (which
     synchronizes the device and could block on a collective that a peer will never join)."""
     from memprobe.core.outcomes import classify_error
@@ -125,75 +131,110 @@ def _watch_steps(task, rank: Rank, where: dict[str, Any]) -> None:
             return step(batch, amp)
         except Exception as exc:
             text = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-            rank.failed(where["stage"], classify_error(type(exc).__name__, str(exc)), text, where["batch"])
+            extra = {"command": where["command"]} if "command" in where else {}
+            rank.failed(where["stage"], classify_error(type(exc).__name__, str(exc)), text, where["batch"], **extra)
             raise
 
     task.train_step = watched
 
 
-def run(req: dict[str, Any]) -> int:
-    """Run this rank's part of the request. Returns the exit code (0: every step committed)."""
+def build(req: dict[str, Any], rank: Rank, device: Any, mesh: Any = None) -> tuple[Any, dict[str, Any]]:
+    """Build the workload on this rank and wrap it for the request's strategy: (worker.Session, the setup
+    record). Ends the rank (Rank.fail_and_exit) where the workload cannot be built or wrapped."""
+    import torch
+
+    from memprobe.core.outcomes import ERROR
+    from memprobe.probe.protocol import Failure, SetupRequest
+    from memprobe.probe.worker import Session
+    from memprobe.training.wrap import wrap_model
+
+    cuda = device.type == "cuda"
+    budgets = req.get("rank_cpu_budget_bytes") or {}
+    session = Session()
+    info = session.setup(
+        SetupRequest(
+            req["workload"],
+            req["precision"],
+            "train",
+            str(device),
+            budgets.get(str(rank.rank), req.get("cpu_budget_bytes")),
+            req.get("settings", {}),
+        )
+    )
+    if isinstance(info, Failure):
+        rank.fail_and_exit("setup", info.kind or ERROR, info.message, None)
+    wrapped = wrap_model(session.task.model, req["strategy"], req["precision"], device, mesh)
+    session.task.model = wrapped["module"]
+    environment = info.environment
+    if cuda:
+        version = torch.cuda.nccl.version()
+        environment["nccl_version"] = ".".join(map(str, version)) if isinstance(version, tuple) else str(version)
+    return session, {
+        "environment": environment,
+        "capacity_bytes": info.capacity_bytes,
+        "weights_bytes": info.weights_bytes,
+        "task": info.task,
+        "unit": info.unit,
+        "build_seconds": info.build_seconds,
+        "wrap": wrapped["describe"],
+        "weights_after_wrap_bytes": torch.cuda.memory_allocated(device) if cuda else None,
+    }
+
+
+def start(req: dict[str, Any]) -> tuple[Rank, Any, Any, float]:
+    """Join the process group (NCCL on CUDA, gloo on the CPU): (this rank's Rank, its device, the mesh FSDP
+    shards over or None, the process group's timeout in seconds). Ends the rank where it cannot join."""
     import torch
     import torch.distributed as dist
 
-    from memprobe.core.outcomes import CRASH, ERROR, FIT, classify_error
-    from memprobe.probe.protocol import Failure, MeasureRequest, SetupRequest, TrialRequest
-    from memprobe.probe.worker import Session
-    from memprobe.training.wrap import wrap_model
+    from memprobe.core.outcomes import classify_error
 
     rank_id, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local = int(os.environ.get("LOCAL_RANK", rank_id))
     rank = Rank(Path(req["run_dir"]), rank_id, world)
-    cuda = req.get("device", "cuda") == "cuda"
     timeout_s = float(req.get("pg_timeout_s", 120))
-    where: dict[str, Any] = {"stage": "setup", "batch": None}
     try:
-        if cuda:
+        if req.get("device", "cuda") == "cuda":
             torch.cuda.set_device(local)
             device = torch.device("cuda", local)
             dist.init_process_group("nccl", timeout=timedelta(seconds=timeout_s), device_id=device)
         else:
             device = torch.device("cpu")
             dist.init_process_group("gloo", timeout=timedelta(seconds=timeout_s))
-        budgets = req.get("rank_cpu_budget_bytes") or {}
-        session = Session()
-        info = session.setup(
-            SetupRequest(
-                req["workload"],
-                req["precision"],
-                "train",
-                str(device),
-                budgets.get(str(rank_id), req.get("cpu_budget_bytes")),
-                req.get("settings", {}),
-            )
-        )
-        if isinstance(info, Failure):
-            rank.fail_and_exit("setup", info.kind or ERROR, info.message, None)
-        wrapped = wrap_model(session.task.model, req["strategy"], req["precision"], device)
-        session.task.model = wrapped["module"]
-        environment = info.environment
-        if cuda:
-            version = torch.cuda.nccl.version()
-            environment["nccl_version"] = ".".join(map(str, version)) if isinstance(version, tuple) else str(version)
-        rank.record["setup"] = {
-            "environment": environment,
-            "capacity_bytes": info.capacity_bytes,
-            "weights_bytes": info.weights_bytes,
-            "task": info.task,
-            "unit": info.unit,
-            "build_seconds": info.build_seconds,
-            "wrap": wrapped["describe"],
-            "weights_after_wrap_bytes": torch.cuda.memory_allocated(device) if cuda else None,
-        }
+        mesh = None
+        if req["strategy"] == "fsdp":
+            from torch.distributed.device_mesh import init_device_mesh
+
+            # One mesh for the life of the group: a served group builds the model again after a failure.
+            mesh = init_device_mesh(device.type, (world,))
+    except Exception as exc:  # noqa: BLE001 - a rank that cannot join fits no batch
+        rank.fail_and_exit("setup", classify_error(type(exc).__name__, str(exc)), f"{type(exc).__name__}: {exc}", None)
+    return rank, device, mesh, timeout_s
+
+
+def run(req: dict[str, Any]) -> int:
+    """Run this rank's part of the request. Returns the exit code (0: every step committed)."""
+    import torch.distributed as dist
+
+    from memprobe.core.outcomes import CRASH, ERROR, FIT, classify_error
+    from memprobe.probe.protocol import MeasureRequest, TrialRequest
+
+    rank, device, mesh, timeout_s = start(req)
+    if req.get("serve"):
+        from memprobe.probe.distributed.serve import serve
+
+        return serve(req, rank, device, mesh, timeout_s)
+    where: dict[str, Any] = {"stage": "setup", "batch": None}
+    try:
+        session, rank.record["setup"] = build(req, rank, device, mesh)
         rank.commit(timeout_s, device)
         rank.save()
     except Exception as exc:  # noqa: BLE001 - a rank that cannot start fits no batch
         text = f"{type(exc).__name__}: {exc}"
         rank.fail_and_exit("setup", classify_error(type(exc).__name__, str(exc)), text, None)
 
-    if os.environ.get("MEMPROBE_TEST_HANG_RANK") in (str(rank_id), "all"):
-        time.sleep(3600)
-    _watch_steps(session.task, rank, where)
+    hang_if_asked(rank)
+    watch_steps(session.task, rank, where)
     batches = [int(b) for b in req["batches"]]
     for batch in batches:
         where.update(stage="trial", batch=batch)
