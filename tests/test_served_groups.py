@@ -106,6 +106,7 @@ def test_the_ranks_go_on_after_fits_and_after_a_shared_out_of_memory_and_end_oth
     assert decide([oom, None]) == END  # a vote that did not come
     assert decide([{"outcome": CRASH, "collectives": [12]}, oom]) == END
     assert decide([{"outcome": OOM, "collectives": None}, {"outcome": OOM, "collectives": None}]) == END
+    assert decide([{**oom, "in_collective": True}, oom]) == END  # NCCL's own allocation failed
 
 
 def _entry(command, outcome, at, batch=64, peak=100):

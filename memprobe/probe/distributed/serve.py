@@ -6,8 +6,8 @@ after another into the launch's folder, `cmd<K>.json`: a trial at a batch, or st
 many collectives it has issued on each process group, and reads every rank's vote. All ranks decide alike:
 
 - every rank fitted: the batch fits once the status all_reduce (trial.Rank.commit) completes; the group goes on;
-- every rank fitted or ran out of memory, and every rank issued the same collectives: no collective is left
-  waiting for a peer, so the group is sound. The batch is an out-of-memory failure; every rank drops its model
+- every rank fitted or ran out of memory (not in the communication library), and every rank issued the same
+  collectives: no collective is left waiting for a peer, so the group is sound. The batch is an out-of-memory failure; every rank drops its model
   and builds and wraps it again (a DDP reducer or an FSDP2 state caught mid-step is not reused), commits, and
   the group goes on;
 - anything else (another outcome, collectives that differ, a vote that does not come within `vote_wait_s` of
@@ -98,6 +98,12 @@ def collective_counts() -> list[int] | None:
         return None
 
 
+def raised_by_collective(message: str) -> bool:
+    """Whether a trial's failure was raised by the communication library (NCCL, gloo) rather than a step's op."""
+    text = (message or "").lower()
+    return any(marker in text for marker in ("distbackenderror", "nccl", "gloo", "process group"))
+
+
 def decide(votes: list[dict[str, Any] | None]) -> str:
     """What every rank does after a trial, from every rank's vote (None: a vote that did not come). Pure."""
     from memprobe.core.outcomes import FIT, OOM
@@ -107,6 +113,8 @@ def decide(votes: list[dict[str, Any] | None]) -> str:
     counts = [v.get("collectives") for v in votes]  # type: ignore[union-attr]
     same = counts[0] is not None and all(c == counts[0] for c in counts)
     outcomes = {v["outcome"] for v in votes}  # type: ignore[index]
+    if any(v.get("in_collective") for v in votes):  # type: ignore[union-attr]
+        return END  # a communicator that failed (NCCL's own allocation too) is not trusted again
     if outcomes == {FIT}:
         return FIT_DECISION if same else END
     if outcomes <= {FIT, OOM} and same:
@@ -155,10 +163,9 @@ def serve(req: dict[str, Any], rank: Rank, device: Any, mesh: Any, timeout_s: fl
         where.update(stage="trial", batch=batch, command=index)
         attempt = session.trial(TrialRequest(batch, int(req.get("steps", 3)), loss_scale=loss_scale))
         entry = {**attempt.to_dict(), "command": index, "at": time.time()}
-        write_json(
-            vote_path(run_dir, index, rank.rank),
-            {"outcome": attempt.outcome, "collectives": collective_counts(), "batch": batch},
-        )
+        vote = {"outcome": attempt.outcome, "collectives": collective_counts(), "batch": batch}
+        vote["in_collective"] = attempt.outcome != FIT and raised_by_collective(attempt.message)
+        write_json(vote_path(run_dir, index, rank.rank), vote)
         # A fitted rank's peers completed the same collectives, so they are at most a trial's clean-up behind;
         # a failed rank's peer may be stuck in a collective this rank never joins: wait for it only so long.
         wait = timeout_s if attempt.outcome == FIT else float(command.get("vote_wait_s", 30.0))
