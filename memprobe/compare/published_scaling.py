@@ -69,7 +69,12 @@ def published_scaling_rows(
 
 def published_scaling_table(workloads: Sequence[str] | None = None, fmt: str = "github") -> str:
     """The published scaling table as text (github, plain, csv or json)."""
-    table = Table(
+    return render([published_scaling_table_of(workloads)], fmt)
+
+
+def published_scaling_table_of(workloads: Sequence[str] | None = None) -> Table:
+    """The published scaling table with its source and conditions, for a report to render among its own tables."""
+    return Table(
         "published_scaling",
         "Published multi-GPU scaling (figures from elsewhere, not measured here)",
         COLUMNS,
@@ -84,4 +89,3 @@ def published_scaling_table(workloads: Sequence[str] | None = None, fmt: str = "
             "the first steps), shown as published",
         ],
     )
-    return render([table], fmt)

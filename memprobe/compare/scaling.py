@@ -117,7 +117,12 @@ COLUMNS = [
 
 def scaling_table(multi: Sequence[ScanResult], single: Sequence[ScanResult] = (), fmt: str = "github") -> str:
     """The scaling table as text (github, plain, csv or json); single-GPU results add the 1-GPU max batch."""
-    table = Table(
+    return render([scaling_table_of(multi, single)], fmt)
+
+
+def scaling_table_of(multi: Sequence[ScanResult], single: Sequence[ScanResult] = ()) -> Table:
+    """The scaling table (see scaling_rows) with its notes, for a report to render among its own tables."""
+    return Table(
         "scaling",
         "Scaling: per-GPU max batch and throughput of N GPUs against 1",
         COLUMNS,
@@ -129,4 +134,3 @@ def scaling_table(multi: Sequence[ScanResult], single: Sequence[ScanResult] = ()
             "1-GPU max batch: from the single-GPU scan of the same GPU model, where given",
         ],
     )
-    return render([table], fmt)
