@@ -118,3 +118,20 @@ def test_a_signal_stops_a_real_multi_gpu_scan_which_writes_its_trials_and_leaves
     assert str(path) in err  # the CLI names the file that kept them
     time.sleep(1.0)
     assert _rank_processes(str(tmp_path)) == []
+
+
+def test_the_search_benchmark_reads_seconds_trials_and_process_groups_from_a_result_file(tmp_path):
+    import importlib.util
+    import json
+
+    spec = importlib.util.spec_from_file_location("mgs", REPO / "benchmarks" / "multi_gpu_search.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    _result, path = scan_distributed(TOY, _opts(curve=False), 2, "ddp", tmp_path, RecordingProgress(), FakeGroup())
+    got = bench.figures(json.loads(path.read_text()), "fp32")
+    assert got["max_batch"] == 990 and got["proof"] == [990, 991] and got["status"] == "done"
+    assert got["search_process_groups"] == got["search_trials"] - 1  # no served groups here: batch 1 and 2 share one
+    assert got["edge_seconds"] == pytest.approx(got["search_seconds"] + got["proof_seconds"], abs=0.1)
+    row = {"strategy": "ddp", "mode": "before", "served_groups": False, "wall_seconds": 151.0, **got}
+    line = bench.table([row]).splitlines()[2]
+    assert line.startswith("| ddp | a launch per trial (before) | 990 (990 fits, 991 fails) |")
