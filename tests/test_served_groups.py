@@ -20,7 +20,7 @@ from memprobe.core.outcomes import CRASH, FIT, OOM, TIMEOUT
 from memprobe.probe.distributed.group import ServedGroup, command_attempt, served_groups_on
 from memprobe.probe.distributed.launch import LaunchRequest
 from memprobe.probe.distributed.scan import scan_precision_distributed
-from memprobe.probe.distributed.serve import END, FIT_DECISION, RECOVER, decide
+from memprobe.probe.distributed.serve import END, FIT_DECISION, RECOVER, decide, memory_lost
 from memprobe.probe.scan import ScanOptions
 from test_distributed import TOY, FakeGroup, _alive, _opts
 
@@ -107,6 +107,14 @@ def test_the_ranks_go_on_after_fits_and_after_a_shared_out_of_memory_and_end_oth
     assert decide([{"outcome": CRASH, "collectives": [12]}, oom]) == END
     assert decide([{"outcome": OOM, "collectives": None}, {"outcome": OOM, "collectives": None}]) == END
     assert decide([{**oom, "in_collective": True}, oom]) == END  # NCCL's own allocation failed
+
+
+def test_a_model_built_again_with_less_memory_ends_the_group():
+    gib = 2**30
+    first = {"capacity_bytes": 140 * gib, "weights_bytes": 4 * gib}
+    assert memory_lost(first, {"capacity_bytes": 139.7 * gib}) == ""  # lazily loaded kernels, not a model
+    assert memory_lost(first, {"capacity_bytes": 137 * gib}).startswith("built again with 3.00 GiB less memory")
+    assert memory_lost({"capacity_bytes": None}, {"capacity_bytes": 1}) == ""
 
 
 def _entry(command, outcome, at, batch=64, peak=100):

@@ -324,7 +324,10 @@ class RanksBackend:
         return record(group, None, note)
 
     def close(self) -> None:
-        """Nothing to end between launches."""
+        """Stop the search's served group if it is still up (the pipeline closes it after the search; not where
+        the precision ended before searching)."""
+        if self.trials is not None:
+            self.trials.close()
 
 
 def _unmeasured(batch: int, attempt: Attempt) -> Timed:

@@ -119,6 +119,9 @@ class ServedGroup:
             self.tail = _tail(self.run_dir / "launcher.log")
         self.records = self._read_records()
         attempt = command_attempt(self.records, index, batch, self.proc.returncode, self.timed_out, self.tail)
+        ended = sorted({r["ended"] for r in self.records if r and r.get("ended")})
+        if ended:  # the ranks went on from the failure, then found the model built again short of memory
+            attempt.message += f"; the group then ended: {'; '.join(ended)}"
         attempt.fresh = index == 0
         attempt.wall_seconds = round(time.perf_counter() - started, 3)
         if self.proc.poll() is not None:
@@ -281,7 +284,11 @@ class ServedSearch:
             self.launches.started_group()
         group = self.group
         self.launches.announce(batch, group.index == 0)
-        attempt = group.trial(batch, self.vote_wait_s(batch))
+        try:
+            attempt = group.trial(batch, self.vote_wait_s(batch))
+        except BaseException:
+            group.kill()
+            raise
         if group.setup is not None and self.setup is None:
             self.setup, self.ranks = group.setup, list(group.records)
         elif self.setup is None and group.records:

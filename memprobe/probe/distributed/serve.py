@@ -12,7 +12,8 @@ many collectives it has issued on each process group, and reads every rank's vot
   the group goes on;
 - anything else (another outcome, collectives that differ, a vote that does not come within `vote_wait_s` of
   a failed rank's own, or the pg timeout of a fitted one's): the rank records its failure and exits, and
-  torchrun ends the others. The parent starts a new group for the next trial.
+  torchrun ends the others. The parent starts a new group for the next trial. So does a model built again that
+  leaves less memory than the first build (memory_lost): the next trials would not see a fresh group's memory.
 
 Each rank writes its record (`rank<R>.json`) after every decision; `answered` is the last command it finished
 and goes on from. A failed rank records its failure the moment the step raises (trial.watch_steps), so the
@@ -209,6 +210,12 @@ def serve(req: dict[str, Any], rank: Rank, device: Any, mesh: Any, timeout_s: fl
                     "capacity_bytes": setup.get("capacity_bytes"),
                 }
             )
+            lost = memory_lost(rank.record["setup"], setup)
+            if lost:
+                # Something of the old model outlived it: later trials would see less memory than a fresh group.
+                rank.record["ended"] = lost
+                rank.save()
+                os._exit(FAILED_EXIT)
         rank.record["answered"] = index
         rank.save()
         index += 1
@@ -217,6 +224,18 @@ def serve(req: dict[str, Any], rank: Rank, device: Any, mesh: Any, timeout_s: fl
     # Exit at once: the next fresh group waits for this one's memory, and leaving the process group and Python's
     # own shutdown (torch's, NCCL's) only cost seconds; the system frees what the process holds.
     os._exit(0)
+
+
+def memory_lost(first: dict[str, Any], again: dict[str, Any]) -> str:
+    """Why a model built again leaves less memory than the group's first build did (a leak: half the model's
+    weights or 1 GiB, whichever is more; CUDA's lazily loaded kernels take less), or "" where it does not."""
+    before, after = first.get("capacity_bytes"), again.get("capacity_bytes")
+    if not before or not after:
+        return ""
+    allowed = max(2**30, (first.get("weights_bytes") or 0) // 2)
+    if before - after <= allowed:
+        return ""
+    return f"built again with {(before - after) / 2**30:.2f} GiB less memory than at the group's start"
 
 
 def _peaks(attempt: Any) -> dict[str, Any]:
