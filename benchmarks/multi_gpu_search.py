@@ -124,6 +124,9 @@ def figures(data: dict[str, Any], precision: str) -> dict[str, Any]:
         "search_process_groups": launches.get("search_process_groups"),
         "predicted_start": ((p.get("settings") or {}).get("predicted_start") or {}).get("batch"),
         "efficiency": scaling.get("efficiency"),
+        # per launch: torchrun until rank 0's Python was up, its imports, joining the group, CUDA's context, the
+        # model's build, the launch's wall time (memprobe.probe.distributed.launch.timeline)
+        "launch_timelines": launches.get("timelines") or [],
     }
 
 

@@ -55,7 +55,7 @@ class Launches:
         self.count = 0
         self.started = time.perf_counter()
         self.pg_timeout_s = min(PG_TIMEOUT_S, opts.timeout_s)
-        self.counts = {"process_groups": 0, "search_process_groups": 0, "served_search": False}
+        self.counts: dict[str, Any] = {"process_groups": 0, "search_process_groups": 0, "served_search": False}
 
     def request(
         self,
@@ -95,6 +95,11 @@ class Launches:
         attempt.done_at_s = round(time.perf_counter() - self.started, 3)
         self.progress.trial_end(attempt)
 
+    def timed_launch(self, marks: dict[str, Any] | None, what: str) -> None:
+        """Keep where a launch's time went (launch.timeline), with what it ran, under settings.launches."""
+        if marks is not None:
+            self.counts.setdefault("timelines", []).append({"for": what, **marks})
+
     def started_group(self, search: bool = True) -> None:
         """Count a process group started (by the search, unless `search` is False)."""
         self.counts["process_groups"] += 1
@@ -109,13 +114,18 @@ class Launches:
         strategy: str | None = None,
         steps: int | None = None,
         search: bool = False,
+        what: str = "",
     ) -> LaunchResult:
         """One launch of `batches` (`steps` steps each, default the trial's), then the timed run `measure`
-        ({"warmup", "steps"}) of the last one when given; `search`: a search trial's launch."""
+        ({"warmup", "steps"}) of the last one when given; `search`: a search trial's launch; `what` names it in the
+        launch's timeline (settings.launches.timelines)."""
         world = world_size or self.world_size
         self.announce(batches[0], True, world)
         self.started_group(search)
         result = self.launcher(self.request(batches, measure, world_size, strategy, steps))
+        self.timed_launch(
+            getattr(result, "timeline", None), f"{what or ('search' if search else 'launch')} at {batches[-1]}"
+        )
         for index, attempt in enumerate(result.attempts):
             if index:  # a later batch of the same launch (same process group)
                 self.announce(attempt.batch, False, world)
@@ -175,7 +185,7 @@ class LaunchTimer:
     def time(self, batch: int) -> CurvePoint:
         warmup, steps, _budget = self.launches.opts.curve_steps  # no step budget across ranks (Launches.timed)
         started = time.perf_counter()
-        result = self.launches.run([batch], {"warmup": warmup, "steps": steps})
+        result = self.launches.run([batch], {"warmup": warmup, "steps": steps}, what="curve")
         attempt = result.attempts[0]
         point = curve_point(result.measure or _unmeasured(batch, attempt), fresh=True)
         point.wall_seconds = round(time.perf_counter() - started, 3)
@@ -256,7 +266,7 @@ class RanksBackend:
     def check(self, batch: int, time_it: Callable[[Attempt], bool] | None = None) -> Attempt:
         """A fresh launch at `batch`; with throughput on, a fit also runs the timed steps in that launch."""
         measure = self.opts.measure
-        result = self.launches.run([batch], self.launches.timed if measure else None)
+        result = self.launches.run([batch], self.launches.timed if measure else None, what="check")
         attempt = result.attempts[0]
         if not (attempt.fits and measure):
             return attempt
@@ -278,12 +288,12 @@ class RanksBackend:
         )
 
     def soak(self, batch: int, steps: int) -> Attempt:
-        attempt = self.launches.run([batch], steps=steps).attempts[0]
+        attempt = self.launches.run([batch], steps=steps, what="soak").attempts[0]
         attempt.fresh = True
         return attempt
 
     def measure(self, batch: int) -> Timed:
-        result = self.launches.run([batch], self.launches.timed)
+        result = self.launches.run([batch], self.launches.timed, what="timed")
         return result.measure or _unmeasured(batch, result.attempts[0])
 
     def curve_timer(self, model: MemoryModel | None, capacity_bytes: float | None, max_batch: int) -> LaunchTimer:
@@ -310,7 +320,7 @@ class RanksBackend:
             )
 
         for _ in range(BASELINE_HALVINGS + 1):
-            single = self.launches.run([batch], self.launches.timed, world_size=1, strategy=NONE).measure
+            single = self.launches.run([batch], self.launches.timed, world_size=1, strategy=NONE, what="1 GPU").measure
             if single and single.outcome == FIT and group and group.outcome == FIT:
                 return record(group, single, note)
             if group is None or group.outcome != FIT or batch <= 1:
@@ -320,7 +330,7 @@ class RanksBackend:
                 f"both timed at batch {batch // 2}"
             )
             batch //= 2
-            group = self.launches.run([batch], self.launches.timed).measure
+            group = self.launches.run([batch], self.launches.timed, what="timed").measure
         return record(group, None, note)
 
     def close(self) -> None:

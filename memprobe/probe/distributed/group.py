@@ -32,6 +32,7 @@ from memprobe.probe.distributed.launch import (
     _tail,
     kill_survivors,
     launch_env,
+    timeline,
     torchrun_command,
 )
 from memprobe.probe.distributed.serve import command_path, write_json
@@ -63,6 +64,7 @@ class ServedGroup:
         request = {**req.__dict__, "run_dir": str(self.run_dir), "serve": True, "parent_pid": os.getpid()}
         (self.run_dir / "request.json").write_text(json.dumps(request))
         self.started = time.perf_counter()
+        self.launched = time.time()
         self.index = 0
         self.records: list[dict[str, Any] | None] = [None] * req.world_size
         self.timed_out = False
@@ -77,6 +79,7 @@ class ServedGroup:
         )
         self.tail = ""
         self.closed = False
+        self.timeline: dict[str, Any] | None = None  # where the start and first trial's time went (launch.timeline)
 
     @property
     def alive(self) -> bool:
@@ -124,6 +127,8 @@ class ServedGroup:
             attempt.message += f"; the group then ended: {'; '.join(ended)}"
         attempt.fresh = index == 0
         attempt.wall_seconds = round(time.perf_counter() - started, 3)
+        if index == 0:
+            self.timeline = timeline(self.records, self.launched, attempt.wall_seconds)
         if self.proc.poll() is not None:
             self._cleanup()
         return attempt
@@ -244,6 +249,7 @@ class Announcer(Protocol):
     def started_group(self) -> None: ...
     def announce(self, batch: int, fresh: bool) -> None: ...
     def answered(self, attempt: Attempt) -> None: ...
+    def timed_launch(self, marks: dict[str, Any] | None, what: str) -> None: ...
 
 
 class ServedSearch:
@@ -295,6 +301,8 @@ class ServedSearch:
             self.ranks = list(group.records)
         if attempt.fits:
             self.fits.append(attempt)
+        if group.index == 1:
+            self.launches.timed_launch(getattr(group, "timeline", None), "search")
         self.launches.answered(attempt)
         return attempt
 

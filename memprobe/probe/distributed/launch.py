@@ -87,6 +87,27 @@ class LaunchResult:
     wall_seconds: float
     log_tail: str = ""
     ranks: list[dict[str, Any] | None] = field(default_factory=list)
+    timeline: dict[str, Any] | None = None  # where the launch's time went (see timeline())
+
+
+def timeline(ranks: list[dict[str, Any] | None], launched: float, wall_seconds: float) -> dict[str, Any] | None:
+    """Where a launch's time went, by rank 0's clock marks (wall-clock `launched`: the launcher started): torchrun
+    until the rank's Python was up, its imports, joining the process group, building the model (CUDA's context
+    apart), and the rest (trials, timed steps, ending). None where rank 0 left no marks."""
+    record = ranks[0] if ranks else None
+    marks = (record or {}).get("timeline") or {}
+    setup = (record or {}).get("setup") or {}
+    if not marks.get("started"):
+        return None
+    out: dict[str, Any] = {"to_rank_s": round(marks["started"] - launched, 2), "wall_s": round(wall_seconds, 2)}
+    if marks.get("imported"):
+        out["imports_s"] = round(marks["imported"] - marks["started"], 2)
+    if marks.get("joined") and marks.get("imported"):
+        out["join_s"] = round(marks["joined"] - marks["imported"], 2)
+    for key in ("cuda_init_seconds", "build_seconds"):
+        if setup.get(key) is not None:
+            out[key.replace("_seconds", "_s")] = setup[key]
+    return out
 
 
 def torchrun_command(world_size: int, request_path: str | Path) -> list[str]:
@@ -159,6 +180,7 @@ def launch(req: LaunchRequest, env: dict[str, str] | None = None) -> LaunchResul
     request = {**req.__dict__, "run_dir": str(run_dir)}
     (run_dir / "request.json").write_text(json.dumps(request))
     log_path = run_dir / "launcher.log"
+    launched = time.time()
     started = time.perf_counter()
     timed_out = False
     with open(log_path, "wb") as log:
@@ -190,7 +212,17 @@ def launch(req: LaunchRequest, env: dict[str, str] | None = None) -> LaunchResul
     for attempt in attempts:
         attempt.wall_seconds = round(wall, 3)
     setup = next((r["setup"] for r in records if r and r.get("setup")), None)
-    return LaunchResult(attempts, measure, setup, proc.returncode, timed_out, round(wall, 3), tail, records)
+    return LaunchResult(
+        attempts,
+        measure,
+        setup,
+        proc.returncode,
+        timed_out,
+        round(wall, 3),
+        tail,
+        records,
+        timeline(records, launched, wall),
+    )
 
 
 def _read(path: Path) -> dict[str, Any] | None:

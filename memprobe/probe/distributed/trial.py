@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 FAILED_EXIT = 3
+STARTED = time.time()  # this rank's Python is up: where a launch's time goes (timeline), from here on
 _COLLECTIVE_MARKERS = (
     "distbackenderror",
     "nccl",
@@ -176,6 +177,7 @@ def build(req: dict[str, Any], rank: Rank, device: Any, mesh: Any = None) -> tup
         "task": info.task,
         "unit": info.unit,
         "build_seconds": info.build_seconds,
+        "cuda_init_seconds": info.cuda_init_seconds,
         "wrap": wrapped["describe"],
         "weights_after_wrap_bytes": torch.cuda.memory_allocated(device) if cuda else None,
     }
@@ -189,9 +191,11 @@ def start(req: dict[str, Any]) -> tuple[Rank, Any, Any, float]:
 
     from memprobe.core.outcomes import classify_error
 
+    imported = time.time()
     rank_id, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local = int(os.environ.get("LOCAL_RANK", rank_id))
     rank = Rank(Path(req["run_dir"]), rank_id, world)
+    rank.record["timeline"] = {"started": STARTED, "imported": imported}
     timeout_s = float(req.get("pg_timeout_s", 120))
     try:
         if req.get("device", "cuda") == "cuda":
@@ -207,6 +211,7 @@ def start(req: dict[str, Any]) -> tuple[Rank, Any, Any, float]:
 
             # One mesh for the life of the group: a served group builds the model again after a failure.
             mesh = init_device_mesh(device.type, (world,))
+        rank.record["timeline"]["joined"] = time.time()
     except Exception as exc:  # noqa: BLE001 - a rank that cannot join fits no batch
         rank.fail_and_exit("setup", classify_error(type(exc).__name__, str(exc)), f"{type(exc).__name__}: {exc}", None)
     return rank, device, mesh, timeout_s
