@@ -234,3 +234,32 @@ def test_a_served_group_that_is_interrupted_is_killed(monkeypatch):
     kept = stopped.value.result  # type: ignore[attr-defined]
     assert [a.batch for a in kept.attempts][:2] == [1, 2] and len(kept.attempts) == 3
     assert kept.status == "interrupted" and kept.settings["interrupted_at"] == "search"
+
+
+def test_prestarted_launches_take_standbys_started_ahead_and_end_the_unused_ones(tmp_path, monkeypatch):
+    from memprobe.probe.distributed.standby import Prestarted, prestart_on
+
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    assert prestart_on("cuda", {}) and not prestart_on("cpu", {}) and prestart_on("cpu", {"MEMPROBE_PRESTART": "1"})
+
+    def request(world, strategy, batches):
+        return LaunchRequest(
+            TOY.to_dict(), "fp32", strategy, world, batches, device="cpu", cpu_budget_bytes=BUDGET, timeout_s=120
+        )
+
+    launcher = Prestarted()
+    try:
+        first = launcher(request(2, "ddp", [1, 8]))
+        launcher.expect(request(1, "none", [8]))  # the 1-GPU baseline's standby, ahead
+        time.sleep(3.0)
+        second = launcher(request(2, "ddp", [4000]))  # on the standby the first one started
+        single = launcher(request(1, "none", [8]))
+    finally:
+        launcher.close()
+    assert [a.outcome for a in first.attempts] == [FIT, FIT] and "prestarted" not in first.timeline
+    assert [a.outcome for a in second.attempts] == [OOM] and second.timeline["prestarted"] is True
+    assert second.timeline["imports_s"] == 0.0 or second.timeline["imports_s"] < first.timeline["imports_s"]
+    assert single.attempts[0].fits and single.timeline["prestarted"] is True
+    assert launcher.prestarted == 2 and launcher.standbys == {}
+    time.sleep(1.0)
+    assert _rank_processes(str(tmp_path)) == []  # the standbys started for launches that never came are gone

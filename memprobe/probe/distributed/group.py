@@ -14,13 +14,11 @@ launch is ended). MEMPROBE_SERVED_GROUPS=0 turns served groups off: every search
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
-import tempfile
 import time
-from pathlib import Path
+from dataclasses import replace
 from typing import Any, Callable, Protocol
 
 from memprobe.core.memory_model import Attempt
@@ -31,9 +29,8 @@ from memprobe.probe.distributed.launch import (
     _read,
     _tail,
     kill_survivors,
-    launch_env,
+    start_launch,
     timeline,
-    torchrun_command,
 )
 from memprobe.probe.distributed.serve import command_path, write_json
 
@@ -55,28 +52,18 @@ class ServedGroup:
     """One served launch of `req.world_size` ranks. trial(n) runs batch n in it; close() stops it, kill() ends
     it at once. Once a trial ends the group (`alive` False) the launch is over and its folder removed."""
 
-    def __init__(self, req: LaunchRequest, env: dict[str, str] | None = None) -> None:
-        env = launch_env(env)
-        if req.device == "cpu":
-            env.setdefault("OMP_NUM_THREADS", "1")
+    def __init__(self, req: LaunchRequest, env: dict[str, str] | None = None, standby: Any = None) -> None:
         self.req = req
-        self.run_dir = Path(tempfile.mkdtemp(prefix="memprobe-group-"))
-        request = {**req.__dict__, "run_dir": str(self.run_dir), "serve": True, "parent_pid": os.getpid()}
-        (self.run_dir / "request.json").write_text(json.dumps(request))
         self.started = time.perf_counter()
         self.launched = time.time()
         self.index = 0
         self.records: list[dict[str, Any] | None] = [None] * req.world_size
         self.timed_out = False
-        self._log = open(self.run_dir / "launcher.log", "wb")  # noqa: SIM115 - open for the life of the launch
-        self.proc = subprocess.Popen(
-            torchrun_command(req.world_size, self.run_dir / "request.json"),
-            env=env,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
+        served = replace(req, serve=True)
+        if standby is not None and standby.fits(req):
+            self.proc, self.run_dir, self._log = standby.take(served)
+        else:
+            self.proc, self.run_dir, self._log = start_launch(served, env)
         self.tail = ""
         self.closed = False
         self.timeline: dict[str, Any] | None = None  # where the start and first trial's time went (launch.timeline)

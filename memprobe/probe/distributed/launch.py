@@ -21,7 +21,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from memprobe.core.memory_model import Attempt
 from memprobe.core.outcomes import CRASH, FIT, TIMEOUT
@@ -72,6 +72,7 @@ class LaunchRequest:
     settings: dict[str, Any] = field(default_factory=dict)
     pg_timeout_s: float = 120.0
     timeout_s: float = 900.0
+    serve: bool = False  # a served group (serve.py): the ranks take trial after trial from command files
 
 
 @dataclass
@@ -100,6 +101,8 @@ def timeline(ranks: list[dict[str, Any] | None], launched: float, wall_seconds: 
     if not marks.get("started"):
         return None
     out: dict[str, Any] = {"to_rank_s": round(marks["started"] - launched, 2), "wall_s": round(wall_seconds, 2)}
+    if marks.get("prestarted"):
+        out["prestarted"] = True  # torchrun and the imports ran ahead, while the launch before it did
     if marks.get("imported"):
         out["imports_s"] = round(marks["imported"] - marks["started"], 2)
     if marks.get("joined") and marks.get("imported"):
@@ -170,43 +173,55 @@ def _end(proc: subprocess.Popen) -> None:
             continue
 
 
-def launch(req: LaunchRequest, env: dict[str, str] | None = None) -> LaunchResult:
-    """Run one launch to its end (or its timeout) and read what the ranks recorded. Never raises for
-    what happens in the ranks; KeyboardInterrupt ends every process of the launch and is re-raised."""
+def start_launch(req: LaunchRequest, env: dict[str, str] | None = None) -> tuple[subprocess.Popen, Path, IO[bytes]]:
+    """Start torchrun for `req` (in its own session, its output logged): (the launcher, the launch's folder, the
+    open log), the caller's to wait for and end."""
     env = launch_env(env)
     if req.device == "cpu":
         env.setdefault("OMP_NUM_THREADS", "1")
     run_dir = Path(tempfile.mkdtemp(prefix="memprobe-dist-"))
-    request = {**req.__dict__, "run_dir": str(run_dir)}
+    request = {**req.__dict__, "run_dir": str(run_dir), "parent_pid": os.getpid()}
     (run_dir / "request.json").write_text(json.dumps(request))
-    log_path = run_dir / "launcher.log"
+    log = open(run_dir / "launcher.log", "wb")  # noqa: SIM115 - closed by the caller with the launch
+    proc = subprocess.Popen(
+        torchrun_command(req.world_size, run_dir / "request.json"),
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    return proc, run_dir, log
+
+
+def launch(req: LaunchRequest, env: dict[str, str] | None = None, standby: Any = None) -> LaunchResult:
+    """Run one launch to its end (or its timeout) and read what the ranks recorded; on `standby`
+    (standby.Standby: a launch started ahead whose ranks wait for a request) where it fits. Never raises for
+    what happens in the ranks; KeyboardInterrupt ends every process of the launch and is re-raised."""
+    if standby is not None and standby.fits(req):
+        proc, run_dir, log = standby.take(req)
+    else:
+        proc, run_dir, log = start_launch(req, env)
     launched = time.time()
     started = time.perf_counter()
     timed_out = False
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(
-            torchrun_command(req.world_size, run_dir / "request.json"),
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-        try:
-            proc.wait(req.timeout_s)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            _end(proc)
-        except BaseException:
-            _end(proc)
-            kill_survivors(run_dir)
-            shutil.rmtree(run_dir, ignore_errors=True)
-            raise
-        finally:
-            kill_survivors(run_dir)
+    try:
+        proc.wait(req.timeout_s)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        _end(proc)
+    except BaseException:
+        _end(proc)
+        kill_survivors(run_dir)
+        log.close()
+        shutil.rmtree(run_dir, ignore_errors=True)
+        raise
+    finally:
+        kill_survivors(run_dir)
+    log.close()
     wall = time.perf_counter() - started
     records = [_read(run_dir / f"rank{r}.json") for r in range(req.world_size)]
-    tail = _tail(log_path)
+    tail = _tail(run_dir / "launcher.log")
     shutil.rmtree(run_dir, ignore_errors=True)
     attempts, measure = aggregate(records, req, proc.returncode, timed_out, tail)
     for attempt in attempts:

@@ -195,7 +195,7 @@ def start(req: dict[str, Any]) -> tuple[Rank, Any, Any, float]:
     rank_id, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local = int(os.environ.get("LOCAL_RANK", rank_id))
     rank = Rank(Path(req["run_dir"]), rank_id, world)
-    rank.record["timeline"] = {"started": STARTED, "imported": imported}
+    rank.record["timeline"] = {"started": STARTED, "imported": imported, "prestarted": bool(req.get("prestarted"))}
     timeout_s = float(req.get("pg_timeout_s", 120))
     try:
         if req.get("device", "cuda") == "cuda":
@@ -288,13 +288,51 @@ def run(req: dict[str, Any]) -> int:
     return 0
 
 
+def standby(req: dict[str, Any]) -> dict[str, Any] | None:
+    """A launch started ahead (standby.py): import torch, the distributed package and the workload's code, touching
+    no GPU, then wait for the request (go.json). Returns it, or None when the scan that started this is gone."""
+    global STARTED
+    run_dir = Path(req["run_dir"])
+    (run_dir / f"rank{os.environ.get('RANK', '0')}.pid").write_text(str(os.getpid()))
+    import torch  # noqa: F401
+    import torch.distributed  # noqa: F401
+
+    import memprobe.probe.worker  # noqa: F401
+    import memprobe.training.wrap  # noqa: F401
+
+    try:
+        from memprobe.core.registry import family_builder
+
+        family_builder(req["workload"]["family"])  # imports the family's module (transformers, timm)
+    except Exception:  # noqa: BLE001 - the launch itself will say what cannot be imported
+        pass
+    from memprobe.probe.distributed.serve import _parent_gone
+
+    go = run_dir / "go.json"
+    checked = time.monotonic()
+    while not go.exists():
+        if time.monotonic() - checked > 1.0:
+            checked = time.monotonic()
+            if _parent_gone(req.get("parent_pid")):
+                return None
+        time.sleep(0.02)
+    STARTED = time.time()  # the launch starts now: what came before was done ahead
+    return json.loads(go.read_text())
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point under torchrun: one argument, the request file. Returns the exit code."""
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
         sys.stderr.write("usage: torchrun ... -m memprobe.probe.distributed.trial REQUEST.json\n")
         return 2
-    return run(json.loads(Path(args[0]).read_text()))
+    req: dict[str, Any] | None = json.loads(Path(args[0]).read_text())
+    if req and req.get("standby"):
+        req = standby(req)
+        if req is None:
+            return 0
+    assert req is not None
+    return run(req)
 
 
 if __name__ == "__main__":
