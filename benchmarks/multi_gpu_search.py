@@ -1,10 +1,12 @@
 """Benchmark: the multi-GPU search before and after served process groups (seconds, trials, launches).
 
-Runs `memprobe scan --gpus N --strategy S` once with MEMPROBE_SERVED_GROUPS=0 (before: every search trial a
-torchrun launch of its own) and once with served groups (after: the search's trials in one launch while that is
-sound), per strategy, taking turns, and prints per run: the per-GPU B and its proof, the search's and the proof's
-seconds (the edge: search + proof, the fresh-group proof included), the whole scan's wall time (with the 1-GPU
-baseline), search trials, process groups started (all, and by the search). Needs the GPUs (run it on the
+Runs `memprobe scan --gpus N --strategy S` once as before served groups (MEMPROBE_SERVED_GROUPS=0,
+MEMPROBE_PRESTART=0: every search trial a torchrun launch of its own, started when needed) and once after (the
+search's trials in one launch while that is sound, and each launch started ahead while the one before works),
+per strategy, taking turns (`--modes before,served,after` adds served groups alone), and prints per run: the
+per-GPU B and its proof, the search's and the proof's seconds (the edge: search + proof, the fresh-group proof
+included), the whole scan's wall time (with the 1-GPU baseline), search trials, process groups started (all, and
+by the search); the JSON adds where each launch's time went. Needs the GPUs (run it on the
 machine); each run has a time limit, and a run cut by it is reported with what its partial file holds.
 
     python benchmarks/multi_gpu_search.py --model bert-large -p fp16 --gpus 2 --strategy ddp,fsdp \\
@@ -31,7 +33,13 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO)]
 
 SAFE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
-MODES = {"before": "0", "after": "1"}  # MEMPROBE_SERVED_GROUPS
+# before: every search trial a launch of its own, each launch started when needed (the code before served groups);
+# served: the search in served groups; after: served groups and launches started ahead (the default on CUDA).
+MODES = {
+    "before": {"MEMPROBE_SERVED_GROUPS": "0", "MEMPROBE_PRESTART": "0"},
+    "served": {"MEMPROBE_SERVED_GROUPS": "1", "MEMPROBE_PRESTART": "0"},
+    "after": {"MEMPROBE_SERVED_GROUPS": "1", "MEMPROBE_PRESTART": "1"},
+}
 
 
 def scan_command(args: argparse.Namespace, strategy: str, out: Path) -> list[str]:
@@ -61,7 +69,7 @@ def run_one(args: argparse.Namespace, strategy: str, mode: str, out: Path, log: 
     """One scan in `mode` (before/after); its file's figures, or why there are none. Ended at --timeout with SIGTERM
     (memprobe then writes what finished and ends its ranks)."""
     out.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "MEMPROBE_SERVED_GROUPS": MODES[mode], "PYTHONPATH": str(REPO)}
+    env = {**os.environ, **MODES[mode], "PYTHONPATH": str(REPO)}
     for key, value in SAFE_ENV.items():
         env.setdefault(key, value)
     before = set(out.glob("*.json"))
@@ -85,7 +93,8 @@ def run_one(args: argparse.Namespace, strategy: str, mode: str, out: Path, log: 
     row: dict[str, Any] = {
         "strategy": strategy,
         "mode": mode,
-        "served_groups": mode == "after",
+        "served_groups": mode != "before",
+        "prestarted": mode == "after",
         "exit": proc.returncode,
         "cut_at_timeout_s": args.timeout if cut else None,
         "wall_seconds": round(wall, 1),
@@ -151,7 +160,11 @@ def table(rows: list[dict[str, Any]]) -> str:
             + " | ".join(
                 [
                     r["strategy"],
-                    "served groups (after)" if r["served_groups"] else "a launch per trial (before)",
+                    {
+                        "before": "a launch per trial (before)",
+                        "served": "served groups",
+                        "after": "served, prestarted (after)",
+                    }[r["mode"]],
                     "-" if r.get("max_batch") is None else f"{r['max_batch']} ({proof[0]} fits, {proof[1]} fails)",
                     "-" if edge is None else f"{edge:.0f} ({r['search_seconds']:.0f} + {r['proof_seconds']:.0f})",
                     f"{r['wall_seconds']:.0f}" + (" (cut)" if r.get("cut_at_timeout_s") else ""),

@@ -133,5 +133,6 @@ def test_the_search_benchmark_reads_seconds_trials_and_process_groups_from_a_res
     assert got["search_process_groups"] == got["search_trials"] - 1  # no served groups here: batch 1 and 2 share one
     assert got["edge_seconds"] == pytest.approx(got["search_seconds"] + got["proof_seconds"], abs=0.1)
     row = {"strategy": "ddp", "mode": "before", "served_groups": False, "wall_seconds": 151.0, **got}
+    assert bench.MODES["before"] == {"MEMPROBE_SERVED_GROUPS": "0", "MEMPROBE_PRESTART": "0"}
     line = bench.table([row]).splitlines()[2]
     assert line.startswith("| ddp | a launch per trial (before) | 990 (990 fits, 991 fails) |")
