@@ -117,7 +117,7 @@ bench() {  # NAME MIN_SECONDS STRATEGY: the search benchmark on 2 GPUs, before a
   wanted "$name" || return 0
   can_start "$name" "$min" || return 0
   local remaining; remaining=$(left)
-  local per_run=$(( (remaining - 30) / 2 ))
+  local per_run=$(( (remaining - 80) / 2 ))  # each run then has time to write its file after SIGTERM
   mkdir -p "$W/bench"
   timed "$name" "$remaining" $PY benchmarks/multi_gpu_search.py --model bert-large -p fp16 --gpus 2 \
     --strategy "$strategy" --timeout "$per_run" --out "$W/bench" --out-after "$R" --json "$W/bench/$name.json"
@@ -135,7 +135,7 @@ if [[ "$DRY" != 1 ]]; then
     env | grep -E '^(NCCL_|TORCH_SYMM|NVSHMEM|CUDA_VISIBLE|MEMPROBE_)' | sort
     echo; git log -1 --format='%H %s' 2>/dev/null
   } > "$W/environment.txt" 2>&1
-  timeout 60 $PY -m memprobe device >> "$W/environment.txt" 2>&1
+  timeout 20 $PY -m memprobe device >> "$W/environment.txt" 2>&1
 fi
 
 SIX=nasnet-large,resnet50,transformer-big,pix2pixhd,bert-large,bert-large-squad  # longest search first
@@ -228,8 +228,8 @@ done
 # Tables: scaling (multi-GPU files, 1-GPU max batch from the single-GPU files, the published figures beside them),
 # the single-GPU scan table, and the search benchmark's tables.
 if [[ "$DRY" != 1 ]]; then
-  timeout 60 $PY -m memprobe report "$R" --with-published > "$W/report.md" 2> "$W/logs/report.log"
-  timeout 60 $PY -m memprobe report --scans "$R" > "$W/scans.md" 2>> "$W/logs/report.log"
+  timeout 25 $PY -m memprobe report "$R" --with-published > "$W/report.md" 2> "$W/logs/report.log"
+  timeout 25 $PY -m memprobe report --scans "$R" > "$W/scans.md" 2>> "$W/logs/report.log"
 fi
 ps -eo pid,etimes,args | grep -E "memprobe\.probe\.(distributed|worker)" | grep -v grep > "$W/leftover-processes.txt"
 {
