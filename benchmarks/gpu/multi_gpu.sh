@@ -42,6 +42,10 @@
 # what this measures: every scan runs with --no-curve --no-breakdown.
 # What comes back: $OUT/results.tgz (result files under reports/, logs, environment, the tables) and
 # $OUT/summary.txt (the steps, their times, and the scaling table), two files.
+# Afterwards, on the CPU: the result files go to reports/<kind>/ (e.g. reports/2x_h200, reports/4x_h200), and
+#   python benchmarks/calibration.py reports/2x_h200 reports/4x_h200 --json reports/calibration_multi_gpu.json \
+#       --md reports/calibration_multi_gpu.md
+# writes the per-GPU predicted-against-measured table (with the 1-GPU B and the efficiency of each scan).
 set -uo pipefail
 : "${OUT:?set OUT to the output folder}"
 export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0}
