@@ -9,8 +9,13 @@ question. Prints a markdown table (one column group per card) and writes every r
     python benchmarks/calibration.py reports/h100 reports/h200 --json reports/calibration_h100_h200.json
     python benchmarks/calibration.py reports/h100 reports/emulated_h100 --json reports/calibration_h100.json
 
-Multi-GPU result files (`scan --gpus N --strategy ...`) get a column of their own, predicted per GPU for the
-same world size and strategy (`predict --gpus N`, data_parallel.py) at the smallest capacity a rank recorded.
+Multi-GPU result files (`scan --gpus N --strategy ...`) are predicted per GPU for the same world size and
+strategy (`predict --gpus N`, data_parallel.py) at the smallest capacity a rank recorded, every file's newest
+finished scan per card, world size and strategy, and get a table of their own: per-GPU B measured and predicted,
+the 1-GPU B of the same card where a single-GPU file is given, and the scaling efficiency the scan measured.
+
+    python benchmarks/calibration.py reports/2x_h200 reports/h200 --json reports/calibration_multi_gpu.json \
+        --md reports/calibration_multi_gpu.md
 
 The timm workloads need torchvision to import; where none can load (this project's CPU machine) the
 tests' stand-in is installed, as in benchmarks/predict_without_torchvision.py.
@@ -71,7 +76,9 @@ def collect(paths: list[str], models: list[str] | None) -> dict[tuple, dict[str,
             continue  # the traced trial is a training step; an inference scan answers another question
         label, order = _card_key(result)
         trial_fits = trial_fit_batches(p.proof.checks if p.proof else [])
-        out.setdefault((name, _world(result)), {}).setdefault(precision, []).append(
+        world = _world(result)
+        scaling = (p.settings or {}).get("scaling") or {}
+        out.setdefault((name, world), {}).setdefault(precision, []).append(
             {
                 "card": label,
                 "order": order,
@@ -81,9 +88,17 @@ def collect(paths: list[str], models: list[str] | None) -> dict[tuple, dict[str,
                 "measured": int(p.max_batch),
                 # the largest batch whose 3-step trial fitted in a fresh process (the timed run may then have failed)
                 "trial_edge": max(trial_fits, default=None),
+                "gpu": result.gpu_name(),
+                "world_size": world[0] if world else 1,
+                "strategy": world[1] if world else None,
+                "efficiency": scaling.get("efficiency"),
+                "scaling_batch": scaling.get("per_gpu_batch"),
             }
         )
     return out
+
+
+PASSED_ON = ("gpu", "world_size", "strategy", "efficiency", "scaling_batch")  # from a scan's entry to its row
 
 
 def predict_rows(name: str, per_precision: dict[str, list[dict]], world: tuple[int, str] | None = None) -> list[dict]:
@@ -120,6 +135,7 @@ def predict_rows(name: str, per_precision: dict[str, list[dict]], world: tuple[i
                         "predicted": predicted,
                         "error_percent": round(100.0 * (predicted - measured) / measured, 2) if measured else None,
                         "trace": traces.how,
+                        **{key: entry[key] for key in PASSED_ON if key in entry},
                     }
                 )
             print(f"[{name} {precision}] {time.perf_counter() - started:.1f} s", file=sys.stderr)
@@ -167,11 +183,68 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def multi_gpu_table(rows: list[dict]) -> str:
+    """One line per GPU, workload, precision, strategy and world size of the multi-GPU rows: the per-GPU B measured
+    (and the 1-GPU B of the same card, from the single-GPU rows), predicted, the error, the scaling efficiency."""
+    single = {(r["gpu"], r["workload"], r["precision"]): r["measured"] for r in rows if r.get("world_size", 1) == 1}
+    multi = [r for r in rows if r.get("world_size", 1) > 1]
+    head = [
+        "GPU",
+        "workload",
+        "precision",
+        "strategy",
+        "GPUs",
+        "per-GPU B (measured)",
+        "predicted (per GPU)",
+        "error",
+        "1-GPU B (measured)",
+        "efficiency (measured)",
+    ]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    order = {"fp32": 0, "tf32": 1, "fp16": 2, "bf16": 3}
+    for r in sorted(
+        multi, key=lambda r: (r["gpu"], r["workload"], order.get(r["precision"], 9), r["strategy"], r["world_size"])
+    ):
+        err = r["error_percent"]
+        mark = "**" if err is not None and abs(err) > 3 else ""
+        efficiency = r.get("efficiency")
+        at = f" at {r['scaling_batch']}" if r.get("scaling_batch") not in (None, r["measured"]) else ""
+        lines.append(
+            "| "
+            + " | ".join(
+                [
+                    r["gpu"],
+                    r["workload"],
+                    r["precision"],
+                    str(r["strategy"]),
+                    str(r["world_size"]),
+                    str(r["measured"]),
+                    str(r["predicted"]),
+                    f"{mark}{err:+.1f}%{mark}" if err is not None else "-",
+                    str(single.get((r["gpu"], r["workload"], r["precision"]), "not given")),
+                    "-" if efficiency is None else f"{100 * efficiency:.1f}%{at}",
+                ]
+            )
+            + " |"
+        )
+    unsafe = [r for r in multi if r["predicted"] > r["measured"]]
+    lines += [
+        "",
+        f"Per GPU: {len(multi)} multi-GPU comparisons; exact: {sum(1 for r in multi if r['predicted'] == r['measured'])}"
+        f"; unsafe (predicted above the measured per-GPU B): {len(unsafe)}"
+        + (f", by at most {max(r['predicted'] - r['measured'] for r in unsafe)} batch" if unsafe else "")
+        + ".",
+        "Efficiency: throughput of N GPUs / (N x throughput of 1 GPU) at the per-GPU batch (at B unless said).",
+    ]
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("paths", nargs="+", help="result files or folders (real and emulated scans)")
     parser.add_argument("--model", action="append", help="only these workloads (repeatable)")
     parser.add_argument("--json", type=Path, help="write every row here")
+    parser.add_argument("--md", type=Path, help="write the tables (markdown) here too")
     args = parser.parse_args(argv)
     from torchvision_standin import install_standin, torchvision_usable
 
@@ -186,8 +259,21 @@ def main(argv: list[str] | None = None) -> int:
         collect(args.paths, args.model).items(), key=lambda kv: (kv[0][0], kv[0][1] or ())
     ):
         rows += predict_rows(name, per_precision, world)
-    text = table(rows)
+    single = [r for r in rows if r.get("world_size", 1) == 1]
+    multi = [r for r in rows if r.get("world_size", 1) > 1]
+    parts = [table(single)] if single else []
+    if multi:
+        parts.append(
+            "Several GPUs, per GPU (each scan predicted for its own world size and strategy):\n\n"
+            + multi_gpu_table(rows)
+        )
+    text = "\n\n".join(parts)
     print(text)
+    if args.md:
+        command = "python benchmarks/calibration.py " + " ".join(sys.argv[1:] if argv is None else argv)
+        args.md.write_text(
+            f"Predicted (`memprobe predict`, no GPU) against measured max batch.\n\n`{command}`\n\n{text}\n"
+        )
     if args.json:
         doc = {
             "command": "python benchmarks/calibration.py " + " ".join(sys.argv[1:] if argv is None else argv),

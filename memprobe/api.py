@@ -260,8 +260,11 @@ def plan(
     results: Sequence[str | Path] = (),
     models_file: str | Path | None = None,
     verbose: bool = False,
+    gpus: int = 1,
+    strategy: str = "ddp",
 ):
-    """The micro-batch and accumulation to run `model` on the card `gpu`, per memory lever, as `memprobe plan`.
+    """The micro-batch and accumulation to run `model` on the card `gpu`, per memory lever, as `memprobe plan`
+    (on `gpus` such cards under `strategy`, as `plan --gpus N --strategy S`: the micro-batch is per GPU).
 
     Each precision (and for LLM workloads checkpointing off/on, and LoRA of rank `lora`; for models given by name
     each of `optimizers`) gets a row: max micro-batch measured where `results` (result files or folders) holds a
@@ -292,6 +295,8 @@ def plan(
         list(results),
         workers=cores(),
         progress=_progress(verbose),
+        gpus=gpus,
+        strategy=strategy,
     )
 
 

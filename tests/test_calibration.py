@@ -3,6 +3,8 @@
 import importlib.util
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).parents[1]
 SPEC = importlib.util.spec_from_file_location("calibration", REPO / "benchmarks" / "calibration.py")
 calibration = importlib.util.module_from_spec(SPEC)
@@ -69,6 +71,31 @@ def test_a_multi_gpu_scan_is_a_column_of_its_own_predicted_for_the_same_world(tm
     (row,) = calibration.predict_rows("toy", per_precision, (2, "fsdp"))  # traced as rank 0 of 2 under fsdp
     assert (row["card"], row["measured"], row["capacity_gib"]) == ("2x cpu fsdp, per GPU", 990, 0.0)
     assert row["predicted"] == 0  # 100,000 bytes hold less than the emulated cuBLAS workspace
+
+
+def test_every_multi_gpu_file_is_a_row_per_strategy_and_world_size_with_its_efficiency(tmp_path):
+    from conftest import RecordingProgress
+    from memprobe.probe.distributed.scan import scan_distributed
+    from test_distributed import TOY, FakeGroup, _opts
+
+    for strategy in ("ddp", "fsdp"):  # the same card, workload and precision: neither replaces the other
+        scan_distributed(TOY, _opts(), 2, strategy, tmp_path, RecordingProgress(), FakeGroup())
+    found = calibration.collect([str(tmp_path)], None)
+    assert sorted(found) == [("toy", (2, "ddp")), ("toy", (2, "fsdp"))]
+    rows = []
+    for (name, world), per_precision in sorted(found.items()):
+        (entry,) = per_precision["fp32"]
+        assert (entry["world_size"], entry["strategy"]) == world and entry["efficiency"] == pytest.approx(0.5 / 0.55)
+        rows.append({**entry, "workload": name, "precision": "fp32", "predicted": 985, "error_percent": -0.51})
+    rows.append({"gpu": "cpu", "workload": "toy", "precision": "fp32", "world_size": 1, "measured": 1200})
+    lines = calibration.multi_gpu_table(rows).splitlines()
+    assert lines[0].startswith("| GPU | workload | precision | strategy | GPUs | per-GPU B (measured) | predicted")
+    assert "| cpu | toy | fp32 | ddp | 2 | 990 | 985 | -0.5% | 1200 | 90.9% |" in lines
+    assert "| cpu | toy | fp32 | fsdp | 2 | 990 | 985 | -0.5% | 1200 | 90.9% |" in lines
+    assert (
+        lines[-2].startswith("Per GPU: 2 multi-GPU comparisons; exact: 0; unsafe (predicted above")
+        and "0." in lines[-2]
+    )
 
 
 def test_the_predicted_start_replay_counts_fewer_trials_from_an_exact_prediction():

@@ -116,3 +116,49 @@ def test_the_interconnect_summary_names_nvlink_or_the_pcie_path():
     }
     assert summary(pcie) == "PCIe (PCIe host bridge)"
     assert visible_indices(2, "3,1,0") == [3, 1] and visible_indices(2, None) == [0, 1]
+
+
+def _gpu_script(tmp_path, **env):
+    import os
+    import subprocess
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    return subprocess.run(
+        ["bash", str(repo / "benchmarks" / "gpu" / "multi_gpu.sh")],
+        cwd=repo,
+        env={**os.environ, "OUT": str(tmp_path), "DRY": "1", **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_the_gpu_script_runs_a_part_under_its_deadline_with_the_multicast_switches_and_packs_two_files(tmp_path):
+    done = _gpu_script(tmp_path / "a", GPUS="2", PART="2d")
+    assert done.returncode == 0, done.stderr
+    assert sorted(p.name for p in (tmp_path / "a").iterdir()) == ["results.tgz", "summary.txt", "w"]
+    summary = (tmp_path / "a" / "summary.txt").read_text()
+    runs = [line for line in summary.splitlines() if line.startswith("== ")]
+    assert [r.split()[1] for r in runs] == [
+        "2d-bert-large-bf16-2ddp",
+        "2d-bert-large-bf16-2fsdp",
+        "2d-bert-large-squad-bf16-2ddp",
+    ]
+    assert all("--no-curve --no-breakdown --out" in r and "--gpus 2 --strategy" in r for r in runs)
+    assert summary.count("NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1") == 3
+    # past the deadline nothing starts, and what did not is listed to run again by name
+    late = _gpu_script(tmp_path / "b", GPUS="2", PART="2d", BUDGET_S="0")
+    assert (
+        late.returncode == 0
+        and 'skipped (run again with STEPS="..."): 2d-bert-large-bf16-2ddp'
+        in (tmp_path / "b" / "summary.txt").read_text()
+    )
+    again = _gpu_script(tmp_path / "c", GPUS="2", STEPS="2d-bert-large-bf16-2fsdp 2g-llama-1b-bf16-2ddp")
+    assert again.returncode == 0, again.stderr
+    ran = [
+        line.split()[1] for line in (tmp_path / "c" / "summary.txt").read_text().splitlines() if line.startswith("== ")
+    ]
+    assert ran == ["2d-bert-large-bf16-2fsdp", "2g-llama-1b-bf16-2ddp"]
+    refused = _gpu_script(tmp_path / "d", GPUS="2", PART="4a")
+    assert refused.returncode == 2 and "needs 4 GPUs" in refused.stderr

@@ -181,9 +181,15 @@ def test_guide_on_the_packaged_catalog_marks_predictions_and_states_the_overhead
     carried = default_overhead_table().carried()
     assert f"minus {carried.overhead_bytes / 2**30:.2f} GiB measured on the {carried.card}, carried over" in text
     assert "`memprobe predict -m WORKLOAD -p PRECISION --gpu CARD` replays the trial" in text
-    # RTX 3090: 24 GiB - 1.43 GiB overhead - 4 GiB static = 18.57 GiB / 0.75 GiB = 24 sequences
+    # RTX 3090: its memory - the carried overhead - what kernels take during the run - 4 GiB static, / 0.75 GiB
+    from memprobe.core.cardsize import card_size
+    from memprobe.core.catalog import default_catalog
+
+    rtx = default_catalog().find("RTX 3090")
+    usable = card_size(rtx)[0] - carried.overhead_bytes - default_overhead_table().run_overhead_bytes
+    expected = int((usable - 4 * GiB) // (0.75 * GiB))
     line = next(row for row in text.splitlines() if row.strip().startswith("GeForce RTX 3090") and "(pred)" in row)
-    assert " 24 (pred)" in line
+    assert f" {expected} (pred)" in line
     assert "Verdict rule" in text and "trains all the large models" in text
     # per 1000 USD on the measured card: 100 / 36718.75 * 1000 = 2.72; per TDP watt 100 / 700 = 0.143; per measured W 0.200
     value = next(row for row in text.splitlines() if "H100 SXM" in row and "sequences/s" in row)

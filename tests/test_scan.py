@@ -602,3 +602,26 @@ def test_an_emulated_scan_is_labelled_and_keeps_the_real_chip_for_mfu(tmp_path, 
     assert result.environment["emulation"]["memory_cap_bytes"] == 24 * 2**30
     assert "emulated-24-gib-cap" in path.name
     assert result.precisions["fp32"].throughput.peak_tflops == pytest.approx(67.0)  # the H100's own peak
+
+
+def test_ctrl_c_in_the_first_precisions_search_keeps_its_trials_so_far(monkeypatch, tmp_path):
+    # nothing finished but the trials: they are written, marked partial, as a multi-GPU scan does
+    world = World(75)
+    original = FakeWorker.trial
+
+    def interrupted_at_16(self, batch, steps, keep=False):
+        if batch == 16:
+            raise KeyboardInterrupt
+        return original(self, batch, steps, keep)
+
+    monkeypatch.setattr(FakeWorker, "trial", interrupted_at_16)
+    monkeypatch.setattr(memprobe.probe.scan, "WorkerFactory", lambda workload: FakeFactory(world))
+    opts = ScanOptions(precisions=["fp32", "bf16"], device="cpu", cpu_budget_bytes=world.capacity, curve=False)
+    with pytest.raises(memprobe.probe.scan.ScanInterrupted) as stopped:
+        scan_workload(_toy(), opts, tmp_path, RecordingProgress())
+    data = read_result(stopped.value.path)
+    assert data.status == "partial" and list(data.precisions) == ["fp32"]
+    p = data.precisions["fp32"]
+    assert p.status == "interrupted" and p.settings["interrupted_at"] == "search" and p.max_batch is None
+    assert [a.batch for a in p.attempts][:2] == [1, 2] and all(a.batch != 16 for a in p.attempts)
+    assert_all_closed(world)

@@ -51,6 +51,19 @@ from memprobe.cli.helpers import progress_lines, trace_without_gpus
     help="Registry file (default: the packaged models.yaml).",
 )
 @click.option(
+    "--gpus",
+    type=click.IntRange(1, 4096),
+    default=1,
+    show_default=True,
+    help="Plan for this many cards training data-parallel: the micro-batch is per GPU, measured where --results "
+    "holds a `scan --gpus N` of the card under --strategy, else predicted per GPU.",
+)
+@click.option(
+    "--strategy",
+    type=click.Choice(["ddp", "fsdp"]),
+    help="With --gpus N > 1: ddp (default) or fsdp.",
+)
+@click.option(
     "--format",
     "fmt",
     type=click.Choice(["github", "plain", "json", "csv"]),
@@ -68,15 +81,18 @@ def plan_cmd(
     optimizers: str | None,
     results: tuple[str, ...],
     models_file: str | None,
+    gpus: int,
+    strategy: str | None,
     fmt: str,
 ) -> None:
-    """Plan the micro-batch and gradient accumulation for each memory lever on a card.
+    """Plan the micro-batch and gradient accumulation for each memory lever on a card (or N of them).
 
     For each precision (and, for LLM workloads, activation checkpointing off/on and LoRA when --lora is given):
     the max micro-batch B on the card (measured where --results holds a scan of that card and setting, else
     predicted on the CPU and labelled so), the micro-batch to run (at most b* and never past the knee of a measured
     throughput curve), the accumulation steps to reach --global-batch, the memory headroom, and the throughput and
     time per global batch where measured ("not measured" otherwise). Rows are sorted by time per global batch.
+    With --gpus N the micro-batch is per GPU and a global step is N micro-batches.
     """
     from memprobe.core.plan import PlanError
     from memprobe.core.variants import VariantError, parse_lora
@@ -86,6 +102,8 @@ def plan_cmd(
 
     trace_without_gpus()
 
+    if strategy is not None and gpus == 1:
+        raise click.UsageError("--strategy applies with --gpus N > 1")
     if global_batch is not None and global_batch < 1:
         raise click.BadParameter(f"must be at least 1, got {global_batch}", param_hint="--global-batch")
     if seq_len is not None and not 2 <= seq_len <= checks.MAX_SEQ_LEN:  # as predict and scan take it
@@ -115,6 +133,8 @@ def plan_cmd(
                 results,
                 workers=_cores(),
                 progress=progress,
+                gpus=gpus,
+                strategy=strategy or "ddp",
             )
     except PlanError as exc:
         raise click.ClickException(str(exc)) from None

@@ -273,7 +273,9 @@ def guide_cmd(
 
     Uses each scan's fitted memory model (static + per-sample bytes) and the memory overhead measured on
     the scanned card; adds throughput per 1000 USD and per watt where measured or published, and a
-    one-line verdict per card. Without PATHS it shows the catalog and the published figures only.
+    one-line verdict per card. Multi-GPU files (scan --gpus N) add the scaling table: per-GPU max batch and
+    efficiency on N GPUs, beside the published multi-GPU figures. Without PATHS it shows the catalog and the
+    published figures only.
     """
     import math
 
@@ -287,10 +289,12 @@ def guide_cmd(
         checks.refuse(checks.given(click.get_current_context(), "fmt"), "with --html (the page is HTML)")
         html_page(html_file, paths, budget=budget, only=card_names(gpus))
         return
-    loaded, _multi_gpu = split_by_world_size(_load_results(paths))  # the guide is about one card
-    if paths and not loaded:
+    # Per-card predictions come from the single-GPU files; multi-GPU files add the scaling table.
+    loaded, multi = split_by_world_size(_load_results(paths))
+    if paths and not loaded and not multi:
         raise click.ClickException(f"no memprobe result files in {', '.join(paths)}")
-    click.echo(guide_report(loaded, budget=budget, fmt=fmt, only=card_names(gpus)), nl=False)
+    shown = guide_report(loaded, budget=budget, fmt=fmt, only=card_names(gpus), multi=[r for _p, r in multi])
+    click.echo(shown, nl=False)
 
 
 def _predicted(predicted_file: str | None) -> list | None:

@@ -347,9 +347,9 @@ def scan_cmd(
             return
         except ScanInterrupted as stop:
             kept = (
-                f"the finished precisions are in {stop.path} (marked partial)"
+                f"what finished (precisions, trials so far) is in {stop.path} (marked partial)"
                 if stop.path
-                else f"no precision of {workload.name} had finished, so no result file was written"
+                else f"no trial of {workload.name} had finished, so no result file was written"
             )
             click.echo(f"\ninterrupted: {kept}", err=True)
             sys.exit(interrupted_status())

@@ -5,6 +5,8 @@ No torch here. For every workload and precision in the result files, the memory 
 memory `memprobe predict --gpu CARD` takes for it (memprobe/core/overhead.py: measured where memprobe scanned the card,
 carried over elsewhere; the same data wherever it runs). Throughput per 1000 USD and
 per watt is given only where throughput was measured or published; verdicts per card follow one stated rule.
+Multi-GPU result files add how the scanned card scales: per-GPU max batch and efficiency on N GPUs, beside the
+published multi-GPU figures.
 """
 
 from __future__ import annotations
@@ -16,7 +18,9 @@ from memprobe.compare.card_predictions import memory_models, predictions
 from memprobe.compare.comparison import ReportError, build_comparison, workload_labels
 from memprobe.compare.curves import LABELS, like_for_like
 from memprobe.compare.guide_tables import catalog_table, prediction_table, value_table, verdict_table
+from memprobe.compare.published_scaling import published_scaling, published_scaling_rows
 from memprobe.compare.report import render
+from memprobe.compare.scaling import scaling_rows_table
 from memprobe.compare.tables import Table
 from memprobe.compare.verdicts import roomy_thresholds, verdicts
 from memprobe.core.catalog import Catalog, default_catalog
@@ -31,10 +35,12 @@ def guide_report(
     catalog: Catalog | None = None,
     only: Sequence[str] | None = None,
     table: OverheadTable | None = None,
+    multi: Sequence[ScanResult] = (),
 ) -> str:
-    """Build and render `memprobe guide`, for the catalog cards named in `only` (all when None). Raises
-    ValueError for an unknown format or a negative budget."""
-    title, notes, tables = guide_tables(loaded, budget, catalog, only, table)
+    """Build and render `memprobe guide`, for the catalog cards named in `only` (all when None); multi-GPU results
+    (`multi`, scan --gpus N) add the scaling table of the scanned cards and the published multi-GPU figures of the
+    same workloads. Raises ValueError for an unknown format or a negative budget."""
+    title, notes, tables = guide_tables(loaded, budget, catalog, only, table, multi)
     return render(tables, fmt, title, notes)
 
 
@@ -44,9 +50,10 @@ def guide_tables(
     catalog: Catalog | None = None,
     only: Sequence[str] | None = None,
     table: OverheadTable | None = None,
+    multi: Sequence[ScanResult] = (),
 ) -> tuple[str, list[str], list[Table]]:
     """`memprobe guide` as its title, its notes (the legend first) and its tables, for the catalog cards named in
-    `only` (all when None). Raises ValueError for a negative budget."""
+    `only` (all when None), with the scaling tables of `multi`. Raises ValueError for a negative budget."""
     if budget is not None and budget < 0:
         raise ValueError(f"--budget must be >= 0, got {budget}")
     catalog = catalog or default_catalog()
@@ -94,7 +101,12 @@ def guide_tables(
         notes.append(
             "No memory model in the inputs: give result files (memprobe scan output) for predictions and verdicts."
         )
-    title = f"memprobe guide: {len(loaded)} result file(s), {len(shown)} card(s)"
+    if multi:
+        tables.append(scaling_rows_table(multi, [r for _p, r in loaded]))
+        workloads = sorted({str(r.workload.get("name")) for r in multi})
+        if published_scaling_rows(workloads):
+            tables.append(published_scaling(workloads))
+    title = f"memprobe guide: {len(loaded) + len(multi)} result file(s), {len(shown)} card(s)"
     legend = (
         "Legend: unmarked = measured by memprobe; (pred) = predicted from the fitted memory model; "
         "(pub) = published figure from elsewhere; catalog values are datasheet figures."

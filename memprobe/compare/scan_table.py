@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any, Iterable, Sequence
 
 from memprobe.compare.curves import knee_text
+from memprobe.compare.scaling import strategy, world_size
 from memprobe.compare.tables import rows_text
 from memprobe.core.catalog import PRECISIONS
 from memprobe.core.records import Proof
@@ -63,18 +64,20 @@ def model_label(result: ScanResult) -> str:
 
 
 def newest_finished(results: Sequence[ScanResult]) -> list[tuple[ScanResult, str, PrecisionResult]]:
-    """Per (GPU, workload and mode, precision): the newest finished precision, or, if none finished, the newest
-    one. A rerun thus replaces an interrupted or earlier row; sorted by workload, then precision order."""
-    best: dict[tuple[str, str, str], tuple[ScanResult, str, PrecisionResult]] = {}
+    """Per (GPU, workload and mode, precision, number of GPUs and strategy): the newest finished precision, or, if
+    none finished, the newest one. A rerun thus replaces an interrupted or earlier row, and a 2-GPU ddp scan never
+    replaces an fsdp one or a 1-GPU one; sorted by workload, then precision order, then GPUs."""
+    best: dict[tuple[str, str, str, int, str], tuple[ScanResult, str, PrecisionResult]] = {}
     for result in results:
         gpu = result.gpu_name()
+        group = (world_size(result), strategy(result) or "")
         for name, p in result.precisions.items():
-            key = (gpu, model_label(result), name)
+            key = (gpu, model_label(result), name, *group)
             rank = (p.status == "done", result.created)
             if key not in best or rank >= (best[key][2].status == "done", best[key][0].created):
                 best[key] = (result, name, p)
     order = {name: i for i, name in enumerate(PRECISIONS)}
-    return [best[k] for k in sorted(best, key=lambda k: (k[0], k[1], order.get(k[2], len(order))))]
+    return [best[k] for k in sorted(best, key=lambda k: (k[0], k[1], order.get(k[2], len(order)), k[3], k[4]))]
 
 
 def scan_entries(

@@ -7,7 +7,7 @@ from typing import Sequence
 
 from memprobe.core.cardnames import CardNameError, resolve_card
 from memprobe.core.catalog import default_catalog
-from memprobe.core.plan import PREDICTED, Plan, PlanError, check_global_batch, make_plan
+from memprobe.core.plan import PREDICTED, Plan, PlanError, PlanRow, check_global_batch, make_plan
 from memprobe.core.registry import Workload
 from memprobe.core.results import ResultFileError, ScanResult, load_results
 from memprobe.plan.levers import settings as lever_settings
@@ -32,14 +32,31 @@ def build_plan(
     results: Sequence[str | Path] = (),
     workers: int = 1,
     progress: Progress | None = None,
+    gpus: int = 1,
+    strategy: str = "ddp",
 ) -> Plan:
     """The plan for `workload` on the card `card_name` reaching `global_batch` (None: one micro-batch per step).
 
     A setting is measured where a finished result of it on that card is among `results` (files or folders), else
-    predicted. Raises PlanError for an unknown card, a global batch below 1, a lever the workload lacks or a result
-    file named that cannot be read; memprobe.predict.trace.PredictError when a setting cannot be predicted.
+    predicted. With `gpus` > 1 the plan is for that many cards training data-parallel under `strategy`: the
+    micro-batch is per GPU, measured only by a scan of that many GPUs under that strategy (`scan --gpus N`, its
+    per-GPU B and curve), predicted per GPU otherwise; a global step is gpus x micro-batch samples, and samples/s
+    are the group's. Raises PlanError for an unknown card or strategy, fewer than 1 GPU, a global batch below 1, a
+    lever the workload lacks or a result file named that cannot be read; memprobe.predict.trace.PredictError when
+    a setting cannot be predicted.
     """
     check_global_batch(global_batch)
+    if isinstance(gpus, bool) or gpus < 1:
+        raise PlanError(f"--gpus must be at least 1, got {gpus}")
+    if gpus > 1:
+        from memprobe.training.wrap import STRATEGIES, StrategyError, check_workload  # torch: only for N GPUs
+
+        if strategy not in STRATEGIES:
+            raise PlanError(f"unknown strategy '{strategy}'; choose from {', '.join(STRATEGIES)}")
+        try:
+            check_workload(workload)
+        except StrategyError as exc:
+            raise PlanError(str(exc)) from None
     catalog = default_catalog()
     try:
         resolved = resolve_card(card_name, catalog)
@@ -63,14 +80,17 @@ def build_plan(
             raise PlanError(str(exc)) from None
     else:
         notes.append(NO_RESULTS_NOTE)
-    found = {id(s): measured(s, loaded, card, catalog) for s in chosen}
+    found = {id(s): measured(s, loaded, card, catalog, gpus, strategy) for s in chosen}
     missing = [s for s in chosen if found[id(s)] is None]
     capacities = [c for c in found.values() if c is not None]
     if missing:
-        capacities += predicted(missing, card, workers, progress)
+        capacities += predicted(missing, card, workers, progress, gpus, strategy)
     if any(c.source == PREDICTED for c in capacities):
+        world = (
+            f", per GPU of {gpus} GPUs, {strategy} (predict --gpus {gpus} --strategy {strategy})" if gpus > 1 else ""
+        )
         notes.append(
-            "predicted rows: max micro-batch from `memprobe predict` (fake tensors, no GPU; not measured); "
+            f"predicted rows: max micro-batch from `memprobe predict`{world} (fake tensors, no GPU; not measured); "
             "they recommend B itself, as no throughput curve exists for them"
         )
     notes.append(
@@ -81,4 +101,34 @@ def build_plan(
     for c in capacities:
         if c.source != PREDICTED:
             notes.append(f"{c.levers.label()}: measured in {c.origin}")
-    return make_plan(workload.name, card.name, capacities, global_batch, notes)
+    if gpus == 1:
+        return make_plan(workload.name, card.name, capacities, global_batch, notes)
+    notes.append(
+        f"{gpus} GPUs, {strategy}: the max micro-batch and micro-batch are per GPU (measured by `scan --gpus "
+        f"{gpus} --strategy {strategy}` on this card, else predicted per GPU); a global step is {gpus} x the "
+        f"micro-batch x the accumulation steps; samples/s are the {gpus} GPUs' together"
+    )
+    # The arithmetic of one GPU, over each GPU's share of the global batch (ceil(N / gpus)): the same accumulation
+    # steps and micro-batch as spreading N over gpus x micro-batches; then the rows are scaled back to the group.
+    share = None if global_batch is None else -(-global_batch // gpus)
+    plan = make_plan(workload.name, f"{gpus}x {card.name} ({strategy})", capacities, share, notes)
+    plan.global_batch = global_batch
+    for row in plan.rows:
+        _whole_group(row, gpus, global_batch)
+    return plan
+
+
+def _whole_group(row: PlanRow, gpus: int, global_batch: int | None) -> None:
+    """A row planned per GPU, as the group of `gpus` GPUs runs it: its global batch, samples/s and note."""
+    if row.global_batch is not None:
+        row.global_batch *= gpus
+    if row.samples_per_s is not None:
+        row.samples_per_s *= gpus
+    notes = [n for n in row.note.split("; ") if n and "is not a multiple of" not in n]
+    if global_batch is not None and row.global_batch is not None and row.global_batch != global_batch:
+        notes.insert(
+            0,
+            f"{global_batch} is not a multiple of {gpus} x {row.micro_batch}: the effective global batch is "
+            f"{row.global_batch}",
+        )
+    row.note = "; ".join(notes)

@@ -12,12 +12,19 @@ from memprobe.predict.progress import Progress, silent
 
 
 def predicted(
-    settings: Sequence[Setting], card: Card, workers: int = 1, progress: Progress | None = None
+    settings: Sequence[Setting],
+    card: Card,
+    workers: int = 1,
+    progress: Progress | None = None,
+    gpus: int = 1,
+    how: str = "ddp",
 ) -> list[Capacity]:
     """Each setting's Capacity predicted for `card` as `memprobe predict --gpu CARD` does (the card's driver total,
-    the shipped overhead), one trace session per workload variant covering its precisions; `progress` says what is
-    traced, as predict does. Raises
-    memprobe.predict.trace.PredictError when a variant cannot be traced."""
+    the shipped overhead), one trace session per workload variant covering its precisions; with `gpus` > 1 per GPU
+    of that many under the strategy `how` (`predict --gpus N --strategy S`). `progress` says what is traced, as
+    predict does. Raises memprobe.predict.trace.PredictError when a variant cannot be traced, StrategyError when
+    `how` cannot wrap it."""
+    from memprobe.predict.data_parallel import World
     from memprobe.predict.summary import memory_sizes, predict
 
     nbytes, _how = card_size(card)
@@ -34,7 +41,8 @@ def predicted(
             "(fake tensors, no GPU) ..."
         )
         precisions = [s.levers.precision for s in group]
-        prediction = predict(workload, precisions, sizes, None, "", workers=workers, progress=progress)
+        world = World(gpus, how) if gpus > 1 else None
+        prediction = predict(workload, precisions, sizes, None, "", world=world, workers=workers, progress=progress)
         for s in group:
             p = prediction.precisions[s.levers.precision]
             line = p.model_reserved
@@ -49,7 +57,9 @@ def predicted(
                     static_bytes=line.static_bytes if line else None,
                     per_sample_bytes=line.per_sample_bytes if line else None,
                     unit=workload.unit,
-                    origin=f"predicted for the {card.name}: {sizes[0].how}",
+                    origin=f"predicted for the {card.name}"
+                    + (f", per GPU of {world.label}" if world else "")
+                    + f": {sizes[0].how}",
                 )
             )
     return out

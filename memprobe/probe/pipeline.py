@@ -27,7 +27,7 @@ from memprobe.probe.curve_run import add_curve
 from memprobe.probe.hint import PrecisionHint, PredictedStart
 from memprobe.probe.nothing_fits import explain_precision
 from memprobe.probe.options import ScanOptions
-from memprobe.probe.proof import confirm_edge, proof_record, reusable_checks
+from memprobe.probe.proof import EdgeCheck, confirm_edge, proof_record, reusable_checks
 from memprobe.probe.protocol import Flops
 from memprobe.probe.search import HintUse, find_max_batch
 from memprobe.probe.soak import soak_max_batch
@@ -43,12 +43,45 @@ class ScanInterrupted(KeyboardInterrupt):
         self.path = path
 
 
-class CurveInterrupted(KeyboardInterrupt):
-    """Ctrl-C during a precision's throughput curve: `result` is the precision, done but for the curve."""
+class PrecisionInterrupted(KeyboardInterrupt):
+    """Ctrl-C or a signal during a precision: `result` is what it finished. Its trials so far (search trials,
+    fresh checks) are kept; status "interrupted", or "done" once B was proven and timed (the 1-GPU baseline or
+    the curve stopped); `settings.interrupted_at` names the stage (search, proof, soak, timed, scaling, curve)."""
 
     def __init__(self, result: PrecisionResult) -> None:
         super().__init__()
         self.result = result
+
+
+class CurveInterrupted(PrecisionInterrupted):
+    """Ctrl-C during a precision's throughput curve: `result` is the precision, done but for the curve."""
+
+
+class _Recorded:
+    """The search's trials, each answer also kept in `attempts` as it comes (what an interrupted search ran)."""
+
+    def __init__(self, trials: Any) -> None:
+        self.trials = trials
+        self.attempts: list[Attempt] = []
+
+    @property
+    def predicted(self) -> int | None:
+        return self.trials.predicted
+
+    @predicted.setter
+    def predicted(self, batch: int | None) -> None:
+        self.trials.predicted = batch
+
+    def __call__(self, batch: int) -> Attempt:
+        attempt = self.trials(batch)
+        self.attempts.append(attempt)
+        return attempt
+
+    def kill(self) -> None:
+        self.trials.kill()
+
+    def close(self) -> None:
+        self.trials.close()
 
 
 def reported(attempt: Attempt, progress: Progress, started: float) -> Attempt:
@@ -112,10 +145,11 @@ def _run(
     on_environment: OnEnvironment,
     start: PredictedStart | None,
 ) -> PrecisionResult:
-    """run_precision's steps, in order."""
+    """run_precision's steps, in order; on Ctrl-C or a signal, raises PrecisionInterrupted with what finished."""
     result = PrecisionResult(precision, status="running")
     started, started_at = time.perf_counter(), time.time()
     seen: dict[str, Any] = {}
+    stage: dict[str, Any] = {"at": "search", "checks": [], "reused": []}
 
     def environment(env: dict[str, Any]) -> None:
         seen.update(env)
@@ -128,7 +162,7 @@ def _run(
         result.settings["flops_per_sample"] = flops.flops_per_sample
         if flops.error:
             result.settings["flops_error"] = flops.error
-    trials = backend.search_trials()
+    trials = _Recorded(backend.search_trials())
     hint = (
         start.hint_for(precision, result.capacity_bytes, result.settings, progress.note, started_at) if start else None
     )
@@ -141,8 +175,10 @@ def _run(
             hint=hint.poll if hint else None,
             on_hint=_on_hint(hint, trials),
         )
-    except BaseException:
+    except BaseException as exc:
         trials.kill()  # interrupted: do not wait for the shared process's running steps
+        if isinstance(exc, KeyboardInterrupt):
+            raise _interrupted(result, "search", trials.attempts, started) from None
         raise
     finally:
         trials.close()
@@ -155,16 +191,73 @@ def _run(
     if found.stop in STOPPING:
         result.status, result.error, result.max_batch = "error", found.error, None
         return result
+    try:
+        _proven(backend, result, found, workload, opts, progress, seen, started, stage)
+    except CurveInterrupted:
+        raise
+    except KeyboardInterrupt:
+        if stage["at"] == "proof":
+            checks = stage["checks"]
+            edge = EdgeCheck(found.max_batch, None, None, False, False, list(checks), list(stage["reused"]))
+            result.proof = proof_record(edge, found)
+            result.proof.fit_check = backend.fit_check()
+        raise _interrupted(result, stage["at"], None, started, opts.measure) from None
+    return result
 
+
+def _interrupted(
+    result: PrecisionResult, stage: str, attempts: list[Attempt] | None, started: float, measure: bool = True
+) -> PrecisionInterrupted:
+    """The PrecisionInterrupted of a precision stopped at `stage`, keeping what it finished (`attempts`: the
+    search's trials so far, where the search was stopped; `measure`: whether B is timed in this scan)."""
+    if attempts is not None:
+        result.attempts = [replace(a) for a in attempts]
+        result.memory_model = memory_models(attempts)
+        result.search_seconds = round(time.perf_counter() - started, 2)
+    result.settings["interrupted_at"] = stage
+    # B proven and timed, only the scaling baseline or the curve left: the precision is done but for them.
+    timed = result.max_batch is not None and (result.throughput is not None or not measure)
+    result.status = "done" if stage in ("scaling", "curve") and timed else "interrupted"
+    return PrecisionInterrupted(result)
+
+
+def _proven(
+    backend: TrialBackend,
+    result: PrecisionResult,
+    found: Any,
+    workload: Workload,
+    opts: ScanOptions,
+    progress: Progress,
+    seen: dict[str, Any],
+    started: float,
+    stage: dict[str, Any],
+) -> None:
+    """After the search: the proof, the soak, the timed runs and the curve; `stage` says where it is (and holds
+    the proof's checks so far), for an interruption."""
     # A fresh search trial is a fresh check by the same definition where it ran what a check runs (with
     # throughput on, a fit the search thought could be B went on to the timed run), so the proof takes it
     # instead of building that batch size again.
     known = reusable_checks(found.attempts, backend.measurements if opts.measure else None)
-    edge = confirm_edge(backend.check, found, opts.fresh_checks, opts.max_batch, known)
+    stage["at"] = "proof"
+    unused, reused = dict(known), stage["reused"]
+
+    def check(batch: int) -> Attempt:
+        # The search trials taken as checks are handed out here rather than by confirm_edge, so that an
+        # interrupted proof knows every check it had (stage["checks"]).
+        if batch in unused:
+            attempt = unused.pop(batch)
+            reused.append(batch)
+        else:
+            attempt = backend.check(batch)
+        stage["checks"].append(attempt)
+        return attempt
+
+    edge = confirm_edge(check, found, opts.fresh_checks, opts.max_batch)
+    edge.reused = list(reused)
     result.max_batch = edge.max_batch
     result.proof = proof_record(edge, found, known)
     result.proof.fit_check = backend.fit_check()
-    result.proof.seconds = round(time.perf_counter() - started - result.search_seconds, 2)
+    result.proof.seconds = round(time.perf_counter() - started - (result.search_seconds or 0.0), 2)
     if not edge.agreed:
         progress.note(
             f"fresh-process check moved the edge: search {found.max_batch}, fresh {edge.max_batch}"
@@ -173,10 +266,13 @@ def _run(
     if result.proof.non_monotone:
         progress.note(result.proof.non_monotone["note"])
     if opts.soak and edge.max_batch > 0:
+        stage["at"] = "soak"
         result.max_batch = soak_max_batch(result.proof, result.max_batch, opts.soak, backend.soak, progress.note)
-    _timed_runs(backend, result, opts, progress, str((seen.get("gpu") or {}).get("name") or ""))
+    stage["at"] = "timed"
+    _timed_runs(backend, result, opts, progress, str((seen.get("gpu") or {}).get("name") or ""), stage)
     result.status = "done"
     if opts.measure and opts.curve and edge.max_batch > 0:
+        stage["at"] = "curve"
         try:
             add_curve(
                 result,
@@ -188,8 +284,8 @@ def _run(
         except KeyboardInterrupt:
             # B is proven and timed: keep the precision, with the curve points timed before Ctrl-C
             result.settings["curve_interrupted"] = True
+            result.settings["interrupted_at"] = "curve"
             raise CurveInterrupted(result) from None
-    return result
 
 
 def _on_hint(hint: PrecisionHint | None, trials: Any) -> Callable[[HintUse], None] | None:
@@ -206,9 +302,15 @@ def _on_hint(hint: PrecisionHint | None, trials: Any) -> Callable[[HintUse], Non
 
 
 def _timed_runs(
-    backend: TrialBackend, result: PrecisionResult, opts: ScanOptions, progress: Progress, gpu: str
+    backend: TrialBackend,
+    result: PrecisionResult,
+    opts: ScanOptions,
+    progress: Progress,
+    gpu: str,
+    stage: dict[str, Any] | None = None,
 ) -> None:
-    """The throughput at B, the requested batches (--batch), their MFU, then what the back-end adds (scaling)."""
+    """The throughput at B, the requested batches (--batch), their MFU, then what the back-end adds (scaling;
+    `stage` says so, for an interruption)."""
     if opts.measure and result.max_batch > 0:
         measured = backend.measurements.get(result.max_batch)
         if measured is None:  # not proven fresh (check limit, batch cap, soak): time it now
@@ -224,6 +326,8 @@ def _timed_runs(
     if backend.counts_flops:
         for measured in [result.throughput, *result.extra_batches]:
             add_mfu(measured, result.settings["flops_per_sample"], gpu, result.precision)
+    if stage is not None:
+        stage["at"] = "scaling"
     backend.finish(result)
 
 
@@ -242,12 +346,13 @@ class ResultWriter:
 
     def interrupted(self) -> ScanInterrupted:
         """Mark a stopped scan: running precisions become interrupted and the file is saved (partial) when any
-        precision finished. Returns the ScanInterrupted to raise, naming the file (None when none was written)."""
+        precision finished or ran a trial. Returns the ScanInterrupted to raise, naming the file (None when none
+        was written)."""
         for p in self.result.precisions.values():
             if p.status == "running":
                 p.status = "interrupted"
         self.result.settings["interrupted"] = True
-        if any(p.status in ("done", "error") for p in self.result.precisions.values()):
+        if any(p.status in ("done", "error") or p.attempts for p in self.result.precisions.values()):
             self.save()
         return ScanInterrupted(self.path)
 
@@ -292,7 +397,7 @@ def scan_precisions(
         result.status = final_status(result.precisions)  # failed when every precision ended in an error
         writer.save()
     except KeyboardInterrupt as stop:
-        if isinstance(stop, CurveInterrupted):
+        if isinstance(stop, PrecisionInterrupted):
             result.precisions[stop.result.precision] = stop.result
         raise writer.interrupted() from None
     assert writer.path is not None

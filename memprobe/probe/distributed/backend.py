@@ -1,8 +1,10 @@
-"""The N-GPU trial back-end: every trial a fresh torchrun launch (a fresh process group), for the scan pipeline.
+"""The N-GPU trial back-end for the scan pipeline: torchrun launches of N ranks.
 
-No torch here. The search runs batch 1 and 2 in the first launch (which also reports the capacity), then one
-launch per batch; a fresh check of a fit also times the group in its launch with throughput on, and only fits if
-that run completes on every rank. A soak run, a timed run and a curve point are each a launch of their own. Once
+No torch here. The search runs its trials in a served group (group.py: one launch that runs trial after trial
+while that is sound, a new one after a failure it cannot go on from; batch 1 and 2 first, which also report the
+capacity), or with MEMPROBE_SERVED_GROUPS=0 one launch per trial. The proof's checks are each a launch of their
+own (a fresh process group); a fresh check of a fit also times the group in its launch with throughput on, and
+only fits if that run completes on every rank. A soak run, a timed run and a curve point are each a launch of their own. Once
 B is timed, the 1-GPU baseline is timed at the same per-GPU batch in a 1-rank launch with no wrapper (plain
 training on one GPU), and the scaling efficiency is throughput_N / (N x throughput_1). Where B does not fit on one
 GPU (FSDP shards state, so its per-GPU edge can lie above the single-GPU one), both are timed at halved batches
@@ -22,7 +24,8 @@ from memprobe.core.results import PrecisionResult
 from memprobe.probe.backend import Progress
 from memprobe.probe.curve import curve_point
 from memprobe.probe.distributed.efficiency import scaling_record
-from memprobe.probe.distributed.launch import LaunchRequest, LaunchResult
+from memprobe.probe.distributed.group import ServedGroup, ServedSearch, served_groups_on
+from memprobe.probe.distributed.launch import LaunchRequest, LaunchResult, launch
 from memprobe.probe.options import ScanOptions
 from memprobe.probe.protocol import Flops
 from memprobe.training.wrap import NONE
@@ -33,7 +36,8 @@ PG_TIMEOUT_S = 180.0  # a collective blocked this long ends its rank (a BERT-Lar
 
 
 class Launches:
-    """Launches for one workload, precision, world size and strategy; announces each to `progress`."""
+    """Launches for one workload, precision, world size and strategy; announces each trial to `progress` and
+    counts the process groups started (`launched`, of which `search` for the search), into `settings`."""
 
     def __init__(
         self,
@@ -51,26 +55,23 @@ class Launches:
         self.count = 0
         self.started = time.perf_counter()
         self.pg_timeout_s = min(PG_TIMEOUT_S, opts.timeout_s)
+        self.counts: dict[str, Any] = {"process_groups": 0, "search_process_groups": 0, "served_search": False}
 
-    def run(
+    def request(
         self,
         batches: list[int],
         measure: dict[str, Any] | None = None,
         world_size: int | None = None,
         strategy: str | None = None,
         steps: int | None = None,
-    ) -> LaunchResult:
-        """One launch of `batches` (`steps` steps each, default the trial's), then the timed run `measure`
-        ({"warmup", "steps"}) of the last one when given."""
-        world = world_size or self.world_size
-        where = f"{self.precision} {self.label if world > 1 else '1 GPU'}"
-        self.count += 1
-        self.progress.trial_start(self.workload.name, where, self.count, batches[0], True)
-        request = LaunchRequest(
+    ) -> LaunchRequest:
+        """The request of a launch of `batches` (`steps` steps each, default the trial's), then the timed run
+        `measure` ({"warmup", "steps"}) of the last one when given."""
+        return LaunchRequest(
             self.workload.to_dict(),
             self.precision,
             strategy or self.strategy,
-            world,
+            world_size or self.world_size,
             batches,
             steps or self.opts.steps,
             measure,
@@ -80,13 +81,55 @@ class Launches:
             pg_timeout_s=self.pg_timeout_s,
             timeout_s=self.opts.timeout_s,
         )
-        result = self.launcher(request)
+
+    def _where(self, world: int) -> str:
+        return f"{self.precision} {self.label if world > 1 else '1 GPU'}"
+
+    def announce(self, batch: int, fresh: bool, world: int | None = None) -> None:
+        """Say that a trial at `batch` starts (`fresh`: in a process group that ran nothing else)."""
+        self.count += 1
+        self.progress.trial_start(self.workload.name, self._where(world or self.world_size), self.count, batch, fresh)
+
+    def answered(self, attempt: Attempt) -> None:
+        """Stamp a trial with its place on the precision's timeline and report it."""
+        attempt.done_at_s = round(time.perf_counter() - self.started, 3)
+        self.progress.trial_end(attempt)
+
+    def timed_launch(self, marks: dict[str, Any] | None, what: str) -> None:
+        """Keep where a launch's time went (launch.timeline), with what it ran, under settings.launches."""
+        if marks is not None:
+            self.counts.setdefault("timelines", []).append({"for": what, **marks})
+
+    def started_group(self, search: bool = True) -> None:
+        """Count a process group started (by the search, unless `search` is False)."""
+        self.counts["process_groups"] += 1
+        if search:
+            self.counts["search_process_groups"] += 1
+
+    def run(
+        self,
+        batches: list[int],
+        measure: dict[str, Any] | None = None,
+        world_size: int | None = None,
+        strategy: str | None = None,
+        steps: int | None = None,
+        search: bool = False,
+        what: str = "",
+    ) -> LaunchResult:
+        """One launch of `batches` (`steps` steps each, default the trial's), then the timed run `measure`
+        ({"warmup", "steps"}) of the last one when given; `search`: a search trial's launch; `what` names it in the
+        launch's timeline (settings.launches.timelines)."""
+        world = world_size or self.world_size
+        self.announce(batches[0], True, world)
+        self.started_group(search)
+        result = self.launcher(self.request(batches, measure, world_size, strategy, steps))
+        self.timed_launch(
+            getattr(result, "timeline", None), f"{what or ('search' if search else 'launch')} at {batches[-1]}"
+        )
         for index, attempt in enumerate(result.attempts):
-            attempt.done_at_s = round(time.perf_counter() - self.started, 3)
             if index:  # a later batch of the same launch (same process group)
-                self.count += 1
-                self.progress.trial_start(self.workload.name, where, self.count, attempt.batch, False)
-            self.progress.trial_end(attempt)
+                self.announce(attempt.batch, False, world)
+            self.answered(attempt)
         return result
 
     @property
@@ -97,28 +140,31 @@ class Launches:
 
 
 class SearchLaunches:
-    """try_batch for the search: the first launch runs batch 1 and 2 (it also reports the capacity),
-    every later trial is a launch of its own, i.e. a fresh process group."""
+    """try_batch for the search with served groups off (MEMPROBE_SERVED_GROUPS=0): the first launch runs batch 1
+    and 2 (it also reports the capacity), every later trial is a launch of its own, i.e. a fresh process group."""
 
     def __init__(self, launches: Launches, max_batch: int) -> None:
         self.launches = launches
         self.cached: dict[int, Attempt] = {}
         self.predicted: int | None = None  # every trial is fresh here: the predicted max batch changes nothing
-        self.first = launches.run([1, 2] if max_batch >= 2 else [1])
-        for attempt in self.first.attempts:
+        first = launches.run([1, 2] if max_batch >= 2 else [1], search=True)
+        self.first_attempts = first.attempts
+        self.setup = first.setup
+        self.ranks = first.ranks
+        for attempt in first.attempts:
             self.cached[attempt.batch] = attempt
 
     @property
     def capacity_bytes(self) -> int | None:
         """The smallest capacity any rank reported (free + reserved after building the model)."""
-        values = [r["setup"]["capacity_bytes"] for r in self.first.ranks if r and r.get("setup")]
+        values = [r["setup"]["capacity_bytes"] for r in self.ranks if r and r.get("setup")]
         values = [v for v in values if v]
         return min(values) if values else None
 
     def __call__(self, batch: int) -> Attempt:
         if batch in self.cached:
             return self.cached.pop(batch)
-        return self.launches.run([batch]).attempts[0]
+        return self.launches.run([batch], search=True).attempts[0]
 
     def kill(self) -> None:
         """Nothing to end: a launch ends its ranks itself, also when interrupted."""
@@ -139,7 +185,7 @@ class LaunchTimer:
     def time(self, batch: int) -> CurvePoint:
         warmup, steps, _budget = self.launches.opts.curve_steps  # no step budget across ranks (Launches.timed)
         started = time.perf_counter()
-        result = self.launches.run([batch], {"warmup": warmup, "steps": steps})
+        result = self.launches.run([batch], {"warmup": warmup, "steps": steps}, what="curve")
         attempt = result.attempts[0]
         point = curve_point(result.measure or _unmeasured(batch, attempt), fresh=True)
         point.wall_seconds = round(time.perf_counter() - started, 3)
@@ -170,16 +216,27 @@ class RanksBackend:
         on_setup: Callable[[dict[str, Any]], dict[str, Any]],
     ) -> None:
         self.opts, self.world_size, self.strategy, self.on_setup = opts, world_size, strategy, on_setup
+        self.launcher = launcher
         self.launches = Launches(workload, precision, opts, world_size, strategy, progress, launcher)
         self.measurements: dict[int, Timed] = {}
-        self.trials: SearchLaunches | None = None
+        self.trials: SearchLaunches | ServedSearch | None = None
         self.setup: dict[str, Any] | None = None
 
     def open(self, result: PrecisionResult, on_environment: Callable[[dict[str, Any]], None]) -> bool:
-        """The first launch (batch 1 and 2). False, with `result` an error, when no rank got as far as building
-        the model and not for lack of memory: the launch itself failed (an import, the launcher, NCCL)."""
-        trials = self.trials = SearchLaunches(self.launches, self.opts.max_batch)
-        setup = self.setup = trials.first.setup
+        """The first search trials (batch 1 and 2), in a served group unless MEMPROBE_SERVED_GROUPS=0. False, with
+        `result` an error, when no rank got as far as building the model and not for lack of memory: the launch
+        itself failed (an import, the launcher, NCCL)."""
+        # The real launcher serves groups (group.ServedGroup); a test's fake launcher may offer its own `serve`.
+        factory = ServedGroup if self.launcher is launch else getattr(self.launcher, "serve", None)
+        served = factory is not None and served_groups_on()
+        self.launches.counts["served_search"] = served
+        trials = self.trials = (
+            ServedSearch(self.launches, self.opts.max_batch, factory)
+            if served
+            else SearchLaunches(self.launches, self.opts.max_batch)
+        )
+        setup = self.setup = trials.setup
+        first = trials.first_attempts
         result.capacity_bytes = trials.capacity_bytes
         result.settings = {
             "world_size": self.world_size,
@@ -190,9 +247,10 @@ class RanksBackend:
             "weights_bytes": (setup or {}).get("weights_bytes"),
             "weights_after_wrap_bytes": (setup or {}).get("weights_after_wrap_bytes"),
             "flags": ((setup or {}).get("environment") or {}).get("flags", {}),
+            "launches": self.launches.counts,  # the same dict: counted on as the precision goes on
         }
-        if setup is None and trials.first.attempts and trials.first.attempts[0].outcome != OOM:
-            result.status, result.error = "error", trials.first.attempts[0].message
+        if setup is None and first and first[0].outcome != OOM:
+            result.status, result.error = "error", first[0].message
             return False
         if setup is not None:
             on_environment(self.on_setup(setup))
@@ -201,14 +259,17 @@ class RanksBackend:
     def flops(self) -> Flops:
         return Flops()
 
-    def search_trials(self) -> SearchLaunches:
+    def search_trials(self) -> SearchLaunches | ServedSearch:
         assert self.trials is not None, "open() first"
         return self.trials
 
     def check(self, batch: int, time_it: Callable[[Attempt], bool] | None = None) -> Attempt:
         """A fresh launch at `batch`; with throughput on, a fit also runs the timed steps in that launch."""
         measure = self.opts.measure
-        result = self.launches.run([batch], self.launches.timed if measure else None)
+        expect = getattr(self.launcher, "expect", None)
+        if measure and expect is not None:  # the 1-GPU baseline comes after the proof: start it ahead
+            expect(self.launches.request([batch], world_size=1, strategy=NONE))
+        result = self.launches.run([batch], self.launches.timed if measure else None, what="check")
         attempt = result.attempts[0]
         if not (attempt.fits and measure):
             return attempt
@@ -230,12 +291,12 @@ class RanksBackend:
         )
 
     def soak(self, batch: int, steps: int) -> Attempt:
-        attempt = self.launches.run([batch], steps=steps).attempts[0]
+        attempt = self.launches.run([batch], steps=steps, what="soak").attempts[0]
         attempt.fresh = True
         return attempt
 
     def measure(self, batch: int) -> Timed:
-        result = self.launches.run([batch], self.launches.timed)
+        result = self.launches.run([batch], self.launches.timed, what="timed")
         return result.measure or _unmeasured(batch, result.attempts[0])
 
     def curve_timer(self, model: MemoryModel | None, capacity_bytes: float | None, max_batch: int) -> LaunchTimer:
@@ -262,7 +323,7 @@ class RanksBackend:
             )
 
         for _ in range(BASELINE_HALVINGS + 1):
-            single = self.launches.run([batch], self.launches.timed, world_size=1, strategy=NONE).measure
+            single = self.launches.run([batch], self.launches.timed, world_size=1, strategy=NONE, what="1 GPU").measure
             if single and single.outcome == FIT and group and group.outcome == FIT:
                 return record(group, single, note)
             if group is None or group.outcome != FIT or batch <= 1:
@@ -272,11 +333,14 @@ class RanksBackend:
                 f"both timed at batch {batch // 2}"
             )
             batch //= 2
-            group = self.launches.run([batch], self.launches.timed).measure
+            group = self.launches.run([batch], self.launches.timed, what="timed").measure
         return record(group, None, note)
 
     def close(self) -> None:
-        """Nothing to end between launches."""
+        """Stop the search's served group if it is still up (the pipeline closes it after the search; not where
+        the precision ended before searching)."""
+        if self.trials is not None:
+            self.trials.close()
 
 
 def _unmeasured(batch: int, attempt: Attempt) -> Timed:

@@ -21,7 +21,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from memprobe.core.memory_model import Attempt
 from memprobe.core.outcomes import CRASH, FIT, TIMEOUT
@@ -72,6 +72,7 @@ class LaunchRequest:
     settings: dict[str, Any] = field(default_factory=dict)
     pg_timeout_s: float = 120.0
     timeout_s: float = 900.0
+    serve: bool = False  # a served group (serve.py): the ranks take trial after trial from command files
 
 
 @dataclass
@@ -87,6 +88,29 @@ class LaunchResult:
     wall_seconds: float
     log_tail: str = ""
     ranks: list[dict[str, Any] | None] = field(default_factory=list)
+    timeline: dict[str, Any] | None = None  # where the launch's time went (see timeline())
+
+
+def timeline(ranks: list[dict[str, Any] | None], launched: float, wall_seconds: float) -> dict[str, Any] | None:
+    """Where a launch's time went, by rank 0's clock marks (wall-clock `launched`: the launcher started): torchrun
+    until the rank's Python was up, its imports, joining the process group, building the model (CUDA's context
+    apart), and the rest (trials, timed steps, ending). None where rank 0 left no marks."""
+    record = ranks[0] if ranks else None
+    marks = (record or {}).get("timeline") or {}
+    setup = (record or {}).get("setup") or {}
+    if not marks.get("started"):
+        return None
+    out: dict[str, Any] = {"to_rank_s": round(marks["started"] - launched, 2), "wall_s": round(wall_seconds, 2)}
+    if marks.get("prestarted"):
+        out["prestarted"] = True  # torchrun and the imports ran ahead, while the launch before it did
+    if marks.get("imported"):
+        out["imports_s"] = round(marks["imported"] - marks["started"], 2)
+    if marks.get("joined") and marks.get("imported"):
+        out["join_s"] = round(marks["joined"] - marks["imported"], 2)
+    for key in ("cuda_init_seconds", "build_seconds"):
+        if setup.get(key) is not None:
+            out[key.replace("_seconds", "_s")] = setup[key]
+    return out
 
 
 def torchrun_command(world_size: int, request_path: str | Path) -> list[str]:
@@ -149,48 +173,71 @@ def _end(proc: subprocess.Popen) -> None:
             continue
 
 
-def launch(req: LaunchRequest, env: dict[str, str] | None = None) -> LaunchResult:
-    """Run one launch to its end (or its timeout) and read what the ranks recorded. Never raises for
-    what happens in the ranks; KeyboardInterrupt ends every process of the launch and is re-raised."""
+def start_launch(req: LaunchRequest, env: dict[str, str] | None = None) -> tuple[subprocess.Popen, Path, IO[bytes]]:
+    """Start torchrun for `req` (in its own session, its output logged): (the launcher, the launch's folder, the
+    open log), the caller's to wait for and end."""
     env = launch_env(env)
     if req.device == "cpu":
         env.setdefault("OMP_NUM_THREADS", "1")
     run_dir = Path(tempfile.mkdtemp(prefix="memprobe-dist-"))
-    request = {**req.__dict__, "run_dir": str(run_dir)}
+    request = {**req.__dict__, "run_dir": str(run_dir), "parent_pid": os.getpid()}
     (run_dir / "request.json").write_text(json.dumps(request))
-    log_path = run_dir / "launcher.log"
+    log = open(run_dir / "launcher.log", "wb")  # noqa: SIM115 - closed by the caller with the launch
+    proc = subprocess.Popen(
+        torchrun_command(req.world_size, run_dir / "request.json"),
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    return proc, run_dir, log
+
+
+def launch(req: LaunchRequest, env: dict[str, str] | None = None, standby: Any = None) -> LaunchResult:
+    """Run one launch to its end (or its timeout) and read what the ranks recorded; on `standby`
+    (standby.Standby: a launch started ahead whose ranks wait for a request) where it fits. Never raises for
+    what happens in the ranks; KeyboardInterrupt ends every process of the launch and is re-raised."""
+    if standby is not None and standby.fits(req):
+        proc, run_dir, log = standby.take(req)
+    else:
+        proc, run_dir, log = start_launch(req, env)
+    launched = time.time()
     started = time.perf_counter()
     timed_out = False
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(
-            torchrun_command(req.world_size, run_dir / "request.json"),
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-        try:
-            proc.wait(req.timeout_s)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            _end(proc)
-        except BaseException:
-            _end(proc)
-            kill_survivors(run_dir)
-            shutil.rmtree(run_dir, ignore_errors=True)
-            raise
-        finally:
-            kill_survivors(run_dir)
+    try:
+        proc.wait(req.timeout_s)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        _end(proc)
+    except BaseException:
+        _end(proc)
+        kill_survivors(run_dir)
+        log.close()
+        shutil.rmtree(run_dir, ignore_errors=True)
+        raise
+    finally:
+        kill_survivors(run_dir)
+    log.close()
     wall = time.perf_counter() - started
     records = [_read(run_dir / f"rank{r}.json") for r in range(req.world_size)]
-    tail = _tail(log_path)
+    tail = _tail(run_dir / "launcher.log")
     shutil.rmtree(run_dir, ignore_errors=True)
     attempts, measure = aggregate(records, req, proc.returncode, timed_out, tail)
     for attempt in attempts:
         attempt.wall_seconds = round(wall, 3)
     setup = next((r["setup"] for r in records if r and r.get("setup")), None)
-    return LaunchResult(attempts, measure, setup, proc.returncode, timed_out, round(wall, 3), tail, records)
+    return LaunchResult(
+        attempts,
+        measure,
+        setup,
+        proc.returncode,
+        timed_out,
+        round(wall, 3),
+        tail,
+        records,
+        timeline(records, launched, wall),
+    )
 
 
 def _read(path: Path) -> dict[str, Any] | None:

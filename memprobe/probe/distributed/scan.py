@@ -9,8 +9,9 @@ check_options before anything runs.
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from memprobe.core.registry import Workload
 from memprobe.core.results import PrecisionResult, ScanResult, result_filename
@@ -18,6 +19,7 @@ from memprobe.probe.backend import Progress
 from memprobe.probe.device import host_environment
 from memprobe.probe.distributed.backend import Launcher, RanksBackend
 from memprobe.probe.distributed.launch import launch, launch_env, nccl_env
+from memprobe.probe.distributed.standby import Prestarted, prestart_on
 from memprobe.probe.distributed.topology import interconnect, visible_indices
 from memprobe.probe.hint import PredictedStart
 from memprobe.probe.options import ScanOptions
@@ -96,9 +98,24 @@ def scan_precision_distributed(
 ) -> tuple[PrecisionResult, dict | None]:
     """Search, prove, soak, time and curve one precision on `world_size` GPUs; returns the result and rank 0's
     setup record. `start` gives the search a predicted first batch (predict --gpus N, on the CPU)."""
-    backend = _backend(workload, precision, opts, world_size, strategy, progress, launcher)
-    result = run_precision(backend, workload, precision, opts, progress, lambda env: None, start)
+    with _prestarted(launcher, opts) as chosen:
+        backend = _backend(workload, precision, opts, world_size, strategy, progress, chosen)
+        result = run_precision(backend, workload, precision, opts, progress, lambda env: None, start)
     return result, backend.setup
+
+
+@contextmanager
+def _prestarted(launcher: Launcher, opts: ScanOptions) -> Iterator[Launcher]:
+    """The launcher to use: memprobe's own starts each launch's successor ahead (standby.Prestarted) where
+    prestart_on says so, and ends what it did not use when the block ends."""
+    if launcher is not launch or not prestart_on(opts.device):
+        yield launcher
+        return
+    prestarted = Prestarted()
+    try:
+        yield prestarted
+    finally:
+        prestarted.close()
 
 
 def scan_distributed(
@@ -130,19 +147,21 @@ def scan_distributed(
         else None
     )
 
-    def run_one(precision: str, hint: PredictedStart | None, on_environment: Any) -> PrecisionResult:
-        backend = _backend(workload, precision, opts, world_size, strategy, progress, launcher)
-        return run_precision(backend, workload, precision, opts, progress, on_environment, hint)
+    with _prestarted(launcher, opts) as chosen:
 
-    return scan_precisions(
-        workload,
-        opts,
-        writer,
-        progress,
-        run_one,
-        label=lambda precision: f"{precision} on {world_size} GPUs ({strategy})",
-        start=start,
-    )
+        def run_one(precision: str, hint: PredictedStart | None, on_environment: Any) -> PrecisionResult:
+            backend = _backend(workload, precision, opts, world_size, strategy, progress, chosen)
+            return run_precision(backend, workload, precision, opts, progress, on_environment, hint)
+
+        return scan_precisions(
+            workload,
+            opts,
+            writer,
+            progress,
+            run_one,
+            label=lambda precision: f"{precision} on {world_size} GPUs ({strategy})",
+            start=start,
+        )
 
 
 def gpu_count(visible: str | None = None) -> int:

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 FAILED_EXIT = 3
+STARTED = time.time()  # this rank's Python is up: where a launch's time goes (timeline), from here on
 _COLLECTIVE_MARKERS = (
     "distbackenderror",
     "nccl",
@@ -113,7 +114,13 @@ class Rank:
             raise RuntimeError(f"status all_reduce: {total} of {self.world} ranks completed")
 
 
-def _watch_steps(task, rank: Rank, where: dict[str, Any]) -> None:
+def hang_if_asked(rank: Rank) -> None:
+    """The tests' hook: MEMPROBE_TEST_HANG_RANK=R (or `all`) makes rank R sleep, as a rank stuck in a driver call."""
+    if os.environ.get("MEMPROBE_TEST_HANG_RANK") in (str(rank.rank), "all"):
+        time.sleep(3600)
+
+
+def watch_steps(task, rank: Rank, where: dict[str, Any]) -> None:
     """Record a step's failure the moment it is raised, before run_trial's clean-up (which
     synchronizes the device and could block on a collective that a peer will never join)."""
     from memprobe.core.outcomes import classify_error
@@ -125,75 +132,114 @@ def _watch_steps(task, rank: Rank, where: dict[str, Any]) -> None:
             return step(batch, amp)
         except Exception as exc:
             text = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-            rank.failed(where["stage"], classify_error(type(exc).__name__, str(exc)), text, where["batch"])
+            extra = {"command": where["command"]} if "command" in where else {}
+            rank.failed(where["stage"], classify_error(type(exc).__name__, str(exc)), text, where["batch"], **extra)
             raise
 
     task.train_step = watched
 
 
-def run(req: dict[str, Any]) -> int:
-    """Run this rank's part of the request. Returns the exit code (0: every step committed)."""
+def build(req: dict[str, Any], rank: Rank, device: Any, mesh: Any = None) -> tuple[Any, dict[str, Any]]:
+    """Build the workload on this rank and wrap it for the request's strategy: (worker.Session, the setup
+    record). Ends the rank (Rank.fail_and_exit) where the workload cannot be built or wrapped."""
     import torch
-    import torch.distributed as dist
 
-    from memprobe.core.outcomes import CRASH, ERROR, FIT, classify_error
-    from memprobe.probe.protocol import Failure, MeasureRequest, SetupRequest, TrialRequest
+    from memprobe.core.outcomes import ERROR
+    from memprobe.probe.protocol import Failure, SetupRequest
     from memprobe.probe.worker import Session
     from memprobe.training.wrap import wrap_model
 
+    cuda = device.type == "cuda"
+    budgets = req.get("rank_cpu_budget_bytes") or {}
+    session = Session()
+    info = session.setup(
+        SetupRequest(
+            req["workload"],
+            req["precision"],
+            "train",
+            str(device),
+            budgets.get(str(rank.rank), req.get("cpu_budget_bytes")),
+            req.get("settings", {}),
+        )
+    )
+    if isinstance(info, Failure):
+        rank.fail_and_exit("setup", info.kind or ERROR, info.message, None)
+    wrapped = wrap_model(session.task.model, req["strategy"], req["precision"], device, mesh)
+    session.task.model = wrapped["module"]
+    environment = info.environment
+    if cuda:
+        version = torch.cuda.nccl.version()
+        environment["nccl_version"] = ".".join(map(str, version)) if isinstance(version, tuple) else str(version)
+    return session, {
+        "environment": environment,
+        "capacity_bytes": info.capacity_bytes,
+        "weights_bytes": info.weights_bytes,
+        "task": info.task,
+        "unit": info.unit,
+        "build_seconds": info.build_seconds,
+        "cuda_init_seconds": info.cuda_init_seconds,
+        "wrap": wrapped["describe"],
+        "weights_after_wrap_bytes": torch.cuda.memory_allocated(device) if cuda else None,
+    }
+
+
+def start(req: dict[str, Any]) -> tuple[Rank, Any, Any, float]:
+    """Join the process group (NCCL on CUDA, gloo on the CPU): (this rank's Rank, its device, the mesh FSDP
+    shards over or None, the process group's timeout in seconds). Ends the rank where it cannot join."""
+    import torch
+    import torch.distributed as dist
+
+    from memprobe.core.outcomes import classify_error
+
+    imported = time.time()
     rank_id, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local = int(os.environ.get("LOCAL_RANK", rank_id))
     rank = Rank(Path(req["run_dir"]), rank_id, world)
-    cuda = req.get("device", "cuda") == "cuda"
+    rank.record["timeline"] = {"started": STARTED, "imported": imported, "prestarted": bool(req.get("prestarted"))}
     timeout_s = float(req.get("pg_timeout_s", 120))
-    where: dict[str, Any] = {"stage": "setup", "batch": None}
     try:
-        if cuda:
+        if req.get("device", "cuda") == "cuda":
             torch.cuda.set_device(local)
             device = torch.device("cuda", local)
             dist.init_process_group("nccl", timeout=timedelta(seconds=timeout_s), device_id=device)
         else:
             device = torch.device("cpu")
             dist.init_process_group("gloo", timeout=timedelta(seconds=timeout_s))
-        budgets = req.get("rank_cpu_budget_bytes") or {}
-        session = Session()
-        info = session.setup(
-            SetupRequest(
-                req["workload"],
-                req["precision"],
-                "train",
-                str(device),
-                budgets.get(str(rank_id), req.get("cpu_budget_bytes")),
-                req.get("settings", {}),
-            )
-        )
-        if isinstance(info, Failure):
-            rank.fail_and_exit("setup", info.kind or ERROR, info.message, None)
-        wrapped = wrap_model(session.task.model, req["strategy"], req["precision"], device)
-        session.task.model = wrapped["module"]
-        environment = info.environment
-        if cuda:
-            version = torch.cuda.nccl.version()
-            environment["nccl_version"] = ".".join(map(str, version)) if isinstance(version, tuple) else str(version)
-        rank.record["setup"] = {
-            "environment": environment,
-            "capacity_bytes": info.capacity_bytes,
-            "weights_bytes": info.weights_bytes,
-            "task": info.task,
-            "unit": info.unit,
-            "build_seconds": info.build_seconds,
-            "wrap": wrapped["describe"],
-            "weights_after_wrap_bytes": torch.cuda.memory_allocated(device) if cuda else None,
-        }
+        mesh = None
+        if req["strategy"] == "fsdp":
+            from torch.distributed.device_mesh import init_device_mesh
+
+            # One mesh for the life of the group: a served group builds the model again after a failure.
+            mesh = init_device_mesh(device.type, (world,))
+        rank.record["timeline"]["joined"] = time.time()
+    except Exception as exc:  # noqa: BLE001 - a rank that cannot join fits no batch
+        rank.fail_and_exit("setup", classify_error(type(exc).__name__, str(exc)), f"{type(exc).__name__}: {exc}", None)
+    return rank, device, mesh, timeout_s
+
+
+def run(req: dict[str, Any]) -> int:
+    """Run this rank's part of the request. Returns the exit code (0: every step committed)."""
+    import torch.distributed as dist
+
+    from memprobe.core.outcomes import CRASH, ERROR, FIT, classify_error
+    from memprobe.probe.protocol import MeasureRequest, TrialRequest
+
+    rank, device, mesh, timeout_s = start(req)
+    if req.get("serve"):
+        from memprobe.probe.distributed.serve import serve
+
+        return serve(req, rank, device, mesh, timeout_s)
+    where: dict[str, Any] = {"stage": "setup", "batch": None}
+    try:
+        session, rank.record["setup"] = build(req, rank, device, mesh)
         rank.commit(timeout_s, device)
         rank.save()
     except Exception as exc:  # noqa: BLE001 - a rank that cannot start fits no batch
         text = f"{type(exc).__name__}: {exc}"
         rank.fail_and_exit("setup", classify_error(type(exc).__name__, str(exc)), text, None)
 
-    if os.environ.get("MEMPROBE_TEST_HANG_RANK") in (str(rank_id), "all"):
-        time.sleep(3600)
-    _watch_steps(session.task, rank, where)
+    hang_if_asked(rank)
+    watch_steps(session.task, rank, where)
     batches = [int(b) for b in req["batches"]]
     for batch in batches:
         where.update(stage="trial", batch=batch)
@@ -242,13 +288,51 @@ def run(req: dict[str, Any]) -> int:
     return 0
 
 
+def standby(req: dict[str, Any]) -> dict[str, Any] | None:
+    """A launch started ahead (standby.py): import torch, the distributed package and the workload's code, touching
+    no GPU, then wait for the request (go.json). Returns it, or None when the scan that started this is gone."""
+    global STARTED
+    run_dir = Path(req["run_dir"])
+    (run_dir / f"rank{os.environ.get('RANK', '0')}.pid").write_text(str(os.getpid()))
+    import torch  # noqa: F401
+    import torch.distributed  # noqa: F401
+
+    import memprobe.probe.worker  # noqa: F401
+    import memprobe.training.wrap  # noqa: F401
+
+    try:
+        from memprobe.core.registry import family_builder
+
+        family_builder(req["workload"]["family"])  # imports the family's module (transformers, timm)
+    except Exception:  # noqa: BLE001 - the launch itself will say what cannot be imported
+        pass
+    from memprobe.probe.distributed.serve import _parent_gone
+
+    go = run_dir / "go.json"
+    checked = time.monotonic()
+    while not go.exists():
+        if time.monotonic() - checked > 1.0:
+            checked = time.monotonic()
+            if _parent_gone(req.get("parent_pid")):
+                return None
+        time.sleep(0.02)
+    STARTED = time.time()  # the launch starts now: what came before was done ahead
+    return json.loads(go.read_text())
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point under torchrun: one argument, the request file. Returns the exit code."""
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
         sys.stderr.write("usage: torchrun ... -m memprobe.probe.distributed.trial REQUEST.json\n")
         return 2
-    return run(json.loads(Path(args[0]).read_text()))
+    req: dict[str, Any] | None = json.loads(Path(args[0]).read_text())
+    if req and req.get("standby"):
+        req = standby(req)
+        if req is None:
+            return 0
+    assert req is not None
+    return run(req)
 
 
 if __name__ == "__main__":

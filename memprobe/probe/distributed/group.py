@@ -1,0 +1,309 @@
+"""Parent side of a served process group (no torch): one torchrun launch that runs search trials in turn.
+
+A fresh process group costs what a torchrun launch costs (23-33 s on 2x H200 for bert-large: the launcher,
+imports, NCCL, the model), and the search only needs one where a trial's answer depends on it. So the search's
+trials run in one served group (serve.py) while it stays sound: after a fit, and after an out-of-memory failure
+that every rank cleaned up from with the same collectives issued (the ranks then build the model again). Any
+other failure ends the group, and the next trial starts a new one. The first trial of a group ran in a fresh
+process group (Attempt.fresh); the rest did not. The proof's checks are launches of their own (launch.py).
+
+Commands are files in the launch's folder (serve.py); the answer to one is read from the ranks' records once
+every rank has finished it, or the launcher has ended, or `timeout_s` has passed (then every process of the
+launch is ended). MEMPROBE_SERVED_GROUPS=0 turns served groups off: every search trial is a launch of its own.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from dataclasses import replace
+from typing import Any, Callable, Protocol
+
+from memprobe.core.memory_model import Attempt
+from memprobe.core.outcomes import CRASH, FIT, TIMEOUT
+from memprobe.probe.distributed.launch import (
+    LaunchRequest,
+    _end,
+    _read,
+    _tail,
+    kill_survivors,
+    start_launch,
+    timeline,
+)
+from memprobe.probe.distributed.serve import command_path, write_json
+
+SERVED_ENV = "MEMPROBE_SERVED_GROUPS"
+POLL_S = 0.05
+STOP_WAIT_S = 30.0
+# How long a rank whose trial failed waits for its peers' votes: at least this, plus twice the time the group's
+# fits took per sample at this batch. A peer still stuck in a collective the failed rank never joins votes
+# never; waiting for it longer than a fresh group takes to start would cost more than it saves.
+VOTE_MIN_S = 10.0
+
+
+def served_groups_on(env: dict[str, str] | None = None) -> bool:
+    """Whether search trials share a served group (the default), or each is a launch (MEMPROBE_SERVED_GROUPS=0)."""
+    return (os.environ if env is None else env).get(SERVED_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+class ServedGroup:
+    """One served launch of `req.world_size` ranks. trial(n) runs batch n in it; close() stops it, kill() ends
+    it at once. Once a trial ends the group (`alive` False) the launch is over and its folder removed."""
+
+    def __init__(self, req: LaunchRequest, env: dict[str, str] | None = None, standby: Any = None) -> None:
+        self.req = req
+        self.started = time.perf_counter()
+        self.launched = time.time()
+        self.index = 0
+        self.records: list[dict[str, Any] | None] = [None] * req.world_size
+        self.timed_out = False
+        served = replace(req, serve=True)
+        if standby is not None and standby.fits(req):
+            self.proc, self.run_dir, self._log = standby.take(served)
+        else:
+            self.proc, self.run_dir, self._log = start_launch(served, env)
+        self.tail = ""
+        self.closed = False
+        self.timeline: dict[str, Any] | None = None  # where the start and first trial's time went (launch.timeline)
+
+    @property
+    def alive(self) -> bool:
+        return not self.closed and self.proc.poll() is None
+
+    @property
+    def setup(self) -> dict[str, Any] | None:
+        """Rank 0's setup record (the first rank's that has one), once a trial has been answered."""
+        return next((r["setup"] for r in self.records if r and r.get("setup")), None)
+
+    def _read_records(self) -> list[dict[str, Any] | None]:
+        return [_read(self.run_dir / f"rank{r}.json") for r in range(self.req.world_size)]
+
+    def trial(self, batch: int, vote_wait_s: float) -> Attempt:
+        """Batch `batch` on every rank of the group: the group's Attempt (`fresh` for the group's first trial).
+        Never raises for what happens in the ranks; KeyboardInterrupt ends every process of the group."""
+        if not self.alive:
+            raise RuntimeError("the served group has ended")
+        index, self.index = self.index, self.index + 1
+        started = time.perf_counter() if index else self.started
+        write_json(command_path(self.run_dir, index), {"op": "trial", "batch": batch, "vote_wait_s": vote_wait_s})
+        deadline = time.perf_counter() + self.req.timeout_s
+        try:
+            while True:
+                records = self._read_records()
+                if all(r is not None and r.get("answered", -1) >= index for r in records):
+                    break
+                if self.proc.poll() is not None:
+                    break
+                if time.perf_counter() > deadline:
+                    self.timed_out = True
+                    _end(self.proc)
+                    break
+                time.sleep(POLL_S)
+        except BaseException:
+            self.kill()
+            raise
+        if self.proc.poll() is not None:
+            kill_survivors(self.run_dir)
+            self.tail = _tail(self.run_dir / "launcher.log")
+        self.records = self._read_records()
+        attempt = command_attempt(self.records, index, batch, self.proc.returncode, self.timed_out, self.tail)
+        ended = sorted({r["ended"] for r in self.records if r and r.get("ended")})
+        if ended:  # the ranks went on from the failure, then found the model built again short of memory
+            attempt.message += f"; the group then ended: {'; '.join(ended)}"
+        attempt.fresh = index == 0
+        attempt.wall_seconds = round(time.perf_counter() - started, 3)
+        if index == 0:
+            self.timeline = timeline(self.records, self.launched, attempt.wall_seconds)
+        if self.proc.poll() is not None:
+            self._cleanup()
+        return attempt
+
+    def close(self) -> None:
+        """Stop the group: every rank leaves the process group and exits (ended after STOP_WAIT_S otherwise)."""
+        if self.closed:
+            return
+        if self.proc.poll() is None:
+            write_json(command_path(self.run_dir, self.index), {"op": "stop"})
+            try:
+                self.proc.wait(STOP_WAIT_S)
+            except subprocess.TimeoutExpired:
+                _end(self.proc)
+            except BaseException:
+                self.kill()
+                raise
+        self._cleanup()
+
+    def kill(self) -> None:
+        """End every process of the group now (Ctrl-C, SIGTERM): SIGTERM to the launcher's session, then SIGKILL,
+        then any rank still alive."""
+        if self.closed:
+            return
+        _end(self.proc)
+        self._cleanup()
+
+    def _cleanup(self) -> None:
+        kill_survivors(self.run_dir)
+        self._log.close()
+        shutil.rmtree(self.run_dir, ignore_errors=True)
+        self.closed = True
+
+
+def _entries(records: list[dict[str, Any] | None], index: int) -> list[dict[str, Any] | None]:
+    return [
+        next((b for b in (r or {}).get("batches", []) if b.get("command") == index), None) if r else None
+        for r in records
+    ]
+
+
+def _failures(records: list[dict[str, Any] | None], index: int) -> list[tuple[float, int, dict[str, Any]]]:
+    """(time, rank, failure) of every failure recorded for command `index`: trials that failed (kept or not), and
+    for a group's first command, a rank that could not start."""
+    found = []
+    for r, (record, entry) in enumerate(zip(records, _entries(records, index))):
+        if entry is not None and entry.get("outcome") != FIT:
+            found.append((float(entry.get("at") or 0.0), r, entry))
+        failure = (record or {}).get("failure")
+        if failure and (failure.get("command") == index or (failure.get("stage") == "setup" and index == 0)):
+            found.append((float(failure.get("at") or 0.0), r, failure))
+    return sorted(found, key=lambda item: (item[0], item[1]))
+
+
+def command_attempt(
+    records: list[dict[str, Any] | None],
+    index: int,
+    batch: int,
+    returncode: int | None,
+    timed_out: bool,
+    tail: str = "",
+) -> Attempt:
+    """The group's Attempt for command `index`: a fit only where every rank recorded one; else the earliest
+    failure any rank recorded (the root cause: a rank that lost its peer fails later), with what the other
+    ranks then recorded; else a timeout or a crash of the launcher."""
+    entries = _entries(records, index)
+    if entries and all(e is not None and e.get("outcome") == FIT for e in entries):
+        done = [e for e in entries if e is not None]
+        return Attempt(
+            batch,
+            FIT,
+            max(d.get("peak_allocated") or 0 for d in done) or None,
+            max(d.get("peak_reserved") or 0 for d in done) or None,
+            max(float(d.get("seconds") or 0.0) for d in done),
+            steps=max(d.get("steps") or 0 for d in done) or None,
+            loss_scale=done[0].get("loss_scale"),
+        )
+    failures = _failures(records, index)
+    if failures:
+        _at, rank, root = failures[0]
+        others = sorted({(r, f["outcome"]) for _a, r, f in failures if r != rank})
+        then = "; then " + ", ".join(f"rank {r}: {o}" for r, o in others) if others else ""
+        return Attempt(
+            batch,
+            root["outcome"],
+            root.get("peak_allocated"),
+            root.get("peak_reserved"),
+            float(root.get("seconds") or 0.0),
+            f"rank {rank}: {root.get('message', '')}{then}",
+        )
+    silent = [r for r, e in enumerate(entries) if e is None]
+    if timed_out:
+        return Attempt(batch, TIMEOUT, message=f"no answer within the trial's time limit (ranks {silent}); ended")
+    return Attempt(
+        batch, CRASH, message=f"launcher exit {returncode}, ranks {silent} left no result: {tail or 'no output'}"
+    )
+
+
+class Group(Protocol):
+    """A served group as ServedSearch uses it (ServedGroup; tests give fakes)."""
+
+    index: int
+    records: list[dict[str, Any] | None]
+
+    @property
+    def alive(self) -> bool: ...
+    @property
+    def setup(self) -> dict[str, Any] | None: ...
+    def trial(self, batch: int, vote_wait_s: float) -> Attempt: ...
+    def close(self) -> None: ...
+    def kill(self) -> None: ...
+
+
+class Announcer(Protocol):
+    """What ServedSearch needs of backend.Launches: a request for the search's launches, and the announcements."""
+
+    def request(self, batches: list[int]) -> LaunchRequest: ...
+    def started_group(self) -> None: ...
+    def announce(self, batch: int, fresh: bool) -> None: ...
+    def answered(self, attempt: Attempt) -> None: ...
+    def timed_launch(self, marks: dict[str, Any] | None, what: str) -> None: ...
+
+
+class ServedSearch:
+    """try_batch for the search over served groups: batch 1 and 2 run first (the first group's setup gives the
+    capacity); every later trial runs in the group that is up, or in a new one where the last ended."""
+
+    def __init__(self, launches: Announcer, max_batch: int, serve: Callable[[LaunchRequest], Group]) -> None:
+        self.launches, self.serve = launches, serve
+        self.group: Group | None = None
+        self.groups = 0
+        self.predicted: int | None = None  # the predicted max batch changes nothing here: every trial is served
+        self.setup: dict[str, Any] | None = None
+        self.ranks: list[dict[str, Any] | None] = []
+        self.fits: list[Attempt] = []  # the search's fits: how long a failed rank waits for its peers' votes
+        self.cached: dict[int, Attempt] = {}
+        first = self._run(1)
+        self.first_attempts = [first]
+        if first.fits and max_batch >= 2:
+            self.first_attempts.append(self._run(2))
+        for attempt in self.first_attempts:
+            self.cached[attempt.batch] = attempt
+
+    @property
+    def capacity_bytes(self) -> int | None:
+        """The smallest capacity any rank of the first group reported (free + reserved after building the model)."""
+        values = [r["setup"]["capacity_bytes"] for r in self.ranks if r and r.get("setup")]
+        values = [v for v in values if v]
+        return min(values) if values else None
+
+    def vote_wait_s(self, batch: int) -> float:
+        per_sample = max((a.seconds / a.batch for a in self.fits if a.batch), default=0.0)
+        return VOTE_MIN_S + 2.0 * per_sample * batch
+
+    def _run(self, batch: int) -> Attempt:
+        if self.group is None or not self.group.alive:
+            self.group = self.serve(self.launches.request([batch]))
+            self.groups += 1
+            self.launches.started_group()
+        group = self.group
+        self.launches.announce(batch, group.index == 0)
+        try:
+            attempt = group.trial(batch, self.vote_wait_s(batch))
+        except BaseException:
+            group.kill()
+            raise
+        if group.setup is not None and self.setup is None:
+            self.setup, self.ranks = group.setup, list(group.records)
+        elif self.setup is None and group.records:
+            self.ranks = list(group.records)
+        if attempt.fits:
+            self.fits.append(attempt)
+        if group.index == 1:
+            self.launches.timed_launch(getattr(group, "timeline", None), "search")
+        self.launches.answered(attempt)
+        return attempt
+
+    def __call__(self, batch: int) -> Attempt:
+        if batch in self.cached:
+            return self.cached.pop(batch)
+        return self._run(batch)
+
+    def kill(self) -> None:
+        """End the group at once (the search was interrupted)."""
+        if self.group is not None:
+            self.group.kill()
+
+    def close(self) -> None:
+        """Stop the group: the proof's fresh groups need the GPUs' memory."""
+        if self.group is not None:
+            self.group.close()

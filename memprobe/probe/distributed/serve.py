@@ -1,0 +1,270 @@
+"""One rank of a served process group: search trials in turn in one torchrun launch, until told to stop.
+
+Started like every launch (trial.py, `serve` in the request). The parent (group.py) writes one command file
+after another into the launch's folder, `cmd<K>.json`: a trial at a batch, or stop. Every rank runs the trial
+(worker.Session, as in a launch of its own), then votes: it writes `vote<K>.r<R>.json` with its outcome and how
+many collectives it has issued on each process group, and reads every rank's vote. All ranks decide alike:
+
+- every rank fitted: the batch fits once the status all_reduce (trial.Rank.commit) completes; the group goes on;
+- every rank fitted or ran out of memory (not in the communication library), and every rank issued the same
+  collectives: no collective is left waiting for a peer, so the group is sound. The batch is an out-of-memory failure; every rank drops its model
+  and builds and wraps it again (a DDP reducer or an FSDP2 state caught mid-step is not reused), commits, and
+  the group goes on;
+- anything else (another outcome, collectives that differ, a vote that does not come within `vote_wait_s` of
+  a failed rank's own, or the pg timeout of a fitted one's): the rank records its failure and exits, and
+  torchrun ends the others. The parent starts a new group for the next trial. So does a model built again that
+  leaves less memory than the first build (memory_lost): the next trials would not see a fresh group's memory.
+
+Each rank writes its record (`rank<R>.json`) after every decision; `answered` is the last command it finished
+and goes on from. A failed rank records its failure the moment the step raises (trial.watch_steps), so the
+outcome is known even where its clean-up then blocks on a collective a peer never joins. A rank whose scan
+died (MEMPROBE_PARENT_PID gone) exits.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from memprobe.probe.distributed.trial import FAILED_EXIT, Rank, build, hang_if_asked, watch_steps
+
+POLL_S = 0.02
+FIT_DECISION, RECOVER, END = "fit", "recover", "end"
+
+
+def command_path(run_dir: Path, index: int) -> Path:
+    """Where the parent writes command `index`."""
+    return run_dir / f"cmd{index}.json"
+
+
+def vote_path(run_dir: Path, index: int, rank: int) -> Path:
+    """Where rank `rank` writes its vote on command `index`."""
+    return run_dir / f"vote{index}.r{rank}.json"
+
+
+def write_json(path: Path, data: dict[str, Any]) -> None:
+    """Write `data` atomically (temp file, rename): a reader never sees half of it."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data))
+    os.replace(tmp, path)
+
+
+def _read(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _parent_gone(parent: int | None) -> bool:
+    if parent is None:
+        return False
+    try:
+        os.kill(parent, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
+def wait_command(run_dir: Path, index: int, parent: int | None) -> dict[str, Any]:
+    """Command `index`, once the parent wrote it; a stop command when the scan that started the group is gone."""
+    path = command_path(run_dir, index)
+    checked = time.monotonic()
+    while True:
+        command = _read(path)
+        if command is not None:
+            return command
+        if time.monotonic() - checked > 1.0:
+            checked = time.monotonic()
+            if _parent_gone(parent):
+                return {"op": "stop", "why": "the scan that started this group is gone"}
+        time.sleep(POLL_S)
+
+
+def collective_counts() -> list[int] | None:
+    """How many collectives this rank issued on each process group (by the group's name), or None where torch
+    does not say: equal counts on every rank mean no collective waits for a rank that will not join it."""
+    try:
+        import torch.distributed.distributed_c10d as c10d
+
+        groups = sorted(c10d._world.pg_map, key=lambda pg: c10d._world.pg_names.get(pg, ""))
+        return [int(pg._get_sequence_number_for_group()) for pg in groups]
+    except Exception:  # noqa: BLE001 - a private API: without it, no failure is taken as sound
+        return None
+
+
+def raised_by_collective(message: str) -> bool:
+    """Whether a trial's failure was raised by the communication library (NCCL, gloo) rather than a step's op."""
+    text = (message or "").lower()
+    return any(marker in text for marker in ("distbackenderror", "nccl", "gloo", "process group"))
+
+
+def decide(votes: list[dict[str, Any] | None]) -> str:
+    """What every rank does after a trial, from every rank's vote (None: a vote that did not come). Pure."""
+    from memprobe.core.outcomes import FIT, OOM
+
+    if any(v is None for v in votes):
+        return END
+    counts = [v.get("collectives") for v in votes]  # type: ignore[union-attr]
+    same = counts[0] is not None and all(c == counts[0] for c in counts)
+    outcomes = {v["outcome"] for v in votes}  # type: ignore[index]
+    if any(v.get("in_collective") for v in votes):  # type: ignore[union-attr]
+        return END  # a communicator that failed (NCCL's own allocation too) is not trusted again
+    if outcomes == {FIT}:
+        return FIT_DECISION if same else END
+    if outcomes <= {FIT, OOM} and same:
+        return RECOVER
+    return END
+
+
+def wait_votes(run_dir: Path, index: int, world: int, wait_s: float) -> list[dict[str, Any] | None]:
+    """Every rank's vote on command `index`, waiting at most `wait_s` for the last; None for a missing one."""
+    deadline = time.monotonic() + wait_s
+    votes: list[dict[str, Any] | None] = [None] * world
+    while True:
+        for r in range(world):
+            if votes[r] is None:
+                votes[r] = _read(vote_path(run_dir, index, r))
+        if all(v is not None for v in votes) or time.monotonic() > deadline:
+            return votes
+        time.sleep(POLL_S)
+
+
+def serve(req: dict[str, Any], rank: Rank, device: Any, mesh: Any, timeout_s: float) -> int:
+    """Serve commands until a stop command (exit 0) or a failure the group cannot go on from (the rank exits
+    with FAILED_EXIT, its failure recorded). Returns the exit code."""
+    from memprobe.core.outcomes import CRASH, FIT, TIMEOUT, classify_error
+    from memprobe.probe.protocol import TrialRequest
+
+    run_dir = Path(req["run_dir"])
+    parent = req.get("parent_pid")
+    where: dict[str, Any] = {"stage": "setup", "batch": None}
+    try:
+        session, rank.record["setup"] = build(req, rank, device, mesh)
+        rank.commit(timeout_s, device)
+    except Exception as exc:  # noqa: BLE001 - a rank that cannot start fits no batch
+        rank.fail_and_exit("setup", classify_error(type(exc).__name__, str(exc)), f"{type(exc).__name__}: {exc}", None)
+    rank.record.update(answered=-1, rebuilds=[])
+    rank.save()
+    hang_if_asked(rank)
+    watch_steps(session.task, rank, where)
+    loss_scale = None
+    index = 0
+    while True:
+        command = wait_command(run_dir, index, parent)
+        if command.get("op") != "trial":
+            break
+        batch = int(command["batch"])
+        where.update(stage="trial", batch=batch, command=index)
+        attempt = session.trial(TrialRequest(batch, int(req.get("steps", 3)), loss_scale=loss_scale))
+        entry = {**attempt.to_dict(), "command": index, "at": time.time()}
+        vote = {"outcome": attempt.outcome, "collectives": collective_counts(), "batch": batch}
+        vote["in_collective"] = attempt.outcome != FIT and raised_by_collective(attempt.message)
+        write_json(vote_path(run_dir, index, rank.rank), vote)
+        # A fitted rank's peers completed the same collectives, so they are at most a trial's clean-up behind;
+        # a failed rank's peer may be stuck in a collective this rank never joins: wait for it only so long.
+        wait = timeout_s if attempt.outcome == FIT else float(command.get("vote_wait_s", 30.0))
+        votes = wait_votes(run_dir, index, rank.world, wait)
+        decision = decide(votes)
+        if decision == END:
+            missing = [r for r, v in enumerate(votes) if v is None]
+            if attempt.outcome != FIT:
+                why = f"; no vote from rank(s) {missing} within {wait:.0f} s" if missing else ""
+                rank.failed("trial", attempt.outcome, attempt.message + why, batch, command=index, **_peaks(attempt))
+            elif missing:
+                rank.failed(
+                    "trial", TIMEOUT, f"no vote from rank(s) {missing} within {wait:.0f} s", batch, command=index
+                )
+            else:
+                others = sorted({v["outcome"] for v in votes if v and v["outcome"] != FIT})  # type: ignore[index]
+                rank.failed(
+                    "trial", CRASH, f"the group ends: peers {', '.join(others) or 'disagree'}", batch, command=index
+                )
+            os._exit(FAILED_EXIT)
+        try:
+            rank.commit(timeout_s, device)
+        except Exception as exc:  # noqa: BLE001
+            rank.fail_and_exit("trial", CRASH, f"{type(exc).__name__}: {exc}", batch, command=index)
+        if decision == FIT_DECISION:
+            loss_scale = attempt.loss_scale or loss_scale
+            rank.record["batches"].append(entry)
+        else:
+            failure = rank.record.get("failure") or {}
+            rank.record["batches"].append({**entry, "at": failure.get("at", entry["at"])})
+            rank.record["failure"] = None
+            rank.save()  # the failure's record first: a rebuild that fails ends the rank
+            started = time.perf_counter()
+            where.update(stage="setup", batch=None)
+            session, setup = _rebuild(session, req, rank, device, mesh, timeout_s)
+            watch_steps(session.task, rank, where)
+            rank.record["rebuilds"].append(
+                {
+                    "after_command": index,
+                    "seconds": round(time.perf_counter() - started, 3),
+                    "capacity_bytes": setup.get("capacity_bytes"),
+                }
+            )
+            lost = memory_lost(rank.record["setup"], setup)
+            if lost:
+                # Something of the old model outlived it: later trials would see less memory than a fresh group.
+                rank.record["ended"] = lost
+                rank.save()
+                os._exit(FAILED_EXIT)
+        rank.record["answered"] = index
+        rank.save()
+        index += 1
+    rank.record["done"] = True
+    rank.save()
+    # Exit at once: the next fresh group waits for this one's memory, and leaving the process group and Python's
+    # own shutdown (torch's, NCCL's) only cost seconds; the system frees what the process holds.
+    os._exit(0)
+
+
+def memory_lost(first: dict[str, Any], again: dict[str, Any]) -> str:
+    """Why a model built again leaves less memory than the group's first build did (a leak: half the model's
+    weights or 1 GiB, whichever is more; CUDA's lazily loaded kernels take less), or "" where it does not."""
+    before, after = first.get("capacity_bytes"), again.get("capacity_bytes")
+    if not before or not after:
+        return ""
+    allowed = max(2**30, (first.get("weights_bytes") or 0) // 2)
+    if before - after <= allowed:
+        return ""
+    return f"built again with {(before - after) / 2**30:.2f} GiB less memory than at the group's start"
+
+
+def _peaks(attempt: Any) -> dict[str, Any]:
+    return {
+        "peak_allocated": attempt.peak_allocated,
+        "peak_reserved": attempt.peak_reserved,
+        "seconds": attempt.seconds,
+    }
+
+
+def _rebuild(
+    session: Any, req: dict[str, Any], rank: Rank, device: Any, mesh: Any, timeout_s: float
+) -> tuple[Any, dict[str, Any]]:
+    """Drop this rank's model, optimizer and wrapper and build them again in the same process group: (the new
+    session, its setup record). The allocator's cache is emptied between, so the new model starts from the
+    memory a fresh one would. Ends the rank where the model cannot be built again."""
+    from memprobe.core.outcomes import classify_error
+
+    session.close()  # unfreezes what setup froze, so the old model's reference cycles can be collected
+    del session
+    gc.collect()
+    if device.type == "cuda":
+        import torch
+
+        torch.cuda.synchronize(device)
+        torch.cuda.empty_cache()
+    try:
+        session, setup = build(req, rank, device, mesh)
+        rank.commit(timeout_s, device)
+    except Exception as exc:  # noqa: BLE001 - a rank that cannot build again ends the group
+        rank.fail_and_exit("setup", classify_error(type(exc).__name__, str(exc)), f"{type(exc).__name__}: {exc}", None)
+    return session, setup

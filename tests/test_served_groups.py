@@ -1,0 +1,265 @@
+"""Served process groups: the multi-GPU search runs its trials in one torchrun launch while that is sound.
+
+Real launches on the CPU (gloo, 2 ranks, the toy workload under the fake allocator): a search whose ranks all run
+out of memory at the same step goes on in the same group, the proof still in fresh groups; a failure on one rank
+only ends the group and the next trial starts a new one; nothing is left running. Without launches: how the
+ranks decide from their votes, how their records become the group's answer, and the search against a fake
+launcher with and without served groups (the same answer, fewer process groups).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from conftest import RecordingProgress
+from memprobe.core.memory_model import Attempt
+from memprobe.core.outcomes import CRASH, FIT, OOM, TIMEOUT
+from memprobe.probe.distributed.group import ServedGroup, command_attempt, served_groups_on
+from memprobe.probe.distributed.launch import LaunchRequest
+from memprobe.probe.distributed.scan import scan_precision_distributed
+from memprobe.probe.distributed.serve import END, FIT_DECISION, RECOVER, decide, memory_lost
+from memprobe.probe.scan import ScanOptions
+from test_distributed import TOY, FakeGroup, _alive, _opts
+
+BUDGET = 8_000_000  # bytes per rank: the toy model trains up to a few hundred samples per rank
+
+
+def _rank_processes(folder: str) -> list[int]:
+    """Processes of ranks whose launch folder lies under `folder` (so other sessions' ranks are not counted)."""
+    found = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as handle:
+                cmd = handle.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if "memprobe.probe.distributed.trial" in cmd and folder in cmd and _alive(int(pid)):
+            found.append(int(pid))
+    return found
+
+
+# --- real launches --------------------------------------------------------------------------------
+
+
+def test_a_served_search_finds_the_fresh_edge_in_one_group_and_proves_it_in_two_fresh_ones(tmp_path, monkeypatch):
+    monkeypatch.setenv("TMPDIR", str(tmp_path))  # the launches' folders, so their ranks can be found
+    opts = ScanOptions(precisions=["fp32"], device="cpu", cpu_budget_bytes=BUDGET, measure=False, curve=False)
+    result, _setup = scan_precision_distributed(TOY, "fp32", opts, 2, "ddp", RecordingProgress())
+    attempts = result.attempts
+    assert result.status == "done" and result.proof.verified
+    # the same answer as the fresh process groups: the proof agreed with the served search's pair
+    assert result.proof.agreed and (result.proof.fits, result.proof.fails) == (result.max_batch, result.max_batch + 1)
+    assert result.proof.reused_from_search == []  # served trials are not fresh: both halves ran fresh
+    # every search trial ran in the first group: out-of-memory trials, then fits, in the same process group
+    assert [a.fresh for a in attempts] == [True] + [False] * (len(attempts) - 1)
+    failed = [i for i, a in enumerate(attempts) if a.outcome == OOM]
+    assert failed and any(attempts[i + 1].fits for i in failed if i + 1 < len(attempts))
+    launches = result.settings["launches"]
+    assert (launches["process_groups"], launches["search_process_groups"], launches["served_search"]) == (3, 1, True)
+    # where each launch's time went: the served group's start, then the proof's two fresh groups
+    marks = launches["timelines"]
+    assert [m["for"] for m in marks] == ["search", f"check at {result.max_batch + 1}", f"check at {result.max_batch}"]
+    assert all(m["to_rank_s"] >= 0 and m["imports_s"] > 0 and m["join_s"] >= 0 and m["build_s"] >= 0 for m in marks)
+    assert all(m["wall_s"] >= m["to_rank_s"] + m["imports_s"] for m in marks)
+    assert len(attempts) >= 8  # each would have been a launch of its own (MEMPROBE_SERVED_GROUPS=0)
+    assert _rank_processes(str(tmp_path)) == []
+
+
+def test_a_failure_on_one_rank_ends_the_group_and_the_next_trial_starts_a_fresh_one(tmp_path, monkeypatch):
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    req = LaunchRequest(
+        TOY.to_dict(),
+        "fp32",
+        "ddp",
+        2,
+        [1],
+        device="cpu",
+        cpu_budget_bytes=BUDGET,
+        rank_cpu_budget_bytes={"1": 4_000_000},  # rank 1 alone runs out of memory at batch 700
+        pg_timeout_s=30,
+        timeout_s=120,
+    )
+    group = ServedGroup(req)
+    try:
+        first = group.trial(1, 5.0)
+        assert first.fits and first.fresh and group.alive
+        failed = group.trial(700, 5.0)
+        # rank 0 waits in DDP's all-reduce for rank 1, which waited 5 s for rank 0's vote and left
+        assert failed.outcome == OOM and failed.message.startswith("rank 1: OutOfMemoryError")
+        assert "then rank 0" in failed.message and not failed.fresh
+        assert not group.alive and not group.run_dir.exists()
+    finally:
+        group.kill()
+    assert _rank_processes(str(tmp_path)) == []
+
+
+# --- decisions and records (no launch) ------------------------------------------------------------
+
+
+def test_the_ranks_go_on_after_fits_and_after_a_shared_out_of_memory_and_end_otherwise():
+    fit = {"outcome": FIT, "collectives": [12]}
+    oom = {"outcome": OOM, "collectives": [12]}
+    assert decide([fit, fit]) == FIT_DECISION
+    assert decide([oom, oom]) == RECOVER
+    assert decide([oom, fit]) == RECOVER  # rank 1 fitted: rank 0 failed after the last collective
+    assert decide([oom, {"outcome": OOM, "collectives": [11]}]) == END  # a collective waits for a peer
+    assert decide([oom, None]) == END  # a vote that did not come
+    assert decide([{"outcome": CRASH, "collectives": [12]}, oom]) == END
+    assert decide([{"outcome": OOM, "collectives": None}, {"outcome": OOM, "collectives": None}]) == END
+    assert decide([{**oom, "in_collective": True}, oom]) == END  # NCCL's own allocation failed
+
+
+def test_a_model_built_again_with_less_memory_ends_the_group():
+    gib = 2**30
+    first = {"capacity_bytes": 140 * gib, "weights_bytes": 4 * gib}
+    assert memory_lost(first, {"capacity_bytes": 139.7 * gib}) == ""  # lazily loaded kernels, not a model
+    assert memory_lost(first, {"capacity_bytes": 137 * gib}).startswith("built again with 3.00 GiB less memory")
+    assert memory_lost({"capacity_bytes": None}, {"capacity_bytes": 1}) == ""
+
+
+def _entry(command, outcome, at, batch=64, peak=100):
+    return {"command": command, "batch": batch, "outcome": outcome, "at": at, "peak_reserved": peak, "seconds": 0.5}
+
+
+def test_the_group_answer_is_a_fit_on_every_rank_or_the_earliest_failure():
+    records = [
+        {"batches": [_entry(0, FIT, 1.0), _entry(1, OOM, 5.0, peak=300)], "failure": None, "answered": 1},
+        {"batches": [_entry(0, FIT, 1.0, peak=120), _entry(1, OOM, 4.0, peak=310)], "failure": None, "answered": 1},
+    ]
+    fitted = command_attempt(records, 0, 64, None, False)
+    assert fitted.fits and fitted.peak_reserved == 120
+    failed = command_attempt(records, 1, 64, None, False)
+    assert failed.outcome == OOM and failed.peak_reserved == 310 and failed.message.startswith("rank 1:")
+    # a rank that could not start fails the group's first command; nothing recorded and a dead launcher is a crash
+    setup = [{"batches": [], "failure": {"stage": "setup", "outcome": OOM, "message": "building", "at": 1.0}}, None]
+    assert command_attempt(setup, 0, 1, 3, False).message == "rank 0: building"
+    assert command_attempt([None, None], 2, 8, 1, False, "boom").outcome == CRASH
+    assert command_attempt([None, None], 2, 8, None, True).outcome == TIMEOUT
+
+
+def test_served_groups_are_on_unless_turned_off():
+    assert served_groups_on({}) and served_groups_on({"MEMPROBE_SERVED_GROUPS": "1"})
+    assert not served_groups_on({"MEMPROBE_SERVED_GROUPS": "0"})
+
+
+# --- the search against a fake launcher -----------------------------------------------------------
+
+
+class FakeServed:
+    """A served group over FakeGroup's memory: every trial answers as a launch would; an out-of-memory trial
+    goes on in the same group when every rank ran out (`shared_oom`), else it ends the group."""
+
+    def __init__(self, fake: FakeGroup, req: LaunchRequest, shared_oom: bool) -> None:
+        self.fake, self.req, self.shared_oom = fake, req, shared_oom
+        self.index = 0
+        self.alive = True
+        self.records: list = []
+        self.killed = self.closed = False
+
+    @property
+    def setup(self):
+        return self.records[0]["setup"] if self.records else None
+
+    def trial(self, batch: int, vote_wait_s: float) -> Attempt:
+        result = self.fake(LaunchRequest(self.req.workload, "fp32", self.req.strategy, 2, [batch]))
+        self.fake.requests.pop()  # a trial of this group, not a launch
+        self.records = result.ranks
+        attempt = result.attempts[0]
+        attempt.fresh = self.index == 0
+        self.index += 1
+        if not attempt.fits and not self.shared_oom:
+            self.alive = False
+        return attempt
+
+    def close(self) -> None:
+        self.closed, self.alive = True, False
+
+    def kill(self) -> None:
+        self.killed, self.alive = True, False
+
+
+@pytest.mark.parametrize("shared_oom", [True, False], ids=["oom-on-every-rank", "oom-on-one-rank"])
+def test_the_served_search_gives_the_same_answer_with_fewer_process_groups(monkeypatch, shared_oom):
+    answers = {}
+    for served in (False, True):
+        monkeypatch.setenv("MEMPROBE_SERVED_GROUPS", "1" if served else "0")
+        fake = FakeGroup()
+        groups: list[FakeServed] = []
+
+        def serve(req, fake=fake, groups=groups):
+            fake.requests.append(req)  # a group is a launch
+            groups.append(FakeServed(fake, req, shared_oom))
+            return groups[-1]
+
+        fake.serve = serve  # type: ignore[attr-defined]
+        result, _ = scan_precision_distributed(TOY, "fp32", _opts(curve=False), 2, "ddp", RecordingProgress(), fake)
+        answers[served] = (result.max_batch, result.proof.fits, result.proof.fails, result.settings["launches"])
+        assert all(g.closed or g.killed or not g.alive for g in groups)
+    (b0, fits0, fails0, plain), (b1, fits1, fails1, served_counts) = answers[False], answers[True]
+    assert (b0, fits0, fails0) == (b1, fits1, fails1) == (990, 990, 991)
+    assert served_counts["served_search"] and not plain["served_search"]
+    assert served_counts["search_process_groups"] < plain["search_process_groups"]
+    assert served_counts["process_groups"] < plain["process_groups"]
+    if shared_oom:
+        assert served_counts["search_process_groups"] == 1
+
+
+def test_a_served_group_that_is_interrupted_is_killed(monkeypatch):
+    fake = FakeGroup()
+    groups: list[FakeServed] = []
+
+    def serve(req):
+        groups.append(FakeServed(fake, req, True))
+        original = groups[-1].trial
+
+        def trial(batch, wait):
+            if groups[-1].index == 3:
+                raise KeyboardInterrupt
+            return original(batch, wait)
+
+        groups[-1].trial = trial  # type: ignore[method-assign]
+        return groups[-1]
+
+    fake.serve = serve  # type: ignore[attr-defined]
+    started = time.monotonic()
+    with pytest.raises(KeyboardInterrupt) as stopped:
+        scan_precision_distributed(TOY, "fp32", _opts(curve=False), 2, "ddp", RecordingProgress(), fake)
+    assert time.monotonic() - started < 10
+    assert groups[0].killed
+    kept = stopped.value.result  # type: ignore[attr-defined]
+    assert [a.batch for a in kept.attempts][:2] == [1, 2] and len(kept.attempts) == 3
+    assert kept.status == "interrupted" and kept.settings["interrupted_at"] == "search"
+
+
+def test_prestarted_launches_take_standbys_started_ahead_and_end_the_unused_ones(tmp_path, monkeypatch):
+    from memprobe.probe.distributed.standby import Prestarted, prestart_on
+
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    assert prestart_on("cuda", {}) and not prestart_on("cpu", {}) and prestart_on("cpu", {"MEMPROBE_PRESTART": "1"})
+
+    def request(world, strategy, batches):
+        return LaunchRequest(
+            TOY.to_dict(), "fp32", strategy, world, batches, device="cpu", cpu_budget_bytes=BUDGET, timeout_s=120
+        )
+
+    launcher = Prestarted()
+    try:
+        first = launcher(request(2, "ddp", [1, 8]))
+        launcher.expect(request(1, "none", [8]))  # the 1-GPU baseline's standby, ahead
+        time.sleep(3.0)
+        second = launcher(request(2, "ddp", [4000]))  # on the standby the first one started
+        single = launcher(request(1, "none", [8]))
+    finally:
+        launcher.close()
+    assert [a.outcome for a in first.attempts] == [FIT, FIT] and "prestarted" not in first.timeline
+    assert [a.outcome for a in second.attempts] == [OOM] and second.timeline["prestarted"] is True
+    assert second.timeline["imports_s"] == 0.0 or second.timeline["imports_s"] < first.timeline["imports_s"]
+    assert single.attempts[0].fits and single.timeline["prestarted"] is True
+    assert launcher.prestarted == 2 and launcher.standbys == {}
+    time.sleep(1.0)
+    assert _rank_processes(str(tmp_path)) == []  # the standbys started for launches that never came are gone
