@@ -161,9 +161,10 @@ class ScanLog:
         self.lines.append(line)
 
 
-def scan(out: Path, jobs: list[Job], deadline_s: float, gpus: list[str]) -> int:
-    """Run `jobs` over `gpus`, one scan per GPU, until done or `deadline_s` seconds have passed. Returns how many
-    jobs did not finish complete (skipped ones count as done)."""
+def scan(out: Path, jobs: list[Job], deadline_s: float, gpus: list[str], join: tuple[str, Path] | None = None) -> int:
+    """Run `jobs` over `gpus`, one scan per GPU, until done or `deadline_s` seconds have passed. `join` = (gpu,
+    flag file): that GPU joins the pool once the file exists (a GPU busy with something else first). Returns how
+    many jobs did not finish complete (skipped ones count as done)."""
     started = time.monotonic()
     log = ScanLog()
     path = os.environ.get("PYTHONPATH")
@@ -181,6 +182,10 @@ def scan(out: Path, jobs: list[Job], deadline_s: float, gpus: list[str]) -> int:
     log.say(f"{len(todo)} jobs on GPUs {','.join(gpus)}, deadline {deadline_s:.0f} s")
     while todo or running:
         now = time.monotonic() - started
+        if join is not None and join[1].exists():
+            free.append(join[0])
+            log.say(f"GPU {join[0]} joins")
+            join = None
         # Start what fits: the first job whose GPU count is free (two-GPU jobs wait for a pair).
         for job in list(todo):
             if now > deadline_s - 60:  # no job starts that could not finish its first precision
@@ -329,39 +334,63 @@ def predict_one(job_name: str, result_path: Path, card: str) -> dict[str, Any]:
     return out
 
 
-def predict_all(results: Path, card: str, host: str, only: list[str], out_path: Path) -> None:
+def predict_all(results: Path, card: str, host: str, only: list[str], out_path: Path, jobs: int = 1) -> None:
     """Predict every scanned job under `results`, each in a fresh process (a prediction's imports and caches do
-    not carry over to the next), and write them with this host's versions to `out_path` (merged with what is
-    there for other cards)."""
+    not carry over to the next), `jobs` at a time, each on its own share of this machine's cores (its prediction
+    traces on as many), and write them with this host's versions to `out_path` (merged with what is there for
+    other cards). The numbers do not depend on `jobs`; the seconds do."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
     data: dict[str, Any] = json.loads(out_path.read_text()) if out_path.exists() else {}
     data["host"] = host
     data["versions"] = versions()
+    data["jobs_at_once"] = jobs
     table = data.setdefault("predictions", {})
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", **SAFETY_ENV}
-    for job_name, path in scanned_jobs(results):
-        if only and not any(job_name.startswith(o + "__") for o in only):
-            continue
-        proc = subprocess.run(
-            [sys.executable, __file__, "predict-one", job_name, str(path), card],
-            capture_output=True,
-            text=True,
-            env=env,
-            cwd=ROOT,
-        )
+    cores = sorted(os.sched_getaffinity(0))
+    share = max(1, len(cores) // max(1, jobs))
+    free_sets = [set(cores[i * share : (i + 1) * share]) for i in range(max(1, min(jobs, len(cores))))]
+    lock = threading.Lock()
+    todo = [
+        (name, path) for name, path in scanned_jobs(results) if not only or any(name.startswith(o + "__") for o in only)
+    ]
+
+    def one(item: tuple[str, Path]) -> None:
+        job_name, path = item
+        with lock:
+            mine = free_sets.pop()
+        try:
+            proc = subprocess.run(
+                [sys.executable, __file__, "predict-one", job_name, str(path), card],
+                capture_output=True,
+                text=True,
+                env=env,
+                cwd=ROOT,
+                preexec_fn=lambda: os.sched_setaffinity(0, mine),
+            )
+        finally:
+            with lock:
+                free_sets.append(mine)
         try:
             row = json.loads(proc.stdout.strip().splitlines()[-1])
         except (ValueError, IndexError):
             row = {"job": job_name, "card": card, "error": f"exit {proc.returncode}: {proc.stderr.strip()[-300:]}"}
-        table[f"{card}/{job_name}"] = row
-        print(
-            f"{card} {job_name}: measured {row.get('measured')} predicted {row.get('predicted')} "
-            f"(at capacity {row.get('predicted_at_capacity')}) {row.get('seconds', '?')} s {row.get('error', '')}",
-            flush=True,
-        )
-        out_path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = out_path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
-        tmp.replace(out_path)
+        with lock:
+            table[f"{card}/{job_name}"] = row
+            print(
+                f"{card} {job_name}: measured {row.get('measured')} predicted {row.get('predicted')} "
+                f"(safe {row.get('predicted_safe')}, at capacity {row.get('predicted_at_capacity')}) "
+                f"{row.get('seconds', '?')} s {row.get('error', '')}",
+                flush=True,
+            )
+            out_path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = out_path.with_suffix(".tmp")
+            tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+            tmp.replace(out_path)
+
+    with ThreadPoolExecutor(max_workers=len(free_sets)) as pool:
+        list(pool.map(one, todo))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -374,12 +403,14 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--kinds", default="train,fp32,infer,gpus2")
     s.add_argument("--only", default="", help="comma-separated zoo ids")
     s.add_argument("--gpus", default="", help="GPU indices to use (default: all visible)")
+    s.add_argument("--join", default="", help="GPU:FILE: that GPU joins once FILE exists")
     p = sub.add_parser("predict")
     p.add_argument("--results", type=Path, required=True)
     p.add_argument("--card", required=True)
     p.add_argument("--host", required=True, help="a name for this machine in the table (laptop, gpu-machine)")
     p.add_argument("--only", default="")
     p.add_argument("--out", type=Path, default=None)
+    p.add_argument("--jobs", type=int, default=1, help="predictions at once, each on its share of the cores")
     a = sub.add_parser("args", help="the model options of one zoo id, shell-quoted (for the GPU scripts)")
     a.add_argument("id")
     one = sub.add_parser("predict-one")
@@ -406,7 +437,11 @@ def main(argv: list[str] | None = None) -> int:
         if not gpus:
             print("no GPU visible", file=sys.stderr)
             return 2
-        return min(1, scan(args.out, jobs_of(entries, args.kinds.split(",")), args.deadline, gpus))
+        join = None
+        if args.join:
+            gpu, flag = args.join.split(":", 1)
+            join = (gpu, Path(flag))
+        return min(1, scan(args.out, jobs_of(entries, args.kinds.split(",")), args.deadline, gpus, join))
     if args.cmd == "args":
         import shlex
 
@@ -414,7 +449,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.cmd == "predict":
         out = args.out or args.results.parent / "predictions" / f"{args.host}.json"
-        predict_all(args.results, args.card, args.host, [o for o in args.only.split(",") if o], out)
+        predict_all(args.results, args.card, args.host, [o for o in args.only.split(",") if o], out, args.jobs)
         return 0
     if args.cmd == "predict-one":
         print(json.dumps(predict_one(args.job, args.result, args.card)))

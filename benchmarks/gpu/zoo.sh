@@ -9,7 +9,7 @@
 #
 # Env: FOLDER (h200, h100, ...: default from the GPU name), DEADLINE_S (seconds from the start after which no scan
 # runs, default 520), KINDS (train,fp32,infer,gpus2), ONLY (zoo ids), TRACES (zoo ids recorded by
-# `trace_diff.py record` at batch 2 in bf16 before the scans, on GPU 0), PREDICT_HOST (when set, also predict every
+# `trace_diff.py record` at batch 2 in bf16 on GPU 0 while the others scan; it joins them after), PREDICT_HOST (when set, also predict every
 # scanned job on this machine's CPUs with the GPUs hidden, as host PREDICT_HOST, after the scans).
 set -u
 : "${OUT:?set OUT to the folder whose files come back}"
@@ -51,28 +51,25 @@ record_traces() {
     done
 }
 
-# With TRACES, GPU TRACE_GPU (default the first) records them, then scans the KINDS_AFTER_TRACES jobs (default
-# fp32,infer) while the other GPUs scan KINDS from the start; without, every GPU scans KINDS.
+# With TRACES, GPU TRACE_GPU (default the first) records them first and then joins the other GPUs' queue of KINDS.
 gpus=$(nvidia-smi --query-gpu=index --format=csv,noheader | paste -sd, -)
 TRACE_GPU="${TRACE_GPU:-${gpus%%,*}}"
+flag="$Z/logs/.traces_done"
+rm -f "$flag"
 if [ -n "$TRACES" ]; then
     rest=$(echo "$gpus" | tr ',' '\n' | grep -vx "$TRACE_GPU" | paste -sd, -)
-    (
-        record_traces
-        left=$(( DEADLINE_S - ($(date +%s) - start) ))
-        python3 benchmarks/zoo.py scan --out "$Z" --deadline "$left" --gpus "$TRACE_GPU" \
-            --kinds "${KINDS_AFTER_TRACES:-fp32,infer}" ${ONLY:+--only "$ONLY"} >>"$Z/logs/zoo_scan_gpu$TRACE_GPU.out" 2>&1
-    ) &
+    ( record_traces; touch "$flag" ) &
     tracer=$!
+    join="--join $TRACE_GPU:$flag"
 else
     rest=$gpus
     tracer=
+    join=
 fi
-if [ -n "$rest" ]; then
-    python3 benchmarks/zoo.py scan --out "$Z" --deadline "$DEADLINE_S" --gpus "$rest" --kinds "$KINDS" \
-        ${ONLY:+--only "$ONLY"} >>"$Z/logs/zoo_scan.out" 2>&1
-fi
+python3 benchmarks/zoo.py scan --out "$Z" --deadline "$DEADLINE_S" --gpus "$rest" --kinds "$KINDS" $join \
+    ${ONLY:+--only "$ONLY"} >>"$Z/logs/zoo_scan.out" 2>&1
 [ -n "$tracer" ] && wait "$tracer"
+rm -f "$flag"
 echo "scan phase done after $(( $(date +%s) - start )) s" >>"$Z/logs/zoo_scan.out"
 if [ -n "${PREDICT_HOST:-}" ]; then
     CARD=$( [ "$FOLDER" = h100 ] && echo H100 || echo H200 )

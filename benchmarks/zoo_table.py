@@ -1,0 +1,192 @@
+"""reports/zoo/accuracy.md (and accuracy.json): the held-out zoo's measured max batches beside their predictions.
+
+Read by `python benchmarks/zoo.py table`. Measured: every result file under reports/zoo/<card>/results/<job>/ (the
+newest per job). Predicted: every reports/zoo/predictions/<host>.json that `zoo.py predict` wrote, one column per
+host (a host is a machine and its torch, transformers and timm versions, stated under the table). The error is
+(predicted - measured) / measured; a prediction above the measured B is unsafe: that batch does not train.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+from typing import Any
+
+CARDS = {"h200": "H200", "h100": "H100"}
+
+
+def _measured(zoo: Path) -> dict[str, dict[str, Any]]:
+    """card/job -> the newest result file's figures for that job."""
+    out: dict[str, dict[str, Any]] = {}
+    for folder, card in CARDS.items():
+        results = zoo / folder / "results"
+        if not results.is_dir():
+            continue
+        for job in sorted(p for p in results.iterdir() if p.is_dir()):
+            files = sorted(job.glob("*.json"))
+            if not files:
+                continue
+            data = json.loads(files[-1].read_text())
+            precision = job.name.split("__")[2]
+            p = (data.get("precisions") or {}).get("bf16" if "__gpus2__" in job.name else precision) or {}
+            env = data.get("environment") or {}
+            out[f"{card}/{job.name}"] = {
+                "max_batch": p.get("max_batch"),
+                "status": data.get("status"),
+                "stop": p.get("stop"),
+                "error": (p.get("error") or "")[:120],
+                "file": str(files[-1].relative_to(zoo.parent.parent)),
+                "versions": {k: env.get(k) for k in ("torch", "transformers", "timm")},
+            }
+    return out
+
+
+def _predictions(zoo: Path) -> dict[str, dict[str, Any]]:
+    """host -> its prediction file."""
+    out = {}
+    folder = zoo / "predictions"
+    for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+        out[path.stem] = json.loads(path.read_text())
+    return out
+
+
+def _error(predicted: int | None, measured: int | None) -> float | None:
+    if not predicted or not measured:
+        return None
+    return (predicted - measured) / measured
+
+
+def summarize(rows: list[dict[str, Any]], host: str, key: str = "predicted") -> dict[str, Any]:
+    """Count, median and worst |error|, and how many predictions are above the measured B, for one host's `key`."""
+    errors = [r[host][f"{key}_error"] for r in rows if r.get(host, {}).get(f"{key}_error") is not None]
+    if not errors:
+        return {"count": 0}
+    unsafe = sum(1 for e in errors if e > 0)
+    return {
+        "count": len(errors),
+        "median_abs_error": statistics.median(abs(e) for e in errors),
+        "worst_abs_error": max(abs(e) for e in errors),
+        "worst_over": max(errors),
+        "unsafe": unsafe,
+        "within_3pct": sum(1 for e in errors if abs(e) <= 0.03),
+    }
+
+
+def build(zoo: Path, entries: list[Any]) -> dict[str, Any]:
+    """The table's data: one row per scanned job, with each host's prediction and error."""
+    measured = _measured(zoo)
+    hosts = _predictions(zoo)
+    groups = {e.id: e.group for e in entries}
+    rows = []
+    for key, m in sorted(measured.items()):
+        card, job = key.split("/")
+        entry_id, kind, precision = job.split("__")
+        row: dict[str, Any] = {
+            "card": card,
+            "job": job,
+            "model": entry_id,
+            "group": groups.get(entry_id, "?"),
+            "kind": kind,
+            "precision": precision,
+            "measured": m["max_batch"],
+            "status": m["status"],
+            "file": m["file"],
+            "scan_error": m["error"] if m["max_batch"] is None else "",
+        }
+        for host, data in hosts.items():
+            got = (data.get("predictions") or {}).get(key)
+            if got is None:
+                continue
+            row[host] = {
+                "predicted": got.get("predicted"),
+                "predicted_safe": got.get("predicted_safe"),
+                "seconds": got.get("seconds"),
+                "error": got.get("error"),
+                "predicted_error": _error(got.get("predicted"), m["max_batch"]),
+                "predicted_safe_error": _error(got.get("predicted_safe"), m["max_batch"]),
+            }
+        rows.append(row)
+    return {
+        "rows": rows,
+        "hosts": {h: {"versions": d.get("versions"), "host": d.get("host")} for h, d in hosts.items()},
+        "summary": {h: {"predicted": summarize(rows, h), "safe": summarize(rows, h, "predicted_safe")} for h in hosts},
+    }
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:+.1f}%"
+
+
+def render(data: dict[str, Any]) -> str:
+    """accuracy.md's text."""
+    hosts = list(data["hosts"])
+    lines = [
+        "# The held-out zoo: measured max batch against `memprobe predict`",
+        "",
+        "Models memprobe's registry, tests and calibration do not use (benchmarks/zoo_models/zoo.yaml), scanned on "
+        "real GPUs by `benchmarks/gpu/zoo.sh` (`memprobe scan --no-curve --no-breakdown`: B and its fresh-process "
+        "proof with the timed run) and predicted by `python benchmarks/zoo.py predict` (`memprobe predict --gpu "
+        "CARD`, what a user is told). Error = (predicted - measured) / measured; **unsafe** = predicted above the "
+        "measured B (that batch does not train). Written by `python benchmarks/zoo.py table`.",
+        "",
+        "## Summary",
+        "",
+        "| host | predictions | median abs error | worst abs error | above measured B (unsafe) | within 3% |",
+        "|---|---|---|---|---|---|",
+    ]
+    for h in hosts:
+        for label in ("predicted", "safe"):
+            s = data["summary"][h][label]
+            if not s.get("count"):
+                continue
+            name = f"{h}" + (" (safe batch)" if label == "safe" else "")
+            lines.append(
+                f"| {name} | {s['count']} | {100 * s['median_abs_error']:.2f}% | {100 * s['worst_abs_error']:.2f}% | "
+                f"{s['unsafe']} | {s['within_3pct']} |"
+            )
+    lines += ["", "Hosts (where each prediction ran, and its libraries):", ""]
+    for h, info in data["hosts"].items():
+        v = info.get("versions") or {}
+        lines.append(f"- **{h}**: " + ", ".join(f"{k} {val}" for k, val in v.items()))
+    scanned = {r["card"]: set() for r in data["rows"]}
+    lines += ["", "## Every scan", ""]
+    header = "| card | model | group | scan | measured B |"
+    rule = "|---|---|---|---|---|"
+    for h in hosts:
+        header += f" {h}: predicted (error) | safe |"
+        rule += "---|---|"
+    lines += [header, rule]
+    for r in data["rows"]:
+        scanned[r["card"]].add(r["model"])
+        measured = r["measured"] if r["measured"] is not None else f"- ({r['scan_error'] or r['status']})"
+        cells = [
+            r["card"],
+            r["model"],
+            r["group"],
+            f"{r['kind']} {r['precision']}",
+            f"[{measured}]({'../../' + r['file']})",
+        ]
+        for h in hosts:
+            p = r.get(h)
+            if p is None:
+                cells += ["", ""]
+                continue
+            if p["error"]:
+                cells += [f"error: {p['error'][:80]}", ""]
+                continue
+            mark = " **unsafe**" if (p["predicted_error"] or 0) > 0 else ""
+            cells.append(f"{p['predicted']} ({_pct(p['predicted_error'])}){mark}")
+            safe_mark = " **unsafe**" if (p["predicted_safe_error"] or 0) > 0 else ""
+            cells.append(
+                f"{p['predicted_safe']} ({_pct(p['predicted_safe_error'])}){safe_mark}" if p["predicted_safe"] else "-"
+            )
+        lines.append("| " + " | ".join(str(c) for c in cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def write_table(zoo: Path, entries: list[Any]) -> None:
+    data = build(zoo, entries)
+    (zoo / "accuracy.json").write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+    (zoo / "accuracy.md").write_text(render(data))
+    print(f"wrote {zoo / 'accuracy.md'}: {len(data['rows'])} scans, hosts {', '.join(data['hosts'])}")
