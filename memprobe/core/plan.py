@@ -62,6 +62,7 @@ class Capacity:
     per_sample_bytes: float | None = None
     unit: str = "samples"
     origin: str = ""  # the result file, or how it was predicted
+    note: str = ""  # what the row must say of B: a predicted B at predict's search cap, or what batch 1 needs
 
 
 @dataclass
@@ -176,7 +177,7 @@ def plan_row(c: Capacity, global_batch: int | None) -> PlanRow:
             "",
             None,
             None,
-            "does not train at batch 1 on this card",
+            "; ".join(["does not train at batch 1 on this card"] + ([c.note] if c.note else [])),
         )
     cap, reason = micro_cap(c)
     if global_batch is None:
@@ -186,7 +187,7 @@ def plan_row(c: Capacity, global_batch: int | None) -> PlanRow:
     room, how = headroom(c, micro)
     speed = c.timed.get(micro) if c.source == MEASURED else None
     seconds = steps * micro / speed if speed else None
-    notes = []
+    notes = [c.note] if c.note else []
     if global_batch is not None and effective != global_batch:
         notes.append(f"{global_batch} is not a multiple of {micro}: the effective global batch is {effective}")
     if speed is None:
