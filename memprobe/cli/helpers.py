@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import os
 import sys
-from contextlib import contextmanager
-from typing import Iterator
 
 import click
 
@@ -79,28 +77,13 @@ def interrupted_status() -> int:
     return 128 + (received[0] if received else 2)
 
 
-@contextmanager
-def stop_on_signals() -> Iterator[list[int]]:
-    """SIGTERM and SIGHUP stop a command as Ctrl-C does (a scan ends its trial processes, keeps the finished
-    precisions, marks its file partial); the yielded list gets the signal, for exit status 128 + signal."""
-    import signal
-    import threading
+def stop_on_signals():
+    """SIGINT, SIGTERM and SIGHUP stop a command (core.interrupts.stop_on_signals: a scan ends its trial processes,
+    keeps the finished precisions, marks its file partial; an interrupt lost in a finalizer is sent again, one
+    swallowed ends the process); the yielded list gets the signal, for exit status 128 + signal."""
+    from memprobe.core.interrupts import stop_on_signals as stop
 
-    received: list[int] = []
-    if threading.current_thread() is not threading.main_thread():  # only the main thread may set handlers
-        yield received
-        return
-
-    def stop(signum: int, _frame) -> None:
-        received.append(signum)
-        raise KeyboardInterrupt
-
-    before = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGHUP)}
-    try:
-        yield received
-    finally:
-        for sig, handler in before.items():
-            signal.signal(sig, handler)
+    return stop()
 
 
 def card_names(gpus: str | None) -> list[str] | None:
