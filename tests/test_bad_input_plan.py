@@ -12,7 +12,7 @@ P = ["plan", "--model", "resnet50", "--gpu", "H100"]
 # (id, argv, a fragment the one-line error must contain)
 CASES = [
     ("unknown-card", ["plan", "--model", "resnet50", "--gpu", "H900"], "unknown GPU 'H900'"),
-    ("empty-card", ["plan", "--model", "resnet50", "--gpu", ""], "empty card name"),
+    ("empty-card", ["plan", "--model", "resnet50", "--gpu", ""], "no card name given"),
     ("no-card", ["plan", "--model", "resnet50"], "Missing option '--gpu'"),
     ("unknown-model", ["plan", "--model", "resnet5", "--gpu", "H100"], "unknown model 'resnet5'"),
     ("several-models", ["plan", "--model", "resnet50,bert-large", "--gpu", "H100"], "plan one at a time"),

@@ -5,6 +5,7 @@ share. Importing this package registers every command on `main`.
 """
 
 import gc
+import signal
 
 from memprobe.cli import plan, predict, report, scan  # noqa: F401  (registers the commands on main)
 from memprobe.cli.app import main
@@ -23,4 +24,7 @@ def run() -> None:
     try:
         main()
     finally:
+        # The command has ended (its exit status is set): a Ctrl-C now would only make Python's exit print a
+        # traceback.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         gc.freeze()

@@ -48,6 +48,8 @@ def memory_list(text: str | None, gpus: str | None = None, hints: bool = True):
     try:
         sizes = read_sizes(text, gpus, hints=hints)
     except SizeError as exc:
+        if exc.option == "--gpu":  # a card name memprobe does not know: a bad name (exit 1), as in plan and guide
+            raise card_name_error(exc) from None
         raise click.BadParameter(str(exc), param_hint=exc.option) from None
     for note in sizes.notes:
         click.echo(f"note: {note}", err=True)
@@ -86,9 +88,15 @@ def stop_on_signals():
     return stop()
 
 
+def card_name_error(exc: Exception) -> click.ClickException:
+    """The error for a --gpu name that names no card, the same in predict, guide and plan: a bad name exits 1, as
+    an unknown model does (README's exit codes), and the option is named."""
+    return click.ClickException(f"--gpu: {exc}")
+
+
 def card_names(gpus: str | None) -> list[str] | None:
     """Catalog names of the cards in a comma-separated --gpu (cardnames.resolve_card: names, aliases, short names),
-    saying on stderr how an ambiguous one was taken; None when not given. BadParameter for a bad name."""
+    saying on stderr how an ambiguous one was taken; None when not given. ClickException (exit 1) for a bad name."""
     if gpus is None:
         return None
     from memprobe.core.cardnames import CardNameError, resolve_cards
@@ -96,7 +104,7 @@ def card_names(gpus: str | None) -> list[str] | None:
     try:
         resolved = resolve_cards(gpus)
     except CardNameError as exc:
-        raise click.BadParameter(str(exc), param_hint="--gpu") from None
+        raise card_name_error(exc) from None
     for found in resolved:
         if found.note:
             click.echo(f"note: {found.note}", err=True)

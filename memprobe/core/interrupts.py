@@ -22,7 +22,7 @@ from typing import Any, Iterator
 
 BACKSTOP_S = 10.0  # a scan's own clean-up after Ctrl-C (ending trial processes, writing the partial file) takes ~1 s
 MAX_REDELIVERIES = 100  # an interrupt lost this often in finalizers is left to the backstop
-_NAMES = {signal.SIGINT: "Ctrl-C", signal.SIGTERM: "SIGTERM", signal.SIGHUP: "SIGHUP"}
+_NAMES: dict[int, str] = {int(signal.SIGINT): "Ctrl-C", int(signal.SIGTERM): "SIGTERM", int(signal.SIGHUP): "SIGHUP"}
 
 _state: dict[str, Any] = {"watching": False, "received": [], "redelivered": 0}
 
