@@ -297,7 +297,7 @@ def scan_cmd(
         try:
             require_gpu()
         except NoGPUExit as exc:
-            no_gpu(exc.message, workloads, opts, mode, predict_if_no_gpu)
+            no_gpu(exc.message, predict_if_no_gpu)
             return
 
     writable(out_dir)  # now, not after the first precision's minutes of trials
@@ -343,7 +343,7 @@ def scan_cmd(
         except DistributedScanError as exc:
             raise click.UsageError(str(exc)) from None
         except NoCudaError as exc:
-            no_gpu(f"no CUDA device: {exc}", workloads, opts, mode, predict_if_no_gpu)
+            no_gpu(f"no CUDA device: {exc}", predict_if_no_gpu)
             return
         except ScanInterrupted as stop:
             kept = (

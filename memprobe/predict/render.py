@@ -3,6 +3,7 @@ length) per memory size, then, beside a scan, predicted vs measured. Every figur
 
 from __future__ import annotations
 
+import math
 import textwrap
 
 from memprobe.core.units import gib
@@ -22,7 +23,9 @@ WIDTH = 120  # the lines added under the table wrap here, as a terminal of that 
 def _per_sample(nbytes: float) -> str:
     """GiB per sample, to 3 decimals; a slope below 0.001 GiB to 2 significant digits, not shown as 0."""
     value = nbytes / 2**30
-    return f"{value:.2g}" if 0 < value < 0.0005 else f"{value:.3f}"
+    if not 0 < value < 0.0005:
+        return f"{value:.3f}"
+    return f"{value:.{1 - math.floor(math.log10(value))}f}"  # 0.00032, 0.0000021: two digits that are not 0
 
 
 def _cell(found: int, capped: bool) -> str:
@@ -103,7 +106,10 @@ def render(pred: Prediction, cannot_train: dict[str, list[str]] | None = None) -
             for s in pred.sizes
         ]
         rows.append([name, gib(m.static_bytes, 2) if m else "-", slope] + cells)
-    lines += ["", tabulate(rows, headers=headers, tablefmt="github"), ""]
+    # the slope as written (tabulate would print 0.0000021 as 2.1e-06), the others right-aligned as numbers are
+    align = ["left"] + ["right"] * (len(headers) - 1)
+    table = tabulate(rows, headers=headers, tablefmt="github", disable_numparse=[2], colalign=align)
+    lines += ["", table, ""]
     lines += _no_edge_lines(pred, cannot_train, n)
     lines += [
         f"{label}: cannot train in {', '.join(names)} (they need compute capability 8.0 or newer): no max batch is given."
