@@ -79,7 +79,8 @@ def _send_again(received: list[int]) -> None:
 def stop_on_signals() -> Iterator[list[int]]:
     """SIGINT, SIGTERM and SIGHUP raise KeyboardInterrupt inside (a scan ends its trial processes, keeps the
     finished precisions, marks its file partial); the yielded list gets each signal, for exit status 128 + the
-    first. Outside the main thread (no handlers can be set there) nothing is changed."""
+    first. A signal ignored when the command started (nohup) stays ignored. Outside the main thread (no handlers
+    can be set there) nothing is changed."""
     received: list[int] = []
     if threading.current_thread() is not threading.main_thread():
         yield received
@@ -92,7 +93,9 @@ def stop_on_signals() -> Iterator[list[int]]:
         received.append(signum)
         raise KeyboardInterrupt
 
-    sigs = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    # A signal the command was started ignoring stays ignored: `nohup memprobe scan ...` goes on when the terminal
+    # closes, and a job started in the background of a script is not stopped by the terminal's Ctrl-C.
+    sigs = [sig for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP) if signal.getsignal(sig) != signal.SIG_IGN]
     before = {sig: signal.signal(sig, stop) for sig in sigs}
     hook = sys.unraisablehook
     sys.unraisablehook = lambda unraisable: _redeliver_lost(unraisable, hook)
