@@ -79,7 +79,7 @@ def _send_again(received: list[int]) -> None:
 def stop_on_signals() -> Iterator[list[int]]:
     """SIGINT, SIGTERM and SIGHUP raise KeyboardInterrupt inside (a scan ends its trial processes, keeps the
     finished precisions, marks its file partial); the yielded list gets each signal, for exit status 128 + the
-    first. A signal ignored when the command started (nohup) stays ignored. Outside the main thread (no handlers
+    first. SIGHUP ignored when the command started (nohup) stays ignored. Outside the main thread (no handlers
     can be set there) nothing is changed."""
     received: list[int] = []
     if threading.current_thread() is not threading.main_thread():
@@ -93,9 +93,11 @@ def stop_on_signals() -> Iterator[list[int]]:
         received.append(signum)
         raise KeyboardInterrupt
 
-    # A signal the command was started ignoring stays ignored: `nohup memprobe scan ...` goes on when the terminal
-    # closes, and a job started in the background of a script is not stopped by the terminal's Ctrl-C.
-    sigs = [sig for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP) if signal.getsignal(sig) != signal.SIG_IGN]
+    # SIGHUP ignored when the command started stays ignored: `nohup memprobe scan ...` goes on when the terminal
+    # closes. SIGINT is taken even where a script's `&` left it ignored: a Ctrl-C sent to memprobe ends it.
+    sigs = [signal.SIGINT, signal.SIGTERM] + (
+        [signal.SIGHUP] if signal.getsignal(signal.SIGHUP) != signal.SIG_IGN else []
+    )
     before = {sig: signal.signal(sig, stop) for sig in sigs}
     hook = sys.unraisablehook
     sys.unraisablehook = lambda unraisable: _redeliver_lost(unraisable, hook)
