@@ -386,3 +386,22 @@ def test_a_size_given_twice_is_predicted_once():
     assert result.exit_code == 0, result.output
     header = next(line for line in result.stdout.splitlines() if line.startswith("| precision"))
     assert header.count("predicted max batch") == 1 and result.stdout.count("Usable memory, 24GiB") == 1
+
+
+def test_a_batch_that_ignores_n_is_pointed_out(own_files):
+    from click.testing import CliRunner
+
+    from memprobe.cli import main
+
+    (own_files / "ignores_n.py").write_text(
+        _TASK + "class Fixed(Task):\n    def make_batch(self, n):\n        return super().make_batch(4)\n\n"
+        "def build(device, precision):\n    return Fixed(nn.Linear(8, 2).to(device), {'name': 'adamw'}, device)\n"
+    )
+    result = CliRunner().invoke(main, ["predict", "--model", "ignores_n.py:build", *M])
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.stdout.split())
+    assert "65536+ (cap)" in result.stdout
+    assert (
+        "fp32: the trial's memory does not grow with the batch (0 bytes per sample): does the model's make_batch(n) make n samples?"
+        in text
+    )

@@ -35,7 +35,8 @@ def _cell(found: int, capped: bool) -> str:
 
 def _no_edge_lines(pred: Prediction, cannot_train: dict[str, list[str]], n: str) -> list[str]:
     """A line per precision whose max batch is not an edge: the search's cap ("N or more"), or 0 (batch 1 does
-    not fit), each with the memory its trial needs (peak reserved in the allocator model, no limit)."""
+    not fit), each with the memory its trial needs (peak reserved in the allocator model, no limit); and where the
+    memory does not grow with the batch at all, the likely cause."""
     lines = []
     for name, p in pred.precisions.items():
         sizes = [s for s in pred.sizes if name not in cannot_train.get(s.label, ())]
@@ -44,6 +45,12 @@ def _no_edge_lines(pred: Prediction, cannot_train: dict[str, list[str]], n: str)
             lines.append(
                 f"{name}: the search stops at {n} {MAX_SEARCH_BATCH}, which fits {_usable(capped)}: the max {n} is "
                 f"{MAX_SEARCH_BATCH} or more ({MAX_SEARCH_BATCH} needs {gib(p.needs[MAX_SEARCH_BATCH], 2)} GiB)."
+            )
+        reserved = {r for _a, r in p.peaks.values()}
+        if n == "batch" and len(p.peaks) > 1 and len(reserved) == 1:  # the same peak at every batch replayed
+            lines.append(
+                f"{name}: the trial's memory does not grow with the batch (0 bytes per sample): does the model's "
+                "make_batch(n) make n samples?"
             )
         nothing = [s for s in sizes if p.max_batch[s.label] == 0]
         if nothing and 1 in p.needs:
