@@ -15,20 +15,23 @@ from typing import Any
 
 @dataclass(frozen=True)
 class Param:
-    """One key of a family's params: its kind ("int", "float", "bool", "str", "mapping", "rank"), whether an entry
-    must give it, the smallest value an int takes, and whether null stands for "not set"."""
+    """One key of a family's params: its kind ("int", "float", "bool", "str", "mapping"), whether an entry must give
+    it, the smallest and largest values an int takes, and whether null stands for "not set"."""
 
     kind: str
     required: bool = False
     least: int = 1
     nullable: bool = False
+    most: int | None = None
 
 
 _INT, _FLOAT, _BOOL = Param("int"), Param("float"), Param("bool")
 _REQUIRED_INT = Param("int", required=True)
+MAX_LAYERS = 10_000  # the deepest published models have a few hundred layers; each takes time to build, even faked
+_LAYERS = Param("int", required=True, most=MAX_LAYERS)
 
 _BERT = {
-    "layers": _REQUIRED_INT,
+    "layers": _LAYERS,
     "hidden": _REQUIRED_INT,
     "heads": _REQUIRED_INT,
     "ffn": _REQUIRED_INT,
@@ -39,11 +42,17 @@ _BERT = {
 
 # What each family's builder (memprobe/workloads/) reads; FAMILY_PARAMS[f] is all of it.
 FAMILY_PARAMS: dict[str, dict[str, Param]] = {
-    "toy-mlp": {"features": _REQUIRED_INT, "hidden": _REQUIRED_INT, "classes": _REQUIRED_INT, "layers": _INT},
+    "toy-mlp": {
+        "features": _REQUIRED_INT,
+        "hidden": _REQUIRED_INT,
+        "classes": _REQUIRED_INT,
+        "layers": Param("int", most=MAX_LAYERS),
+    },
     "bert-pretraining": {**_BERT, "mlm_probability": _FLOAT},
     "bert-squad": {**_BERT, "question_len": _INT},
     "transformer-translation": {
-        **{k: _INT for k in ("encoder_layers", "decoder_layers", "d_model", "ffn", "heads", "vocab")},
+        **{k: Param("int", most=MAX_LAYERS) for k in ("encoder_layers", "decoder_layers")},
+        **{k: _INT for k in ("d_model", "ffn", "heads", "vocab")},
         **{k: _INT for k in ("src_len", "tgt_len")},
         **{k: _FLOAT for k in ("dropout", "attention_dropout", "activation_dropout", "label_smoothing")},
         "pre_norm": _BOOL,
@@ -58,13 +67,14 @@ FAMILY_PARAMS: dict[str, dict[str, Param]] = {
     "pix2pixhd": {
         **{k: _INT for k in ("width", "height", "label_nc", "output_nc", "ngf", "ndf", "d_layers", "d_scales")},
         **{k: _INT for k in ("global_downsamplings", "vgg_width")},
-        **{k: Param("int", least=0) for k in ("local_enhancers", "global_blocks", "local_blocks")},
+        **{k: Param("int", least=0, most=MAX_LAYERS) for k in ("local_enhancers", "global_blocks", "local_blocks")},
         **{k: _FLOAT for k in ("lambda_feat", "lambda_vgg", "edge_density")},
         "instance_edges": _BOOL,
         "channels_last": _BOOL,
     },
     "llama-causal-lm": {
-        **{k: _REQUIRED_INT for k in ("hidden", "layers", "heads", "ffn", "vocab")},
+        "layers": _LAYERS,
+        **{k: _REQUIRED_INT for k in ("hidden", "heads", "ffn", "vocab")},
         **{k: _INT for k in ("kv_heads", "seq_len", "batch")},
         **{k: _FLOAT for k in ("rms_norm_eps", "rope_theta", "lora_dropout")},
         "tied_embeddings": _BOOL,
@@ -89,6 +99,8 @@ def _problem(value: Any, spec: Param) -> str:
             return f"must be an integer, got {value!r}{quoted}"
         if value < spec.least:
             return f"must be at least {spec.least}, got {value}"
+        if spec.most is not None and value > spec.most:
+            return f"must be at most {spec.most:,} (a layer count past that is a typo), got {value:,}"
     elif spec.kind == "float":
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             quoted = " (quoted: write it without quotes)" if isinstance(value, str) else ""

@@ -26,11 +26,15 @@ CUSTOM_FAMILIES = ("timm", "hf", "module")
 # Config keys that hold a size or a count (hidden_size, num_hidden_layers, n_head, ...): never negative.
 _SIZE_KEY = re.compile(r"^(num_|n_)|(_size|_layers|_heads|_dim|_embeddings|_positions)$")
 # Of those, the ones a model cannot have zero of (transformers builds a model with no layers without a word).
+_LAYER_KEYS = {"num_hidden_layers", "n_layer", "n_layers", "num_layers", "encoder_layers", "decoder_layers"}
 _NOT_ZERO_KEYS = {
-    *("num_hidden_layers", "n_layer", "n_layers", "num_layers", "encoder_layers", "decoder_layers"),
+    *_LAYER_KEYS,
     *("num_attention_heads", "n_head", "n_heads", "encoder_attention_heads", "decoder_attention_heads"),
     *("hidden_size", "n_embd", "d_model", "vocab_size"),
 }
+# Layer counts past this are typos: the deepest published transformers have a few hundred layers, and building
+# each layer (on fake tensors too) takes milliseconds to seconds.
+MAX_LAYERS = 10_000
 # Said after the known registry names when a name matches none of them.
 REGISTRY_HINT = "; or timm:NAME, hf:NAME, hf-config:PATH, FILE.py:FUNCTION, package.module:FUNCTION"
 HF_TASKS = ("causal-lm", "masked-lm", "seq-cls", "qa", "seq2seq")
@@ -171,6 +175,10 @@ def _config_problem(config: dict[str, Any]) -> str:
             return f"'{key}' is {value}; a size or count cannot be negative"
         if isinstance(value, int) and value == 0 and key in _NOT_ZERO_KEYS:
             return f"'{key}' is 0; a model needs at least 1 (a layer, a head, a hidden unit)"
+        if isinstance(value, int) and value > MAX_LAYERS and key in _LAYER_KEYS:
+            return (
+                f"'{key}' is {value:,}; no model has more than {MAX_LAYERS:,} layers (building them would take hours)"
+            )
     return ""
 
 
