@@ -6,7 +6,8 @@ KeyboardInterrupt, so a command's clean-up runs once whatever stopped it. Two wa
   "Exception ignored" and goes on. The unraisable hook here sees that and sends the signal again, until it lands
   in ordinary code;
 - swallowed by code that catches everything and carries on. A command still running BACKSTOP_S seconds after a
-  signal ends at once with 128 + the signal (its trial and trace processes die with it: core/lifeline.py).
+  signal (a scan: SCAN_CLEAN_UP_S, allow_clean_up) ends at once with 128 + the signal (its trial and trace
+  processes die with it: core/lifeline.py).
 A KeyboardInterrupt raised while no signal came (a user's build that raises it) is that code's error, not a
 Ctrl-C: user_raised() tells them apart. No torch here.
 """
@@ -21,10 +22,13 @@ from contextlib import contextmanager
 from typing import Any, Iterator
 
 BACKSTOP_S = 10.0  # a scan's own clean-up after Ctrl-C (ending trial processes, writing the partial file) takes ~1 s
+# A scan's clean-up after a signal waits up to 60 s for each killed trial process to free the GPU (probe/runner.py),
+# then writes the finished precisions: the backstop gives it that and more.
+SCAN_CLEAN_UP_S = 90.0
 MAX_REDELIVERIES = 100  # an interrupt lost this often in finalizers is left to the backstop
 _NAMES: dict[int, str] = {int(signal.SIGINT): "Ctrl-C", int(signal.SIGTERM): "SIGTERM", int(signal.SIGHUP): "SIGHUP"}
 
-_state: dict[str, Any] = {"watching": False, "received": [], "redelivered": 0}
+_state: dict[str, Any] = {"watching": False, "received": [], "redelivered": 0, "backstop_s": BACKSTOP_S}
 
 
 def signal_name(signum: int) -> str:
@@ -42,16 +46,26 @@ def user_raised() -> bool:
     return bool(_state["watching"]) and not _state["received"]
 
 
+def allow_clean_up(seconds: float) -> None:
+    """Give the command that runs now `seconds` after a signal before the backstop ends it, for a clean-up that can
+    take longer than BACKSTOP_S (a scan waits up to a minute for a killed trial process to free the GPU before it
+    writes the finished precisions)."""
+    _state["backstop_s"] = max(seconds, BACKSTOP_S)
+
+
 def _backstop(received: list[int], started: float) -> None:
-    """End the process BACKSTOP_S seconds after the first of `received` came, if the command that watches with
-    that list has not ended by then (the interrupt was swallowed): one line, and 128 + the signal."""
+    """End the process BACKSTOP_S seconds (or what allow_clean_up gave) after the first of `received` came, if the
+    command that watches with that list has not ended by then (the interrupt was swallowed): one line, and 128 +
+    the signal."""
     import time
 
-    time.sleep(max(0.0, started + BACKSTOP_S - time.monotonic()))
+    while _state["received"] is received and time.monotonic() < started + _state.get("backstop_s", BACKSTOP_S):
+        time.sleep(0.1)
     if _state["received"] is received:
         signum = received[0]
         try:
-            sys.stderr.write(f"\ninterrupted ({signal_name(signum)}): stopped ({BACKSTOP_S:.0f} s after the signal)\n")
+            waited = _state.get("backstop_s", BACKSTOP_S)
+            sys.stderr.write(f"\ninterrupted ({signal_name(signum)}): stopped ({waited:.0f} s after the signal)\n")
             sys.stderr.flush()
         finally:
             os._exit(128 + signum)
@@ -102,7 +116,7 @@ def stop_on_signals() -> Iterator[list[int]]:
     hook = sys.unraisablehook
     sys.unraisablehook = lambda unraisable: _redeliver_lost(unraisable, hook)
     saved = dict(_state)
-    _state.update(watching=True, received=received, redelivered=0)
+    _state.update(watching=True, received=received, redelivered=0, backstop_s=BACKSTOP_S)
     try:
         yield received
     finally:
