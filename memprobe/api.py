@@ -223,7 +223,7 @@ def predict_max_batch(
     `prediction.precisions["bf16"].max_batch["24GiB"]` (the card's catalog name as the key for a card).
 
     Raises memprobe.predict.trace.PredictError (a RuntimeError) when the model cannot be built or stepped on fake
-    tensors; ValueError for a bad size, card name, precision, GPU count, strategy or overhead
+    tensors, or its build or a trial does not end within the time limit (300 s; MEMPROBE_TIME_LIMIT); ValueError for a bad size, card name, precision, GPU count, strategy or overhead
     (memprobe.core.cardsize.SizeError and memprobe.core.overhead.OverheadError are ValueErrors); CustomModelError /
     RegistryError for a model that cannot be resolved.
     """
@@ -273,8 +273,8 @@ def plan(
     batch only where measured. Returns memprobe.core.plan.Plan (`.rows`: PlanRow records, sorted by time per global
     batch, unknown last; `.to_dict()`).
 
-    Raises memprobe.core.plan.PlanError (a ValueError) for an unknown card, a global batch below 1, a lever the
-    workload lacks or an unreadable result file; CustomModelError / RegistryError for a model that cannot be
+    Raises memprobe.core.plan.PlanError (a ValueError) for an unknown card, a global batch out of range, a lever the
+    workload lacks, an unreadable result file or `results` with no scan of this model on this card; CustomModelError / RegistryError for a model that cannot be
     resolved; memprobe.predict.trace.PredictError when a setting cannot be predicted.
     """
     from memprobe.plan.build import build_plan

@@ -92,12 +92,20 @@ def fill(arg: str, workdir: Path) -> str:
     return re.sub(r"\{([^{}]+)\}", one, arg)
 
 
-def check(workdir: Path, argv: list[str], fragment: str, capfd: pytest.CaptureFixture | None = None) -> None:
-    """Run the CLI and assert the bad input gives one short Error line naming `fragment`, a non-zero exit,
-    and no traceback (also none that torch logs straight to the process's stderr, when `capfd` is given)."""
+def check(
+    workdir: Path,
+    argv: list[str],
+    fragment: str,
+    capfd: pytest.CaptureFixture | None = None,
+    code: int | None = None,
+) -> None:
+    """Run the CLI and assert the bad input gives one short Error line naming `fragment`, a non-zero exit (`code`
+    where given: README's exit codes), and no traceback (also none that torch logs straight to the process's
+    stderr, when `capfd` is given)."""
     result = CliRunner().invoke(main, [fill(a, workdir) for a in argv])
     assert isinstance(result.exception, SystemExit), f"traceback instead of an error: {result.exception!r}"
     assert result.exit_code != 0, result.output
+    assert code is None or result.exit_code == code, (result.exit_code, result.output)
     assert "Traceback" not in result.output
     errors = [line for line in result.output.splitlines() if line.startswith("Error")]
     assert len(errors) == 1, result.output

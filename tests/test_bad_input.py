@@ -108,3 +108,17 @@ CASES = [
 @pytest.mark.parametrize("argv, fragment", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
 def test_bad_input_is_one_line_and_a_non_zero_exit(workdir, argv, fragment):  # noqa: F811
     check(workdir, argv, fragment)
+
+
+# card names: a name memprobe cannot read exits 1 in every command (README's exit codes), --gpu named
+CODED = [
+    ("guide-gpu-unknown", ["guide", "--gpu", "H900"], "--gpu: unknown GPU 'H900'", 1),
+    ("guide-gpu-a-size", ["guide", "--gpu", "80GB"], "'80GB' is a memory size, not a card name", 1),
+    ("guide-gpu-a-size-binary", ["guide", "--gpu", "24 GiB"], "'24 GiB' is a memory size", 1),
+    ("guide-gpu-empty", ["guide", "--gpu", ""], "--gpu: no card name given", 1),
+]
+
+
+@pytest.mark.parametrize("argv, fragment, code", [c[1:] for c in CODED], ids=[c[0] for c in CODED])
+def test_bad_names_exit_1(workdir, argv, fragment, code):  # noqa: F811
+    check(workdir, argv, fragment, code=code)

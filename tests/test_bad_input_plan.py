@@ -12,7 +12,7 @@ P = ["plan", "--model", "resnet50", "--gpu", "H100"]
 # (id, argv, a fragment the one-line error must contain)
 CASES = [
     ("unknown-card", ["plan", "--model", "resnet50", "--gpu", "H900"], "unknown GPU 'H900'"),
-    ("empty-card", ["plan", "--model", "resnet50", "--gpu", ""], "empty card name"),
+    ("empty-card", ["plan", "--model", "resnet50", "--gpu", ""], "no card name given"),
     ("no-card", ["plan", "--model", "resnet50"], "Missing option '--gpu'"),
     ("unknown-model", ["plan", "--model", "resnet5", "--gpu", "H100"], "unknown model 'resnet5'"),
     ("several-models", ["plan", "--model", "resnet50,bert-large", "--gpu", "H100"], "plan one at a time"),
@@ -75,3 +75,57 @@ CASES = [
 @pytest.mark.parametrize("argv, fragment", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
 def test_bad_input_is_one_line_and_a_non_zero_exit(workdir, argv, fragment, capfd):  # noqa: F811
     check(workdir, argv, fragment, capfd)
+
+
+# --plan's --results that would change nothing, absurd global batches, card names: one line and README's exit code
+PLAN_CASES = [
+    ("results-empty-folder", P + ["--results", "{empty_dir}"], "--results: no memprobe result files in", 1),
+    ("results-only-foreign", P + ["--results", "{foreign.json}", "--results", "{empty_dir}"], "not a memprobe", 1),
+    (
+        "results-another-model",
+        ["plan", "--model", "bert-large", "--gpu", "H100", "--results", "{H100}"],
+        "--results: no scan there measured bert-large (fp32, fp16, bf16) on the H100 SXM",
+        1,
+    ),
+    (
+        "results-another-card",
+        ["plan", "--model", "resnet50", "--gpu", "H200", "--results", "{H100}"],
+        "they hold resnet50 fp32,fp16,bf16 on NVIDIA H100 80GB HBM3",
+        1,
+    ),
+    (
+        "results-another-precision",
+        P + ["--results", "{H100}", "-p", "tf32"],
+        "no scan there measured resnet50 (tf32) on the H100 SXM",
+        1,
+    ),
+    ("global-batch-absurd", P + ["--global-batch", "1000000000000000"], "must be at most 16,777,216", 2),
+    ("global-batch-huge", P + ["--global-batch", str(10**40)], "must be at most 16,777,216", 2),
+    ("card-a-size", ["plan", "--model", "resnet50", "--gpu", "80GB"], "'80GB' is a memory size, not a card name", 1),
+    ("card-unknown-exits-1", ["plan", "--model", "resnet50", "--gpu", "H900"], "--gpu: unknown GPU 'H900'", 1),
+    ("several-cards", ["plan", "--model", "resnet50", "--gpu", "H100,H200"], "plan one at a time", 2),
+    ("card-before-model", ["plan", "--model", "resnet5", "--gpu", "H900"], "--gpu: unknown GPU 'H900'", 1),
+]
+
+
+@pytest.mark.parametrize("argv, fragment, code", [c[1:] for c in PLAN_CASES], ids=[c[0] for c in PLAN_CASES])
+def test_plan_refuses_what_would_change_nothing(workdir, argv, fragment, code, capfd):  # noqa: F811
+    check(workdir, argv, fragment, capfd, code=code)
+
+
+def test_plan_names_the_files_it_skips(workdir, tmp_path):  # noqa: F811
+    from click.testing import CliRunner
+
+    from bad_input import H100_SCAN
+    from memprobe.cli import main
+
+    folder = tmp_path / "mixed"
+    folder.mkdir()
+    (folder / "scan.json").write_text(H100_SCAN.read_text())
+    (folder / "notes.json").write_text('{"not": "a result"}')
+    result = CliRunner().invoke(
+        main, ["plan", "--model", "resnet50", "--gpu", "H100", "-p", "fp16", "--results", str(folder)]
+    )
+    assert result.exit_code == 0, result.output
+    assert "warning: skipped" in result.output and "notes.json" in result.output  # as report and guide name them
+    assert "| fp16      | measured" in result.stdout

@@ -139,3 +139,286 @@ CASES = [
 @pytest.mark.parametrize("argv, fragment", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
 def test_bad_input_is_one_line_and_a_non_zero_exit(workdir, argv, fragment, capfd):  # noqa: F811
     check(workdir, argv, fragment, capfd)
+
+
+# --- your own model: every mistake one line that names it and the fix, exit 1 (a bad model), never exit 0 ---------
+
+_TASK = """import torch
+from torch import nn
+from memprobe.workloads.base import TrainTask
+
+
+class Task(TrainTask):
+    def make_batch(self, n):
+        return torch.randn(n, 8, device=self.device), torch.randint(0, 2, (n,), device=self.device)
+
+    def loss(self, batch):
+        return nn.functional.cross_entropy(self.model(batch[0]), batch[1])
+
+
+"""
+_MODEL = "Task(nn.Linear(8, 2).to(device), {'name': 'adamw'}, device)"
+_ENTRY = "  unit: samples\n  optimizer: {name: sgd}\n"
+OWN_FILES = {
+    "hangs.py": "import time\n\ndef build(device, precision):\n    while True:\n        time.sleep(0.1)\n",
+    "hangs_in_batch.py": _TASK + "class Slow(Task):\n    def make_batch(self, n):\n        while True:\n"
+    "            try:\n                import time; time.sleep(0.1)\n            except Exception:\n                pass\n\n"
+    "def build(device, precision):\n    return Slow(nn.Linear(8, 2).to(device), {'name': 'adamw'}, device)\n",
+    "hard_exit.py": "import os\n\ndef build(device, precision):\n    os._exit(0)\n",
+    "hard_exit_in_loss.py": _TASK + "class Bye(Task):\n    def loss(self, batch):\n        import os; os._exit(0)\n\n"
+    "def build(device, precision):\n    return Bye(nn.Linear(8, 2).to(device), {'name': 'adamw'}, device)\n",
+    "a_class.py": _TASK + "class build(Task):\n    def __init__(self, device, precision):\n"
+    "        super().__init__(nn.Linear(8, 2).to(device), {'name': 'adamw'}, device)\n",
+    "no_arguments.py": _TASK + "def build():\n    return None\n",
+    "optimizer_string.py": _TASK + "def build(device, precision):\n"
+    "    return Task(nn.Linear(8, 2).to(device), 'adamw', device)\n",
+    "no_make_batch.py": "from torch import nn\nfrom memprobe.workloads.base import TrainTask\n\n"
+    "def build(device, precision):\n    return TrainTask(nn.Linear(8, 2).to(device), {'name': 'adamw'}, device)\n",
+    "interrupts_itself.py": "def build(device, precision):\n    raise KeyboardInterrupt\n",
+    "interrupts_in_batch.py": _TASK
+    + "class Stop(Task):\n    def make_batch(self, n):\n        raise KeyboardInterrupt\n\n"
+    "def build(device, precision):\n    return Stop(nn.Linear(8, 2).to(device), {'name': 'adamw'}, device)\n",
+    "model.txt": _TASK + f"def build(device, precision):\n    return {_MODEL}\n",
+    "layers_fraction.json": '{"model_type": "gpt2", "n_layer": 2.5, "n_embd": 64, "n_head": 4, "vocab_size": 100}',
+    "layers_quoted.json": '{"model_type": "gpt2", "n_layer": "2", "n_embd": 64, "n_head": 4, "vocab_size": 100}',
+    "layers_zero.json": '{"model_type": "gpt2", "n_layer": 0, "n_embd": 64, "n_head": 4, "vocab_size": 100}',
+    "layers_absurd.json": '{"model_type": "gpt2", "n_layer": 1000000000, "n_embd": 64, "n_head": 4}',
+    "layers_absurd.yaml": "l:\n  family: llama-causal-lm\n  params: {hidden: 64, layers: 99999999, heads: 4, ffn: 8, "
+    "vocab: 9}\n" + _ENTRY,
+    "heads_zero.json": '{"model_type": "bert", "num_hidden_layers": 2, "num_attention_heads": 0}',
+    "heads_indivisible.json": '{"model_type": "gpt2", "n_layer": 2, "n_embd": 100, "n_head": 3, "vocab_size": 100}',
+    "no_params.yaml": "toy:\n  family: toy-mlp\n" + _ENTRY,
+    "unknown_param.yaml": "toy:\n  family: toy-mlp\n  params: {features: 8, hidden: 8, classes: 2, hiden: 3}\n"
+    + _ENTRY,
+    "size_quoted.yaml": "v:\n  family: timm-classifier\n  params: {model: resnet18, image_size: '224'}\n" + _ENTRY,
+    "layers_negative.yaml": "t:\n  family: toy-mlp\n  params: {features: 8, hidden: 8, classes: 2, layers: -1}\n"
+    + _ENTRY,
+    "flag_a_string.yaml": "t:\n  family: transformer-translation\n  params: {pre_norm: 'yes'}\n" + _ENTRY,
+}
+LIMIT = "MEMPROBE_TIME_LIMIT"
+M = ["--memory", "8GiB", "-p", "fp32"]
+
+# (id, argv, a fragment the one-line error must contain, the exit code, environment)
+OWN_CASES = [
+    ("build-never-returns", ["--model", "{hangs.py}:build"], "did not finish within 2 s", 1, {LIMIT: "2"}),
+    (
+        "make-batch-never-returns",
+        ["--model", "{hangs_in_batch.py}:build"],
+        "did not finish within 2 s",
+        1,
+        {LIMIT: "2"},
+    ),
+    ("time-limit-garbage", ["--model", "toy"], "MEMPROBE_TIME_LIMIT='soon'", 1, {LIMIT: "soon"}),
+    ("build-calls-os-exit", ["--model", "{hard_exit.py}:build"], "hard_exit.py:build called os._exit(0)", 1, {}),
+    ("loss-calls-os-exit", ["--model", "{hard_exit_in_loss.py}:build"], "loss called os._exit(0)", 1, {}),
+    ("build-is-a-class", ["--model", "{a_class.py}:build"], "is a class, not a build function", 1, {}),
+    (
+        "build-takes-nothing",
+        ["--model", "{no_arguments.py}:build"],
+        "cannot be called as build(device, precision)",
+        1,
+        {},
+    ),
+    (
+        "optimizer-a-string",
+        ["--model", "{optimizer_string.py}:build"],
+        "the task's optimizer is 'adamw'; give a mapping",
+        1,
+        {},
+    ),
+    ("task-without-make-batch", ["--model", "{no_make_batch.py}:build"], "does not define make_batch and loss", 1, {}),
+    (
+        "build-raises-keyboard-interrupt",
+        ["--model", "{interrupts_itself.py}:build"],
+        "raised KeyboardInterrupt (no Ctrl-C came)",
+        1,
+        {},
+    ),
+    (
+        "make-batch-raises-keyboard-interrupt",
+        ["--model", "{interrupts_in_batch.py}:build"],
+        "raised KeyboardInterrupt (no Ctrl-C",
+        1,
+        {},
+    ),
+    ("build-in-a-txt-file", ["--model", "{model.txt}:build"], "model.txt is not a .py file", 1, {}),
+    (
+        "hf-config-fractional-layers",
+        ["--model", "hf-config:{layers_fraction.json}"],
+        "'n_layer' is 2.5; a size or count is a whole number",
+        1,
+        {},
+    ),
+    ("hf-config-quoted-layers", ["--model", "hf-config:{layers_quoted.json}"], "'n_layer' is '2', a string", 1, {}),
+    (
+        "hf-config-no-layers",
+        ["--model", "hf-config:{layers_zero.json}"],
+        "'n_layer' is 0; a model needs at least 1",
+        1,
+        {},
+    ),
+    (
+        "hf-config-absurd-layers",
+        ["--model", "hf-config:{layers_absurd.json}"],
+        "'n_layer' is 1,000,000,000; no model has more than 10,000 layers",
+        1,
+        {},
+    ),
+    (
+        "models-absurd-layers",
+        ["--model", "l", "--models", "{layers_absurd.yaml}"],
+        "params.layers must be at most",
+        1,
+        {},
+    ),
+    ("hf-config-no-heads", ["--model", "hf-config:{heads_zero.json}"], "'num_attention_heads' is 0", 1, {}),
+    (
+        "hf-config-heads-do-not-divide",
+        ["--model", "hf-config:{heads_indivisible.json}"],
+        "n_embd 100 is not divisible by n_head 3",
+        1,
+        {},
+    ),
+    (
+        "models-entry-without-params",
+        ["--model", "toy", "--models", "{no_params.yaml}"],
+        "needs params features, hidden, classes",
+        1,
+        {},
+    ),
+    (
+        "models-unknown-param",
+        ["--model", "toy", "--models", "{unknown_param.yaml}"],
+        "params hiden is not taken by family 'toy-mlp'",
+        1,
+        {},
+    ),
+    (
+        "models-image-size-quoted",
+        ["--model", "v", "--models", "{size_quoted.yaml}"],
+        "params.image_size must be an integer, got '224' (quoted",
+        1,
+        {},
+    ),
+    (
+        "models-negative-layers",
+        ["--model", "t", "--models", "{layers_negative.yaml}"],
+        "params.layers must be at least 1, got -1",
+        1,
+        {},
+    ),
+    (
+        "models-flag-a-string",
+        ["--model", "t", "--models", "{flag_a_string.yaml}"],
+        "params.pre_norm must be true or false",
+        1,
+        {},
+    ),
+    # options that do nothing to forward passes, and card names: README's exit codes
+    (
+        "infer-optimizer",
+        ["--model", "timm:resnet18", "--mode", "infer", "--optimizer", "adam"],
+        "--optimizer has no effect with --mode infer",
+        2,
+        {},
+    ),
+    (
+        "infer-lora",
+        ["--model", "llama-1b", "--mode", "infer", "--lora", "16"],
+        "--lora has no effect with --mode infer",
+        2,
+        {},
+    ),
+    (
+        "infer-checkpointing",
+        ["--model", "llama-1b", "--mode", "infer", "--checkpointing"],
+        "--checkpointing has no effect",
+        2,
+        {},
+    ),
+    (
+        "gpu-a-size",
+        ["--model", "toy", "--gpu", "80GB"],
+        "'80GB' is a memory size, not a card name: `memprobe predict --memory 80GB`",
+        1,
+        {},
+    ),
+    ("gpu-unknown-exits-1", ["--model", "toy", "--gpu", "H900"], "--gpu: unknown GPU 'H900'", 1, {}),
+]
+
+
+@pytest.fixture
+def own_files(workdir):  # noqa: F811
+    for name, content in OWN_FILES.items():
+        (workdir / name).write_text(content)
+    return workdir
+
+
+@pytest.mark.parametrize("argv, fragment, code, env", [c[1:] for c in OWN_CASES], ids=[c[0] for c in OWN_CASES])
+def test_own_model_mistakes_are_one_line_with_the_fix(own_files, monkeypatch, capfd, argv, fragment, code, env):
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    args = argv if any(a in argv for a in ("--memory", "--gpu")) else argv + M
+    check(own_files, ["predict", *args], fragment, capfd, code=code)
+
+
+# --- a capped or impossible answer is labelled, with the memory it would need ---------------------------------------
+
+
+def test_a_capped_or_impossible_max_batch_is_labelled(workdir):  # noqa: F811
+    from click.testing import CliRunner
+
+    from memprobe.cli import main
+
+    # toy fits 8 GiB at every batch predict tries; with nothing subtracted, 16 MiB holds not even its weights' copies
+    result = CliRunner().invoke(
+        main, ["predict", "--model", "toy", "-p", "fp32", "--memory", "8GiB,16MiB", "--overhead", "0"]
+    )
+    assert result.exit_code == 0, result.output
+    row = next(line for line in result.stdout.splitlines() if line.startswith("| fp32"))
+    assert [c.strip() for c in row.split("|")[4:6]] == ["65536+ (cap)", "0"]
+    text = " ".join(result.stdout.split())
+    assert (
+        "fp32: the search stops at batch 65536, which fits 8GiB (8.00 GiB usable): the max batch is 65536 or more"
+        in text
+    )
+    assert "(65536 needs 0." in text
+    assert "fp32: batch 1 needs 0.0" in text and "more than 16MiB (0.02 GiB usable) holds: max batch 0." in text
+    assert row.split("|")[3].strip() not in ("0", "0.000")  # the tiny per-sample slope is not shown as 0
+    lines = result.stdout.splitlines()
+    labels = lines[
+        max(i for i, line in enumerate(lines) if line.startswith("|")) + 1 : lines.index(
+            next(line for line in lines if line.startswith("static / per sample"))
+        )
+    ]
+    assert any(labels) and max(len(line) for line in labels) <= 120  # the labels wrap at 120 columns
+
+
+def test_a_size_given_twice_is_predicted_once():
+    from click.testing import CliRunner
+
+    from memprobe.cli import main
+
+    result = CliRunner().invoke(main, ["predict", "--model", "toy", "-p", "fp32", "--memory", "24GiB,24GiB,24 GiB"])
+    assert result.exit_code == 0, result.output
+    header = next(line for line in result.stdout.splitlines() if line.startswith("| precision"))
+    assert header.count("predicted max batch") == 1 and result.stdout.count("Usable memory, 24GiB") == 1
+
+
+def test_a_batch_that_ignores_n_is_pointed_out(own_files):
+    from click.testing import CliRunner
+
+    from memprobe.cli import main
+
+    (own_files / "ignores_n.py").write_text(
+        _TASK + "class Fixed(Task):\n    def make_batch(self, n):\n        return super().make_batch(4)\n\n"
+        "def build(device, precision):\n    return Fixed(nn.Linear(8, 2).to(device), {'name': 'adamw'}, device)\n"
+    )
+    result = CliRunner().invoke(main, ["predict", "--model", "ignores_n.py:build", *M])
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.stdout.split())
+    assert "65536+ (cap)" in result.stdout
+    assert (
+        "fp32: the trial's memory does not grow with the batch (0 bytes per sample): does the model's make_batch(n) make n samples?"
+        in text
+    )

@@ -4,8 +4,11 @@ never a traceback, and none needs a GPU to be refused (harness: tests/bad_input.
 from __future__ import annotations
 
 import pytest
+from click.testing import CliRunner
 
 from bad_input import check, workdir  # noqa: F401  (workdir is a fixture)
+from conftest import has_nvidia_gpu
+from memprobe.cli import main
 
 S = ["scan", "--model", "toy"]
 CPU = S + ["--device", "cpu", "--cpu-memory-budget", "8MiB"]
@@ -81,3 +84,99 @@ CASES = [
 @pytest.mark.parametrize("argv, fragment", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
 def test_bad_input_is_one_line_and_a_non_zero_exit(workdir, argv, fragment):  # noqa: F811
     check(workdir, argv, fragment)
+
+
+# --- options that do nothing to forward passes; a KeyboardInterrupt of the model's own --------------------------------
+
+SCAN_CASES = [
+    (
+        "infer-optimizer",
+        ["scan", "--model", "timm:resnet18", "--mode", "infer", "--optimizer", "adam"],
+        "--optimizer has no effect with --mode infer",
+        2,
+    ),
+    (
+        "infer-lora",
+        ["scan", "--model", "llama-1b", "--mode", "infer", "--lora", "16"],
+        "--lora has no effect with --mode infer",
+        2,
+    ),
+    (
+        "infer-checkpointing",
+        ["scan", "--model", "llama-1b", "--mode", "infer", "--checkpointing"],
+        "--checkpointing has no effect",
+        2,
+    ),
+    (
+        "models-unknown-param",
+        S + ["--models", "{params_unknown.yaml}"],
+        "params colour is not taken by family 'toy-mlp'",
+        1,
+    ),
+    (
+        "build-raises-keyboard-interrupt",
+        [
+            "scan",
+            "--model",
+            "{raises_interrupt.py}:build",
+            "-p",
+            "fp32",
+            "--device",
+            "cpu",
+            "--cpu-memory-budget",
+            "64MiB",
+            "--out",
+            "{tmp}/out",
+        ],
+        "raised KeyboardInterrupt (no Ctrl-C came)",
+        1,
+    ),
+]
+
+
+@pytest.mark.parametrize("argv, fragment, code", [c[1:] for c in SCAN_CASES], ids=[c[0] for c in SCAN_CASES])
+def test_scan_refuses_what_does_nothing(workdir, argv, fragment, code):  # noqa: F811
+    (workdir / "raises_interrupt.py").write_text("def build(device, precision):\n    raise KeyboardInterrupt\n")
+    (workdir / "params_unknown.yaml").write_text(
+        "toy:\n  family: toy-mlp\n  unit: samples\n  params: {features: 8, hidden: 8, classes: 2, colour: red}\n"
+        "  optimizer: {name: sgd}\n"
+    )
+    check(workdir, argv, fragment, code=code)
+
+
+# --- no GPU: the prediction offered is the scan typed, and --predict-if-no-gpu runs exactly it ------------------------
+
+no_gpu_only = pytest.mark.skipif(has_nvidia_gpu(), reason="checks the behaviour on a machine without an NVIDIA GPU")
+
+
+def _offered(argv: list[str]) -> str:
+    result = CliRunner().invoke(main, argv)
+    assert result.exit_code == 2, result.output
+    (line,) = [line for line in result.output.splitlines() if line.startswith("Error")]
+    return line
+
+
+@no_gpu_only
+def test_without_a_gpu_the_offered_prediction_keeps_every_option():
+    line = _offered(["scan", "--model", "bert-large-squad", "--mode", "infer", "-p", "fp16"])
+    assert "`memprobe predict --model bert-large-squad --memory 11GiB,24GiB,48GiB,80GiB -p fp16 --mode infer`" in line
+    line = _offered(
+        ["scan", "-m", "timm:resnet18", "--input-size", "3,64,64", "--gpus", "1,2", "--strategy", "fsdp", "--soak", "5"]
+    )
+    assert "`memprobe predict --model timm:resnet18 --memory 11GiB,24GiB,48GiB,80GiB --input-size 3,64,64`" in line
+    assert "(and again with --gpus 2 --strategy fsdp)" in line and "--soak left out: a prediction times nothing" in line
+    line = _offered(["scan", "--model", "toy", "--memory-cap", "8GiB"])
+    assert "`memprobe predict --model toy --memory 8GiB`" in line  # the emulated card's size, not four others
+    line = _offered(["scan", "--model", "toy-llama", "--search", "seq-len", "--batch", "2", "--checkpointing"])
+    assert "--search seq-len --checkpointing --batch 2`" in line
+
+
+@no_gpu_only
+def test_without_a_gpu_the_offered_prediction_runs_as_offered(tmp_path):
+    # inference was refused ("predicts training steps only") while the message offered it
+    argv = ["scan", "--model", "toy", "-p", "fp32", "--mode", "infer", "--out", str(tmp_path), "--predict-if-no-gpu"]
+    result = CliRunner().invoke(main, argv)
+    assert result.exit_code == 0, result.output
+    assert "memprobe predict --model toy --memory 11GiB,24GiB,48GiB,80GiB -p fp32 --mode infer" in result.output
+    assert "trial of inference (2 forward passes under inference_mode)" in result.output
+    assert list(tmp_path.iterdir()) == []

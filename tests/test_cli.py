@@ -218,9 +218,10 @@ def test_full_cpu_scan(run, tmp_path, packaged_models):
 
 def test_failed_scan_exits_1_and_says_why(run, tmp_path):
     models = tmp_path / "m.yaml"
-    # the toy builder needs 'features': building fails in the trial process, a bug, not an OOM
+    # params of the right names and types, but a size the generator cannot halve down to its bottleneck: building
+    # fails in the trial process, a bug, not an OOM
     models.write_text(
-        "broken:\n  family: toy-mlp\n  unit: samples\n  params: {hidden: 8, classes: 2}\n  optimizer: {name: sgd}\n"
+        "broken:\n  family: pix2pixhd\n  unit: images\n  params: {width: 100, height: 50}\n  optimizer: {name: sgd}\n"
     )
     result = run(
         "scan",
@@ -239,10 +240,10 @@ def test_failed_scan_exits_1_and_says_why(run, tmp_path):
     )
     assert result.exit_code == 1, result.output
     assert "Traceback" not in result.output
-    assert "features" in result.stdout  # the table carries the error
+    assert "pix2pixhd: 100x50" in result.stdout  # the table carries the error
     (path,) = (tmp_path / "out").iterdir()
     p = read_result(path).precisions["fp32"]
-    assert p.status == "error" and "features" in p.error and p.max_batch is None
+    assert p.status == "error" and "divisible" in p.error and p.max_batch is None
 
 
 # --- Ctrl-C -----------------------------------------------------------------------------------

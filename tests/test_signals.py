@@ -118,3 +118,139 @@ def test_a_real_signal_stops_a_real_predict(tmp_path, sig, code):
     assert "Traceback" not in err and "Aborted!" not in err and "interrupted" in err
     with pytest.raises(ProcessLookupError):
         os.killpg(proc.pid, 0)  # nothing of its session is left
+
+
+# --- Ctrl-C to the main process alone: never lost, whatever the process is doing -------------------------------------
+
+
+class _Dies:
+    """An object whose death runs Python code (a weak-reference callback), as every traced tensor's does: a signal
+    handled there raises where Python cannot raise ("Exception ignored"), and a plain KeyboardInterrupt is lost."""
+
+
+def _on_death(_ref) -> None:
+    total = 0
+    for i in range(50):
+        total += i
+
+
+def _churn_then_ctrl_c(*_args, **_kwargs):
+    import random
+    import threading
+    import weakref
+
+    threading.Timer(random.uniform(0.01, 0.3), os.kill, (os.getpid(), signal.SIGINT)).start()
+    end = time.monotonic() + 10
+    while time.monotonic() < end:
+        _refs = [weakref.ref(_Dies(), _on_death) for _ in range(200)]
+    raise AssertionError("the Ctrl-C was lost: the command ran on")
+
+
+def test_ctrl_c_is_never_lost_in_a_finalizer(monkeypatch):
+    # Without the interrupt sent again, 16 of 20 such Ctrl-Cs were lost in a plain Python loop like this one.
+    monkeypatch.setattr("memprobe.core.interrupts.BACKSTOP_S", 120.0)  # the backstop would end pytest itself
+    monkeypatch.setattr("memprobe.predict.summary.predict", _churn_then_ctrl_c)
+    for _ in range(20):
+        started = time.monotonic()
+        result = CliRunner().invoke(main, ["predict", "--model", "toy", "--memory", "8GiB", "-p", "fp32"])
+        assert result.exit_code == 130, result.output
+        assert "interrupted (Ctrl-C): stopped" in result.output and "Traceback" not in result.output
+        assert time.monotonic() - started < 5, "the Ctrl-C took several tries to land"
+
+
+CHURNING_BUILD = """import torch
+
+def build(device, precision):  # fake tensors made and freed for ever, in predict's own process
+    while True:
+        for _ in range(100):
+            torch.empty(16).add_(1)
+"""
+
+
+def test_ctrl_c_to_the_main_process_alone_stops_predict_every_time(tmp_path):
+    # as `timeout -s INT` sends it: to memprobe's process, not to its group (its forked children get nothing)
+    (tmp_path / "churn.py").write_text(CHURNING_BUILD)
+    for delay in (0.05, 0.3, 0.7, 1.2, 2.0):
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "memprobe",
+                "predict",
+                "--model",
+                "churn.py:build",
+                "-p",
+                "fp32",
+                "--memory",
+                "8GiB",
+            ],
+            cwd=tmp_path,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+            start_new_session=True,
+        )
+        try:
+            seen = _wait_for(proc, "building churn.py:build on fake tensors", 120)
+            assert "building" in seen, seen
+            time.sleep(delay)
+            sent = time.monotonic()
+            proc.send_signal(signal.SIGINT)
+            _out, err = proc.communicate(timeout=60)
+            took = time.monotonic() - sent
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+        assert proc.returncode == 130, (delay, err[-2000:])
+        assert "interrupted (Ctrl-C): stopped" in err and "Traceback" not in err, err[-2000:]
+        assert "s after the signal" not in err, f"lost, ended by the backstop only ({took:.1f} s)"
+        with pytest.raises(ProcessLookupError):
+            os.killpg(proc.pid, 0)
+
+
+def test_a_swallowed_interrupt_still_ends_the_command():
+    # code that catches every exception and carries on: the backstop ends the process with 128 + the signal
+    script = (
+        "import time, memprobe.core.interrupts as interrupts\n"
+        "interrupts.BACKSTOP_S = 1.0\n"
+        "def swallow():\n"
+        "    while True:\n"
+        "        try:\n"
+        "            print('ready', flush=True)  # inside: a signal that comes as it returns is swallowed too\n"
+        "            time.sleep(0.05)\n"
+        "        except BaseException:\n"
+        "            pass\n"
+        "with interrupts.stop_on_signals():\n"
+        "    while True:\n"
+        "        try:\n"
+        "            swallow()\n"
+        "        except BaseException:\n"
+        "            pass\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        proc.send_signal(signal.SIGTERM)
+        _out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 143 and "interrupted (SIGTERM): stopped (1 s after the signal)" in err, err
+
+
+def test_a_keyboard_interrupt_no_signal_sent_is_an_error(monkeypatch):
+    def raises(*_args, **_kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("memprobe.predict.summary.predict", raises)
+    result = CliRunner().invoke(main, ["predict", "--model", "toy", "--memory", "8GiB", "-p", "fp32"])
+    assert result.exit_code == 1, result.output
+    assert "Error: KeyboardInterrupt raised by the code that ran, with no Ctrl-C or signal" in result.output
+    assert "interrupted" not in result.output

@@ -17,6 +17,7 @@ from memprobe.cli import checks
 from memprobe.cli.helpers import SIGNALS_KEY, interrupted_status, one_line, stop_on_signals
 from memprobe.cli.models import resolve_workloads
 from memprobe.cli.variants import variants as _variants
+from memprobe.core.interrupts import signal_name
 from memprobe.core.registry import RegistryError, Workload, load_registry
 from memprobe.core.units import gib
 
@@ -95,8 +96,11 @@ class MemprobeGroup(click.Group):
             try:
                 return super().invoke(ctx)
             except KeyboardInterrupt:
-                how = {15: "SIGTERM", 1: "SIGHUP"}.get(received[0], f"signal {received[0]}") if received else "Ctrl-C"
-                click.echo(f"\ninterrupted ({how}): stopped", err=True)
+                if not received:  # no Ctrl-C and no signal came: code raised it (a model's own, say)
+                    raise click.ClickException(
+                        "KeyboardInterrupt raised by the code that ran, with no Ctrl-C or signal: find what raises it"
+                    ) from None
+                click.echo(f"\ninterrupted ({signal_name(received[0])}): stopped", err=True)
                 sys.exit(interrupted_status())
             except click.ClickException as exc:
                 # click types `message` Final; it is a plain attribute that show() reads, rewritten here on purpose

@@ -47,8 +47,19 @@ def refuse(options: Iterable[str], why: str) -> None:
         raise click.UsageError(f"{', '.join(options)} {'has' if len(options) == 1 else 'have'} no effect {why}")
 
 
+def infer_checks(ctx: click.Context, mode: str) -> None:
+    """scan and predict: the options that shape training do nothing to forward passes."""
+    if mode == "infer":
+        refuse(
+            given(ctx, "optimizer", "lora", "checkpointing"),
+            "with --mode infer (forward passes only: no optimizer state, no adapters trained, no backward to "
+            "recompute for)",
+        )
+
+
 def predict_checks(ctx: click.Context, world_size: int, search: str) -> None:
-    """predict: --strategy needs --gpus N > 1; --batch needs --search seq-len."""
+    """predict: --strategy needs --gpus N > 1; --batch needs --search seq-len; infer_checks."""
+    infer_checks(ctx, ctx.params.get("mode", "train"))
     if world_size == 1:
         refuse(given(ctx, "strategy"), "without --gpus N > 1 (one GPU has no data-parallel strategy)")
     if search != "seq-len":
@@ -58,7 +69,8 @@ def predict_checks(ctx: click.Context, world_size: int, search: str) -> None:
 def scan_checks(
     ctx: click.Context, device: str, gpus: str | None, no_curve: bool, no_throughput: bool, parallel: bool
 ) -> None:
-    """scan: options that only make sense with others (--cpu-memory-budget with --device cpu, ...)."""
+    """scan: options that only make sense with others (--cpu-memory-budget with --device cpu, ...); infer_checks."""
+    infer_checks(ctx, ctx.params.get("mode", "train"))
     if device != "cpu":
         refuse(given(ctx, "cpu_memory_budget"), "without --device cpu (a GPU's allocator has its own limit)")
     else:

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import os
 import sys
-from contextlib import contextmanager
-from typing import Iterator
 
 import click
 
@@ -50,6 +48,8 @@ def memory_list(text: str | None, gpus: str | None = None, hints: bool = True):
     try:
         sizes = read_sizes(text, gpus, hints=hints)
     except SizeError as exc:
+        if exc.option == "--gpu":  # a card name memprobe does not know: a bad name (exit 1), as in plan and guide
+            raise card_name_error(exc) from None
         raise click.BadParameter(str(exc), param_hint=exc.option) from None
     for note in sizes.notes:
         click.echo(f"note: {note}", err=True)
@@ -79,33 +79,24 @@ def interrupted_status() -> int:
     return 128 + (received[0] if received else 2)
 
 
-@contextmanager
-def stop_on_signals() -> Iterator[list[int]]:
-    """SIGTERM and SIGHUP stop a command as Ctrl-C does (a scan ends its trial processes, keeps the finished
-    precisions, marks its file partial); the yielded list gets the signal, for exit status 128 + signal."""
-    import signal
-    import threading
+def stop_on_signals():
+    """SIGINT, SIGTERM and SIGHUP stop a command (core.interrupts.stop_on_signals: a scan ends its trial processes,
+    keeps the finished precisions, marks its file partial; an interrupt lost in a finalizer is sent again, one
+    swallowed ends the process); the yielded list gets the signal, for exit status 128 + signal."""
+    from memprobe.core.interrupts import stop_on_signals as stop
 
-    received: list[int] = []
-    if threading.current_thread() is not threading.main_thread():  # only the main thread may set handlers
-        yield received
-        return
+    return stop()
 
-    def stop(signum: int, _frame) -> None:
-        received.append(signum)
-        raise KeyboardInterrupt
 
-    before = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGHUP)}
-    try:
-        yield received
-    finally:
-        for sig, handler in before.items():
-            signal.signal(sig, handler)
+def card_name_error(exc: Exception) -> click.ClickException:
+    """The error for a --gpu name that names no card, the same in predict, guide and plan: a bad name exits 1, as
+    an unknown model does (README's exit codes), and the option is named."""
+    return click.ClickException(f"--gpu: {exc}")
 
 
 def card_names(gpus: str | None) -> list[str] | None:
     """Catalog names of the cards in a comma-separated --gpu (cardnames.resolve_card: names, aliases, short names),
-    saying on stderr how an ambiguous one was taken; None when not given. BadParameter for a bad name."""
+    saying on stderr how an ambiguous one was taken; None when not given. ClickException (exit 1) for a bad name."""
     if gpus is None:
         return None
     from memprobe.core.cardnames import CardNameError, resolve_cards
@@ -113,7 +104,7 @@ def card_names(gpus: str | None) -> list[str] | None:
     try:
         resolved = resolve_cards(gpus)
     except CardNameError as exc:
-        raise click.BadParameter(str(exc), param_hint="--gpu") from None
+        raise card_name_error(exc) from None
     for found in resolved:
         if found.note:
             click.echo(f"note: {found.note}", err=True)

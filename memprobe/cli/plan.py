@@ -6,7 +6,8 @@ import click
 
 from memprobe.cli import checks
 from memprobe.cli.app import _precision_list, _workloads, main
-from memprobe.cli.helpers import progress_lines, trace_without_gpus
+from memprobe.cli.helpers import card_name_error, progress_lines, trace_without_gpus
+from memprobe.core.cardnames import CardNameError, resolve_cards
 
 
 @main.command("plan")
@@ -94,18 +95,24 @@ def plan_cmd(
     time per global batch where measured ("not measured" otherwise). Rows are sorted by time per global batch.
     With --gpus N the micro-batch is per GPU and a global step is N micro-batches.
     """
-    from memprobe.core.plan import PlanError
+    from memprobe.core.plan import MAX_GLOBAL_BATCH, PlanError
     from memprobe.core.variants import VariantError, parse_lora
     from memprobe.plan.build import build_plan
     from memprobe.plan.render import render_plan
     from memprobe.workloads.custom import is_custom_name
 
     trace_without_gpus()
+    try:  # before the model is resolved, as predict and guide read --gpu first
+        if len(resolve_cards(card)) > 1:
+            raise click.UsageError(f"--gpu '{card}' names several cards; plan one at a time")
+    except CardNameError as exc:
+        raise card_name_error(exc) from None
 
     if strategy is not None and gpus == 1:
         raise click.UsageError("--strategy applies with --gpus N > 1")
-    if global_batch is not None and global_batch < 1:
-        raise click.BadParameter(f"must be at least 1, got {global_batch}", param_hint="--global-batch")
+    if global_batch is not None and not 1 <= global_batch <= MAX_GLOBAL_BATCH:
+        bound = "at least 1" if global_batch < 1 else f"at most {MAX_GLOBAL_BATCH:,} (2^24 samples per step)"
+        raise click.BadParameter(f"must be {bound}, got {global_batch:,}", param_hint="--global-batch")
     if seq_len is not None and not 2 <= seq_len <= checks.MAX_SEQ_LEN:  # as predict and scan take it
         raise click.BadParameter(f"must be between 2 and {checks.MAX_SEQ_LEN}, got {seq_len}", param_hint="--seq-len")
     precisions = _precision_list(precision) or []
@@ -135,6 +142,7 @@ def plan_cmd(
                 progress=progress,
                 gpus=gpus,
                 strategy=strategy or "ddp",
+                on_skip=lambda exc: click.echo(f"warning: skipped {exc}", err=True),  # as report and guide say it
             )
     except PlanError as exc:
         raise click.ClickException(str(exc)) from None

@@ -48,7 +48,8 @@ def _predict_and_print(
     ensure_loadable()  # before the first workload imports timm or transformers, so the note below is true
     if standin_reason():
         click.echo(
-            f"note: {standin_reason()}; a stand-in that raises on use takes its place (no workload calls torchvision)",
+            f"note: {standin_reason()}; a stand-in that raises on use takes its place (no workload calls "
+            "torchvision; `pip uninstall torchvision`, or one built for this torch, ends this note)",
             err=True,
         )
     try:

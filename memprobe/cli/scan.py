@@ -17,6 +17,7 @@ from memprobe.cli.scan_parallel import scan_parallel
 from memprobe.cli.scan_progress import ProgressPrinter
 from memprobe.cli.variants import split_batches
 from memprobe.cli.variants import variant_options as _variant_options
+from memprobe.core.interrupts import SCAN_CLEAN_UP_S, allow_clean_up
 
 
 @main.command("scan")
@@ -240,6 +241,7 @@ def scan_cmd(
     from memprobe.cli.frontier import frontier_request
     from memprobe.probe.scan import NoCudaError, ScanInterrupted, ScanOptions
 
+    allow_clean_up(SCAN_CLEAN_UP_S)  # after Ctrl-C a scan ends its trial processes, then writes what finished
     checks.scan_checks(click.get_current_context(), device, gpus, no_curve, no_throughput, parallel)
     frontier = frontier_request(search, seq_len, batches, frontier_budget)
     request_batch, timed_batches = split_batches(search, _int_list(batches, "--batch"))
@@ -297,7 +299,7 @@ def scan_cmd(
         try:
             require_gpu()
         except NoGPUExit as exc:
-            no_gpu(exc.message, workloads, opts, mode, predict_if_no_gpu)
+            no_gpu(exc.message, predict_if_no_gpu)
             return
 
     writable(out_dir)  # now, not after the first precision's minutes of trials
@@ -343,7 +345,7 @@ def scan_cmd(
         except DistributedScanError as exc:
             raise click.UsageError(str(exc)) from None
         except NoCudaError as exc:
-            no_gpu(f"no CUDA device: {exc}", workloads, opts, mode, predict_if_no_gpu)
+            no_gpu(f"no CUDA device: {exc}", predict_if_no_gpu)
             return
         except ScanInterrupted as stop:
             kept = (

@@ -8,7 +8,8 @@ One function, resolve_card, for every command that takes a card by name (predict
    ("RTX4090", "rtx8000"), the words split there are tried the same way.
 3. Several cards (H100 = SXM or PCIe; A100 = 40 or 80 GB): the first of the catalog's `preferred` list that fits
    (the form most often rented), with a note naming the others; none of them preferred: an error naming them.
-4. No card: an error with the three closest names (difflib). Characters that cannot be in a card name (anything
+4. No card: an error with the three closest names (difflib). A memory size alone ("80GB") is refused, pointing at
+   predict's --memory: it would fit every card of that size. Characters that cannot be in a card name (anything
    but ASCII letters, digits, spaces and - _ . ( ) /) are refused, so "H200 ☃" is not quietly the H200.
 """
 
@@ -23,6 +24,7 @@ from memprobe.core.catalog import Card, Catalog, default_catalog
 # Words a card's name may carry or not: "NVIDIA GeForce RTX 4090" is the "RTX 4090".
 _BRAND_WORDS = {"nvidia", "geforce", "tesla"}
 _ALLOWED = re.compile(r"^[A-Za-z0-9 \-_.()/]+$")
+_SIZE = re.compile(r"^\d+(\.\d+)?\s*[kmgt]i?b$", re.IGNORECASE)  # a size alone ("80GB", "24 GiB"), no card word
 _MAX_NAME = 60  # longer than any catalog name or alias; a longer "name" is quoted shortened in the error
 
 
@@ -90,6 +92,11 @@ def resolve_card(name: str, catalog: Catalog | None = None) -> ResolvedCard:
         raise CardNameError(
             f"'{_shown(text)}' is not a card name (letters, digits, spaces and - _ . ( ) / "
             "only); `memprobe guide` lists the catalog"
+        )
+    if _SIZE.match(text):  # "80GB" fits every 80 GB card: taken as one of them, the size would be lost
+        raise CardNameError(
+            f"'{text}' is a memory size, not a card name: `memprobe predict --memory {text.replace(' ', '')}` "
+            'predicts for a size; --gpu takes a card (H100, "A100 80GB", 4090)'
         )
     words = _words(text)
     if not words:

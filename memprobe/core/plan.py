@@ -62,6 +62,7 @@ class Capacity:
     per_sample_bytes: float | None = None
     unit: str = "samples"
     origin: str = ""  # the result file, or how it was predicted
+    note: str = ""  # what the row must say of B: a predicted B at predict's search cap, or what batch 1 needs
 
 
 @dataclass
@@ -107,10 +108,20 @@ class Plan:
         }
 
 
-def check_global_batch(global_batch: int | None) -> None:
-    """Raises PlanError for a global batch below 1."""
+# The largest global batch planned. Published large-batch training reaches tens of thousands of images (LARS/LAMB,
+# 32K-64K) and a few thousand sequences (4M tokens); past 2^24 samples per optimizer step it is a typo.
+MAX_GLOBAL_BATCH = 1 << 24
+
+
+def check_global_batch(global_batch: int | None, most: int | None = MAX_GLOBAL_BATCH) -> None:
+    """Raises PlanError for a global batch below 1 or past `most` (a plan's: MAX_GLOBAL_BATCH; None: no bound, for
+    the arithmetic alone)."""
     if global_batch is not None and (isinstance(global_batch, bool) or global_batch < 1):
         raise PlanError(f"--global-batch must be at least 1, got {global_batch}")
+    if global_batch is not None and most is not None and global_batch > most:
+        raise PlanError(
+            f"--global-batch must be at most {most:,} (2^24 samples per optimizer step), got {global_batch:,}"
+        )
 
 
 def micro_cap(c: Capacity) -> tuple[int, str]:
@@ -128,8 +139,8 @@ def micro_cap(c: Capacity) -> tuple[int, str]:
 def accumulate(global_batch: int, cap: int) -> tuple[int, int, int]:
     """(accumulation steps, micro-batch, effective global batch) reaching `global_batch` with micro-batches of at
     most `cap`: the fewest steps, ceil(N / cap), with the micro-batch spread evenly, ceil(N / steps).
-    Raises PlanError for a global batch or cap below 1."""
-    check_global_batch(global_batch)
+    Raises PlanError for a global batch or cap below 1 (any larger global batch is exact: integers throughout)."""
+    check_global_batch(global_batch, most=None)
     if cap < 1:
         raise PlanError(f"a micro-batch cap must be at least 1, got {cap}")
     steps = -(-global_batch // cap)  # integer ceilings: a float quotient is wrong past 2**53
@@ -176,7 +187,7 @@ def plan_row(c: Capacity, global_batch: int | None) -> PlanRow:
             "",
             None,
             None,
-            "does not train at batch 1 on this card",
+            "; ".join(["does not train at batch 1 on this card"] + ([c.note] if c.note else [])),
         )
     cap, reason = micro_cap(c)
     if global_batch is None:
@@ -186,7 +197,7 @@ def plan_row(c: Capacity, global_batch: int | None) -> PlanRow:
     room, how = headroom(c, micro)
     speed = c.timed.get(micro) if c.source == MEASURED else None
     seconds = steps * micro / speed if speed else None
-    notes = []
+    notes = [c.note] if c.note else []
     if global_batch is not None and effective != global_batch:
         notes.append(f"{global_batch} is not a multiple of {micro}: the effective global batch is {effective}")
     if speed is None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 from memprobe.core.cardnames import CardNameError, resolve_card
 from memprobe.core.catalog import default_catalog
@@ -21,6 +21,17 @@ NO_RESULTS_NOTE = (
 )
 
 
+def _held(loaded: Sequence[tuple[Path, ScanResult]], most: int = 4) -> str:
+    """What result files hold, for a message: "resnet50 fp16 on NVIDIA H200, ..." (at most `most`, then a count)."""
+    held = list(
+        dict.fromkeys(
+            f"{r.workload.get('name', '?')} {','.join(r.precisions) or '-'} on {r.gpu_name()}" for _p, r in loaded
+        )
+    )
+    more = f" and {len(held) - most} more" if len(held) > most else ""
+    return ", ".join(held[:most]) + more
+
+
 def build_plan(
     workload: Workload,
     card_name: str,
@@ -34,16 +45,18 @@ def build_plan(
     progress: Progress | None = None,
     gpus: int = 1,
     strategy: str = "ddp",
+    on_skip: Callable[[ResultFileError], None] | None = None,
 ) -> Plan:
     """The plan for `workload` on the card `card_name` reaching `global_batch` (None: one micro-batch per step).
 
     A setting is measured where a finished result of it on that card is among `results` (files or folders), else
-    predicted. With `gpus` > 1 the plan is for that many cards training data-parallel under `strategy`: the
-    micro-batch is per GPU, measured only by a scan of that many GPUs under that strategy (`scan --gpus N`, its
-    per-GPU B and curve), predicted per GPU otherwise; a global step is gpus x micro-batch samples, and samples/s
-    are the group's. Raises PlanError for an unknown card or strategy, fewer than 1 GPU, a global batch below 1, a
-    lever the workload lacks or a result file named that cannot be read; memprobe.predict.trace.PredictError when
-    a setting cannot be predicted.
+    predicted; a file in a folder that is not a result file goes to `on_skip`. With `gpus` > 1 the plan is for that
+    many cards training data-parallel under `strategy`: the micro-batch is per GPU, measured only by a scan of that
+    many GPUs under that strategy (`scan --gpus N`, its per-GPU B and curve), predicted per GPU otherwise; a global
+    step is gpus x micro-batch samples, and samples/s are the group's. Raises PlanError for an unknown card or
+    strategy, fewer than 1 GPU, a global batch out of range, a lever the workload lacks, a result file named that
+    cannot be read, `results` that hold no result file or none that measured this workload on this card (they would
+    change nothing); memprobe.predict.trace.PredictError when a setting cannot be predicted.
     """
     check_global_batch(global_batch)
     if isinstance(gpus, bool) or gpus < 1:
@@ -74,13 +87,26 @@ def build_plan(
         )
     loaded: list[tuple[Path, ScanResult]] = []
     if results:
+        skipped: list[ResultFileError] = []
         try:
-            loaded = load_results(list(results), strict_files=True)
+            loaded = load_results(list(results), on_skip=skipped.append, strict_files=True)
         except ResultFileError as exc:
             raise PlanError(str(exc)) from None
+        for one in skipped:
+            if on_skip is not None:
+                on_skip(one)
+        if not loaded:
+            left = f" ({len(skipped)} skipped)" if skipped else ""
+            raise PlanError(f"--results: no memprobe result files in {', '.join(map(str, results))}{left}")
     else:
         notes.append(NO_RESULTS_NOTE)
     found = {id(s): measured(s, loaded, card, catalog, gpus, strategy) for s in chosen}
+    if loaded and not any(found.values()):  # --results would change nothing: every row predicted, without a word
+        raise PlanError(
+            f"--results: no scan there measured {workload.name} ({', '.join(precisions)}) on the {card.name} as "
+            f"memprobe defines it now; they hold {_held(loaded)}. Give scans of this model and card, or drop "
+            "--results to predict every row"
+        )
     missing = [s for s in chosen if found[id(s)] is None]
     capacities = [c for c in found.values() if c is not None]
     if missing:

@@ -7,8 +7,21 @@ from typing import Sequence
 from memprobe.core.cardsize import card_size
 from memprobe.core.catalog import Card
 from memprobe.core.plan import PREDICTED, Capacity
+from memprobe.core.units import gib
 from memprobe.plan.levers import Setting
 from memprobe.predict.progress import Progress, silent
+
+
+def _no_edge_note(p, label: str, capacity: int) -> str:
+    """What a predicted B that is not an edge must say: the search's cap (the real B is that or more), or, where
+    batch 1 does not fit, the memory its trial needs; "" for an edge."""
+    from memprobe.predict.batch_model import MAX_SEARCH_BATCH
+
+    if label in p.capped:
+        return f"B {MAX_SEARCH_BATCH} is where predict's search stops: every batch up to it fits, so B is that or more"
+    if p.max_batch[label] == 0 and 1 in p.needs:
+        return f"batch 1 needs {gib(p.needs[1], 2)} GiB, the card {gib(capacity, 2)} GiB usable (predicted)"
+    return ""
 
 
 def predicted(
@@ -60,6 +73,7 @@ def predicted(
                     origin=f"predicted for the {card.name}"
                     + (f", per GPU of {world.label}" if world else "")
                     + f": {sizes[0].how}",
+                    note=_no_edge_note(p, card.name, sizes[0].capacity_bytes),
                 )
             )
     return out

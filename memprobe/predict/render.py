@@ -3,7 +3,11 @@ length) per memory size, then, beside a scan, predicted vs measured. Every figur
 
 from __future__ import annotations
 
+import math
+import textwrap
+
 from memprobe.core.units import gib
+from memprobe.predict.batch_model import MAX_SEARCH_BATCH
 from memprobe.predict.summary import Prediction
 
 
@@ -11,6 +15,54 @@ def _pct(pred: float | None, meas: float | None) -> str:
     if pred is None or not meas:
         return "-"
     return f"{(pred / meas - 1) * 100:+.2f}%"
+
+
+WIDTH = 120  # the lines added under the table wrap here, as a terminal of that width shows them
+
+
+def _per_sample(nbytes: float) -> str:
+    """GiB per sample, to 3 decimals; a slope below 0.001 GiB to 2 significant digits, not shown as 0."""
+    value = nbytes / 2**30
+    if not 0 < value < 0.0005:
+        return f"{value:.3f}"
+    return f"{value:.{1 - math.floor(math.log10(value))}f}"  # 0.00032, 0.0000021: two digits that are not 0
+
+
+def _cell(found: int, capped: bool) -> str:
+    """A predicted max batch; one the search stopped at (its cap) says so: the real one is that or more."""
+    return f"{found}+ (cap)" if capped else str(found)
+
+
+def _no_edge_lines(pred: Prediction, cannot_train: dict[str, list[str]], n: str) -> list[str]:
+    """A line per precision whose max batch is not an edge: the search's cap ("N or more"), or 0 (batch 1 does
+    not fit), each with the memory its trial needs (peak reserved in the allocator model, no limit); and where the
+    memory does not grow with the batch at all, the likely cause."""
+    lines = []
+    for name, p in pred.precisions.items():
+        sizes = [s for s in pred.sizes if name not in cannot_train.get(s.label, ())]
+        capped = [s for s in sizes if s.label in p.capped]
+        if capped and MAX_SEARCH_BATCH in p.needs:
+            lines.append(
+                f"{name}: the search stops at {n} {MAX_SEARCH_BATCH}, which fits {_usable(capped)}: the max {n} is "
+                f"{MAX_SEARCH_BATCH} or more ({MAX_SEARCH_BATCH} needs {gib(p.needs[MAX_SEARCH_BATCH], 2)} GiB)."
+            )
+        reserved = {r for _a, r in p.peaks.values()}
+        if n == "batch" and len(p.peaks) > 1 and len(reserved) == 1:  # the same peak at every batch replayed
+            lines.append(
+                f"{name}: the trial's memory does not grow with the batch (0 bytes per sample): does the model's "
+                "make_batch(n) make n samples?"
+            )
+        nothing = [s for s in sizes if p.max_batch[s.label] == 0]
+        if nothing and 1 in p.needs:
+            lines.append(
+                f"{name}: {n} 1 needs {gib(p.needs[1], 2)} GiB, more than {_usable(nothing)} holds: max {n} 0."
+            )
+    return [wrapped for line in lines for wrapped in textwrap.wrap(line, WIDTH)] + ([""] if lines else [])
+
+
+def _usable(sizes: list) -> str:
+    """ "8GiB (6.20 GiB usable)", listed for several sizes."""
+    return ", ".join(f"{s.label} ({gib(s.capacity_bytes, 2)} GiB usable)" for s in sizes)
 
 
 def render(pred: Prediction, cannot_train: dict[str, list[str]] | None = None) -> str:
@@ -55,10 +107,17 @@ def render(pred: Prediction, cannot_train: dict[str, list[str]] | None = None) -
     rows = []
     for name, p in pred.precisions.items():
         m = p.model_reserved
-        slope = (f"{m.per_sample_bytes / 2**20:.3f}" if lengths else gib(m.per_sample_bytes, 3)) if m else "-"
-        cells = ["-" if name in cannot_train.get(s.label, ()) else str(p.max_batch[s.label]) for s in pred.sizes]
+        slope = (f"{m.per_sample_bytes / 2**20:.3f}" if lengths else _per_sample(m.per_sample_bytes)) if m else "-"
+        cells = [
+            "-" if name in cannot_train.get(s.label, ()) else _cell(p.max_batch[s.label], s.label in p.capped)
+            for s in pred.sizes
+        ]
         rows.append([name, gib(m.static_bytes, 2) if m else "-", slope] + cells)
-    lines += ["", tabulate(rows, headers=headers, tablefmt="github"), ""]
+    # the slope as written (tabulate would print 0.0000021 as 2.1e-06), the others right-aligned as numbers are
+    align = ["left"] + ["right"] * (len(headers) - 1)
+    table = tabulate(rows, headers=headers, tablefmt="github", disable_numparse=[2], colalign=align)
+    lines += ["", table, ""]
+    lines += _no_edge_lines(pred, cannot_train, n)
     lines += [
         f"{label}: cannot train in {', '.join(names)} (they need compute capability 8.0 or newer): no max batch is given."
         for label, names in cannot_train.items()

@@ -15,7 +15,7 @@ from memprobe.core.memory_model import Attempt, MemoryModel, fit_memory_model
 from memprobe.core.outcomes import FIT
 from memprobe.core.records import Proof
 from memprobe.core.registry import Workload
-from memprobe.predict.batch_model import PrecisionTraces
+from memprobe.predict.batch_model import MAX_SEARCH_BATCH, PrecisionTraces
 from memprobe.predict.collector import paused
 from memprobe.predict.fakecuda import H100, Target
 from memprobe.predict.parallel import forked_map
@@ -46,6 +46,11 @@ class PrecisionPrediction:
     oom_request: dict[str, int] = field(default_factory=dict)  # memory label -> size of the request that fails at max+1
     # memory label -> the largest batch that fits with SAFE_MARGIN of the usable memory left over: what to run
     safe_max_batch: dict[str, int] = field(default_factory=dict)
+    # memory label -> the max batch is the search's cap (every batch up to MAX_SEARCH_BATCH fits): "N or more"
+    capped: list[str] = field(default_factory=list)
+    # batch -> the peak reserved bytes its trial needs (no capacity limit), for the batches a capped (the cap) or
+    # impossible (1) answer stands on: what the memory would have to hold
+    needs: dict[int, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -113,12 +118,18 @@ def _predict_precision(traces: PrecisionTraces, sizes: Sequence[MemorySize]) -> 
     max_batch: dict[str, int] = {}
     safe: dict[str, int] = {}
     oom: dict[str, int] = {}
+    capped: list[str] = []
     for size in sizes:
         found, fail = traces.max_batch(size.capacity_bytes)
         max_batch[size.label] = found
         safe[size.label] = min(found, traces.max_batch(safe_capacity(size.capacity_bytes))[0])
         if fail is not None and fail.oom is not None:
             oom[size.label] = fail.oom.requested
+        if fail is None:  # nothing failed up to the search's cap: the answer is the cap, not an edge
+            capped.append(size.label)
+    # What an answer with no edge stands on: the trial at the cap, or batch 1 where nothing fits.
+    stands_on = ([MAX_SEARCH_BATCH] if capped else []) + ([1] if 0 in max_batch.values() else [])
+    needs = {b: traces.peaks(b).peak_reserved for b in stands_on}
     peaks: dict[int, tuple[int, int]] = {}
     for b in traces.fit_batches(max(max_batch.values(), default=0)):
         r = traces.peaks(b)
@@ -128,7 +139,19 @@ def _predict_precision(traces: PrecisionTraces, sizes: Sequence[MemorySize]) -> 
     fit_alloc = fit_memory_model(attempts, "peak_allocated")
     fit_res = fit_memory_model(attempts, "peak_reserved")
     linear = {s.label: fit_res.max_batch_for(s.capacity_bytes) if fit_res else 0 for s in sizes}
-    return PrecisionPrediction(traces.precision, fit_alloc, fit_res, max_batch, linear, peaks, traces.how, oom, safe)
+    return PrecisionPrediction(
+        traces.precision,
+        fit_alloc,
+        fit_res,
+        max_batch,
+        linear,
+        peaks,
+        traces.how,
+        oom_request=oom,
+        safe_max_batch=safe,
+        capped=capped,
+        needs=needs,
+    )
 
 
 def trial_fit_batches(checks: Sequence[Attempt]) -> list[int]:

@@ -14,6 +14,7 @@ from typing import Any, Callable
 
 import torch
 
+from memprobe.core.deadline import TimeLimitError, TimeLimitExceeded, how_to_extend, limit_s, time_limit
 from memprobe.core.registry import Workload, family_builder
 from memprobe.predict.allocator import ALLOC, FREE, MARK
 from memprobe.predict.collector import paused
@@ -21,7 +22,7 @@ from memprobe.predict.fakecuda import H100, Target, cuda_optimizers
 from memprobe.predict.recorder import Recorder
 from memprobe.predict.session import fake_session
 from memprobe.training.step import run_step, run_until_state
-from memprobe.workloads.base import Amp
+from memprobe.workloads.base import Amp, UserModelError
 
 TRIAL_MARK = "trial"  # where run_trial called reset_peak_memory_stats (after empty_cache)
 STEP_MARK = "step"  # where a traced step begins (dropped from a Trace's events)
@@ -165,6 +166,10 @@ class TraceSession:
         self.target = target
         self.wrap = wrap
         self.fresh = fresh
+        try:
+            self.limit = limit_s()  # the build and each trace: a model's code that never returns must not hang here
+        except TimeLimitError as exc:
+            raise PredictError(str(exc)) from None
         self._traced = 0
         self._repeats = mode == "train"  # repeat_last_step holds here (until a trace shows it does not)
         self.last_in_process = False  # this process ends after its next trace: what the trial held is not collected
@@ -182,18 +187,29 @@ class TraceSession:
         self.recorder = Recorder(self.target)
         self.recorder.__enter__()
         try:
-            self.task = build(self.workload.params, self.workload.optimizer, torch.device("cpu"))
-            # Adopt the weights: Parameter(...) and swap_tensors made them without an op.
-            for t in [*self.task.model.parameters(), *self.task.model.buffers()]:
-                self.recorder.track(t)
-            if self.wrap is not None:
-                self.wrap(self.task)
+            with time_limit(self.limit):
+                self.task = build(self.workload.params, self.workload.optimizer, torch.device("cpu"))
+                # Adopt the weights: Parameter(...) and swap_tensors made them without an op.
+                for t in [*self.task.model.parameters(), *self.task.model.buffers()]:
+                    self.recorder.track(t)
+                if self.wrap is not None:
+                    self.wrap(self.task)
             gc.collect()
             self.recorder.sweep()
+        except TimeLimitExceeded as late:
+            self.__exit__(None, None, None)
+            raise PredictError(
+                f"{self.workload.name}: building the model on fake tensors {late} (a build that waits for input, a "
+                f"lock or the network never returns); {how_to_extend(late.seconds)}"
+            ) from None
         except Exception as exc:
             self.__exit__(None, None, None)
             if isinstance(exc, PredictError):
                 raise
+            if isinstance(exc, UserModelError):  # says what to change already: the class name adds nothing
+                said, target = str(exc).splitlines()[0], str(self.workload.params.get("target") or "")
+                said = said.replace(target, self.workload.name) if target and target in said else None
+                raise PredictError(said or f"{self.workload.name}: {str(exc).splitlines()[0]}") from exc
             raise PredictError(
                 f"{self.workload.name}: cannot build it on fake tensors: "
                 f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
@@ -241,19 +257,22 @@ class TraceSession:
         task = self.task
         ran = None
         try:
-            if self.mode == "train":
-                task.start()
-                cuda_optimizers(task)
-            amp = _EmulatedAmp(precision, self.behaviour)
-            inputs = task.make_batch(batch)
+            with time_limit(self.limit):
+                if self.mode == "train":
+                    task.start()
+                    cuda_optimizers(task)
+                amp = _EmulatedAmp(precision, self.behaviour)
+                inputs = task.make_batch(batch)
 
-            def step() -> None:
-                rec.boundary(STEP_MARK)
-                run_step(task, amp, inputs, self.mode)
+                def step() -> None:
+                    rec.boundary(STEP_MARK)
+                    run_step(task, amp, inputs, self.mode)
 
-            ran = run_until_state(step, amp, self.steps - 1 if repeat else self.steps, self.mode)
+                ran = run_until_state(step, amp, self.steps - 1 if repeat else self.steps, self.mode)
             rec.boundary(STEP_MARK)
             failure = None
+        except TimeLimitExceeded as late:  # make_batch or the step waits for something that never comes
+            failure = f"{late}; {how_to_extend(late.seconds)}"
         except Exception as exc:  # noqa: BLE001 - reported as a PredictError below, outside the except block
             failure = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
         inputs = amp = None  # noqa: F841

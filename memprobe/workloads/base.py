@@ -166,7 +166,10 @@ class TrainTask:
 
     def infer(self, batch: Any) -> Any:
         """Forward pass only, for --mode infer."""
-        raise NotImplementedError
+        raise NotImplementedError(
+            f"{type(self).__name__} defines no infer(batch): --mode infer runs the forward pass it returns "
+            "(def infer(self, batch): return self.model(...))"
+        )
 
     # -- shared -------------------------------------------------------------------------------
     def compile(self) -> list[str]:

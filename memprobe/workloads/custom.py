@@ -11,18 +11,30 @@ from __future__ import annotations
 import importlib.util
 import inspect
 import json
+import math
 import re
 from dataclasses import dataclass, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any, Callable
 
+from memprobe.core.family_params import check_params
 from memprobe.core.inputs import read_text
 from memprobe.core.registry import OPTIMIZERS, RegistryError, Workload, match
 
 CUSTOM_FAMILIES = ("timm", "hf", "module")
 # Config keys that hold a size or a count (hidden_size, num_hidden_layers, n_head, ...): never negative.
 _SIZE_KEY = re.compile(r"^(num_|n_)|(_size|_layers|_heads|_dim|_embeddings|_positions)$")
+# Of those, the ones a model cannot have zero of (transformers builds a model with no layers without a word).
+_LAYER_KEYS = {"num_hidden_layers", "n_layer", "n_layers", "num_layers", "encoder_layers", "decoder_layers"}
+_NOT_ZERO_KEYS = {
+    *_LAYER_KEYS,
+    *("num_attention_heads", "n_head", "n_heads", "encoder_attention_heads", "decoder_attention_heads"),
+    *("hidden_size", "n_embd", "d_model", "vocab_size"),
+}
+# Layer counts past this are typos: the deepest published transformers have a few hundred layers, and building
+# each layer (on fake tensors too) takes milliseconds to seconds.
+MAX_LAYERS = 10_000
 # Said after the known registry names when a name matches none of them.
 REGISTRY_HINT = "; or timm:NAME, hf:NAME, hf-config:PATH, FILE.py:FUNCTION, package.module:FUNCTION"
 HF_TASKS = ("causal-lm", "masked-lm", "seq-cls", "qa", "seq2seq")
@@ -34,6 +46,8 @@ DEFAULT_OPTIMIZERS: dict[str, dict[str, Any]] = {
     "adamw": {"name": "adamw", "lr": 1.0e-4, "weight_decay": 0.01, "betas": [0.9, 0.999]},
 }
 _FAMILY_OPTIMIZER = {"timm": "sgd", "hf": "adamw", "module": "adamw"}
+# Suffixes of files that are not Python modules, named where FILE.py belongs: said so, not looked up as a package.
+_FILE_SUFFIXES = {"txt", "ipynb", "json", "yaml", "yml", "pt", "pth", "bin", "pyc", "md", "cfg", "sh"}
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 
 
@@ -139,11 +153,33 @@ def load_hf_config(source: str, is_path: bool | None = None) -> tuple[dict[str, 
         raise CustomModelError(f"{path}: not a JSON config ({exc})") from None
     if not isinstance(config, dict) or not isinstance(config.get("model_type"), str):
         raise CustomModelError(f"{path}: not a transformers config (no 'model_type')")
-    # transformers builds a model from a negative layer count (none) or size: a prediction of nothing, not an error
-    for key, value in config.items():
-        if _SIZE_KEY.search(key) and isinstance(value, int) and not isinstance(value, bool) and value < 0:
-            raise CustomModelError(f"{path}: '{key}' is {value}; a size or count cannot be negative")
+    problem = _config_problem(config)
+    if problem:
+        raise CustomModelError(f"{path}: {problem}")
     return config, where
+
+
+def _config_problem(config: dict[str, Any]) -> str:
+    """What is wrong with a config's sizes and counts, before transformers sees them, or "". transformers builds a
+    model from a negative or zero layer count (no layers: a prediction of nothing, not an error) and answers a
+    fractional one with a message whose first line names the field and nothing else."""
+    for key, value in config.items():
+        if not _SIZE_KEY.search(key) or isinstance(value, bool) or value is None or isinstance(value, (list, dict)):
+            continue
+        if isinstance(value, str):
+            return f"'{key}' is {value!r}, a string; a size or count is a number: write it without quotes"
+        if isinstance(value, float):
+            low = max(0, math.floor(value)) if math.isfinite(value) else 1
+            return f"'{key}' is {value!r}; a size or count is a whole number (e.g. {low} or {low + 1})"
+        if isinstance(value, int) and value < 0:
+            return f"'{key}' is {value}; a size or count cannot be negative"
+        if isinstance(value, int) and value == 0 and key in _NOT_ZERO_KEYS:
+            return f"'{key}' is 0; a model needs at least 1 (a layer, a head, a hidden unit)"
+        if isinstance(value, int) and value > MAX_LAYERS and key in _LAYER_KEYS:
+            return (
+                f"'{key}' is {value:,}; no model has more than {MAX_LAYERS:,} layers (building them would take hours)"
+            )
+    return ""
 
 
 # --- module:function targets ------------------------------------------------------------------
@@ -163,10 +199,19 @@ def check_target(target: str) -> str:
             where = "" if path.is_absolute() else f" (relative paths are read from the working folder, {Path.cwd()})"
             raise CustomModelError(f"'{target}': no file {path}{where}")
         return f"{path.resolve()}:{function}"
+    path = Path(module).expanduser()
+    if "/" in module or path.is_file() or (path.suffix and path.suffix[1:] in _FILE_SUFFIXES):
+        # model.txt, notebook.ipynb, ./model: a file, but not one Python imports
+        raise CustomModelError(
+            f"'{target}': {module} is not a .py file; memprobe imports the build function from FILE.py:FUNCTION "
+            "(copy the code into a .py file)"
+        )
     if not _IDENTIFIER.fullmatch(module):
         raise CustomModelError(f"'{target}': '{module}' is neither a .py file nor a module name")
     if importlib.util.find_spec(module.split(".")[0]) is None:
-        raise CustomModelError(f"'{target}': no module named '{module.split('.')[0]}' is importable here")
+        raise CustomModelError(
+            f"'{target}': no module named '{module.split('.')[0]}' is importable here (a file: FILE.py:FUNCTION)"
+        )
     return f"{module}:{function}"
 
 
@@ -250,7 +295,8 @@ def _checked(workload: Workload, options: CustomOptions) -> Workload:
 def prepare(workload: Workload) -> Workload:
     """Check a workload of a custom family (from a name or models.yaml) and make it self-contained: an hf
     config name becomes the config itself, a .py target an absolute path. Other families are returned as
-    they are. Raises CustomModelError (one line)."""
+    they are, once their params are what the family takes (core.family_params). Raises CustomModelError (one
+    line)."""
     params = dict(workload.params)
     where = f"{workload.name}"
     if workload.family == "timm":
@@ -281,6 +327,9 @@ def prepare(workload: Workload) -> Workload:
             )
         params["target"] = check_target(target)
     else:
+        problem = check_params(workload.family, params)
+        if problem:
+            raise CustomModelError(f"{where}: {problem}")
         return workload
     return replace(workload, params=params)
 

@@ -60,13 +60,31 @@ def make_config(config: dict[str, Any]):
         )
     try:
         made = AutoConfig.for_model(kind, **values)
-    except (KeyError, ValueError, TypeError) as exc:
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    except Exception as exc:  # noqa: BLE001 - transformers' validation errors are of many classes, all the config's
+        # their messages run over several lines (the first may name only the field): one line, every word kept
+        said = " ".join(str(exc).split()) or type(exc).__name__
         raise UserModelError(
-            f"transformers {transformers.__version__} cannot make a config of model_type '{kind}': {first[:300]}"
+            f"transformers {transformers.__version__} cannot make a config of model_type '{kind}': {said[:300]}"
         ) from exc
+    _check_heads(made)
     made.use_cache = False
     return made
+
+
+def _check_heads(config) -> None:
+    """Raises UserModelError when the attention heads do not divide the width, where the config leaves each head's
+    width to that division (no head_dim of its own): the model cannot be built, and transformers says so only when
+    it builds it, in words that do not name the config's keys."""
+    hidden, heads = getattr(config, "hidden_size", None), getattr(config, "num_attention_heads", None)
+    if getattr(config, "head_dim", None) is not None or not isinstance(hidden, int) or not isinstance(heads, int):
+        return
+    if heads > 0 and hidden % heads:
+        names = getattr(config, "attribute_map", None) or {}  # the config's own keys: gpt2's n_embd, n_head
+        width, count = names.get("hidden_size", "hidden_size"), names.get("num_attention_heads", "num_attention_heads")
+        raise UserModelError(
+            f"{width} {hidden} is not divisible by {count} {heads} (each head is {width} / {count} wide): "
+            f"give a {count} that divides {hidden}"
+        )
 
 
 def max_positions(config) -> int | None:

@@ -12,14 +12,20 @@ from __future__ import annotations
 import hashlib
 import importlib
 import importlib.util
+import inspect
+import os
 import sys
+import threading
 import traceback
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator, NoReturn
 
 import torch
 
+from memprobe.core.interrupts import user_raised
 from memprobe.core.outcomes import ERROR, classify_error
+from memprobe.core.registry import OPTIMIZERS
 
 from .base import TrainTask, UserModelError
 
@@ -32,32 +38,73 @@ def user_traceback() -> str:
     return text if len(text) <= TRACEBACK_CHARS else "...\n" + text[-TRACEBACK_CHARS:]
 
 
+class UserExit(RuntimeError):
+    """The user's code tried to end the process (sys.exit(), os._exit()) or raised a KeyboardInterrupt no Ctrl-C
+    sent: an error of their code, not memprobe's exit nor an interrupt."""
+
+
+_REAL_EXIT = os._exit
+
+
+@contextmanager
+def user_code(what: str) -> Iterator[None]:
+    """Run the user's code (`what`: whose, for the message) so that it cannot end memprobe's process behind its
+    back: sys.exit() and os._exit() (in this thread; os._exit would leave no word and exit 0) and a
+    KeyboardInterrupt no signal sent (core.interrupts.user_raised) raise UserExit. A real Ctrl-C passes."""
+    owner = threading.get_ident()
+    before = os._exit
+
+    def refused(code: int) -> NoReturn:
+        if threading.get_ident() != owner:  # another thread (memprobe's lifeline watcher, say) really ends it
+            _REAL_EXIT(code)
+        raise UserExit(f"{what} called os._exit({code!r})")
+
+    os._exit = refused
+    try:
+        yield
+    except SystemExit as exc:
+        raise UserExit(f"{what} called sys.exit({exc.code!r})") from None
+    except KeyboardInterrupt:
+        if not user_raised():
+            raise
+        raise UserExit(f"{what} raised KeyboardInterrupt (no Ctrl-C came): find what raises it") from None
+    finally:
+        os._exit = before
+
+
+def _import(module_name: str) -> Any:
+    """The module of `FILE.py` (under a name of its own) or of a dotted module name."""
+    if module_name.endswith(".py"):
+        path = Path(module_name)
+        # A name of its own, so `if __name__ == "__main__":` in the file does not run here.
+        name = f"memprobe_user_{path.stem}_{hashlib.sha1(str(path).encode()).hexdigest()[:8]}"
+        module = sys.modules.get(name)
+        if module is None:
+            spec = importlib.util.spec_from_file_location(name, path)
+            if spec is None or spec.loader is None:
+                raise ImportError(f"cannot import {path}")
+            module = importlib.util.module_from_spec(spec)
+            sys.path.insert(0, str(path.parent))  # its sibling modules import as they do when it runs
+            sys.modules[name] = module
+            try:
+                spec.loader.exec_module(module)
+            except BaseException:
+                del sys.modules[name]
+                raise
+    else:
+        module = importlib.import_module(module_name)
+    return module
+
+
 def load_target(target: str) -> Callable[..., Any]:
     """Import `FILE.py:function` or `pkg.mod:function` (a dotted qualname is followed). Raises UserModelError
     with the traceback when the module cannot be imported or has no such function."""
     module_name, _, qualname = target.rpartition(":")
     try:
-        if module_name.endswith(".py"):
-            path = Path(module_name)
-            # A name of its own, so `if __name__ == "__main__":` in the file does not run here.
-            name = f"memprobe_user_{path.stem}_{hashlib.sha1(str(path).encode()).hexdigest()[:8]}"
-            module = sys.modules.get(name)
-            if module is None:
-                spec = importlib.util.spec_from_file_location(name, path)
-                if spec is None or spec.loader is None:
-                    raise ImportError(f"cannot import {path}")
-                module = importlib.util.module_from_spec(spec)
-                sys.path.insert(0, str(path.parent))  # its sibling modules import as they do when it runs
-                sys.modules[name] = module
-                try:
-                    spec.loader.exec_module(module)
-                except BaseException:
-                    del sys.modules[name]
-                    raise
-        else:
-            module = importlib.import_module(module_name)
-    except SystemExit as exc:  # sys.exit() at import must not end memprobe with the user's status and no word
-        raise UserModelError(f"importing {module_name} called sys.exit({exc.code!r})", user_traceback()) from None
+        with user_code(f"importing {module_name}"):  # sys.exit() at import must not end memprobe
+            module = _import(module_name)
+    except UserExit as exc:  # sys.exit() or os._exit() at import, or a KeyboardInterrupt of its own (user_code)
+        raise UserModelError(str(exc), user_traceback()) from None
     except Exception as exc:  # noqa: BLE001 - the user's module failed to import: they need its traceback
         raise UserModelError(f"importing {module_name} raised {type(exc).__name__}: {exc}", user_traceback()) from exc
     found: Any = module
@@ -65,8 +112,23 @@ def load_target(target: str) -> Callable[..., Any]:
         found = getattr(found, part, None)
         if found is None:
             raise UserModelError(f"{module_name} has no {qualname}")
+    if inspect.isclass(found):
+        instance = found.__name__ if found.__name__ != "build" else "task (the class renamed)"
+        raise UserModelError(
+            f"{target} is a class, not a build function: memprobe calls build(device, precision) and trains the "
+            f"task it returns; write such a function returning a {instance} and name it"
+        )
     if not callable(found):
         raise UserModelError(f"{target} is a {type(found).__name__}, not a function")
+    try:
+        inspect.signature(found).bind(None, None)
+    except TypeError:
+        raise UserModelError(
+            f"{target}{inspect.signature(found)} cannot be called as build(device, precision): give it those "
+            "two parameters"
+        ) from None
+    except ValueError:  # a callable with no signature Python can read (a builtin): called as it is
+        pass
     return found
 
 
@@ -95,16 +157,43 @@ class _ObjectTask(TrainTask):
         return super().infer(batch)
 
 
+def _check_optimizer(task: TrainTask | None, spec: Any, target: str) -> None:
+    """Raises UserModelError when the optimizer a task is trained with is not a spec memprobe can build (a mapping
+    whose name is sgd, adam or adamw); a task that makes its own optimizers (start() of its own) is left alone."""
+    if task is not None and type(task).start is not TrainTask.start:
+        return
+    if isinstance(spec, dict) and spec.get("name") in OPTIMIZERS:
+        return
+    raise UserModelError(
+        f"{target}: the task's optimizer is {str(spec)[:80]!r}; give a mapping such as "
+        f"{{'name': 'adamw', 'lr': 1e-4}} (name: {', '.join(OPTIMIZERS)})"
+    )
+
+
 def as_task(made: Any, optimizer: dict[str, Any], device: torch.device, target: str) -> TrainTask:
     """The TrainTask for what the user's build returned. Raises UserModelError when it is not one, cannot
     be wrapped into one, or holds its parameters on another device than `device`."""
     if isinstance(made, TrainTask):
         task = made
+        _check_optimizer(task, task.optimizer_spec, target)
+        if not isinstance(task.model, torch.nn.Module):
+            raise UserModelError(
+                f"{target} returned a task whose model is a {type(task.model).__name__}, not a torch Module"
+            )
+        missing = [m for m in ("make_batch", "loss") if getattr(type(task), m) is getattr(TrainTask, m)]
+        if type(task).train_step is not TrainTask.train_step and "loss" in missing:
+            missing.remove("loss")  # a train_step of its own (a GAN's) need not go through loss()
+        if missing:
+            raise UserModelError(
+                f"{target} returned a {type(task).__name__} that does not define {' and '.join(missing)}: "
+                "a TrainTask subclass writes make_batch(n) (the batch of n synthetic samples) and loss(batch)"
+            )
     elif (
         isinstance(getattr(made, "model", None), torch.nn.Module)
         and callable(getattr(made, "make_batch", None))
         and callable(getattr(made, "loss", None))
     ):
+        _check_optimizer(None, getattr(made, "optimizer", None) or optimizer, target)
         task = _ObjectTask(made, optimizer, device)
     else:
         raise UserModelError(
@@ -131,9 +220,10 @@ def build(
     target = params["target"]
     function = load_target(target)
     try:
-        made = function(device, precision)
-    except SystemExit as exc:
-        raise UserModelError(f"{target} called sys.exit({exc.code!r})", user_traceback()) from None
+        with user_code(target):
+            made = function(device, precision)
+    except UserExit as exc:
+        raise UserModelError(str(exc), user_traceback()) from None
     except Exception as exc:  # noqa: BLE001 - whatever the user's build raises, they need its traceback
         if classify_error(type(exc).__name__, str(exc)) != ERROR:
             raise  # out of memory (the model alone does not fit) or a crash: not the user's bug
@@ -141,22 +231,16 @@ def build(
     task = as_task(made, optimizer, device, target)
     task.user_code = True
     for name in ("make_batch", "loss", "train_step", "infer"):
-        setattr(task, name, _no_exit(getattr(task, name), f"{target}'s {name}"))
+        setattr(task, name, _guarded(getattr(task, name), f"{target}'s {name}"))
     return task
 
 
-class UserExit(RuntimeError):
-    """The user's make_batch, loss or train_step called sys.exit(): an error of their code, not memprobe's exit."""
-
-
-def _no_exit(method: Callable[..., Any], what: str) -> Callable[..., Any]:
-    """`method` with a SystemExit it raises turned into UserExit (a RuntimeError a trial classifies as the user's
-    error), so sys.exit() in the user's step neither ends a trial process silently nor memprobe itself."""
+def _guarded(method: Callable[..., Any], what: str) -> Callable[..., Any]:
+    """`method` run as user_code: its sys.exit(), os._exit() or KeyboardInterrupt of its own becomes UserExit (a
+    RuntimeError a trial classifies as the user's error), ending neither a trial process silently nor memprobe."""
 
     def guarded(*args: Any, **kwargs: Any) -> Any:
-        try:
+        with user_code(what):
             return method(*args, **kwargs)
-        except SystemExit as exc:
-            raise UserExit(f"{what} called sys.exit({exc.code!r})") from None
 
     return guarded
