@@ -252,6 +252,11 @@ def test_find_result_files(tmp_path):
         ("OutOfMemoryError", "out of memory; then: an illegal memory access was encountered", errors.CRASH),
         ("RuntimeError", "CUDA error: device-side assert triggered", errors.CRASH),
         ("RuntimeError", "CUDA error: unspecified launch failure", errors.CRASH),
+        (
+            "ValueError",
+            "Expected more than 1 value per channel when training, got input size torch.Size([1, 32, 1, 1])",
+            errors.TOO_SMALL,
+        ),
         ("ValueError", "shapes (3,4) and (5,6) not aligned", errors.ERROR),
         ("KeyError", "'input_ids'", errors.ERROR),
         ("RuntimeError", "", errors.ERROR),

@@ -19,8 +19,11 @@ TIMEOUT = "timeout"  # the trial ran past its time limit and was killed
 # The user's model code (a module:function build, or a name that cannot be resolved) raised something
 # that is not out of memory: the user must fix it; the message carries their traceback.
 USER_ERROR = "user-error"
+# The batch is too small for the model to train at all (batch norm in training needs more than one value per
+# channel: a 1x1 feature map at batch 1, as in ResNeSt's split attention or LeViT's head). A larger batch can fit.
+TOO_SMALL = "too-small"
 
-OUTCOMES = (FIT, OOM, LIMIT, CRASH, ERROR, TIMEOUT, USER_ERROR)
+OUTCOMES = (FIT, OOM, LIMIT, CRASH, ERROR, TIMEOUT, USER_ERROR, TOO_SMALL)
 STOPPING = (ERROR, USER_ERROR)  # outcomes that end a search: another batch size will not help
 
 _CRASH_MARKERS = (
@@ -48,6 +51,7 @@ _OOM_MARKERS = (
     "failed to allocate",
     "memprobe fake allocator",
 )
+_TOO_SMALL_MARKERS = ("expected more than 1 value per channel when training",)
 _LIMIT_MARKERS = (
     "invalid configuration argument",
     "too many resources requested for launch",
@@ -72,7 +76,7 @@ STARVED_SHARE = 0.9  # reserved share of the capacity from which an internal lib
 
 
 def classify_error(type_name: str, message: str, reserved_share: float | None = None) -> str:
-    """Return the outcome (OOM, LIMIT, CRASH or ERROR) for an exception raised by a training step.
+    """Return the outcome (OOM, LIMIT, CRASH, TOO_SMALL or ERROR) for an exception raised by a training step.
 
     `type_name` is the exception's class name (e.g. "OutOfMemoryError"), `message` its text,
     `reserved_share` the peak reserved memory over the capacity when known (a cuDNN or cuBLAS
@@ -89,6 +93,8 @@ def classify_error(type_name: str, message: str, reserved_share: float | None = 
         return OOM
     if any(marker in text for marker in _LIMIT_MARKERS):
         return LIMIT
+    if any(marker in text for marker in _TOO_SMALL_MARKERS):
+        return TOO_SMALL
     if reserved_share is not None and reserved_share >= STARVED_SHARE and any(m in text for m in _STARVED_MARKERS):
         return OOM
     return ERROR

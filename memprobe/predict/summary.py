@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from memprobe.core.memory_model import Attempt, MemoryModel, fit_memory_model
-from memprobe.core.outcomes import FIT
+from memprobe.core.outcomes import FIT, LIMIT, OOM
 from memprobe.core.records import Proof
 from memprobe.core.registry import Workload
 from memprobe.predict.batch_model import MAX_SEARCH_BATCH, PrecisionTraces
@@ -177,7 +177,12 @@ def _compare(traces: PrecisionTraces, p) -> tuple[list[ComparisonRow], MaxBatchC
     checks = p.checks
     for where, attempts in (("search", p.attempts), ("fresh", checks)):
         for a in attempts:
-            r = traces.peaks(a.batch, capacity)
+            if not a.fits and a.outcome not in (OOM, LIMIT):
+                continue  # a trial that failed for another reason (a batch too small for batch norm) has no peak
+            try:
+                r = traces.peaks(a.batch, capacity)
+            except PredictError:
+                continue  # a batch the step cannot run at on fake tensors either: nothing to set beside it
             rows.append(
                 ComparisonRow(
                     traces.precision,
