@@ -11,6 +11,7 @@ from __future__ import annotations
 import inspect
 import weakref
 from collections import Counter
+from typing import Any
 
 import torch
 
@@ -20,6 +21,8 @@ from memprobe.predict.torch_internals import internal
 aten = torch.ops.aten
 TorchDispatchMode = internal("torch.utils._python_dispatch.TorchDispatchMode")
 DynamicOutputShapeException = internal("torch._subclasses.fake_tensor.DynamicOutputShapeException")
+FakeTensor = internal("torch._subclasses.fake_tensor.FakeTensor")
+_DisableTorchDispatch = internal("torch._C._DisableTorchDispatch")
 
 # --- fake tensors ------------------------------------------------------------------------------
 
@@ -35,12 +38,42 @@ _BOOL_INDEX_OPS = frozenset(
 )
 
 
+# torch.unique and its kin: how many distinct values there are depends on the values.
+_UNIQUE = frozenset(
+    {
+        aten._unique.default,
+        aten._unique2.default,
+        aten.unique_dim.default,
+        aten.unique_consecutive.default,
+        aten.unique_dim_consecutive.default,
+    }
+)
+
+
+def _unique_worst_case(func, args, kwargs) -> tuple:
+    """What a unique op returns when every value (or every slice along `dim`) is distinct: its largest outputs, so
+    that a step that calls it is predicted at no less memory than it needs. Inverse indices and counts are made
+    only when asked for (empty otherwise, as the CUDA kernels return them)."""
+    given = {**{a.name: v for a, v in zip(func._schema.arguments, args)}, **kwargs}
+    t, dim = given["self"], given.get("dim")
+    if dim is None:
+        values, positions = t.new_empty((t.numel(),)), t.shape
+    else:
+        dim %= max(t.dim(), 1)
+        values, positions = t.new_empty(t.shape), (t.size(dim),)
+    distinct = values.numel() if dim is None else t.size(dim)
+    inverse = torch.empty(positions if given.get("return_inverse") else (0,), dtype=torch.long, device=t.device)
+    counts = torch.empty((distinct,) if given.get("return_counts") else (0,), dtype=torch.long, device=t.device)
+    return (values, inverse, counts)[: len(func._schema.returns)]
+
+
 class FakeCudaMode(TorchDispatchMode):
     """Above FakeTensorMode: answers what fake tensors cannot, and lets a subclass watch every op.
 
     Data-dependent values: `.all()` -> True, `.any()` -> False (synthetic inputs are well formed: masks
     all ones, no NaN), any other scalar read -> 0. Data-dependent shapes (nonzero, boolean-mask
-    indexing, masked_select) take their worst case, every element selected. `answers` counts them.
+    indexing, masked_select) take their worst case, every element selected; torch.unique's, every value
+    distinct. `answers` counts them.
     Subclasses override `observe(func, args, kwargs, out)`.
     """
 
@@ -108,10 +141,13 @@ class FakeCudaMode(TorchDispatchMode):
             try:
                 out = func(*args, **kwargs)
             except DynamicOutputShapeException as exc:
-                raise EmulationError(
-                    f"{func} has an output shape that depends on tensor values; "
-                    "the step cannot be predicted on fake tensors"
-                ) from exc
+                if func not in _UNIQUE:
+                    raise EmulationError(
+                        f"{func} has an output shape that depends on tensor values; "
+                        "the step cannot be predicted on fake tensors"
+                    ) from exc
+                self.answers[("unique", "all distinct")] += 1
+                out = _unique_worst_case(func, args, kwargs)
         if func in (aten.all.default, aten.all.dim, aten.any.default, aten.any.dim) and isinstance(out, torch.Tensor):
             self._made_by[id(out)] = (weakref.ref(out), "all" if func in (aten.all.default, aten.all.dim) else "any")
         self.observe(func, args, kwargs, out)
@@ -122,3 +158,142 @@ class FakeCudaMode(TorchDispatchMode):
 # trace into the mode. Nothing is compiled under these modes, and the wrapper, run for every op, took a twentieth
 # of a trace: the plain function is called.
 FakeCudaMode.__torch_dispatch__ = inspect.unwrap(FakeCudaMode.__dict__["__torch_dispatch__"])  # type: ignore[method-assign]
+
+
+def _tensors(value: Any) -> list:
+    """The tensors of an op's output or arguments (a tensor, or a list or tuple holding tensors)."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [t for t in value if isinstance(t, torch.Tensor)]
+    return []
+
+
+# --- real values while a model is built -----------------------------------------------------------
+
+BUILD_VALUE_MAX_NUMEL = 1 << 16  # tensors up to this many elements are also computed for real while a model is built
+_REAL = "_memprobe_real"
+# Ops whose output (a scalar, or a shape) depends on the values, which FakeCudaMode answers as synthetic inputs would.
+_VALUE_DEPENDENT = frozenset(
+    {
+        aten._local_scalar_dense.default,
+        aten.item.default,
+        aten.is_nonzero.default,
+        aten.nonzero.default,
+        aten.masked_select.default,
+        aten.index.Tensor,
+        aten._unsafe_index.Tensor,
+    }
+    | _UNIQUE
+)  # the attribute of a fake tensor that holds its real value (moves with swap_tensors)
+
+
+class BuildValues(TorchDispatchMode):
+    """While a model is built on fake tensors: small tensors are computed for real as well, so that what the build
+    reads from their values is what the scan's build reads. Use as a context around the build, above the recorder.
+
+    Some models compute their shape from tensors: timm's RegNet makes its stage widths with torch.arange, round and
+    pow, counts the stages with torch.unique (an output shape that depends on the values, which fake tensors cannot
+    give) and reads them back with .tolist(), which FakeCudaMode would answer with zeros. Here every op whose tensor
+    arguments all have a real value (factories, torch.tensor(...) constants, and what is computed from them), and
+    whose outputs have at most BUILD_VALUE_MAX_NUMEL elements, also runs on those values on the CPU: scalar reads and
+    data-dependent shapes are then answered with the true ones. What is traced is unchanged: the fake op still makes
+    every fake output (a data-dependent one is made at the real one's shape), and nothing large is ever computed.
+    Ops on weights or activations (no real value) run on fake tensors alone; one that writes into a tensor with a
+    real value drops that value (`stale`), so a value read later is never out of date.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.computed = 0  # ops also run on real values
+        self._stale: set[int] = set()  # storages written by an op without real values
+        self._writes: dict[Any, tuple[tuple[int, str], ...]] = {}  # op -> the arguments it writes into
+
+    def _real(self, t: Any) -> Any:
+        """The real value of a tensor argument (a real tensor is its own), or None when it has none."""
+        if not isinstance(t, FakeTensor):
+            return t
+        real = t.__dict__.get(_REAL)
+        if real is None or (self._stale and t.untyped_storage()._cdata in self._stale):
+            return None
+        return real
+
+    def _known(self, values) -> bool:
+        """Whether every tensor among `values` (and in lists among them) has a real value."""
+        for a in values:
+            if isinstance(a, torch.Tensor):
+                if self._real(a) is None:
+                    return False
+            elif isinstance(a, (list, tuple)) and not self._known(a):
+                return False
+        return True
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is _PRIM_DEVICE:
+            return func(*args)
+        if not (self._known(args) and self._known(kwargs.values())):
+            out = func(*args, **kwargs)
+            self._written(func, args, kwargs)
+            return out
+        fake_out = None
+        if func not in _VALUE_DEPENDENT:  # those FakeCudaMode would answer at their worst case: real values first
+            try:
+                fake_out = func(*args, **kwargs)
+            except EmulationError as exc:  # a data-dependent output shape (FakeCudaMode's): from the real outputs
+                if not isinstance(exc.__cause__, DynamicOutputShapeException):
+                    raise
+        fakes = _tensors(fake_out)
+        if any(t.numel() > BUILD_VALUE_MAX_NUMEL for t in fakes):
+            self._written(func, args, kwargs)  # too large to compute for real: what it writes has no real value
+            return fake_out
+        try:
+            with _DisableTorchDispatch():
+                real_out = func(*self._swap(args), **{k: self._swap(v) for k, v in kwargs.items()})
+        except Exception:  # noqa: BLE001 - an op that runs on fake tensors but not on the CPU: no real value
+            if fake_out is None:
+                raise
+            self._written(func, args, kwargs)
+            return fake_out
+        self.computed += 1
+        reals = _tensors(real_out)
+        if not reals:
+            return real_out  # a scalar read (.item(), .tolist(), bool(t)): the true value
+        if fake_out is None:  # a data-dependent shape: fake outputs at the real ones' shapes
+            device = next(t.device for t in _tensors(args))
+            made = [torch.empty_strided(r.shape, r.stride(), dtype=r.dtype, device=device) for r in reals]
+            fake_out = made[0] if isinstance(real_out, torch.Tensor) else type(real_out)(made)
+            fakes = made
+        for fake, real in zip(fakes, reals):
+            if isinstance(fake, FakeTensor):
+                fake.__dict__[_REAL] = real
+                if self._stale:
+                    self._stale.discard(fake.untyped_storage()._cdata)
+        return fake_out
+
+    def _swap(self, value: Any) -> Any:
+        """`value` (an argument) with each tensor replaced by its real value."""
+        if isinstance(value, torch.Tensor):
+            return self._real(value)
+        if isinstance(value, (list, tuple)):
+            return type(value)(self._swap(v) for v in value)
+        return value
+
+    def _written(self, func, args, kwargs) -> None:
+        """Drop the real values of the tensors `func` wrote into without real values (in-place and out= ops)."""
+        writes = self._writes.get(func)
+        if writes is None:
+            schema = func._schema
+            writes = self._writes[func] = tuple(
+                (-1 if a.kwarg_only else i, a.name)
+                for i, a in enumerate(schema.arguments)
+                if a.alias_info is not None and a.alias_info.is_write
+            )
+        for i, name in writes:
+            value = args[i] if 0 <= i < len(args) else kwargs.get(name)
+            for t in value if isinstance(value, (list, tuple)) else [value]:
+                if isinstance(t, FakeTensor) and _REAL in t.__dict__:
+                    self._stale.add(t.untyped_storage()._cdata)
+
+
+BuildValues.__torch_dispatch__ = inspect.unwrap(BuildValues.__dict__["__torch_dispatch__"])  # type: ignore[method-assign]
