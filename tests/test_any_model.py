@@ -256,3 +256,17 @@ def test_unique_in_a_step_is_answered_at_its_worst_case_and_said():
         rows = torch.unique(x, dim=0)
         assert rows.shape == (6, 4)
         assert recorder.answers[("unique", "all distinct")] == 2
+
+
+def test_a_scalar_draw_is_read_at_its_largest_value_in_a_step():
+    with fake_session(), Recorder(H100) as recorder:
+        # BART's layer drop in transformers 5.17: `if torch.rand([]) < self.layerdrop: skip the layer`, layerdrop 0;
+        # a read of True (the answer for a boolean) skipped every layer
+        assert not bool(torch.rand([]) < 0.0) and not bool(torch.rand([]) < 0.99)  # no layer skipped
+        assert 0.999 < torch.rand([]).item() < 1.0 and bool(torch.rand([]) * 2 > 1.99)
+        assert not recorder.answers  # values, not answers
+        scale = torch.full((), 2.0)  # not a draw (a GradScaler's scale): read as before, answered
+        assert scale.item() == 0.0 and recorder.answers[("value", 0.0)] == 1
+        draw = torch.rand([])
+        draw.mul_(torch.randn(8, 8).sum())  # written from a tensor with no value: never read stale
+        assert draw.item() == 0.0 and recorder.answers[("value", 0.0)] == 2

@@ -67,11 +67,27 @@ def _unique_worst_case(func, args, kwargs) -> tuple:
     return (values, inverse, counts)[: len(func._schema.returns)]
 
 
+_SCALAR = "_memprobe_scalar"  # the attribute of a 0-dim fake tensor that holds its real value (FakeCudaMode's)
+_UNIFORM_DRAWS = frozenset({aten.rand.default, aten.rand.generator, aten.rand_like.default})
+
+
+def _written_arguments(func) -> tuple[tuple[int, str], ...]:
+    """(position, or -1 when keyword-only; name) of each argument `func` writes into (in-place and out= ops)."""
+    return tuple(
+        (-1 if a.kwarg_only else i, a.name)
+        for i, a in enumerate(func._schema.arguments)
+        if a.alias_info is not None and a.alias_info.is_write
+    )
+
+
 class FakeCudaMode(TorchDispatchMode):
     """Above FakeTensorMode: answers what fake tensors cannot, and lets a subclass watch every op.
 
-    Data-dependent values: `.all()` -> True, `.any()` -> False (synthetic inputs are well formed: masks
-    all ones, no NaN), any other scalar read -> 0. Data-dependent shapes (nonzero, boolean-mask
+    Scalar draws: a 0-dim torch.rand() is taken at its largest value, just below 1, and what is computed from such
+    draws alone is computed for real, so `torch.rand([]) < layerdrop` reads False: no layer skipped (BART's layer
+    drop in transformers 5.17, where a read of True skipped every layer and predicted 395 for a B of 142).
+    Data-dependent values of anything else: `.all()` -> True, `.any()` -> False (synthetic inputs are well formed:
+    masks all ones, no NaN), any other scalar read -> 0. Data-dependent shapes (nonzero, boolean-mask
     indexing, masked_select) take their worst case, every element selected; torch.unique's, every value
     distinct. `answers` counts them.
     Subclasses override `observe(func, args, kwargs, out)`.
@@ -81,6 +97,8 @@ class FakeCudaMode(TorchDispatchMode):
         super().__init__()
         self.answers: Counter = Counter()
         self._made_by: dict[int, tuple[weakref.ref, str]] = {}
+        self._stale: set[int] = set()  # storages of one element written by an op not computed for real
+        self._writes: dict[Any, tuple[tuple[int, str], ...]] = {}  # op -> the arguments it writes into
 
     def observe(self, func, args, kwargs, out) -> None:
         """Called after every op with its result."""
@@ -91,7 +109,68 @@ class FakeCudaMode(TorchDispatchMode):
     def after_swap(self, t1: torch.Tensor, t2: torch.Tensor) -> None:
         """torch.utils.swap_tensors(t1, t2) has run."""
 
+    def _real_scalar(self, t: Any) -> Any:
+        """The value of a tensor argument that is a scalar drawn from U[0, 1) or computed from such draws, or None."""
+        if not isinstance(t, FakeTensor):
+            return None
+        real = t.__dict__.get(_SCALAR)
+        if real is None or (self._stale and t.untyped_storage()._cdata in self._stale):
+            return None
+        return real
+
+    def _known(self, values) -> bool:
+        for a in values:
+            if isinstance(a, torch.Tensor):
+                if self._real_scalar(a) is None:
+                    return False
+            elif isinstance(a, (list, tuple)) and not self._known(a):
+                return False
+        return True
+
+    def _swap(self, value: Any) -> Any:
+        if isinstance(value, torch.Tensor):
+            return self._real_scalar(value)
+        if isinstance(value, (list, tuple)):
+            return type(value)(self._swap(v) for v in value)
+        return value
+
+    def _track(self, func, args, kwargs, out) -> None:
+        """After an op: compute a 0-dim output for real when its tensor arguments are all real scalars (before any
+        write is marked: an in-place op on a scalar updates its real value), and mark the one-element tensors the
+        op wrote into without that as stale."""
+        writes = self._writes.get(func)
+        if writes is None:
+            writes = self._writes[func] = _written_arguments(func)
+        if isinstance(out, torch.Tensor) and out.dim() == 0:
+            real = None
+            if func in _UNIFORM_DRAWS and out.is_floating_point():
+                # a draw of U[0, 1) at its largest value: `draw < p`, how layer drop and stochastic depth decide to
+                # skip, is False for every p < 1: no layer skipped, the most memory, the same trace every time
+                with _DisableTorchDispatch():
+                    real = torch.full((), 1.0 - torch.finfo(out.dtype).eps / 2, dtype=out.dtype)
+            elif _tensors(args) and self._known(args) and self._known(kwargs.values()):
+                try:
+                    with _DisableTorchDispatch():
+                        real = func(*self._swap(args), **{k: self._swap(v) for k, v in kwargs.items()})
+                except Exception:  # noqa: BLE001 - an op the CPU cannot run: no real value, answered as before
+                    real = None
+            if isinstance(real, torch.Tensor) and isinstance(out, FakeTensor):
+                out.__dict__[_SCALAR] = real
+                if self._stale:
+                    self._stale.discard(out.untyped_storage()._cdata)
+                return
+            out.__dict__.pop(_SCALAR, None)
+        for i, name in writes:
+            value = args[i] if 0 <= i < len(args) else kwargs.get(name)
+            for t in value if isinstance(value, (list, tuple)) else [value]:
+                if isinstance(t, FakeTensor) and t.numel() == 1:
+                    self._stale.add(t.untyped_storage()._cdata)
+
     def _scalar(self, t: torch.Tensor):
+        real = self._real_scalar(t)
+        if real is not None and isinstance(real, torch.Tensor) and real.numel() == 1:
+            with _DisableTorchDispatch():  # a plain tensor: read outside the fake mode
+                return real.item()  # computed from scalars alone: the true value, not an answer
         made = self._made_by.get(id(t))
         producer = made[1] if made is not None and made[0]() is t else None
         if t.dtype == torch.bool:
@@ -150,6 +229,7 @@ class FakeCudaMode(TorchDispatchMode):
                 out = _unique_worst_case(func, args, kwargs)
         if func in (aten.all.default, aten.all.dim, aten.any.default, aten.any.dim) and isinstance(out, torch.Tensor):
             self._made_by[id(out)] = (weakref.ref(out), "all" if func in (aten.all.default, aten.all.dim) else "any")
+        self._track(func, args, kwargs, out)
         self.observe(func, args, kwargs, out)
         return out
 
@@ -283,12 +363,7 @@ class BuildValues(TorchDispatchMode):
         """Drop the real values of the tensors `func` wrote into without real values (in-place and out= ops)."""
         writes = self._writes.get(func)
         if writes is None:
-            schema = func._schema
-            writes = self._writes[func] = tuple(
-                (-1 if a.kwarg_only else i, a.name)
-                for i, a in enumerate(schema.arguments)
-                if a.alias_info is not None and a.alias_info.is_write
-            )
+            writes = self._writes[func] = _written_arguments(func)
         for i, name in writes:
             value = args[i] if 0 <= i < len(args) else kwargs.get(name)
             for t in value if isinstance(value, (list, tuple)) else [value]:
