@@ -1,5 +1,6 @@
-"""Small tensors made from values alone are computed for real beside their fakes (predict/fake_mode.py shadows),
-so a data-dependent read answers with the value the step would see on a GPU, not a guess."""
+"""A 0-dim draw of U[0, 1) is read at its largest value, and what is computed from such scalars alone for real
+(predict/fake_mode.py): LayerDrop's `if torch.rand([]) < self.layerdrop` runs every layer, the most memory, the
+same trace every time (transformers 5.17's BART: answered True before, every layer skipped, 395 predicted for 142)."""
 
 from __future__ import annotations
 
@@ -33,37 +34,16 @@ class Ops(FakeCudaMode):
         self.ops.append(str(func))
 
 
-def test_layerdrop_zero_runs_every_layer_and_one_skips_it():
-    for p, runs in ((0.0, True), (1.0, False)):
+def test_layerdrop_runs_every_layer_whatever_its_probability_below_one():
+    for p in (0.0, 0.1, 0.9):
         with fake_session(), Ops() as mode:
-            layer = LayerDrop(p)
-            layer(torch.randn(4, 8))
-        assert ("aten.addmm.default" in mode.ops) is runs, p
-        assert mode.answers[("computed", "exactly")] == 1
+            LayerDrop(p)(torch.randn(4, 8))
+        assert "aten.addmm.default" in mode.ops, p
 
 
-def test_values_computed_from_small_tensors_are_exact():
-    with fake_session(), FakeCudaMode() as mode:
-        n = torch.arange(5).sum()
-        assert n.item() == 10
-        assert bool((torch.ones(3) * 2 == 2).all())
-        assert torch.full((2,), 7.0)[1].item() == 7.0
-        big = torch.ones(1000)
-        assert big.sum().item() == 0.0  # a large tensor has no shadow: answered as before, as a guess
-    assert mode.answers[("computed", "exactly")] == 3 and mode.answers[("value", 0.0)] == 1
-
-
-def test_random_shadows_are_the_same_every_time():
+def test_a_draw_is_read_the_same_every_time():
     values = []
     for _ in range(2):
         with fake_session(), FakeCudaMode():
-            values.append([torch.rand([]).item() for _ in range(3)])
-    assert values[0] == values[1] and len(set(values[0])) == 3
-
-
-def test_an_in_place_change_from_an_unknown_value_drops_the_shadow():
-    with fake_session(), FakeCudaMode() as mode:
-        t = torch.zeros(2)
-        t.add_(torch.ones(1000)[:2])  # a slice of a large tensor: no shadow
-        t.sum().item()
-    assert mode.answers[("computed", "exactly")] == 0
+            values.append(torch.rand([]).item())
+    assert values[0] == values[1] and 0.999 < values[0] < 1.0

@@ -1,13 +1,8 @@
 """FakeCudaMode: the dispatch mode above fake tensors that answers data-dependent reads as synthetic inputs would.
 
-Fake tensors cannot answer data-dependent questions. Small tensors (SHADOW_NUMEL elements at most) made from
-values alone (torch.rand([]), torch.arange(4), a constant, and what ops compute from those) get a real twin,
-a shadow, computed on the CPU beside them, so a read of one answers with the value the step would really see:
-LayerDrop's `if torch.rand([]) < self.layerdrop` in BART and its relatives is False at layerdrop 0 (answered
-True, every layer was skipped and the prediction was 2.8 times too large). Random shadows draw from a generator
-seeded per session, so a prediction is the same every time. Other reads are answered the way synthetic,
-well-formed inputs would (`.all()` True, `.any()` False, other scalar reads 0, data-dependent shapes at their
-worst case); FakeCudaMode counts what it answered so the prediction can say so, and lets a subclass (the
+Fake tensors cannot answer data-dependent questions; FakeCudaMode answers them the way synthetic,
+well-formed inputs would (`.all()` True, `.any()` False, other scalar reads 0, data-dependent shapes at
+their worst case), counts what it answered so the prediction can say so, and lets a subclass (the
 recorder) watch every op.
 """
 
@@ -19,7 +14,6 @@ from collections import Counter
 from typing import Any
 
 import torch
-from torch.utils._pytree import tree_flatten, tree_map
 
 from memprobe.predict.fakecuda import EmulationError
 from memprobe.predict.torch_internals import internal
@@ -27,32 +21,12 @@ from memprobe.predict.torch_internals import internal
 aten = torch.ops.aten
 TorchDispatchMode = internal("torch.utils._python_dispatch.TorchDispatchMode")
 DynamicOutputShapeException = internal("torch._subclasses.fake_tensor.DynamicOutputShapeException")
+FakeTensor = internal("torch._subclasses.fake_tensor.FakeTensor")
+_DisableTorchDispatch = internal("torch._C._DisableTorchDispatch")
 
 # --- fake tensors ------------------------------------------------------------------------------
 
 _PRIM_DEVICE = torch.ops.prim.device.default
-SHADOW_NUMEL = 64  # tensors this small made from values alone are computed for real beside their fakes
-# Ops that make a tensor from their arguments alone (no tensor input): a small one gets a shadow.
-_FACTORIES = frozenset(
-    {
-        aten.rand.default,
-        aten.randn.default,
-        aten.randint.default,
-        aten.randint.low,
-        aten.zeros.default,
-        aten.ones.default,
-        aten.full.default,
-        aten.arange.default,
-        aten.arange.start,
-        aten.arange.start_step,
-        aten.scalar_tensor.default,
-        aten.linspace.default,
-    }
-)
-_RANDOM = frozenset({aten.rand.default, aten.randn.default, aten.randint.default, aten.randint.low})
-_NO_AUTOCAST = torch._C.DispatchKeySet(torch._C.DispatchKey.AutocastCPU) | torch._C.DispatchKeySet(
-    torch._C.DispatchKey.AutocastCUDA
-)
 _BOOL_INDEX_OPS = frozenset(
     {
         aten.index.Tensor,
@@ -64,12 +38,58 @@ _BOOL_INDEX_OPS = frozenset(
 )
 
 
+# torch.unique and its kin: how many distinct values there are depends on the values.
+_UNIQUE = frozenset(
+    {
+        aten._unique.default,
+        aten._unique2.default,
+        aten.unique_dim.default,
+        aten.unique_consecutive.default,
+        aten.unique_dim_consecutive.default,
+    }
+)
+
+
+def _unique_worst_case(func, args, kwargs) -> tuple:
+    """What a unique op returns when every value (or every slice along `dim`) is distinct: its largest outputs, so
+    that a step that calls it is predicted at no less memory than it needs. Inverse indices and counts are made
+    only when asked for (empty otherwise, as the CUDA kernels return them)."""
+    given = {**{a.name: v for a, v in zip(func._schema.arguments, args)}, **kwargs}
+    t, dim = given["self"], given.get("dim")
+    if dim is None:
+        values, positions = t.new_empty((t.numel(),)), t.shape
+    else:
+        dim %= max(t.dim(), 1)
+        values, positions = t.new_empty(t.shape), (t.size(dim),)
+    distinct = values.numel() if dim is None else t.size(dim)
+    inverse = torch.empty(positions if given.get("return_inverse") else (0,), dtype=torch.long, device=t.device)
+    counts = torch.empty((distinct,) if given.get("return_counts") else (0,), dtype=torch.long, device=t.device)
+    return (values, inverse, counts)[: len(func._schema.returns)]
+
+
+_SCALAR = "_memprobe_scalar"  # the attribute of a 0-dim fake tensor that holds its real value (FakeCudaMode's)
+_UNIFORM_DRAWS = frozenset({aten.rand.default, aten.rand.generator, aten.rand_like.default})
+
+
+def _written_arguments(func) -> tuple[tuple[int, str], ...]:
+    """(position, or -1 when keyword-only; name) of each argument `func` writes into (in-place and out= ops)."""
+    return tuple(
+        (-1 if a.kwarg_only else i, a.name)
+        for i, a in enumerate(func._schema.arguments)
+        if a.alias_info is not None and a.alias_info.is_write
+    )
+
+
 class FakeCudaMode(TorchDispatchMode):
     """Above FakeTensorMode: answers what fake tensors cannot, and lets a subclass watch every op.
 
-    Data-dependent values: `.all()` -> True, `.any()` -> False (synthetic inputs are well formed: masks
-    all ones, no NaN), any other scalar read -> 0. Data-dependent shapes (nonzero, boolean-mask
-    indexing, masked_select) take their worst case, every element selected. `answers` counts them.
+    Scalar draws: a 0-dim torch.rand() is taken at its largest value, just below 1, and what is computed from such
+    draws alone is computed for real, so `torch.rand([]) < layerdrop` reads False: no layer skipped (BART's layer
+    drop in transformers 5.17, where a read of True skipped every layer and predicted 395 for a B of 142).
+    Data-dependent values of anything else: `.all()` -> True, `.any()` -> False (synthetic inputs are well formed:
+    masks all ones, no NaN), any other scalar read -> 0. Data-dependent shapes (nonzero, boolean-mask
+    indexing, masked_select) take their worst case, every element selected; torch.unique's, every value
+    distinct. `answers` counts them.
     Subclasses override `observe(func, args, kwargs, out)`.
     """
 
@@ -77,8 +97,8 @@ class FakeCudaMode(TorchDispatchMode):
         super().__init__()
         self.answers: Counter = Counter()
         self._made_by: dict[int, tuple[weakref.ref, str]] = {}
-        self._shadows: dict[int, tuple[weakref.ref, torch.Tensor]] = {}
-        self._draws = 0  # random shadows drawn so far: each is seeded by its number
+        self._stale: set[int] = set()  # storages of one element written by an op not computed for real
+        self._writes: dict[Any, tuple[tuple[int, str], ...]] = {}  # op -> the arguments it writes into
 
     def observe(self, func, args, kwargs, out) -> None:
         """Called after every op with its result."""
@@ -89,54 +109,68 @@ class FakeCudaMode(TorchDispatchMode):
     def after_swap(self, t1: torch.Tensor, t2: torch.Tensor) -> None:
         """torch.utils.swap_tensors(t1, t2) has run."""
 
-    def _shadow_of(self, t: Any) -> torch.Tensor | None:
-        """The real twin of a fake tensor (a shadow, or the constant FakeTensorMode keeps), or a real tensor itself."""
-        got = self._shadows.get(id(t))
-        if got is not None and got[0]() is t:
-            return got[1]
-        constant = getattr(t, "constant", None)
-        if isinstance(constant, torch.Tensor):
-            return constant
-        if type(t) is torch.Tensor or type(t) is torch.nn.Parameter:  # a real tensor: its own value
-            return t if t.device.type == "cpu" and not t.is_meta else None
-        return None
+    def _real_scalar(self, t: Any) -> Any:
+        """The value of a tensor argument that is a scalar drawn from U[0, 1) or computed from such draws, or None."""
+        if not isinstance(t, FakeTensor):
+            return None
+        real = t.__dict__.get(_SCALAR)
+        if real is None or (self._stale and t.untyped_storage()._cdata in self._stale):
+            return None
+        return real
 
-    def _shade(self, func, args, kwargs, out) -> None:
-        """Give a small `out` of `func` a shadow, where every tensor it was made from has one; drop a stale one."""
-        flat, _ = tree_flatten((args, kwargs))
-        tensors = [a for a in flat if isinstance(a, torch.Tensor)]
-        if not tensors and func not in _FACTORIES:
-            return
-        real = [self._shadow_of(t) for t in tensors]
-        if any(r is None for r in real):
-            self._shadows.pop(id(out), None)  # an in-place op on a shadowed tensor with an unknown input
-            return
-        swap = {id(t): r for t, r in zip(tensors, real)}
-        real_args, real_kwargs = tree_map(
-            lambda a: swap.get(id(a), a) if isinstance(a, torch.Tensor) else a, (args, kwargs)
-        )
-        try:
-            with torch._C._DisableTorchDispatch(), torch._C._ExcludeDispatchKeyGuard(_NO_AUTOCAST), torch.no_grad():
-                if func in _RANDOM:
-                    self._draws += 1
-                    with torch.random.fork_rng(devices=[]):
-                        torch.manual_seed(self._draws)
-                        value = func(*real_args, **real_kwargs)
-                else:
-                    value = func(*real_args, **real_kwargs)
-        except Exception:  # noqa: BLE001 - no shadow: reads of it are answered as before
-            self._shadows.pop(id(out), None)
-            return
-        if isinstance(value, torch.Tensor) and value.shape == out.shape:
-            self._shadows[id(out)] = (weakref.ref(out), value)
+    def _known(self, values) -> bool:
+        for a in values:
+            if isinstance(a, torch.Tensor):
+                if self._real_scalar(a) is None:
+                    return False
+            elif isinstance(a, (list, tuple)) and not self._known(a):
+                return False
+        return True
+
+    def _swap(self, value: Any) -> Any:
+        if isinstance(value, torch.Tensor):
+            return self._real_scalar(value)
+        if isinstance(value, (list, tuple)):
+            return type(value)(self._swap(v) for v in value)
+        return value
+
+    def _track(self, func, args, kwargs, out) -> None:
+        """After an op: compute a 0-dim output for real when its tensor arguments are all real scalars (before any
+        write is marked: an in-place op on a scalar updates its real value), and mark the one-element tensors the
+        op wrote into without that as stale."""
+        writes = self._writes.get(func)
+        if writes is None:
+            writes = self._writes[func] = _written_arguments(func)
+        if isinstance(out, torch.Tensor) and out.dim() == 0:
+            real = None
+            if func in _UNIFORM_DRAWS and out.is_floating_point():
+                # a draw of U[0, 1) at its largest value: `draw < p`, how layer drop and stochastic depth decide to
+                # skip, is False for every p < 1: no layer skipped, the most memory, the same trace every time
+                with _DisableTorchDispatch():
+                    real = torch.full((), 1.0 - torch.finfo(out.dtype).eps / 2, dtype=out.dtype)
+            elif _tensors(args) and self._known(args) and self._known(kwargs.values()):
+                try:
+                    with _DisableTorchDispatch():
+                        real = func(*self._swap(args), **{k: self._swap(v) for k, v in kwargs.items()})
+                except Exception:  # noqa: BLE001 - an op the CPU cannot run: no real value, answered as before
+                    real = None
+            if isinstance(real, torch.Tensor) and isinstance(out, FakeTensor):
+                out.__dict__[_SCALAR] = real
+                if self._stale:
+                    self._stale.discard(out.untyped_storage()._cdata)
+                return
+            out.__dict__.pop(_SCALAR, None)
+        for i, name in writes:
+            value = args[i] if 0 <= i < len(args) else kwargs.get(name)
+            for t in value if isinstance(value, (list, tuple)) else [value]:
+                if isinstance(t, FakeTensor) and t.numel() == 1:
+                    self._stale.add(t.untyped_storage()._cdata)
 
     def _scalar(self, t: torch.Tensor):
-        real = self._shadow_of(t)
-        if real is not None and real.numel() == 1:
-            with torch._C._DisableTorchDispatch():  # a real tensor: the fake mode below must not see it
-                value = real.item()
-            self.answers[("computed", "exactly")] += 1
-            return value
+        real = self._real_scalar(t)
+        if real is not None and isinstance(real, torch.Tensor) and real.numel() == 1:
+            with _DisableTorchDispatch():  # a plain tensor: read outside the fake mode
+                return real.item()  # computed from scalars alone: the true value, not an answer
         made = self._made_by.get(id(t))
         producer = made[1] if made is not None and made[0]() is t else None
         if t.dtype == torch.bool:
@@ -186,14 +220,16 @@ class FakeCudaMode(TorchDispatchMode):
             try:
                 out = func(*args, **kwargs)
             except DynamicOutputShapeException as exc:
-                raise EmulationError(
-                    f"{func} has an output shape that depends on tensor values; "
-                    "the step cannot be predicted on fake tensors"
-                ) from exc
-        if isinstance(out, torch.Tensor) and not out.is_meta and out.numel() <= SHADOW_NUMEL:
-            self._shade(func, args, kwargs, out)
+                if func not in _UNIQUE:
+                    raise EmulationError(
+                        f"{func} has an output shape that depends on tensor values; "
+                        "the step cannot be predicted on fake tensors"
+                    ) from exc
+                self.answers[("unique", "all distinct")] += 1
+                out = _unique_worst_case(func, args, kwargs)
         if func in (aten.all.default, aten.all.dim, aten.any.default, aten.any.dim) and isinstance(out, torch.Tensor):
             self._made_by[id(out)] = (weakref.ref(out), "all" if func in (aten.all.default, aten.all.dim) else "any")
+        self._track(func, args, kwargs, out)
         self.observe(func, args, kwargs, out)
         return out
 
@@ -202,3 +238,137 @@ class FakeCudaMode(TorchDispatchMode):
 # trace into the mode. Nothing is compiled under these modes, and the wrapper, run for every op, took a twentieth
 # of a trace: the plain function is called.
 FakeCudaMode.__torch_dispatch__ = inspect.unwrap(FakeCudaMode.__dict__["__torch_dispatch__"])  # type: ignore[method-assign]
+
+
+def _tensors(value: Any) -> list:
+    """The tensors of an op's output or arguments (a tensor, or a list or tuple holding tensors)."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [t for t in value if isinstance(t, torch.Tensor)]
+    return []
+
+
+# --- real values while a model is built -----------------------------------------------------------
+
+BUILD_VALUE_MAX_NUMEL = 1 << 16  # tensors up to this many elements are also computed for real while a model is built
+_REAL = "_memprobe_real"
+# Ops whose output (a scalar, or a shape) depends on the values, which FakeCudaMode answers as synthetic inputs would.
+_VALUE_DEPENDENT = frozenset(
+    {
+        aten._local_scalar_dense.default,
+        aten.item.default,
+        aten.is_nonzero.default,
+        aten.nonzero.default,
+        aten.masked_select.default,
+        aten.index.Tensor,
+        aten._unsafe_index.Tensor,
+    }
+    | _UNIQUE
+)  # the attribute of a fake tensor that holds its real value (moves with swap_tensors)
+
+
+class BuildValues(TorchDispatchMode):
+    """While a model is built on fake tensors: small tensors are computed for real as well, so that what the build
+    reads from their values is what the scan's build reads. Use as a context around the build, above the recorder.
+
+    Some models compute their shape from tensors: timm's RegNet makes its stage widths with torch.arange, round and
+    pow, counts the stages with torch.unique (an output shape that depends on the values, which fake tensors cannot
+    give) and reads them back with .tolist(), which FakeCudaMode would answer with zeros. Here every op whose tensor
+    arguments all have a real value (factories, torch.tensor(...) constants, and what is computed from them), and
+    whose outputs have at most BUILD_VALUE_MAX_NUMEL elements, also runs on those values on the CPU: scalar reads and
+    data-dependent shapes are then answered with the true ones. What is traced is unchanged: the fake op still makes
+    every fake output (a data-dependent one is made at the real one's shape), and nothing large is ever computed.
+    Ops on weights or activations (no real value) run on fake tensors alone; one that writes into a tensor with a
+    real value drops that value (`stale`), so a value read later is never out of date.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.computed = 0  # ops also run on real values
+        self._stale: set[int] = set()  # storages written by an op without real values
+        self._writes: dict[Any, tuple[tuple[int, str], ...]] = {}  # op -> the arguments it writes into
+
+    def _real(self, t: Any) -> Any:
+        """The real value of a tensor argument (a real tensor is its own), or None when it has none."""
+        if not isinstance(t, FakeTensor):
+            return t
+        real = t.__dict__.get(_REAL)
+        if real is None or (self._stale and t.untyped_storage()._cdata in self._stale):
+            return None
+        return real
+
+    def _known(self, values) -> bool:
+        """Whether every tensor among `values` (and in lists among them) has a real value."""
+        for a in values:
+            if isinstance(a, torch.Tensor):
+                if self._real(a) is None:
+                    return False
+            elif isinstance(a, (list, tuple)) and not self._known(a):
+                return False
+        return True
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is _PRIM_DEVICE:
+            return func(*args)
+        if not (self._known(args) and self._known(kwargs.values())):
+            out = func(*args, **kwargs)
+            self._written(func, args, kwargs)
+            return out
+        fake_out = None
+        if func not in _VALUE_DEPENDENT:  # those FakeCudaMode would answer at their worst case: real values first
+            try:
+                fake_out = func(*args, **kwargs)
+            except EmulationError as exc:  # a data-dependent output shape (FakeCudaMode's): from the real outputs
+                if not isinstance(exc.__cause__, DynamicOutputShapeException):
+                    raise
+        fakes = _tensors(fake_out)
+        if any(t.numel() > BUILD_VALUE_MAX_NUMEL for t in fakes):
+            self._written(func, args, kwargs)  # too large to compute for real: what it writes has no real value
+            return fake_out
+        try:
+            with _DisableTorchDispatch():
+                real_out = func(*self._swap(args), **{k: self._swap(v) for k, v in kwargs.items()})
+        except Exception:  # noqa: BLE001 - an op that runs on fake tensors but not on the CPU: no real value
+            if fake_out is None:
+                raise
+            self._written(func, args, kwargs)
+            return fake_out
+        self.computed += 1
+        reals = _tensors(real_out)
+        if not reals:
+            return real_out  # a scalar read (.item(), .tolist(), bool(t)): the true value
+        if fake_out is None:  # a data-dependent shape: fake outputs at the real ones' shapes
+            device = next(t.device for t in _tensors(args))
+            made = [torch.empty_strided(r.shape, r.stride(), dtype=r.dtype, device=device) for r in reals]
+            fake_out = made[0] if isinstance(real_out, torch.Tensor) else type(real_out)(made)
+            fakes = made
+        for fake, real in zip(fakes, reals):
+            if isinstance(fake, FakeTensor):
+                fake.__dict__[_REAL] = real
+                if self._stale:
+                    self._stale.discard(fake.untyped_storage()._cdata)
+        return fake_out
+
+    def _swap(self, value: Any) -> Any:
+        """`value` (an argument) with each tensor replaced by its real value."""
+        if isinstance(value, torch.Tensor):
+            return self._real(value)
+        if isinstance(value, (list, tuple)):
+            return type(value)(self._swap(v) for v in value)
+        return value
+
+    def _written(self, func, args, kwargs) -> None:
+        """Drop the real values of the tensors `func` wrote into without real values (in-place and out= ops)."""
+        writes = self._writes.get(func)
+        if writes is None:
+            writes = self._writes[func] = _written_arguments(func)
+        for i, name in writes:
+            value = args[i] if 0 <= i < len(args) else kwargs.get(name)
+            for t in value if isinstance(value, (list, tuple)) else [value]:
+                if isinstance(t, FakeTensor) and _REAL in t.__dict__:
+                    self._stale.add(t.untyped_storage()._cdata)
+
+
+BuildValues.__torch_dispatch__ = inspect.unwrap(BuildValues.__dict__["__torch_dispatch__"])  # type: ignore[method-assign]

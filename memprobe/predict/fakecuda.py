@@ -134,6 +134,9 @@ class CudaBehaviour:
             self._lib.impl("scaled_dot_product_attention", self._sdpa, "CompositeImplicitAutograd")
             self._lib.impl("softmax.int", self._softmax, "CompositeImplicitAutograd")
             self._lib.impl("log_softmax.int", self._log_softmax, "CompositeImplicitAutograd")
+            # torch's own meta kernel for it is a Python one too: overriding it must be allowed (torch 2.11 refuses
+            # by default)
+            self._lib.impl("_grouped_mm", _grouped_mm_meta, "Meta", allow_override=True)
         # The cache of low-precision weight copies lives as long as the native one: torch.autocast's exit
         # clears that when it leaves the outermost autocast region (nesting 0), whoever entered it -- our
         # forward, or activation checkpointing's recomputation in the backward pass, which enters
@@ -342,6 +345,44 @@ class CudaBehaviour:
         return aten._scaled_dot_product_attention_math.default(
             query, key, value, attn_mask, dropout_p, is_causal, None, scale=scale, enable_gqa=enable_gqa
         )[0]
+
+
+GROUPED_MM_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+
+def _grouped_mm_meta(mat_a, mat_b, offs=None, bias=None, out_dtype=None):
+    """The output of aten::_grouped_mm as CUDA makes it (GroupedBlas.cpp _grouped_mm_cuda), for the fake tensors.
+
+    torch's meta kernel accepts bf16 only (the CUTLASS fast path's check), but the CUDA kernel takes fp32 and fp16
+    too (_grouped_mm_validate_inputs) and runs them group by group through cuBLAS (_grouped_mm_fallback) into the
+    same output. transformers' MoE experts (grouped_mm, the default in 5.x) cast their input to the fp32 weights'
+    dtype (grouped_mm is not autocast), so every Mixtral, Qwen2-MoE or OLMoE step takes that path. The output:
+    create_grouped_gemm_output_tensor (GroupedMMUtils.h), rows padded to 16 bytes. Raises RuntimeError as the CUDA
+    kernel's checks do.
+    """
+    for name, mat in (("mat_a", mat_a), ("mat_b", mat_b)):
+        if mat.dtype not in GROUPED_MM_DTYPES:
+            raise RuntimeError(f"Expected {name} to be Float32, BFloat16 or Float16 matrix, got {mat.dtype}")
+        if mat.dim() not in (2, 3):
+            raise RuntimeError(f"{name} has to be 2 or 3d")
+    if bias is not None:
+        raise RuntimeError("Bias not supported yet")
+    a_2d, b_2d = mat_a.dim() == 2, mat_b.dim() == 2
+    if (offs is not None) != (a_2d or b_2d):
+        raise RuntimeError("Have to provide offsets if there is a 2d matrix, or no offset if both matrices are 3d")
+    if not (a_2d and b_2d) and mat_a.size(-1) != mat_b.size(-2):
+        raise RuntimeError("contraction dimension of mat_a and mat_b must match")
+    dtype = out_dtype or mat_a.dtype
+    if dtype != mat_a.dtype:
+        raise RuntimeError("Grouped gemm output dtype must match `mat_a` dtype")
+    if a_2d:
+        size = [offs.size(0), mat_a.size(0), mat_b.size(1)] if b_2d else [mat_a.size(0), mat_b.size(-1)]
+    else:
+        size = [mat_a.size(1), mat_b.size(1)] if b_2d else [mat_a.size(0), mat_a.size(1), mat_b.size(-1)]
+    alignment = 16 // dtype.itemsize  # TMA: strides of 1 or a multiple of 16 bytes
+    padded = -(-size[-1] // alignment) * alignment
+    stride = [padded, 1] if a_2d != b_2d else [size[1] * padded, padded, 1]
+    return torch.empty_strided(size, stride, dtype=dtype, device=mat_a.device)
 
 
 def cuda_optimizers(task) -> None:

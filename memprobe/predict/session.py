@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import sys
 from contextlib import contextmanager
 from typing import Any, Iterator
@@ -40,7 +41,7 @@ def fake_session(target: Target = H100) -> Iterator[tuple[FakeTensorMode, CudaBe
             m.after_swap(t1, t2)
 
     torch.utils.swap_tensors = swap
-    restore = _treat_fakes_as_eager() + _deepcopy_in_this_mode()
+    restore = _treat_fakes_as_eager() + _deepcopy_in_this_mode() + _quiet_fake_tensor_log()
     try:
         with CudaBehaviour(target) as behaviour, fake:
             yield fake, behaviour
@@ -48,6 +49,18 @@ def fake_session(target: Target = H100) -> Iterator[tuple[FakeTensorMode, CudaBe
         torch.utils.swap_tensors = original_swap
         for module, name, value in restore:
             setattr(module, name, value)
+
+
+def _quiet_fake_tensor_log() -> list[tuple[Any, str, Any]]:
+    """Keep torch's fake-tensor logger from printing a traceback for an op whose meta kernel fails.
+
+    It logs every such failure at ERROR level with its stack ("failed while attempting to run meta for ..."), dozens
+    of lines on the terminal, before the exception reaches memprobe, which reports it in one line (PredictError).
+    Returns what to restore."""
+    log = logging.getLogger("torch._subclasses.fake_tensor")
+    restore = [(log, "disabled", log.disabled)]
+    log.disabled = True
+    return restore
 
 
 def _deepcopy_in_this_mode() -> list[tuple[Any, str, Any]]:

@@ -18,6 +18,7 @@ from memprobe.core.deadline import TimeLimitError, TimeLimitExceeded, how_to_ext
 from memprobe.core.registry import Workload, family_builder
 from memprobe.predict.allocator import ALLOC, FREE, MARK
 from memprobe.predict.collector import paused
+from memprobe.predict.fake_mode import BuildValues
 from memprobe.predict.fakecuda import H100, Target, cuda_optimizers
 from memprobe.predict.recorder import Recorder
 from memprobe.predict.session import fake_session
@@ -187,7 +188,7 @@ class TraceSession:
         self.recorder = Recorder(self.target)
         self.recorder.__enter__()
         try:
-            with time_limit(self.limit):
+            with time_limit(self.limit), BuildValues():  # a build reads true tensor values (fake_mode.BuildValues)
                 self.task = build(self.workload.params, self.workload.optimizer, torch.device("cpu"))
                 # Adopt the weights: Parameter(...) and swap_tensors made them without an op.
                 for t in [*self.task.model.parameters(), *self.task.model.buffers()]:

@@ -12,7 +12,10 @@ Strategy (docs/definitions.md, "How B is found"):
 4. once the edge is bracketed, alternate the model's guess (clamped into the bracket) with halving.
 Without a capacity figure the jump is replaced by doubling. A predicted max batch (probe/hint.py) is
 polled before each trial, never waited for; when it comes while the bracket is still wide it is tried
-next and walked from (steps 1, 2, 4, 8), and the memory model goes on from there.
+next; when it fits, the search walks up from it (steps 1, 2, 4, 8); when it fails, the next trial comes from what that
+trial measured: its out-of-memory message says how many bytes the failed allocation lacked, and the trials that fitted
+how many bytes a sample costs, so the next batch leaves that many samples out (a prediction 2.6% high fails once, not
+five times on the way down by 1, 2, 4, 8). The memory model goes on from there.
 Batch and trial count are bounded, so the worst case stays logarithmic in the cap.
 """
 
@@ -23,13 +26,13 @@ from dataclasses import asdict, dataclass, field
 from typing import Callable
 
 from memprobe.core.memory_model import Attempt, edge_model
-from memprobe.core.outcomes import STOPPING
+from memprobe.core.outcomes import STOPPING, oom_numbers
 
 MAX_GROWTH = 8  # largest jump, as a multiple of the largest batch known to fit, before a failure is seen
 
 
 HINT_MIN_GAP = 3  # a prediction is tried only while more than this many batches lie between the fit and the failure
-HINT_WALK = 4  # steps 1, 2, 4, 8 from a prediction (15 batches either side), then the memory model takes over
+HINT_WALK = 4  # up from a prediction that fits: steps 1, 2, 4, 8; down from one that fails: at most 4 measured jumps
 
 
 @dataclass
@@ -81,8 +84,8 @@ def find_max_batch(
     hint: a predicted max batch h (probe/hint.py), polled before each trial once batch 1 fits; it must answer
     at once, None while no prediction has come. The first h it answers is judged once (`on_hint` gets the
     HintUse): while the edge's bracket (lo, hi) holds h and more than HINT_MIN_GAP batches, h is tried next
-    and the search walks from it (h+1, h+3, h+7, ... while they fit; h-1, h-3, ... while they do not), then
-    goes on from the bracket with its memory model; otherwise h is only recorded. Until h comes the search
+    and the search goes from it (h+1, h+3, h+7, ... while they fit; when h fails, the batch its out-of-memory
+    figures point to: _walk_from_hint), then on from the bracket with its memory model; otherwise h is only recorded. Until h comes the search
     goes on with its own memory model, so a slow prediction never delays it. None: no hint.
 
     capacity_bytes: memory the workload may use, in the same terms as the attempts' peaks
@@ -95,7 +98,7 @@ def find_max_batch(
         raise ValueError("max_batch must be at least 1")
     attempts: list[Attempt] = []
     lo, hi = 0, max_batch + 1  # invariant: lo fits (0 = nothing known), hi does not (cap+1 = unknown)
-    state: dict = {"lo": lo, "hi": hi, "hint": hint, "hinted": None, "hint_use": None}
+    state: dict = {"lo": lo, "hi": hi, "hint": hint, "hinted": None, "hint_use": None, "attempts": attempts}
 
     def run(batch: int) -> Attempt:
         if len(attempts) >= max_trials:
@@ -228,17 +231,71 @@ def _judge_hint(predicted: int, after_trials: int, lo: int, hi: int) -> HintUse:
 
 
 def _walk_from_hint(h: int, run: Callable[[int], Attempt], state: dict) -> None:
-    """Try the predicted batch h, then walk from it by steps 1, 2, 4, 8 (up while it fits, down while it does
-    not) until the edge is bracketed, the walk reaches the bracket (state's lo, hi) or HINT_WALK steps are
-    spent, leaving the rest to the search's memory model. A walk first, because a prediction is off by a few
-    samples when it is off, and a model fitted on batch 1 and h cannot say by how much (an LLM's longest
-    sequence: predicted 17408, edge 17401). Raises what run raises (_Stop)."""
-    up = run(h).fits
+    """Try the predicted batch h. When it fits, walk up from it by steps 1, 2, 4, 8 while they fit, until the edge is
+    bracketed, the walk reaches the bracket (state's lo, hi) or HINT_WALK steps are spent: a prediction is off by a
+    few samples when it is off, and a model fitted on batch 1 and h cannot say by how much (an LLM's longest
+    sequence: predicted 17408, edge 17401). When h fails, try the batch that its measurement points to
+    (`after_failure`), again after each failure, at most HINT_WALK times; a failure that says nothing about the
+    bytes it lacked leaves the rest to the search's memory model. Raises what run raises (_Stop)."""
+    attempts: list[Attempt] = state["attempts"]
+    if not run(h).fits:
+        for _ in range(HINT_WALK):
+            batch = after_failure(attempts)
+            if batch is None or batch <= state["lo"] or batch >= state["hi"]:
+                return  # nothing measured to jump by, or it points into what is known: the memory model goes on
+            if run(batch).fits:
+                return  # bracketed: the memory model closes the edge from the fit near it
+        return
     batch, step = h, 1
     for _ in range(HINT_WALK):
-        batch = batch + step if up else batch - step
-        if batch >= state["hi"] or batch <= state["lo"]:
+        batch = batch + step
+        if batch >= state["hi"]:
             return  # bracketed on that side already: the search bisects from here
-        if run(batch).fits != up:
+        if not run(batch).fits:
             return  # bracketed: the search bisects from here
         step *= 2
+
+
+def sample_bytes(attempts: list[Attempt]) -> float | None:
+    """The bytes one more sample costs, as the trials so far measured it: the edge model's slope where two batches
+    fitted; else the slope from batch 1's peak to what an out-of-memory failure's figures say its batch needed at
+    least (the bytes the process held, CUDA context included, plus those it asked for), the smallest such slope.
+    None when neither is known."""
+    model = edge_model(attempts)
+    if model is not None:
+        return model.per_sample_bytes
+    one = next((a for a in attempts if a.fits and a.batch == 1 and (a.peak_reserved or a.peak_allocated)), None)
+    if one is None:
+        return None
+    base = float(one.peak_reserved or one.peak_allocated or 0)
+    slopes = []
+    for a in attempts:
+        numbers = oom_numbers(a.message) if not a.fits and a.batch > 1 else {}
+        if "process_in_use_bytes" in numbers and "requested_bytes" in numbers:
+            needed = numbers["process_in_use_bytes"] + numbers["requested_bytes"]
+            slopes.append((needed - base) / (a.batch - 1))
+    slopes = [x for x in slopes if x > 0]
+    return min(slopes) if slopes else None
+
+
+def after_failure(attempts: list[Attempt]) -> int | None:
+    """The batch to try after the lowest failure so far, from what the failures measured: their out-of-memory
+    messages say how many bytes each failed allocation lacked (requested minus free). With two such failures, the
+    batch where the line through their shortfalls reaches zero (a secant: the failing allocation comes at about the
+    same point of each step, so what it lacks grows by a fixed share of each sample's bytes); with one, that batch
+    less the samples its shortfall buys at sample_bytes each (exact when the step fails at its peak allocation,
+    short of the edge's distance when it fails before). Always at least one below the lowest failure. None when no
+    failure's message gives figures (not an out-of-memory error, another allocator's, or a lack under the message's
+    rounding) or, with one, no per-sample cost is known yet."""
+    measured = sorted((a.batch, a.shortfall) for a in attempts if not a.fits and a.shortfall)
+    if not measured or measured[0][0] != min(a.batch for a in attempts if not a.fits):
+        return None
+    (low, lacked), above = measured[0], measured[1:]
+    higher = next(((b, s) for b, s in above if b > low and s > lacked), None)
+    if higher is not None:
+        slope = (higher[1] - lacked) / (higher[0] - low)  # bytes lacked per sample more
+        return low - max(1, math.ceil(lacked / slope))
+    per_sample = sample_bytes(attempts)
+    if not per_sample:
+        return None
+    return low - max(1, math.ceil(lacked / per_sample))

@@ -9,6 +9,7 @@ as the source). Every sequence is full length, the worst case. The KV cache is o
 from __future__ import annotations
 
 import difflib
+import traceback
 from typing import Any
 
 import torch
@@ -29,6 +30,8 @@ from transformers import (  # noqa: E402
     AutoModelForSequenceClassification,
 )
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING  # noqa: E402
+
+from memprobe.core.outcomes import ERROR, classify_error  # noqa: E402
 
 from .base import TrainTask, UserModelError  # noqa: E402
 
@@ -96,8 +99,35 @@ def max_positions(config) -> int | None:
     return None
 
 
+def _build_error(config, task: str, exc: Exception) -> UserModelError:
+    """The one-line UserModelError for a model transformers cannot build from `config` with the `task` head: a head
+    the architecture lacks (the Auto class's "Unrecognized configuration class"), or what the model's code raised,
+    its traceback in `details`."""
+    said = " ".join(str(exc).split())[:300]
+    name, version = type(config).__name__, transformers.__version__
+    if "Unrecognized configuration class" in str(exc):
+        return UserModelError(f"{name} has no {task} head in transformers {version}: {said}")
+    return UserModelError(
+        f"transformers {version} cannot build {name} with a {task} head: {type(exc).__name__}: {said}",
+        traceback.format_exc(),
+    )
+
+
+def _from_config(auto, config, task: str, attention: str):
+    """auto.from_config with `attention`; raises UserModelError for what the model's code raises (not memory)."""
+    try:
+        return auto.from_config(config, attn_implementation=attention)
+    except Exception as exc:
+        if classify_error(type(exc).__name__, str(exc)) != ERROR:
+            raise
+        raise _build_error(config, task, exc) from exc
+
+
 class HFTask(TrainTask):
     unit = "sequences"
+    # transformers' code run on the user's config: a step that raises (not out of memory) is theirs to fix, said in
+    # one line with the traceback in the result (training/step.py), like a user module's
+    user_code = True
 
     def __init__(self, params: dict[str, Any], optimizer: dict[str, Any], device: torch.device) -> None:
         self.task = str(params.get("task") or "causal-lm")
@@ -119,12 +149,14 @@ class HFTask(TrainTask):
             self.attention = "sdpa"
         except ValueError as exc:
             if "sdpa" not in str(exc).lower() and "scaled_dot_product" not in str(exc).lower():
-                raise UserModelError(
-                    f"{type(config).__name__} has no {self.task} head in transformers {transformers.__version__}: {exc}"
-                ) from exc
+                raise _build_error(config, self.task, exc) from exc
             with device:  # an architecture without sdpa support: its eager attention, recorded as such
-                model = auto.from_config(config, attn_implementation="eager")
+                model = _from_config(auto, config, self.task, "eager")
             self.attention = "eager"
+        except Exception as exc:
+            if classify_error(type(exc).__name__, str(exc)) != ERROR:
+                raise  # out of memory, a CUDA error: not the config's fault
+            raise _build_error(config, self.task, exc) from exc
         super().__init__(model, optimizer, device)
         self.vocab = int(config.vocab_size)
         self.pad = config.pad_token_id if self.task == "seq-cls" else None

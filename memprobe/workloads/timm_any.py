@@ -3,17 +3,26 @@
 The input size defaults to the model's pretrained_cfg input size (nothing is downloaded: only the
 config that ships inside timm is read); channels_last on CUDA; SGD momentum unless the entry says
 otherwise. An unknown name is a UserModelError naming close matches.
+
+A model whose config has no classifier (num_classes 0: eva02_base_patch14_224 and other pre-training backbones) is
+built with a DEFAULT_CLASSES-class linear head, as a fine-tuning run would add; one that still has none after that
+is trained on a loss on its features (the mean square of what it returns). describe() says which (`head`).
 """
 
 from __future__ import annotations
 
 import difflib
+import traceback
 from typing import Any
 
 import torch
 
+from memprobe.core.outcomes import ERROR, classify_error
+
 from .base import TrainTask, UserModelError
 from .vision import ClassifierTask, load_timm
+
+DEFAULT_CLASSES = 1000  # the head given to a model whose timm config has no classifier (ImageNet's classes)
 
 
 def check_name(timm, name: str) -> None:
@@ -32,6 +41,10 @@ def check_name(timm, name: str) -> None:
 class TimmTask(ClassifierTask):
     """Any timm model by name: ClassifierTask's batches and loss, at the input size the model was made for."""
 
+    # timm's code run on the user's choice of model and input size: a step that raises (not out of memory) is theirs
+    # to fix, said in one line with the traceback in the result (training/step.py), like a user module's
+    user_code = True
+
     def __init__(self, params: dict[str, Any], optimizer: dict[str, Any], device: torch.device) -> None:
         timm = load_timm()
         self.arch = str(params["model"])
@@ -39,16 +52,35 @@ class TimmTask(ClassifierTask):
         kwargs = dict(params.get("kwargs") or {})
         if params.get("classes") is not None:
             kwargs["num_classes"] = int(params["classes"])
+        self.head = "timm's classifier"
+        if "num_classes" not in kwargs and _config_classes(timm, self.arch) == 0:
+            kwargs["num_classes"] = DEFAULT_CLASSES
+            self.head = f"a {DEFAULT_CLASSES}-class linear head added (timm's config has no classifier)"
         with device:
             model = _create(timm, self.arch, kwargs, params.get("input_size"))
         size = params.get("input_size") or model.pretrained_cfg.get("input_size") or (3, 224, 224)
         self.input_size = tuple(int(v) for v in size)
-        self.classes = int(model.num_classes)
+        self.classes = int(getattr(model, "num_classes", 0) or 0)
+        if self.classes < 1:
+            self.head = "no classifier: the loss is the mean square of the model's output features"
         self.channels_last = bool(params.get("channels_last", True)) and device.type == "cuda"
         if self.channels_last:
             model = model.to(memory_format=torch.channels_last)
         TrainTask.__init__(self, model, optimizer, device)  # not ClassifierTask's: the model is built above
         self.timm_version = timm.__version__
+
+    def make_batch(self, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.classes > 0:
+            return super().make_batch(n)
+        x = torch.randn(n, *self.input_size, device=self.device)
+        if self.channels_last:
+            x = x.contiguous(memory_format=torch.channels_last)
+        return x, torch.zeros(n, dtype=torch.long, device=self.device)  # no labels: the loss needs none
+
+    def loss(self, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        if self.classes > 0:
+            return super().loss(batch)
+        return _feature_loss(self.model(batch[0]))  # the model has no classifier: a loss on its features
 
     def describe(self) -> dict[str, Any]:
         info = TrainTask.describe(self)
@@ -57,9 +89,31 @@ class TimmTask(ClassifierTask):
             timm_version=self.timm_version,
             input_size=list(self.input_size),
             classes=self.classes,
+            head=self.head,
             channels_last=self.channels_last,
         )
         return info
+
+
+def _feature_loss(out: Any) -> torch.Tensor:
+    """The mean square of a model's output features (a tensor, or the tensors of a list, tuple or dict), in fp32."""
+    if isinstance(out, torch.Tensor):
+        return out.float().pow(2).mean()
+    parts = out.values() if isinstance(out, dict) else out
+    tensors = [t for t in parts if isinstance(t, torch.Tensor) and t.is_floating_point()]
+    if not tensors:
+        raise UserModelError(f"the model returned {type(out).__name__} with no features to train on")
+    return sum((t.float().pow(2).mean() for t in tensors), torch.zeros((), device=tensors[0].device))
+
+
+def _config_classes(timm, name: str) -> int | None:
+    """The classes of the classifier in `name`'s pretrained config as timm ships it (0: none), None when it says none."""
+    try:
+        cfg = timm.models.get_pretrained_cfg(name)
+    except Exception:  # noqa: BLE001 - a config timm cannot give: the model's own default stands
+        return None
+    classes = getattr(cfg, "num_classes", None) if cfg is not None else None
+    return classes if isinstance(classes, int) else None
 
 
 def _create(timm, name: str, kwargs: dict[str, Any], input_size: list[int] | None):
@@ -75,6 +129,18 @@ def _create(timm, name: str, kwargs: dict[str, Any], input_size: list[int] | Non
 
 
 def build(params: dict[str, Any], optimizer: dict[str, Any], device: torch.device) -> TimmTask:
-    """A timm model on `device` (cpu, cuda or meta). Raises UserModelError for an unknown name, ImportError
-    when timm cannot be imported, and what timm.create_model raises for bad arguments."""
-    return TimmTask(params, optimizer, device)
+    """A timm model on `device` (cpu, cuda or meta). Raises UserModelError for an unknown name or a model that timm
+    cannot build as asked (what timm raised, in one line, its traceback in `details`), ImportError when timm cannot
+    be imported; out of memory and CUDA errors as raised."""
+    try:
+        return TimmTask(params, optimizer, device)
+    except (UserModelError, ImportError):
+        raise
+    except Exception as exc:
+        if classify_error(type(exc).__name__, str(exc)) != ERROR:
+            raise  # out of memory, a CUDA error: not the model's fault
+        said = " ".join(str(exc).split())[:300]
+        raise UserModelError(
+            f"timm {load_timm().__version__} cannot build '{params.get('model')}': {type(exc).__name__}: {said}",
+            traceback.format_exc(),
+        ) from exc
