@@ -253,3 +253,15 @@ def test_scan_result_conveniences_on_a_committed_file():
     again = ScanResult.from_dict(json.loads(result.to_json()))
     assert again.to_dict() == result.to_dict()
     assert ScanResult({}, {}, {}).max_batch is None and ScanResult({}, {}, {}).throughput is None
+
+
+def test_minus_one_is_not_set_for_an_optional_size_but_no_count_a_model_needs(tmp_path):
+    """transformers writes -1 for an optional size left to the model (deberta-v3's max_relative_positions)."""
+    ok = tmp_path / "deberta.json"
+    ok.write_text('{"model_type": "deberta-v2", "max_relative_positions": -1, "num_hidden_layers": 2}')
+    config, _ = load_hf_config(str(ok), is_path=True)
+    assert config["max_relative_positions"] == -1
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"model_type": "bert", "num_hidden_layers": -1}')
+    with pytest.raises(CustomModelError, match="'num_hidden_layers' is -1; a size or count cannot be negative"):
+        load_hf_config(str(bad), is_path=True)

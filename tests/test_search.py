@@ -187,6 +187,24 @@ def test_search_starts_with_batch_1_then_2():
     assert [a.batch for a in result.attempts[:2]] == [1, 2]
 
 
+@pytest.mark.parametrize(
+    "small, starts", [({1: "too-small"}, [1, 2, 3]), ({1: "too-small", 2: "too-small"}, [1, 2, 4, 5])]
+)
+def test_a_batch_too_small_for_batch_norm_starts_the_search_above_it(small, starts):
+    """ResNeSt and LeViT cannot train at batch 1 (batch norm over one value per channel): not an error, not the
+    edge; the search goes on from 2 (or 4), then takes one more fit for its memory model."""
+    trials = FakeTrials(300, linear(), outcomes=small)
+    result = find_max_batch(trials, capacity_bytes=linear()(300))
+    assert [a.batch for a in result.attempts[: len(starts)]] == starts
+    assert result.stop == "edge" and result.max_batch == 300 and result.first_failure == 301
+
+
+def test_too_small_at_every_start_is_nothing_fits():
+    trials = FakeTrials(300, linear(), outcomes={1: "too-small", 2: "too-small", 4: "too-small"})
+    result = find_max_batch(trials, capacity_bytes=linear()(300))
+    assert result.stop == "nothing-fits" and result.max_batch == 0 and result.first_failure == 4
+
+
 def test_on_attempt_sees_every_attempt_in_order():
     seen = []
     result = find_max_batch(FakeTrials(75, linear()), capacity_bytes=linear()(75), on_attempt=seen.append)

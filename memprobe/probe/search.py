@@ -26,11 +26,13 @@ from dataclasses import asdict, dataclass, field
 from typing import Callable
 
 from memprobe.core.memory_model import Attempt, edge_model
-from memprobe.core.outcomes import STOPPING, oom_numbers
+from memprobe.core.outcomes import STOPPING, TOO_SMALL, oom_numbers
 
 MAX_GROWTH = 8  # largest jump, as a multiple of the largest batch known to fit, before a failure is seen
 
 
+# Where batch 1 is too small to train (batch norm over a 1x1 map: ResNeSt, LeViT), the search starts at these.
+SMALLEST_BATCHES = (2, 4)
 HINT_MIN_GAP = 3  # a prediction is tried only while more than this many batches lie between the fit and the failure
 HINT_WALK = 4  # up from a prediction that fits: steps 1, 2, 4, 8; down from one that fails: at most 4 measured jumps
 
@@ -111,7 +113,7 @@ def find_max_batch(
             raise _Stop(attempt.outcome)
         if attempt.fits:
             state["lo"] = max(state["lo"], batch)
-        else:
+        elif attempt.outcome != TOO_SMALL:  # a batch too small for batch norm says nothing of the edge above it
             state["hi"] = min(state["hi"], batch)
         return attempt
 
@@ -148,11 +150,17 @@ def find_max_batch(
 
     stop = "edge"
     try:
-        if not run(1).fits:
-            return SearchResult(0, 1, "nothing-fits", attempts)
+        first = run(1)
+        for larger in SMALLEST_BATCHES:  # batch norm in training needs more than one value per channel
+            if first.outcome != TOO_SMALL or larger > max_batch:
+                break
+            first = run(larger)
+        if not first.fits:
+            return SearchResult(0, first.batch, "nothing-fits", attempts)
         take_hint()
-        if max_batch >= 2 and 2 < state["hi"] and sum(a.fits for a in attempts) < 2:
-            run(2)  # the edge model needs two fits
+        nxt = state["lo"] + 1 if state["lo"] >= 2 else 2
+        if max_batch >= nxt and nxt < state["hi"] and sum(a.fits for a in attempts) < 2:
+            run(nxt)  # the edge model needs two fits
         new_walk = True
         while state["hi"] - state["lo"] > 1:
             if take_hint():

@@ -171,7 +171,8 @@ def _config_problem(config: dict[str, Any]) -> str:
         if isinstance(value, float):
             low = max(0, math.floor(value)) if math.isfinite(value) else 1
             return f"'{key}' is {value!r}; a size or count is a whole number (e.g. {low} or {low + 1})"
-        if isinstance(value, int) and value < 0:
+        # -1 is transformers' "not set" for optional sizes (deberta-v2's max_relative_positions: the model's own)
+        if isinstance(value, int) and value < 0 and not (value == -1 and key not in _NOT_ZERO_KEYS):
             return f"'{key}' is {value}; a size or count cannot be negative"
         if isinstance(value, int) and value == 0 and key in _NOT_ZERO_KEYS:
             return f"'{key}' is 0; a model needs at least 1 (a layer, a head, a hidden unit)"
