@@ -73,8 +73,8 @@ def newest_finished(results: Sequence[ScanResult]) -> list[tuple[ScanResult, str
         group = (world_size(result), strategy(result) or "")
         for name, p in result.precisions.items():
             key = (gpu, model_label(result), name, *group)
-            rank = (p.status == "done", result.created)
-            if key not in best or rank >= (best[key][2].status == "done", best[key][0].created):
+            rank = (p.status == "done", result.created_at)
+            if key not in best or rank >= (best[key][2].status == "done", best[key][0].created_at):
                 best[key] = (result, name, p)
     order = {name: i for i, name in enumerate(PRECISIONS)}
     return [best[k] for k in sorted(best, key=lambda k: (k[0], k[1], order.get(k[2], len(order)), k[3], k[4]))]
