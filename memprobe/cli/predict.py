@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import click
 
 from memprobe.cli import checks
@@ -327,7 +325,7 @@ def predict_cmd(
             "--breakdown predicts one GPU's training step (no --gpus, --mode train); --breakdown-out needs --breakdown"
         )
     if breakdown_out:  # its folder now, not after minutes of predicting
-        writable(str(Path(breakdown_out).parent), "--breakdown-out")
+        checks.output_file(breakdown_out, "--breakdown-out")
     predictions = _predict_and_print(
         workloads, precisions, memory, _override(overhead_from, overhead_size), steps, compare, cards, worlds, mode
     )
