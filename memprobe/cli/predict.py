@@ -9,6 +9,8 @@ from memprobe.cli.app import COMMON_CARD_SIZES, _precision_list, _workloads, mai
 from memprobe.cli.helpers import memory_list, progress_lines, trace_without_gpus, writable
 from memprobe.cli.models import model_options as _model_options
 from memprobe.cli.variants import variant_options as _variant_options
+from memprobe.cli.width import wide_option
+from memprobe.core import textwidth
 from memprobe.core.registry import Workload
 
 
@@ -100,7 +102,7 @@ def _predict_and_print(
                     )
             except (PredictError, TorchInternalsError, RuntimeError) as exc:
                 raise click.ClickException(str(exc).splitlines()[0]) from None
-            click.echo(render(prediction, cannot_train))
+            click.echo(textwidth.fit_text(render(prediction, cannot_train)))
             made.append((workload, prediction))
     return made
 
@@ -244,6 +246,7 @@ def _worlds(count: int, strategy: str) -> list | None:
     type=checks.Path(file_okay=False),
     help="With --search frontier: a folder to write the predicted frontier to (for `report --frontier`).",
 )
+@wide_option
 def predict_cmd(
     model: str,
     memory: str | None,

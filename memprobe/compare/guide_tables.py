@@ -216,6 +216,7 @@ def value_table(comparison: Comparison | None, cards: Sequence[Card], workloads:
         columns,
         rows,
         notes,
+        keep=3,
     )
 
 

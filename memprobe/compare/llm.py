@@ -90,4 +90,4 @@ def llm_table(results: Iterable[ScanResult], fmt: str = "github") -> str:
     """llm_rows as a table (github, plain or another tabulate format), csv or json; '(no LLM results)'
     when there are none."""
     rows = llm_rows(results)
-    return rows_text(rows, fmt, "(no LLM results)")
+    return rows_text(rows, fmt, "(no LLM results)", keep=3)

@@ -147,4 +147,5 @@ def scaling_rows_table(
             "1-GPU max batch: from the single-GPU scan of the same GPU model, where given",
         ],
         [source_of(result) for _row, result in entries] if source_of else [],
+        keep=5,
     )
