@@ -13,7 +13,7 @@ from memprobe.core import textwidth
 def wide_option(command: Callable[..., Any]) -> Callable[..., Any]:
     """Give a command `--wide`: without it, what the command prints fits textwidth.WIDTH columns (a table too wide
     split by columns, a long cell cut, a note wrapped); with it, nothing is split, cut or wrapped. Refused beside
-    --format csv or json, which are never fitted. Put it right above the command's function."""
+    --format csv or json and --html, which are never fitted. Put it right above the command's function."""
 
     @functools.wraps(command)
     def run(*args: Any, wide: bool = False, **kwargs: Any) -> Any:
@@ -21,6 +21,8 @@ def wide_option(command: Callable[..., Any]) -> Callable[..., Any]:
             raise click.UsageError(
                 f"--wide has no effect with --format {kwargs['fmt']} (it is never fitted to a width)"
             )
+        if wide and kwargs.get("html_file"):
+            raise click.UsageError("--wide has no effect with --html (a page is never fitted to a width)")
         with textwidth.limit(None if wide else textwidth.WIDTH):
             return command(*args, **kwargs)
 
