@@ -279,7 +279,7 @@ GPU = Map(
 TOP = Map(
     {
         "workload": WORKLOAD,
-        "environment": Map({"gpu": GPU, "distributed": DISTRIBUTED, "versions": MAP0}, null=False, required=("gpu",)),
+        "environment": Map({"gpu": GPU, "distributed": DISTRIBUTED, "versions": MAP0}, null=False),
         "settings": Map(
             {
                 "mode": OneOf(MODES),
@@ -345,6 +345,11 @@ def problem(data: dict) -> str | None:
     found = shape_problem(data) or TOP.problem(data, "")
     if found:
         return found
+    measured = [
+        name for name, p in data["precisions"].items() if isinstance(p, dict) and p.get("max_batch") is not None
+    ]
+    if measured and "gpu" not in data["environment"]:  # a scan that failed before it read its device has none
+        return f"environment.gpu is missing, but precisions.{measured[0]} has a max batch: on what card is unknown"
     for name, p in data["precisions"].items():
         where = f"precisions.{name}."
         if not isinstance(p, dict):
