@@ -164,3 +164,16 @@ def test_an_edited_file_cannot_widen_a_table_past_the_limit(tmp_path):
     (tmp_path / "w.json").write_text(json.dumps(data))
     for argv in (["report"], ["report", "--scans"], ["guide"]):
         assert _too_wide(_run([*argv, str(tmp_path)]).stdout) == []
+
+
+def test_a_rendered_table_a_little_too_wide_loses_its_padding_not_its_columns():
+    headers = ["precision", "predicted static GiB", "predicted GiB/sample", "8GiB: predicted max batch", "16MiB: max"]
+    rows = [["fp32", "0.03", "0.0000021", "65536+ (cap)", "0"]]
+    rendered = tabulate(
+        rows, headers=headers, tablefmt="github", disable_numparse=True, colalign=["left"] + ["right"] * 4
+    )
+    with textwidth.limit(len(rendered.splitlines()[0]) - 5):  # within tabulate's room beside the headers
+        text = textwidth.fit_text(rendered)
+    lines = text.splitlines()
+    assert len(lines) == 3 and len({len(line) for line in lines}) == 1  # one table, compacted
+    assert lines[2].endswith(" 65536+ (cap) |" + " " * 10 + "0 |")  # numbers stay right-aligned

@@ -299,7 +299,7 @@ TOP = Map(
 )
 
 
-METRIC = Map({"mean": NUM(0, 1e15, null=False), "max": NUM(0, 1e15, null=False)}, null=False)
+METRIC = Map({"mean": NUM(0, 1e15, null=False), "max": NUM(0, 1e15, null=False)})  # null: never sampled (no NVML)
 
 
 def _utilization(value: Any, where: str) -> str | None:

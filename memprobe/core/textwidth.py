@@ -62,11 +62,11 @@ def notes_text(notes: Sequence[str], first: str = "- ", rest: str = "  ") -> str
     return "\n".join(wrap(line, first, rest) for note in notes for line in (note.splitlines() or [""]))
 
 
-def _render(headers: Sequence[str], rows: Sequence[Sequence[str]], fmt: str) -> str:
-    # tabulate widens every column to its header + 2 (room for alignment colons memprobe never asks for): with a
-    # limit, that room goes (a table of ten columns gains 20), without one tables look as they always did.
+def _render(headers: Sequence[str], rows: Sequence[Sequence[str]], fmt: str, compact: bool = True) -> str:
+    # tabulate widens every column to its header + 2 (room for alignment colons memprobe never asks for): a table
+    # that does not fit loses that room first (a table of ten columns gains 20) before it is split.
     before = tabulate_module.MIN_PADDING
-    tabulate_module.MIN_PADDING = 0 if width() is not None else before
+    tabulate_module.MIN_PADDING = 0 if compact else before
     try:
         return tabulate([list(r) for r in rows], headers=list(headers), tablefmt=fmt, disable_numparse=True)
     finally:
@@ -97,15 +97,18 @@ def _fitted(headers: list[str], rows: list[list[str]], fmt: str, columns: int) -
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], fmt: str = "github", keep: int = 1) -> str:
-    """A tabulate table (github, plain, ...) that fits width(): whole where it fits; else split by columns into
-    tables that each repeat the first `keep` columns, and where one part is still too wide its longest cells cut
-    (CUT_NOTE says so under it)."""
+    """A tabulate table (github, plain, ...) that fits width(): as tabulate makes it where it fits; else without the
+    room tabulate leaves beside each header; else split by columns into tables that each repeat the first `keep`
+    columns, and where one part is still too wide its longest cells cut (CUT_NOTE says so under it)."""
     headers = [str(h) for h in headers]
     text_rows = [[str(c) for c in r] for r in rows]
-    whole = _render(headers, text_rows, fmt)
+    whole = _render(headers, text_rows, fmt, compact=False)
     columns = width()
     if columns is None or widest(whole) <= columns or not headers:
         return whole
+    compact = _render(headers, text_rows, fmt)
+    if widest(compact) <= columns:
+        return compact
     keep = max(0, min(keep, len(headers) - 1))
     key = list(range(keep))
     parts: list[list[int]] = []
@@ -124,6 +127,24 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], fmt: str = "git
         shown.append(text)
         cut = cut or was_cut
     return "\n\n".join(shown) + (f"\n\n({CUT_NOTE})" if cut else "")
+
+
+def _compacted(lines: list[str]) -> list[str]:
+    """A github table already rendered, each column only as wide as its widest text (tabulate leaves room beside a
+    header), a right-aligned cell kept right-aligned. Unchanged where its lines do not line up at the separator's '|'."""
+    bars = [i for i, ch in enumerate(lines[1]) if ch == "|"]
+    if len(bars) < 2 or any(len(line) != len(lines[1]) or any(line[i] != "|" for i in bars) for line in lines):
+        return lines
+    out = [""] * len(lines)
+    for a, b in zip(bars, bars[1:]):
+        cells = [line[a + 1 : b] for line in lines]
+        size = max(len(c.strip()) for n, c in enumerate(cells) if n != 1)
+        for n, cell in enumerate(cells):
+            text = cell.strip()
+            right = n > 1 and cell.startswith("  ") and cell.endswith(text + " ")
+            shown = "-" * (size + 2) if n == 1 else " " + (text.rjust(size) if right else text.ljust(size)) + " "
+            out[n] += "|" + shown
+    return [line + "|" for line in out]
 
 
 def _rendered_parts(lines: list[str], columns: int, keep: int) -> list[str]:
@@ -154,7 +175,7 @@ def _rendered_parts(lines: list[str], columns: int, keep: int) -> list[str]:
 
 def fit_text(text: str, keep: int = 1) -> str:
     """Text already rendered (predict's answer: lines of prose and github tables) fitted to width(): a table too
-    wide split by its columns (each part repeating the first `keep`), a longer line wrapped (a list item's or an
+    wide compacted (_compacted), then split by its columns (each part repeating the first `keep`), a longer line wrapped (a list item's or an
     indented line's continuation indented like it)."""
     columns = width()
     if columns is None:
@@ -167,6 +188,8 @@ def fit_text(text: str, keep: int = 1) -> str:
             while j < len(lines) and lines[j].startswith("|"):
                 j += 1
             block = lines[i:j]
+            if len(block) >= 2 and widest("\n".join(block)) > columns:
+                block = _compacted(block)
             too_wide = len(block) >= 2 and widest("\n".join(block)) > columns
             out += _rendered_parts(block, columns, keep) if too_wide else block
             i = j
