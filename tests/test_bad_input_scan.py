@@ -178,5 +178,5 @@ def test_without_a_gpu_the_offered_prediction_runs_as_offered(tmp_path):
     result = CliRunner().invoke(main, argv)
     assert result.exit_code == 0, result.output
     assert "memprobe predict --model toy --memory 11GiB,24GiB,48GiB,80GiB -p fp32 --mode infer" in result.output
-    assert "trial of inference (2 forward passes under inference_mode)" in result.output
+    assert "trial of inference (2 forward passes under inference_mode)" in " ".join(result.output.split())  # wrapped
     assert list(tmp_path.iterdir()) == []

@@ -194,6 +194,7 @@ def test_full_cpu_scan(run, tmp_path, packaged_models):
         "fp32",
         "--timed-steps",
         "2",
+        "--wide",  # the table in one piece (by default it is split to fit 120 columns)
         "--out",
         out,
     )

@@ -594,7 +594,7 @@ def test_report_scans_says_under_the_table_where_an_edge_was_not_monotone(tmp_pa
     result.precisions["fp16"].proof.non_monotone = {"fits": [], "search_fits": [9412], "fails": [9406], "note": note}
     loaded(result, tmp_path=tmp_path)
     runner = CliRunner()
-    done = runner.invoke(main, ["report", "--scans", str(tmp_path)])
+    done = runner.invoke(main, ["report", "--scans", "--wide", str(tmp_path)])
     assert done.exit_code == 0, done.output
     assert done.output.rstrip("\n").splitlines()[-1] == f"{H100} toy fp16: {note}"
     assert done.output.count("edge not monotone") == 1  # fp32's edge was monotone

@@ -1,6 +1,6 @@
 """The `memprobe` click group, the options and helpers every command shares, and the small commands (list, device).
 
-User errors are one line and a non-zero exit: 1 for a failed scan or bad file, 2 for bad usage or
+User errors are one line and a non-zero exit: 1 for a failed scan, a bad file or output that cannot be written, 2 for bad usage or
 no CUDA device (unless `scan --predict-if-no-gpu` predicted instead: 0), 130 for Ctrl-C, 143 for SIGTERM and
 129 for SIGHUP (after writing what finished), in every command: the group (MemprobeGroup) does it once for all.
 """
@@ -16,6 +16,7 @@ from memprobe import __version__
 from memprobe.cli import checks
 from memprobe.cli.helpers import SIGNALS_KEY, interrupted_status, one_line, stop_on_signals
 from memprobe.cli.models import resolve_workloads
+from memprobe.cli.output_errors import output_failure
 from memprobe.cli.variants import variants as _variants
 from memprobe.core.interrupts import signal_name
 from memprobe.core.registry import RegistryError, Workload, load_registry
@@ -94,7 +95,9 @@ class MemprobeGroup(click.Group):
         with stop_on_signals() as received:
             ctx.meta[SIGNALS_KEY] = received  # a command that says more itself exits with interrupted_status()
             try:
-                return super().invoke(ctx)
+                value = super().invoke(ctx)
+                sys.stdout.flush()  # a full disk or a closed pipe shows now, as one Error line, not at Python's exit
+                return value
             except KeyboardInterrupt:
                 if not received:  # no Ctrl-C and no signal came: code raised it (a model's own, say)
                     raise click.ClickException(
@@ -106,6 +109,11 @@ class MemprobeGroup(click.Group):
                 # click types `message` Final; it is a plain attribute that show() reads, rewritten here on purpose
                 exc.message = one_line(exc.message)  # type: ignore[misc]
                 raise
+            except OSError as exc:  # output that cannot be written: one line (output_errors)
+                failed = output_failure(exc)
+                if failed is None:
+                    raise
+                raise click.ClickException(one_line(failed)) from None
 
 
 @click.group(cls=MemprobeGroup, context_settings={"help_option_names": ["-h", "--help"]})

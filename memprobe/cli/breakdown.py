@@ -45,5 +45,5 @@ def predicted_breakdowns(made: list, steps: int, out: str | None, progress: Prog
     if out:
         try:
             click.echo(f"wrote {write_predicted(out, records)}", err=True)
-        except OSError as exc:
-            raise click.ClickException(f"cannot write {out} ({exc.strerror or type(exc).__name__})") from None
+        except OSError as exc:  # core.outputs.OutputError: one line naming the file
+            raise click.ClickException(str(exc)) from None

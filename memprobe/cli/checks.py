@@ -101,3 +101,14 @@ def report_checks(ctx: click.Context, scans: bool, llm: bool, breakdown: bool = 
             given(ctx, "reference", "at_batch", "with_published", "precision"),
             "with --breakdown (they shape the comparison report)",
         )
+
+
+def output_file(path: str, option: str) -> None:
+    """An output file option (`--breakdown-out`) can be written: its folder exists or can be made and takes a file,
+    or it is a pipe or device that can be written (core/outputs.check_output_file). One-line error otherwise."""
+    from memprobe.core.outputs import OutputError, check_output_file
+
+    try:
+        check_output_file(path)
+    except OutputError as exc:
+        raise click.BadParameter(str(exc), param_hint=option) from None

@@ -50,7 +50,7 @@ def scan_frontiers(
             sys.exit(interrupted_status())
         click.echo(f"wrote {path}", err=True)
         loaded.append((path, result))
-    click.echo(rows_text(frontier_rows(loaded)))
+    click.echo(rows_text(frontier_rows(loaded), keep=4))
 
 
 def predict_frontiers(
@@ -103,4 +103,4 @@ def predict_frontiers(
             path = write_result(result, f"{out_dir}/{result_filename(size.label + ' predicted', name, 'train')}")
             click.echo(f"wrote {path}", err=True)
         loaded.append((path, result))
-    click.echo(rows_text(frontier_rows(loaded)))
+    click.echo(rows_text(frontier_rows(loaded), keep=4))

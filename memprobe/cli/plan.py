@@ -7,6 +7,7 @@ import click
 from memprobe.cli import checks
 from memprobe.cli.app import _precision_list, _workloads, main
 from memprobe.cli.helpers import card_name_error, progress_lines, trace_without_gpus
+from memprobe.cli.width import wide_option
 from memprobe.core.cardnames import CardNameError, resolve_cards
 
 
@@ -72,6 +73,7 @@ from memprobe.core.cardnames import CardNameError, resolve_cards
     show_default=True,
     help="Output format.",
 )
+@wide_option
 def plan_cmd(
     model: str,
     card: str,

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import click
 
 from memprobe.cli import checks
@@ -11,6 +9,8 @@ from memprobe.cli.app import COMMON_CARD_SIZES, _precision_list, _workloads, mai
 from memprobe.cli.helpers import memory_list, progress_lines, trace_without_gpus, writable
 from memprobe.cli.models import model_options as _model_options
 from memprobe.cli.variants import variant_options as _variant_options
+from memprobe.cli.width import wide_option
+from memprobe.core import textwidth
 from memprobe.core.registry import Workload
 
 
@@ -102,7 +102,7 @@ def _predict_and_print(
                     )
             except (PredictError, TorchInternalsError, RuntimeError) as exc:
                 raise click.ClickException(str(exc).splitlines()[0]) from None
-            click.echo(render(prediction, cannot_train))
+            click.echo(textwidth.fit_text(render(prediction, cannot_train)))
             made.append((workload, prediction))
     return made
 
@@ -246,6 +246,7 @@ def _worlds(count: int, strategy: str) -> list | None:
     type=checks.Path(file_okay=False),
     help="With --search frontier: a folder to write the predicted frontier to (for `report --frontier`).",
 )
+@wide_option
 def predict_cmd(
     model: str,
     memory: str | None,
@@ -327,7 +328,7 @@ def predict_cmd(
             "--breakdown predicts one GPU's training step (no --gpus, --mode train); --breakdown-out needs --breakdown"
         )
     if breakdown_out:  # its folder now, not after minutes of predicting
-        writable(str(Path(breakdown_out).parent), "--breakdown-out")
+        checks.output_file(breakdown_out, "--breakdown-out")
     predictions = _predict_and_print(
         workloads, precisions, memory, _override(overhead_from, overhead_size), steps, compare, cards, worlds, mode
     )

@@ -7,6 +7,7 @@ import click
 from memprobe.cli import checks
 from memprobe.cli.app import _FORMATS, _load_results, _precision_list, main
 from memprobe.cli.helpers import card_names
+from memprobe.cli.width import wide_option
 
 
 @main.command("report")
@@ -80,6 +81,7 @@ from memprobe.cli.helpers import card_names
     help="With --breakdown or --charts: a file of predicted breakdowns (predict --breakdown-out) to set "
     "beside the measured ones at the same batch.",
 )
+@wide_option
 def report_cmd(
     paths: tuple[str, ...],
     reference: str | None,
@@ -230,7 +232,7 @@ def _frontier_report(loaded: list, fmt: str, charts_dir: str | None) -> None:
     rows = frontier_rows(loaded)
     if not rows:
         raise click.ClickException("no frontier in these result files (made by scan or predict --search frontier)")
-    click.echo(rows_text(rows, "github" if fmt == "github" else fmt))
+    click.echo(rows_text(rows, "github" if fmt == "github" else fmt, keep=4))
     if charts_dir:
         for path in write_frontier_chart(loaded, charts_dir):
             click.echo(f"wrote {path}", err=True)
@@ -266,6 +268,7 @@ def _charts_folder(path: str) -> None:
     type=checks.Path(dir_okay=False),
     help="Write the report page (memprobe report --html) with this guide instead of printing.",
 )
+@wide_option
 def guide_cmd(
     paths: tuple[str, ...], budget: float | None, gpus: str | None, fmt: str, html_file: str | None = None
 ) -> None:

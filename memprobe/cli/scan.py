@@ -17,6 +17,7 @@ from memprobe.cli.scan_parallel import scan_parallel
 from memprobe.cli.scan_progress import ProgressPrinter
 from memprobe.cli.variants import split_batches
 from memprobe.cli.variants import variant_options as _variant_options
+from memprobe.cli.width import wide_option
 from memprobe.core.interrupts import SCAN_CLEAN_UP_S, allow_clean_up
 
 
@@ -193,6 +194,7 @@ from memprobe.core.interrupts import SCAN_CLEAN_UP_S, allow_clean_up
     help=f"With no CUDA device, predict the max batch for {COMMON_CARD_SIZES} instead of failing "
     "(memprobe predict; a prediction, not a measurement; exit 0).",
 )
+@wide_option
 def scan_cmd(
     model: str,
     precision: str,

@@ -10,6 +10,7 @@ from typing import Any
 
 from memprobe.compare.comparison import PREDICTED
 from memprobe.compare.tables import Cell, Table
+from memprobe.core import textwidth
 from memprobe.core.breakdown import CATEGORIES, LABELS, Breakdown, check_sum, what_buys_more_batch
 
 GIB = 1024**3
@@ -65,10 +66,20 @@ def breakdown_table(record: Breakdown, title: str, precision: str = "", family: 
 
 
 def _markdown(table: Table) -> str:
-    """A Table as its title line, a markdown table and its notes, one a line."""
+    """A Table as its title line, a markdown table and its notes, one a line; the title and notes wrapped to
+    textwidth.width() (an indented note's continuation indented further)."""
     lines = [table.title, "| " + " | ".join(table.columns) + " |", "|" + "---|" * len(table.columns)]
     lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in table.rows]
-    return "\n".join(lines + table.notes)
+    return "\n".join(_fitted(line) for line in lines + table.notes)
+
+
+def _fitted(line: str) -> str:
+    """A line as it fits textwidth.width(): a table row as it is, prose wrapped (an indented line's continuation
+    indented two more)."""
+    if line.startswith("|"):
+        return line
+    indent = line[: len(line) - len(line.lstrip(" "))]
+    return textwidth.wrap(line.lstrip(" "), indent, indent + "  ")
 
 
 def within_goal(measured: int, predicted: int) -> bool:
@@ -156,6 +167,7 @@ def breakdown_report(results: list[Any], predicted: list[dict[str, Any]] | None 
     `predicted` (records of core.breakdown.read_predicted) has the same workload, precision and batch (records
     at other batches, e.g. another card's B, get one line saying they were not compared)."""
     parts = [
-        part if isinstance(part, str) else _markdown(part) for part, _result in breakdown_parts(results, predicted)
+        _fitted(part) if isinstance(part, str) else _markdown(part)
+        for part, _result in breakdown_parts(results, predicted)
     ]
     return "\n\n".join(parts) if parts else "no memory breakdown in these result files (scan with --breakdown)"

@@ -7,6 +7,7 @@ the max batch on every catalog card, at the usable memory `memprobe predict --gp
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -48,6 +49,7 @@ class Prediction:
     batch: int | None
     predicted_batch: int | None
     origin: str
+    source: str = ""  # the result file whose line it comes from ("" where the card cannot run the precision)
 
 
 def predict_max_batch(static_bytes: float, per_sample_bytes: float, usable_bytes: float) -> int:
@@ -61,10 +63,12 @@ def predict_max_batch(static_bytes: float, per_sample_bytes: float, usable_bytes
 def memory_models(
     loaded: Sequence[tuple[Path, ScanResult]], catalog: Catalog | None = None
 ) -> tuple[list[MemoryModel], list[str]]:
-    """The usable memory models in the files, one per workload label and precision (the first given), and notes."""
+    """The usable memory models in the files, one per workload label, precision and scanned card (the newest scan of
+    that card), and notes. Every scanned card's line is kept: `predictions` takes each card's from the scanned card
+    nearest it in memory, so no answer depends on which file was given first."""
     catalog = catalog or default_catalog()
     labels, notes = workload_labels([r for _, r in loaded])
-    models: dict[tuple[str, str], MemoryModel] = {}
+    models: dict[tuple[str, str, str], tuple[MemoryModel, ScanResult]] = {}
     for (path, result), label in zip(loaded, labels):
         for name, p in result.precisions.items():
             fit = p.memory_model.get("peak_reserved")
@@ -79,13 +83,7 @@ def memory_models(
                     f"{where}: no recorded allocator capacity, so the overhead cannot be derived; no predictions."
                 )
                 continue
-            if (label, name) in models:
-                notes.append(
-                    f"{where}: another memory model for {label} {name} was given first "
-                    f"({Path(models[(label, name)].source).name}); predictions use that one."
-                )
-                continue
-            models[(label, name)] = MemoryModel(
+            model = MemoryModel(
                 workload=label,
                 precision=name,
                 static_bytes=float(static),
@@ -96,7 +94,33 @@ def memory_models(
                 measured_max_batch=p.max_batch,
                 overhead=overhead,
             )
-    return list(models.values()), notes
+            key = (label, name, overhead.gpu)
+            if key in models:
+                # the newest scan of a card stands; on a tie, the later of the files in their fixed order
+                older, newer = sorted((models[key], (model, result)), key=lambda m: m[1].created_at)
+                notes.append(
+                    f"{label} {name} on the {overhead.gpu} is in two files; its line is the newer "
+                    f"{Path(newer[0].source).name}'s, not {Path(older[0].source).name}'s."
+                )
+                models[key] = newer
+            else:
+                models[key] = (model, result)
+    return [m for m, _result in models.values()], notes
+
+
+def nearest_model(models: Sequence[MemoryModel], card: Card, capacity_bytes: int) -> MemoryModel:
+    """The model a card's prediction comes from, among one workload and precision's: the card's own scan where it
+    was scanned, else the scan of the card nearest it in usable memory (a straight line extrapolated the least),
+    the smaller card on a tie."""
+    own = [m for m in models if m.gpu == card.name]
+    if own:
+        return own[0]
+
+    def distance(m: MemoryModel) -> tuple[float, int, str]:
+        theirs = max(m.overhead.capacity_bytes, 1)
+        return abs(math.log(max(capacity_bytes, 1) / theirs)), theirs, m.gpu
+
+    return min(models, key=distance)
 
 
 def card_capacity(card: Card, table: OverheadTable | None = None) -> int:
@@ -111,16 +135,24 @@ def card_capacity(card: Card, table: OverheadTable | None = None) -> int:
 def predictions(
     models: Sequence[MemoryModel], cards: Sequence[Card], table: OverheadTable | None = None
 ) -> list[Prediction]:
-    """Every model on every card, at the card's capacity as predict takes it (card_capacity)."""
-    out = []
+    """Every workload and precision on every card, at the card's capacity as predict takes it (card_capacity), from
+    the line `nearest_model` picks; on a scanned card its measured max batch."""
+    groups: dict[tuple[str, str], list[MemoryModel]] = {}
     for m in models:
+        groups.setdefault((m.workload, m.precision), []).append(m)
+    out = []
+    for (workload, precision), group in groups.items():
         for card in cards:
-            if not card.supports(m.precision):
-                out.append(Prediction(card, m.workload, m.precision, None, None, PREDICTED))
+            if not card.supports(precision):
+                out.append(Prediction(card, workload, precision, None, None, PREDICTED))
                 continue
-            predicted = predict_max_batch(m.static_bytes, m.per_sample_bytes, card_capacity(card, table))
+            capacity = card_capacity(card, table)
+            m = nearest_model(group, card, capacity)
+            predicted = predict_max_batch(m.static_bytes, m.per_sample_bytes, capacity)
             if card.name == m.gpu and m.measured_max_batch is not None:
-                out.append(Prediction(card, m.workload, m.precision, int(m.measured_max_batch), predicted, MEASURED))
+                out.append(
+                    Prediction(card, workload, precision, int(m.measured_max_batch), predicted, MEASURED, m.source)
+                )
             else:
-                out.append(Prediction(card, m.workload, m.precision, predicted, predicted, PREDICTED))
+                out.append(Prediction(card, workload, precision, predicted, predicted, PREDICTED, m.source))
     return out

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
@@ -68,7 +69,7 @@ class Point:
     mfu: float | None = None
     mfu_why: str = ""
     utilization: dict[str, Any] = field(default_factory=dict)
-    created: str = ""
+    created: datetime | None = None  # when its scan was made (ScanResult.created_at); None for published figures
     tokens_per_sample: float | None = None  # fairseq-style batch in tokens = batch x this (translation)
     best_batch: float | None = None  # b*, from the scan's throughput curve (None: no curve)
     best_throughput: float | None = None  # throughput at b*, in `unit`
@@ -228,7 +229,7 @@ def _measured_points(loaded: Sequence[tuple[Path, ScanResult]], labels: list[str
                     mfu=mfu,
                     mfu_why=why,
                     utilization=t.utilization or {},
-                    created=result.created,
+                    created=result.created_at,
                     tokens_per_sample=(p.settings.get("task") or {}).get("tokens_per_sample"),
                     best_batch=p.best_batch if done else None,
                     best_throughput=p.best_units_per_s if done else None,
@@ -295,7 +296,9 @@ def build_comparison(
     for p in measured:
         key = (p.gpu, p.workload, p.precision)
         if key in newest:
-            keep, drop = sorted((newest[key], p), key=lambda q: q.created, reverse=True)
+            keep, drop = sorted(
+                (newest[key], p), key=lambda q: q.created or datetime.min.replace(tzinfo=timezone.utc), reverse=True
+            )
             notes.append(
                 f"{p.gpu} {p.workload} {p.precision} is in two files; using the newer {Path(keep.source).name}, "
                 f"not {Path(drop.source).name}."

@@ -180,7 +180,7 @@ def best_batch_table(comparison: Comparison) -> Table:
         f"Knee = the last batch before throughput falls by more than {KNEE_FALL:.0%} (beyond the step-time "
         f"spread), located by bisection to within {KNEE_RESOLUTION:.0%}; '-' = no such fall on the curve.",
     ]
-    return Table("best_batch", "Best batch b* beside max batch B", columns, rows, notes, sources)
+    return Table("best_batch", "Best batch b* beside max batch B", columns, rows, notes, sources, keep=3)
 
 
 def ranking_table(comparison: Comparison) -> Table:
@@ -233,7 +233,7 @@ def ranking_table(comparison: Comparison) -> Table:
         "The same cards ranked two ways: at each card's max batch B (the 2020 study's method), and at each "
         "card's best batch b* (like for like). A card without a curve in its file is ranked at B in both."
     ]
-    return Table("ranking", "Cards ranked at max batch B and at best batch b*", columns, rows, notes, sources)
+    return Table("ranking", "Cards ranked at max batch B and at best batch b*", columns, rows, notes, sources, keep=3)
 
 
 def with_basis(tables: list[Table], basis: Basis, comparison: Comparison) -> list[Table]:

@@ -37,7 +37,7 @@ def _collect(
     loaded: Sequence[tuple[Path | None, ScanResult]],
 ) -> dict[tuple[str, str, str], dict[str, tuple[Frontier, Path | None]]]:
     out: dict[tuple[str, str, str], dict[str, tuple[Frontier, Path | None]]] = {}
-    for path, result in sorted(loaded, key=lambda item: item[1].created):
+    for path, result in sorted(loaded, key=lambda item: item[1].created_at):
         for precision, frontier in frontiers_of(result.frontier).items():
             key = (str(result.workload.get("name")), _card(result), precision)
             out.setdefault(key, {})[frontier.source] = (frontier, path)

@@ -79,7 +79,7 @@ def prediction_table(
     table: OverheadTable | None = None,
 ) -> Table:
     """Predicted max batch per card (rows) and workload/precision (columns), and how many workloads train."""
-    cols = [(m.workload, m.precision) for m in models]
+    cols = list(dict.fromkeys((m.workload, m.precision) for m in models))
     by = {(p.card.name, p.workload, p.precision): p for p in preds}
     fitted_in = {(m.workload, m.precision): m.source for m in models}  # a measured cell's file
     workloads = list(dict.fromkeys(m.workload for m in models))
@@ -114,11 +114,18 @@ def prediction_table(
             f"{m.workload} {m.precision}: peak reserved = {gib(m.static_bytes, 2)} GiB + "
             f"{gib(m.per_sample_bytes, 3)} GiB x batch ({m.batch_unit}), fitted in {Path(m.source).name}."
         )
+    several = [f"{w} {pr}" for w, pr in cols if sum((m.workload, m.precision) == (w, pr) for m in models) > 1]
+    if several:
+        notes.append(
+            f"{len(several)} workload/precision pairs have lines from more than one scanned card ("
+            + ", ".join(several)
+            + "): each card takes the line of the scanned card nearest it in usable memory, a scanned card shows "
+            "its own measured max batch."
+        )
     checks = [
-        f"{m.workload} {m.precision} predicted {p.predicted_batch}, measured {p.batch}"
-        for m in models
+        f"{p.workload} {p.precision} on the {p.card.name} predicted {p.predicted_batch}, measured {p.batch}"
         for p in preds
-        if p.origin == MEASURED and p.workload == m.workload and p.precision == m.precision
+        if p.origin == MEASURED
     ]
     if checks:
         notes.append(
@@ -209,6 +216,7 @@ def value_table(comparison: Comparison | None, cards: Sequence[Card], workloads:
         columns,
         rows,
         notes,
+        keep=3,
     )
 
 

@@ -42,7 +42,7 @@ def llm_rows(results: Iterable[ScanResult]) -> list[dict[str, Any]]:
 def llm_entries(results: Iterable[ScanResult]) -> list[tuple[dict[str, Any], ScanResult]]:
     """llm_rows' rows, each with the result it was read from."""
     newest: dict[tuple, tuple[ScanResult, str]] = {}
-    for result in sorted(results, key=lambda r: r.created, reverse=True):
+    for result in sorted(results, key=lambda r: r.created_at, reverse=True):
         workload = result.workload
         if workload.get("family") not in LLM_FAMILIES:
             continue
@@ -90,4 +90,4 @@ def llm_table(results: Iterable[ScanResult], fmt: str = "github") -> str:
     """llm_rows as a table (github, plain or another tabulate format), csv or json; '(no LLM results)'
     when there are none."""
     rows = llm_rows(results)
-    return rows_text(rows, fmt, "(no LLM results)")
+    return rows_text(rows, fmt, "(no LLM results)", keep=3)

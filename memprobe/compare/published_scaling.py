@@ -88,4 +88,5 @@ def published_scaling(workloads: Sequence[str] | None = None) -> Table:
             "100%: the runs differ in more than the GPU count (3-run averages, truncated; timers that include "
             "the first steps), shown as published",
         ],
+        keep=4,
     )

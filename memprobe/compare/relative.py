@@ -189,4 +189,4 @@ def relative_table(relative: Relative) -> Table:
     ] + relative.notes
     if any(relative.fell_back(c) for row in relative.rows for c in row.cells.values()):
         notes.append("(at B) = at the card's max batch B: its file has no throughput curve, so no best batch b*.")
-    return Table("relative", f"Throughput relative to {relative.reference}", columns, rows, notes)
+    return Table("relative", f"Throughput relative to {relative.reference}", columns, rows, notes, keep=2)

@@ -12,8 +12,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from tabulate import tabulate
-
 from memprobe.compare.comparison import FORMATS, LEGEND, Comparison, build_comparison
 from memprobe.compare.relative import Relative, relative_table, relative_throughput
 from memprobe.compare.tables import (
@@ -25,6 +23,7 @@ from memprobe.compare.tables import (
     throughput_table,
     utilization_table,
 )
+from memprobe.core import textwidth
 from memprobe.core.results import ScanResult
 
 
@@ -86,21 +85,30 @@ def render(tables: Sequence[Table], fmt: str = "github", title: str = "", notes:
                 out.write(f"# {n}\n")
         return out.getvalue()
     bullet = "- " if fmt == "github" else "  "
+    rest = "  " if fmt == "github" else "    "
     parts = []
     if title:
         parts.append(f"## {title}" if fmt == "github" else f"{title}\n{'=' * len(title)}")
     if notes:
-        parts.append("\n".join(bullet + n for n in notes))
+        parts.append(textwidth.notes_text(notes, bullet, rest))
     for t in tables:
-        heading = f"### {t.title}" if fmt == "github" else f"{t.title}\n{'-' * len(t.title)}"
-        body = (
-            tabulate([[str(c) for c in row] for row in t.rows], headers=t.columns, tablefmt=fmt, disable_numparse=True)
-            if t.rows
-            else "(no rows)"
-        )
-        tail = "\n".join(bullet + n for n in t.notes)
+        title, said = _heading(t.title)
+        heading = f"### {title}" if fmt == "github" else f"{title}\n{'-' * len(title)}"
+        heading += f"\n\n{textwidth.wrap(said, '', '')}" if said else ""
+        body = textwidth.table(t.columns, t.rows, fmt, t.keep) if t.rows else "(no rows)"
+        tail = textwidth.notes_text(t.notes, bullet, rest)
         parts.append("\n\n".join(x for x in (heading, body, tail) if x))
     return "\n\n".join(parts) + "\n"
+
+
+def _heading(title: str) -> tuple[str, str]:
+    """A table's title as a heading that fits textwidth.width(), and what did not fit (its last parenthesis, said
+    under the heading instead; "" when it fits whole)."""
+    columns = textwidth.width()
+    if columns is None or len(title) + 4 <= columns or " (" not in title or not title.endswith(")"):
+        return title, ""
+    head, _, said = title.rpartition(" (")
+    return head, said[:-1][:1].upper() + said[:-1][1:] + "."
 
 
 def comparison_report(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any, Callable, Sequence, TypeVar
 
 from memprobe.compare.report import render
@@ -37,13 +38,13 @@ def split_by_world_size(items: Sequence[T]) -> tuple[list[T], list[T]]:
 
 def _single_gpu_edges(results: Sequence[ScanResult]) -> dict[tuple[str, str, str], int]:
     """(GPU, workload, precision) -> the newest proven single-GPU max batch."""
-    edges: dict[tuple[str, str, str], tuple[str, int]] = {}
+    edges: dict[tuple[str, str, str], tuple[datetime, int]] = {}
     for r in results:
         gpu = r.gpu_name()
         for name, p in r.precisions.items():
             key = (gpu, str(r.workload.get("name")), name)
-            if p.status == "done" and p.max_batch is not None and (key not in edges or r.created >= edges[key][0]):
-                edges[key] = (r.created, p.max_batch)
+            if p.status == "done" and p.max_batch is not None and (key not in edges or r.created_at >= edges[key][0]):
+                edges[key] = (r.created_at, p.max_batch)
     return {k: v[1] for k, v in edges.items()}
 
 
@@ -65,8 +66,8 @@ def scaling_entries(
         gpu = r.gpu_name()
         for name, p in r.precisions.items():
             key = (gpu, str(r.workload.get("name")), name, world_size(r), strategy(r))
-            rank = (p.status == "done", r.created)
-            if key not in newest or rank >= (newest[key][1].status == "done", newest[key][0].created):
+            rank = (p.status == "done", r.created_at)
+            if key not in newest or rank >= (newest[key][1].status == "done", newest[key][0].created_at):
                 newest[key] = (r, p)
     edges = _single_gpu_edges(single)
     order = {name: i for i, name in enumerate(PRECISIONS)}
@@ -146,4 +147,5 @@ def scaling_rows_table(
             "1-GPU max batch: from the single-GPU scan of the same GPU model, where given",
         ],
         [source_of(result) for _row, result in entries] if source_of else [],
+        keep=5,
     )

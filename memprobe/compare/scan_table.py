@@ -10,6 +10,7 @@ from typing import Any, Iterable, Sequence
 from memprobe.compare.curves import knee_text
 from memprobe.compare.scaling import strategy, world_size
 from memprobe.compare.tables import rows_text
+from memprobe.core import textwidth
 from memprobe.core.catalog import PRECISIONS
 from memprobe.core.records import Proof
 from memprobe.core.results import PrecisionResult, ScanResult
@@ -73,8 +74,8 @@ def newest_finished(results: Sequence[ScanResult]) -> list[tuple[ScanResult, str
         group = (world_size(result), strategy(result) or "")
         for name, p in result.precisions.items():
             key = (gpu, model_label(result), name, *group)
-            rank = (p.status == "done", result.created)
-            if key not in best or rank >= (best[key][2].status == "done", best[key][0].created):
+            rank = (p.status == "done", result.created_at)
+            if key not in best or rank >= (best[key][2].status == "done", best[key][0].created_at):
                 best[key] = (result, name, p)
     order = {name: i for i, name in enumerate(PRECISIONS)}
     return [best[k] for k in sorted(best, key=lambda k: (k[0], k[1], order.get(k[2], len(order)), k[3], k[4]))]
@@ -164,6 +165,6 @@ def scan_table(
     """The scan summary as text: a table (github, plain or another tabulate format) with a line under it for
     each precision whose edge was not monotone, csv or json (the table's rows only)."""
     results = list(results)
-    text = rows_text(scan_rows(results, newest_only, precisions), fmt, "(no results)")
+    text = rows_text(scan_rows(results, newest_only, precisions), fmt, "(no results)", keep=3)
     notes = scan_notes(results, newest_only, precisions) if fmt not in ("json", "csv") else []
-    return "\n".join([text, *notes])
+    return "\n".join([text, *(textwidth.wrap(note, "", "  ") for note in notes)])

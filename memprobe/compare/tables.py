@@ -11,10 +11,9 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from tabulate import tabulate
-
 from memprobe.compare.comparison import MARKS, MEASURED, PUBLISHED, Comparison, Point
 from memprobe.compare.published import SOURCES, Figure, default_published
+from memprobe.core import textwidth
 from memprobe.core.units import gib
 
 
@@ -43,6 +42,7 @@ class Table:
     rows: list[list[Any]]
     notes: list[str] = field(default_factory=list)
     sources: list[str] = field(default_factory=list)
+    keep: int = 1  # the first columns that name a row: repeated in each part where the table is split to fit
 
 
 def fmt_number(value: float) -> str:
@@ -127,6 +127,7 @@ def max_batch_table(comparison: Comparison) -> Table:
         ["workload", "GPU", "source", "batch unit"] + precisions,
         rows,
         notes,
+        keep=3,
     )
 
 
@@ -168,7 +169,7 @@ def throughput_table(comparison: Comparison) -> Table:
             "tf32 published cells are the 2023-2025 catalog's 'FP32' column on Ampere and newer cards, where "
             "TF32 tensor cores were on; compare them with memprobe tf32 results, not fp32."
         )
-    return Table("throughput", "Training throughput at the max batch", columns, rows, notes)
+    return Table("throughput", "Training throughput at the max batch", columns, rows, notes, keep=3)
 
 
 def gains_table(comparison: Comparison) -> Table:
@@ -208,7 +209,7 @@ def gains_table(comparison: Comparison) -> Table:
     ]
     if any(r[2] != "measured" for r in rows):
         notes.append("Published batch ratios compare hand-picked batches, not maxima.")
-    return Table("gains", "Mixed-precision gain over fp32", columns, rows, notes)
+    return Table("gains", "Mixed-precision gain over fp32", columns, rows, notes, keep=3)
 
 
 def utilization_table(comparison: Comparison) -> Table:
@@ -258,7 +259,7 @@ def utilization_table(comparison: Comparison) -> Table:
         "Sampled every 0.1 s from NVML during the timed steps at the max batch; memory util % is the "
         "memory-controller busy time, not capacity."
     ]
-    return Table("utilization", "Utilization during the timed steps (measured)", columns, rows, notes, sources)
+    return Table("utilization", "Utilization during the timed steps (measured)", columns, rows, notes, sources, keep=3)
 
 
 def source_notes(comparison: Comparison, figures: Iterable[Figure] | None = None) -> list[str]:
@@ -276,8 +277,9 @@ def source_notes(comparison: Comparison, figures: Iterable[Figure] | None = None
     return notes
 
 
-def rows_text(rows: list[dict[str, Any]], fmt: str = "github", empty: str = "(no results)") -> str:
-    """Rows of dicts as text: json, csv, or a tabulate table (github, plain, ...); `empty` when there are none."""
+def rows_text(rows: list[dict[str, Any]], fmt: str = "github", empty: str = "(no results)", keep: int = 1) -> str:
+    """Rows of dicts as text: json, csv, or a tabulate table (github, plain, ...) fitting textwidth.width() (split by
+    columns, each part repeating the first `keep`); `empty` when there are none."""
     if fmt == "json":
         return json.dumps(rows, indent=1)
     if not rows:
@@ -288,4 +290,5 @@ def rows_text(rows: list[dict[str, Any]], fmt: str = "github", empty: str = "(no
         writer.writeheader()
         writer.writerows(rows)
         return out.getvalue().rstrip("\n")
-    return tabulate(rows, headers="keys", tablefmt=fmt, disable_numparse=True)
+    headers = list(dict.fromkeys(k for r in rows for k in r))
+    return textwidth.table(headers, [[r.get(k, "") for k in headers] for r in rows], fmt, keep)

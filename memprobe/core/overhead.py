@@ -234,7 +234,7 @@ def overhead_from_files(paths: Sequence[str | Path]) -> Override:
     if missing:
         raise OverheadError(f"--overhead-from: {', '.join(missing)} does not exist")
     results = load_results([Path(p) for p in paths], strict_files=False)
-    results.sort(key=lambda item: item[1].created, reverse=True)  # the newest measurement first
+    results.sort(key=lambda item: item[1].created_at, reverse=True)  # the newest measurement first
     catalog = default_catalog()
     for path, result in results:
         for p in result.precisions.values():

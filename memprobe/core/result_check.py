@@ -1,181 +1,364 @@
-"""Check the types and ranges of every result-file field the tools read, before a ScanResult is built. No torch.
+"""Check every result-file field the tools read (type, range, known words, dates, b* <= B), before a ScanResult is built.
 
-A file written by hand, by another tool or by a broken memprobe can hold anything; the readers (report, guide,
-predict --compare, the overhead table) trust a ScanResult. `problem(data)` says the first field that is wrong,
-naming it ("precisions.fp16.max_batch must be an integer >= 0 or null, got 'lots'"), or None.
+No torch. A file written by hand, by another tool or by a broken memprobe can hold anything; the readers (report,
+guide, plan --results, predict --compare, the overhead table, charts) trust a ScanResult. `problem(data)` says the
+first field that is wrong, naming it ("precisions.fp16.max_batch must be an integer >= 0 or null, got 'lots'"), or
+None. The rules are core/field_rules.py's; the fields are those of the records in core/records.py,
+core/memory_model.py, core/breakdown.py and core/frontier.py, and what compare/ and plan/ read from settings.
 """
 
 from __future__ import annotations
 
-import math
-from functools import partial
-from typing import Any, Callable
+from typing import Any
 
-Check = Callable[[Any], bool]
-_SHOWN = 40  # characters of a bad value quoted in a message
+from memprobe.core.catalog import PRECISIONS
+from memprobe.core.field_rules import (
+    BOOL,
+    DATE,
+    INT,
+    LABEL,
+    NUM,
+    TEXT,
+    List,
+    Map,
+    OneOf,
+    Rule,
+    shape_problem,
+    shown,
+)
+from memprobe.core.outcomes import OUTCOMES
+from memprobe.core.registry import UNITS
 
+# Bounds past which a figure is a typo or an edited file, never a measurement: a batch (or a searched sequence
+# length) as the scan and predict take it (cli/checks.MAX_BATCH and MAX_SEQ_LEN), bytes of one card (1 PiB),
+# a rate (a trillion samples/s), seconds (a year), a count of steps or trials.
+BATCH_MAX = 1 << 20
+BYTES_MAX = 1 << 50
+RATE_MAX = 1e12
+SECONDS_MAX = 3.2e7
+COUNT_MAX = 1 << 20
 
-def _int(minimum: int | None = 0, null: bool = True) -> tuple[Check, str]:
-    def ok(v: Any) -> bool:
-        if v is None:
-            return null
-        return isinstance(v, int) and not isinstance(v, bool) and (minimum is None or v >= minimum)
+BATCH, BATCH1 = INT(0, BATCH_MAX), INT(1, BATCH_MAX)
+BYTES, BYTES1, SIGNED_BYTES = INT(0, BYTES_MAX), INT(1, BYTES_MAX), INT(-BYTES_MAX, BYTES_MAX)
+RATE, SECONDS, COUNT = NUM(0, RATE_MAX), NUM(0, SECONDS_MAX), INT(0, COUNT_MAX)
+FLOPS = NUM(0, 1e21)  # FLOPs per sample: a trillion-parameter model at a million tokens is 6e18
+MAP0, LIST = Map(), List()
+CURVE_OUTCOMES = (*OUTCOMES, "skipped")
+PRECISION_STATUSES = ("pending", "done", "error", "interrupted")
+FILE_STATUSES = ("partial", "complete", "failed")
+STOPS = ("", "edge", "nothing-fits", "cap", "trial-limit", "error", "user-error", "interrupted")
+MODES = ("train", "infer")
+STRATEGIES = ("ddp", "fsdp")
 
-    bound = f" >= {minimum}" if minimum is not None else ""
-    return ok, f"an integer{bound}" + (" or null" if null else "")
-
-
-def _num(minimum: float | None = 0, null: bool = True) -> tuple[Check, str]:
-    def ok(v: Any) -> bool:
-        if v is None:
-            return null
-        return (
-            isinstance(v, (int, float))
-            and not isinstance(v, bool)
-            and math.isfinite(v)
-            and (minimum is None or v >= minimum)
-        )
-
-    bound = f" >= {minimum:g}" if minimum is not None else ""
-    return ok, f"a number{bound}" + (" or null" if null else "")
-
-
-def _of(kind: type, null: bool = False) -> tuple[Check, str]:
-    names = {dict: "a mapping", list: "a list", str: "a string", bool: "true or false"}
-    return (lambda v: (v is None and null) or isinstance(v, kind)), names[kind] + (" or null" if null else "")
-
-
-INT, INT1, NUM, TEXT, TEXT0, MAP, MAP0, LIST = (
-    _int(),
-    _int(1),
-    _num(),
-    _of(str),
-    _of(str, True),
-    _of(dict),
-    _of(dict, True),
-    _of(list),
+STEP_TIME = Map(
+    {k: NUM(0, SECONDS_MAX, null=False) for k in ("median_s", "mean_s", "min_s", "max_s", "p10_s", "p90_s", "stdev_s")},
+    required=("median_s",),
+)
+TIMED = Map(
+    {
+        "batch": BATCH1,
+        "outcome": OneOf(OUTCOMES),
+        "warmup_steps": COUNT,
+        "continued_from_trial": BOOL(),
+        "first_step_seconds": SECONDS,
+        "warmup_step_seconds": SECONDS,
+        "timed_steps_cut_from": COUNT,
+        "peak_allocated": BYTES,
+        "peak_reserved": BYTES,
+        "step_time": STEP_TIME,
+        "unit": OneOf(UNITS),
+        "units_per_step": NUM(0, BATCH_MAX * BATCH_MAX),
+        "samples_per_s": RATE,
+        "units_per_s": RATE,
+        "flops_per_sample": FLOPS,
+        "achieved_tflops": NUM(0, 1e9),
+        "peak_tflops": NUM(0, 1e9),
+        "mfu": NUM(0, 2),  # over 1 only where FLOPs were over-counted; past 2 a typo
+        "mfu_note": TEXT(null=True),
+        "compile_seconds": SECONDS,
+        "error": TEXT(null=True),
+        "failed_at_step": COUNT,
+    }
+)
+ATTEMPT = Map(
+    {
+        "batch": INT(0, BATCH_MAX, null=False),
+        "outcome": OneOf(OUTCOMES, null=False),
+        "peak_allocated": BYTES,
+        "peak_reserved": BYTES,
+        "seconds": NUM(0, SECONDS_MAX, null=False),
+        "message": TEXT(null=True),
+        "fresh": BOOL(),
+        "steps": COUNT,
+        "wall_seconds": SECONDS,
+        "loss_scale": NUM(0, 1e308),
+        "done_at_s": SECONDS,
+        "timed_steps": COUNT,
+        "trial_fit": BOOL(),
+        "oom": MAP0,
+    },
+    null=False,
+    required=("batch", "outcome"),
+)
+CURVE_POINT = Map(
+    {
+        "batch": INT(1, BATCH_MAX, null=False),
+        "outcome": OneOf(CURVE_OUTCOMES),
+        "fresh": BOOL(),
+        "samples_per_s": RATE,
+        "units_per_s": RATE,
+        **{k: SECONDS for k in ("step_median_s", "step_p10_s", "step_p90_s", "first_step_s", "warmup_step_s")},
+        **{k: SECONDS for k in ("wall_seconds", "process_s", "estimated_s")},
+        "timed_steps": COUNT,
+        "peak_allocated": BYTES,
+        "peak_reserved": BYTES,
+        "phase": LABEL(null=True),
+        "error": TEXT(null=True),
+    },
+    null=False,
+    required=("batch",),
+)
+PAIR = Map({"fits": BATCH, "fails": BATCH})
+PROOF = Map(
+    {
+        "fits": BATCH,
+        "fails": BATCH,
+        "fail_outcome": OneOf(OUTCOMES),
+        "agreed": BOOL(),
+        "verified": BOOL(),
+        "checks": List(ATTEMPT),
+        "search": PAIR,
+        "in_process": PAIR,
+        "reused_from_search": List(BATCH),
+        "fit_check": TEXT(null=True),
+        "seconds": SECONDS,
+        "soak": MAP0,
+        "non_monotone": MAP0,
+    }
+)
+LINE = Map(
+    {
+        "static_bytes": NUM(-BYTES_MAX, BYTES_MAX, null=False),
+        "per_sample_bytes": NUM(-BYTES_MAX, BYTES_MAX, null=False),
+        "basis": LABEL(),
+        "points": COUNT,
+        "max_residual_bytes": NUM(0, BYTES_MAX),
+    },
+    null=False,
+    required=("static_bytes", "per_sample_bytes", "basis", "points"),
+)
+BREAKDOWN = Map(
+    {
+        "batch": BATCH1,
+        "basis": LABEL(),
+        "categories": Map(values=SIGNED_BYTES, keys=LABEL(), null=False),
+        "peak_reserved": BYTES,
+        "peak_allocated": BYTES,
+        "per_sample_bytes": SIGNED_BYTES,
+        "outside_pytorch": SIGNED_BYTES,
+        "top_modules": List(
+            Map({"module": LABEL(), "bytes": INT(0, BYTES_MAX, null=False)}, null=False, required=("module", "bytes"))
+        ),
+        "instrument": TEXT(),
+        "seconds": SECONDS,
+        "device": TEXT(),
+        "note": TEXT(),
+    },
+    required=("batch", "categories", "peak_reserved", "peak_allocated"),
+)
+TASK = Map(
+    {
+        "units_per_sample": NUM(1e-9, BATCH_MAX),
+        "tokens_per_sample": NUM(0, BATCH_MAX),
+        "flops_per_sample": FLOPS,
+        "parameters": INT(0, 1 << 50),
+    }
+)
+PRECISION_SETTINGS = Map(
+    {
+        "task": TASK,
+        "flops_per_sample": FLOPS,
+        "nothing_fits": Map({"need_bytes": BYTES}),
+        "scaling": Map(
+            {
+                "per_gpu_batch": BATCH1,
+                "units_per_s_1": RATE,
+                "units_per_s_n": RATE,
+                "speedup": NUM(0, 1e6),
+                "efficiency": NUM(0, 1e3),
+                "unit": OneOf(UNITS),
+            }
+        ),
+    }
+)
+PRECISION = Map(
+    {
+        "precision": OneOf(PRECISIONS),
+        "status": OneOf(PRECISION_STATUSES, null=False),
+        "max_batch": BATCH,
+        "stop": OneOf(STOPS, null=False),
+        "proof": Map(PROOF.fields, null=False),
+        "attempts": List(ATTEMPT),
+        "memory_model": Map(values=LINE, keys=LABEL(), null=False),
+        "capacity_bytes": BYTES1,
+        "settings": Map(PRECISION_SETTINGS.fields, null=False),
+        "search_seconds": SECONDS,
+        "throughput": TIMED,
+        "extra_batches": List(Map(TIMED.fields, null=False)),
+        "error": TEXT(),
+        "curve": List(CURVE_POINT),
+        "best_batch": BATCH1,
+        "best_samples_per_s": RATE,
+        "best_units_per_s": RATE,
+        "curve_seconds": SECONDS,
+        "knee_batch": BATCH1,
+        "knee_after_batch": BATCH1,
+        "knee_drop": NUM(-1, 0),  # the fall: after's samples/s over before's, minus 1
+        "breakdown": BREAKDOWN,
+    },
+    null=False,
+)
+FRONTIER_POINT = Map(
+    {
+        "kind": OneOf(("batch_at_seq", "seq_at_batch"), null=False),
+        "fixed": INT(1, BATCH_MAX, null=False),
+        "status": OneOf(("measured", "predicted", "skipped", "error"), null=False),
+        "found": BATCH,
+        "fails": BATCH,
+        "verified": BOOL(null=False),
+        "seconds": SECONDS,
+        "file": TEXT(),
+        "note": TEXT(),
+    },
+    null=False,
+    required=("kind", "fixed", "status"),
+)
+FRONTIER = Map(
+    {
+        "precision": OneOf(PRECISIONS, null=False),
+        "source": OneOf(("measured", "predicted"), null=False),
+        "budget_s": SECONDS,
+        "points": List(FRONTIER_POINT),
+        "notes": List(TEXT()),
+    },
+    null=False,
+    required=("precision", "source"),
+)
+DISTRIBUTED = Map(
+    {"world_size": INT(1, COUNT_MAX), "strategy": OneOf(STRATEGIES), "interconnect": Map({"summary": LABEL(True)})}
+)
+PARAMS = Map(
+    {
+        "axis": OneOf(("batch", "seq_len")),
+        "batch": BATCH1,
+        "seq_len": BATCH1,
+        "lora": INT(1, 1 << 16),
+        "checkpointing": BOOL(),
+    },
+    keys=LABEL(),
+    null=False,
+)
+WORKLOAD = Map(
+    {
+        "name": LABEL(),
+        "family": LABEL(),
+        "version": INT(0, 1 << 16),
+        "unit": OneOf(UNITS, null=False),
+        "params": PARAMS,
+        "optimizer": MAP0,
+        "description": TEXT(null=True),
+    },
+    null=False,
+    required=("name",),
+)
+GPU = Map(
+    {"name": LABEL(), "total_bytes": BYTES1, "emulated_total_bytes": BYTES1},
+    null=False,
+    required=("name",),
+)
+TOP = Map(
+    {
+        "workload": WORKLOAD,
+        "environment": Map({"gpu": GPU, "distributed": DISTRIBUTED, "versions": MAP0}, null=False),
+        "settings": Map(
+            {
+                "mode": OneOf(MODES),
+                "world_size": INT(1, COUNT_MAX),
+                "strategy": OneOf(STRATEGIES),
+                "max_batch": BATCH1,
+            },
+            null=False,
+        ),
+        "precisions": Map(keys=OneOf(PRECISIONS, null=False), null=False),
+        "status": OneOf(FILE_STATUSES, null=False),
+        "created": DATE,
+        "frontier": Map(keys=OneOf(PRECISIONS, null=False), values=FRONTIER),
+    },
+    null=False,
+    required=("workload", "environment", "precisions"),
 )
 
-# Per precision: the fields report, guide, charts, predict --compare and the overhead table read.
-PRECISION = {
-    "status": TEXT,
-    "max_batch": INT,
-    "stop": TEXT,
-    "proof": MAP,
-    "attempts": LIST,
-    "memory_model": MAP,
-    "capacity_bytes": _int(1),
-    "settings": MAP,
-    "search_seconds": NUM,
-    "throughput": MAP0,
-    "extra_batches": LIST,
-    "error": TEXT,
-    "curve": LIST,
-    "best_batch": INT1,
-    "best_samples_per_s": NUM,
-    "best_units_per_s": NUM,
-    "curve_seconds": NUM,
-}
-ATTEMPT = {"batch": _int(0, null=False), "outcome": TEXT, "peak_allocated": INT, "peak_reserved": INT, "message": TEXT0}
-CURVE_POINT = {"batch": _int(1, null=False), "samples_per_s": NUM, "units_per_s": NUM}
-TIMED = {
-    "samples_per_s": NUM,
-    "units_per_s": NUM,
-    "outcome": TEXT,
-    "mfu": NUM,
-    "flops_per_sample": NUM,
-    "utilization": MAP0,
-}
-LINE = {"static_bytes": _num(None), "per_sample_bytes": _num(None)}
-PROOF = {"fits": INT, "fails": INT, "checks": LIST, "search": MAP0, "in_process": MAP0}
-GPU = {"name": TEXT, "total_bytes": _int(1), "emulated_total_bytes": _int(1)}
-TOP = {"workload": MAP, "environment": MAP, "settings": MAP, "precisions": MAP, "status": TEXT, "created": TEXT}
+
+METRIC = Map({"mean": NUM(0, 1e15, null=False), "max": NUM(0, 1e15, null=False)})  # null: never sampled (no NVML)
 
 
-def _shown(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= _SHOWN else text[:_SHOWN] + "..."
-
-
-def _fields(data: dict, spec: dict[str, tuple[Check, str]], where: str) -> str | None:
-    for key, (ok, what) in spec.items():
-        if key in data and not ok(data[key]):
-            return f"{where}{key} must be {what}, got {_shown(data[key])}"
-    return None
-
-
-def _each(items: list, spec: dict[str, tuple[Check, str]], where: str) -> str | None:
-    for i, item in enumerate(items):
-        if not isinstance(item, dict):
-            return f"{where}[{i}] must be a mapping, got {_shown(item)}"
-        found = _fields(item, spec, f"{where}[{i}].")
+def _utilization(value: Any, where: str) -> str | None:
+    """A timed run's utilization: sample count and interval, and per metric its mean and max."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        return f"{where} must be a mapping or null, got {shown(value)}"
+    for key, item in value.items():
+        rule: Rule = METRIC if key not in ("samples", "interval_s") else NUM(0, SECONDS_MAX)
+        found = rule.problem(item, f"{where}.{key}")
         if found:
             return found
     return None
 
 
-def _memory_line(where: str, line: Any) -> str | None:
-    """What is wrong with one memory_model line (None: nothing)."""
-    return (
-        f"{where} must be a mapping, got {_shown(line)}"
-        if not isinstance(line, dict)
-        else _fields(line, LINE, f"{where}.")
-    )
-
-
-def _precision(name: str, p: dict) -> str | None:
-    where = f"precisions.{name}."
-    found = _fields(p, PRECISION, where)
-    if found:
-        return found
-    from memprobe.core.results import PRECISION_STATUSES
-
-    if p.get("status", "pending") not in PRECISION_STATUSES:
-        return f"{where}status must be one of {', '.join(PRECISION_STATUSES)}, got {_shown(p.get('status'))}"
-    checks: list[Callable[[], str | None]] = [
-        lambda: _each(p.get("attempts") or [], ATTEMPT, f"{where}attempts"),
-        lambda: _each(p.get("curve") or [], CURVE_POINT, f"{where}curve"),
-        lambda: _each(p.get("extra_batches") or [], {"batch": _int(0, null=False)}, f"{where}extra_batches"),
-        lambda: _fields(p.get("throughput") or {}, TIMED, f"{where}throughput."),
-        lambda: _fields(p.get("proof") or {}, PROOF, f"{where}proof."),
-        lambda: _each((p.get("proof") or {}).get("checks") or [], ATTEMPT, f"{where}proof.checks"),
-    ]
-    for key, line in (p.get("memory_model") or {}).items():
-        checks.append(partial(_memory_line, f"{where}memory_model.{key}", line))
-    for check in checks:
-        found = check()
-        if found:
-            return found
+def _edges(where: str, p: dict[str, Any]) -> str | None:
+    """The rules between a precision's fields: B agrees with its proof, b*, the knee and the curve lie within B."""
+    batch, proof = p.get("max_batch"), p.get("proof") or {}
+    if p.get("status") == "done" and batch is None:
+        return f"{where}max_batch is null, but the precision's status is done"
+    if proof.get("fits") is not None and batch != proof["fits"]:
+        return f"{where}max_batch ({shown(batch)}) is not the proof's fitting batch (proof.fits {proof['fits']})"
+    if proof.get("fits") is not None and proof.get("fails") is not None and proof["fails"] <= proof["fits"]:
+        return f"{where}proof.fails ({proof['fails']}) must be above proof.fits ({proof['fits']})"
+    within = [("best_batch", p.get("best_batch")), ("knee_batch", p.get("knee_batch"))]
+    within += [("knee_after_batch", p.get("knee_after_batch"))]
+    within += [(f"curve[{i}].batch", c.get("batch")) for i, c in enumerate(p.get("curve") or [])]
+    for name, value in within:
+        if value is not None and (batch is None or value > batch):
+            return f"{where}{name} ({value}) must be at most the max batch B ({shown(batch)})"
+    knee, after = p.get("knee_batch"), p.get("knee_after_batch")
+    if (knee is None) != (after is None) or (knee is not None and after <= knee):
+        return f"{where}knee_after_batch ({shown(after)}) must follow knee_batch ({shown(knee)})"
+    if p.get("precision") is not None and where != f"precisions.{p['precision']}.":
+        return f"{where}precision says {shown(p['precision'])}, not the precision it is filed under"
     return None
 
 
 def problem(data: dict) -> str | None:
-    """The first field of a result file's data (schema already checked) whose type or range is wrong, or None."""
-    found = _fields(data, TOP, "")
+    """The first field of a result file's data (schema already checked) whose type, range or relation to another
+    field is wrong, or None. Never raises."""
+    found = shape_problem(data) or TOP.problem(data, "")
     if found:
         return found
-    for key in ("workload", "environment"):
-        if key not in data:
-            return f"'{key}' is missing"
-    workload = data["workload"]
-    if not isinstance(workload.get("name"), str) or not workload.get("name"):
-        return f"workload.name must be a non-empty string, got {_shown(workload.get('name'))}"
-    found = _fields(workload, {"unit": TEXT, "params": MAP, "family": TEXT}, "workload.")
-    found = found or _fields(data["environment"], {"gpu": MAP, "versions": MAP, "distributed": MAP0}, "environment.")
-    found = found or _fields(data["environment"].get("gpu") or {}, GPU, "environment.gpu.")
-    found = found or _fields(
-        data.get("settings") or {}, {"mode": TEXT, "world_size": INT1, "strategy": TEXT0}, "settings."
-    )
-    if found:
-        return found
-    from memprobe.core.results import FILE_STATUSES
-
-    if data.get("status", "partial") not in FILE_STATUSES:
-        return f"status must be one of {', '.join(FILE_STATUSES)}, got {_shown(data.get('status'))}"
+    measured = [
+        name for name, p in data["precisions"].items() if isinstance(p, dict) and p.get("max_batch") is not None
+    ]
+    if measured and "gpu" not in data["environment"]:  # a scan that failed before it read its device has none
+        return f"environment.gpu is missing, but precisions.{measured[0]} has a max batch: on what card is unknown"
     for name, p in data["precisions"].items():
+        where = f"precisions.{name}."
         if not isinstance(p, dict):
-            return f"precision {_shown(name)} is not a mapping"
-        found = _precision(str(name), p)
+            return f"precision {shown(name)} is not a mapping"
+        found = (
+            PRECISION.problem(p, where.rstrip("."))
+            or _utilization((p.get("throughput") or {}).get("utilization"), f"{where}throughput.utilization")
+            or _edges(where, p)
+        )
         if found:
             return found
     return None

@@ -14,10 +14,13 @@ from pathlib import Path
 from typing import Any, Callable
 
 from memprobe.core.breakdown import Breakdown, BreakdownError
+from memprobe.core.field_rules import parse_date
 from memprobe.core.inputs import read_text
 from memprobe.core.memory_model import Attempt, MemoryModel
 from memprobe.core.outcomes import FIT
 from memprobe.core.records import Check, CurvePoint, Proof, Timed
+from memprobe.core.result_check import FILE_STATUSES as FILE_STATUSES  # the statuses, re-exported
+from memprobe.core.result_check import PRECISION_STATUSES as PRECISION_STATUSES
 from memprobe.core.result_check import problem
 
 SCHEMA = "memprobe.scan"
@@ -39,9 +42,6 @@ class ResultFileError(ValueError):
 def _shown(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 40 else text[:40] + "..."
-
-
-PRECISION_STATUSES = ("pending", "done", "error", "interrupted")
 
 
 @dataclass
@@ -172,6 +172,15 @@ class ScanResult:
         timed = first.throughput if first else None
         return timed.samples_per_s if timed is not None and timed.outcome == FIT else None
 
+    @property
+    def created_at(self) -> datetime:
+        """When the scan was made, as a date (`created` parsed; a file that records none sorts first): the one way
+        results are compared by age, never `created` as text."""
+        try:
+            return parse_date(self.created)
+        except (TypeError, ValueError):
+            return datetime.min.replace(tzinfo=timezone.utc)
+
     def gpu_name(self, unknown: str = "?") -> str:
         """The name of the GPU the scan ran on (an emulated card's label under --memory-cap), or `unknown` when
         the file records none: the one place a result's GPU name is read."""
@@ -218,9 +227,6 @@ class ScanResult:
 # `complete` when every precision finished and at least one found a max batch, `failed` when every
 # precision ended in an error (no max batch was found at all). Files from before `failed` existed may
 # say `complete` for such a scan; `effective_status` reads them honestly.
-FILE_STATUSES = ("partial", "complete", "failed")
-
-
 def final_status(precisions: dict[str, PrecisionResult]) -> str:
     """The status of a scan whose precisions all finished: failed when every one ended in error (or none
     ran), else complete."""
@@ -274,6 +280,8 @@ def read_result(path: str | Path) -> ScanResult:
         raise ResultFileError(f"{path}: cannot read ({exc.strerror or exc})") from exc
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ResultFileError(f"{path}: not a JSON file ({exc})") from exc
+    except RecursionError:  # json's parser recurses per nesting level; no result file nests more than a few
+        raise ResultFileError(f"{path}: not a memprobe result file (its JSON nests too deeply to read)") from None
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
         raise ResultFileError(f"{path}: not a memprobe result file (no '{SCHEMA}' schema field)")
     version = data.get("schema_version")
@@ -311,20 +319,39 @@ def find_result_files(paths: list[str | Path]) -> list[Path]:
 def load_results(
     paths: list[str | Path], on_skip: Callable[[ResultFileError], None] | None = None, strict_files: bool = True
 ) -> list[tuple[Path, ScanResult]]:
-    """(path, result) for every result file in `paths` (files, and folders searched recursively).
+    """(path, result) for every result file in `paths` (files, and folders searched recursively), in one order
+    whatever the order of `paths` (result_order), each file once however often it is named.
 
     A .json under a folder that is not a result file (e.g. a benchmark's output) is skipped and passed
-    to `on_skip`. A file named explicitly must be a result file: ResultFileError, unless
-    `strict_files` is False, when it is skipped the same way.
+    to `on_skip`, in the order of the files' paths. A file named explicitly must be a result file: ResultFileError
+    (the first such file by path), unless `strict_files` is False, when it is skipped the same way.
     """
     loaded: list[tuple[Path, ScanResult]] = []
+    failed: list[tuple[str, bool, ResultFileError]] = []
+    seen: set[Path] = set()
     for arg in map(Path, paths):
         for path in find_result_files([arg]):
+            real = path.resolve()
+            if real in seen:
+                continue
+            seen.add(real)
             try:
                 loaded.append((path, read_result(path)))
             except ResultFileError as exc:
-                if strict_files and not arg.is_dir():
-                    raise
-                if on_skip is not None:
-                    on_skip(exc)
-    return loaded
+                failed.append((str(path), strict_files and not arg.is_dir(), exc))
+    failed.sort(key=lambda f: f[0])
+    for _path, strict, error in failed:
+        if strict:
+            raise error
+    for _path, _strict, error in failed:
+        if on_skip is not None:
+            on_skip(error)
+    return sorted(loaded, key=result_order)
+
+
+def result_order(item: tuple[Path, ScanResult]) -> tuple[str, str, str, datetime, str, str]:
+    """The order results are read in, so that no command's answer depends on the order its inputs were given in:
+    by GPU, workload, mode, then oldest first (where a command keeps the newest, a tie goes to the later path)."""
+    path, result = item
+    name, mode = str(result.workload.get("name", "")), str(result.settings.get("mode", "train"))
+    return result.gpu_name(), name, mode, result.created_at, path.name, str(path)

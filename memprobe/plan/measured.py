@@ -83,7 +83,7 @@ def measured(
     """The setting's Capacity from the newest finished result of it on `card` (on `gpus` GPUs under `how`), or None
     when there is none."""
     found = [
-        (result.created, path, result, result.precisions[setting.levers.precision])
+        (result.created_at, path, result, result.precisions[setting.levers.precision])
         for path, result in loaded
         if setting.levers.precision in result.precisions
         and on_card(result, card, catalog, gpus, how)

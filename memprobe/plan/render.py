@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 from memprobe.compare.tables import rows_text
+from memprobe.core import textwidth
 from memprobe.core.plan import Plan, PlanRow
 from memprobe.core.units import gib
 
@@ -53,6 +54,6 @@ def render_plan(plan: Plan, fmt: str = "github") -> str:
         [
             head,
             rows_text([_shown(r) for r in plan.rows], fmt, empty="(no settings)"),
-            "\n".join(bullet + n for n in plan.notes),
+            textwidth.notes_text(plan.notes, bullet, "  " if fmt == "github" else "    "),
         ]
     )
