@@ -43,6 +43,9 @@ class Workspace:
                 return b * h * m128 * 4
             return b * m128 * h * (_round_up(k, 32) if k <= 192 else 256) * 4
         if self.op == _EFFICIENT_BACKWARD:
+            if self.index == 3:  # half types: the query gradient accumulated in fp32, and per-head counters
+                b, h, m, k = self.dims
+                return 4 * b * h * _round_up(m, 128) * k + 64 * b * h
             size = 4
             for d in self.dims:
                 size *= d
@@ -71,7 +74,10 @@ def kernel_workspaces(func, args: tuple, out: Any) -> list[Workspace]:
     - flash attention backward (flash_api.cpp mha_bwd): softmax_d (B, H, round128(M)) fp32 and
       dq_accum (B, round128(M), H, round32(K)) fp32;
     - memory-efficient attention backward (attention_backward.cu): for fp32, where the kernel does not
-      compute delta itself, (grad_out.float() * out.float()) (B, M, H, K) and its sum (B, H, M) fp32;
+      compute delta itself, (grad_out.float() * out.float()) (B, M, H, K) and its sum (B, H, M) fp32; for fp16 and
+      bf16, delta (B, H, M) fp32 and the kernel's workspace, the query gradient accumulated in fp32 (B, H,
+      round128(M), K) and 16 fp32 counters per (batch, head) (measured on an H200 with torch 2.11 by
+      benchmarks/trace_diff.py: beit_base_patch16_224 bf16, M = 197, K = 64: 18,912 and 1,574,400 bytes at batch 2);
     - cuDNN attention backward (cudnn/MHA.cpp asks the caching allocator for the plan's workspace each call):
       measured with torch 2.11 and cuDNN 9.19 on an H200 (benchmarks/trace_diff.py, bart-large, roberta-large,
       gpt2-medium and a Mixtral-style model): a query-gradient accumulator (B, H, M, K) fp32, the softmax
@@ -83,9 +89,11 @@ def kernel_workspaces(func, args: tuple, out: Any) -> list[Workspace]:
         return [Workspace(_FLASH_BACKWARD, 0, dims), Workspace(_FLASH_BACKWARD, 1, dims)]
     if func is aten._scaled_dot_product_efficient_attention_backward.default:
         q, out_t = args[1], args[5]
+        b, h, m, k = q.shape
         if q.dtype == torch.float32:  # kKernelComputesDelta is false for fp32 kernels
-            b, h, m, _ = q.shape
             return [Workspace(_EFFICIENT_BACKWARD, 0, tuple(out_t.shape)), Workspace(_EFFICIENT_BACKWARD, 1, (b, h, m))]
+        # half types: output_t is not the fp32 accumulator, so the query gradient is accumulated in the workspace
+        return [Workspace(_EFFICIENT_BACKWARD, 2, (b, h, m)), Workspace(_EFFICIENT_BACKWARD, 3, (b, h, m, k))]
     if func is aten._scaled_dot_product_cudnn_attention_backward.default:
         q, k, v = args[1], args[2], args[3]
         b, h, m, d = q.shape
