@@ -293,8 +293,14 @@ def predict_one(job_name: str, result_path: Path, card: str) -> dict[str, Any]:
     scanned = read_result(result_path)
     size = tuple(int(v) for v in entry.input_size.split(",")) if entry.input_size else None
     workload = resolve(entry.model, CustomOptions(size, None, entry.task, entry.seq_len))
+    from memprobe.predict.summary import MemorySize, run_capacity
+
     asked = read_sizes(None, card)
     sizes = memory_sizes(asked.labels, asked.cards)
+    scanned_precision = scanned.precisions.get("bf16" if kind == "gpus2" else precision)
+    at_scan = run_capacity(scanned_precision) if scanned_precision is not None else None
+    if at_scan:  # the scan's own capacity (less the run overhead), as `--compare` replays it, without its rows
+        sizes.append(MemorySize("scan", scanned_precision.capacity_bytes, at_scan, "the scan's capacity"))
     out: dict[str, Any] = {"job": job_name, "card": card, "result_file": str(result_path.resolve().relative_to(ROOT))}
     world = None
     precisions = [precision]
@@ -314,7 +320,6 @@ def predict_one(job_name: str, result_path: Path, card: str) -> dict[str, Any]:
             world=world,
             mode="infer" if kind == "infer" else "train",
             workers=cores(),
-            compare_with=(str(result_path), scanned),
         )
     except Exception as exc:  # noqa: BLE001 - a failure is a field of the result, the zoo goes on
         out.update(error=f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:400])
@@ -326,9 +331,9 @@ def predict_one(job_name: str, result_path: Path, card: str) -> dict[str, Any]:
     safe = getattr(p, "safe_max_batch", None)
     if safe:
         out["predicted_safe"] = safe.get(sizes[0].label)
-    for edge in got.max_batch_comparison:
-        out["predicted_at_capacity"] = edge.predicted
-        out["capacity_bytes"] = edge.capacity_bytes
+    if at_scan:
+        out["predicted_at_capacity"] = p.max_batch["scan"]
+        out["capacity_bytes"] = at_scan
     out["measured"] = scanned.precisions[precisions[0]].max_batch if precisions[0] in scanned.precisions else None
     out["notes"] = [n for n in got.notes if not n.startswith("time:")]
     return out

@@ -61,6 +61,15 @@ def test_cap_is_b_star_or_the_knee_whichever_is_smaller():
     assert micro_cap(cap(source=PREDICTED, best_batch=None))[0] == 100
 
 
+def test_a_predicted_row_recommends_the_safe_batch_and_says_so():
+    got, why = micro_cap(cap(source=PREDICTED, safe_batch=97, safe_how="1% of the usable memory left"))
+    assert got == 97 and "safe batch (predicted, 1% of the usable memory left; B 100 predicted" in why
+    # a measured row has its own proof: no margin taken off it
+    assert micro_cap(cap(safe_batch=97))[0] == 100
+    row = plan_row(cap(source=PREDICTED, safe_batch=97, peaks={97: 900}), None)
+    assert (row.max_micro_batch, row.micro_batch, row.headroom_bytes) == (100, 97, 100)
+
+
 def test_throughput_only_where_timed_at_that_micro_batch():
     row = plan_row(cap(best_batch=50, timed={50: 500.0}), 100)
     assert (row.micro_batch, row.accumulation_steps, row.samples_per_s) == (50, 2, 500.0)

@@ -63,6 +63,10 @@ class Capacity:
     unit: str = "samples"
     origin: str = ""  # the result file, or how it was predicted
     note: str = ""  # what the row must say of B: a predicted B at predict's search cap, or what batch 1 needs
+    # Predicted rows: the largest batch predicted to fit with a margin of the memory left (predict's safe batch),
+    # the one the plan recommends, and the margin in words.
+    safe_batch: int | None = None
+    safe_how: str = ""
 
 
 @dataclass
@@ -125,7 +129,8 @@ def check_global_batch(global_batch: int | None, most: int | None = MAX_GLOBAL_B
 
 
 def micro_cap(c: Capacity) -> tuple[int, str]:
-    """The largest micro-batch the plan recommends, and why: min(b*, knee) where measured with a curve, else B."""
+    """The largest micro-batch the plan recommends, and why: min(b*, knee) where measured with a curve, else B; a
+    predicted row's safe batch where predict gave one below B (the predicted edge can be a little high)."""
     if c.source == MEASURED and c.best_batch:
         if c.knee_batch and c.knee_batch < c.best_batch:
             return min(c.knee_batch, c.max_batch), f"knee {c.knee_batch} (b* {c.best_batch} is past it)"
@@ -133,6 +138,8 @@ def micro_cap(c: Capacity) -> tuple[int, str]:
         return min(c.best_batch, c.max_batch), f"b* {c.best_batch}{knee}"
     if c.source == MEASURED:
         return c.max_batch, "B (no throughput curve in the result)"
+    if c.safe_batch is not None and c.safe_batch < c.max_batch:
+        return max(1, c.safe_batch), f"safe batch (predicted, {c.safe_how}; B {c.max_batch} predicted, no curve)"
     return c.max_batch, "B (predicted; no curve)"
 
 

@@ -8,7 +8,7 @@ import textwrap
 
 from memprobe.core.units import gib
 from memprobe.predict.batch_model import MAX_SEARCH_BATCH
-from memprobe.predict.summary import Prediction
+from memprobe.predict.summary import SAFE_MARGIN, Prediction
 
 
 def _pct(pred: float | None, meas: float | None) -> str:
@@ -28,9 +28,12 @@ def _per_sample(nbytes: float) -> str:
     return f"{value:.{1 - math.floor(math.log10(value))}f}"  # 0.00032, 0.0000021: two digits that are not 0
 
 
-def _cell(found: int, capped: bool) -> str:
-    """A predicted max batch; one the search stopped at (its cap) says so: the real one is that or more."""
-    return f"{found}+ (cap)" if capped else str(found)
+def _cell(found: int, capped: bool, safe: int | None = None) -> str:
+    """A predicted max batch, and the safe one beside it where it is smaller; one the search stopped at (its cap)
+    says so: the real one is that or more."""
+    if capped:
+        return f"{found}+ (cap)"
+    return f"{found} (safe {safe})" if safe is not None and safe < found else str(found)
 
 
 def _no_edge_lines(pred: Prediction, cannot_train: dict[str, list[str]], n: str) -> list[str]:
@@ -104,12 +107,19 @@ def render(pred: Prediction, cannot_train: dict[str, list[str]] | None = None) -
     headers = ["precision", "predicted static GiB", f"predicted {per}"] + [
         f"{s.label}: predicted max {'length (tokens)' if lengths else 'batch'}" for s in pred.sizes
     ]
+    any_safe = any(
+        p.safe_max_batch.get(s.label, p.max_batch[s.label]) < p.max_batch[s.label]
+        for p in pred.precisions.values()
+        for s in pred.sizes
+    )
     rows = []
     for name, p in pred.precisions.items():
         m = p.model_reserved
         slope = (f"{m.per_sample_bytes / 2**20:.3f}" if lengths else _per_sample(m.per_sample_bytes)) if m else "-"
         cells = [
-            "-" if name in cannot_train.get(s.label, ()) else _cell(p.max_batch[s.label], s.label in p.capped)
+            "-"
+            if name in cannot_train.get(s.label, ())
+            else _cell(p.max_batch[s.label], s.label in p.capped, p.safe_max_batch.get(s.label))
             for s in pred.sizes
         ]
         rows.append([name, gib(m.static_bytes, 2) if m else "-", slope] + cells)
@@ -117,6 +127,12 @@ def render(pred: Prediction, cannot_train: dict[str, list[str]] | None = None) -
     align = ["left"] + ["right"] * (len(headers) - 1)
     table = tabulate(rows, headers=headers, tablefmt="github", disable_numparse=[2], colalign=align)
     lines += ["", table, ""]
+    if any_safe:
+        lines.append(
+            f"safe: the largest {n} that leaves {SAFE_MARGIN:.0%} of the usable memory unused, the one to run. The max "
+            f"{n} is the best estimate of the edge; on models memprobe was not tuned on it was above the measured one "
+            "in some cases by up to 2% (reports/zoo/accuracy.md)."
+        )
     lines += _no_edge_lines(pred, cannot_train, n)
     lines += [
         f"{label}: cannot train in {', '.join(names)} (they need compute capability 8.0 or newer): no max batch is given."
