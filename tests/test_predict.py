@@ -373,3 +373,16 @@ def test_a_sequence_length_prediction_speaks_of_lengths(run, tmp_path):
     assert "GiB/sample" not in result.stdout and "max batch" not in result.stdout
     # a 2-layer, 64-wide model holds long sequences in 1 GiB: past the search's cap, "65536+ (cap)"
     assert int(table[2].split("|")[-2].split("+")[0]) > 1000
+
+
+def test_a_prediction_names_the_libraries_a_scan_ran_differently():
+    from memprobe.predict.summary import library_versions, version_note
+
+    mine = {"torch": "2.13.0+cpu", "transformers": "5.24.0", "timm": "1.0.29"}
+    same = {"versions": {"torch": "2.13.0", "transformers": "5.24.0", "timm": "1.0.29"}}
+    assert version_note(mine, same) == ""  # torch's build tag is not a difference
+    other = {"versions": {"torch": "2.11.0", "transformers": "5.17.0", "timm": "1.0.29"}}
+    note = version_note(mine, other)
+    assert note.startswith("the scan ran torch 2.11.0 (here 2.13.0+cpu), transformers 5.17.0 (here 5.24.0):")
+    assert version_note(mine, {}) == ""  # an old file without versions: nothing to say
+    assert set(library_versions()) == {"torch", "transformers", "timm"}

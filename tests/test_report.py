@@ -621,3 +621,27 @@ def test_report_scans_keeps_an_inference_scan_apart_from_training():
     infer.settings["mode"] = "infer"
     got = [(r["model"], r["max batch"]) for r in report.scan_rows([train, infer], newest_only=True)]
     assert got == [("toy", 354), ("toy (inference)", 9406)]
+
+
+def test_report_says_when_results_ran_other_library_versions():
+    from memprobe.compare.report import library_notes
+    from memprobe.core.results import ScanResult
+
+    def result(transformers):
+        return ScanResult.from_dict(
+            {
+                "schema": "memprobe.probe.scan",
+                "schema_version": 2,
+                "status": "complete",
+                "created": "2026-11-27T00:00:00",
+                "workload": {"name": "t5"},
+                "environment": {"versions": {"torch": "2.11.0", "transformers": transformers, "timm": "1.0.29"}},
+                "settings": {},
+                "precisions": {},
+            }
+        )
+
+    assert library_notes([result("5.17.0"), result("5.17.0")]) == []
+    (note,) = library_notes([result("5.17.0"), result("5.24.0"), result("5.24.0")])
+    assert "transformers 5.17.0, timm 1.0.29 (1 file); torch 2.11.0, transformers 5.24.0, timm 1.0.29 (2 files)" in note
+    assert "compare like with like" in note

@@ -140,6 +140,31 @@ class Report:
     basis: Any  # compare.curves.Basis: the like-for-like comparison the relative table normalizes
 
 
+LIBRARIES = ("torch", "transformers", "timm")  # their versions change a model's code path, so its memory and speed
+
+
+def library_notes(results: Sequence[ScanResult]) -> list[str]:
+    """A note when the results ran different versions of torch, transformers or timm (environment.versions): a
+    version can change a model's code path, so figures side by side may not be like for like. [] when they agree."""
+    seen: dict[tuple[str, ...], int] = {}
+    for r in results:
+        versions = (r.environment or {}).get("versions")
+        if not isinstance(versions, dict):
+            continue
+        key = tuple(str(versions.get(name, "?")).split("+")[0] for name in LIBRARIES)
+        seen[key] = seen.get(key, 0) + 1
+    if len(seen) < 2:
+        return []
+    sets = "; ".join(
+        ", ".join(f"{name} {v}" for name, v in zip(LIBRARIES, key)) + f" ({n} file{'s' if n > 1 else ''})"
+        for key, n in sorted(seen.items())
+    )
+    return [
+        f"The results ran different library versions: {sets}. A version can change a model's code path and so its "
+        "memory and speed: compare like with like."
+    ]
+
+
 def build_report(
     loaded: Sequence[tuple[Path, ScanResult]],
     reference: str | None = None,
@@ -155,7 +180,7 @@ def build_report(
     basis = like_for_like(comparison, at_batch)
     relative = relative_throughput(basis.comparison, reference)
     relative.basis = basis.label
-    notes = [LEGEND] + comparison.notes + source_notes(comparison)
+    notes = [LEGEND] + comparison.notes + source_notes(comparison) + library_notes([r for _p, r in loaded])
     title = f"memprobe report: {len(loaded)} result file(s)" + (" + published figures" if with_published else "")
     tables = with_basis(report_tables(comparison, relative), basis, comparison)
     return Report(title, notes, tables, comparison, relative, basis)

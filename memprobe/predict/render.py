@@ -101,6 +101,13 @@ def render(pred: Prediction, cannot_train: dict[str, list[str]] | None = None) -
             f"Usable memory = the memory given ({pred.overhead_source}): the CUDA context and the driver's "
             "reservation are not subtracted, so these predictions are optimistic."
         )
+    if pred.versions:
+        lines.append(
+            "Libraries: " + ", ".join(f"{k} {v}" for k, v in pred.versions.items()) + " (their versions can change "
+            "a model's code path and so its memory)."
+        )
+    if pred.version_note:
+        lines.append(f"note: {pred.version_note}.")
     lengths = pred.axis == "seq_len"
     n = "length" if lengths else "batch"
     per = "MiB/token" if lengths else "GiB/sample"

@@ -100,6 +100,8 @@ class Prediction:
     world: str = ""  # "2 GPUs, ddp": the figures are per GPU, for rank 0 of a data-parallel group
     mode: str = "train"  # "infer": forward passes only
     axis: str = "batch"  # "seq_len": n is the sequence length (of `batch` sequences per step), not the batch
+    versions: dict[str, str] = field(default_factory=dict)  # the libraries the trace ran (library_versions)
+    version_note: str = ""  # with a comparison: the libraries the scan ran where they differ from these
 
 
 # The share of the usable memory a safe batch leaves unused. The predicted max batch is the model's best estimate of
@@ -158,6 +160,47 @@ def trial_fit_batches(checks: Sequence[Attempt]) -> list[int]:
     """Batches whose trial fitted in a fresh-process check (the proof's checks of a result file), including those
     whose timed run failed afterwards (Attempt.trial_fitted: the recorded trial_fit, or an old file's message)."""
     return sorted({c.batch for c in checks if c.trial_fitted})
+
+
+LIBRARIES = ("torch", "transformers", "timm")  # their versions change a model's code path, so its memory
+
+
+def library_versions() -> dict[str, str]:
+    """The installed versions of the libraries that decide a model's code path (LIBRARIES), as a scan records
+    them (environment.versions)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {}
+    for name in LIBRARIES:
+        try:
+            out[name] = version(name)
+        except PackageNotFoundError:
+            out[name] = "not installed"
+    return out
+
+
+def version_note(mine: dict[str, str], scan_environment: dict[str, Any]) -> str:
+    """One sentence naming each library whose version the scan (its environment) ran differently from `mine`, or
+    "" when they agree or the scan did not record them. torch's local build tag (+cpu, +cu130) is not a difference."""
+    scanned = scan_environment.get("versions") or {}
+    if not isinstance(scanned, dict):
+        return ""
+
+    def plain(v: Any) -> str:
+        return str(v).split("+")[0]
+
+    differ = [
+        f"{name} {scanned[name]} (here {mine[name]})"
+        for name in LIBRARIES
+        if scanned.get(name) and name in mine and plain(scanned[name]) != plain(mine[name])
+    ]
+    if not differ:
+        return ""
+    return (
+        "the scan ran " + ", ".join(differ) + ": a library version can change a model's code path and its memory "
+        "(T5's attention takes the math path with transformers 5.17 and the memory-efficient one with 5.24); "
+        "compare like with like"
+    )
 
 
 def run_capacity(p) -> int | None:
@@ -338,6 +381,8 @@ def predict(
         "through the allocator model."
     )
     seconds = time.perf_counter() - started
+    versions = library_versions()
+    mismatch = version_note(versions, compare_with[1].environment or {}) if compare_with is not None else ""
     return Prediction(
         workload.name,
         target.name,
@@ -355,6 +400,8 @@ def predict(
         world.label if world is not None else "",
         mode,
         axis_of(workload),
+        versions,
+        mismatch,
     )
 
 
