@@ -47,3 +47,17 @@ def test_a_draw_is_read_the_same_every_time():
         with fake_session(), FakeCudaMode():
             values.append(torch.rand([]).item())
     assert values[0] == values[1] and 0.999 < values[0] < 1.0
+
+
+def _bucket(x: torch.Tensor) -> torch.Tensor:
+    return torch.where(x > 0, x, torch.tensor(0).type_as(x))  # torch.tensor inside: a real tensor under TorchScript
+
+
+def test_functions_a_library_scripts_run_as_python_inside_a_session():
+    """deberta-v2 scripts its position-bucket helpers with @torch.jit.script; the TorchScript interpreter's
+    torch.tensor makes a real tensor that fake tensors refuse, so scripting is off while a model is built."""
+    with fake_session(), FakeCudaMode():
+        scripted = torch.jit.script(_bucket)
+        assert not isinstance(scripted, torch.jit.ScriptFunction)
+        assert scripted(torch.arange(4)).shape == (4,)
+    assert isinstance(torch.jit.script(_bucket), torch.jit.ScriptFunction)  # on again after the session

@@ -42,6 +42,12 @@ def fake_session(target: Target = H100) -> Iterator[tuple[FakeTensorMode, CudaBe
 
     torch.utils.swap_tensors = swap
     restore = _treat_fakes_as_eager() + _deepcopy_in_this_mode() + _quiet_fake_tensor_log()
+    # A function a library scripts (deberta-v2's position buckets: @torch.jit.script) runs in the TorchScript
+    # interpreter, whose torch.tensor(...) makes a real tensor that fake tensors refuse. Scripting is off inside the
+    # session, so a module imported here (transformers imports a model's module when it is first built) keeps its
+    # Python functions: the same ops.
+    jit_was_on = bool(internal("torch.jit._state._enabled"))
+    internal("torch.jit._state.disable")()
     try:
         with CudaBehaviour(target) as behaviour, fake:
             yield fake, behaviour
@@ -49,6 +55,8 @@ def fake_session(target: Target = H100) -> Iterator[tuple[FakeTensorMode, CudaBe
         torch.utils.swap_tensors = original_swap
         for module, name, value in restore:
             setattr(module, name, value)
+        if jit_was_on:
+            internal("torch.jit._state.enable")()
 
 
 def _quiet_fake_tensor_log() -> list[tuple[Any, str, Any]]:

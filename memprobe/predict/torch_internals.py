@@ -35,6 +35,7 @@ _SDPA = "fakecuda: the attention kernel CUDA runs"
 _BWD = "fakecuda/workspaces: the CUDA attention backward and its workspaces"
 _KEY = "fast_fake: the fake tensors' dispatch cache key, built faster"
 _OUT = "fast_fake: the fake tensors' cached outputs, made faster"
+_JIT = "session: torch.jit.script off while a model is built and stepped (TorchScript makes real tensors)"
 # Tested with torch 2.11 (on the GPU machines) and 2.13 (CI).
 _MT = "torch.distributed._tools.mem_tracker"
 _STEP_TRACKER = "training/breakdown: StepTracker, a MemTracker subclass, reads and extends it"
@@ -56,6 +57,9 @@ INTERNALS: tuple[Internal, ...] = (
     Internal("torch.fx.experimental.proxy_tensor.get_proxy_mode", _KEY),
     Internal("torch._C._get_default_device", _KEY),
     Internal("FakeTensor.constant", _KEY),
+    Internal("torch.jit._state.disable", _JIT),
+    Internal("torch.jit._state.enable", _JIT),
+    Internal("torch.jit._state._enabled", _JIT),
     Internal("FakeTensorMode._get_output_tensor_from_cache_entry", _OUT),
     Internal("FakeTensorMode._make_cache_entry", _OUT),
     Internal("FakeTensorMode._output_from_cache_entry", _OUT),
@@ -95,6 +99,8 @@ INTERNALS: tuple[Internal, ...] = (
     Internal("torch.ops.aten._scaled_dot_product_attention_math.default", _SDPA),
     Internal("torch.ops.aten._scaled_dot_product_flash_attention_backward.default", _BWD),
     Internal("torch.ops.aten._scaled_dot_product_efficient_attention_backward.default", _BWD),
+    Internal("torch.ops.aten._scaled_dot_product_cudnn_attention.default", _SDPA),
+    Internal("torch.ops.aten._scaled_dot_product_cudnn_attention_backward.default", _BWD),
     Internal("Tensor._is_view", "fakecuda: autocast caches casts of leaf weights only, as on CUDA"),
     Internal("OpOverload._schema", "fakecuda: where an autocast op takes its dtype"),
     Internal("OpOverload._overloadname", "fakecuda: the fp32_append_dtype autocast ops"),
