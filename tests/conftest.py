@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import importlib.util
 import os
 import sys
 from pathlib import Path
@@ -105,6 +106,38 @@ def run():
         return runner.invoke(main, [str(a) for a in args])
 
     return invoke
+
+
+TESTS = Path(__file__).resolve().parent
+
+
+@pytest.fixture(scope="module")
+def timm_standin():
+    """timm importable in this process for the test module: the real torchvision where it works, else the stand-in
+    (tests/torchvision_standin.py), taken out again after the module. Skips without timm."""
+    from torchvision_standin import forget, install_standin, torchvision_usable
+
+    if importlib.util.find_spec("timm") is None:
+        pytest.skip("timm is not installed")
+    if torchvision_usable():
+        yield
+        return
+    finder = install_standin()
+    try:
+        yield
+    finally:
+        sys.meta_path.remove(finder)
+        forget(("torchvision", "timm"))
+
+
+@pytest.fixture
+def standin_in_trial_processes(monkeypatch):
+    """timm in the trial processes too: a sitecustomize installs the stand-in torchvision there when the real
+    one is unusable (see tests/torchvision_standin.py). Skips without timm."""
+    if importlib.util.find_spec("timm") is None:
+        pytest.skip("timm is not installed")
+    paths = [str(TESTS / "standin_site"), str(TESTS)]
+    monkeypatch.setenv("PYTHONPATH", ":".join(paths + [p for p in sys.path if p]))
 
 
 @pytest.fixture
