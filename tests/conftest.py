@@ -5,8 +5,13 @@ from __future__ import annotations
 import gc
 import importlib.util
 import os
+import signal
+import subprocess
 import sys
+import time
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -109,6 +114,39 @@ def run():
 
 
 TESTS = Path(__file__).resolve().parent
+
+
+@contextmanager
+def memprobe_process(args: list[str], cwd: Path | None = None, env: dict[str, str] | None = None) -> Iterator:
+    """`python -m memprobe *args` from this checkout, started in a session of its own with stdout and stderr piped
+    (`env` added to the environment), for the tests that signal a real command; whatever is left of its session at
+    the end is killed, so a failed test leaves no process behind."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "memprobe", *args],
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(TESTS.parent), **(env or {})},
+        start_new_session=True,
+    )
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+def wait_for(proc: subprocess.Popen, text: str, timeout: float) -> str:
+    """stderr lines of `proc` until one holds `text` (or it ends, or `timeout` seconds pass)."""
+    seen = ""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        line = proc.stderr.readline()
+        seen += line
+        if text in line or (not line and proc.poll() is not None):
+            break
+    return seen
 
 
 @pytest.fixture(scope="module")
