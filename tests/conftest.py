@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 import gc
+import importlib.util
 import os
+import signal
+import subprocess
 import sys
+import time
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -105,6 +111,71 @@ def run():
         return runner.invoke(main, [str(a) for a in args])
 
     return invoke
+
+
+TESTS = Path(__file__).resolve().parent
+
+
+@contextmanager
+def memprobe_process(args: list[str], cwd: Path | None = None, env: dict[str, str] | None = None) -> Iterator:
+    """`python -m memprobe *args` from this checkout, started in a session of its own with stdout and stderr piped
+    (`env` added to the environment), for the tests that signal a real command; whatever is left of its session at
+    the end is killed, so a failed test leaves no process behind."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "memprobe", *args],
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(TESTS.parent), **(env or {})},
+        start_new_session=True,
+    )
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+def wait_for(proc: subprocess.Popen, text: str, timeout: float) -> str:
+    """stderr lines of `proc` until one holds `text` (or it ends, or `timeout` seconds pass)."""
+    seen = ""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        line = proc.stderr.readline()
+        seen += line
+        if text in line or (not line and proc.poll() is not None):
+            break
+    return seen
+
+
+@pytest.fixture(scope="module")
+def timm_standin():
+    """timm importable in this process for the test module: the real torchvision where it works, else the stand-in
+    (tests/torchvision_standin.py), taken out again after the module. Skips without timm."""
+    from torchvision_standin import forget, install_standin, torchvision_usable
+
+    if importlib.util.find_spec("timm") is None:
+        pytest.skip("timm is not installed")
+    if torchvision_usable():
+        yield
+        return
+    finder = install_standin()
+    try:
+        yield
+    finally:
+        sys.meta_path.remove(finder)
+        forget(("torchvision", "timm"))
+
+
+@pytest.fixture
+def standin_in_trial_processes(monkeypatch):
+    """timm in the trial processes too: a sitecustomize installs the stand-in torchvision there when the real
+    one is unusable (see tests/torchvision_standin.py). Skips without timm."""
+    if importlib.util.find_spec("timm") is None:
+        pytest.skip("timm is not installed")
+    paths = [str(TESTS / "standin_site"), str(TESTS)]
+    monkeypatch.setenv("PYTHONPATH", ":".join(paths + [p for p in sys.path if p]))
 
 
 @pytest.fixture

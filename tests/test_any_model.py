@@ -4,9 +4,7 @@ models without a classifier (scan and predict), and models that cannot be built 
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -23,9 +21,7 @@ from memprobe.predict.recorder import Recorder  # noqa: E402
 from memprobe.predict.session import fake_session  # noqa: E402
 from memprobe.predict.trace import TraceSession  # noqa: E402
 from memprobe.workloads.custom import CustomOptions, resolve  # noqa: E402
-from torchvision_standin import forget, install_standin, torchvision_usable  # noqa: E402
 
-TESTS = Path(__file__).resolve().parent
 SMALL = {"num_hidden_layers": 1, "num_attention_heads": 2, "hidden_size": 32, "vocab_size": 128}
 SMALL.update(intermediate_size=64, max_position_embeddings=64, num_key_value_heads=1)
 MOE = {
@@ -40,28 +36,6 @@ MOE = {
     },
     "olmoe": {"model_type": "olmoe", "num_experts": 4, "num_experts_per_tok": 2, **SMALL},
 }
-
-
-@pytest.fixture(scope="module")
-def timm_standin():
-    if importlib.util.find_spec("timm") is None:
-        pytest.skip("timm is not installed")
-    if torchvision_usable():
-        yield
-        return
-    finder = install_standin()
-    try:
-        yield
-    finally:
-        sys.meta_path.remove(finder)
-        forget(("torchvision", "timm"))
-
-
-@pytest.fixture
-def trial_processes_import_timm(monkeypatch, timm_standin):
-    """timm in the scan's trial processes too (see test_own_model_runs.standin_in_trial_processes)."""
-    paths = [str(TESTS / "standin_site"), str(TESTS)]
-    monkeypatch.setenv("PYTHONPATH", ":".join(paths + [p for p in sys.path if p]))
 
 
 def error_lines(result) -> list[str]:
@@ -200,7 +174,7 @@ headless-vit:
 """
 
 
-def test_a_cpu_scan_of_a_model_without_a_classifier_trains(run, tmp_path, trial_processes_import_timm):
+def test_a_cpu_scan_of_a_model_without_a_classifier_trains(run, tmp_path, timm_standin, standin_in_trial_processes):
     models = tmp_path / "models.yaml"
     models.write_text(NO_HEAD_REGISTRY)
     result, saved = scan_cpu(run, tmp_path, "headless-vit", "--models", models, budget="8MiB")
@@ -235,7 +209,7 @@ def test_scan_of_an_hf_config_that_cannot_be_built_says_why_in_one_line(run, tmp
 
 
 def test_a_timm_model_whose_step_fails_gets_one_error_line_in_scan_and_predict(
-    run, tmp_path, trial_processes_import_timm
+    run, tmp_path, timm_standin, standin_in_trial_processes
 ):
     result, saved = scan_cpu(run, tmp_path, "timm:test_vit", "--input-size", "3,30,30")  # not a multiple of the patch
     assert result.exit_code == 1 and "Traceback" not in result.output

@@ -7,16 +7,13 @@ so far (marked partial; a precision proven and timed stays done). On the CPU wit
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from conftest import RecordingProgress
+from conftest import RecordingProgress, memprobe_process, wait_for
 from memprobe.core.results import read_result
 from memprobe.probe.distributed.scan import scan_distributed
 from memprobe.probe.pipeline import ScanInterrupted
@@ -86,29 +83,13 @@ def test_stopped_while_timing_one_gpu_the_proven_edge_is_kept_as_done(tmp_path):
 @pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)], ids=["SIGTERM", "SIGINT"])
 def test_a_signal_stops_a_real_multi_gpu_scan_which_writes_its_trials_and_leaves_no_rank(tmp_path, sig, code):
     out = tmp_path / "out"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "memprobe", "scan", "--model", "toy", "--device", "cpu", "--cpu-memory-budget", "8MB"]
-        + ["--gpus", "2", "-p", "fp32", "--no-curve", "--no-throughput", "--out", str(out)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(REPO), "TMPDIR": str(tmp_path)},
-        start_new_session=True,
-    )
-    seen = ""
-    try:
-        deadline = time.monotonic() + 240
-        while time.monotonic() < deadline and "trial 4 " not in seen:
-            line = proc.stderr.readline()
-            if not line and proc.poll() is not None:
-                break
-            seen += line
+    args = ["scan", "--model", "toy", "--device", "cpu", "--cpu-memory-budget", "8MB", "--gpus", "2", "-p", "fp32"]
+    args += ["--no-curve", "--no-throughput", "--out", str(out)]
+    with memprobe_process(args, env={"TMPDIR": str(tmp_path)}) as proc:
+        seen = wait_for(proc, "trial 4 ", 240)
         assert "trial 4 " in seen, seen
         proc.send_signal(sig)
         _out, err = proc.communicate(timeout=90)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
     assert proc.returncode == code, err[-2000:]
     assert "Traceback" not in err and "interrupted" in err
     (path,) = out.glob("*.json")

@@ -8,7 +8,9 @@ import os
 import subprocess
 import sys
 import threading
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -33,14 +35,24 @@ def test_a_symlink_is_followed_and_stays_a_link(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["dangling.json", "link.json", "made.json", "real.json"]
 
 
-def test_a_named_pipe_is_written_to_not_replaced(tmp_path):
-    fifo = tmp_path / "out.fifo"
+@contextmanager
+def _read_fifo(fifo: Path) -> Iterator[list[str]]:
+    """Make the named pipe `fifo` and read it in a thread while the block runs; yields the list its text goes into
+    (once the writer closes it, and the block is over)."""
     os.mkfifo(fifo)
     got: list[str] = []
     reader = threading.Thread(target=lambda: got.append(fifo.read_text()))
     reader.start()
-    _write_text(fifo, "through the pipe\n")
-    reader.join(timeout=10)
+    try:
+        yield got
+    finally:
+        reader.join(timeout=10)
+
+
+def test_a_named_pipe_is_written_to_not_replaced(tmp_path):
+    fifo = tmp_path / "out.fifo"
+    with _read_fifo(fifo) as got:
+        _write_text(fifo, "through the pipe\n")
     assert got == ["through the pipe\n"] and fifo.is_fifo()
     assert output_target(fifo) == (fifo, False)
 
@@ -119,12 +131,8 @@ def test_printing_into_a_closed_pipe_is_one_error_line():
 
 def test_predict_breakdown_out_writes_into_a_named_pipe(tmp_path):
     fifo = tmp_path / "breakdowns.fifo"
-    os.mkfifo(fifo)
-    got: list[str] = []
-    reader = threading.Thread(target=lambda: got.append(fifo.read_text()))
-    reader.start()
     argv = ["predict", "--model", "toy", "-p", "fp32", "--memory", "4GiB", "--breakdown", "--breakdown-out", str(fifo)]
-    done = _memprobe(*argv, stdout=subprocess.DEVNULL)
-    reader.join(timeout=10)
+    with _read_fifo(fifo) as got:
+        done = _memprobe(*argv, stdout=subprocess.DEVNULL)
     assert done.returncode == 0, done.stderr
     assert fifo.is_fifo() and got and '"schema": "memprobe.breakdown"' in got[0]

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -22,7 +21,6 @@ from memprobe.core.results import read_result  # noqa: E402
 from memprobe.probe.protocol import Failure, SetupRequest  # noqa: E402
 from memprobe.probe.search import find_max_batch as search  # noqa: E402
 from memprobe.workloads.base import UserModelError  # noqa: E402
-from torchvision_standin import forget, install_standin, torchvision_usable  # noqa: E402
 
 TESTS = Path(__file__).resolve().parent
 BUDGET = "16MiB"
@@ -153,16 +151,6 @@ def test_hf_config_scan(run, tmp_path, user_dir):
     )
 
 
-@pytest.fixture
-def standin_in_trial_processes(monkeypatch):
-    """timm in the trial processes too: a sitecustomize installs the stand-in torchvision there when the real
-    one is unusable (see tests/torchvision_standin.py)."""
-    if importlib.util.find_spec("timm") is None:
-        pytest.skip("timm is not installed")
-    paths = [str(TESTS / "standin_site"), str(TESTS)]
-    monkeypatch.setenv("PYTHONPATH", ":".join(paths + [p for p in sys.path if p]))
-
-
 def test_timm_scan(run, tmp_path, standin_in_trial_processes):
     result, saved = scan(run, tmp_path, "timm:test_vit", "--input-size", "3,32,32", "--cpu-memory-budget", "8MiB")
     assert result.exit_code == 0, result.output
@@ -228,21 +216,6 @@ def test_search_stops_at_a_user_error():
 
 
 # --- predict on fake tensors --------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def timm_standin():
-    if importlib.util.find_spec("timm") is None:
-        pytest.skip("timm is not installed")
-    if torchvision_usable():
-        yield
-        return
-    finder = install_standin()
-    try:
-        yield
-    finally:
-        sys.meta_path.remove(finder)
-        forget(("torchvision", "timm"))
 
 
 def test_predict_each_kind(user_dir, timm_standin, monkeypatch):

@@ -276,19 +276,24 @@ def test_timed_run_failure_at_b_lowers_the_answer():
 # --- Ctrl-C ------------------------------------------------------------------------------------
 
 
+def ctrl_c_at_trial(monkeypatch, at: int) -> None:
+    """Make the fake workers' trial at batch `at` raise KeyboardInterrupt, as a Ctrl-C during it would."""
+    original = FakeWorker.trial
+
+    def interrupted(self, batch, steps, keep=False):
+        if batch == at:
+            raise KeyboardInterrupt
+        return original(self, batch, steps, keep)
+
+    monkeypatch.setattr(FakeWorker, "trial", interrupted)
+
+
 @pytest.mark.parametrize("forks", [False, True])
 def test_ctrl_c_during_a_trial_kills_its_process_at_once(forks, monkeypatch):
     # waiting politely would let a trial or timed run go on for its remaining steps (the H100
     # pix2pixhd fp32 scan was SIGKILLed 10 s after its interrupt)
     world = World(75)
-    original = FakeWorker.trial
-
-    def interrupted_at_16(self, batch, steps, keep=False):
-        if batch == 16:
-            raise KeyboardInterrupt
-        return original(self, batch, steps, keep)
-
-    monkeypatch.setattr(FakeWorker, "trial", interrupted_at_16)
+    ctrl_c_at_trial(monkeypatch, 16)
     with pytest.raises(KeyboardInterrupt):
         run_scan(world, forks=forks)
     assert getattr(world.workers[-1], "killed", False), "the process running the interrupted trial was killed"
@@ -607,14 +612,7 @@ def test_an_emulated_scan_is_labelled_and_keeps_the_real_chip_for_mfu(tmp_path, 
 def test_ctrl_c_in_the_first_precisions_search_keeps_its_trials_so_far(monkeypatch, tmp_path):
     # nothing finished but the trials: they are written, marked partial, as a multi-GPU scan does
     world = World(75)
-    original = FakeWorker.trial
-
-    def interrupted_at_16(self, batch, steps, keep=False):
-        if batch == 16:
-            raise KeyboardInterrupt
-        return original(self, batch, steps, keep)
-
-    monkeypatch.setattr(FakeWorker, "trial", interrupted_at_16)
+    ctrl_c_at_trial(monkeypatch, 16)
     monkeypatch.setattr(memprobe.probe.scan, "WorkerFactory", lambda workload: FakeFactory(world))
     opts = ScanOptions(precisions=["fp32", "bf16"], device="cpu", cpu_budget_bytes=world.capacity, curve=False)
     with pytest.raises(memprobe.probe.scan.ScanInterrupted) as stopped:

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from conftest import memprobe_process, wait_for
 from memprobe.cli import main
 
 REPO = Path(__file__).resolve().parents[1]
@@ -81,39 +82,15 @@ def test_ctrl_c_while_a_chart_is_written_leaves_no_half_file(monkeypatch, tmp_pa
     assert [p.name for p in out.iterdir()] == []  # neither the chart nor its temporary file
 
 
-def _wait_for(proc: subprocess.Popen, text: str, timeout: float) -> str:
-    """stderr lines of `proc` until one holds `text`."""
-    seen = ""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        line = proc.stderr.readline()
-        seen += line
-        if text in line or (not line and proc.poll() is not None):
-            break
-    return seen
-
-
 @pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["SIGINT", "SIGTERM"])
 def test_a_real_signal_stops_a_real_predict(tmp_path, sig, code):
     # bert-large takes half a minute to trace on a CPU: the signal comes while it traces
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "memprobe", "predict", "--model", "bert-large", "-p", "fp32", "--memory", "24GiB"],
-        cwd=tmp_path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-        start_new_session=True,
-    )
-    try:
-        seen = _wait_for(proc, "tracing on fake tensors", 120)
+    with memprobe_process(["predict", "--model", "bert-large", "-p", "fp32", "--memory", "24GiB"], tmp_path) as proc:
+        seen = wait_for(proc, "tracing on fake tensors", 120)
         assert "tracing on fake tensors" in seen, seen
         time.sleep(1.0)
         proc.send_signal(sig)
         _out, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
     assert proc.returncode == code, err[-2000:]
     assert "Traceback" not in err and "Aborted!" not in err and "interrupted" in err
     with pytest.raises(ProcessLookupError):
@@ -171,37 +148,15 @@ def test_ctrl_c_to_the_main_process_alone_stops_predict_every_time(tmp_path):
     # as `timeout -s INT` sends it: to memprobe's process, not to its group (its forked children get nothing)
     (tmp_path / "churn.py").write_text(CHURNING_BUILD)
     for delay in (0.05, 0.3, 0.7, 1.2, 2.0):
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "memprobe",
-                "predict",
-                "--model",
-                "churn.py:build",
-                "-p",
-                "fp32",
-                "--memory",
-                "8GiB",
-            ],
-            cwd=tmp_path,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env={**os.environ, "PYTHONPATH": str(REPO)},
-            start_new_session=True,
-        )
-        try:
-            seen = _wait_for(proc, "building churn.py:build on fake tensors", 120)
+        args = ["predict", "--model", "churn.py:build", "-p", "fp32", "--memory", "8GiB"]
+        with memprobe_process(args, tmp_path) as proc:
+            seen = wait_for(proc, "building churn.py:build on fake tensors", 120)
             assert "building" in seen, seen
             time.sleep(delay)
             sent = time.monotonic()
             proc.send_signal(signal.SIGINT)
             _out, err = proc.communicate(timeout=60)
             took = time.monotonic() - sent
-        finally:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
         assert proc.returncode == 130, (delay, err[-2000:])
         assert "interrupted (Ctrl-C): stopped" in err and "Traceback" not in err, err[-2000:]
         assert "s after the signal" not in err, f"lost, ended by the backstop only ({took:.1f} s)"

@@ -12,7 +12,7 @@ from __future__ import annotations
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Collection, Iterator, Sequence
 
 from memprobe.compare.breakdown import predicted_rows
 from memprobe.compare.chart_layout import (
@@ -109,14 +109,24 @@ def write_breakdown_charts(
     """Write memory_breakdown and memory_vs_batch (PNG and SVG each) into out_dir when the results have
     breakdowns; returns the paths written ([] without a breakdown). Raises OutputError where a file cannot be
     written."""
-    found = entries(loaded, predicted)
-    if not found:
-        return []
-    written = save(bars_figure(found), Path(out_dir) / BARS_NAME)
-    lined = [e for e in found if per_sample_line(e) is not None]
-    if lined:
-        written += save(lines_figure(lined), Path(out_dir) / LINES_NAME)
+    written: list[Path] = []
+    for name, fig in breakdown_figures(loaded, predicted):
+        written += save(fig, Path(out_dir) / name)
     return written
+
+
+def breakdown_figures(
+    loaded: Sequence, predicted: list[dict[str, Any]] | None = None, names: Collection[str] | None = None
+) -> Iterator[tuple[str, Any]]:
+    """(name, matplotlib Figure) of memory_breakdown, then memory_vs_batch, each where the results have what it
+    draws (with `names`, only those named): what `report --charts` writes and `report --breakdown` shows. Each is
+    drawn only once the one before it has been taken, so a caller can finish one before the next is drawn."""
+    found = entries(loaded, predicted)
+    if found and (names is None or BARS_NAME in names):
+        yield BARS_NAME, bars_figure(found)
+    lined = [e for e in found if per_sample_line(e) is not None]
+    if lined and (names is None or LINES_NAME in names):
+        yield LINES_NAME, lines_figure(lined)
 
 
 def _gib_text(value: float) -> str:

@@ -154,14 +154,7 @@ def chart_figures(
 ) -> Iterator[tuple[str, Any]]:
     """(name, matplotlib Figure) of every chart that has data, in the order write_charts writes them; with
     `names`, only those charts are drawn (see write_charts for the arguments)."""
-    from memprobe.compare.breakdown_chart import (
-        BARS_NAME,
-        LINES_NAME,
-        bars_figure,
-        entries,
-        lines_figure,
-        per_sample_line,
-    )
+    from memprobe.compare.breakdown_chart import breakdown_figures
     from memprobe.compare.card_predictions import memory_models, predictions
     from memprobe.compare.curve_chart import CHART_NAME, curve_figure, curve_series
     from memprobe.compare.heatmap import heat_figure
@@ -221,9 +214,4 @@ def chart_figures(
     series = curve_series(comparison)
     if series and wanted(CHART_NAME):
         yield CHART_NAME, curve_figure(series)
-    found = entries(loaded, predicted)
-    if found and wanted(BARS_NAME):
-        yield BARS_NAME, bars_figure(found)
-    lined = [e for e in found if per_sample_line(e) is not None]
-    if lined and wanted(LINES_NAME):
-        yield LINES_NAME, lines_figure(lined)
+    yield from breakdown_figures(loaded, predicted, names)

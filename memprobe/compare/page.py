@@ -164,14 +164,7 @@ CAPTIONS = {
 def _breakdown(single: list[tuple[Path, ScanResult]], options: PageOptions, sources: Sources) -> Section | None:
     """`memprobe report --breakdown`: the memory at B by category, measured against predicted where given."""
     from memprobe.compare.breakdown import breakdown_parts
-    from memprobe.compare.breakdown_chart import (
-        BARS_NAME,
-        LINES_NAME,
-        bars_figure,
-        entries,
-        lines_figure,
-        per_sample_line,
-    )
+    from memprobe.compare.breakdown_chart import breakdown_figures
 
     parts = breakdown_parts([r for _p, r in single], options.predicted)
     if not parts:
@@ -181,11 +174,10 @@ def _breakdown(single: list[tuple[Path, ScanResult]], options: PageOptions, sour
         source = sources.of(result)
         origin = f'<p class="from">{sources.link(source, esc(Path(source).name))}</p>'
         body.append(f"<p>{esc(part)}</p>" if isinstance(part, str) else table_html(part, sources) + origin)
-    found = entries(single, options.predicted)  # the charts `report --charts` draws from these results
-    lined = [e for e in found if per_sample_line(e) is not None]
-    with collecting_tips() as tips:
-        charts = svg_html(bars_figure(found), tips, BARS_NAME, CAPTIONS[BARS_NAME]) if found else ""
-        charts += svg_html(lines_figure(lined), tips, LINES_NAME, CAPTIONS[LINES_NAME]) if lined else ""
+    with collecting_tips() as tips:  # the charts `report --charts` draws from these results
+        charts = "".join(
+            svg_html(fig, tips, name, CAPTIONS[name]) for name, fig in breakdown_figures(single, options.predicted)
+        )
     return Section("breakdown", "Memory breakdown at B", charts + "".join(body))
 
 

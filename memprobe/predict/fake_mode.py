@@ -80,7 +80,54 @@ def _written_arguments(func) -> tuple[tuple[int, str], ...]:
     )
 
 
-class FakeCudaMode(TorchDispatchMode):
+class _RealValues(TorchDispatchMode):
+    """What FakeCudaMode and BuildValues share: fake tensors that also carry a real value (in the attribute `_VALUE`),
+    computed beside the fake op, and dropped once an op writes into the tensor's storage without computing it."""
+
+    _VALUE: str  # the attribute of a fake tensor that holds its real value
+    _PLAIN_IS_REAL: bool  # whether a tensor that is not fake counts as its own real value
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._stale: set[int] = set()  # storages written by an op that was not computed for real
+        self._writes: dict[Any, tuple[tuple[int, str], ...]] = {}  # op -> the arguments it writes into
+
+    def _real(self, t: Any) -> Any:
+        """The real value of a tensor argument, or None when it has none (or it went stale)."""
+        if not isinstance(t, FakeTensor):
+            return t if self._PLAIN_IS_REAL else None
+        real = t.__dict__.get(self._VALUE)
+        if real is None or (self._stale and t.untyped_storage()._cdata in self._stale):
+            return None
+        return real
+
+    def _known(self, values) -> bool:
+        """Whether every tensor among `values` (and in lists among them) has a real value."""
+        for a in values:
+            if isinstance(a, torch.Tensor):
+                if self._real(a) is None:
+                    return False
+            elif isinstance(a, (list, tuple)) and not self._known(a):
+                return False
+        return True
+
+    def _swap(self, value: Any) -> Any:
+        """`value` (an argument) with each tensor replaced by its real value."""
+        if isinstance(value, torch.Tensor):
+            return self._real(value)
+        if isinstance(value, (list, tuple)):
+            return type(value)(self._swap(v) for v in value)
+        return value
+
+    def _written_arguments(self, func) -> tuple[tuple[int, str], ...]:
+        """(position, or -1 when keyword-only; name) of each argument `func` writes into, read once an op."""
+        writes = self._writes.get(func)
+        if writes is None:
+            writes = self._writes[func] = _written_arguments(func)
+        return writes
+
+
+class FakeCudaMode(_RealValues):
     """Above FakeTensorMode: answers what fake tensors cannot, and lets a subclass watch every op.
 
     Scalar draws: a 0-dim torch.rand() is taken at its largest value, just below 1, and what is computed from such
@@ -93,12 +140,13 @@ class FakeCudaMode(TorchDispatchMode):
     Subclasses override `observe(func, args, kwargs, out)`.
     """
 
+    _VALUE = _SCALAR
+    _PLAIN_IS_REAL = False  # a real tensor among an op's arguments: not a scalar draw, so nothing is computed
+
     def __init__(self) -> None:
         super().__init__()
         self.answers: Counter = Counter()
         self._made_by: dict[int, tuple[weakref.ref, str]] = {}
-        self._stale: set[int] = set()  # storages of one element written by an op not computed for real
-        self._writes: dict[Any, tuple[tuple[int, str], ...]] = {}  # op -> the arguments it writes into
 
     def observe(self, func, args, kwargs, out) -> None:
         """Called after every op with its result."""
@@ -109,38 +157,11 @@ class FakeCudaMode(TorchDispatchMode):
     def after_swap(self, t1: torch.Tensor, t2: torch.Tensor) -> None:
         """torch.utils.swap_tensors(t1, t2) has run."""
 
-    def _real_scalar(self, t: Any) -> Any:
-        """The value of a tensor argument that is a scalar drawn from U[0, 1) or computed from such draws, or None."""
-        if not isinstance(t, FakeTensor):
-            return None
-        real = t.__dict__.get(_SCALAR)
-        if real is None or (self._stale and t.untyped_storage()._cdata in self._stale):
-            return None
-        return real
-
-    def _known(self, values) -> bool:
-        for a in values:
-            if isinstance(a, torch.Tensor):
-                if self._real_scalar(a) is None:
-                    return False
-            elif isinstance(a, (list, tuple)) and not self._known(a):
-                return False
-        return True
-
-    def _swap(self, value: Any) -> Any:
-        if isinstance(value, torch.Tensor):
-            return self._real_scalar(value)
-        if isinstance(value, (list, tuple)):
-            return type(value)(self._swap(v) for v in value)
-        return value
-
     def _track(self, func, args, kwargs, out) -> None:
         """After an op: compute a 0-dim output for real when its tensor arguments are all real scalars (before any
         write is marked: an in-place op on a scalar updates its real value), and mark the one-element tensors the
         op wrote into without that as stale."""
-        writes = self._writes.get(func)
-        if writes is None:
-            writes = self._writes[func] = _written_arguments(func)
+        writes = self._written_arguments(func)
         if isinstance(out, torch.Tensor) and out.dim() == 0:
             real = None
             if func in _UNIFORM_DRAWS and out.is_floating_point():
@@ -167,7 +188,7 @@ class FakeCudaMode(TorchDispatchMode):
                     self._stale.add(t.untyped_storage()._cdata)
 
     def _scalar(self, t: torch.Tensor):
-        real = self._real_scalar(t)
+        real = self._real(t)
         if real is not None and isinstance(real, torch.Tensor) and real.numel() == 1:
             with _DisableTorchDispatch():  # a plain tensor: read outside the fake mode
                 return real.item()  # computed from scalars alone: the true value, not an answer
@@ -268,7 +289,7 @@ _VALUE_DEPENDENT = frozenset(
 )  # the attribute of a fake tensor that holds its real value (moves with swap_tensors)
 
 
-class BuildValues(TorchDispatchMode):
+class BuildValues(_RealValues):
     """While a model is built on fake tensors: small tensors are computed for real as well, so that what the build
     reads from their values is what the scan's build reads. Use as a context around the build, above the recorder.
 
@@ -283,30 +304,12 @@ class BuildValues(TorchDispatchMode):
     real value drops that value (`stale`), so a value read later is never out of date.
     """
 
+    _VALUE = _REAL
+    _PLAIN_IS_REAL = True
+
     def __init__(self) -> None:
         super().__init__()
         self.computed = 0  # ops also run on real values
-        self._stale: set[int] = set()  # storages written by an op without real values
-        self._writes: dict[Any, tuple[tuple[int, str], ...]] = {}  # op -> the arguments it writes into
-
-    def _real(self, t: Any) -> Any:
-        """The real value of a tensor argument (a real tensor is its own), or None when it has none."""
-        if not isinstance(t, FakeTensor):
-            return t
-        real = t.__dict__.get(_REAL)
-        if real is None or (self._stale and t.untyped_storage()._cdata in self._stale):
-            return None
-        return real
-
-    def _known(self, values) -> bool:
-        """Whether every tensor among `values` (and in lists among them) has a real value."""
-        for a in values:
-            if isinstance(a, torch.Tensor):
-                if self._real(a) is None:
-                    return False
-            elif isinstance(a, (list, tuple)) and not self._known(a):
-                return False
-        return True
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -351,20 +354,9 @@ class BuildValues(TorchDispatchMode):
                     self._stale.discard(fake.untyped_storage()._cdata)
         return fake_out
 
-    def _swap(self, value: Any) -> Any:
-        """`value` (an argument) with each tensor replaced by its real value."""
-        if isinstance(value, torch.Tensor):
-            return self._real(value)
-        if isinstance(value, (list, tuple)):
-            return type(value)(self._swap(v) for v in value)
-        return value
-
     def _written(self, func, args, kwargs) -> None:
         """Drop the real values of the tensors `func` wrote into without real values (in-place and out= ops)."""
-        writes = self._writes.get(func)
-        if writes is None:
-            writes = self._writes[func] = _written_arguments(func)
-        for i, name in writes:
+        for i, name in self._written_arguments(func):
             value = args[i] if 0 <= i < len(args) else kwargs.get(name)
             for t in value if isinstance(value, (list, tuple)) else [value]:
                 if isinstance(t, FakeTensor) and _REAL in t.__dict__:

@@ -24,7 +24,7 @@ from memprobe.core.results import PrecisionResult
 from memprobe.probe.backend import Progress
 from memprobe.probe.curve import curve_point
 from memprobe.probe.distributed.efficiency import scaling_record
-from memprobe.probe.distributed.group import ServedGroup, ServedSearch, served_groups_on
+from memprobe.probe.distributed.group import SearchTrials, ServedGroup, ServedSearch, served_groups_on
 from memprobe.probe.distributed.launch import LaunchRequest, LaunchResult, launch
 from memprobe.probe.options import ScanOptions
 from memprobe.probe.protocol import Flops
@@ -139,31 +139,19 @@ class Launches:
         return {"warmup": self.opts.warmup, "steps": self.opts.timed_steps}
 
 
-class SearchLaunches:
+class SearchLaunches(SearchTrials):
     """try_batch for the search with served groups off (MEMPROBE_SERVED_GROUPS=0): the first launch runs batch 1
     and 2 (it also reports the capacity), every later trial is a launch of its own, i.e. a fresh process group."""
 
     def __init__(self, launches: Launches, max_batch: int) -> None:
+        super().__init__()
         self.launches = launches
-        self.cached: dict[int, Attempt] = {}
-        self.predicted: int | None = None  # every trial is fresh here: the predicted max batch changes nothing
         first = launches.run([1, 2] if max_batch >= 2 else [1], search=True)
-        self.first_attempts = first.attempts
         self.setup = first.setup
         self.ranks = first.ranks
-        for attempt in first.attempts:
-            self.cached[attempt.batch] = attempt
+        self._keep_first(first.attempts)
 
-    @property
-    def capacity_bytes(self) -> int | None:
-        """The smallest capacity any rank reported (free + reserved after building the model)."""
-        values = [r["setup"]["capacity_bytes"] for r in self.ranks if r and r.get("setup")]
-        values = [v for v in values if v]
-        return min(values) if values else None
-
-    def __call__(self, batch: int) -> Attempt:
-        if batch in self.cached:
-            return self.cached.pop(batch)
+    def _run(self, batch: int) -> Attempt:
         return self.launches.run([batch], search=True).attempts[0]
 
     def kill(self) -> None:

@@ -239,32 +239,55 @@ class Announcer(Protocol):
     def timed_launch(self, marks: dict[str, Any] | None, what: str) -> None: ...
 
 
-class ServedSearch:
-    """try_batch for the search over served groups: batch 1 and 2 run first (the first group's setup gives the
-    capacity); every later trial runs in the group that is up, or in a new one where the last ended."""
+class SearchTrials:
+    """try_batch for an N-GPU search, what its two forms share (ServedSearch here, backend.SearchLaunches with served
+    groups off): the first trials (batch 1 and 2) run up front and are answered from `cached` when the search asks
+    for them, and the capacity is the smallest any rank reported at setup. A subclass runs a trial in `_run`."""
 
-    def __init__(self, launches: Announcer, max_batch: int, serve: Callable[[LaunchRequest], Group]) -> None:
-        self.launches, self.serve = launches, serve
-        self.group: Group | None = None
-        self.groups = 0
-        self.predicted: int | None = None  # the predicted max batch changes nothing here: every trial is served
-        self.setup: dict[str, Any] | None = None
-        self.ranks: list[dict[str, Any] | None] = []
-        self.fits: list[Attempt] = []  # the search's fits: how long a failed rank waits for its peers' votes
+    def __init__(self) -> None:
         self.cached: dict[int, Attempt] = {}
-        first = self._run(1)
-        self.first_attempts = [first]
-        if first.fits and max_batch >= 2:
-            self.first_attempts.append(self._run(2))
-        for attempt in self.first_attempts:
+        self.first_attempts: list[Attempt] = []
+        self.ranks: list[dict[str, Any] | None] = []
+        self.predicted: int | None = None  # the predicted max batch changes nothing: no trial picks its group by it
+
+    def _keep_first(self, attempts: list[Attempt]) -> None:
+        """Keep the first trials, to answer the search's own first asks from."""
+        self.first_attempts = list(attempts)
+        for attempt in attempts:
             self.cached[attempt.batch] = attempt
 
     @property
     def capacity_bytes(self) -> int | None:
-        """The smallest capacity any rank of the first group reported (free + reserved after building the model)."""
+        """The smallest capacity any rank of the first launch reported (free + reserved after building the model)."""
         values = [r["setup"]["capacity_bytes"] for r in self.ranks if r and r.get("setup")]
         values = [v for v in values if v]
         return min(values) if values else None
+
+    def _run(self, batch: int) -> Attempt:
+        """Run one search trial at `batch`."""
+        raise NotImplementedError
+
+    def __call__(self, batch: int) -> Attempt:
+        if batch in self.cached:
+            return self.cached.pop(batch)
+        return self._run(batch)
+
+
+class ServedSearch(SearchTrials):
+    """try_batch for the search over served groups: batch 1 and 2 run first (the first group's setup gives the
+    capacity); every later trial runs in the group that is up, or in a new one where the last ended."""
+
+    def __init__(self, launches: Announcer, max_batch: int, serve: Callable[[LaunchRequest], Group]) -> None:
+        super().__init__()
+        self.launches, self.serve = launches, serve
+        self.group: Group | None = None
+        self.groups = 0
+        self.setup: dict[str, Any] | None = None
+        self.fits: list[Attempt] = []  # the search's fits: how long a failed rank waits for its peers' votes
+        first = [self._run(1)]
+        if first[0].fits and max_batch >= 2:
+            first.append(self._run(2))
+        self._keep_first(first)
 
     def vote_wait_s(self, batch: int) -> float:
         per_sample = max((a.seconds / a.batch for a in self.fits if a.batch), default=0.0)
@@ -292,11 +315,6 @@ class ServedSearch:
             self.launches.timed_launch(getattr(group, "timeline", None), "search")
         self.launches.answered(attempt)
         return attempt
-
-    def __call__(self, batch: int) -> Attempt:
-        if batch in self.cached:
-            return self.cached.pop(batch)
-        return self._run(batch)
 
     def kill(self) -> None:
         """End the group at once (the search was interrupted)."""
