@@ -206,7 +206,11 @@ def test_api_and_predict_cli_give_the_predicted_breakdown(tmp_path):
     assert record.categories["optimizer_state"] == 1206384 and record.total == record.peak_reserved
     # at a card's capacity: the same where it fits with room; where the emulation does not fit, a note says so
     assert memprobe.breakdown("toy", "fp32", 8, memory="4GiB").peak_reserved == record.peak_reserved
-    tight = memprobe.breakdown("toy", "fp32", 8, memory="1848MiB")  # 1 MiB of capacity past the default overhead
+    from memprobe.core.overhead import default_overhead_table
+
+    table = default_overhead_table()
+    overhead = table.carried().overhead_bytes + table.run_overhead_bytes  # what a size gives up by default
+    tight = memprobe.breakdown("toy", "fp32", 8, memory=f"{overhead + (1 << 20)}B")  # 1 MiB of capacity left
     assert "does not fit 1 MiB: peaks with no limit" in tight.note and tight.peak_reserved == record.peak_reserved
     with pytest.raises(ValueError, match="one card or size"):
         memprobe.breakdown("toy", "fp32", 8, memory="4GiB,8GiB")
