@@ -57,20 +57,39 @@ def _error(predicted: int | None, measured: int | None) -> float | None:
     return (predicted - measured) / measured
 
 
-def summarize(rows: list[dict[str, Any]], host: str, key: str = "predicted") -> dict[str, Any]:
-    """Count, median and worst |error|, and how many predictions are above the measured B, for one host's `key`."""
-    errors = [r[host][f"{key}_error"] for r in rows if r.get(host, {}).get(f"{key}_error") is not None]
+def summarize(rows: list[dict[str, Any]], host: str, key: str = "predicted", kind: str | None = None) -> dict[str, Any]:
+    """Count, median and worst |error|, and how many predictions are above the measured B, for one host's `key`
+    (the predicted max batch or the safe batch), over the scans of `kind` (train, infer; None: all single-GPU)."""
+    errors = [
+        r[host][f"{key}_error"]
+        for r in rows
+        if r.get(host, {}).get(f"{key}_error") is not None and (kind is None or _kind(r) == kind)
+    ]
     if not errors:
         return {"count": 0}
-    unsafe = sum(1 for e in errors if e > 0)
     return {
         "count": len(errors),
         "median_abs_error": statistics.median(abs(e) for e in errors),
         "worst_abs_error": max(abs(e) for e in errors),
         "worst_over": max(errors),
-        "unsafe": unsafe,
+        "unsafe": sum(1 for e in errors if e > 0),
         "within_3pct": sum(1 for e in errors if abs(e) <= 0.03),
     }
+
+
+def _kind(row: dict[str, Any]) -> str:
+    return "infer" if row["kind"] == "infer" else "train"
+
+
+def same_on_hosts(rows: list[dict[str, Any]], hosts: list[str]) -> dict[str, Any]:
+    """Whether every host predicted the same max batch and safe batch for each scan all of them predicted."""
+    both = [r for r in rows if all(h in r and r[h].get("predicted") is not None for h in hosts)]
+    differ = [
+        r["card"] + "/" + r["job"]
+        for r in both
+        if len({(r[h]["predicted"], r[h]["predicted_safe"]) for h in hosts}) > 1
+    ]
+    return {"compared": len(both), "differ": differ}
 
 
 def build(zoo: Path, entries: list[Any]) -> dict[str, Any]:
@@ -110,7 +129,15 @@ def build(zoo: Path, entries: list[Any]) -> dict[str, Any]:
     return {
         "rows": rows,
         "hosts": {h: {"versions": d.get("versions"), "host": d.get("host")} for h, d in hosts.items()},
-        "summary": {h: {"predicted": summarize(rows, h), "safe": summarize(rows, h, "predicted_safe")} for h in hosts},
+        "summary": {
+            h: {
+                f"{label} {kind}": summarize(rows, h, key, kind)
+                for kind in ("train", "infer")
+                for label, key in (("predicted", "predicted"), ("safe", "predicted_safe"))
+            }
+            for h in hosts
+        },
+        "same_on_hosts": same_on_hosts(rows, list(hosts)) if len(hosts) > 1 else None,
     }
 
 
@@ -126,62 +153,77 @@ def render(data: dict[str, Any]) -> str:
         "",
         "Models memprobe's registry, tests and calibration do not use (benchmarks/zoo_models/zoo.yaml), scanned on "
         "real GPUs by `benchmarks/gpu/zoo.sh` (`memprobe scan --no-curve --no-breakdown`: B and its fresh-process "
-        "proof with the timed run) and predicted by `python benchmarks/zoo.py predict` (`memprobe predict --gpu "
-        "CARD`, what a user is told). Error = (predicted - measured) / measured; **unsafe** = predicted above the "
-        "measured B (that batch does not train). Written by `python benchmarks/zoo.py table`.",
+        "proof with the timed run) and predicted on a CPU by `python benchmarks/zoo.py predict` (`memprobe predict "
+        "--gpu CARD`, what a user is told: the predicted max batch and the safe batch, 5% of the usable memory "
+        "left). Error = (predicted - measured) / measured; **over** = predicted above the measured B (that batch "
+        "does not train). Written by `python benchmarks/zoo.py table` from the result files and "
+        "reports/zoo/predictions/.",
         "",
         "## Summary",
         "",
-        "| host | predictions | median abs error | worst abs error | above measured B (unsafe) | within 3% |",
-        "|---|---|---|---|---|---|",
+        "| host | scans | figure | median abs error | worst over | above measured B | within 3% |",
+        "|---|---|---|---|---|---|---|",
     ]
     for h in hosts:
-        for label in ("predicted", "safe"):
-            s = data["summary"][h][label]
+        for label, s in data["summary"][h].items():
             if not s.get("count"):
                 continue
-            name = f"{h}" + (" (safe batch)" if label == "safe" else "")
+            figure, kind = label.split(" ")
+            name = "safe batch" if figure == "safe" else "predicted max batch"
             lines.append(
-                f"| {name} | {s['count']} | {100 * s['median_abs_error']:.2f}% | {100 * s['worst_abs_error']:.2f}% | "
-                f"{s['unsafe']} | {s['within_3pct']} |"
+                f"| {h} | {s['count']} {kind} | {name} | {100 * s['median_abs_error']:.2f}% | "
+                f"{100 * s['worst_over']:+.2f}% | {s['unsafe']} | {s['within_3pct']} |"
             )
+    same = data.get("same_on_hosts")
+    if same:
+        differ = ", ".join(same["differ"]) or "none"
+        lines += [
+            "",
+            f"**The same answer on every host**: of {same['compared']} scans predicted on each host, the predicted "
+            f"max batch and safe batch differ in: {differ}.",
+        ]
     lines += ["", "Hosts (where each prediction ran, and its libraries):", ""]
     for h, info in data["hosts"].items():
         v = info.get("versions") or {}
         lines.append(f"- **{h}**: " + ", ".join(f"{k} {val}" for k, val in v.items()))
-    scanned = {r["card"]: set() for r in data["rows"]}
-    lines += ["", "## Every scan", ""]
+    lines += [
+        "",
+        "The scans ran torch 2.11.0+cu130, transformers 5.17.0 and timm 1.0.29 (each result file's environment); "
+        "both hosts predicted with those transformers and timm versions, since a version can change a model's "
+        "code path.",
+        "",
+        "## Every scan",
+        "",
+    ]
     header = "| card | model | group | scan | measured B |"
     rule = "|---|---|---|---|---|"
     for h in hosts:
-        header += f" {h}: predicted (error) | safe |"
-        rule += "---|---|"
+        header += f" {h}: predicted (error) | safe (error) | s |"
+        rule += "---|---|---|"
     lines += [header, rule]
     for r in data["rows"]:
-        scanned[r["card"]].add(r["model"])
         measured = r["measured"] if r["measured"] is not None else f"- ({r['scan_error'] or r['status']})"
-        cells = [
-            r["card"],
-            r["model"],
-            r["group"],
-            f"{r['kind']} {r['precision']}",
-            f"[{measured}]({'../../' + r['file']})",
-        ]
+        cells = [r["card"], r["model"], r["group"], f"{r['kind']} {r['precision']}", f"[{measured}](../../{r['file']})"]
         for h in hosts:
             p = r.get(h)
             if p is None:
-                cells += ["", ""]
+                cells += ["", "", ""]
                 continue
             if p["error"]:
-                cells += [f"error: {p['error'][:80]}", ""]
+                cells += [f"error: {p['error'][:80]}", "", ""]
                 continue
-            mark = " **unsafe**" if (p["predicted_error"] or 0) > 0 else ""
-            cells.append(f"{p['predicted']} ({_pct(p['predicted_error'])}){mark}")
-            safe_mark = " **unsafe**" if (p["predicted_safe_error"] or 0) > 0 else ""
-            cells.append(
-                f"{p['predicted_safe']} ({_pct(p['predicted_safe_error'])}){safe_mark}" if p["predicted_safe"] else "-"
-            )
+            over = " **over**" if (p["predicted_error"] or 0) > 0 else ""
+            cells.append(f"{p['predicted']} ({_pct(p['predicted_error'])}){over}")
+            safe_over = " **over**" if (p["predicted_safe_error"] or 0) > 0 else ""
+            safe = p["predicted_safe"]
+            cells.append(f"{safe} ({_pct(p['predicted_safe_error'])}){safe_over}" if safe else "-")
+            cells.append(f"{p['seconds']:.0f}" if p.get("seconds") is not None else "")
         lines.append("| " + " | ".join(str(c) for c in cells) + " |")
+    lines += [
+        "",
+        "`s`: seconds the prediction took (`memprobe predict`'s own timer: build, traces and replays, both cards' "
+        "sizes) on this repository's 2-core CI-class machine.",
+    ]
     return "\n".join(lines) + "\n"
 
 
