@@ -44,7 +44,7 @@ def run(*args):
 
 
 def test_guide_shows_the_scaling_table_of_multi_gpu_files_beside_the_single_gpu_guide(multi):
-    result = run("guide", multi, H200_RESNET)
+    result = run("guide", multi, H200_RESNET, "--wide")  # the whole scaling row on one line
     assert result.exit_code == 0, result.output
     assert "Scaling: per-GPU max batch" in result.output and "memprobe guide: 2 result file(s)" in result.output
     row = next(line for line in result.output.splitlines() if line.startswith("| NVIDIA H200 | toy "))

@@ -87,7 +87,9 @@ def test_fsdp_traces_align_across_batches_and_world_is_left_clean(registry):
 
 
 def test_ddp_predicts_a_smaller_batch_and_fsdp_a_larger_one(registry):
-    cap = 60 * MiB  # batch ~20: DDP's buckets (the 2-layer BERT's gradients) cost a few samples
+    # batch ~40: DDP's buckets (the 2-layer BERT's gradients) cost a few samples, FSDP's sharded state gains a few.
+    # (At some caps all three tie: the allocator's segments make the edge a staircase, 60 for each at 60-65 MiB.)
+    cap = 50 * MiB
     sizes = [MemorySize("cap", cap, cap)]
     got = {}
     for world in (None, World(2, "ddp"), World(2, "fsdp")):
@@ -201,7 +203,7 @@ def test_cli_predicts_inference_and_refuses_it_for_several_gpus():
         main, ["predict", "--model", "toy", "-p", "bf16", "--memory", "8GiB", "--mode", "infer", "--overhead", "0"]
     )
     assert infer.exit_code == 0, infer.output
-    assert "of inference (2 forward passes under inference_mode)" in infer.output
+    assert "of inference (2 forward passes under inference_mode)" in " ".join(infer.output.split())  # wrapped at 120
     both = CliRunner().invoke(main, ["predict", "--model", "toy", "--memory", "8GiB", "--mode", "infer", "--gpus", "2"])
     assert both.exit_code == 2 and "leave --mode at train" in both.output
     short = CliRunner().invoke(main, ["predict", "--model", "toy", "--memory", "8GiB", "--steps", "2"])

@@ -60,7 +60,8 @@ def test_every_committed_result_reads_into_typed_records_and_round_trips(tmp_pat
         assert all(isinstance(c, CurvePoint) for c in p.curve)
         assert all(isinstance(m, MemoryModel) for m in p.memory_model.values())
         if p.status == "done" and p.max_batch:
-            assert p.proof is not None and p.proof.fits is not None
+            # B is proven by a fresh fit, or the proof says it is not verified (every fresh check above it failed)
+            assert p.proof is not None and (p.proof.fits is not None or not p.proof.verified)
     back = read_result(write_result(result, tmp_path / path.name))
     assert json.loads((tmp_path / path.name).read_text(encoding="utf-8"))["schema_version"] == SCHEMA_VERSION
     assert back.precisions == result.precisions and back.frontier == result.frontier

@@ -293,7 +293,8 @@ def test_with_memory_state_explains_a_reclassification():
 
 
 def test_outcomes_are_distinct():
-    assert len(set(errors.OUTCOMES)) == len(errors.OUTCOMES) == 7
+    assert len(set(errors.OUTCOMES)) == len(errors.OUTCOMES) == 8
+    assert errors.TOO_SMALL == "too-small" and errors.TOO_SMALL not in errors.STOPPING
     assert errors.FIT == "fit" and errors.OOM == "oom" and errors.LIMIT == "limit"
     assert errors.CRASH == "crash" and errors.ERROR == "error" and errors.USER_ERROR == "user-error"
     assert set(errors.STOPPING) == {errors.ERROR, errors.USER_ERROR}

@@ -11,7 +11,7 @@ from memprobe.core.plan import PREDICTED, Plan, PlanError, PlanRow, check_global
 from memprobe.core.registry import Workload
 from memprobe.core.results import ResultFileError, ScanResult, load_results
 from memprobe.plan.levers import settings as lever_settings
-from memprobe.plan.measured import measured
+from memprobe.plan.measured import measured, of_card, same_definition
 from memprobe.plan.predicted import predicted
 from memprobe.predict.progress import Progress
 
@@ -101,11 +101,20 @@ def build_plan(
     else:
         notes.append(NO_RESULTS_NOTE)
     found = {id(s): measured(s, loaded, card, catalog, gpus, strategy) for s in chosen}
-    if loaded and not any(found.values()):  # --results would change nothing: every row predicted, without a word
-        raise PlanError(
-            f"--results: no scan there measured {workload.name} ({', '.join(precisions)}) on the {card.name} as "
-            f"memprobe defines it now; they hold {_held(loaded)}. Give scans of this model and card, or drop "
-            "--results to predict every row"
+    if loaded and not any(found.values()):  # --results would change nothing: every row predicted
+        if not any(
+            same_definition(r, workload) and of_card(r, card, catalog) and set(precisions) & set(r.precisions)
+            for _p, r in loaded
+        ):
+            raise PlanError(
+                f"--results: no scan there measured {workload.name} ({', '.join(precisions)}) on the {card.name} "
+                f"as memprobe defines it now; they hold {_held(loaded)}. Give scans of this model and card, or drop "
+                "--results to predict every row"
+            )
+        # scans of this model, card and precision, on another number of GPUs, strategy or mode: say so
+        notes.append(
+            f"--results: the scans of {workload.name} on the {card.name} there ({_held(loaded)}) ran another number "
+            "of GPUs, strategy or mode than this plan's, so every row is predicted"
         )
     missing = [s for s in chosen if found[id(s)] is None]
     capacities = [c for c in found.values() if c is not None]

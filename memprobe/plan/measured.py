@@ -30,15 +30,19 @@ def same_definition(result: ScanResult, workload: Workload) -> bool:
 def on_card(result: ScanResult, card: Card, catalog: Catalog, gpus: int = 1, how: str | None = None) -> bool:
     """Whether a result ran on `card` (the catalog's reading of its device name; emulated cards never match), on
     `gpus` GPUs (under the strategy `how` where more than one), in training mode."""
-    name = result.gpu_name(unknown="")
-    found = catalog.find(name) if name else None
     return (
-        found is not None
-        and found.name == card.name
+        of_card(result, card, catalog)
         and world_size(result) == gpus
         and (gpus == 1 or strategy(result) == how)
         and (result.settings or {}).get("mode", "train") == "train"
     )
+
+
+def of_card(result: ScanResult, card: Card, catalog: Catalog) -> bool:
+    """Whether a result ran on `card` at all (any number of GPUs, strategy or mode)."""
+    name = result.gpu_name(unknown="")
+    found = catalog.find(name) if name else None
+    return found is not None and found.name == card.name
 
 
 def capacity_of(setting: Setting, p: PrecisionResult, unit: str, origin: str, gpus: int = 1) -> Capacity:

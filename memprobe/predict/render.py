@@ -132,8 +132,8 @@ def render(pred: Prediction, cannot_train: dict[str, list[str]] | None = None) -
         rows.append([name, gib(m.static_bytes, 2) if m else "-", slope] + cells)
     # the slope as written (tabulate would print 0.0000021 as 2.1e-06), the others right-aligned as numbers are
     align = ["left"] + ["right"] * (len(headers) - 1)
-    table = tabulate(rows, headers=headers, tablefmt="github", disable_numparse=[2], colalign=align)
-    lines += ["", table, ""]
+    if rows:  # tabulate cannot take per-column options for a table without rows
+        lines += ["", tabulate(rows, headers=headers, tablefmt="github", disable_numparse=[2], colalign=align), ""]
     if any_safe:
         lines.append(
             f"safe: the largest {n} that leaves {SAFE_MARGIN:.0%} of the usable memory unused, the one to run. The "

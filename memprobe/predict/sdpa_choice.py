@@ -26,9 +26,10 @@ class _SdpaChecks:
         self.dropout, self.causal, self.gqa = dropout_p, is_causal, enable_gqa
         self.sm = target.compute_capability
 
-    def _dense(self, ignore_singleton: bool) -> bool:
+    def _dense(self, ignore_singleton: bool, supports_gqa: bool = True) -> bool:
         """4-D q, k, v of one batch size, nonzero lengths, last dims of stride 1 (the mask's too), and the
-        same number of heads unless enable_gqa (then key/value heads dividing the query's)."""
+        same number of heads unless enable_gqa on a backend that supports it (then key/value heads dividing the
+        query's): check_batch_size_and_num_heads_dense<supports_gqa>."""
         q, k, v = self.q, self.k, self.v
         if not (q.dim() == k.dim() == v.dim() == 4):
             return False
@@ -41,7 +42,7 @@ class _SdpaChecks:
             return False
         if not (q.size(0) == k.size(0) == v.size(0)):
             return False
-        if self.gqa:
+        if self.gqa and supports_gqa:
             return k.size(-3) == v.size(-3) and q.size(-3) % k.size(-3) == 0
         return q.size(-3) == k.size(-3) == v.size(-3)
 
@@ -110,7 +111,7 @@ class _SdpaChecks:
             return False
         if self.sm >= (8, 0) and any(t.storage_offset() % align for t in (q, k, v) if t.numel()):
             return False  # check_data_ptr_alignment_mem_efficient
-        if not self._dense(ignore_singleton=False):
+        if not self._dense(ignore_singleton=False, supports_gqa=False):  # memory-efficient attention has no GQA
             return False
         dtypes = (torch.float16, torch.float32, torch.bfloat16) if self.sm >= (8, 0) else (torch.float16, torch.float32)
         return q.dtype == k.dtype == v.dtype and q.dtype in dtypes
