@@ -33,6 +33,9 @@ def _measured(zoo: Path) -> dict[str, dict[str, Any]]:
             env = data.get("environment") or {}
             out[f"{card}/{job.name}"] = {
                 "max_batch": p.get("max_batch"),
+                # B from the search, never run in a fresh process: every fresh check above it failed, the check
+                # limit ran out before one at B (the scan's note says so)
+                "verified": (p.get("proof") or {}).get("verified", True),
                 "status": data.get("status"),
                 "stop": p.get("stop"),
                 "error": (p.get("error") or "")[:120],
@@ -109,6 +112,7 @@ def build(zoo: Path, entries: list[Any]) -> dict[str, Any]:
             "kind": kind,
             "precision": precision,
             "measured": m["max_batch"],
+            "verified": m["verified"],
             "status": m["status"],
             "file": m["file"],
             "scan_error": m["error"] if m["max_batch"] is None else "",
@@ -203,6 +207,8 @@ def render(data: dict[str, Any]) -> str:
     lines += [header, rule]
     for r in data["rows"]:
         measured = r["measured"] if r["measured"] is not None else f"- ({r['scan_error'] or r['status']})"
+        if r["measured"] is not None and not r.get("verified", True):
+            measured = f"{measured}\\*"
         cells = [r["card"], r["model"], r["group"], f"{r['kind']} {r['precision']}", f"[{measured}](../../{r['file']})"]
         for h in hosts:
             p = r.get(h)
@@ -220,6 +226,10 @@ def render(data: dict[str, Any]) -> str:
             cells.append(f"{p['seconds']:.0f}" if p.get("seconds") is not None else "")
         lines.append("| " + " | ".join(str(c) for c in cells) + " |")
     lines += [
+        "",
+        "\\*: B not verified in a fresh process: the search's trial process fit it and fresh processes failed at "
+        "every batch checked above it, but the check limit ran out before a fresh run at B itself (the result "
+        "file's proof note). The real edge is at most this B.",
         "",
         "`s`: seconds the prediction took (`memprobe predict`'s own timer: build, traces and replays, both cards' "
         "sizes) on this repository's 2-core CI-class machine.",

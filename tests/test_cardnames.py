@@ -210,3 +210,13 @@ def test_splitting_letters_from_digits_accepts_no_junk(typed):
     # "a" has no digits to split; "h1" is no card's word; the 3090 Ti is not the 3090
     with pytest.raises(CardNameError, match="unknown GPU"):
         resolve_card(typed)
+
+
+def test_the_api_gives_no_max_batch_for_a_precision_the_card_cannot_train_as_the_cli():
+    from memprobe import predict_max_batch
+
+    prediction = predict_max_batch("toy", memory=None, precision="bf16,fp32", gpu="V100,H100")
+    assert prediction.cannot_train == {"V100 SXM2 16GB": ["bf16"]}
+    assert prediction.precisions["bf16"].max_batch["V100 SXM2 16GB"] == 0
+    assert prediction.precisions["bf16"].max_batch["H100 SXM"] > 0
+    assert prediction.precisions["fp32"].max_batch["V100 SXM2 16GB"] > 0

@@ -73,11 +73,6 @@ def _predict_and_print(
         scanned_mode = (compare_with[1].settings or {}).get("mode", "train")
         if scanned_mode != mode:
             raise click.ClickException(f"{compare} is a --mode {scanned_mode} scan; this prediction is --mode {mode}")
-    cannot_train = {  # card -> precisions it cannot train in: shown as "-", as plan and guide leave them out
-        label: names
-        for label, card in asked.cards.items()
-        if (names := [p for p in precisions if not card.supports(p)])
-    }
     made = []
     for workload in workloads:
         for world in worlds or [None]:
@@ -102,7 +97,7 @@ def _predict_and_print(
                     )
             except (PredictError, TorchInternalsError, RuntimeError) as exc:
                 raise click.ClickException(str(exc).splitlines()[0]) from None
-            click.echo(textwidth.fit_text(render(prediction, cannot_train)))
+            click.echo(textwidth.fit_text(render(prediction)))
             made.append((workload, prediction))
     return made
 

@@ -68,13 +68,14 @@ def _usable(sizes: list) -> str:
     return ", ".join(f"{s.label} ({gib(s.capacity_bytes, 2)} GiB usable)" for s in sizes)
 
 
-def render(pred: Prediction, cannot_train: dict[str, list[str]] | None = None) -> str:
+def render(pred: Prediction) -> str:
     """The prediction as text: per precision the fitted line and the predicted max batch per memory size,
-    then (with a comparison) predicted vs measured. Every figure is labelled predicted. `cannot_train`: memory
-    label -> the precisions that card cannot train in (tf32 and bf16 before compute capability 8.0): their cells
-    show "-" and a line says why, as `plan` and `guide` leave such settings out."""
-    cannot_train = cannot_train or {}
+    then (with a comparison) predicted vs measured. Every figure is labelled predicted. A precision a card cannot
+    train in (Prediction.cannot_train: tf32 and bf16 before compute capability 8.0) shows "-" and a line says why,
+    as `plan` and `guide` leave such settings out."""
     from tabulate import tabulate
+
+    cannot_train = pred.cannot_train
 
     where = f" per GPU on {pred.world}" if pred.world else ""
     trial = (

@@ -32,6 +32,8 @@ class MemorySize:
     memory_bytes: int
     capacity_bytes: int
     how: str = ""  # where the capacity comes from (overhead.usable_memory), when not from the Prediction's overhead
+    # the precisions this card cannot train in (tf32 and bf16 before compute capability 8.0): max batch 0 there
+    cannot_train: tuple[str, ...] = ()
 
 
 @dataclass
@@ -103,6 +105,11 @@ class Prediction:
     versions: dict[str, str] = field(default_factory=dict)  # the libraries the trace ran (library_versions)
     version_note: str = ""  # with a comparison: the libraries the scan ran where they differ from these
 
+    @property
+    def cannot_train(self) -> dict[str, list[str]]:
+        """Memory label -> the precisions asked for that the card cannot train in (their max batch is 0)."""
+        return {s.label: names for s in self.sizes if (names := [p for p in self.precisions if p in s.cannot_train])}
+
 
 # The share of the usable memory a safe batch leaves unused. The predicted max batch is the best estimate of the edge;
 # on models nobody tuned memprobe for (the held-out zoo, reports/zoo/accuracy.md) it came out above the measured B in
@@ -123,6 +130,9 @@ def _predict_precision(traces: PrecisionTraces, sizes: Sequence[MemorySize]) -> 
     oom: dict[str, int] = {}
     capped: list[str] = []
     for size in sizes:
+        if traces.precision in size.cannot_train:  # no answer for a card that cannot run the precision
+            max_batch[size.label] = safe[size.label] = 0
+            continue
         found, fail = traces.max_batch(size.capacity_bytes)
         max_batch[size.label] = found
         safe[size.label] = min(found, traces.max_batch(safe_capacity(size.capacity_bytes))[0])
@@ -131,7 +141,8 @@ def _predict_precision(traces: PrecisionTraces, sizes: Sequence[MemorySize]) -> 
         if fail is None:  # nothing failed up to the search's cap: the answer is the cap, not an edge
             capped.append(size.label)
     # What an answer with no edge stands on: the trial at the cap, or batch 1 where nothing fits.
-    stands_on = ([MAX_SEARCH_BATCH] if capped else []) + ([1] if 0 in max_batch.values() else [])
+    nothing = any(max_batch[s.label] == 0 for s in sizes if traces.precision not in s.cannot_train)
+    stands_on = ([MAX_SEARCH_BATCH] if capped else []) + ([1] if nothing else [])
     needs = {b: traces.peaks(b).peak_reserved for b in stands_on}
     peaks: dict[int, tuple[int, int]] = {}
     for b in traces.fit_batches(max(max_batch.values(), default=0)):
@@ -418,6 +429,8 @@ def memory_sizes(
 
     out = []
     for label, nbytes in labels:
-        usable = usable_memory(label, nbytes, (cards or {}).get(label), override)
-        out.append(MemorySize(label, nbytes, usable.capacity_bytes, usable.how))
+        card = (cards or {}).get(label)
+        usable = usable_memory(label, nbytes, card, override)
+        cannot = tuple(p for p in ("fp32", "tf32", "fp16", "bf16") if card is not None and not card.supports(p))
+        out.append(MemorySize(label, nbytes, usable.capacity_bytes, usable.how, cannot))
     return out
