@@ -13,6 +13,7 @@ import sys
 from dataclasses import asdict, dataclass, field
 from typing import Callable
 
+from memprobe.core.child_env import child_env
 from memprobe.core.lifeline import PARENT_ENV
 from memprobe.core.registry import Workload
 from memprobe.core.results import ScanResult
@@ -88,7 +89,7 @@ class NeedError(RuntimeError):
 def _default_need(workload: Workload, precision: str) -> int:
     """Trace the need in a child (`python -m memprobe.predict.need`, CUDA hidden): probe does not import predict,
     and the trace's memory and imports stay out of the scan's process. Raises NeedError."""
-    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", PARENT_ENV: str(os.getpid())}
+    env = child_env(CUDA_VISIBLE_DEVICES="", **{PARENT_ENV: str(os.getpid())})
     request = json.dumps({"workload": workload.to_dict(), "precision": precision}) + "\n"
     try:
         done = subprocess.run(

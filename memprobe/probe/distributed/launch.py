@@ -23,23 +23,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from memprobe.core.child_env import SAFE_ENV, child_env
 from memprobe.core.memory_model import Attempt
 from memprobe.core.outcomes import CRASH, FIT, TIMEOUT
 from memprobe.core.records import Timed
 
-# Every process memprobe starts on CUDA gets these unless the user set them: NVLink SHARP
-# (multicast) off in NCCL, symmetric memory and NVSHMEM (KINDS.md of the lending machines says why).
-SAFE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 TERM_GRACE_S = 15.0
 RANK_MODULE = "memprobe.probe.distributed.trial"
 
 
 def launch_env(base: dict[str, str] | None = None) -> dict[str, str]:
-    """The environment for processes memprobe starts: `base` (default os.environ) with SAFE_ENV set
-    where unset, and memprobe's own folder on PYTHONPATH so the ranks import this same code."""
-    env = dict(os.environ if base is None else base)
-    for key, value in SAFE_ENV.items():
-        env.setdefault(key, value)
+    """The environment for torchrun and `--parallel` scans: core.child_env's (SAFE_ENV set where unset) with
+    memprobe's own folder on PYTHONPATH so the ranks import this same code."""
+    env = child_env(base)
     root = str(Path(__file__).resolve().parents[3])
     paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
     if root not in paths:

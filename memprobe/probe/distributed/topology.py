@@ -5,6 +5,8 @@ from __future__ import annotations
 import subprocess
 from typing import Any
 
+from memprobe.core.child_env import child_env
+
 # nvmlGpuTopologyLevel_t: the closest common ancestor of two GPUs on the PCIe tree.
 _LEVELS = {
     0: "same board",
@@ -76,7 +78,7 @@ def summary(facts: dict[str, Any]) -> str:
 
 def _smi_topo() -> str | None:
     try:
-        done = subprocess.run(["nvidia-smi", "topo", "-m"], capture_output=True, text=True, timeout=20)
+        done = subprocess.run(["nvidia-smi", "topo", "-m"], capture_output=True, text=True, timeout=20, env=child_env())
     except (OSError, subprocess.TimeoutExpired):
         return None
     return done.stdout.strip() or None
