@@ -50,9 +50,10 @@ def capture(model: str, precision: str, batch: int, steps: int, loss_scale: floa
     """Run one trial on the GPU with the allocator's history recorded; write it as gzipped JSON."""
     import torch
 
-    from memprobe.core.registry import family_builder, load_registry
+    from memprobe.core.registry import load_registry
     from memprobe.probe.worker import apply_precision_flags
     from memprobe.training.step import Memory, run_trial
+    from memprobe.workloads.families import family_builder
 
     workload = load_registry()[model]
     dev = torch.device("cuda", torch.cuda.current_device())

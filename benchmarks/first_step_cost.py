@@ -40,10 +40,11 @@ def step_times(
     step at the second batch size when `profile`."""
     import torch
 
-    from memprobe.core.registry import family_builder, load_registry
+    from memprobe.core.registry import load_registry
     from memprobe.probe.worker import apply_precision_flags
     from memprobe.training.step import run_step
     from memprobe.workloads.base import Amp
+    from memprobe.workloads.families import family_builder
 
     workload = load_registry()[model]
     apply_precision_flags(precision, False)

@@ -60,11 +60,12 @@ def one(model: str, precision: str, batch: int, device_name: str) -> dict:
     """Build `model` and run the trial and a short timed run at `batch` in this process; what happened."""
     import torch
 
-    from memprobe.core.registry import family_builder, load_registry
+    from memprobe.core.registry import load_registry
     from memprobe.probe.measure import time_steps
     from memprobe.probe.worker import apply_precision_flags
     from memprobe.training.step import Memory, run_step, run_trial
     from memprobe.workloads.base import Amp
+    from memprobe.workloads.families import family_builder
 
     workload = load_registry()[model]
     apply_precision_flags(precision, False)

@@ -147,11 +147,12 @@ def run_plain(model: str, precision: str, batch: int, warmup: int, steps: int, d
 def run_memprobe(
     model: str, precision: str, batch: int, warmup: int, steps: int, device: str, compile_step: bool = False
 ) -> dict:
-    from memprobe.core.registry import FAMILIES, load_registry
+    from memprobe.core.registry import load_registry
     from memprobe.probe.runner import Worker, WorkerSpec
+    from memprobe.workloads.families import family_module
 
     workload = load_registry()[model]
-    worker = Worker(FAMILIES[workload.family].split(":")[0])
+    worker = Worker(family_module(workload.family))
     try:
         worker.setup(WorkerSpec(workload, precision, device=device, settings={"compile": compile_step}))
         measured = worker.measure(batch, warmup, steps)

@@ -72,10 +72,11 @@ def profile_case(
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    from memprobe.core.registry import family_builder, load_registry
+    from memprobe.core.registry import load_registry
     from memprobe.probe.worker import apply_precision_flags
     from memprobe.training.step import run_step, run_until_state
     from memprobe.workloads.base import Amp
+    from memprobe.workloads.families import family_builder
 
     workload = load_registry()[model]
     params = {**workload.params, **(overrides or {})}

@@ -42,9 +42,10 @@ def lightning_child(model: str, precision: str) -> None:
     import torch
     from lightning.pytorch.tuner import Tuner
 
-    from memprobe.core.registry import family_builder, load_registry
+    from memprobe.core.registry import load_registry
     from memprobe.probe.worker import apply_precision_flags
     from memprobe.workloads.base import make_optimizer
+    from memprobe.workloads.families import family_builder
 
     apply_precision_flags(precision, cudnn_benchmark=False)
     workload = load_registry()[model]
@@ -119,9 +120,10 @@ def warm_up_child(model: str, precisions: list[str]) -> None:
     """
     import torch
 
-    from memprobe.core.registry import family_builder, load_registry
+    from memprobe.core.registry import load_registry
     from memprobe.probe.worker import apply_precision_flags
     from memprobe.training.step import Memory, run_trial
+    from memprobe.workloads.families import family_builder
 
     try:
         import lightning.pytorch.tuner  # noqa: F401

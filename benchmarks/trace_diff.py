@@ -71,8 +71,8 @@ def record(args: argparse.Namespace) -> int:
     """Run one trial on the GPU with memory history on; write the trace and the SDPA choices (gzip JSON)."""
     import torch
 
-    from memprobe.core.registry import family_builder
     from memprobe.training.step import Memory, run_trial
+    from memprobe.workloads.families import family_builder
 
     workload = _workload(args)
     device = torch.device(args.device)

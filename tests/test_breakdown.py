@@ -11,11 +11,12 @@ from click.testing import CliRunner
 from memprobe.cli.app import main
 from memprobe.compare.breakdown import breakdown_report, comparison_rows, within_goal
 from memprobe.core.breakdown import Breakdown, assemble, check_sum, what_buys_more_batch
-from memprobe.core.registry import family_builder, load_registry
+from memprobe.core.registry import load_registry
 from memprobe.core.results import PrecisionResult, ScanResult, read_result, write_result
 from memprobe.training.breakdown import measure_breakdown
 from memprobe.training.cpu_memory import LiveBytes
 from memprobe.training.step import Memory
+from memprobe.workloads.families import family_builder
 
 GIB = 1024**3
 

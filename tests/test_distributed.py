@@ -330,7 +330,7 @@ def test_gpus_and_strategy_options_parse_or_say_what_is_wrong():
 def test_fsdp_shards_the_repeated_blocks_and_the_root_keeps_the_rest():
     import torch
 
-    from memprobe.core.registry import family_builder
+    from memprobe.workloads.families import family_builder
     from memprobe.training.wrap import shard_blocks
 
     registry = load_registry()

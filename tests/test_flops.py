@@ -12,9 +12,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from memprobe.core.registry import FAMILIES, load_registry  # noqa: E402
+from memprobe.core.registry import load_registry  # noqa: E402
 from memprobe.training.flops import flops_per_sample, workload_flops_per_sample  # noqa: E402
 from memprobe.workloads.base import TrainTask  # noqa: E402
+from memprobe.workloads.families import BUILDERS  # noqa: E402
 
 CPU = torch.device("cpu")
 META = torch.device("meta")
@@ -31,7 +32,7 @@ def one_thread():
 
 def build(name: str, device: torch.device = CPU):
     w = load_registry()[name]
-    module, func = FAMILIES[w.family].split(":")
+    module, func = BUILDERS[w.family].split(":")
     return getattr(importlib.import_module(module), func)(w.params, w.optimizer, device)
 
 
@@ -116,8 +117,8 @@ def test_pix2pixhd_full_resolution_on_meta():
     # generator loss into D's weights too gives (11.57); this step restricts that backward to G's
     # weights (D's gradient from G's loss is discarded anyway), so it counts 11.23.
     w = load_registry()["pix2pixhd"]
-    train = workload_flops_per_sample(FAMILIES[w.family], w.params, w.optimizer, mode="train", batch=1)
+    train = workload_flops_per_sample(BUILDERS[w.family], w.params, w.optimizer, mode="train", batch=1)
     assert train == pytest.approx(11.23e12, rel=0.005)
     assert train == pytest.approx(11.6e12, rel=0.04)
-    infer = workload_flops_per_sample(FAMILIES[w.family], w.params, w.optimizer, mode="infer", batch=1)
+    infer = workload_flops_per_sample(BUILDERS[w.family], w.params, w.optimizer, mode="infer", batch=1)
     assert infer == pytest.approx(1.496e12, rel=0.005)  # the generator alone

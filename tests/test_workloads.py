@@ -23,9 +23,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from memprobe.core.registry import FAMILIES, load_registry  # noqa: E402
+from memprobe.core.registry import load_registry  # noqa: E402
 from memprobe.workloads import pix2pixhd, pix2pixhd_nets, translation, vision  # noqa: E402
 from memprobe.workloads.base import Amp, make_optimizer  # noqa: E402
+from memprobe.workloads.families import BUILDERS  # noqa: E402
 from torchvision_standin import StandInFinder, forget, install_standin, torchvision_usable  # noqa: E402
 
 CPU = torch.device("cpu")
@@ -106,9 +107,15 @@ def test_registry_entries():
     assert registry["bert-large-squad"].params["seq_len"] == 384
 
 
+def test_every_family_the_registry_names_has_a_builder_and_no_other():
+    from memprobe.core.registry import FAMILIES
+
+    assert sorted(FAMILIES) == sorted(BUILDERS)
+
+
 def test_every_family_module_imports_without_timm_working():
     # the trial process preloads the family module; vision must load even where timm cannot
-    for target in FAMILIES.values():
+    for target in BUILDERS.values():
         module, func = target.split(":")
         assert callable(getattr(importlib.import_module(module), func))
 
@@ -130,7 +137,7 @@ def test_load_timm_says_why_without_torchvision():
 
 def build(name: str, device: torch.device = CPU):
     w = load_registry()[name]
-    module, func = FAMILIES[w.family].split(":")
+    module, func = BUILDERS[w.family].split(":")
     return getattr(importlib.import_module(module), func)(w.params, w.optimizer, device)
 
 

@@ -7,39 +7,29 @@ name of each entry maps to the module that builds it (imported only inside the t
 from __future__ import annotations
 
 import fnmatch
-import importlib
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import yaml
 
 from memprobe.core.inputs import read_text
 
-# family -> "module:function" that builds the training task. Imported lazily by the trial worker.
-FAMILIES: dict[str, str] = {
-    "toy-mlp": "memprobe.workloads.toy:build",
-    "bert-pretraining": "memprobe.workloads.bert:build_pretraining",
-    "bert-squad": "memprobe.workloads.bert:build_squad",
-    "transformer-translation": "memprobe.workloads.translation:build",
-    "timm-classifier": "memprobe.workloads.vision:build",
-    "pix2pixhd": "memprobe.workloads.pix2pixhd:build",
-    # Models given by name or by the user's own code (memprobe.workloads.custom resolves them, without torch).
-    "timm": "memprobe.workloads.timm_any:build",
-    "hf": "memprobe.workloads.hf_config:build",
-    "module": "memprobe.workloads.user_module:build",
-    "llama-causal-lm": "memprobe.workloads.llm:build",
-}
-
-
-def family_builder(family: str) -> Callable[..., Any]:
-    """The function that builds a family's training task (imports its module, and so torch, now).
-
-    Raises KeyError for an unknown family and ImportError when its module cannot be imported.
-    """
-    module, _, function = FAMILIES[family].partition(":")
-    return getattr(importlib.import_module(module), function)
+# The workload families a registry entry may name. Which module builds each is memprobe.workloads.families'
+# business (BUILDERS): the ground floor knows the names only.
+FAMILIES: tuple[str, ...] = (
+    "toy-mlp",
+    "bert-pretraining",
+    "bert-squad",
+    "transformer-translation",
+    "timm-classifier",
+    "pix2pixhd",
+    "timm",
+    "hf",
+    "module",
+    "llama-causal-lm",
+)
 
 
 UNITS = ("images", "sequences", "tokens", "samples")

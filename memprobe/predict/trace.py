@@ -15,7 +15,7 @@ from typing import Any, Callable
 import torch
 
 from memprobe.core.deadline import TimeLimitError, TimeLimitExceeded, how_to_extend, limit_s, time_limit
-from memprobe.core.registry import Workload, family_builder
+from memprobe.core.registry import Workload
 from memprobe.predict.allocator import ALLOC, FREE, MARK
 from memprobe.predict.collector import paused
 from memprobe.predict.fake_mode import BuildValues
@@ -24,6 +24,7 @@ from memprobe.predict.recorder import Recorder
 from memprobe.predict.session import fake_session
 from memprobe.training.step import run_step, run_until_state
 from memprobe.workloads.base import Amp, UserModelError
+from memprobe.workloads.families import family_builder
 
 TRIAL_MARK = "trial"  # where run_trial called reset_peak_memory_stats (after empty_cache)
 STEP_MARK = "step"  # where a traced step begins (dropped from a Trace's events)

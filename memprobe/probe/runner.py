@@ -26,7 +26,7 @@ from memprobe.core.lifeline import PARENT_ENV
 from memprobe.core.memory_model import Attempt
 from memprobe.core.outcomes import CRASH, ERROR, OOM, TIMEOUT, classify_error
 from memprobe.core.records import Timed
-from memprobe.core.registry import FAMILIES, Workload
+from memprobe.core.registry import Workload
 from memprobe.probe.protocol import (
     Answer,
     ExitRequest,
@@ -45,6 +45,7 @@ from memprobe.probe.protocol import (
     decode_answer,
     encode_request,
 )
+from memprobe.workloads.families import family_module
 
 
 class WorkerError(RuntimeError):
@@ -379,7 +380,7 @@ class WorkerFactory:
     """
 
     def __init__(self, workload: Workload, spares: int = 2, forkserver: bool | None = None) -> None:
-        self.preload = FAMILIES[workload.family].split(":")[0]
+        self.preload = family_module(workload.family)
         self.spares = spares
         self._spare: list[Worker] = []
         use_forkserver = forkserver_available() if forkserver is None else forkserver

@@ -35,7 +35,6 @@ from memprobe.core.memcap import CapPlan, MemoryCapError, plan_cap
 from memprobe.core.memory_model import Attempt
 from memprobe.core.outcomes import CRASH, USER_ERROR, classify_error, with_memory_state
 from memprobe.core.records import Timed
-from memprobe.core.registry import family_builder
 from memprobe.probe import breakdown_run, zygote
 from memprobe.probe.device import torch_environment
 from memprobe.probe.measure import UtilizationSampler, summarize_times, time_steps
@@ -59,6 +58,7 @@ from memprobe.probe.protocol import (
 from memprobe.training.cpu_memory import LiveBytes
 from memprobe.training.step import Memory, run_step, run_trial, run_until_state
 from memprobe.workloads.base import Amp, UserModelError
+from memprobe.workloads.families import family_builder
 
 EXIT_AFTER_CRASH = 3
 

@@ -128,7 +128,7 @@ def workload_flops_per_sample(
     device: str | torch.device = "meta",
 ) -> float:
     """Build a workload from its registry entry's family builder ("module:function", as in
-    registry.FAMILIES) on `device` (meta by default: nothing is allocated) and count its FLOPs per sample.
+    workloads.families.BUILDERS) on `device` (meta by default: nothing is allocated) and count its FLOPs per sample.
 
     Raises whatever the builder raises; a builder that cannot build on the meta device (one that
     checks its initialised weights' values) needs a real device here.

@@ -301,7 +301,7 @@ def standby(req: dict[str, Any]) -> dict[str, Any] | None:
     import memprobe.training.wrap  # noqa: F401
 
     try:
-        from memprobe.core.registry import family_builder
+        from memprobe.workloads.families import family_builder
 
         family_builder(req["workload"]["family"])  # imports the family's module (transformers, timm)
     except Exception:  # noqa: BLE001 - the launch itself will say what cannot be imported
