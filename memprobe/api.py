@@ -48,9 +48,9 @@ class UserCodeError(RuntimeError):
 
 def _progress(verbose: bool):
     """What a call with `verbose` says while it traces: "memprobe: ..." lines on stderr; nothing otherwise."""
-    from memprobe.predict.progress import Progress, silent
+    from memprobe.predict.progress import TraceProgress, silent
 
-    return Progress(lambda text: print(f"memprobe: {text}", file=sys.stderr)) if verbose else silent()
+    return TraceProgress(lambda text: print(f"memprobe: {text}", file=sys.stderr)) if verbose else silent()
 
 
 def resolve_model(

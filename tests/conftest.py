@@ -66,7 +66,7 @@ def _no_dispatch_mode_left():
 
 
 class RecordingProgress:
-    """A scan Progress that records every call, to check what the scan announced."""
+    """A ScanProgress that records every call, to check what the scan announced."""
 
     def __init__(self) -> None:
         self.precisions: list[tuple[str, str]] = []

@@ -330,8 +330,8 @@ def test_gpus_and_strategy_options_parse_or_say_what_is_wrong():
 def test_fsdp_shards_the_repeated_blocks_and_the_root_keeps_the_rest():
     import torch
 
-    from memprobe.workloads.families import family_builder
     from memprobe.training.wrap import shard_blocks
+    from memprobe.workloads.families import family_builder
 
     registry = load_registry()
     expected = {

@@ -16,7 +16,7 @@ torch = pytest.importorskip("torch")
 from memprobe.core.registry import load_registry  # noqa: E402
 from memprobe.core.variants import VariantRequest, apply_variant  # noqa: E402
 from memprobe.predict.parallel import Job, can_fork, trace_jobs  # noqa: E402
-from memprobe.predict.progress import Progress  # noqa: E402
+from memprobe.predict.progress import TraceProgress  # noqa: E402
 from memprobe.predict.summary import MemorySize, predict  # noqa: E402
 from memprobe.predict.trace import PredictError, Trace, TraceSession  # noqa: E402
 from memprobe.predict.workspaces import Workspace  # noqa: E402
@@ -46,14 +46,14 @@ def registry():
 
 
 class Lines:
-    """A Progress sink with a clock the test moves."""
+    """A TraceProgress sink with a clock the test moves."""
 
     def __init__(self) -> None:
         self.lines: list[str] = []
         self.now = 0.0
 
-    def progress(self, heartbeat: bool = False) -> Progress:
-        return Progress(self.lines.append, every=5.0, heartbeat=heartbeat, clock=lambda: self.now)
+    def progress(self, heartbeat: bool = False) -> TraceProgress:
+        return TraceProgress(self.lines.append, every=5.0, heartbeat=heartbeat, clock=lambda: self.now)
 
 
 @forks

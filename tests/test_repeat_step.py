@@ -10,7 +10,7 @@ torch = pytest.importorskip("torch")
 from memprobe.core.registry import load_registry  # noqa: E402
 from memprobe.predict.allocator import ALLOC, FREE, MARK  # noqa: E402
 from memprobe.predict.batch_model import PrecisionTraces  # noqa: E402
-from memprobe.predict.progress import Progress  # noqa: E402
+from memprobe.predict.progress import TraceProgress  # noqa: E402
 from memprobe.predict.summary import MemorySize, predict  # noqa: E402
 from memprobe.predict.trace import STEP_MARK, Trace, TraceSession, repeat_last_step  # noqa: E402
 
@@ -79,7 +79,7 @@ def test_repeated_traces_are_dropped_when_the_model_fails_its_check(registry):
 
 def test_batch_one_is_traced_for_every_precision_at_once(registry):
     lines: list[str] = []
-    progress = Progress(lines.append, heartbeat=False)
+    progress = TraceProgress(lines.append, heartbeat=False)
     sizes = [MemorySize("tiny", 1, 30 * MiB), MemorySize("big", 1, 1 << 30)]  # the toy needs 36 MiB
     pred = predict(registry["toy"], ["fp32", "bf16"], sizes, None, "test", progress=progress)
     traced = [line for line in lines if line.startswith("tracing")]
@@ -160,7 +160,7 @@ def test_where_batch_2_does_not_fit_only_batch_1_is_traced_after_it(registry):
     capacity, full = _edge_between_one_and_two(registry, "fp32")
     lines: list[str] = []
     sizes = [MemorySize("small", capacity, capacity)]
-    pred = predict(registry["toy-pix2pixhd"], ["fp32"], sizes, None, "test", progress=Progress(lines.append))
+    pred = predict(registry["toy-pix2pixhd"], ["fp32"], sizes, None, "test", progress=TraceProgress(lines.append))
     traced = [line for line in lines if line.startswith("tracing")]
     assert traced == [
         "tracing toy-pix2pixhd fp32 at batch 2 (1 of 3) ...",

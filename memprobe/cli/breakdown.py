@@ -6,10 +6,10 @@ import click
 
 from memprobe.compare.breakdown import breakdown_table
 from memprobe.core.breakdown import Breakdown
-from memprobe.predict.progress import Progress, silent
+from memprobe.predict.progress import TraceProgress, silent
 
 
-def predicted_breakdowns(made: list, steps: int, out: str | None, progress: Progress | None = None) -> None:
+def predicted_breakdowns(made: list, steps: int, out: str | None, progress: TraceProgress | None = None) -> None:
     """For each (workload, prediction) and precision, the breakdown at each memory size's predicted max batch,
     replayed at that size's allocator capacity (one trace per distinct batch and capacity). Each takes tens of
     seconds: `progress` announces it ("n of m"; its heartbeat fills the silence). Writes them to `out` when given

@@ -15,11 +15,13 @@ _HEARTBEAT_AFTER_S = PROGRESS_EVERY_S - 0.5
 
 
 def progress_lines():
-    """A predict.progress.Progress writing to stderr (stdout keeps the command's answer alone); on a terminal also
+    """A predict.progress.TraceProgress writing to stderr (stdout keeps the command's answer alone); on a terminal also
     a line whenever PROGRESS_EVERY_S seconds would pass without one. Enter it to start that heartbeat."""
-    from memprobe.predict.progress import Progress
+    from memprobe.predict.progress import TraceProgress
 
-    return Progress(lambda text: click.echo(text, err=True), every=_HEARTBEAT_AFTER_S, heartbeat=sys.stderr.isatty())
+    return TraceProgress(
+        lambda text: click.echo(text, err=True), every=_HEARTBEAT_AFTER_S, heartbeat=sys.stderr.isatty()
+    )
 
 
 def trace_without_gpus() -> None:

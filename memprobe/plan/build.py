@@ -13,7 +13,7 @@ from memprobe.core.results import ResultFileError, ScanResult, load_results
 from memprobe.plan.levers import settings as lever_settings
 from memprobe.plan.measured import measured, of_card, same_definition
 from memprobe.plan.predicted import predicted
-from memprobe.predict.progress import Progress
+from memprobe.predict.progress import TraceProgress
 
 NO_RESULTS_NOTE = (
     "no result files given (--results): every row is predicted. memprobe ships no measurements; give "
@@ -42,7 +42,7 @@ def build_plan(
     optimizers: Sequence[str] = (),
     results: Sequence[str | Path] = (),
     workers: int = 1,
-    progress: Progress | None = None,
+    progress: TraceProgress | None = None,
     gpus: int = 1,
     strategy: str = "ddp",
     on_skip: Callable[[ResultFileError], None] | None = None,

@@ -9,7 +9,7 @@ from memprobe.core.catalog import Card
 from memprobe.core.plan import PREDICTED, Capacity
 from memprobe.core.units import gib
 from memprobe.plan.levers import Setting
-from memprobe.predict.progress import Progress, silent
+from memprobe.predict.progress import TraceProgress, silent
 
 
 def _no_edge_note(p, label: str, capacity: int) -> str:
@@ -28,7 +28,7 @@ def predicted(
     settings: Sequence[Setting],
     card: Card,
     workers: int = 1,
-    progress: Progress | None = None,
+    progress: TraceProgress | None = None,
     gpus: int = 1,
     how: str = "ddp",
 ) -> list[Capacity]:

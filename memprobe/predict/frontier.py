@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from memprobe.core.frontier import ERROR, PREDICTED, Frontier, FrontierPoint, frontier_kinds, point_workload, walk
 from memprobe.core.registry import Workload
-from memprobe.predict.progress import Progress, silent
+from memprobe.predict.progress import TraceProgress, silent
 from memprobe.predict.summary import MemorySize, predict
 from memprobe.predict.trace import PredictError
 
@@ -25,7 +25,7 @@ def predict_frontier(
     lora: int | None = None,
     steps: int = 3,
     workers: int = 1,
-    progress: Progress | None = None,
+    progress: TraceProgress | None = None,
 ) -> Frontier:
     """The predicted frontier of `workload` in `precision` for the memory `size`, within `budget_s` seconds (None:
     no limit). A point that cannot be traced is an ERROR point (its ladder stops). Raises core.frontier.FrontierError

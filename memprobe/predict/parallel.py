@@ -29,7 +29,7 @@ import torch
 from memprobe.predict import dispatch_cache
 from memprobe.predict.allocator import ALLOC
 from memprobe.predict.collector import paused
-from memprobe.predict.progress import Progress, silent
+from memprobe.predict.progress import TraceProgress, silent
 from memprobe.predict.trace import PredictError, Trace, TraceSession
 from memprobe.predict.workspaces import Workspace
 
@@ -79,7 +79,7 @@ Then = Callable[[Job, "Trace | PredictError"], list[Job]]
 
 
 def trace_jobs(
-    jobs: Sequence[Job], workers: int = 1, progress: Progress | None = None, then: Then | None = None
+    jobs: Sequence[Job], workers: int = 1, progress: TraceProgress | None = None, then: Then | None = None
 ) -> dict[Job, Trace | PredictError]:
     """Trace every job; returns job -> its Trace, or the PredictError it raised (raised where it is needed), the
     jobs in the order given, then those `then` added.
@@ -109,7 +109,7 @@ def _fork_broke(result: Trace | PredictError) -> bool:
     return isinstance(result, PredictError) and _FORK_BROKEN in str(result)
 
 
-def _trace_all_here(jobs: list[Job], progress: Progress, then: Then) -> dict[Job, Trace | PredictError]:
+def _trace_all_here(jobs: list[Job], progress: TraceProgress, then: Then) -> dict[Job, Trace | PredictError]:
     """Trace the jobs here, one after another, and those `then` adds."""
     results: dict[Job, Trace | PredictError] = {}
     while jobs:
@@ -119,7 +119,7 @@ def _trace_all_here(jobs: list[Job], progress: Progress, then: Then) -> dict[Job
     return results
 
 
-def _trace_here(job: Job, progress: Progress) -> Trace | PredictError:
+def _trace_here(job: Job, progress: TraceProgress) -> Trace | PredictError:
     label = progress.tracing(job.what)
     try:
         return job.session.trace(job.precision, job.batch, job.repeat_last)
@@ -249,7 +249,7 @@ _SHOWN: set[tuple] = set()  # the children's warnings shown here
 
 
 def _trace_in_children(
-    jobs: list[Job], workers: int, progress: Progress, then: Then
+    jobs: list[Job], workers: int, progress: TraceProgress, then: Then
 ) -> dict[Job, Trace | PredictError]:
     """Trace each job in a forked child, `workers` at a time, and those `then` adds; collect their answers. A job
     autograd refused to fork for gets no `then` here (trace_jobs traces it again here, and calls it then)."""

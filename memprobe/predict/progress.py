@@ -1,4 +1,4 @@
-"""Progress lines of a prediction: what is traced (n of m) as it starts, and a line when none came for a while.
+"""TraceProgress lines of a prediction: what is traced (n of m) as it starts, and a line when none came for a while.
 
 A prediction traces trials for tens of seconds; a user at a terminal should see what it is doing. Each trace
 announces itself ("tracing bert-large fp16 at batch 2 (1 of 9) ..."); with `heartbeat`, a background thread
@@ -13,7 +13,7 @@ import time
 from typing import Callable
 
 
-class Progress:
+class TraceProgress:
     """Counts the traces of a prediction and writes a line per trace; see the module docstring.
 
     Thread-safe: the heartbeat thread and the caller share one lock, which `quiet()` holds so a fork
@@ -85,7 +85,7 @@ class Progress:
             what = f"tracing {now}" if now else (self.doing or "working")
             self.line(f"... still {what} ({waited:.0f} s since the last line)")
 
-    def __enter__(self) -> "Progress":
+    def __enter__(self) -> "TraceProgress":
         if self.heartbeat:
             self._stop.clear()
             self._thread = threading.Thread(target=self._run, name="memprobe-progress", daemon=True)
@@ -103,6 +103,6 @@ class Progress:
             self.beat()
 
 
-def silent() -> Progress:
-    """A Progress that writes nothing (library calls that asked for no output)."""
-    return Progress(lambda text: None)
+def silent() -> TraceProgress:
+    """A TraceProgress that writes nothing (library calls that asked for no output)."""
+    return TraceProgress(lambda text: None)

@@ -14,7 +14,7 @@ from memprobe.core.registry import Workload
 from memprobe.predict.batch_model import MODEL_BATCHES, PrecisionTraces, model_batches, traced_part_fits
 from memprobe.predict.fakecuda import H100, Target
 from memprobe.predict.parallel import Job, Then, trace_jobs
-from memprobe.predict.progress import Progress, silent
+from memprobe.predict.progress import TraceProgress, silent
 from memprobe.predict.sessions import trace_sessions
 from memprobe.predict.trace import PredictError, Trace, TraceSession
 
@@ -49,7 +49,7 @@ class _Tracing:
         capacities: Sequence[int],
         check: bool,
         workers: int,
-        progress: Progress,
+        progress: TraceProgress,
         world: Any,
         session_for: Any,
     ) -> None:
@@ -155,7 +155,7 @@ def traced_precisions(
     mode: str = "train",
     check: bool = True,
     workers: int = 1,
-    progress: Progress | None = None,
+    progress: TraceProgress | None = None,
 ) -> Iterator[tuple[Any, Traced]]:
     """Yields (traces_for, Traced): traces_for(precision) is the precision's PrecisionTraces; the sessions stay
     open inside (a batch the models do not give is traced on demand). `capacities`: the allocator capacities the

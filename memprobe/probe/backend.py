@@ -15,7 +15,7 @@ from memprobe.core.results import PrecisionResult
 from memprobe.probe.protocol import Flops
 
 
-class Progress(Protocol):
+class ScanProgress(Protocol):
     """Where a scan says what it does (the CLI prints it; the API keeps quiet or prints a line per trial)."""
 
     def precision_start(self, workload: str, precision: str) -> None: ...

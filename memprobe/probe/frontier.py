@@ -28,14 +28,14 @@ from memprobe.core.registry import Workload
 from memprobe.core.results import ScanResult, result_filename, write_result
 from memprobe.probe.device import host_environment
 from memprobe.probe.options import ScanOptions
-from memprobe.probe.scan import Progress, ScanInterrupted, scan_workload
+from memprobe.probe.scan import ScanInterrupted, ScanProgress, scan_workload
 
 
 def scan_frontier(
     workload: Workload,
     opts: ScanOptions,
     out_dir: str | Path,
-    progress: Progress,
+    progress: ScanProgress,
     budget_s: float | None,
     checkpointing: bool = False,
     lora: int | None = None,

@@ -14,7 +14,7 @@ from memprobe.core.outcomes import OOM, USER_ERROR
 from memprobe.core.records import Timed
 from memprobe.core.registry import Workload
 from memprobe.core.results import PrecisionResult
-from memprobe.probe.backend import Progress
+from memprobe.probe.backend import ScanProgress
 from memprobe.probe.breakdown_run import measure_at_max
 from memprobe.probe.curve_run import PointTimer
 from memprobe.probe.options import ScanOptions
@@ -35,7 +35,7 @@ class LocalBackend:
     counts_flops = True
 
     def __init__(
-        self, workload: Workload, precision: str, opts: ScanOptions, factory: WorkerFactory, progress: Progress
+        self, workload: Workload, precision: str, opts: ScanOptions, factory: WorkerFactory, progress: ScanProgress
     ) -> None:
         self.workload, self.precision, self.opts, self.factory, self.progress = (
             workload,

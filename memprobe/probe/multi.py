@@ -8,7 +8,7 @@ from typing import Callable, Iterator
 from memprobe.core.registry import Workload
 from memprobe.core.results import ScanResult
 from memprobe.probe import scan as single_gpu
-from memprobe.probe.scan import Progress, ScanOptions
+from memprobe.probe.scan import ScanOptions, ScanProgress
 
 STRATEGIES = ("ddp", "fsdp")
 
@@ -67,7 +67,7 @@ def scan_runs(
     sizes: list[int],
     strategies: list[str],
     out_dir: str | Path,
-    progress: Progress,
+    progress: ScanProgress,
 ) -> Iterator[tuple[ScanResult, Path]]:
     """Scan `workload` at every world size: 1 is the single-GPU scan (unchanged), N > 1 one
     multi-GPU scan per strategy. Yields (result, path) as each file is complete; raises what

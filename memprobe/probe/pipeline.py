@@ -22,7 +22,7 @@ from memprobe.core.outcomes import FIT, STOPPING
 from memprobe.core.records import Timed
 from memprobe.core.registry import Workload
 from memprobe.core.results import PrecisionResult, ScanResult, final_status, write_result
-from memprobe.probe.backend import Progress, TrialBackend
+from memprobe.probe.backend import ScanProgress, TrialBackend
 from memprobe.probe.curve_run import add_curve
 from memprobe.probe.hint import PrecisionHint, PredictedStart
 from memprobe.probe.nothing_fits import explain_precision
@@ -84,7 +84,7 @@ class _Recorded:
         self.trials.close()
 
 
-def reported(attempt: Attempt, progress: Progress, started: float) -> Attempt:
+def reported(attempt: Attempt, progress: ScanProgress, started: float) -> Attempt:
     """Stamp the attempt with its place on the precision's timeline (perf_counter `started`) and report it."""
     attempt.done_at_s = round(time.perf_counter() - started, 3)
     progress.trial_end(attempt)
@@ -123,7 +123,7 @@ def run_precision(
     workload: Workload,
     precision: str,
     opts: ScanOptions,
-    progress: Progress,
+    progress: ScanProgress,
     on_environment: OnEnvironment,
     start: PredictedStart | None = None,
 ) -> PrecisionResult:
@@ -141,7 +141,7 @@ def _run(
     workload: Workload,
     precision: str,
     opts: ScanOptions,
-    progress: Progress,
+    progress: ScanProgress,
     on_environment: OnEnvironment,
     start: PredictedStart | None,
 ) -> PrecisionResult:
@@ -227,7 +227,7 @@ def _proven(
     found: Any,
     workload: Workload,
     opts: ScanOptions,
-    progress: Progress,
+    progress: ScanProgress,
     seen: dict[str, Any],
     started: float,
     stage: dict[str, Any],
@@ -305,7 +305,7 @@ def _timed_runs(
     backend: TrialBackend,
     result: PrecisionResult,
     opts: ScanOptions,
-    progress: Progress,
+    progress: ScanProgress,
     gpu: str,
     stage: dict[str, Any] | None = None,
 ) -> None:
@@ -361,7 +361,7 @@ def scan_precisions(
     workload: Workload,
     opts: ScanOptions,
     writer: ResultWriter,
-    progress: Progress,
+    progress: ScanProgress,
     run_one: Callable[[str, PredictedStart | None, OnEnvironment], PrecisionResult],
     label: Callable[[str], str] = str,
     start: PredictedStart | None = None,
@@ -404,7 +404,7 @@ def scan_precisions(
     return result, writer.path
 
 
-def _explain(result: ScanResult, precision: str, workload: Workload, progress: Progress) -> None:
+def _explain(result: ScanResult, precision: str, workload: Workload, progress: ScanProgress) -> None:
     """Where nothing trains at n = 1, trace the need (no GPU used) and record it in the precision's settings."""
     p = result.precisions[precision]
     if p.status == "done" and p.max_batch == 0:

@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 from memprobe.core.registry import Workload
 from memprobe.core.results import PrecisionResult, ScanResult, result_filename
-from memprobe.probe.backend import Progress  # noqa: F401
+from memprobe.probe.backend import ScanProgress  # noqa: F401
 from memprobe.probe.device import host_environment
 from memprobe.probe.hint import PredictedStart
 from memprobe.probe.local import LocalBackend, NoCudaError
@@ -45,7 +45,7 @@ def scan_precision(
     precision: str,
     opts: ScanOptions,
     factory: WorkerFactory,
-    progress: Progress,
+    progress: ScanProgress,
     on_environment: Callable[[dict[str, Any]], None],
     start: PredictedStart | None = None,
 ) -> PrecisionResult:
@@ -56,7 +56,7 @@ def scan_precision(
 
 
 def scan_workload(
-    workload: Workload, opts: ScanOptions, out_dir: str | Path, progress: Progress
+    workload: Workload, opts: ScanOptions, out_dir: str | Path, progress: ScanProgress
 ) -> tuple[ScanResult, Path]:
     """Scan every requested precision of one workload, writing the result file after each.
 

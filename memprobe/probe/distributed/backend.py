@@ -21,7 +21,7 @@ from memprobe.core.outcomes import ERROR, FIT, OOM
 from memprobe.core.records import CurvePoint, Timed
 from memprobe.core.registry import Workload
 from memprobe.core.results import PrecisionResult
-from memprobe.probe.backend import Progress
+from memprobe.probe.backend import ScanProgress
 from memprobe.probe.curve import curve_point
 from memprobe.probe.distributed.efficiency import scaling_record
 from memprobe.probe.distributed.group import SearchTrials, ServedGroup, ServedSearch, served_groups_on
@@ -46,7 +46,7 @@ class Launches:
         opts: ScanOptions,
         world_size: int,
         strategy: str,
-        progress: Progress,
+        progress: ScanProgress,
         launcher: Launcher,
     ) -> None:
         self.workload, self.precision, self.opts = workload, precision, opts
@@ -199,7 +199,7 @@ class RanksBackend:
         opts: ScanOptions,
         world_size: int,
         strategy: str,
-        progress: Progress,
+        progress: ScanProgress,
         launcher: Launcher,
         on_setup: Callable[[dict[str, Any]], dict[str, Any]],
     ) -> None:

@@ -15,7 +15,7 @@ from typing import Any, Iterator
 
 from memprobe.core.registry import Workload
 from memprobe.core.results import PrecisionResult, ScanResult, result_filename
-from memprobe.probe.backend import Progress
+from memprobe.probe.backend import ScanProgress
 from memprobe.probe.device import host_environment
 from memprobe.probe.distributed.backend import Launcher, RanksBackend
 from memprobe.probe.distributed.launch import launch, launch_env, nccl_env
@@ -74,7 +74,7 @@ def _backend(
     opts: ScanOptions,
     world_size: int,
     strategy: str,
-    progress: Progress,
+    progress: ScanProgress,
     launcher: Launcher,
 ) -> RanksBackend:
     def group_environment(setup: dict[str, Any]) -> dict[str, Any]:
@@ -92,7 +92,7 @@ def scan_precision_distributed(
     opts: ScanOptions,
     world_size: int,
     strategy: str,
-    progress: Progress,
+    progress: ScanProgress,
     launcher: Launcher = launch,
     start: PredictedStart | None = None,
 ) -> tuple[PrecisionResult, dict | None]:
@@ -124,7 +124,7 @@ def scan_distributed(
     world_size: int,
     strategy: str,
     out_dir: str | Path,
-    progress: Progress,
+    progress: ScanProgress,
     launcher: Launcher = launch,
 ) -> tuple[ScanResult, Path]:
     """Scan every requested precision of one workload on `world_size` GPUs under `strategy`, writing
