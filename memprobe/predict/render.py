@@ -145,7 +145,8 @@ def render(pred: Prediction) -> str:
         lines.append(
             "note: inference predictions are less sure than training ones: on the held-out zoo 6 of 10 were above "
             "the measured B, convolution and attention models at batches of thousands by 2% to 48% (vgg16 bf16 on "
-            "an H200: 11054 predicted, 7471 measured), past the safe batch too. Scan on the card before relying on one."
+            "an H200: 11054 predicted, 7471 measured), 3 of them past the safe batch too. Scan on the card before "
+            "relying on one."
         )
     lines += _no_edge_lines(pred, cannot_train, n)
     lines += [

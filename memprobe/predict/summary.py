@@ -19,7 +19,7 @@ from memprobe.predict.batch_model import MAX_SEARCH_BATCH, PrecisionTraces
 from memprobe.predict.collector import paused
 from memprobe.predict.fakecuda import H100, Target
 from memprobe.predict.parallel import forked_map
-from memprobe.predict.progress import Progress, silent
+from memprobe.predict.progress import TraceProgress, silent
 from memprobe.predict.trace import PredictError
 from memprobe.predict.tracing import axis_of, traced_precisions
 
@@ -113,7 +113,7 @@ class Prediction:
 
 # The share of the usable memory a safe batch leaves unused. The predicted max batch is the best estimate of the edge;
 # on models nobody tuned memprobe for (the held-out zoo, reports/zoo/accuracy.md) it came out above the measured B in
-# 18 of 59 training scans, by up to 4.5% (a U-Net in bf16 on the H200; resnet50-like CNNs in fp32, whose cuDNN
+# 18 of 60 training scans, by up to 4.5% (a U-Net in bf16 on the H200; resnet50-like CNNs in fp32, whose cuDNN
 # convolution workspaces are not emulated, by up to 2.2%). 5% is the smallest round margin under which no training
 # scan's safe batch was above its measured B, on the H200 and on the H100.
 SAFE_MARGIN = 0.05
@@ -284,7 +284,7 @@ def predict(
     world: Any = None,
     mode: str = "train",
     workers: int = 1,
-    progress: Progress | None = None,
+    progress: TraceProgress | None = None,
 ) -> Prediction:
     """Trace `workload` in each precision and predict its max batch for each memory size.
 
