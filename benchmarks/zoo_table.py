@@ -187,7 +187,13 @@ def render(data: dict[str, Any]) -> str:
             f"**The same answer on every host**: of {same['compared']} scans predicted on each host, the predicted "
             f"max batch and safe batch differ in: {differ}.",
         ]
-    lines += ["", "Hosts (where each prediction ran, and its libraries):", ""]
+    lines += [
+        "",
+        "Hosts (where each prediction ran, and its libraries). Both are this repository's 2-core CPU machine (no "
+        "GPU): `laptop` with the CPU build of torch a laptop installs, `gpu-machine-torch` with the GPU machines' "
+        "own torch build (CUDA 13.0, no GPU present), so that a difference between the torch builds would show.",
+        "",
+    ]
     for h, info in data["hosts"].items():
         v = info.get("versions") or {}
         lines.append(f"- **{h}**: " + ", ".join(f"{k} {val}" for k, val in v.items()))
