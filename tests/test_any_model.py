@@ -141,6 +141,7 @@ def test_build_values_leave_a_models_build_events_as_they_were(monkeypatch, timm
 # --- models without a classifier ------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_model_without_a_classifier_gets_a_default_head_in_predict(timm_standin):
     workload = resolve("timm:eva02_tiny_patch14_224", CustomOptions(input_size=(3, 28, 28)))
     with TraceSession(workload) as session:
@@ -174,6 +175,7 @@ headless-vit:
 """
 
 
+@pytest.mark.slow
 def test_a_cpu_scan_of_a_model_without_a_classifier_trains(run, tmp_path, timm_standin, standin_in_trial_processes):
     models = tmp_path / "models.yaml"
     models.write_text(NO_HEAD_REGISTRY)

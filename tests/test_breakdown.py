@@ -143,6 +143,7 @@ def test_report_shows_measured_and_compares_only_at_the_same_batch(toy_breakdown
     assert within_goal(100 * GIB, 102 * GIB) and not within_goal(10 * GIB, 11 * GIB)
 
 
+@pytest.mark.slow
 def test_scan_cli_records_the_breakdown_at_b_and_report_shows_it(tmp_path):
     runner = CliRunner()
     out = tmp_path / "out"
@@ -175,6 +176,7 @@ def test_scan_cli_records_the_breakdown_at_b_and_report_shows_it(tmp_path):
     assert shown.exit_code == 0 and f"at batch {p.max_batch}" in shown.output and "what buys more batch" in shown.output
 
 
+@pytest.mark.slow
 def test_cpu_scans_leave_the_breakdown_off_by_default(tmp_path):
     res = CliRunner().invoke(
         main,
@@ -302,6 +304,7 @@ def _pairs(*results: ScanResult) -> list:
     return [(Path(f"r{i}.json"), r) for i, r in enumerate(results)]
 
 
+@pytest.mark.slow
 def test_breakdown_charts_are_written_from_a_measured_breakdown_and_rerun_byte_identical(tmp_path, toy_breakdown):
     from memprobe.compare.breakdown_chart import write_breakdown_charts
 
@@ -382,6 +385,7 @@ def test_breakdown_charts_fit_the_screen_and_draw_a_negative_rest_below_zero():
     assert all(ax.get_ylim()[0] < 0 for ax in bars.axes)  # llama-1b's negative unattributed, on both cards
 
 
+@pytest.mark.slow
 def test_report_charts_draw_the_breakdown_only_for_files_that_have_one(tmp_path):
     from memprobe.core.breakdown import write_predicted
 

@@ -178,6 +178,7 @@ def test_device_without_a_gpu_exits_2(run):
 # --- a whole scan on the CPU ------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_full_cpu_scan(run, tmp_path, packaged_models):
     out = tmp_path / "reports"
     result = run(

@@ -49,6 +49,7 @@ def _pids(result: LaunchResult) -> list[int]:
 # --- real launches --------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_fake_oom_on_one_rank_makes_the_trial_an_oom_and_both_ranks_exit():
     started = time.monotonic()
     result = launch(
@@ -73,6 +74,7 @@ def test_a_fake_oom_on_one_rank_makes_the_trial_an_oom_and_both_ranks_exit():
     assert time.monotonic() - started < 60
 
 
+@pytest.mark.slow
 def test_a_hung_rank_is_ended_by_the_process_group_timeout(monkeypatch):
     monkeypatch.setenv("MEMPROBE_TEST_HANG_RANK", "1")
     result = launch(
@@ -86,6 +88,7 @@ def test_a_hung_rank_is_ended_by_the_process_group_timeout(monkeypatch):
     assert not any(_alive(pid) for pid in _pids(result))
 
 
+@pytest.mark.slow
 def test_ranks_that_all_hang_are_killed_by_the_launcher_timeout(monkeypatch):
     monkeypatch.setenv("MEMPROBE_TEST_HANG_RANK", "all")
     # 25 s: time for both ranks to import torch and say who they are before they hang, on a loaded machine too
@@ -100,6 +103,7 @@ def test_ranks_that_all_hang_are_killed_by_the_launcher_timeout(monkeypatch):
     assert len(_pids(result)) == 2 and not any(_alive(pid) for pid in _pids(result))
 
 
+@pytest.mark.slow
 def test_a_batch_fits_only_when_every_rank_committed_it_and_the_group_is_timed():
     result = launch(
         LaunchRequest(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from click.testing import CliRunner
 
 from conftest import RecordingProgress
@@ -31,6 +32,7 @@ def test_gpus_and_strategy_mistakes_are_one_line_usage_errors():
         assert len(errors) == 1 and words in errors[0] and "Traceback" not in result.output
 
 
+@pytest.mark.slow
 def test_a_parallel_scan_spreads_precisions_over_gpus_and_writes_one_file_per_workload(tmp_path):
     result = run(
         "scan",

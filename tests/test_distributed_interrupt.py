@@ -81,6 +81,7 @@ def test_stopped_while_timing_one_gpu_the_proven_edge_is_kept_as_done(tmp_path):
 
 
 @pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)], ids=["SIGTERM", "SIGINT"])
+@pytest.mark.slow
 def test_a_signal_stops_a_real_multi_gpu_scan_which_writes_its_trials_and_leaves_no_rank(tmp_path, sig, code):
     out = tmp_path / "out"
     args = ["scan", "--model", "toy", "--device", "cpu", "--cpu-memory-budget", "8MB", "--gpus", "2", "-p", "fp32"]

@@ -95,6 +95,7 @@ def test_environment_switch_turns_the_fork_server_off(monkeypatch, toy_spec):
         made.close()
 
 
+@pytest.mark.slow
 def test_a_forked_process_that_does_not_answer_the_ping_makes_the_factory_fall_back(toy_spec, monkeypatch):
     import memprobe.probe.runner as runner
 

@@ -253,6 +253,7 @@ def standin_for_workers(tmp_path, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", str(tmp_path) + (os.pathsep + path if path else ""))
 
 
+@pytest.mark.slow
 def test_sequence_length_scan_proves_the_edge_in_fresh_processes(standin_for_workers, tmp_path):
     from conftest import RecordingProgress
     from memprobe.core.results import read_result

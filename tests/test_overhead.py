@@ -125,6 +125,7 @@ def _usable_lines(cwd: Path) -> tuple[str, str]:
     return usable, table
 
 
+@pytest.mark.slow
 def test_predict_gives_the_same_answer_from_any_folder(tmp_path):
     in_repo = _usable_lines(REPO)
     elsewhere = _usable_lines(tmp_path)

@@ -137,6 +137,7 @@ def test_user_module_scan_through_fork_server_and_fresh_proof(run, tmp_path, use
     assert saved.workload["family"] == "module" and saved.workload["params"]["target"].endswith("own_model.py:build")
 
 
+@pytest.mark.slow
 def test_hf_config_scan(run, tmp_path, user_dir):
     result, saved = scan(run, tmp_path, f"hf-config:{user_dir / 'config.json'}", "--seq-len", "16")
     assert result.exit_code == 0, result.output
@@ -151,6 +152,7 @@ def test_hf_config_scan(run, tmp_path, user_dir):
     )
 
 
+@pytest.mark.slow
 def test_timm_scan(run, tmp_path, standin_in_trial_processes):
     result, saved = scan(run, tmp_path, "timm:test_vit", "--input-size", "3,32,32", "--cpu-memory-budget", "8MiB")
     assert result.exit_code == 0, result.output
@@ -249,6 +251,7 @@ def test_predict_user_build_that_raises_says_why_in_one_line(run, user_dir):
 # --- the Python API -------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_api_find_max_batch_with_a_function(user_dir, monkeypatch):
     monkeypatch.syspath_prepend(str(user_dir))  # the trial processes import it where this process does
     own = importlib.import_module("own_model")
@@ -267,6 +270,7 @@ def test_api_find_max_batch_with_a_function(user_dir, monkeypatch):
     assert info.value.result.precisions["fp32"].stop == USER_ERROR
 
 
+@pytest.mark.slow
 def test_api_throughput_and_names(tmp_path):
     # capped at batch 8, so the search, the proof at the cap and the timed run are all small
     result = memprobe.find_max_batch(

@@ -114,6 +114,7 @@ def report_json(*args: str) -> dict:
     return json.loads(result.stdout)
 
 
+@pytest.mark.slow
 def test_page_shows_the_text_reports_numbers(parsed):
     text = report_json()
     for key in ("max_batch", "throughput", "best_batch", "ranking", "gains", "utilization"):

@@ -23,6 +23,7 @@ def run(*args):
     return CliRunner().invoke(main, [str(a) for a in args])
 
 
+@pytest.mark.slow
 def test_soak_and_curve_run_on_two_ranks(tmp_path):
     """A real 2-rank scan (gloo on the CPU): B is the batch cap, soaked, and curved."""
     result = run(
@@ -129,6 +130,7 @@ def _settings(path):
     return data["settings"], {k: v for k, v in p["settings"].items() if k not in TIMING}, p["max_batch"]
 
 
+@pytest.mark.slow
 def test_a_nothing_fits_scan_writes_the_same_settings_through_the_api_and_the_cli(tmp_path, monkeypatch):
     calls = []
     monkeypatch.setattr(memprobe.probe.nothing_fits, "_default_need", _fake_need(calls))

@@ -76,16 +76,28 @@ def test_fsdp_keeps_a_shard_of_the_weights(registry, name):
 def test_fsdp_traces_align_across_batches_and_world_is_left_clean(registry):
     import torch.distributed as dist
 
-    scaler_class = Amp.scaler_class
     sizes = [MemorySize("1GiB", 1 << 30, 1 << 30)]
     prediction = predict(registry["toy"], ["fp16"], sizes, None, "test", world=World(2, "fsdp"))
     assert prediction.world == "2 GPUs, fsdp"
     assert prediction.precisions["fp16"].how == "checked"  # a fresh build per traced batch: traces align
     assert prediction.precisions["fp16"].max_batch["1GiB"] > 0
     assert not dist.is_initialized()
-    assert Amp.scaler_class is scaler_class  # fsdp's ShardedGradScaler does not leak into later traces
+    assert type(Amp("fp16", torch.device("cpu")).scaler) is torch.amp.GradScaler  # fsdp's scaler stays on its task
 
 
+def test_fsdp_fp16_gives_its_own_task_the_sharded_loss_scaler(registry):
+    from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
+
+    with world_wraps(World(2, "fsdp")) as wrap_for:
+        with TraceSession(registry["toy"], wrap=wrap_for("fp16"), fresh=True) as session:
+            session.trace("fp16", 2)
+            assert session.task.scaler_class is ShardedGradScaler
+    with TraceSession(registry["toy"]) as plain:  # a task of one GPU, built after it, keeps the default
+        assert plain.task.scaler_class is None
+    assert type(Amp("fp16", torch.device("cpu"), scaler_class=ShardedGradScaler).scaler) is ShardedGradScaler
+
+
+@pytest.mark.slow
 def test_ddp_predicts_a_smaller_batch_and_fsdp_a_larger_one(registry):
     # batch ~40: DDP's buckets (the 2-layer BERT's gradients) cost a few samples, FSDP's sharded state gains a few.
     # (At some caps all three tie: the allocator's segments make the edge a staircase, 60 for each at 60-65 MiB.)

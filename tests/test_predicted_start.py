@@ -70,6 +70,7 @@ def test_the_default_is_on_for_cuda_without_compile():
     assert ScanOptions(["fp32"], device="cpu", predicted_start=True).uses_predicted_start
 
 
+@pytest.mark.slow
 def test_a_scan_that_starts_from_the_prediction_finds_the_same_proven_edge(tmp_path):
     found = {}
     for flag in ("--predicted-start", "--no-predicted-start"):

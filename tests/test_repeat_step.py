@@ -87,6 +87,7 @@ def test_batch_one_is_traced_for_every_precision_at_once(registry):
     assert all(p.max_batch["tiny"] == 0 and p.max_batch["big"] > 3 for p in pred.precisions.values())
 
 
+@pytest.mark.slow
 def test_a_length_model_left_unchecked_forgets_what_it_replayed(registry):
     """Along the length, a model no edge check compared (the edge among the traced lengths) drops its repeated traces
     and the searches replayed from them; a length asked for again is traced in full."""

@@ -46,6 +46,7 @@ def _rank_processes(folder: str) -> list[int]:
 # --- real launches --------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_served_search_finds_the_fresh_edge_in_one_group_and_proves_it_in_two_fresh_ones(tmp_path, monkeypatch):
     monkeypatch.setenv("TMPDIR", str(tmp_path))  # the launches' folders, so their ranks can be found
     opts = ScanOptions(precisions=["fp32"], device="cpu", cpu_budget_bytes=BUDGET, measure=False, curve=False)
@@ -70,6 +71,7 @@ def test_a_served_search_finds_the_fresh_edge_in_one_group_and_proves_it_in_two_
     assert _rank_processes(str(tmp_path)) == []
 
 
+@pytest.mark.slow
 def test_a_failure_on_one_rank_ends_the_group_and_the_next_trial_starts_a_fresh_one(tmp_path, monkeypatch):
     monkeypatch.setenv("TMPDIR", str(tmp_path))
     req = LaunchRequest(
@@ -236,6 +238,7 @@ def test_a_served_group_that_is_interrupted_is_killed(monkeypatch):
     assert kept.status == "interrupted" and kept.settings["interrupted_at"] == "search"
 
 
+@pytest.mark.slow
 def test_prestarted_launches_take_standbys_started_ahead_and_end_the_unused_ones(tmp_path, monkeypatch):
     from memprobe.probe.distributed.standby import Prestarted, prestart_on
 

@@ -144,6 +144,7 @@ def build(device, precision):  # fake tensors made and freed for ever, in predic
 """
 
 
+@pytest.mark.slow
 def test_ctrl_c_to_the_main_process_alone_stops_predict_every_time(tmp_path):
     # as `timeout -s INT` sends it: to memprobe's process, not to its group (its forked children get nothing)
     (tmp_path / "churn.py").write_text(CHURNING_BUILD)

@@ -383,6 +383,7 @@ def scanned(toy, tmp_path_factory):
     )
 
 
+@pytest.mark.slow
 def test_scan_writes_one_result_file(scanned):
     assert scanned.path is not None and scanned.path.exists()
     assert list(scanned.out.iterdir()) == [scanned.path]
@@ -525,6 +526,7 @@ def _fp16_spec(name: str) -> WorkerSpec:
     return WorkerSpec(load_registry()[name], "fp16", "train", "cpu", None, {}, timeout_s=120)
 
 
+@pytest.mark.slow
 def test_fp16_trial_starts_from_the_loss_scale_an_earlier_one_settled_at():
     # toy-pix2pixhd in fp16 on the CPU skips ~8 updates while the scaler backs off from 2**16
     s = Session()
@@ -546,6 +548,7 @@ def test_fp32_trial_has_no_loss_scale(session):
     assert session.trial(TrialRequest(batch=4, steps=3)).to_dict()["loss_scale"] is None
 
 
+@pytest.mark.slow
 def test_worker_passes_the_settled_loss_scale_to_the_next_process():
     spec = _fp16_spec("toy-pix2pixhd")
     first, second = Worker("memprobe.workloads.pix2pixhd"), Worker("memprobe.workloads.pix2pixhd")

@@ -124,6 +124,7 @@ def wrap_for_trace(task: Any, world: World, precision: str, mesh: Any) -> dict[s
     else:
         wrapped = wrap_model(task.model, world.strategy, precision, device, mesh=mesh)
     task.model = wrapped["module"]
+    task.scaler_class = wrapped.get("scaler_class")
     return wrapped["describe"]
 
 

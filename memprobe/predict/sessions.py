@@ -13,20 +13,15 @@ from memprobe.predict.trace import TraceSession
 @contextmanager
 def world_wraps(world: Any) -> Iterator[Callable[[str], Callable | None]]:
     """Yields precision -> the wrap hook of TraceSession (None on one GPU). With a `world`
-    (data_parallel.World), holds the fake process group and puts back the loss scaler class the fsdp
-    wrapper swaps in. Raises RuntimeError when a process group is already initialised here."""
+    (data_parallel.World), holds the fake process group. Raises RuntimeError when a process group is already
+    initialised here."""
     if world is None:
         yield lambda precision: None
         return
     from memprobe.predict.data_parallel import fake_world, wrap_for_trace
-    from memprobe.workloads.base import Amp
 
-    scaler_class = Amp.scaler_class
-    try:
-        with fake_world(world) as mesh:
-            yield lambda precision: lambda task: wrap_for_trace(task, world, precision, mesh)
-    finally:
-        Amp.scaler_class = scaler_class
+    with fake_world(world) as mesh:
+        yield lambda precision: lambda task: wrap_for_trace(task, world, precision, mesh)
 
 
 @contextmanager

@@ -124,8 +124,8 @@ def repeat_last_step(trial: list[tuple]) -> list[tuple] | None:
 class _EmulatedAmp(Amp):
     """Amp whose autocast is the emulated CUDA autocast (fakecuda.CudaBehaviour.autocast)."""
 
-    def __init__(self, precision: str, behaviour) -> None:
-        super().__init__(precision, torch.device("cpu"))
+    def __init__(self, precision: str, behaviour, scaler_class: type | None = None) -> None:
+        super().__init__(precision, torch.device("cpu"), scaler_class=scaler_class)
         self._behaviour = behaviour
 
     def autocast(self):
@@ -263,7 +263,7 @@ class TraceSession:
                 if self.mode == "train":
                     task.start()
                     cuda_optimizers(task)
-                amp = _EmulatedAmp(precision, self.behaviour)
+                amp = _EmulatedAmp(precision, self.behaviour, getattr(task, "scaler_class", None))
                 inputs = task.make_batch(batch)
 
                 def step() -> None:

@@ -288,7 +288,7 @@ class Session:
             else:
                 if self.mode == "train":
                     task.start()
-                amp = Amp(self.precision, task.device, req.loss_scale)
+                amp = Amp(self.precision, task.device, req.loss_scale, getattr(task, "scaler_class", None))
                 inputs = task.make_batch(n)
 
             def step() -> None:

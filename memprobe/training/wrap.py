@@ -65,7 +65,8 @@ def shard_blocks(model: nn.Module) -> list[nn.Module]:
 def wrap_model(
     model: nn.Module, strategy: str, precision: str, device: torch.device, mesh: Any = None
 ) -> dict[str, Any]:
-    """Wrap `model` for `strategy`: {"module": the module to train, "describe": what was done}.
+    """Wrap `model` for `strategy`: {"module": the module to train, "describe": what was done,
+    "scaler_class": the fp16 loss scaler the wrapped model needs (None: the default), for TrainTask.scaler_class}.
 
     ddp: DistributedDataParallel with its defaults (25 MiB gradient buckets). fsdp: FSDP2
     `fully_shard` on each block (shard_blocks) and on the root, with a MixedPrecisionPolicy that
@@ -113,19 +114,19 @@ def wrap_model(
         policy = (
             MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32) if dtype else MixedPrecisionPolicy()
         )
+        scaler_class = None
         if precision == "fp16":
             # Each rank sees only its shard of the gradients: the scaler must all_reduce its inf check,
             # or ranks would skip different steps and run different numbers of collectives.
             from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
 
-            from memprobe.workloads.base import Amp
-
-            Amp.scaler_class = ShardedGradScaler
+            scaler_class = ShardedGradScaler
         for block in blocks:
             fully_shard(block, mesh=mesh, mp_policy=policy)
         fully_shard(model, mesh=mesh, mp_policy=policy)
         return {
             "module": model,
+            "scaler_class": scaler_class,
             "describe": {
                 "strategy": "fsdp",
                 "api": "torch.distributed.fsdp.fully_shard (FSDP2)",

@@ -34,18 +34,23 @@ class Amp:
     model can skip many updates while the scale backs off.
     """
 
-    # The loss scaler's class. A process whose gradients are sharded (FSDP) swaps in one that agrees
-    # on skipped steps across ranks (torch.distributed.fsdp.sharded_grad_scaler.ShardedGradScaler).
-    scaler_class = torch.amp.GradScaler
-
-    def __init__(self, precision: str, device: torch.device, loss_scale: float | None = None) -> None:
+    def __init__(
+        self,
+        precision: str,
+        device: torch.device,
+        loss_scale: float | None = None,
+        scaler_class: type | None = None,
+    ) -> None:
+        """`scaler_class`: the loss scaler (default torch.amp.GradScaler); a model whose gradients are sharded
+        (FSDP) needs one that agrees on skipped steps across ranks (TrainTask.scaler_class, set by the wrap)."""
         self.precision = precision
         self.device = device
         self.dtype = AUTOCAST_DTYPES.get(precision)
         use_scaler = precision == "fp16"
         self.scaler = None
         if use_scaler:
-            self.scaler = self.scaler_class(device.type, init_scale=float(loss_scale or 2.0**16))
+            scaler = scaler_class or torch.amp.GradScaler
+            self.scaler = scaler(device.type, init_scale=float(loss_scale or 2.0**16))
         # While `track` is on, count the steps whose optimizer update was applied or skipped: the
         # GradScaler skips updates (and so creates no optimizer state) while it backs off from its
         # initial scale. Tracking reads the scale back, a host sync, so timed steps leave it off.
@@ -154,6 +159,9 @@ class TrainTask:
         self.device = device
         self.units_per_sample = units_per_sample
         self.optimizers: list[torch.optim.Optimizer] = []
+        # The loss scaler for fp16 (None: torch.amp.GradScaler). training/wrap.py's FSDP sets
+        # ShardedGradScaler here, on this task only: each rank sees only its shard of the gradients.
+        self.scaler_class: type | None = None
 
     # -- to implement -------------------------------------------------------------------------
     def make_batch(self, n: int) -> Any:

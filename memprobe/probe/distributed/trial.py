@@ -166,6 +166,7 @@ def build(req: dict[str, Any], rank: Rank, device: Any, mesh: Any = None) -> tup
         rank.fail_and_exit("setup", info.kind or ERROR, info.message, None)
     wrapped = wrap_model(session.task.model, req["strategy"], req["precision"], device, mesh)
     session.task.model = wrapped["module"]
+    session.task.scaler_class = wrapped.get("scaler_class")
     environment = info.environment
     if cuda:
         version = torch.cuda.nccl.version()
