@@ -28,6 +28,18 @@ def has_nvidia_gpu() -> bool:
         return False
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _sighup_heard():
+    """Under `nohup` (or any parent that ignores SIGHUP) the test process starts with SIGHUP ignored, and memprobe
+    rightly keeps an ignored SIGHUP ignored (core/interrupts.py): the tests that send SIGHUP need it heard. Give the
+    session, and the commands it starts, the default disposition."""
+    before = signal.getsignal(signal.SIGHUP)
+    if before == signal.SIG_IGN:
+        signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    yield
+    signal.signal(signal.SIGHUP, before)
+
+
 @pytest.fixture(autouse=True)
 def _keep_cuda_visible_devices():
     """`predict` and `plan` hide the GPUs from their process (cli/helpers.trace_without_gpus); CliRunner runs them
