@@ -17,6 +17,7 @@ from typing import Any, Callable, Iterator, Sequence, Union
 
 from memprobe.core.registry import RegistryError, Workload, load_registry
 from memprobe.core.results import ScanResult
+from memprobe.core.textlists import comma_items, visible_devices
 from memprobe.probe.device import NoGPUError
 from memprobe.workloads.custom import CustomModelError, CustomOptions, resolve, select_models, target_of
 
@@ -81,7 +82,7 @@ def _visible_device(device: int | str) -> Iterator[str]:
         yield device
         return
     before = os.environ.get("CUDA_VISIBLE_DEVICES")
-    visible = [v for v in (before or "").split(",") if v.strip()] if before is not None else None
+    visible = visible_devices(before)
     if visible == []:  # every GPU hidden: as if there were none
         raise NoGPUError(
             "no CUDA GPU to measure on (CUDA_VISIBLE_DEVICES is empty); memprobe.predict_max_batch predicts the "
@@ -166,7 +167,7 @@ def find_max_batch(
     from memprobe.probe.scan import NoCudaError, ScanOptions, scan_workload
 
     workload = resolve_model(model, optimizer, input_size, task, seq_len, models_file)
-    precisions = [p.strip() for p in precision.split(",")] if isinstance(precision, str) else list(precision)
+    precisions = comma_items(precision) if isinstance(precision, str) else list(precision)
     with _visible_device(device) as kind, _import_path(callable(model)):
         if kind == "cpu" and not cpu_memory_budget:
             raise ValueError("device='cpu' needs cpu_memory_budget (the CPU has no allocator limit to find)")
@@ -235,7 +236,7 @@ def predict_max_batch(
     workload = resolve_model(model, optimizer, input_size, task, seq_len, models_file)
     text = memory if memory is None or isinstance(memory, str) else ",".join(memory)
     asked = read_sizes(text, gpu)
-    precisions = [p.strip() for p in precision.split(",")] if isinstance(precision, str) else list(precision)
+    precisions = comma_items(precision) if isinstance(precision, str) else list(precision)
     paths = [overhead_from] if isinstance(overhead_from, (str, Path)) else overhead_from
     sizes = memory_sizes(asked.labels, asked.cards, choose_override(paths, overhead))
     world = None
@@ -283,7 +284,7 @@ def plan(
 
     named = callable(model) or is_custom_name(str(model))
     workload = resolve_model(model, seq_len=seq_len if named else None, models_file=models_file)
-    precisions = [p.strip() for p in precision.split(",")] if isinstance(precision, str) else list(precision)
+    precisions = comma_items(precision) if isinstance(precision, str) else list(precision)
     return build_plan(
         workload,
         gpu,

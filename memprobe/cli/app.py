@@ -16,10 +16,12 @@ from memprobe import __version__
 from memprobe.cli import checks
 from memprobe.cli.helpers import SIGNALS_KEY, interrupted_status, one_line, stop_on_signals
 from memprobe.cli.models import resolve_workloads
+from memprobe.cli.options import models_file_option
 from memprobe.cli.output_errors import output_failure
 from memprobe.cli.variants import variants as _variants
 from memprobe.core.interrupts import signal_name
 from memprobe.core.registry import RegistryError, Workload, load_registry
+from memprobe.core.textlists import comma_items
 from memprobe.core.units import gib
 
 EXIT_NO_GPU = 2
@@ -60,7 +62,7 @@ def _workloads(
     from memprobe.workloads.custom import is_custom_name
 
     registry = _registry(models_file)
-    items = [item.strip() for item in model.split(",") if item.strip()]
+    items = comma_items(model)
     workloads: list[Workload] = []
     for item in items or [model]:  # no item: resolve_workloads says so in one line
         # --seq-len shapes a model given by name as it is resolved; a registry LLM's is a variant (below)
@@ -76,7 +78,7 @@ def _int_list(text: str | None, what: str) -> list[int]:
     if not text:
         return []
     try:
-        values = [int(v) for v in text.split(",") if v.strip()]
+        values = [int(v) for v in comma_items(text)]
     except ValueError:
         raise click.BadParameter(f"expected comma-separated integers, got '{text}'", param_hint=what) from None
     if any(v < 1 for v in values):
@@ -128,12 +130,7 @@ def main() -> None:
 
 @main.command("list")
 @click.argument("names", nargs=-1)
-@click.option(
-    "--models",
-    "models_file",
-    type=checks.Path(dir_okay=False),
-    help="Registry file (default: the packaged models.yaml).",
-)
+@models_file_option
 @click.option("--all", "show_all", is_flag=True, help="Include test-only workloads.")
 def list_cmd(names: tuple[str, ...], models_file: str | None, show_all: bool) -> None:
     """List the workloads memprobe can scan; with NAMES (wildcards work), each one's whole entry and params."""
@@ -229,7 +226,7 @@ def _precision_list(text: str | None) -> list[str] | None:
 
     if text is None:
         return None
-    chosen = [p.strip() for p in text.split(",") if p.strip()]
+    chosen = comma_items(text)
     if not chosen:
         raise click.BadParameter("give at least one precision (e.g. fp16,bf16)", param_hint="--precision")
     unknown = [p for p in chosen if p not in PRECISIONS]

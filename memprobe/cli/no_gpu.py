@@ -14,6 +14,7 @@ import click
 
 from memprobe.cli.app import COMMON_CARD_SIZES, NoGPUExit
 from memprobe.cli.checks import MAX_PREDICT_STEPS, given
+from memprobe.core.textlists import comma_items
 from memprobe.core.units import gib
 
 # scan's parameter -> predict's option, for those carried over as they are (flags: the option alone).
@@ -98,7 +99,7 @@ def _gpu_counts(gpus: str | None) -> list[int] | None:
         return [1]
     if gpus.strip() == "all":
         return None
-    return sorted({int(n) for n in gpus.split(",") if n.strip()})
+    return sorted({int(n) for n in comma_items(gpus)})
 
 
 def _shown(argv: list[str]) -> str:

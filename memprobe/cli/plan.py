@@ -7,8 +7,10 @@ import click
 from memprobe.cli import checks
 from memprobe.cli.app import _precision_list, _workloads, main
 from memprobe.cli.helpers import card_name_error, progress_lines, trace_without_gpus
+from memprobe.cli.options import models_file_option
 from memprobe.cli.width import wide_option
 from memprobe.core.cardnames import CardNameError, resolve_cards
+from memprobe.core.textlists import comma_items
 
 
 @main.command("plan")
@@ -46,12 +48,7 @@ from memprobe.core.cardnames import CardNameError, resolve_cards
     help="Result files or folders to take measured rows from (repeatable). Default: none (memprobe ships "
     "no measurements), so every row is predicted.",
 )
-@click.option(
-    "--models",
-    "models_file",
-    type=checks.Path(dir_okay=False),
-    help="Registry file (default: the packaged models.yaml).",
-)
+@models_file_option
 @click.option(
     "--gpus",
     type=click.IntRange(1, 4096),
@@ -128,7 +125,7 @@ def plan_cmd(
         rank = parse_lora(lora)
     except VariantError as exc:
         raise click.BadParameter(str(exc), param_hint="--lora") from None
-    chosen = [o.strip() for o in (optimizers or "").split(",") if o.strip()]
+    chosen = comma_items(optimizers)
     try:
         with progress_lines() as progress:
             plan = build_plan(

@@ -8,6 +8,7 @@ from memprobe.cli import checks
 from memprobe.cli.app import COMMON_CARD_SIZES, _precision_list, _workloads, main
 from memprobe.cli.helpers import memory_list, progress_lines, trace_without_gpus, writable
 from memprobe.cli.models import model_options as _model_options
+from memprobe.cli.options import models_file_option, strategies_option
 from memprobe.cli.variants import variant_options as _variant_options
 from memprobe.cli.width import wide_option
 from memprobe.core import textwidth
@@ -155,12 +156,7 @@ def _worlds(count: int, strategy: str) -> list | None:
     type=click.IntRange(1, checks.MAX_GPUS),
     help="Predict per GPU for N GPUs training data-parallel (rank 0 of N, under each --strategy).",
 )
-@click.option(
-    "--strategy",
-    default="ddp",
-    show_default=True,
-    help="With --gpus N > 1, comma-separated: ddp (DistributedDataParallel), fsdp (FSDP2 fully_shard per block).",
-)
+@strategies_option
 @click.option(
     "--gpu",
     "cards",
@@ -175,12 +171,7 @@ def _worlds(count: int, strategy: str) -> list | None:
     show_default=True,
     help="Comma-separated: fp32, tf32, fp16, bf16 (as in scan).",
 )
-@click.option(
-    "--models",
-    "models_file",
-    type=checks.Path(dir_okay=False),
-    help="Registry file (default: the packaged models.yaml).",
-)
+@models_file_option
 @click.option(
     "--overhead-from",
     "overhead_from",

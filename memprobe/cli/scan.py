@@ -12,6 +12,7 @@ from memprobe.cli.app import COMMON_CARD_SIZES, NoGPUExit, _int_list, _workloads
 from memprobe.cli.helpers import interrupted_status, positive_size, writable
 from memprobe.cli.models import model_options as _model_options
 from memprobe.cli.no_gpu import no_gpu, require_gpu
+from memprobe.cli.options import models_file_option, strategies_option
 from memprobe.cli.scan_output import after_scan, print_scans
 from memprobe.cli.scan_parallel import scan_parallel
 from memprobe.cli.scan_progress import ProgressPrinter
@@ -19,6 +20,7 @@ from memprobe.cli.variants import split_batches
 from memprobe.cli.variants import variant_options as _variant_options
 from memprobe.cli.width import wide_option
 from memprobe.core.interrupts import SCAN_CLEAN_UP_S, allow_clean_up
+from memprobe.core.textlists import comma_items
 
 
 @main.command("scan")
@@ -59,12 +61,7 @@ from memprobe.core.interrupts import SCAN_CLEAN_UP_S, allow_clean_up
     type=checks.Path(file_okay=False),
     help="Folder for the result file.",
 )
-@click.option(
-    "--models",
-    "models_file",
-    type=checks.Path(dir_okay=False),
-    help="Registry file (default: the packaged models.yaml).",
-)
+@models_file_option
 @click.option(
     "--steps",
     default=3,
@@ -176,12 +173,7 @@ from memprobe.core.interrupts import SCAN_CLEAN_UP_S, allow_clean_up
     "N > 1 finds the per-GPU max batch of N ranks launched by torchrun, and the scaling "
     "efficiency against 1 GPU. With --parallel: how many GPUs to spread jobs over (default all).",
 )
-@click.option(
-    "--strategy",
-    default="ddp",
-    show_default=True,
-    help="With --gpus N > 1, comma-separated: ddp (DistributedDataParallel), fsdp (FSDP2 fully_shard per block).",
-)
+@strategies_option
 @click.option(
     "--parallel",
     is_flag=True,
@@ -274,7 +266,7 @@ def scan_cmd(
         cap = positive_size(memory_cap, "--memory-cap")
     try:
         opts = ScanOptions(
-            precisions=[p.strip() for p in precision.split(",") if p.strip()],
+            precisions=comma_items(precision),
             mode=mode,
             steps=steps,
             warmup=warmup,

@@ -7,6 +7,7 @@ from typing import Callable, Iterator
 
 from memprobe.core.registry import Workload
 from memprobe.core.results import ScanResult
+from memprobe.core.textlists import comma_items
 from memprobe.probe import scan as single_gpu
 from memprobe.probe.scan import ScanOptions, ScanProgress
 
@@ -44,7 +45,7 @@ def parse_gpus(text: str | None, count: Callable[[], int]) -> list[int]:
 
 def parse_strategies(text: str | None) -> list[str]:
     """Strategies from `--strategy` ('ddp', 'fsdp', 'ddp,fsdp'). Raises ValueError for an unknown one."""
-    chosen = [s.strip() for s in (text or "ddp").split(",") if s.strip()]
+    chosen = comma_items(text or "ddp")
     unknown = [s for s in chosen if s not in STRATEGIES]
     if unknown or not chosen:
         raise ValueError(f"unknown strategy {', '.join(unknown) or '(none)'}; choose from {', '.join(STRATEGIES)}")

@@ -24,6 +24,7 @@ from typing import Any, Callable
 
 from memprobe.core.registry import Workload
 from memprobe.core.results import ResultFileError, ScanResult, read_result, result_filename, write_result
+from memprobe.core.textlists import comma_items
 from memprobe.probe.distributed.launch import launch_env
 from memprobe.probe.scan import ScanOptions
 
@@ -112,7 +113,7 @@ def gpu_slots(count: int | None, device: str, visible: str | None = None) -> lis
         return [str(i) for i in range(count or 1)]
     visible = os.environ.get("CUDA_VISIBLE_DEVICES") if visible is None else visible
     if visible is not None and visible.strip():
-        ids = [v.strip() for v in visible.split(",") if v.strip()]
+        ids = comma_items(visible)
     else:
         from memprobe.probe.device import gpus
 

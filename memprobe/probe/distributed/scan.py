@@ -15,6 +15,7 @@ from typing import Any, Iterator
 
 from memprobe.core.registry import Workload
 from memprobe.core.results import PrecisionResult, ScanResult, result_filename
+from memprobe.core.textlists import comma_items
 from memprobe.probe.backend import ScanProgress
 from memprobe.probe.device import host_environment
 from memprobe.probe.distributed.backend import Launcher, RanksBackend
@@ -169,7 +170,7 @@ def gpu_count(visible: str | None = None) -> int:
     Raises NoGPUError without a driver."""
     visible = os.environ.get("CUDA_VISIBLE_DEVICES") if visible is None else visible
     if visible is not None and visible.strip():
-        return len([v for v in visible.split(",") if v.strip()])
+        return len(comma_items(visible))
     from memprobe.probe.device import gpus
 
     return len(gpus())

@@ -6,6 +6,7 @@ import subprocess
 from typing import Any
 
 from memprobe.core.child_env import child_env
+from memprobe.core.textlists import comma_items
 
 # nvmlGpuTopologyLevel_t: the closest common ancestor of two GPUs on the PCIe tree.
 _LEVELS = {
@@ -88,7 +89,7 @@ def visible_indices(world_size: int, visible: str | None) -> list[int]:
     """NVML indices of the first `world_size` GPUs the ranks will use (CUDA_VISIBLE_DEVICES order when set
     as indices; UUIDs or unset: 0..N-1)."""
     if visible:
-        items = [v.strip() for v in visible.split(",") if v.strip()]
+        items = comma_items(visible)
         if all(v.isdigit() for v in items):
             return [int(v) for v in items[:world_size]]
     return list(range(world_size))
