@@ -25,6 +25,7 @@ from memprobe.compare.tables import (
 )
 from memprobe.core import textwidth
 from memprobe.core.results import ScanResult
+from memprobe.core.versions import LIBRARIES, release
 
 
 def report_tables(comparison: Comparison, relative: Relative) -> list[Table]:
@@ -140,9 +141,6 @@ class Report:
     basis: Any  # compare.curves.Basis: the like-for-like comparison the relative table normalizes
 
 
-LIBRARIES = ("torch", "transformers", "timm")  # their versions change a model's code path, so its memory and speed
-
-
 def library_notes(results: Sequence[ScanResult]) -> list[str]:
     """A note when the results ran different versions of torch, transformers or timm (environment.versions): a
     version can change a model's code path, so figures side by side may not be like for like. [] when they agree."""
@@ -151,7 +149,7 @@ def library_notes(results: Sequence[ScanResult]) -> list[str]:
         versions = (r.environment or {}).get("versions")
         if not isinstance(versions, dict):
             continue
-        key = tuple(str(versions.get(name, "?")).split("+")[0] for name in LIBRARIES)
+        key = tuple(release(versions.get(name, "?")) for name in LIBRARIES)
         seen[key] = seen.get(key, 0) + 1
     if len(seen) < 2:
         return []

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from memprobe.core.breakdown import Breakdown, BreakdownError
-from memprobe.core.field_rules import parse_date
+from memprobe.core.field_rules import parse_date, shown
 from memprobe.core.inputs import read_text
 from memprobe.core.memory_model import Attempt, MemoryModel
 from memprobe.core.outcomes import FIT
@@ -37,11 +37,6 @@ SCHEMA_VERSION = 3
 class ResultFileError(ValueError):
     """A result file cannot be read: missing, not JSON, not a memprobe result, a newer or invalid schema version, or
     a field of the wrong type or range (result_check)."""
-
-
-def _shown(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 40 else text[:40] + "..."
 
 
 @dataclass
@@ -286,7 +281,7 @@ def read_result(path: str | Path) -> ScanResult:
         raise ResultFileError(f"{path}: not a memprobe result file (no '{SCHEMA}' schema field)")
     version = data.get("schema_version")
     if not isinstance(version, int) or isinstance(version, bool) or version < 1:
-        raise ResultFileError(f"{path}: {_shown(version)} is not a valid schema version (an integer from 1)")
+        raise ResultFileError(f"{path}: {shown(version)} is not a valid schema version (an integer from 1)")
     if version > SCHEMA_VERSION:
         raise ResultFileError(
             f"{path}: schema version {version} is newer than this memprobe reads ({SCHEMA_VERSION}); upgrade memprobe"

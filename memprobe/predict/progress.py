@@ -1,4 +1,4 @@
-"""TraceProgress lines of a prediction: what is traced (n of m) as it starts, and a line when none came for a while.
+"""Progress lines of a prediction: what is traced (n of m) as it starts, and a line when none came for a while.
 
 A prediction traces trials for tens of seconds; a user at a terminal should see what it is doing. Each trace
 announces itself ("tracing bert-large fp16 at batch 2 (1 of 9) ..."); with `heartbeat`, a background thread

@@ -11,10 +11,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
+from memprobe.core.catalog import PRECISIONS
 from memprobe.core.memory_model import Attempt, MemoryModel, fit_memory_model
 from memprobe.core.outcomes import FIT, LIMIT, OOM
 from memprobe.core.records import Proof
 from memprobe.core.registry import Workload
+from memprobe.core.versions import LIBRARIES, release
 from memprobe.predict.batch_model import MAX_SEARCH_BATCH, PrecisionTraces
 from memprobe.predict.collector import paused
 from memprobe.predict.fakecuda import H100, Target
@@ -174,9 +176,6 @@ def trial_fit_batches(checks: Sequence[Attempt]) -> list[int]:
     return sorted({c.batch for c in checks if c.trial_fitted})
 
 
-LIBRARIES = ("torch", "transformers", "timm")  # their versions change a model's code path, so its memory
-
-
 def library_versions() -> dict[str, str]:
     """The installed versions of the libraries that decide a model's code path (LIBRARIES), as a scan records
     them (environment.versions)."""
@@ -198,13 +197,10 @@ def version_note(mine: dict[str, str], scan_environment: dict[str, Any]) -> str:
     if not isinstance(scanned, dict):
         return ""
 
-    def plain(v: Any) -> str:
-        return str(v).split("+")[0]
-
     differ = [
         f"{name} {scanned[name]} (here {mine[name]})"
         for name in LIBRARIES
-        if scanned.get(name) and name in mine and plain(scanned[name]) != plain(mine[name])
+        if scanned.get(name) and name in mine and release(scanned[name]) != release(mine[name])
     ]
     if not differ:
         return ""
@@ -297,7 +293,7 @@ def predict(
     fp32/tf32/fp16/bf16.
     """
     for p in precisions:
-        if p not in ("fp32", "tf32", "fp16", "bf16"):
+        if p not in PRECISIONS:
             raise ValueError(f"unknown precision '{p}'")
     if world is not None:
         from memprobe.training.wrap import StrategyError, check_workload
@@ -431,6 +427,6 @@ def memory_sizes(
     for label, nbytes in labels:
         card = (cards or {}).get(label)
         usable = usable_memory(label, nbytes, card, override)
-        cannot = tuple(p for p in ("fp32", "tf32", "fp16", "bf16") if card is not None and not card.supports(p))
+        cannot = tuple(p for p in PRECISIONS if card is not None and not card.supports(p))
         out.append(MemorySize(label, nbytes, usable.capacity_bytes, usable.how, cannot))
     return out
