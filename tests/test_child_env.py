@@ -74,3 +74,12 @@ def test_trial_workers_and_launches_get_every_switch(recipe, monkeypatch):
         from memprobe.probe.distributed.launch import launch_env as make
     env = make()
     assert {k: env[k] for k in SAFE_ENV} == SAFE_ENV
+
+
+def test_a_watched_child_is_given_this_process_pid_and_others_are_not():
+    import os
+
+    from memprobe.core.lifeline import PARENT_ENV
+
+    assert child_env({}, watched=True)[PARENT_ENV] == str(os.getpid())
+    assert PARENT_ENV not in child_env({})

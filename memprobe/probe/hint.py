@@ -23,7 +23,6 @@ import time
 from typing import Any, Callable
 
 from memprobe.core.child_env import child_env
-from memprobe.core.lifeline import PARENT_ENV
 from memprobe.core.registry import Workload
 from memprobe.probe.search import HintUse, SearchResult
 
@@ -54,7 +53,7 @@ class PredictedStart:
         self._ended = ""  # why no more answers will come ("" while the child runs)
 
     def __enter__(self) -> "PredictedStart":
-        env = child_env(CUDA_VISIBLE_DEVICES="", PYTHONUNBUFFERED="1", **{PARENT_ENV: str(os.getpid())})
+        env = child_env(watched=True, CUDA_VISIBLE_DEVICES="", PYTHONUNBUFFERED="1")
         try:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "memprobe.predict.hint_worker"],

@@ -7,14 +7,12 @@ answer is stored in the precision's settings under "nothing_fits" and said in on
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from dataclasses import asdict, dataclass, field
 from typing import Callable
 
 from memprobe.core.child_env import child_env
-from memprobe.core.lifeline import PARENT_ENV
 from memprobe.core.registry import Workload
 from memprobe.core.results import ScanResult
 from memprobe.core.units import gib
@@ -89,7 +87,7 @@ class NeedError(RuntimeError):
 def _default_need(workload: Workload, precision: str) -> int:
     """Trace the need in a child (`python -m memprobe.predict.need`, CUDA hidden): probe does not import predict,
     and the trace's memory and imports stay out of the scan's process. Raises NeedError."""
-    env = child_env(CUDA_VISIBLE_DEVICES="", **{PARENT_ENV: str(os.getpid())})
+    env = child_env(watched=True, CUDA_VISIBLE_DEVICES="")
     request = json.dumps({"workload": workload.to_dict(), "precision": precision}) + "\n"
     try:
         done = subprocess.run(

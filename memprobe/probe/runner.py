@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from memprobe.core.child_env import child_env
-from memprobe.core.lifeline import PARENT_ENV
 from memprobe.core.memory_model import Attempt
 from memprobe.core.outcomes import CRASH, ERROR, OOM, TIMEOUT, classify_error
 from memprobe.core.records import Timed
@@ -89,8 +88,7 @@ class ZygoteError(RuntimeError):
 
 
 def _worker_env() -> dict[str, str]:
-    # The pid lets the process see a parent that died before it set its parent-death signal (lifeline.py).
-    return child_env(PYTHONUNBUFFERED="1", **{PARENT_ENV: str(os.getpid())})
+    return child_env(watched=True, PYTHONUNBUFFERED="1")
 
 
 class _ExecProcess:
