@@ -31,9 +31,7 @@ from transformers import (  # noqa: E402
 )
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING  # noqa: E402
 
-from memprobe.core.outcomes import ERROR, classify_error  # noqa: E402
-
-from .base import TrainTask, UserModelError  # noqa: E402
+from .base import TrainTask, UserModelError, model_error, one_line  # noqa: E402
 
 _AUTO = {
     "causal-lm": AutoModelForCausalLM,
@@ -65,9 +63,9 @@ def make_config(config: dict[str, Any]):
         made = AutoConfig.for_model(kind, **values)
     except Exception as exc:  # noqa: BLE001 - transformers' validation errors are of many classes, all the config's
         # their messages run over several lines (the first may name only the field): one line, every word kept
-        said = " ".join(str(exc).split()) or type(exc).__name__
         raise UserModelError(
-            f"transformers {transformers.__version__} cannot make a config of model_type '{kind}': {said[:300]}"
+            f"transformers {transformers.__version__} cannot make a config of model_type '{kind}': "
+            f"{one_line(exc) or type(exc).__name__}"
         ) from exc
     _check_heads(made)
     made.use_cache = False
@@ -103,7 +101,7 @@ def _build_error(config, task: str, exc: Exception) -> UserModelError:
     """The one-line UserModelError for a model transformers cannot build from `config` with the `task` head: a head
     the architecture lacks (the Auto class's "Unrecognized configuration class"), or what the model's code raised,
     its traceback in `details`."""
-    said = " ".join(str(exc).split())[:300]
+    said = one_line(exc)
     name, version = type(config).__name__, transformers.__version__
     if "Unrecognized configuration class" in str(exc):
         return UserModelError(f"{name} has no {task} head in transformers {version}: {said}")
@@ -118,7 +116,7 @@ def _from_config(auto, config, task: str, attention: str):
     try:
         return auto.from_config(config, attn_implementation=attention)
     except Exception as exc:
-        if classify_error(type(exc).__name__, str(exc)) != ERROR:
+        if not model_error(exc):
             raise
         raise _build_error(config, task, exc) from exc
 
@@ -154,7 +152,7 @@ class HFTask(TrainTask):
                 model = _from_config(auto, config, self.task, "eager")
             self.attention = "eager"
         except Exception as exc:
-            if classify_error(type(exc).__name__, str(exc)) != ERROR:
+            if not model_error(exc):
                 raise  # out of memory, a CUDA error: not the config's fault
             raise _build_error(config, self.task, exc) from exc
         super().__init__(model, optimizer, device)

@@ -17,9 +17,7 @@ from typing import Any
 
 import torch
 
-from memprobe.core.outcomes import ERROR, classify_error
-
-from .base import TrainTask, UserModelError
+from .base import TrainTask, UserModelError, model_error, one_line
 from .vision import ClassifierTask, load_timm
 
 DEFAULT_CLASSES = 1000  # the head given to a model whose timm config has no classifier (ImageNet's classes)
@@ -137,10 +135,10 @@ def build(params: dict[str, Any], optimizer: dict[str, Any], device: torch.devic
     except (UserModelError, ImportError):
         raise
     except Exception as exc:
-        if classify_error(type(exc).__name__, str(exc)) != ERROR:
+        if not model_error(exc):
             raise  # out of memory, a CUDA error: not the model's fault
-        said = " ".join(str(exc).split())[:300]
         raise UserModelError(
-            f"timm {load_timm().__version__} cannot build '{params.get('model')}': {type(exc).__name__}: {said}",
+            f"timm {load_timm().__version__} cannot build '{params.get('model')}': {type(exc).__name__}: "
+            f"{one_line(exc)}",
             traceback.format_exc(),
         ) from exc

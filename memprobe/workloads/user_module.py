@@ -24,10 +24,9 @@ from typing import Any, Callable, Iterator, NoReturn
 import torch
 
 from memprobe.core.interrupts import user_raised
-from memprobe.core.outcomes import ERROR, classify_error
 from memprobe.core.registry import OPTIMIZERS
 
-from .base import TrainTask, UserModelError
+from .base import TrainTask, UserModelError, model_error
 
 TRACEBACK_CHARS = 8000  # the end of a longer traceback is kept: the user's frames are at the bottom
 
@@ -225,7 +224,7 @@ def build(
     except UserExit as exc:
         raise UserModelError(str(exc), user_traceback()) from None
     except Exception as exc:  # noqa: BLE001 - whatever the user's build raises, they need its traceback
-        if classify_error(type(exc).__name__, str(exc)) != ERROR:
+        if not model_error(exc):
             raise  # out of memory (the model alone does not fit) or a crash: not the user's bug
         raise UserModelError(f"{target} raised {type(exc).__name__}: {exc}", user_traceback()) from exc
     task = as_task(made, optimizer, device, target)
