@@ -28,6 +28,7 @@ from memprobe.core.field_rules import (
 )
 from memprobe.core.outcomes import OUTCOMES
 from memprobe.core.registry import UNITS
+from memprobe.core.strategies import STRATEGIES
 
 # Bounds past which a figure is a typo or an edited file, never a measurement: a batch (or a searched sequence
 # length) as the scan and predict take it (cli/checks.MAX_BATCH and MAX_SEQ_LEN), bytes of one card (1 PiB),
@@ -48,7 +49,6 @@ PRECISION_STATUSES = ("pending", "done", "error", "interrupted")
 FILE_STATUSES = ("partial", "complete", "failed")
 STOPS = ("", "edge", "nothing-fits", "cap", "trial-limit", "error", "user-error", "interrupted")
 MODES = ("train", "infer")
-STRATEGIES = ("ddp", "fsdp")
 
 STEP_TIME = Map(
     {k: NUM(0, SECONDS_MAX, null=False) for k in ("median_s", "mean_s", "min_s", "max_s", "p10_s", "p90_s", "stdev_s")},

@@ -7,11 +7,10 @@ from typing import Callable, Iterator
 
 from memprobe.core.registry import Workload
 from memprobe.core.results import ScanResult
+from memprobe.core.strategies import STRATEGIES
 from memprobe.core.textlists import comma_items
 from memprobe.probe import scan as single_gpu
 from memprobe.probe.scan import ScanOptions, ScanProgress
-
-STRATEGIES = ("ddp", "fsdp")
 
 
 def parse_gpus(text: str | None, count: Callable[[], int]) -> list[int]:

@@ -8,8 +8,8 @@ import torch
 from torch import nn
 
 from memprobe.core.registry import Workload
+from memprobe.core.strategies import STRATEGIES
 
-STRATEGIES = ("ddp", "fsdp")
 NONE = "none"  # one rank, no wrapper: the 1-GPU baseline of the scaling efficiency
 _MP_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 
