@@ -58,7 +58,7 @@ STEPS=${STEPS:-}
 BUDGET_S=${BUDGET_S:-510}
 KILL_AFTER_S=40  # after a scan's SIGTERM: memprobe ends its ranks (15 s) and writes its file
 START=$(date +%s)
-W="$OUT/w"
+W=$(mktemp -d)  # the work folder stays outside $OUT: only the two files below come back (a call returns 8)
 R="$W/reports"
 mkdir -p "$R"
 GPUS=${GPUS:-$(nvidia-smi -L 2>/dev/null | wc -l)}
@@ -235,6 +235,7 @@ if [[ "$DRY" != 1 ]]; then
   timeout 25 $PY -m memprobe report "$R" --with-published > "$W/report.md" 2> "$W/logs/report.log"
   timeout 25 $PY -m memprobe report --scans "$R" > "$W/scans.md" 2>> "$W/logs/report.log"
 fi
+mkdir -p "$OUT"
 ps -eo pid,etimes,args | grep -E "memprobe\.probe\.(distributed|worker)" | grep -v grep > "$W/leftover-processes.txt"
 {
   echo "PART=${PART:-} STEPS=${STEPS:-} GPUS=$GPUS, $(( $(date +%s) - START ))s"
@@ -245,4 +246,5 @@ ps -eo pid,etimes,args | grep -E "memprobe\.probe\.(distributed|worker)" | grep 
   echo; cat "$W/report.md" 2>/dev/null
 } > "$OUT/summary.txt" 2>&1
 tar -czf "$OUT/results.tgz" -C "$W" .
+rm -rf "$W"
 echo "done in $(( $(date +%s) - START ))s: $OUT/results.tgz, $OUT/summary.txt"
