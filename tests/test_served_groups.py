@@ -100,6 +100,63 @@ def test_a_failure_on_one_rank_ends_the_group_and_the_next_trial_starts_a_fresh_
     assert _rank_processes(str(tmp_path)) == []
 
 
+class _SleepingLaunch:
+    """A standby whose 'launcher' is a sleeping process: the ranks' records and votes are written by the test."""
+
+    def __init__(self, run_dir) -> None:
+        import subprocess
+
+        self.run_dir = run_dir
+        self.proc = subprocess.Popen(["sleep", "600"], start_new_session=True)
+
+    def fits(self, req) -> bool:
+        return True
+
+    def take(self, req):
+        return self.proc, self.run_dir, open(self.run_dir / "launcher.log", "wb")
+
+
+def _stuck_group(tmp_path, monkeypatch, votes: list[int], timeout_s: float = 60.0):
+    import json
+
+    import memprobe.probe.distributed.group as group_module
+
+    monkeypatch.setattr(group_module, "FAILED_GRACE_S", 0.3)
+    run_dir = tmp_path / "launch"
+    run_dir.mkdir()
+    failure = {"stage": "trial", "command": 0, "outcome": OOM, "message": "OutOfMemoryError: CUDA out of memory"}
+    (run_dir / "rank0.json").write_text(json.dumps({"batches": [], "answered": -1, "failure": {**failure, "at": 1.0}}))
+    (run_dir / "rank1.json").write_text(json.dumps({"batches": [], "answered": -1, "failure": None}))
+    for r in votes:
+        (run_dir / f"vote0.r{r}.json").write_text(json.dumps({"outcome": OOM, "collectives": [3]}))
+    req = LaunchRequest(TOY.to_dict(), "fp32", "ddp", 2, [1], device="cpu", timeout_s=timeout_s)
+    launch = _SleepingLaunch(run_dir)
+    return ServedGroup(req, standby=launch), launch
+
+
+def test_a_group_whose_peer_neither_votes_nor_ends_after_a_failure_is_ended_and_answers_the_failure(
+    tmp_path, monkeypatch
+):
+    # rank 0 ran out of memory and recorded it; rank 1 sits in a collective rank 0 never joins, and so does the
+    # launcher: the parent does not wait for the trial's time limit
+    group, launch = _stuck_group(tmp_path, monkeypatch, votes=[0])
+    started = time.perf_counter()
+    attempt = group.trial(3301, 0.2)
+    assert time.perf_counter() - started < 20
+    assert attempt.outcome == OOM and attempt.message.startswith("rank 0: OutOfMemoryError")
+    assert "ranks [1] neither voted nor ended" in attempt.message and "the group was ended" in attempt.message
+    assert not group.timed_out and not group.alive and launch.proc.poll() is not None
+    assert not launch.run_dir.exists()
+
+
+def test_a_group_whose_ranks_all_voted_after_a_failure_is_left_to_decide(tmp_path, monkeypatch):
+    # every rank voted: they are rebuilding the model (which can take longer than the grace) or ending
+    group, launch = _stuck_group(tmp_path, monkeypatch, votes=[0, 1], timeout_s=2.0)
+    attempt = group.trial(3301, 0.2)
+    assert group.timed_out and "neither voted" not in attempt.message
+    assert attempt.outcome == OOM and launch.proc.poll() is not None
+
+
 # --- decisions and records (no launch) ------------------------------------------------------------
 
 

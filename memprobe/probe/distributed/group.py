@@ -32,7 +32,7 @@ from memprobe.probe.distributed.launch import (
     start_launch,
     timeline,
 )
-from memprobe.probe.distributed.serve import command_path, write_json
+from memprobe.probe.distributed.serve import command_path, vote_path, write_json
 
 SERVED_ENV = "MEMPROBE_SERVED_GROUPS"
 POLL_S = 0.05
@@ -41,6 +41,12 @@ STOP_WAIT_S = 30.0
 # fits took per sample at this batch. A peer still stuck in a collective the failed rank never joins votes
 # never; waiting for it longer than a fresh group takes to start would cost more than it saves.
 VOTE_MIN_S = 10.0
+# Once a rank has recorded a failure, every rank votes within the failed rank's vote wait, and a group that then
+# ends (the failed rank exits, torchrun ends the rest) does so within torchrun's stop grace. A rank stuck in a
+# collective or a device sync that its failed peer never joins can outlive both: on 4x H200, resnet50 bf16 under
+# DDP sat 200 s in such a trial, until the process-group timeout. So a vote still missing this long after the
+# vote wait makes the parent end the group itself and answer from the failure the rank recorded.
+FAILED_GRACE_S = 30.0
 
 
 def served_groups_on(env: dict[str, str] | None = None) -> bool:
@@ -89,6 +95,8 @@ class ServedGroup:
         started = time.perf_counter() if index else self.started
         write_json(command_path(self.run_dir, index), {"op": "trial", "batch": batch, "vote_wait_s": vote_wait_s})
         deadline = time.perf_counter() + self.req.timeout_s
+        failed_at: float | None = None  # when a rank's failure of this trial was first seen
+        stuck = ""
         try:
             while True:
                 records = self._read_records()
@@ -96,10 +104,19 @@ class ServedGroup:
                     break
                 if self.proc.poll() is not None:
                     break
-                if time.perf_counter() > deadline:
+                now = time.perf_counter()
+                if now > deadline:
                     self.timed_out = True
                     _end(self.proc)
                     break
+                if failed_at is None and _failures(records, index):
+                    failed_at = now
+                elif failed_at is not None and now - failed_at > vote_wait_s + FAILED_GRACE_S:
+                    missing = self._missing_votes(index)
+                    if missing:
+                        stuck = f"ranks {missing} neither voted nor ended {now - failed_at:.0f} s after the failure"
+                        _end(self.proc)
+                        break
                 time.sleep(POLL_S)
         except BaseException:
             self.kill()
@@ -112,6 +129,8 @@ class ServedGroup:
         ended = sorted({r["ended"] for r in self.records if r and r.get("ended")})
         if ended:  # the ranks went on from the failure, then found the model built again short of memory
             attempt.message += f"; the group then ended: {'; '.join(ended)}"
+        if stuck:
+            attempt.message += f"; {stuck}: the group was ended"
         attempt.fresh = index == 0
         attempt.wall_seconds = round(time.perf_counter() - started, 3)
         if index == 0:
@@ -119,6 +138,10 @@ class ServedGroup:
         if self.proc.poll() is not None:
             self._cleanup()
         return attempt
+
+    def _missing_votes(self, index: int) -> list[int]:
+        """The ranks that have not voted on command `index` (serve.py): a rank that voted has decided."""
+        return [r for r in range(self.req.world_size) if not vote_path(self.run_dir, index, r).exists()]
 
     def close(self) -> None:
         """Stop the group: every rank leaves the process group and exits (ended after STOP_WAIT_S otherwise)."""
