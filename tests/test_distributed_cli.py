@@ -80,6 +80,19 @@ def test_report_puts_multi_gpu_files_in_the_scaling_table_and_keeps_them_out_of_
     assert "Scaling" in result.output and "fsdp" in result.output and "Traceback" not in result.output
 
 
+def test_the_one_gpu_max_batch_beside_a_multi_gpu_row_is_the_training_scan_not_the_inference_one():
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    single, multi = split_by_world_size(load_results([repo / "reports" / "h200", repo / "reports" / "h200_multi"]))
+    assert any(r.mode == "infer" and r.workload["name"] == "bert-large" for _p, r in single)  # 2723 in inference
+    rows = {
+        (row[1], row[2], row[3], row[4]): row for row in scaling_rows([r for _p, r in multi], [r for _p, r in single])
+    }
+    assert rows[("bert-large", "bf16", "ddp", 2)][7] == 193  # the H200's training edge, beside DDP's 190 per GPU
+    assert rows[("resnet50", "bf16", "fsdp", 2)][7] == 3322
+
+
 def test_merging_parts_keeps_the_asked_order_and_a_missing_or_partial_part_makes_the_file_partial(tmp_path):
     from memprobe.core.results import PrecisionResult, ScanResult, write_result
     from memprobe.probe.parallel import Job, merge_parts

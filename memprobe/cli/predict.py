@@ -71,7 +71,7 @@ def _predict_and_print(
                 f"not of {', '.join(w.name for w in workloads)}"
             )
         _check_same_world(compare, compare_with[1], worlds)
-        scanned_mode = (compare_with[1].settings or {}).get("mode", "train")
+        scanned_mode = compare_with[1].mode
         if scanned_mode != mode:
             raise click.ClickException(f"{compare} is a --mode {scanned_mode} scan; this prediction is --mode {mode}")
     made = []

@@ -165,7 +165,7 @@ def workload_labels(results: Sequence[ScanResult]) -> tuple[list[str], list[str]
     # An inference scan answers another question (forward passes only): never in a row with training.
     return [
         labels_for[(str(r.workload.get("name", "?")), definition_key(r.workload))]
-        + (" (inference)" if r.settings.get("mode") == "infer" else "")
+        + (" (inference)" if r.mode == "infer" else "")
         for r in results
     ], notes
 

@@ -82,7 +82,7 @@ class Sources:
             items.append(
                 f'<li id="src-{i}" value="{i}"><code>{esc(path)}</code> <span class="kind kind-{file_kind(result)}">'
                 f"{file_kind(result)}</span><br>{esc(result.workload.get('name', '?'))} "
-                f"({esc(result.settings.get('mode', 'train'))}; {esc(precisions)}), {esc(result.created)}; "
+                f"({esc(result.mode)}; {esc(precisions)}), {esc(result.created)}; "
                 f"{esc(environment_text(result))}</li>"
             )
         return '<ol class="sources">' + "".join(items) + "</ol>"

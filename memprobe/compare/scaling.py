@@ -37,9 +37,12 @@ def split_by_world_size(items: Sequence[T]) -> tuple[list[T], list[T]]:
 
 
 def _single_gpu_edges(results: Sequence[ScanResult]) -> dict[tuple[str, str, str], int]:
-    """(GPU, workload, precision) -> the newest proven single-GPU max batch."""
+    """(GPU, workload, precision) -> the newest proven single-GPU max batch in training (the mode every multi-GPU
+    scan runs in: an inference scan's edge beside it would read as what the wrapper costs)."""
     edges: dict[tuple[str, str, str], tuple[datetime, int]] = {}
     for r in results:
+        if r.mode != "train":
+            continue
         gpu = r.gpu_name()
         for name, p in r.precisions.items():
             key = (gpu, str(r.workload.get("name")), name)
@@ -80,7 +83,9 @@ def scaling_entries(
         proven = (
             f"{proof.fits} fits, {proof.fails} {proof.fail_outcome or 'fails'}"
             if proof is not None and proof.verified
-            else ("-" if p.max_batch is None else f"{p.max_batch} (unverified)")
+            else (p.status if p.status != "done" else "-")
+            if p.max_batch is None
+            else f"{p.max_batch} (unverified)"
         )
         unit = scaling.get("unit")
         interconnect = ((r.environment.get("distributed") or {}).get("interconnect") or {}).get("summary", "-")

@@ -61,7 +61,7 @@ def _curve_text(p: PrecisionResult) -> str:
 def model_label(result: ScanResult) -> str:
     """The workload's name, with " (inference)" for an inference scan: it answers another question, so it is
     never a row of training (nor replaces one)."""
-    return str(result.workload.get("name")) + (" (inference)" if result.settings.get("mode") == "infer" else "")
+    return str(result.workload.get("name")) + (" (inference)" if result.mode == "infer" else "")
 
 
 def newest_finished(results: Sequence[ScanResult]) -> list[tuple[ScanResult, str, PrecisionResult]]:

@@ -182,6 +182,12 @@ class ScanResult:
         gpu = self.environment.get("gpu") or {}
         return str(gpu.get("name") or unknown)
 
+    @property
+    def mode(self) -> str:
+        """ "train" or "infer" (files written before inference scans trained): the one place a result's mode is
+        read."""
+        return str(self.settings.get("mode") or "train")
+
     def to_json(self) -> str:
         """The result as the JSON text of a result file."""
         return json.dumps(self.to_dict(), indent=1)
@@ -348,5 +354,5 @@ def result_order(item: tuple[Path, ScanResult]) -> tuple[str, str, str, datetime
     """The order results are read in, so that no command's answer depends on the order its inputs were given in:
     by GPU, workload, mode, then oldest first (where a command keeps the newest, a tie goes to the later path)."""
     path, result = item
-    name, mode = str(result.workload.get("name", "")), str(result.settings.get("mode", "train"))
+    name, mode = str(result.workload.get("name", "")), result.mode
     return result.gpu_name(), name, mode, result.created_at, path.name, str(path)

@@ -34,7 +34,7 @@ def on_card(result: ScanResult, card: Card, catalog: Catalog, gpus: int = 1, how
         of_card(result, card, catalog)
         and world_size(result) == gpus
         and (gpus == 1 or strategy(result) == how)
-        and (result.settings or {}).get("mode", "train") == "train"
+        and result.mode == "train"
     )
 
 
