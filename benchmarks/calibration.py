@@ -108,8 +108,10 @@ def predict_rows(name: str, per_precision: dict[str, list[dict]], world: tuple[i
     from memprobe.predict.batch_model import PrecisionTraces
     from memprobe.predict.data_parallel import World
     from memprobe.predict.sessions import trace_sessions
+    from memprobe.predict.summary import safe_capacity, safe_margin
 
     workload = load_registry()[name]
+    margin = safe_margin(World(*world) if world else None)
     rows = []
     with trace_sessions(workload, world=World(*world) if world else None) as session_for:
         for precision in sorted(per_precision, key=PRECISIONS.index):
@@ -122,6 +124,7 @@ def predict_rows(name: str, per_precision: dict[str, list[dict]], world: tuple[i
                     )
                 capacity = entry["capacity_bytes"]
                 predicted, _ = traces.max_batch(capacity)
+                safe = min(predicted, traces.max_batch(safe_capacity(capacity, margin))[0])
                 measured = entry["measured"]
                 rows.append(
                     {
@@ -133,6 +136,8 @@ def predict_rows(name: str, per_precision: dict[str, list[dict]], world: tuple[i
                         "measured": measured,
                         "trial_edge": entry["trial_edge"],
                         "predicted": predicted,
+                        "safe": safe,
+                        "safe_margin": margin,
                         "error_percent": round(100.0 * (predicted - measured) / measured, 2) if measured else None,
                         "trace": traces.how,
                         **{key: entry[key] for key in PASSED_ON if key in entry},
@@ -183,6 +188,14 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def _safe_cell(row: dict) -> str:
+    """The safe batch, marked where it is above the measured B (a batch that did not train)."""
+    safe = row.get("safe")
+    if safe is None:
+        return "-"
+    return f"**{safe}**" if safe > row["measured"] else str(safe)
+
+
 def multi_gpu_table(rows: list[dict]) -> str:
     """One line per GPU, workload, precision, strategy and world size of the multi-GPU rows: the per-GPU B measured
     (and the 1-GPU B of the same card, from the single-GPU rows), predicted, the error, the scaling efficiency."""
@@ -197,6 +210,7 @@ def multi_gpu_table(rows: list[dict]) -> str:
         "per-GPU B (measured)",
         "predicted (per GPU)",
         "error",
+        "safe (per GPU)",
         "1-GPU B (measured)",
         "efficiency (measured)",
     ]
@@ -221,6 +235,7 @@ def multi_gpu_table(rows: list[dict]) -> str:
                     str(r["measured"]),
                     str(r["predicted"]),
                     f"{mark}{err:+.1f}%{mark}" if err is not None else "-",
+                    _safe_cell(r),
                     str(single.get((r["gpu"], r["workload"], r["precision"]), "not given")),
                     "-" if efficiency is None else f"{100 * efficiency:.1f}%{at}",
                 ]
@@ -228,12 +243,15 @@ def multi_gpu_table(rows: list[dict]) -> str:
             + " |"
         )
     unsafe = [r for r in multi if r["predicted"] > r["measured"]]
+    unsafe_safe = [r for r in multi if r.get("safe") is not None and r["safe"] > r["measured"]]
+    margins = ", ".join(sorted({f"{r['strategy']} {r['safe_margin']:.0%}" for r in multi if "safe_margin" in r}))
     lines += [
         "",
         f"Per GPU: {len(multi)} multi-GPU comparisons; exact: {sum(1 for r in multi if r['predicted'] == r['measured'])}"
         f"; unsafe (predicted above the measured per-GPU B): {len(unsafe)}"
         + (f", by at most {max(r['predicted'] - r['measured'] for r in unsafe)} batch" if unsafe else "")
-        + ".",
+        + f"; safe batch above the measured per-GPU B: {len(unsafe_safe)} (margin of the usable memory left: "
+        f"{margins or '-'}).",
         "Efficiency: throughput of N GPUs / (N x throughput of 1 GPU) at the per-GPU batch (at B unless said).",
     ]
     return "\n".join(lines)

@@ -79,6 +79,7 @@ def test_fsdp_traces_align_across_batches_and_world_is_left_clean(registry):
     sizes = [MemorySize("1GiB", 1 << 30, 1 << 30)]
     prediction = predict(registry["toy"], ["fp16"], sizes, None, "test", world=World(2, "fsdp"))
     assert prediction.world == "2 GPUs, fsdp"
+    assert prediction.safe_margin == 0.10  # FSDP2's per-stream pools are not in the allocator model
     assert prediction.precisions["fp16"].how == "checked"  # a fresh build per traced batch: traces align
     assert prediction.precisions["fp16"].max_batch["1GiB"] > 0
     assert not dist.is_initialized()
@@ -113,6 +114,33 @@ def test_ddp_predicts_a_smaller_batch_and_fsdp_a_larger_one(registry):
     assert got["ddp"] < got["1"] < got["fsdp"], got
 
 
+def test_the_safe_batch_leaves_more_memory_under_fsdp_than_under_ddp_or_on_one_gpu():
+    from memprobe.predict.summary import FSDP_SAFE_MARGIN, SAFE_MARGIN, safe_capacity, safe_margin
+
+    assert safe_margin(None) == safe_margin(World(2, "ddp")) == SAFE_MARGIN == 0.05
+    assert safe_margin(World(4, "fsdp")) == FSDP_SAFE_MARGIN == 0.10
+    assert safe_capacity(1000) == 950 and safe_capacity(1000, 0.10) == 900
+
+
+@pytest.mark.parametrize("margin, says", [(0.05, False), (0.10, True)], ids=["ddp", "fsdp"])
+def test_predict_says_the_margin_its_safe_batch_leaves_and_why_fsdp_leaves_more(margin, says):
+    from memprobe.predict.render import render
+    from memprobe.predict.summary import PrecisionPrediction, Prediction
+
+    size = MemorySize("H200", 140 * 2**30, 139 * 2**30)
+    p = PrecisionPrediction(
+        "bf16", None, None, {"H200": 1296}, {"H200": 1296}, {}, "checked", safe_max_batch={"H200": 1160}
+    )
+    world = "2 GPUs, fsdp" if says else "2 GPUs, ddp"
+    pred = Prediction(
+        "transformer-big", "H100", 3, 1.0, 0.1, [size], 0, "", {"bf16": p}, [], world=world, safe_margin=margin
+    )
+    text = " ".join(render(pred).split())  # notes are wrapped at 120 columns
+    assert "1296 (safe 1160)" in text
+    assert f"leaves {margin:.0%} of the usable memory unused" in text
+    assert ("safe under fsdp: 10%, not 5%" in text) is says
+
+
 def test_world_rejects_bad_sizes_and_strategies():
     with pytest.raises(ValueError):
         World(1, "ddp")
@@ -143,6 +171,7 @@ def test_cli_predicts_per_gpu_and_says_so():
     assert "toy per GPU on 2 GPUs, ddp -- PREDICTED" in result.output
     assert "toy per GPU on 2 GPUs, fsdp -- PREDICTED" in result.output
     assert "NCCL's own buffers" in result.output
+    # the safe batch's margin is said, once per strategy: 5% under ddp, 10% under fsdp with why
 
 
 @pytest.mark.parametrize(

@@ -38,7 +38,7 @@ def predicted(
     predict does. Raises memprobe.predict.trace.PredictError when a variant cannot be traced, StrategyError when
     `how` cannot wrap it."""
     from memprobe.predict.data_parallel import World
-    from memprobe.predict.summary import SAFE_MARGIN, memory_sizes, predict
+    from memprobe.predict.summary import memory_sizes, predict
 
     nbytes, _how = card_size(card)
     sizes = memory_sizes([(card.name, nbytes)], {card.name: card})
@@ -75,7 +75,7 @@ def predicted(
                     + f": {sizes[0].how}",
                     note=_no_edge_note(p, card.name, sizes[0].capacity_bytes),
                     safe_batch=p.safe_max_batch.get(card.name),
-                    safe_how=f"{SAFE_MARGIN:.0%} of the usable memory left",
+                    safe_how=f"{prediction.safe_margin:.0%} of the usable memory left",
                 )
             )
     return out

@@ -137,10 +137,16 @@ def render(pred: Prediction) -> str:
         lines += ["", tabulate(rows, headers=headers, tablefmt="github", disable_numparse=[2], colalign=align), ""]
     if any_safe:
         lines.append(
-            f"safe: the largest {n} that leaves {SAFE_MARGIN:.0%} of the usable memory unused, the one to run. The "
-            f"max {n} is the best estimate of the edge; on training scans of models memprobe was not tuned on it was "
-            "above the measured one in some cases by up to 4.5%, the safe one never (reports/zoo/accuracy.md)."
+            f"safe: the largest {n} that leaves {pred.safe_margin:.0%} of the usable memory unused, the one to run. "
+            f"The max {n} is the best estimate of the edge; on training scans of models memprobe was not tuned on it "
+            "was above the measured one in some cases by up to 4.5%, the safe one never (reports/zoo/accuracy.md)."
         )
+        if pred.safe_margin != SAFE_MARGIN:
+            lines.append(
+                f"safe under fsdp: {pred.safe_margin:.0%}, not {SAFE_MARGIN:.0%}: FSDP2's collectives allocate on "
+                "streams of their own, whose blocks the allocator model does not keep apart; on 2 and 4 H200s the "
+                "per-GPU max batch was above the measured one by up to 6.7% (reports/calibration_multi_gpu.md)."
+            )
     if pred.mode == "infer":
         lines.append(
             "note: inference predictions are less sure than training ones: on the held-out zoo 6 of 10 were above "

@@ -38,6 +38,20 @@ class MemorySize:
     cannot_train: tuple[str, ...] = ()
 
 
+# The share of the usable memory a safe batch leaves unused. The predicted max batch is the best estimate of the edge;
+# on models nobody tuned memprobe for (the held-out zoo, reports/zoo/accuracy.md) it came out above the measured B in
+# 18 of 60 training scans, by up to 4.5% (a U-Net in bf16 on the H200; resnet50-like CNNs in fp32, whose cuDNN
+# convolution workspaces are not emulated, by up to 2.2%). 5% is the smallest round margin under which no training
+# scan's safe batch was above its measured B, on the H200 and on the H100.
+SAFE_MARGIN = 0.05
+# Under FSDP2 the per-GPU prediction was above the measured B by up to 6.7% on 2 and 4 H200s (transformer-big bf16:
+# 1296 and 1304 predicted, 1220 and 1222 measured; reports/calibration_multi_gpu.md): FSDP2 all-gathers and
+# reduce-scatters on streams of their own, the caching allocator keeps each stream's blocks apart, and the allocator
+# model has one pool. 10% leaves every measured FSDP2 safe batch below B with room; DDP keeps SAFE_MARGIN (its
+# buckets are on the compute stream).
+FSDP_SAFE_MARGIN = 0.10
+
+
 @dataclass
 class PrecisionPrediction:
     precision: str
@@ -106,6 +120,7 @@ class Prediction:
     axis: str = "batch"  # "seq_len": n is the sequence length (of `batch` sequences per step), not the batch
     versions: dict[str, str] = field(default_factory=dict)  # the libraries the trace ran (library_versions)
     version_note: str = ""  # with a comparison: the libraries the scan ran where they differ from these
+    safe_margin: float = SAFE_MARGIN  # the share of the usable memory the safe batches leave unused
 
     @property
     def cannot_train(self) -> dict[str, list[str]]:
@@ -113,20 +128,18 @@ class Prediction:
         return {s.label: names for s in self.sizes if (names := [p for p in self.precisions if p in s.cannot_train])}
 
 
-# The share of the usable memory a safe batch leaves unused. The predicted max batch is the best estimate of the edge;
-# on models nobody tuned memprobe for (the held-out zoo, reports/zoo/accuracy.md) it came out above the measured B in
-# 18 of 60 training scans, by up to 4.5% (a U-Net in bf16 on the H200; resnet50-like CNNs in fp32, whose cuDNN
-# convolution workspaces are not emulated, by up to 2.2%). 5% is the smallest round margin under which no training
-# scan's safe batch was above its measured B, on the H200 and on the H100.
-SAFE_MARGIN = 0.05
+def safe_margin(world: Any = None) -> float:
+    """The share of the usable memory a safe batch leaves unused: FSDP_SAFE_MARGIN per GPU under FSDP2 (`world`,
+    a data_parallel.World), SAFE_MARGIN otherwise."""
+    return FSDP_SAFE_MARGIN if world is not None and world.strategy == "fsdp" else SAFE_MARGIN
 
 
-def safe_capacity(capacity_bytes: int) -> int:
-    """The memory a safe batch may use of `capacity_bytes` (SAFE_MARGIN left over)."""
-    return int(capacity_bytes * (1 - SAFE_MARGIN))
+def safe_capacity(capacity_bytes: int, margin: float = SAFE_MARGIN) -> int:
+    """The memory a safe batch may use of `capacity_bytes` (`margin` of it left over)."""
+    return int(capacity_bytes * (1 - margin))
 
 
-def _predict_precision(traces: PrecisionTraces, sizes: Sequence[MemorySize]) -> PrecisionPrediction:
+def _predict_precision(traces: PrecisionTraces, sizes: Sequence[MemorySize], margin: float) -> PrecisionPrediction:
     max_batch: dict[str, int] = {}
     safe: dict[str, int] = {}
     oom: dict[str, int] = {}
@@ -137,7 +150,7 @@ def _predict_precision(traces: PrecisionTraces, sizes: Sequence[MemorySize]) -> 
             continue
         found, fail = traces.max_batch(size.capacity_bytes)
         max_batch[size.label] = found
-        safe[size.label] = min(found, traces.max_batch(safe_capacity(size.capacity_bytes))[0])
+        safe[size.label] = min(found, traces.max_batch(safe_capacity(size.capacity_bytes, margin))[0])
         if fail is not None and fail.oom is not None:
             oom[size.label] = fail.oom.requested
         if fail is None:  # nothing failed up to the search's cap: the answer is the cap, not an edge
@@ -314,7 +327,8 @@ def predict(
         raise ValueError("a data-parallel prediction is of training (--mode train)")
     progress = progress or silent()
     scanned = compare_with[1].precisions if compare_with is not None else {}
-    capacities = [s.capacity_bytes for s in sizes] + [safe_capacity(s.capacity_bytes) for s in sizes]
+    margin = safe_margin(world)
+    capacities = [s.capacity_bytes for s in sizes] + [safe_capacity(s.capacity_bytes, margin) for s in sizes]
     capacities += [c for p in scanned.values() if (c := run_capacity(p))]
     with traced_precisions(workload, precisions, capacities, steps, target, world, mode, check, workers, progress) as (
         traces_for,
@@ -325,7 +339,7 @@ def predict(
             traces = traces_for(precision)
             with paused():  # replays make cycles only in their allocators: collections walk the traces for nothing
                 got_rows, edge = _compare(traces, scanned[precision]) if precision in scanned else ([], None)
-                return _predict_precision(traces, sizes), got_rows, edge
+                return _predict_precision(traces, sizes, margin), got_rows, edge
 
         if world is None:
             # One session traced every precision at its first call; their replays only read the traces, so
@@ -410,6 +424,7 @@ def predict(
         axis_of(workload),
         versions,
         mismatch,
+        margin,
     )
 
 
