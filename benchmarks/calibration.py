@@ -40,14 +40,13 @@ def _card_key(result) -> tuple[str, int]:
     own column, per GPU ("2x NVIDIA H200 ddp, per GPU")."""
     from memprobe.compare.scaling import strategy, world_size
 
-    gpu = result.environment.get("gpu", {})
-    cap = gpu.get("emulated_total_bytes")
+    cap = (result.environment.get("gpu") or {}).get("emulated_total_bytes")
     if cap:
         return f"{cap / 2**30:g} GiB emulated", int(cap)
     size = world_size(result)
     if size > 1:
-        return f"{size}x {gpu.get('name', '?')} {strategy(result)}, per GPU", (1 << 62) - size
-    return f"{gpu.get('name', '?')} (real)", 1 << 62
+        return f"{size}x {result.gpu_name()} {strategy(result)}, per GPU", (1 << 62) - size
+    return f"{result.gpu_name()} (real)", 1 << 62
 
 
 def _world(result) -> tuple[int, str] | None:

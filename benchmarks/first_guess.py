@@ -34,7 +34,7 @@ def first_jumps(paths: list[str]) -> list[dict]:
 
     rows, seen = [], set()
     for path, result in sorted(load_results(paths, strict_files=False), key=lambda item: str(item[0])):
-        gpu = result.environment.get("gpu", {}).get("name", "?")
+        gpu = result.gpu_name()
         for precision, p in result.precisions.items():
             if p.status != "done" or not p.max_batch or not p.capacity_bytes:
                 continue

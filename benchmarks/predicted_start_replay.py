@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
             or result.environment.get("gpu", {}).get("emulated_total_bytes")
         ):
             continue
-        workload, gpu = str(result.workload.get("name")), result.environment.get("gpu", {}).get("name", "?")
+        workload, gpu = str(result.workload.get("name")), result.gpu_name()
         hint = predicted.get((workload, name, f"{gpu} (real)"))
         got = replay(
             {

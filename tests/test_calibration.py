@@ -71,6 +71,7 @@ def test_a_multi_gpu_scan_is_a_column_of_its_own_predicted_for_the_same_world(tm
     (row,) = calibration.predict_rows("toy", per_precision, (2, "fsdp"))  # traced as rank 0 of 2 under fsdp
     assert (row["card"], row["measured"], row["capacity_gib"]) == ("2x cpu fsdp, per GPU", 990, 0.0)
     assert row["predicted"] == 0  # 100,000 bytes hold less than the emulated cuBLAS workspace
+    assert (row["safe"], row["safe_margin"]) == (0, 0.10)  # FSDP2's safe batch leaves 10%
 
 
 def test_every_multi_gpu_file_is_a_row_per_strategy_and_world_size_with_its_efficiency(tmp_path):
@@ -86,15 +87,26 @@ def test_every_multi_gpu_file_is_a_row_per_strategy_and_world_size_with_its_effi
     for (name, world), per_precision in sorted(found.items()):
         (entry,) = per_precision["fp32"]
         assert (entry["world_size"], entry["strategy"]) == world and entry["efficiency"] == pytest.approx(0.5 / 0.55)
-        rows.append({**entry, "workload": name, "precision": "fp32", "predicted": 985, "error_percent": -0.51})
+        safe, margin = (991, 0.10) if world[1] == "fsdp" else (940, 0.05)  # fsdp's safe batch above B: marked
+        rows.append(
+            {
+                **entry,
+                "workload": name,
+                "precision": "fp32",
+                "predicted": 985,
+                "error_percent": -0.51,
+                "safe": safe,
+                "safe_margin": margin,
+            }
+        )
     rows.append({"gpu": "cpu", "workload": "toy", "precision": "fp32", "world_size": 1, "measured": 1200})
     lines = calibration.multi_gpu_table(rows).splitlines()
     assert lines[0].startswith("| GPU | workload | precision | strategy | GPUs | per-GPU B (measured) | predicted")
-    assert "| cpu | toy | fp32 | ddp | 2 | 990 | 985 | -0.5% | 1200 | 90.9% |" in lines
-    assert "| cpu | toy | fp32 | fsdp | 2 | 990 | 985 | -0.5% | 1200 | 90.9% |" in lines
+    assert "| cpu | toy | fp32 | ddp | 2 | 990 | 985 | -0.5% | 940 | 1200 | 90.9% |" in lines
+    assert "| cpu | toy | fp32 | fsdp | 2 | 990 | 985 | -0.5% | **991** | 1200 | 90.9% |" in lines
+    assert lines[-2].startswith("Per GPU: 2 multi-GPU comparisons; exact: 0; unsafe (predicted above")
     assert (
-        lines[-2].startswith("Per GPU: 2 multi-GPU comparisons; exact: 0; unsafe (predicted above")
-        and "0." in lines[-2]
+        "safe batch above the measured per-GPU B: 1 (margin of the usable memory left: ddp 5%, fsdp 10%)" in lines[-2]
     )
 
 

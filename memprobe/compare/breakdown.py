@@ -139,7 +139,7 @@ def breakdown_parts(results: list[Any], predicted: list[dict[str, Any]] | None =
     for result in results:
         name = str(result.workload.get("name"))
         family = str(result.workload.get("family", ""))
-        gpu = str((result.environment.get("gpu") or {}).get("name", "?"))
+        gpu = result.gpu_name()
         for precision, p in result.precisions.items():
             if p.breakdown is None:
                 continue

@@ -71,7 +71,7 @@ def entries(loaded: Sequence, predicted: list[dict[str, Any]] | None = None) -> 
     found: dict[tuple[str, str, str], Entry] = {}
     for _path, result in loaded:
         name = str(result.workload.get("name"))
-        gpu = _short(str((result.environment.get("gpu") or {}).get("name", "?")))
+        gpu = _short(result.gpu_name())
         for precision, p in result.precisions.items():
             if p.breakdown is None or (name, precision, gpu) in found:
                 continue
