@@ -1,6 +1,6 @@
 #!/bin/bash
 # Re-render reports/report.md, reports/guide.md, reports/charts/, the per-card scan tables and the one-page HTML
-# report (reports/index.html) from the committed H100 and H200 result files. Run from the repository root with memprobe importable (pip install -e . , or
+# report (reports/index.html) from the committed H100 and H200 result files (the 2- and 4-GPU ones included). Run from the repository root with memprobe importable (pip install -e . , or
 # PYTHONPATH=$PWD): bash reports/render.sh. It runs `python -m memprobe`, so the memprobe of this checkout's
 # Python is the one used (set PYTHON to pick another interpreter).
 set -euo pipefail
@@ -36,9 +36,11 @@ render reports/breakdown/breakdown.md "Memory breakdown at B on the H100 and H20
     > reports/breakdown/accuracy.md
 render reports/h200_frontier/frontier.md "llama-1b batch x sequence-length frontier on the H200, measured and predicted" \
     report --frontier reports/h200_frontier/scans reports/h200_frontier/predicted
+render reports/scaling_h200.md "memprobe report on the 2- and 4-GPU scans (4x H200 host) beside the single-GPU H200 scans" \
+    report reports/h200 reports/h200_multi --with-published
 # One self-contained page of all of it (report, guide, scans, breakdowns, LLM edges, the frontier): open it offline.
 # reports/breakdown/h100 and h200 stay out: their rescans (no curve) are newer than the suite's, so the comparison
 # would take them and compare at B where report.md compares at b*; the page shows the breakdowns of reports/h100.
-"$PYTHON" -m memprobe report reports/h100 reports/h200 reports/h100_llm reports/h200_frontier/scans \
+"$PYTHON" -m memprobe report reports/h100 reports/h200 reports/h200_multi reports/h100_llm reports/h200_frontier/scans \
     reports/h200_frontier/predicted --with-published --predicted reports/breakdown/predicted-breakdowns.json \
     --html reports/index.html
