@@ -1,0 +1,164 @@
+"""The fakes and helpers that several test modules share (each section says what its fakes stand in for).
+
+Test modules import them from here (`from fakes import ...`), never from one another: a test module is for pytest
+to collect, and importing one from another makes collection depend on its import side effects. The module is not
+named test_*, so pytest does not collect it; conftest.py registers it for pytest's assertion rewriting, so the
+asserts in its checks explain their failures as they did in the test modules they came from.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from memprobe.compare.chart_layout import DPI
+from memprobe.core.records import CurvePoint
+from memprobe.core.results import PrecisionResult, ScanResult, read_result, write_result
+
+# --- made-up result files (for report, guide, charts; no GPU) -------------------------------------------------
+
+GiB = 2**30
+H100 = "NVIDIA H100 80GB HBM3"
+A100 = "NVIDIA A100-SXM4-80GB"
+
+
+def make_result(
+    gpu: str = H100,
+    workload: str = "toy",
+    precisions: dict | None = None,
+    version: int = 1,
+    params: dict | None = None,
+    unit: str = "samples",
+    total_bytes: int = 79 * GiB,
+    created: str = "2026-01-01T00:00:00+00:00",
+) -> ScanResult:
+    """A result file's content without a GPU. precisions: name -> dict(batch, speed, static, per_sample,
+    capacity, flops, util). speed None = no throughput; batch 0 = OOM."""
+    precisions = precisions if precisions is not None else {"fp32": {"batch": 10, "speed": 100.0}}
+    out = {}
+    for name, spec in precisions.items():
+        batch = spec.get("batch", 10)
+        speed = spec.get("speed")
+        throughput = None
+        if speed is not None:
+            throughput = {
+                "batch": batch,
+                "outcome": "fit",
+                "unit": unit,
+                "samples_per_s": speed,
+                "units_per_s": speed,
+                "utilization": spec.get("util", {}),
+            }
+            if spec.get("flops"):
+                throughput["flops_per_sample"] = spec["flops"]
+        model = {}
+        if spec.get("per_sample"):
+            model = {
+                "peak_reserved": {
+                    "static_bytes": spec.get("static", 0),
+                    "per_sample_bytes": spec["per_sample"],
+                    "basis": "peak_reserved",
+                    "points": 3,
+                    "max_residual_bytes": 0,
+                }
+            }
+        out[name] = PrecisionResult(
+            name,
+            status=spec.get("status", "done"),
+            max_batch=batch,
+            stop="edge",
+            proof={"fits": batch, "fails": batch + 1, "verified": True, "agreed": True},
+            memory_model=model,
+            capacity_bytes=spec.get("capacity"),
+            throughput=throughput,
+            settings={"task": spec.get("task", {})},
+        )
+    return ScanResult(
+        workload={
+            "name": workload,
+            "family": "toy-mlp",
+            "version": version,
+            "unit": unit,
+            "params": params if params is not None else {"features": 64},
+            "optimizer": {"name": "adamw"},
+        },
+        environment={"gpu": {"name": gpu, "total_bytes": total_bytes}},
+        settings={},
+        precisions=out,
+        status="complete",
+        created=created,
+    )
+
+
+def loaded(*results: ScanResult, tmp_path: Path | None = None) -> list[tuple[Path, ScanResult]]:
+    """(path, result) pairs as the CLI builds them; written and read back when tmp_path is given."""
+    pairs = []
+    for i, r in enumerate(results):
+        if tmp_path is None:
+            pairs.append((Path(f"r{i}.json"), r))
+        else:
+            path = write_result(r, tmp_path / f"r{i}.json")
+            pairs.append((path, read_result(path)))
+    return pairs
+
+
+# --- throughput curves on made-up results (like-for-like comparisons) -----------------------------------
+
+
+H200 = "NVIDIA H200"
+
+
+def with_curve(result, precision: str, curve: dict[int, float]):
+    """Give a made-up result a throughput curve {batch: samples/s} (B's point must be the at-B speed)."""
+    p = result.precisions[precision]
+    p.curve = [
+        CurvePoint(batch=b, outcome="fit", samples_per_s=s, units_per_s=s, fresh=False)
+        for b, s in sorted(curve.items())
+    ]
+    best = max(p.curve, key=lambda c: c.samples_per_s or 0.0)
+    p.best_batch, p.best_samples_per_s, p.best_units_per_s = best.batch, best.samples_per_s, best.units_per_s
+    p.curve_seconds = 12.5
+    return result
+
+
+def cards(tmp_path=None):
+    """The H200 case: at B the H200 looks slower than the H100; at its best batch it is faster."""
+    h100 = with_curve(
+        make_result(H100, "resnet50", {"fp16": {"batch": 1870, "speed": 5223.0}}),
+        "fp16",
+        {256: 5100.0, 512: 5150.0, 1024: 5200.0, 1870: 5223.0},
+    )
+    h200 = with_curve(
+        make_result(H200, "resnet50", {"fp16": {"batch": 3321, "speed": 4360.0}}),
+        "fp16",
+        {256: 5863.0, 512: 6216.0, 1024: 6476.0, 2048: 6598.0, 3321: 4360.0},
+    )
+    return loaded(h100, h200, tmp_path=tmp_path)
+
+
+# --- charts read at screen size ------------------------------------------------------------------------------
+
+
+def pixels(fig) -> tuple[int, int]:
+    """A figure's size in pixels as it is saved (at the charts' DPI)."""
+    width, height = fig.get_size_inches()
+    return round(width * DPI), round(height * DPI)
+
+
+def clipped(fig) -> list[str]:
+    """What of a laid-out figure reaches past its edges: a label cut off in the PNG. The tight bounding box
+    covers every artist that is drawn (axes with their tick labels, legends, titles)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    fig.draw_without_rendering()
+    width, height = fig.get_size_inches()
+    tight = fig.get_tightbbox(renderer)
+    out = []
+    for artist in [*fig.axes, *fig.legends, *fig.texts]:
+        if not artist.get_visible():
+            continue
+        box = artist.get_tightbbox(renderer).transformed(fig.dpi_scale_trans.inverted())
+        if box.x0 < -0.01 or box.y0 < -0.01 or box.x1 > width + 0.01 or box.y1 > height + 0.01:
+            out.append(f"{type(artist).__name__} {box.bounds}")
+    assert tight is not None
+    return out
