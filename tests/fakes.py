@@ -8,11 +8,15 @@ asserts in its checks explain their failures as they did in the test modules the
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
+from typing import Callable
 
 from memprobe.compare.chart_layout import DPI
+from memprobe.core.memory_model import Attempt
 from memprobe.core.records import CurvePoint
 from memprobe.core.results import PrecisionResult, ScanResult, read_result, write_result
+from memprobe.probe.search import SearchResult
 
 # --- made-up result files (for report, guide, charts; no GPU) -------------------------------------------------
 
@@ -162,3 +166,68 @@ def clipped(fig) -> list[str]:
             out.append(f"{type(artist).__name__} {box.bounds}")
     assert tight is not None
     return out
+
+
+# --- fake trials for the batch search (search.py, proof.py, hint.py; no torch) ------------------------------
+
+
+class FakeTrials:
+    """Stands in for the trial function find_max_batch calls, try_batch(n): fits iff n <= edge; a fit reports
+    peak(n) (optionally with random noise); `outcomes` forces an outcome at a batch. `calls`: the batches tried."""
+
+    def __init__(
+        self,
+        edge: int,
+        peak: Callable[[int], float],
+        fail: str = "oom",
+        noise: float = 0.0,
+        seed: int = 0,
+        outcomes: dict[int, str] | None = None,
+    ) -> None:
+        self.edge, self.peak, self.fail, self.noise = edge, peak, fail, noise
+        self.rng = random.Random(seed)
+        self.outcomes = outcomes or {}
+        self.calls: list[int] = []
+
+    def __call__(self, batch: int) -> Attempt:
+        self.calls.append(batch)
+        if batch in self.outcomes:
+            return Attempt(batch, self.outcomes[batch], message=f"forced {self.outcomes[batch]} at {batch}")
+        if batch > self.edge:
+            return Attempt(batch, self.fail, message="fake failure")
+        value = self.peak(batch)
+        if self.noise:
+            value += self.rng.uniform(-self.noise, self.noise)
+        value = int(value)
+        return Attempt(batch, "fit", peak_allocated=value, peak_reserved=value)
+
+
+def linear(static: float = 1_000_000, per_sample: float = 10_000) -> Callable[[int], float]:
+    """Peak bytes that grow in a straight line with the batch: the memory FakeTrials reports most often."""
+    return lambda b: static + per_sample * b
+
+
+def check_invariants(result: SearchResult, edge: int, cap: int = 65536) -> None:
+    """What every result must satisfy, whatever the fake."""
+    tried = [a.batch for a in result.attempts]
+    assert len(tried) == len(set(tried)), f"a batch was tried twice: {tried}"
+    assert all(1 <= b <= cap for b in tried), tried
+    by_batch = {a.batch: a for a in result.attempts}
+    if result.max_batch > 0:
+        assert by_batch[result.max_batch].fits
+    if result.first_failure is not None:
+        assert not by_batch[result.first_failure].fits
+    # nothing that fit lies above a failure, nothing that failed below a fit
+    assert all(not a.fits or a.batch <= edge for a in result.attempts)
+
+
+class FakePrediction:
+    """Stands in for hint.Prediction: poll() answers `answer` after `after` polls (None before)."""
+
+    def __init__(self, answer: dict | None, after: int = 0) -> None:
+        self.answer, self.after, self.polls = answer, after, 0
+
+    def poll(self, timeout_s: float = 0.0) -> dict | None:
+        assert timeout_s == 0.0, "the search never waits"
+        self.polls += 1
+        return self.answer if self.answer is not None and self.polls > self.after else None

@@ -14,6 +14,7 @@ import pytest
 import memprobe.probe.pipeline
 import memprobe.probe.scan
 from conftest import RecordingProgress
+from fakes import FakePrediction
 from memprobe.core.memory_model import Attempt
 from memprobe.core.records import Timed
 from memprobe.core.results import read_result
@@ -413,7 +414,6 @@ class FakeStart:
 
     def hint_for(self, precision, capacity_bytes, settings, note, started_at):
         from memprobe.probe.hint import PrecisionHint
-        from test_search_hint import FakePrediction
 
         self.asked.append((precision, capacity_bytes))
         self.prediction = FakePrediction(
