@@ -8,14 +8,19 @@ asserts in its checks explain their failures as they did in the test modules the
 
 from __future__ import annotations
 
+import itertools
 import random
 from pathlib import Path
 from typing import Callable
 
+from conftest import RecordingProgress
 from memprobe.compare.chart_layout import DPI
 from memprobe.core.memory_model import Attempt
-from memprobe.core.records import CurvePoint
+from memprobe.core.records import CurvePoint, Timed
 from memprobe.core.results import PrecisionResult, ScanResult, read_result, write_result
+from memprobe.probe.protocol import Flops, Ready
+from memprobe.probe.runner import WorkerError
+from memprobe.probe.scan import ScanOptions, scan_precision
 from memprobe.probe.search import SearchResult
 
 # --- made-up result files (for report, guide, charts; no GPU) -------------------------------------------------
@@ -105,7 +110,7 @@ def loaded(*results: ScanResult, tmp_path: Path | None = None) -> list[tuple[Pat
     return pairs
 
 
-# --- throughput curves on made-up results (like-for-like comparisons) -----------------------------------
+# --- throughput curves on made-up results (like-for-like comparisons) -----------------------------------------
 
 
 H200 = "NVIDIA H200"
@@ -139,7 +144,7 @@ def cards(tmp_path=None):
     return loaded(h100, h200, tmp_path=tmp_path)
 
 
-# --- charts read at screen size ------------------------------------------------------------------------------
+# --- charts read at screen size -------------------------------------------------------------------------------
 
 
 def pixels(fig) -> tuple[int, int]:
@@ -168,7 +173,7 @@ def clipped(fig) -> list[str]:
     return out
 
 
-# --- fake trials for the batch search (search.py, proof.py, hint.py; no torch) ------------------------------
+# --- fake trials for the batch search (search.py, proof.py, hint.py; no torch) --------------------------------
 
 
 class FakeTrials:
@@ -231,3 +236,157 @@ class FakePrediction:
         assert timeout_s == 0.0, "the search never waits"
         self.polls += 1
         return self.answer if self.answer is not None and self.polls > self.after else None
+
+
+# --- fake trial processes for the scan (scan.py, pipeline.py; no torch, no subprocess) ------------------------
+
+STATIC, PER_SAMPLE = 1_000_000, 10_000  # bytes: a FakeWorker's peak is STATIC + PER_SAMPLE x batch
+
+
+class World:
+    """What the fake processes see. Edges are the largest batch that fits."""
+
+    def __init__(
+        self,
+        inproc_edge=75,
+        fresh_edge=None,
+        measure_edge=None,
+        setup_error=None,
+        outcomes=None,
+        capacity="exact",
+        gpu="Fake GPU 9000",
+        flops_per_sample=None,
+        emulation=None,
+    ):
+        self.emulation = emulation
+        self.inproc_edge = inproc_edge
+        self.gpu = gpu
+        self.flops_per_sample = flops_per_sample
+        self.fresh_edge = inproc_edge if fresh_edge is None else fresh_edge
+        self.measure_edge = self.fresh_edge if measure_edge is None else measure_edge
+        self.setup_error = setup_error  # a WorkerError kind raised by every fresh()
+        self.outcomes = outcomes or {}  # batch -> forced in-process outcome
+        self.capacity = STATIC + PER_SAMPLE * inproc_edge if capacity == "exact" else capacity
+        self.workers: list[FakeWorker] = []
+        self.log: list[tuple] = []
+
+
+class FakeWorker:
+    """Stands in for a trial process (runner.Worker): trials fit up to the World's edge (fresh_edge in its first
+    trial, inproc_edge after), timed runs up to its measure_edge; every call is logged in the World."""
+
+    step_time = staticmethod(lambda batch: 0.5)  # seconds per timed step (tests of the curve replace it)
+
+    def __init__(self, world: World, number: int) -> None:
+        self.world, self.number = world, number
+        self.ran = 0
+        self.closed = False
+        self.info = Ready(
+            {"device_type": "cpu", "gpu": {"name": world.gpu}, "flags": {"x": 1}},
+            capacity_bytes=world.capacity,
+            weights_bytes=STATIC,
+            build_seconds=0.0,
+            task={"parameters": 1},
+            unit="samples",
+            emulation=world.emulation,
+        )
+
+    @property
+    def alive(self) -> bool:
+        return not self.closed
+
+    def trial(self, batch: int, steps: int, keep: bool = False) -> Attempt:
+        assert not self.closed
+        edge = self.world.fresh_edge if self.ran == 0 else self.world.inproc_edge
+        self.ran += 1
+        self.world.log.append(("trial", self.number, batch))
+        if self.ran > 1 and batch in self.world.outcomes:
+            return Attempt(batch, self.world.outcomes[batch], message=f"forced {self.world.outcomes[batch]}")
+        if batch > edge:
+            return Attempt(batch, "oom", message="OutOfMemoryError: fake")
+        peak = STATIC + PER_SAMPLE * batch
+        return Attempt(batch, "fit", peak, peak, 0.01)
+
+    def measure(self, batch: int, warmup: int, steps: int, budget_s: float | None = None, cont: bool = False) -> Timed:
+        assert not self.closed
+        self.world.log.append(("measure", self.number, batch, self.ran))
+        peak = STATIC + PER_SAMPLE * batch
+        if batch > self.world.measure_edge:
+            return Timed(
+                batch=batch,
+                warmup_steps=warmup,
+                peak_allocated=peak + 5,
+                peak_reserved=peak + 7,
+                outcome="oom",
+                error="OutOfMemoryError: fragmentation",
+                failed_at_step=warmup + 2,
+            )
+        return Timed(
+            batch=batch,
+            warmup_steps=warmup,
+            peak_allocated=peak + 1,
+            peak_reserved=peak + 2,
+            outcome="fit",
+            step_time={"steps": steps, "median_s": self.step_time(batch)},
+            unit="samples",
+            samples_per_s=batch / self.step_time(batch),
+            units_per_s=batch / self.step_time(batch),
+            utilization={},
+        )
+
+    def flops(self) -> Flops:
+        return Flops(self.world.flops_per_sample)
+
+    def kill(self) -> None:
+        self.killed = True
+        self.closed = True
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class FakeFactory:
+    """Stands in for scan.WorkerFactory: each fresh() is a new FakeWorker of the World, or raises its setup_error."""
+
+    def __init__(self, world: World, forks: bool = False) -> None:
+        self.world = world
+        self.forks = forks  # True: fresh processes are cheap, so the search runs near-edge trials fresh
+        self.counter = itertools.count(1)
+        self.closed = False
+
+    def fresh(self, spec) -> FakeWorker:
+        if self.world.setup_error:
+            raise WorkerError(self.world.setup_error, f"setup failed: {self.world.setup_error}")
+        worker = FakeWorker(self.world, next(self.counter))
+        self.world.workers.append(worker)
+        return worker
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def run_scan(world: World, forks: bool = False, start=None, **options):
+    """scan_precision of the toy workload in fp32 against the World's fake processes: (result, progress, envs)."""
+    options.setdefault("curve", False)  # the search and proof tests; the curve has its own (test_curve.py)
+    opts = ScanOptions(precisions=["fp32"], device="cpu", cpu_budget_bytes=world.capacity, **options)
+    progress = RecordingProgress()
+    envs = []
+    result = scan_precision(toy_workload(), "fp32", opts, FakeFactory(world, forks), progress, envs.append, start)
+    return result, progress, envs
+
+
+def toy_workload():
+    """The registry's toy workload, loaded afresh for each call."""
+    from memprobe.core.registry import load_registry
+
+    return load_registry()["toy"]
+
+
+def assert_all_closed(world: World):
+    """Every fake process the scan started was closed: none is left running."""
+    assert all(w.closed for w in world.workers), [w.number for w in world.workers if not w.closed]
+
+
+# --- real trial processes on the CPU (the toy workload under the fake allocator) ------------------------------
+
+TOY_CPU_BUDGET = 8 * 2**20  # bytes (8 MiB): the toy MLP's edge is in the hundreds
