@@ -9,6 +9,7 @@ asserts in its checks explain their failures as they did in the test modules the
 from __future__ import annotations
 
 import itertools
+import os
 import random
 from pathlib import Path
 from typing import Callable
@@ -16,8 +17,11 @@ from typing import Callable
 from conftest import RecordingProgress
 from memprobe.compare.chart_layout import DPI
 from memprobe.core.memory_model import Attempt
+from memprobe.core.outcomes import FIT, OOM
 from memprobe.core.records import CurvePoint, Timed
+from memprobe.core.registry import load_registry
 from memprobe.core.results import PrecisionResult, ScanResult, read_result, write_result
+from memprobe.probe.distributed.launch import LaunchRequest, LaunchResult
 from memprobe.probe.protocol import Flops, Ready
 from memprobe.probe.runner import WorkerError
 from memprobe.probe.scan import ScanOptions, scan_precision
@@ -377,8 +381,6 @@ def run_scan(world: World, forks: bool = False, start=None, **options):
 
 def toy_workload():
     """The registry's toy workload, loaded afresh for each call."""
-    from memprobe.core.registry import load_registry
-
     return load_registry()["toy"]
 
 
@@ -390,3 +392,97 @@ def assert_all_closed(world: World):
 # --- real trial processes on the CPU (the toy workload under the fake allocator) ------------------------------
 
 TOY_CPU_BUDGET = 8 * 2**20  # bytes (8 MiB): the toy MLP's edge is in the hundreds
+
+
+# --- a fake multi-GPU launcher, and the rank processes of real launches (probe/distributed) -----------------
+
+TOY = load_registry()["toy"]  # the toy workload, loaded once (toy_workload() loads a new one)
+
+
+class FakeGroup:
+    """Stands in for the multi-GPU launcher (launch.launch, which starts torchrun): the `launcher` of the scans.
+
+    Launches without processes: rank r needs STATIC + per_sample[r] x batch bytes of CAPACITY; the
+    group steps in `step_s` seconds, one GPU in `single_step_s`; one GPU alone fits up to `single_edge`."""
+
+    STATIC, CAPACITY = 1000, 100_000
+
+    def __init__(self, per_sample=(90, 100), step_s=0.55, single_step_s=0.5, single_edge=10_000):
+        self.per_sample, self.step_s, self.single_step_s, self.single_edge = (
+            per_sample,
+            step_s,
+            single_step_s,
+            single_edge,
+        )
+        self.requests: list[LaunchRequest] = []
+
+    def __call__(self, req: LaunchRequest) -> LaunchResult:
+        self.requests.append(req)
+        per_sample = self.per_sample[: req.world_size] if req.strategy != "none" else (max(self.per_sample),)
+        attempts = []
+        for batch in req.batches:
+            peaks = [self.STATIC + c * batch for c in per_sample]
+            fits = max(peaks) <= self.CAPACITY and (req.strategy != "none" or batch <= self.single_edge)
+            attempts.append(
+                Attempt(
+                    batch,
+                    FIT if fits else OOM,
+                    max(peaks),
+                    max(peaks),
+                    0.1,
+                    "" if fits else "rank 1: oom",
+                    fresh=not attempts,
+                )
+            )
+            if not fits:
+                break
+        measure = None
+        if req.measure and attempts[-1].fits:
+            step = self.step_s if req.world_size > 1 else self.single_step_s
+            samples = req.world_size * req.batches[-1] / step
+            measure = Timed(
+                outcome=FIT,
+                batch=req.batches[-1],
+                samples_per_s=samples,
+                units_per_s=2 * samples,
+                unit="tokens",
+                step_time={"median_s": step},
+            )
+        setup = {
+            "capacity_bytes": self.CAPACITY,
+            "environment": {"gpu": {"name": "cpu"}},
+            "wrap": {"strategy": req.strategy},
+        }
+        ranks = [{"rank": r, "setup": setup} for r in range(req.world_size)]
+        return LaunchResult(attempts, measure, setup, 0, False, 1.0, "", ranks)
+
+
+def fake_group_opts(**extra):
+    """ScanOptions of a multi-GPU scan against FakeGroup: fp32 on the CPU, with FakeGroup's capacity."""
+    return ScanOptions(precisions=["fp32"], device="cpu", cpu_budget_bytes=FakeGroup.CAPACITY, **extra)
+
+
+def process_alive(pid: int) -> bool:
+    """Whether process `pid` still runs: it exists and is not a zombie."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as handle:
+        return handle.read().split()[2] != "Z"
+
+
+def rank_processes(folder: str) -> list[int]:
+    """Processes of ranks whose launch folder lies under `folder` (so other sessions' ranks are not counted)."""
+    found = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as handle:
+                cmd = handle.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if "memprobe.probe.distributed.trial" in cmd and folder in cmd and process_alive(int(pid)):
+            found.append(int(pid))
+    return found
