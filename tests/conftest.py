@@ -17,6 +17,10 @@ import pytest
 
 from memprobe.core.registry import default_registry_path, load_registry
 
+# The shared fakes (tests/fakes.py) hold asserts (check_invariants, assert_all_closed, ...): rewrite them as pytest
+# rewrites a test module's, so a failed check says what it compared. This must run before any test imports it.
+pytest.register_assert_rewrite("fakes")
+
 
 def has_nvidia_gpu() -> bool:
     """True when NVML sees a GPU (then the 'no GPU' tests do not apply to this machine)."""

@@ -352,9 +352,9 @@ def test_no_breakdown_no_breakdown_charts_and_no_line_without_a_per_sample_cost(
 
 
 def test_breakdown_charts_fit_the_screen_and_draw_a_negative_rest_below_zero():
+    from fakes import clipped, pixels
     from memprobe.compare.breakdown_chart import bars_figure, entries, lines_figure
     from memprobe.compare.chart_layout import MAX_HEIGHT_PX, MAX_WIDTH_PX
-    from test_charts import clipped, pixels
 
     results = [
         _scan(

@@ -59,10 +59,10 @@ def test_table_marks_misses_and_cells_not_run():
 
 def test_a_multi_gpu_scan_is_a_column_of_its_own_predicted_for_the_same_world(tmp_path):
     from conftest import RecordingProgress
+    from fakes import TOY, FakeGroup, fake_group_opts
     from memprobe.probe.distributed.scan import scan_distributed
-    from test_distributed import TOY, FakeGroup, _opts
 
-    _result, path = scan_distributed(TOY, _opts(), 2, "fsdp", tmp_path, RecordingProgress(), FakeGroup())
+    _result, path = scan_distributed(TOY, fake_group_opts(), 2, "fsdp", tmp_path, RecordingProgress(), FakeGroup())
     found = calibration.collect([str(path)], None)
     ((key, per_precision),) = found.items()
     assert key == ("toy", (2, "fsdp"))
@@ -76,11 +76,11 @@ def test_a_multi_gpu_scan_is_a_column_of_its_own_predicted_for_the_same_world(tm
 
 def test_every_multi_gpu_file_is_a_row_per_strategy_and_world_size_with_its_efficiency(tmp_path):
     from conftest import RecordingProgress
+    from fakes import TOY, FakeGroup, fake_group_opts
     from memprobe.probe.distributed.scan import scan_distributed
-    from test_distributed import TOY, FakeGroup, _opts
 
     for strategy in ("ddp", "fsdp"):  # the same card, workload and precision: neither replaces the other
-        scan_distributed(TOY, _opts(), 2, strategy, tmp_path, RecordingProgress(), FakeGroup())
+        scan_distributed(TOY, fake_group_opts(), 2, strategy, tmp_path, RecordingProgress(), FakeGroup())
     found = calibration.collect([str(tmp_path)], None)
     assert sorted(found) == [("toy", (2, "ddp")), ("toy", (2, "fsdp"))]
     rows = []

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from fakes import A100, H100, GiB, clipped, loaded, make_result, pixels, with_curve
 from memprobe.cli import main
 from memprobe.compare.card_predictions import memory_models, predictions
 from memprobe.compare.chart_layout import DPI, MAX_HEIGHT_PX, MAX_WIDTH_PX, figure_size, grid_shape
@@ -19,7 +20,6 @@ from memprobe.compare.max_batch_chart import batch_panels, draw_max_batch, max_b
 from memprobe.compare.relative import relative_throughput
 from memprobe.core.catalog import load_catalog
 from memprobe.core.results import load_results, write_result
-from test_report import A100, H100, GiB, loaded, make_result
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 COMMITTED = Path(__file__).resolve().parents[1] / "reports" / "h100"
@@ -39,31 +39,6 @@ def squad_results():
         A100, workload="bert-large-squad", unit="sequences", precisions={"fp16": {"batch": 0, "speed": None}}
     )
     return loaded(h100, a100)
-
-
-def pixels(fig) -> tuple[int, int]:
-    width, height = fig.get_size_inches()
-    return round(width * DPI), round(height * DPI)
-
-
-def clipped(fig) -> list[str]:
-    """What of a laid-out figure reaches past its edges: a label cut off in the PNG. The tight bounding box
-    covers every artist that is drawn (axes with their tick labels, legends, titles)."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-
-    renderer = FigureCanvasAgg(fig).get_renderer()
-    fig.draw_without_rendering()
-    width, height = fig.get_size_inches()
-    tight = fig.get_tightbbox(renderer)
-    out = []
-    for artist in [*fig.axes, *fig.legends, *fig.texts]:
-        if not artist.get_visible():
-            continue
-        box = artist.get_tightbbox(renderer).transformed(fig.dpi_scale_trans.inverted())
-        if box.x0 < -0.01 or box.y0 < -0.01 or box.x1 > width + 0.01 or box.y1 > height + 0.01:
-            out.append(f"{type(artist).__name__} {box.bounds}")
-    assert tight is not None
-    return out
 
 
 def test_heat_and_panels_keep_origins_apart():
@@ -171,8 +146,6 @@ def test_the_committed_results_chart_at_screen_size():
 
 
 def test_the_curve_chart_is_a_grid_with_one_legend():
-    from test_like_for_like import with_curve
-
     results = []
     for workload in ("resnet50", "bert-large", "transformer-big", "nasnet-large", "pix2pixhd", "llama-1b", "toy"):
         result = make_result(H100, workload, {p: {"batch": 512, "speed": 1000.0} for p in ("fp32", "bf16")})

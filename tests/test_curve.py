@@ -7,7 +7,7 @@ import itertools
 
 import pytest
 
-import test_scan
+from fakes import TOY_CPU_BUDGET, FakeFactory, FakeWorker, World, assert_all_closed, run_scan, toy_workload
 from memprobe.core.memory_model import MemoryModel
 from memprobe.core.records import CurvePoint, Timed
 from memprobe.probe.curve import CurveError, best_point, curve_point, ladder, summary
@@ -15,7 +15,6 @@ from memprobe.probe.curve_cost import PointCost
 from memprobe.probe.curve_run import PointTimer, measure_curve
 from memprobe.probe.protocol import MeasureRequest, Ready, SetupRequest
 from memprobe.probe.scan import INFER_TRIAL_STEPS, INFER_WARMUP, ScanOptions
-from test_scan import World, run_scan
 
 # --- the ladder ---------------------------------------------------------------------------------
 
@@ -224,14 +223,14 @@ def test_interrupt_kills_the_running_process():
     assert factory.procs[0].killed
 
 
-# --- in a whole scan_precision (fakes from test_scan) -------------------------------------------
+# --- in a whole scan_precision (the fake trial processes of fakes.py) ---------------------------
 
 
 def test_scan_stores_curve_best_batch_and_reuses_the_proofs_timed_run_at_b(monkeypatch):
     world = World(75)
     # the fake step takes 0.5 s at any batch up to 32, then slows sharply: a cliff, so b* < B
     monkeypatch.setattr(
-        test_scan.FakeWorker, "step_time", staticmethod(lambda b: 0.5 if b <= 32 else 0.5 * b / 16), raising=False
+        FakeWorker, "step_time", staticmethod(lambda b: 0.5 if b <= 32 else 0.5 * b / 16), raising=False
     )
     result, progress, _ = run_scan(world, curve=True)
     assert result.max_batch == 75
@@ -247,7 +246,7 @@ def test_scan_stores_curve_best_batch_and_reuses_the_proofs_timed_run_at_b(monke
     measured_at_b = [e for e in world.log if e[0] == "measure" and e[2] == 75]
     assert len(measured_at_b) == 1  # the proof's timed run; the curve did not time B again
     assert any("best batch b* = 32" in n for n in progress.notes)
-    test_scan.assert_all_closed(world)
+    assert_all_closed(world)
 
 
 def test_no_curve_option_times_only_b():
@@ -280,7 +279,7 @@ def test_inference_trials_and_warmup_are_shorter():
 def test_inference_scan_passes_the_short_trial_and_warmup_to_the_processes(monkeypatch):
     world = World(75)
     seen = {"trial": set(), "warmup": set(), "budget": set()}
-    trial, measure = test_scan.FakeWorker.trial, test_scan.FakeWorker.measure
+    trial, measure = FakeWorker.trial, FakeWorker.measure
 
     def spy_trial(self, batch, steps, keep=False):
         seen["trial"].add(steps)
@@ -291,8 +290,8 @@ def test_inference_scan_passes_the_short_trial_and_warmup_to_the_processes(monke
         seen["budget"].add(budget_s)
         return measure(self, batch, warmup, steps, budget_s, cont)
 
-    monkeypatch.setattr(test_scan.FakeWorker, "trial", spy_trial)
-    monkeypatch.setattr(test_scan.FakeWorker, "measure", spy_measure)
+    monkeypatch.setattr(FakeWorker, "trial", spy_trial)
+    monkeypatch.setattr(FakeWorker, "measure", spy_measure)
     result, _, _ = run_scan(world, mode="infer", curve=True, timed_budget_s=5.0)
     assert result.max_batch == 75
     assert seen == {"trial": {2}, "warmup": {1}, "budget": {5.0, 2.5}}  # curve points: half the budget
@@ -349,10 +348,9 @@ def test_parallel_children_get_the_curve_options(options, expected):
 
 def test_timed_steps_stop_at_the_budget_but_never_below_three(toy):
     from memprobe.probe.worker import MIN_TIMED_STEPS, Session
-    from test_trial_cpu import BUDGET
 
     s = Session()
-    info = s.setup(SetupRequest(toy.to_dict(), "fp32", "train", "cpu", BUDGET, {}))
+    info = s.setup(SetupRequest(toy.to_dict(), "fp32", "train", "cpu", TOY_CPU_BUDGET, {}))
     assert isinstance(info, Ready), info
     try:
         roomy = s.measure(MeasureRequest(8, 1, 6, budget_s=1000.0))
@@ -391,25 +389,25 @@ def test_ctrl_c_during_the_curve_keeps_the_proven_precision_and_the_points_timed
     from memprobe.probe.scan import ScanInterrupted, scan_workload
 
     world = World(75)
-    measure = test_scan.FakeWorker.measure
+    measure = FakeWorker.measure
 
     def interrupted_below_32(self, batch, warmup, steps, budget_s=None, cont=False):
         if batch < 32:
             raise KeyboardInterrupt
         return measure(self, batch, warmup, steps, budget_s, cont)
 
-    monkeypatch.setattr(test_scan.FakeWorker, "measure", interrupted_below_32)
-    monkeypatch.setattr(memprobe.probe.scan, "WorkerFactory", lambda workload: test_scan.FakeFactory(world))
+    monkeypatch.setattr(FakeWorker, "measure", interrupted_below_32)
+    monkeypatch.setattr(memprobe.probe.scan, "WorkerFactory", lambda workload: FakeFactory(world))
     opts = ScanOptions(precisions=["fp32", "bf16"], device="cpu", cpu_budget_bytes=world.capacity)
     with pytest.raises(ScanInterrupted) as stop:
-        scan_workload(test_scan._toy(), opts, tmp_path, RecordingProgress())
+        scan_workload(toy_workload(), opts, tmp_path, RecordingProgress())
     saved = read_result(stop.value.path)
     assert saved.status == "partial" and list(saved.precisions) == ["fp32"]
     p = saved.precisions["fp32"]
     assert p.status == "done" and p.max_batch == 75 and p.settings["curve_interrupted"] is True
     # B, then the coarse pass's largest (64); its next, batch 1, was interrupted
     assert [c.batch for c in p.curve] == [64, 75] and p.best_batch == 75
-    test_scan.assert_all_closed(world)
+    assert_all_closed(world)
 
 
 # --- units: every curve line in the workload's unit, a length search speaks of lengths -----------------
@@ -437,7 +435,7 @@ def test_a_sequence_length_scan_prints_lengths_and_tokens_per_second(monkeypatch
     from memprobe.probe.scan import scan_precision
 
     world = World(75)
-    measure = test_scan.FakeWorker.measure
+    measure = FakeWorker.measure
 
     def in_tokens(self, batch, warmup, steps, budget_s=None, cont=False):
         out = measure(self, batch, warmup, steps, budget_s)
@@ -445,11 +443,11 @@ def test_a_sequence_length_scan_prints_lengths_and_tokens_per_second(monkeypatch
             out.unit, out.units_per_s = "tokens", out.samples_per_s * 4
         return out
 
-    monkeypatch.setattr(test_scan.FakeWorker, "measure", in_tokens)
+    monkeypatch.setattr(FakeWorker, "measure", in_tokens)
     workload = apply_variant(load_registry()["toy-llama"], VariantRequest(search="seq-len", batch=4))
     opts = ScanOptions(precisions=["bf16"], device="cpu", cpu_budget_bytes=world.capacity)
     progress = RecordingProgress()
-    result = scan_precision(workload, "bf16", opts, test_scan.FakeFactory(world), progress, lambda env: None)
+    result = scan_precision(workload, "bf16", opts, FakeFactory(world), progress, lambda env: None)
     assert result.max_batch == 75 and result.curve
     lines = [n for n in progress.notes if n.startswith("curve:")]
     assert lines and all(n.startswith("curve: seq len ") and "tokens/s" in n for n in lines)

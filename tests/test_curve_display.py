@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from fakes import H100, H200, cards, loaded, make_result, with_curve
 from memprobe.cli import main
 from memprobe.compare.charts import relative_heat
 from memprobe.compare.comparison import build_comparison
@@ -19,8 +20,6 @@ from memprobe.compare.relative import relative_table, relative_throughput
 from memprobe.compare.report import comparison_report
 from memprobe.compare.scan_table import scan_rows
 from memprobe.core.records import CurvePoint
-from test_like_for_like import H200, cards, with_curve
-from test_report import H100, loaded, make_result
 
 REPORTS = Path(__file__).resolve().parents[1] / "reports"
 

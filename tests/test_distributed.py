@@ -8,15 +8,14 @@ per-GPU search and proof against a fake launcher, and the scaling arithmetic.
 
 from __future__ import annotations
 
-import os
 import time
 
 import pytest
 
 from conftest import RecordingProgress
+from fakes import TOY, FakeGroup, fake_group_opts, process_alive
 from memprobe.core.memory_model import Attempt
 from memprobe.core.outcomes import CRASH, ERROR, FIT, OOM, TIMEOUT
-from memprobe.core.records import Timed
 from memprobe.core.registry import load_registry
 from memprobe.core.results import read_result
 from memprobe.probe.distributed.efficiency import scaling_efficiency, scaling_record
@@ -24,22 +23,11 @@ from memprobe.probe.distributed.launch import SAFE_ENV, LaunchRequest, LaunchRes
 from memprobe.probe.distributed.scan import DistributedScanError, scan_distributed, scan_precision_distributed
 from memprobe.probe.distributed.trial import collective_outcome
 from memprobe.probe.multi import parse_gpus, parse_strategies
-from memprobe.probe.scan import ScanOptions
 
-TOY = load_registry()["toy"]
 ROOMY = 50_000_000  # bytes: every toy batch used here fits
 # Rank 1's budget: the toy model (603 kB of weights) builds and wraps, but a training step (gradients,
 # Adam's two moments) passes it.
 TIGHT = 3_000_000
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    with open(f"/proc/{pid}/stat") as handle:
-        return handle.read().split()[2] != "Z"
 
 
 def _pids(result: LaunchResult) -> list[int]:
@@ -70,7 +58,7 @@ def test_a_fake_oom_on_one_rank_makes_the_trial_an_oom_and_both_ranks_exit():
     assert result.attempts[0].message.startswith("rank 1: OutOfMemoryError")
     assert result.ranks[1]["failure"]["outcome"] == OOM
     assert result.returncode != 0 and not result.timed_out
-    assert len(_pids(result)) == 2 and not any(_alive(pid) for pid in _pids(result))
+    assert len(_pids(result)) == 2 and not any(process_alive(pid) for pid in _pids(result))
     assert time.monotonic() - started < 60
 
 
@@ -85,7 +73,7 @@ def test_a_hung_rank_is_ended_by_the_process_group_timeout(monkeypatch):
     assert [a.outcome for a in result.attempts] == [TIMEOUT]
     assert result.attempts[0].message.startswith("rank 0:")  # rank 0 waited for rank 1 in a collective
     assert not result.timed_out and result.wall_seconds < 60
-    assert not any(_alive(pid) for pid in _pids(result))
+    assert not any(process_alive(pid) for pid in _pids(result))
 
 
 @pytest.mark.slow
@@ -100,7 +88,7 @@ def test_ranks_that_all_hang_are_killed_by_the_launcher_timeout(monkeypatch):
     )
     assert result.timed_out and [a.outcome for a in result.attempts] == [TIMEOUT]
     assert result.wall_seconds < 60
-    assert len(_pids(result)) == 2 and not any(_alive(pid) for pid in _pids(result))
+    assert len(_pids(result)) == 2 and not any(process_alive(pid) for pid in _pids(result))
 
 
 @pytest.mark.slow
@@ -193,69 +181,11 @@ def test_every_launch_gets_the_multicast_switches_unless_already_set(monkeypatch
 # --- the per-GPU search against a fake launcher ---------------------------------------------------
 
 
-class FakeGroup:
-    """Launches without processes: rank r needs STATIC + per_sample[r] x batch bytes of CAPACITY; the
-    group steps in `step_s` seconds, one GPU in `single_step_s`; one GPU alone fits up to `single_edge`."""
-
-    STATIC, CAPACITY = 1000, 100_000
-
-    def __init__(self, per_sample=(90, 100), step_s=0.55, single_step_s=0.5, single_edge=10_000):
-        self.per_sample, self.step_s, self.single_step_s, self.single_edge = (
-            per_sample,
-            step_s,
-            single_step_s,
-            single_edge,
-        )
-        self.requests: list[LaunchRequest] = []
-
-    def __call__(self, req: LaunchRequest) -> LaunchResult:
-        self.requests.append(req)
-        per_sample = self.per_sample[: req.world_size] if req.strategy != "none" else (max(self.per_sample),)
-        attempts = []
-        for batch in req.batches:
-            peaks = [self.STATIC + c * batch for c in per_sample]
-            fits = max(peaks) <= self.CAPACITY and (req.strategy != "none" or batch <= self.single_edge)
-            attempts.append(
-                Attempt(
-                    batch,
-                    FIT if fits else OOM,
-                    max(peaks),
-                    max(peaks),
-                    0.1,
-                    "" if fits else "rank 1: oom",
-                    fresh=not attempts,
-                )
-            )
-            if not fits:
-                break
-        measure = None
-        if req.measure and attempts[-1].fits:
-            step = self.step_s if req.world_size > 1 else self.single_step_s
-            samples = req.world_size * req.batches[-1] / step
-            measure = Timed(
-                outcome=FIT,
-                batch=req.batches[-1],
-                samples_per_s=samples,
-                units_per_s=2 * samples,
-                unit="tokens",
-                step_time={"median_s": step},
-            )
-        setup = {
-            "capacity_bytes": self.CAPACITY,
-            "environment": {"gpu": {"name": "cpu"}},
-            "wrap": {"strategy": req.strategy},
-        }
-        ranks = [{"rank": r, "setup": setup} for r in range(req.world_size)]
-        return LaunchResult(attempts, measure, setup, 0, False, 1.0, "", ranks)
-
-
-def _opts(**extra):
-    return ScanOptions(precisions=["fp32"], device="cpu", cpu_budget_bytes=FakeGroup.CAPACITY, **extra)
-
-
 def test_the_per_gpu_search_finds_the_edge_of_the_tightest_rank_and_proves_it():
     group = FakeGroup()
-    result, _setup = scan_precision_distributed(TOY, "fp32", _opts(curve=False), 2, "ddp", RecordingProgress(), group)
+    result, _setup = scan_precision_distributed(
+        TOY, "fp32", fake_group_opts(curve=False), 2, "ddp", RecordingProgress(), group
+    )
     assert result.max_batch == 990  # rank 1: 1000 + 100 x 990 = 100,000 bytes; 991 does not fit
     assert result.proof.verified and (result.proof.fits, result.proof.fails) == (990, 991)
     assert all(req.world_size == 2 and req.strategy == "ddp" for req in group.requests[:-1])
@@ -269,7 +199,9 @@ def test_the_per_gpu_search_finds_the_edge_of_the_tightest_rank_and_proves_it():
 
 def test_when_the_per_gpu_edge_does_not_train_on_one_gpu_both_are_timed_at_a_halved_batch():
     group = FakeGroup(single_edge=400)  # as under FSDP: sharded state lets each GPU of the group take more
-    result, _setup = scan_precision_distributed(TOY, "fp32", _opts(curve=False), 2, "fsdp", RecordingProgress(), group)
+    result, _setup = scan_precision_distributed(
+        TOY, "fp32", fake_group_opts(curve=False), 2, "fsdp", RecordingProgress(), group
+    )
     scaling = result.settings["scaling"]
     assert result.max_batch == 990 and scaling["per_gpu_batch"] == 247  # 990 -> 495 -> 247
     assert "both timed at batch 247" in scaling["note"]
@@ -278,7 +210,7 @@ def test_when_the_per_gpu_edge_does_not_train_on_one_gpu_both_are_timed_at_a_hal
 
 def test_a_distributed_scan_writes_world_size_strategy_and_nccl_facts(tmp_path, monkeypatch):
     monkeypatch.setenv("NCCL_DEBUG", "WARN")
-    result, path = scan_distributed(TOY, _opts(), 2, "ddp", tmp_path, RecordingProgress(), FakeGroup())
+    result, path = scan_distributed(TOY, fake_group_opts(), 2, "ddp", tmp_path, RecordingProgress(), FakeGroup())
     back = read_result(path)
     assert path.name.startswith("2x-cpu_toy-ddp_train_")
     dist = back.environment["distributed"]
@@ -289,10 +221,10 @@ def test_a_distributed_scan_writes_world_size_strategy_and_nccl_facts(tmp_path, 
 
 def test_options_a_multi_gpu_scan_cannot_honour_are_user_errors(tmp_path):
     for opts, world, strategy in (
-        (_opts(), 1, "ddp"),
-        (_opts(), 2, "zero3"),
-        (_opts(mode="infer"), 2, "ddp"),
-        (_opts(compile=True), 2, "ddp"),
+        (fake_group_opts(), 1, "ddp"),
+        (fake_group_opts(), 2, "zero3"),
+        (fake_group_opts(mode="infer"), 2, "ddp"),
+        (fake_group_opts(compile=True), 2, "ddp"),
     ):
         with pytest.raises(DistributedScanError):
             scan_distributed(TOY, opts, world, strategy, tmp_path, RecordingProgress(), FakeGroup())
@@ -353,7 +285,9 @@ def test_fsdp_shards_the_repeated_blocks_and_the_root_keeps_the_rest():
 def test_a_workload_with_two_optimizers_is_refused_before_any_launch(tmp_path):
     group = FakeGroup()
     with pytest.raises(DistributedScanError, match="two optimizers"):
-        scan_distributed(load_registry()["toy-pix2pixhd"], _opts(), 2, "ddp", tmp_path, RecordingProgress(), group)
+        scan_distributed(
+            load_registry()["toy-pix2pixhd"], fake_group_opts(), 2, "ddp", tmp_path, RecordingProgress(), group
+        )
     assert group.requests == []
 
 
@@ -370,7 +304,7 @@ def test_a_launch_that_fails_before_any_rank_builds_the_model_is_an_error_not_a_
             [None, None],
         )
 
-    result, setup = scan_precision_distributed(TOY, "fp32", _opts(), 2, "ddp", RecordingProgress(), broken)
+    result, setup = scan_precision_distributed(TOY, "fp32", fake_group_opts(), 2, "ddp", RecordingProgress(), broken)
     assert result.status == "error" and "No module named x" in result.error
     assert result.max_batch is None and setup is None
 

@@ -8,11 +8,11 @@ import pytest
 from click.testing import CliRunner
 
 from conftest import RecordingProgress
+from fakes import TOY, FakeGroup, fake_group_opts
 from memprobe.cli import main
 from memprobe.compare.scaling import scaling_rows, split_by_world_size, world_size
 from memprobe.core.results import load_results, read_result
 from memprobe.probe.distributed.scan import scan_distributed
-from test_distributed import TOY, FakeGroup, _opts
 
 
 def run(*args):
@@ -68,7 +68,7 @@ def test_a_parallel_scan_spreads_precisions_over_gpus_and_writes_one_file_per_wo
 
 
 def test_report_puts_multi_gpu_files_in_the_scaling_table_and_keeps_them_out_of_the_single_gpu_tables(tmp_path):
-    _result, path = scan_distributed(TOY, _opts(), 2, "fsdp", tmp_path, RecordingProgress(), FakeGroup())
+    _result, path = scan_distributed(TOY, fake_group_opts(), 2, "fsdp", tmp_path, RecordingProgress(), FakeGroup())
     loaded = load_results([tmp_path])
     single, multi = split_by_world_size(loaded)
     assert single == [] and [world_size(r) for _p, r in multi] == [2]

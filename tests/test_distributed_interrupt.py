@@ -14,11 +14,10 @@ from pathlib import Path
 import pytest
 
 from conftest import RecordingProgress, memprobe_process, wait_for
+from fakes import TOY, FakeGroup, fake_group_opts, rank_processes
 from memprobe.core.results import read_result
 from memprobe.probe.distributed.scan import scan_distributed
 from memprobe.probe.pipeline import ScanInterrupted
-from test_distributed import TOY, FakeGroup, _opts
-from test_served_groups import _rank_processes
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -40,7 +39,7 @@ class StopAt(FakeGroup):
 def _interrupted_file(tmp_path, stop_at: int):
     group = StopAt(stop_at)
     with pytest.raises(ScanInterrupted) as stopped:
-        scan_distributed(TOY, _opts(curve=False), 2, "ddp", tmp_path, RecordingProgress(), group)
+        scan_distributed(TOY, fake_group_opts(curve=False), 2, "ddp", tmp_path, RecordingProgress(), group)
     assert stopped.value.path is not None and stopped.value.path.exists()
     assert [p.name for p in tmp_path.iterdir()] == [stopped.value.path.name]  # no temporary file left
     data = read_result(stopped.value.path)
@@ -59,7 +58,7 @@ def test_stopped_in_the_search_the_file_keeps_the_search_trials_so_far(tmp_path)
 def test_stopped_in_the_proof_the_file_keeps_the_search_and_the_checks_so_far(tmp_path):
     # the search took launches 1-8 here; the proof checks 991 (launch 9), then 990 is stopped (launch 10)
     group = FakeGroup()
-    scan_distributed(TOY, _opts(curve=False), 2, "ddp", tmp_path / "full", RecordingProgress(), group)
+    scan_distributed(TOY, fake_group_opts(curve=False), 2, "ddp", tmp_path / "full", RecordingProgress(), group)
     search = sum(1 for r in group.requests if r.world_size == 2) - 2  # the proof's 991 and 990 are the last two
     p, _ = _interrupted_file(tmp_path / "stopped", stop_at=search + 2)
     assert p.status == "interrupted" and p.settings["interrupted_at"] == "proof"
@@ -70,7 +69,7 @@ def test_stopped_in_the_proof_the_file_keeps_the_search_and_the_checks_so_far(tm
 
 def test_stopped_while_timing_one_gpu_the_proven_edge_is_kept_as_done(tmp_path):
     group = FakeGroup()
-    scan_distributed(TOY, _opts(curve=False), 2, "ddp", tmp_path / "full", RecordingProgress(), group)
+    scan_distributed(TOY, fake_group_opts(curve=False), 2, "ddp", tmp_path / "full", RecordingProgress(), group)
     p, _ = _interrupted_file(tmp_path / "stopped", stop_at=len(group.requests))  # the 1-GPU baseline
     assert p.status == "done" and p.settings["interrupted_at"] == "scaling"
     assert p.max_batch == 990 and p.proof.verified and p.throughput.outcome == "fit"
@@ -99,7 +98,7 @@ def test_a_signal_stops_a_real_multi_gpu_scan_which_writes_its_trials_and_leaves
     assert data.status == "partial" and p.status == "interrupted" and len(p.attempts) >= 3
     assert str(path) in err  # the CLI names the file that kept them
     time.sleep(1.0)
-    assert _rank_processes(str(tmp_path)) == []
+    assert rank_processes(str(tmp_path)) == []
 
 
 def test_the_search_benchmark_reads_seconds_trials_and_process_groups_from_a_result_file(tmp_path):
@@ -109,7 +108,9 @@ def test_the_search_benchmark_reads_seconds_trials_and_process_groups_from_a_res
     spec = importlib.util.spec_from_file_location("mgs", REPO / "benchmarks" / "multi_gpu_search.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
-    _result, path = scan_distributed(TOY, _opts(curve=False), 2, "ddp", tmp_path, RecordingProgress(), FakeGroup())
+    _result, path = scan_distributed(
+        TOY, fake_group_opts(curve=False), 2, "ddp", tmp_path, RecordingProgress(), FakeGroup()
+    )
     got = bench.figures(json.loads(path.read_text()), "fp32")
     assert got["max_batch"] == 990 and got["proof"] == [990, 991] and got["status"] == "done"
     assert got["search_process_groups"] == got["search_trials"] - 1  # no served groups here: batch 1 and 2 share one

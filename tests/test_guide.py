@@ -8,6 +8,7 @@ import json
 import pytest
 from click.testing import CliRunner
 
+from fakes import H100, GiB, loaded, make_result
 from memprobe.cli import main
 from memprobe.compare.card_predictions import memory_models, predict_max_batch, predictions
 from memprobe.compare.comparison import MEASURED, PREDICTED
@@ -16,7 +17,6 @@ from memprobe.compare.verdicts import VERDICT_ALL, VERDICT_MOST, VERDICT_NO, ver
 from memprobe.core.catalog import Card, Catalog, Price, load_catalog
 from memprobe.core.overhead import OverheadTable, ScannedCard, default_overhead_table, overhead_for
 from memprobe.core.results import write_result
-from test_report import H100, GiB, loaded, make_result
 
 
 def card(

@@ -8,6 +8,9 @@
 
 A child process started by module name (`python -m memprobe.predict.need`) is not an import: that is how probe
 uses predict's trace without depending on it.
+
+The tests have a rule of their own: no file in tests/ imports a test module (test_*). The fakes and helpers that
+several test modules share live in tests/fakes.py, the fixtures in tests/conftest.py.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "memprobe"
+TESTS = Path(__file__).resolve().parent
 
 # What each layer may import (besides itself and the standard library).
 ALLOWED = {
@@ -120,3 +124,57 @@ def test_the_check_catches_an_import_that_goes_the_wrong_way(tmp_path, source, e
     (tmp_path / "memprobe" / "probe" / "distributed").mkdir(parents=True)
     (tmp_path / "memprobe" / "probe" / "distributed" / "bad.py").write_text(source)
     assert [v.split(": ", 1)[1] for v in violations(tmp_path / "memprobe")] == expected
+
+
+# --- tests/: no test module imports another -------------------------------------------------------------------
+
+
+def imports_of_test_modules(folder: Path = TESTS) -> list[str]:
+    """Every import of a test module (test_*) by a file under `folder`, at any depth, as 'file:line: imports name'.
+    importlib.import_module and __import__ of a literal name count too."""
+    out = []
+    for path in sorted(folder.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                names = [node.module] if node.module else [a.name for a in node.names]  # `from . import test_x`
+            elif (
+                isinstance(node, ast.Call)
+                and getattr(node.func, "attr", getattr(node.func, "id", None)) in ("import_module", "__import__")
+                and node.args
+                and isinstance(node.args[0], ast.Constant)
+                and isinstance(node.args[0].value, str)
+            ):
+                names = [node.args[0].value]
+            else:
+                continue
+            out += [
+                f"{path.relative_to(folder)}:{node.lineno}: imports {name}"
+                for name in names
+                if name.split(".")[0].startswith("test_")
+            ]
+    return out
+
+
+def test_no_test_module_imports_another():
+    """A test module is for pytest to collect: importing one from another ties collection (and xdist's scheduling)
+    to its import side effects, and hides which names are shared. Shared fakes go in tests/fakes.py."""
+    assert imports_of_test_modules() == []
+
+
+@pytest.mark.parametrize(
+    "source, expected",
+    [
+        ("from test_scan import World\n", ["test_new.py:1: imports test_scan"]),
+        ("import pytest\n\n\ndef f():\n    import test_scan\n", ["test_new.py:5: imports test_scan"]),
+        ("from .test_scan import World\n", ["test_new.py:1: imports test_scan"]),
+        ("from . import test_scan\n", ["test_new.py:1: imports test_scan"]),
+        ("import importlib\nscan = importlib.import_module('test_scan')\n", ["test_new.py:2: imports test_scan"]),
+        ("from fakes import World\nfrom conftest import RecordingProgress\nimport testing_helpers\n", []),
+    ],
+    ids=["from-import", "inside-a-function", "relative", "relative-name", "import_module", "fakes-and-conftest"],
+)
+def test_the_check_catches_an_import_of_a_test_module(tmp_path, source, expected):
+    (tmp_path / "test_new.py").write_text(source)
+    assert imports_of_test_modules(tmp_path) == expected

@@ -9,6 +9,7 @@ import json
 import pytest
 from click.testing import CliRunner
 
+from fakes import H100, cards, loaded, make_result
 from memprobe.cli import main
 from memprobe.compare.comparison import ReportError, build_comparison
 from memprobe.compare.curve_chart import write_curve_chart
@@ -17,39 +18,7 @@ from memprobe.compare.guide import guide_report
 from memprobe.compare.relative import relative_throughput
 from memprobe.compare.report import comparison_report
 from memprobe.core.outcomes import CRASH, OOM, classify_error
-from memprobe.core.records import CurvePoint
 from memprobe.core.results import SCHEMA_VERSION, PrecisionResult, read_result, write_result
-from test_report import H100, loaded, make_result
-
-H200 = "NVIDIA H200"
-
-
-def with_curve(result, precision: str, curve: dict[int, float]):
-    """Give a made-up result a throughput curve {batch: samples/s} (B's point must be the at-B speed)."""
-    p = result.precisions[precision]
-    p.curve = [
-        CurvePoint(batch=b, outcome="fit", samples_per_s=s, units_per_s=s, fresh=False)
-        for b, s in sorted(curve.items())
-    ]
-    best = max(p.curve, key=lambda c: c.samples_per_s or 0.0)
-    p.best_batch, p.best_samples_per_s, p.best_units_per_s = best.batch, best.samples_per_s, best.units_per_s
-    p.curve_seconds = 12.5
-    return result
-
-
-def cards(tmp_path=None):
-    """The H200 case: at B the H200 looks slower than the H100; at its best batch it is faster."""
-    h100 = with_curve(
-        make_result(H100, "resnet50", {"fp16": {"batch": 1870, "speed": 5223.0}}),
-        "fp16",
-        {256: 5100.0, 512: 5150.0, 1024: 5200.0, 1870: 5223.0},
-    )
-    h200 = with_curve(
-        make_result(H200, "resnet50", {"fp16": {"batch": 3321, "speed": 4360.0}}),
-        "fp16",
-        {256: 5863.0, 512: 6216.0, 1024: 6476.0, 2048: 6598.0, 3321: 4360.0},
-    )
-    return loaded(h100, h200, tmp_path=tmp_path)
 
 
 def ratio(relative, gpu_part: str) -> float:

@@ -47,7 +47,7 @@ def test_an_emulated_card_is_no_catalog_card():
 
 
 def test_guide_overhead_of_an_emulated_card_uses_the_cap():
-    from test_report import make_result
+    from fakes import make_result
 
     name = emulated_name("NVIDIA H100 80GB HBM3", 24 * GiB)
     result = make_result(

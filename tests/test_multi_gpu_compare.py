@@ -1,6 +1,6 @@
 """Multi-GPU result files in `guide` and `plan --gpus N`: the scaling table, and the measured per-GPU max batch.
 
-The files are written by the multi-GPU scan against a fake launcher (test_distributed.FakeGroup) that calls its
+The files are written by the multi-GPU scan against a fake launcher (fakes.FakeGroup) that calls its
 GPU an NVIDIA H200, so the catalog knows the card; the single-GPU file is the frozen H200 resnet50 scan.
 """
 
@@ -13,11 +13,11 @@ import pytest
 from click.testing import CliRunner
 
 from conftest import RecordingProgress
+from fakes import TOY, FakeGroup, fake_group_opts
 from memprobe.cli import main
 from memprobe.core.plan import MEASURED, PREDICTED
 from memprobe.plan.build import build_plan
 from memprobe.probe.distributed.scan import scan_distributed
-from test_distributed import TOY, FakeGroup, _opts
 
 H200_RESNET = Path(__file__).parent / "data" / "nvidia-h200_resnet50_train_20261124-001712.json"
 
@@ -35,7 +35,7 @@ class H200Group(FakeGroup):
 def multi(tmp_path) -> Path:
     """A 2-GPU ddp scan of the toy workload on an 'NVIDIA H200' (per-GPU B 990, curve timed), and its folder."""
     folder = tmp_path / "2x_h200"
-    _result, path = scan_distributed(TOY, _opts(), 2, "ddp", folder, RecordingProgress(), H200Group())
+    _result, path = scan_distributed(TOY, fake_group_opts(), 2, "ddp", folder, RecordingProgress(), H200Group())
     return path
 
 
@@ -60,7 +60,7 @@ def test_guide_with_bert_large_squad_multi_gpu_files_adds_the_published_multi_gp
     from memprobe.core.registry import load_registry
 
     bert = load_registry()["bert-large-squad"]
-    _r, path = scan_distributed(bert, _opts(), 2, "fsdp", tmp_path, RecordingProgress(), H200Group())
+    _r, path = scan_distributed(bert, fake_group_opts(), 2, "fsdp", tmp_path, RecordingProgress(), H200Group())
     result = run("guide", path)
     assert result.exit_code == 0, result.output
     assert "Published multi-GPU scaling (figures from elsewhere, not measured here)" in result.output

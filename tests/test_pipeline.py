@@ -12,11 +12,11 @@ from click.testing import CliRunner
 import memprobe
 import memprobe.probe.nothing_fits
 from conftest import RecordingProgress
+from fakes import TOY, FakeGroup, fake_group_opts
 from memprobe.cli import main
 from memprobe.core.outcomes import FIT
 from memprobe.core.results import read_result
 from memprobe.probe.distributed.scan import scan_precision_distributed
-from test_distributed import TOY, FakeGroup, _opts
 
 
 def run(*args):
@@ -70,7 +70,7 @@ def test_soak_curve_and_requested_batches_over_fake_launches_are_group_launches(
     """Which launches the pipeline asks for on N ranks: a soak is a trial of --soak steps, a curve point and a
     requested batch (--batch) a timed run."""
     group = FakeGroup()
-    opts = _opts(soak=7, curve_batches=[100, 500], batches=[300])
+    opts = fake_group_opts(soak=7, curve_batches=[100, 500], batches=[300])
     result, _setup = scan_precision_distributed(TOY, "fp32", opts, 2, "ddp", RecordingProgress(), group)
     soaks = [r for r in group.requests if r.steps == 7]
     assert [(r.batches, r.world_size, r.measure) for r in soaks] == [([990], 2, None)]

@@ -120,8 +120,8 @@ def test_the_child_predicts_per_gpu_for_a_data_parallel_world():
 
 def test_a_distributed_scan_starts_from_the_predicted_per_gpu_edge_and_still_proves_it(tmp_path, monkeypatch):
     from conftest import RecordingProgress
+    from fakes import TOY, FakeGroup, fake_group_opts
     from memprobe.probe.distributed.scan import scan_distributed
-    from test_distributed import TOY, FakeGroup, _opts
 
     asked = []
 
@@ -131,7 +131,9 @@ def test_a_distributed_scan_starts_from_the_predicted_per_gpu_edge_and_still_pro
 
     monkeypatch.setattr(PredictedStart, "ask", ask)
     group = FakeGroup()
-    result, _path = scan_distributed(TOY, _opts(predicted_start=True), 2, "ddp", tmp_path, RecordingProgress(), group)
+    result, _path = scan_distributed(
+        TOY, fake_group_opts(predicted_start=True), 2, "ddp", tmp_path, RecordingProgress(), group
+    )
     p = result.precisions["fp32"]
     assert asked == [((2, "ddp"), "fp32", FakeGroup.CAPACITY)]
     assert [r.batches for r in group.requests[:3]] == [[1, 2], [985], [986]]  # then the walk to 990

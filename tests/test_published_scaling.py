@@ -51,10 +51,10 @@ def test_report_with_published_adds_the_published_scaling_for_the_scanned_worklo
     import json
 
     from conftest import RecordingProgress
+    from fakes import TOY, FakeGroup, fake_group_opts
     from memprobe.probe.distributed.scan import scan_distributed
-    from test_distributed import TOY, FakeGroup, _opts
 
-    _result, path = scan_distributed(TOY, _opts(), 2, "ddp", tmp_path, RecordingProgress(), FakeGroup())
+    _result, path = scan_distributed(TOY, fake_group_opts(), 2, "ddp", tmp_path, RecordingProgress(), FakeGroup())
     toy = CliRunner().invoke(main, ["report", str(path), "--with-published"])
     assert toy.exit_code == 0 and "Published multi-GPU scaling" not in toy.output  # nothing published for toy
     data = json.loads(path.read_text())

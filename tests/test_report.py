@@ -8,11 +8,11 @@ import io
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
+from fakes import A100, H100, GiB, loaded, make_result
 from memprobe.cli import main
 from memprobe.compare import scan_table as report
 from memprobe.compare.comparison import ReportError, build_comparison
@@ -23,92 +23,9 @@ from memprobe.compare.tables import gains_table, max_batch_table, throughput_tab
 from memprobe.core.catalog import find_card, load_catalog, peak_tflops
 from memprobe.core.memory_model import Attempt
 from memprobe.core.records import Check, Pair
-from memprobe.core.results import PrecisionResult, ScanResult, read_result, write_result
+from memprobe.core.results import ScanResult, write_result
 
-GiB = 2**30
-H100 = "NVIDIA H100 80GB HBM3"
-A100 = "NVIDIA A100-SXM4-80GB"
 RTX8000 = "Quadro RTX 8000"
-
-
-def make_result(
-    gpu: str = H100,
-    workload: str = "toy",
-    precisions: dict | None = None,
-    version: int = 1,
-    params: dict | None = None,
-    unit: str = "samples",
-    total_bytes: int = 79 * GiB,
-    created: str = "2026-01-01T00:00:00+00:00",
-) -> ScanResult:
-    """A result file's content without a GPU. precisions: name -> dict(batch, speed, static, per_sample,
-    capacity, flops, util). speed None = no throughput; batch 0 = OOM."""
-    precisions = precisions if precisions is not None else {"fp32": {"batch": 10, "speed": 100.0}}
-    out = {}
-    for name, spec in precisions.items():
-        batch = spec.get("batch", 10)
-        speed = spec.get("speed")
-        throughput = None
-        if speed is not None:
-            throughput = {
-                "batch": batch,
-                "outcome": "fit",
-                "unit": unit,
-                "samples_per_s": speed,
-                "units_per_s": speed,
-                "utilization": spec.get("util", {}),
-            }
-            if spec.get("flops"):
-                throughput["flops_per_sample"] = spec["flops"]
-        model = {}
-        if spec.get("per_sample"):
-            model = {
-                "peak_reserved": {
-                    "static_bytes": spec.get("static", 0),
-                    "per_sample_bytes": spec["per_sample"],
-                    "basis": "peak_reserved",
-                    "points": 3,
-                    "max_residual_bytes": 0,
-                }
-            }
-        out[name] = PrecisionResult(
-            name,
-            status=spec.get("status", "done"),
-            max_batch=batch,
-            stop="edge",
-            proof={"fits": batch, "fails": batch + 1, "verified": True, "agreed": True},
-            memory_model=model,
-            capacity_bytes=spec.get("capacity"),
-            throughput=throughput,
-            settings={"task": spec.get("task", {})},
-        )
-    return ScanResult(
-        workload={
-            "name": workload,
-            "family": "toy-mlp",
-            "version": version,
-            "unit": unit,
-            "params": params if params is not None else {"features": 64},
-            "optimizer": {"name": "adamw"},
-        },
-        environment={"gpu": {"name": gpu, "total_bytes": total_bytes}},
-        settings={},
-        precisions=out,
-        status="complete",
-        created=created,
-    )
-
-
-def loaded(*results: ScanResult, tmp_path: Path | None = None) -> list[tuple[Path, ScanResult]]:
-    """(path, result) pairs as the CLI builds them; written and read back when tmp_path is given."""
-    pairs = []
-    for i, r in enumerate(results):
-        if tmp_path is None:
-            pairs.append((Path(f"r{i}.json"), r))
-        else:
-            path = write_result(r, tmp_path / f"r{i}.json")
-            pairs.append((path, read_result(path)))
-    return pairs
 
 
 def rows(table) -> list[list[str]]:
@@ -625,7 +542,6 @@ def test_report_scans_keeps_an_inference_scan_apart_from_training():
 
 def test_report_says_when_results_ran_other_library_versions():
     from memprobe.compare.report import library_notes
-    from memprobe.core.results import ScanResult
 
     def result(transformers):
         return ScanResult.from_dict(

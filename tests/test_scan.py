@@ -7,161 +7,28 @@ search -> fresh proof -> throughput pipeline is checked cheaply and deterministi
 
 from __future__ import annotations
 
-import itertools
-
 import pytest
 
 import memprobe.probe.pipeline
 import memprobe.probe.scan
 from conftest import RecordingProgress
-from memprobe.core.memory_model import Attempt
-from memprobe.core.records import Timed
+from fakes import (
+    PER_SAMPLE,
+    STATIC,
+    FakeFactory,
+    FakePrediction,
+    FakeWorker,
+    World,
+    assert_all_closed,
+    run_scan,
+    toy_workload,
+)
 from memprobe.core.results import read_result
-from memprobe.probe.protocol import Flops, Ready
-from memprobe.probe.runner import WorkerError
-from memprobe.probe.scan import NoCudaError, ScanOptions, scan_precision, scan_workload
-
-STATIC, PER_SAMPLE = 1_000_000, 10_000
-
-
-class World:
-    """What the fake processes see. Edges are the largest batch that fits."""
-
-    def __init__(
-        self,
-        inproc_edge=75,
-        fresh_edge=None,
-        measure_edge=None,
-        setup_error=None,
-        outcomes=None,
-        capacity="exact",
-        gpu="Fake GPU 9000",
-        flops_per_sample=None,
-        emulation=None,
-    ):
-        self.emulation = emulation
-        self.inproc_edge = inproc_edge
-        self.gpu = gpu
-        self.flops_per_sample = flops_per_sample
-        self.fresh_edge = inproc_edge if fresh_edge is None else fresh_edge
-        self.measure_edge = self.fresh_edge if measure_edge is None else measure_edge
-        self.setup_error = setup_error  # a WorkerError kind raised by every fresh()
-        self.outcomes = outcomes or {}  # batch -> forced in-process outcome
-        self.capacity = STATIC + PER_SAMPLE * inproc_edge if capacity == "exact" else capacity
-        self.workers: list[FakeWorker] = []
-        self.log: list[tuple] = []
-
-
-class FakeWorker:
-    step_time = staticmethod(lambda batch: 0.5)  # seconds per timed step (tests of the curve replace it)
-
-    def __init__(self, world: World, number: int) -> None:
-        self.world, self.number = world, number
-        self.ran = 0
-        self.closed = False
-        self.info = Ready(
-            {"device_type": "cpu", "gpu": {"name": world.gpu}, "flags": {"x": 1}},
-            capacity_bytes=world.capacity,
-            weights_bytes=STATIC,
-            build_seconds=0.0,
-            task={"parameters": 1},
-            unit="samples",
-            emulation=world.emulation,
-        )
-
-    @property
-    def alive(self) -> bool:
-        return not self.closed
-
-    def trial(self, batch: int, steps: int, keep: bool = False) -> Attempt:
-        assert not self.closed
-        edge = self.world.fresh_edge if self.ran == 0 else self.world.inproc_edge
-        self.ran += 1
-        self.world.log.append(("trial", self.number, batch))
-        if self.ran > 1 and batch in self.world.outcomes:
-            return Attempt(batch, self.world.outcomes[batch], message=f"forced {self.world.outcomes[batch]}")
-        if batch > edge:
-            return Attempt(batch, "oom", message="OutOfMemoryError: fake")
-        peak = STATIC + PER_SAMPLE * batch
-        return Attempt(batch, "fit", peak, peak, 0.01)
-
-    def measure(self, batch: int, warmup: int, steps: int, budget_s: float | None = None, cont: bool = False) -> Timed:
-        assert not self.closed
-        self.world.log.append(("measure", self.number, batch, self.ran))
-        peak = STATIC + PER_SAMPLE * batch
-        if batch > self.world.measure_edge:
-            return Timed(
-                batch=batch,
-                warmup_steps=warmup,
-                peak_allocated=peak + 5,
-                peak_reserved=peak + 7,
-                outcome="oom",
-                error="OutOfMemoryError: fragmentation",
-                failed_at_step=warmup + 2,
-            )
-        return Timed(
-            batch=batch,
-            warmup_steps=warmup,
-            peak_allocated=peak + 1,
-            peak_reserved=peak + 2,
-            outcome="fit",
-            step_time={"steps": steps, "median_s": self.step_time(batch)},
-            unit="samples",
-            samples_per_s=batch / self.step_time(batch),
-            units_per_s=batch / self.step_time(batch),
-            utilization={},
-        )
-
-    def flops(self) -> Flops:
-        return Flops(self.world.flops_per_sample)
-
-    def kill(self) -> None:
-        self.killed = True
-        self.closed = True
-
-    def close(self) -> None:
-        self.closed = True
-
-
-class FakeFactory:
-    def __init__(self, world: World, forks: bool = False) -> None:
-        self.world = world
-        self.forks = forks  # True: fresh processes are cheap, so the search runs near-edge trials fresh
-        self.counter = itertools.count(1)
-        self.closed = False
-
-    def fresh(self, spec) -> FakeWorker:
-        if self.world.setup_error:
-            raise WorkerError(self.world.setup_error, f"setup failed: {self.world.setup_error}")
-        worker = FakeWorker(self.world, next(self.counter))
-        self.world.workers.append(worker)
-        return worker
-
-    def close(self) -> None:
-        self.closed = True
-
-
-def run_scan(world: World, forks: bool = False, start=None, **options):
-    options.setdefault("curve", False)  # the search and proof tests; the curve has its own below
-    opts = ScanOptions(precisions=["fp32"], device="cpu", cpu_budget_bytes=world.capacity, **options)
-    progress = RecordingProgress()
-    envs = []
-    result = scan_precision(_toy(), "fp32", opts, FakeFactory(world, forks), progress, envs.append, start)
-    return result, progress, envs
-
-
-def _toy():
-    from memprobe.core.registry import load_registry
-
-    return load_registry()["toy"]
+from memprobe.probe.scan import NoCudaError, ScanOptions, scan_workload
 
 
 def checks_of(result):
     return [(c.batch, c.outcome) for c in result.proof.checks]
-
-
-def assert_all_closed(world: World):
-    assert all(w.closed for w in world.workers), [w.number for w in world.workers if not w.closed]
 
 
 # --- the agreed case -----------------------------------------------------------------------
@@ -413,7 +280,6 @@ class FakeStart:
 
     def hint_for(self, precision, capacity_bytes, settings, note, started_at):
         from memprobe.probe.hint import PrecisionHint
-        from test_search_hint import FakePrediction
 
         self.asked.append((precision, capacity_bytes))
         self.prediction = FakePrediction(
@@ -543,7 +409,7 @@ def test_scan_workload_writes_after_each_precision(monkeypatch, tmp_path):
     )
     opts = ScanOptions(precisions=["fp32", "bf16"], device="cpu", cpu_budget_bytes=world.capacity)
     progress = RecordingProgress()
-    result, path = scan_workload(_toy(), opts, tmp_path, progress)
+    result, path = scan_workload(toy_workload(), opts, tmp_path, progress)
     assert saved[:2] == [["fp32"], ["bf16", "fp32"]]
     assert path.name.startswith("fake-gpu-9000_toy_train_")
     assert list(tmp_path.iterdir()) == [path]
@@ -562,7 +428,7 @@ def test_scan_workload_no_cuda_writes_nothing(monkeypatch, tmp_path):
     )
     opts = ScanOptions(precisions=["fp32"], device="cpu", cpu_budget_bytes=1)
     with pytest.raises(NoCudaError):
-        scan_workload(_toy(), opts, tmp_path, RecordingProgress())
+        scan_workload(toy_workload(), opts, tmp_path, RecordingProgress())
     assert list(tmp_path.iterdir()) == []
 
 
@@ -600,7 +466,7 @@ def test_an_emulated_scan_is_labelled_and_keeps_the_real_chip_for_mfu(tmp_path, 
     monkeypatch.setattr(memprobe.probe.scan, "WorkerFactory", lambda workload: FakeFactory(world))
     monkeypatch.setattr(memprobe.probe.scan, "host_environment", lambda: {"driver": "fake"})
     opts = ScanOptions(precisions=["fp32"], device="cpu", cpu_budget_bytes=world.capacity)
-    result, path = memprobe.probe.scan.scan_workload(_toy(), opts, tmp_path, RecordingProgress())
+    result, path = memprobe.probe.scan.scan_workload(toy_workload(), opts, tmp_path, RecordingProgress())
     gpu = result.environment["gpu"]
     assert gpu["name"] == "NVIDIA H100 80GB HBM3 [emulated 24 GiB cap]"
     assert gpu["real_name"] == "NVIDIA H100 80GB HBM3" and gpu["emulated_total_bytes"] == 24 * 2**30
@@ -616,7 +482,7 @@ def test_ctrl_c_in_the_first_precisions_search_keeps_its_trials_so_far(monkeypat
     monkeypatch.setattr(memprobe.probe.scan, "WorkerFactory", lambda workload: FakeFactory(world))
     opts = ScanOptions(precisions=["fp32", "bf16"], device="cpu", cpu_budget_bytes=world.capacity, curve=False)
     with pytest.raises(memprobe.probe.scan.ScanInterrupted) as stopped:
-        scan_workload(_toy(), opts, tmp_path, RecordingProgress())
+        scan_workload(toy_workload(), opts, tmp_path, RecordingProgress())
     data = read_result(stopped.value.path)
     assert data.status == "partial" and list(data.precisions) == ["fp32"]
     p = data.precisions["fp32"]

@@ -3,62 +3,12 @@
 from __future__ import annotations
 
 import math
-import random
-from typing import Callable
 
 import pytest
 
+from fakes import FakeTrials, check_invariants, linear
 from memprobe.core.memory_model import Attempt, MemoryModel, edge_model, fit_memory_model
-from memprobe.probe.search import SearchResult, find_max_batch
-
-
-class FakeTrials:
-    """try_batch(n): fits iff n <= edge; a fit reports peak(n) (optionally with random noise)."""
-
-    def __init__(
-        self,
-        edge: int,
-        peak: Callable[[int], float],
-        fail: str = "oom",
-        noise: float = 0.0,
-        seed: int = 0,
-        outcomes: dict[int, str] | None = None,
-    ) -> None:
-        self.edge, self.peak, self.fail, self.noise = edge, peak, fail, noise
-        self.rng = random.Random(seed)
-        self.outcomes = outcomes or {}
-        self.calls: list[int] = []
-
-    def __call__(self, batch: int) -> Attempt:
-        self.calls.append(batch)
-        if batch in self.outcomes:
-            return Attempt(batch, self.outcomes[batch], message=f"forced {self.outcomes[batch]} at {batch}")
-        if batch > self.edge:
-            return Attempt(batch, self.fail, message="fake failure")
-        value = self.peak(batch)
-        if self.noise:
-            value += self.rng.uniform(-self.noise, self.noise)
-        value = int(value)
-        return Attempt(batch, "fit", peak_allocated=value, peak_reserved=value)
-
-
-def linear(static: float = 1_000_000, per_sample: float = 10_000) -> Callable[[int], float]:
-    return lambda b: static + per_sample * b
-
-
-def check_invariants(result: SearchResult, edge: int, cap: int = 65536) -> None:
-    """What every result must satisfy, whatever the fake."""
-    tried = [a.batch for a in result.attempts]
-    assert len(tried) == len(set(tried)), f"a batch was tried twice: {tried}"
-    assert all(1 <= b <= cap for b in tried), tried
-    by_batch = {a.batch: a for a in result.attempts}
-    if result.max_batch > 0:
-        assert by_batch[result.max_batch].fits
-    if result.first_failure is not None:
-        assert not by_batch[result.first_failure].fits
-    # nothing that fit lies above a failure, nothing that failed below a fit
-    assert all(not a.fits or a.batch <= edge for a in result.attempts)
-
+from memprobe.probe.search import find_max_batch
 
 # --- linear memory ---------------------------------------------------------------------------
 

@@ -10,9 +10,9 @@ import random
 
 import pytest
 
+from fakes import check_invariants
 from memprobe.core.memory_model import Attempt
 from memprobe.probe.search import after_failure, find_max_batch, sample_bytes
-from test_search import check_invariants
 
 GIB = 2**30
 CAPACITY = 139.2 * GIB

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from fakes import FakePrediction, FakeTrials, check_invariants, linear
 from memprobe.probe.hint import PrecisionHint
 from memprobe.probe.search import HintUse, SearchResult, find_max_batch
-from test_search import FakeTrials, check_invariants, linear
 
 
 class LateHint:
@@ -92,18 +92,6 @@ def test_a_prediction_outside_the_bracket_is_recorded_not_used(batch, after, why
     result, fake, _hint, told = search(75, 80, batch, after=after)
     assert fake.calls == plain_calls(75, 80)
     assert told == [HintUse(batch, after, False, why)]
-
-
-class FakePrediction:
-    """Prediction.poll's answer after `after` polls (None before)."""
-
-    def __init__(self, answer: dict | None, after: int = 0) -> None:
-        self.answer, self.after, self.polls = answer, after, 0
-
-    def poll(self, timeout_s: float = 0.0) -> dict | None:
-        assert timeout_s == 0.0, "the search never waits"
-        self.polls += 1
-        return self.answer if self.answer is not None and self.polls > self.after else None
 
 
 def precision_hint(answer: dict | None, after: int = 0) -> tuple[PrecisionHint, dict, list[str]]:

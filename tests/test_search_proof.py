@@ -6,10 +6,10 @@ import random
 
 import pytest
 
+from fakes import FakeTrials, linear
 from memprobe.core.memory_model import Attempt
 from memprobe.probe.proof import confirm_edge, non_monotone, proof_record
 from memprobe.probe.search import SearchResult, find_max_batch
-from test_search import FakeTrials, linear
 
 # --- confirm_edge ----------------------------------------------------------------------------
 

@@ -9,12 +9,12 @@ launcher with and without served groups (the same answer, fewer process groups).
 
 from __future__ import annotations
 
-import os
 import time
 
 import pytest
 
 from conftest import RecordingProgress
+from fakes import TOY, FakeGroup, fake_group_opts, rank_processes
 from memprobe.core.memory_model import Attempt
 from memprobe.core.outcomes import CRASH, FIT, OOM, TIMEOUT
 from memprobe.probe.distributed.group import ServedGroup, command_attempt, served_groups_on
@@ -22,25 +22,8 @@ from memprobe.probe.distributed.launch import LaunchRequest
 from memprobe.probe.distributed.scan import scan_precision_distributed
 from memprobe.probe.distributed.serve import END, FIT_DECISION, RECOVER, decide, memory_lost
 from memprobe.probe.scan import ScanOptions
-from test_distributed import TOY, FakeGroup, _alive, _opts
 
 BUDGET = 8_000_000  # bytes per rank: the toy model trains up to a few hundred samples per rank
-
-
-def _rank_processes(folder: str) -> list[int]:
-    """Processes of ranks whose launch folder lies under `folder` (so other sessions' ranks are not counted)."""
-    found = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as handle:
-                cmd = handle.read().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if "memprobe.probe.distributed.trial" in cmd and folder in cmd and _alive(int(pid)):
-            found.append(int(pid))
-    return found
 
 
 # --- real launches --------------------------------------------------------------------------------
@@ -68,7 +51,7 @@ def test_a_served_search_finds_the_fresh_edge_in_one_group_and_proves_it_in_two_
     assert all(m["to_rank_s"] >= 0 and m["imports_s"] > 0 and m["join_s"] >= 0 and m["build_s"] >= 0 for m in marks)
     assert all(m["wall_s"] >= m["to_rank_s"] + m["imports_s"] for m in marks)
     assert len(attempts) >= 8  # each would have been a launch of its own (MEMPROBE_SERVED_GROUPS=0)
-    assert _rank_processes(str(tmp_path)) == []
+    assert rank_processes(str(tmp_path)) == []
 
 
 @pytest.mark.slow
@@ -97,7 +80,7 @@ def test_a_failure_on_one_rank_ends_the_group_and_the_next_trial_starts_a_fresh_
         assert not group.alive and not group.run_dir.exists()
     finally:
         group.kill()
-    assert _rank_processes(str(tmp_path)) == []
+    assert rank_processes(str(tmp_path)) == []
 
 
 class _SleepingLaunch:
@@ -256,7 +239,9 @@ def test_the_served_search_gives_the_same_answer_with_fewer_process_groups(monke
             return groups[-1]
 
         fake.serve = serve  # type: ignore[attr-defined]
-        result, _ = scan_precision_distributed(TOY, "fp32", _opts(curve=False), 2, "ddp", RecordingProgress(), fake)
+        result, _ = scan_precision_distributed(
+            TOY, "fp32", fake_group_opts(curve=False), 2, "ddp", RecordingProgress(), fake
+        )
         answers[served] = (result.max_batch, result.proof.fits, result.proof.fails, result.settings["launches"])
         assert all(g.closed or g.killed or not g.alive for g in groups)
     (b0, fits0, fails0, plain), (b1, fits1, fails1, served_counts) = answers[False], answers[True]
@@ -287,7 +272,7 @@ def test_a_served_group_that_is_interrupted_is_killed(monkeypatch):
     fake.serve = serve  # type: ignore[attr-defined]
     started = time.monotonic()
     with pytest.raises(KeyboardInterrupt) as stopped:
-        scan_precision_distributed(TOY, "fp32", _opts(curve=False), 2, "ddp", RecordingProgress(), fake)
+        scan_precision_distributed(TOY, "fp32", fake_group_opts(curve=False), 2, "ddp", RecordingProgress(), fake)
     assert time.monotonic() - started < 10
     assert groups[0].killed
     kept = stopped.value.result  # type: ignore[attr-defined]
@@ -322,4 +307,4 @@ def test_prestarted_launches_take_standbys_started_ahead_and_end_the_unused_ones
     assert single.attempts[0].fits and single.timeline["prestarted"] is True
     assert launcher.prestarted == 2 and launcher.standbys == {}
     time.sleep(1.0)
-    assert _rank_processes(str(tmp_path)) == []  # the standbys started for launches that never came are gone
+    assert rank_processes(str(tmp_path)) == []  # the standbys started for launches that never came are gone

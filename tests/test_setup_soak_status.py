@@ -9,6 +9,7 @@ import pytest
 import memprobe.probe.scan
 import memprobe.probe.setup_failure
 from conftest import RecordingProgress
+from fakes import FakeFactory, FakeWorker, World, assert_all_closed, run_scan, toy_workload
 from memprobe.core.memory_model import Attempt
 from memprobe.core.outcomes import OOM, classify_error
 from memprobe.core.records import Proof
@@ -16,7 +17,6 @@ from memprobe.core.results import SCHEMA, read_result
 from memprobe.probe.protocol import Failure, SetupRequest
 from memprobe.probe.scan import ScanOptions, scan_workload
 from memprobe.probe.soak import apply_soak, soak
-from test_scan import FakeFactory, FakeWorker, World, _toy, assert_all_closed, run_scan
 
 GIB = 2**30
 
@@ -44,7 +44,9 @@ def test_oom_creating_the_context_is_reported_as_oom_at_that_stage(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     monkeypatch.setattr(torch.cuda, "init", no_memory)
-    answer = Session().setup(SetupRequest(device="cuda", precision="fp32", workload=_toy().to_dict(), settings={}))
+    answer = Session().setup(
+        SetupRequest(device="cuda", precision="fp32", workload=toy_workload().to_dict(), settings={})
+    )
     assert isinstance(answer, Failure) and answer.kind == OOM and answer.stage == "cuda-context"
     assert "creating the CUDA context" in answer.message and "out of memory" in answer.message
 
@@ -78,7 +80,7 @@ def _scan_file(monkeypatch, tmp_path, world: World, precisions=("fp32", "bf16"))
     monkeypatch.setattr(memprobe.probe.scan, "WorkerFactory", lambda workload: FakeFactory(world))
     monkeypatch.setattr(memprobe.probe.setup_failure, "other_gpu_processes", lambda device: [])
     opts = ScanOptions(precisions=list(precisions), device="cpu", cpu_budget_bytes=world.capacity)
-    return scan_workload(_toy(), opts, tmp_path, RecordingProgress())
+    return scan_workload(toy_workload(), opts, tmp_path, RecordingProgress())
 
 
 def test_every_precision_in_error_makes_a_failed_file(monkeypatch, tmp_path):

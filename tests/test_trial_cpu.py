@@ -21,6 +21,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from conftest import RecordingProgress  # noqa: E402
+from fakes import TOY_CPU_BUDGET  # noqa: E402
 from memprobe.core.results import read_result  # noqa: E402
 from memprobe.probe.protocol import Failure, FlopsRequest, MeasureRequest, Ready, Request, SetupRequest, TrialRequest  # noqa: E402
 from memprobe.probe.runner import Worker, WorkerError, WorkerSpec  # noqa: E402
@@ -28,7 +29,6 @@ from memprobe.probe.scan import ScanOptions, scan_workload  # noqa: E402
 from memprobe.probe.worker import Session  # noqa: E402
 from memprobe.training.cpu_memory import LiveBytes  # noqa: E402
 
-BUDGET = 8 * 2**20  # 8 MiB: the toy MLP's edge is in the hundreds
 HUGE = 200_000  # ~50 MB of inputs alone: far over the budget
 TOY_MODULE = "memprobe.workloads.toy"
 
@@ -61,7 +61,7 @@ def worker_logs() -> set[str]:
 @pytest.fixture
 def session(toy):
     s = Session()
-    info = s.setup(SetupRequest(toy.to_dict(), "fp32", "train", "cpu", BUDGET, {}))
+    info = s.setup(SetupRequest(toy.to_dict(), "fp32", "train", "cpu", TOY_CPU_BUDGET, {}))
     assert isinstance(info, Ready), info
     s.info = info
     yield s
@@ -75,8 +75,8 @@ def trial(session, batch, steps=3):
 
 def test_session_setup_reports_the_cpu_environment(session):
     info = session.info
-    assert info.capacity_bytes == BUDGET
-    assert 0 < info.weights_bytes < BUDGET
+    assert info.capacity_bytes == TOY_CPU_BUDGET
+    assert 0 < info.weights_bytes < TOY_CPU_BUDGET
     assert info.environment["device_type"] == "cpu"
     assert info.environment["gpu"]["name"] == "cpu"
     assert info.environment["flags"]["matmul_allow_tf32"] is False  # fp32 means TF32 off
@@ -114,7 +114,7 @@ def test_small_batch_fits_with_peaks(session):
     assert a["message"] == ""
     assert a["peak_allocated"] == a["peak_reserved"]
     # at least weights + grads + two AdamW moments, and within the budget
-    assert 4 * session.info.weights_bytes <= a["peak_allocated"] <= BUDGET
+    assert 4 * session.info.weights_bytes <= a["peak_allocated"] <= TOY_CPU_BUDGET
     assert a["seconds"] >= 0
 
 
@@ -129,7 +129,7 @@ def test_huge_batch_is_an_oom_from_the_fake_allocator(session):
     assert a["outcome"] == "oom", a
     assert "memprobe fake allocator" in a["message"]
     assert a["message"].startswith("OutOfMemoryError")
-    assert a["peak_allocated"] > BUDGET
+    assert a["peak_allocated"] > TOY_CPU_BUDGET
 
 
 def test_after_an_oom_a_small_batch_fits_with_the_same_peak(session):
@@ -199,7 +199,7 @@ def test_setup_freezes_the_built_model_and_trials_still_free_everything(toy):
     # is frozen once at setup, and what a trial makes must still be freed when it ends.
     gc.unfreeze()
     s = Session()
-    info = s.setup(SetupRequest(toy.to_dict(), "fp32", "train", "cpu", BUDGET, {}))
+    info = s.setup(SetupRequest(toy.to_dict(), "fp32", "train", "cpu", TOY_CPU_BUDGET, {}))
     try:
         assert isinstance(info, Ready), info
         frozen = gc.get_freeze_count()
@@ -218,7 +218,7 @@ def test_close_leaves_the_fake_allocator_and_can_be_called_twice(toy):
     before = len(_get_current_dispatch_mode_stack())
     s = Session()
     s.close()  # before setup: nothing to leave
-    assert isinstance(s.setup(SetupRequest(toy.to_dict(), "fp32", "train", "cpu", BUDGET, {})), Ready)
+    assert isinstance(s.setup(SetupRequest(toy.to_dict(), "fp32", "train", "cpu", TOY_CPU_BUDGET, {})), Ready)
     assert s.trial(TrialRequest(batch=8, steps=3, keep=True)).outcome == "fit"
     assert len(_get_current_dispatch_mode_stack()) == before + 1
     s.close()
@@ -229,7 +229,7 @@ def test_close_leaves_the_fake_allocator_and_can_be_called_twice(toy):
 
 def test_compile_setting_compiles_and_reports_compile_time(toy):
     s = Session()
-    info = s.setup(SetupRequest(toy.to_dict(), "fp32", "train", "cpu", BUDGET, {"compile": True}))
+    info = s.setup(SetupRequest(toy.to_dict(), "fp32", "train", "cpu", TOY_CPU_BUDGET, {"compile": True}))
     try:
         assert isinstance(info, Ready), info
         assert info.task["compiled"] == [type(s.task.model).__name__]
@@ -275,7 +275,7 @@ def test_live_bytes_raises_oom_above_budget():
 
 @pytest.fixture(scope="module")
 def toy_spec(toy):
-    return WorkerSpec(toy, "fp32", "train", "cpu", BUDGET, {}, timeout_s=120)
+    return WorkerSpec(toy, "fp32", "train", "cpu", TOY_CPU_BUDGET, {}, timeout_s=120)
 
 
 @pytest.fixture(scope="module")
@@ -294,7 +294,7 @@ def worker(toy_spec):
 def test_worker_setup(worker):
     assert worker.alive
     assert isinstance(worker.info, Ready)
-    assert worker.info.capacity_bytes == BUDGET
+    assert worker.info.capacity_bytes == TOY_CPU_BUDGET
     assert worker.info.environment["device_type"] == "cpu"
 
 
@@ -360,7 +360,7 @@ def test_dead_and_hung_workers_become_crash_and_timeout(toy_spec):
 def scanned(toy, tmp_path_factory):
     out = tmp_path_factory.mktemp("scan-out")
     progress = RecordingProgress()
-    opts = ScanOptions(precisions=["fp32"], device="cpu", cpu_budget_bytes=BUDGET, timed_steps=2)
+    opts = ScanOptions(precisions=["fp32"], device="cpu", cpu_budget_bytes=TOY_CPU_BUDGET, timed_steps=2)
     # A private temp folder: other processes on the machine may be writing worker logs to /tmp.
     private = tmp_path_factory.mktemp("tmp")
     saved, tempfile.tempdir = tempfile.tempdir, str(private)
@@ -394,7 +394,7 @@ def test_scan_writes_one_result_file(scanned):
     assert on_disk.workload["name"] == "toy"
     assert on_disk.environment["device_type"] == "cpu"
     assert on_disk.environment["gpu"]["name"] == "cpu"
-    assert on_disk.settings["cpu_budget_bytes"] == BUDGET
+    assert on_disk.settings["cpu_budget_bytes"] == TOY_CPU_BUDGET
     assert on_disk.settings["precisions"] == ["fp32"]
 
 
@@ -438,7 +438,7 @@ def test_scan_attempts_bracket_the_edge(scanned):
 
 def test_scan_memory_model_and_capacity(scanned):
     p = scanned.result.precisions["fp32"]
-    assert p.capacity_bytes == BUDGET
+    assert p.capacity_bytes == TOY_CPU_BUDGET
     for basis in ("peak_allocated", "peak_reserved"):
         model = p.memory_model[basis]
         assert model.basis == basis
