@@ -315,28 +315,15 @@ class FakeWorker:
         assert not self.closed
         self.world.log.append(("measure", self.number, batch, self.ran))
         peak = STATIC + PER_SAMPLE * batch
-        if batch > self.world.measure_edge:
-            return Timed(
-                batch=batch,
-                warmup_steps=warmup,
-                peak_allocated=peak + 5,
-                peak_reserved=peak + 7,
-                outcome="oom",
-                error="OutOfMemoryError: fragmentation",
-                failed_at_step=warmup + 2,
-            )
-        return Timed(
-            batch=batch,
-            warmup_steps=warmup,
-            peak_allocated=peak + 1,
-            peak_reserved=peak + 2,
-            outcome="fit",
-            step_time={"steps": steps, "median_s": self.step_time(batch)},
-            unit="samples",
-            samples_per_s=batch / self.step_time(batch),
-            units_per_s=batch / self.step_time(batch),
-            utilization={},
-        )
+        if batch > self.world.measure_edge:  # the timed run fails past the trial's edge, as fragmentation makes it
+            ran: dict = {"peak_allocated": peak + 5, "peak_reserved": peak + 7, "outcome": "oom"}
+            ran.update(error="OutOfMemoryError: fragmentation", failed_at_step=warmup + 2)
+        else:
+            rate = batch / self.step_time(batch)
+            ran = {"peak_allocated": peak + 1, "peak_reserved": peak + 2, "outcome": "fit", "unit": "samples"}
+            ran.update(step_time={"steps": steps, "median_s": self.step_time(batch)}, utilization={})
+            ran.update(samples_per_s=rate, units_per_s=rate)
+        return Timed(batch=batch, warmup_steps=warmup, **ran)
 
     def flops(self) -> Flops:
         return Flops(self.world.flops_per_sample)
