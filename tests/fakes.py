@@ -18,11 +18,11 @@ from conftest import RecordingProgress
 from memprobe.compare.chart_layout import DPI
 from memprobe.core.memory_model import Attempt
 from memprobe.core.outcomes import FIT, OOM
+from memprobe.core.protocol import Flops, Ready
 from memprobe.core.records import CurvePoint, Timed
 from memprobe.core.registry import load_registry
 from memprobe.core.results import PrecisionResult, ScanResult, read_result, write_result
 from memprobe.probe.distributed.launch import LaunchRequest, LaunchResult
-from memprobe.probe.protocol import Flops, Ready
 from memprobe.probe.runner import WorkerError
 from memprobe.probe.scan import ScanOptions, scan_precision
 from memprobe.probe.search import SearchResult

@@ -9,11 +9,11 @@ import pytest
 
 from fakes import TOY_CPU_BUDGET, FakeFactory, FakeWorker, World, assert_all_closed, run_scan, toy_workload
 from memprobe.core.memory_model import MemoryModel
+from memprobe.core.protocol import MeasureRequest, Ready, SetupRequest
 from memprobe.core.records import CurvePoint, Timed
 from memprobe.probe.curve import CurveError, best_point, curve_point, ladder, summary
 from memprobe.probe.curve_cost import PointCost
 from memprobe.probe.curve_run import PointTimer, measure_curve
-from memprobe.probe.protocol import MeasureRequest, Ready, SetupRequest
 from memprobe.probe.scan import INFER_TRIAL_STEPS, INFER_WARMUP, ScanOptions
 
 # --- the ladder ---------------------------------------------------------------------------------

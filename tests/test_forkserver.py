@@ -8,8 +8,8 @@ import time
 
 import pytest
 
+from memprobe.core.protocol import Lost, PingRequest, Pong, Ready
 from memprobe.core.registry import load_registry
-from memprobe.probe.protocol import Lost, PingRequest, Pong, Ready
 from memprobe.probe.runner import Worker, WorkerFactory, WorkerSpec, Zygote, ZygoteError, _ExecProcess, _ForkedProcess
 
 BUDGET = 8 << 20

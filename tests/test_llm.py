@@ -17,9 +17,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from memprobe.core.protocol import FlopsRequest, MeasureRequest, Ready, SetupRequest, TrialRequest  # noqa: E402
 from memprobe.core.registry import load_registry  # noqa: E402
 from memprobe.core.variants import VariantRequest, apply_variant  # noqa: E402
-from memprobe.probe.protocol import FlopsRequest, MeasureRequest, Ready, SetupRequest, TrialRequest  # noqa: E402
 from torchvision_standin import forget, install_standin, torchvision_usable  # noqa: E402
 
 BUDGET = 64 * 2**20

@@ -17,8 +17,8 @@ torch = pytest.importorskip("torch")
 import memprobe  # noqa: E402
 from memprobe.core.memory_model import Attempt  # noqa: E402
 from memprobe.core.outcomes import USER_ERROR  # noqa: E402
+from memprobe.core.protocol import Failure, SetupRequest  # noqa: E402
 from memprobe.core.results import read_result  # noqa: E402
-from memprobe.probe.protocol import Failure, SetupRequest  # noqa: E402
 from memprobe.probe.search import find_max_batch as search  # noqa: E402
 from memprobe.workloads.base import UserModelError  # noqa: E402
 

@@ -1,4 +1,4 @@
-"""The trial-process protocol (probe/protocol.py): every request and answer survives the wire, refusals and crashes
+"""The trial-process protocol (core/protocol.py): every request and answer survives the wire, refusals and crashes
 are recognised, unknown kinds are refused (no torch, no process)."""
 
 from __future__ import annotations
@@ -8,8 +8,7 @@ import json
 import pytest
 
 from memprobe.core.memory_model import Attempt
-from memprobe.core.records import Timed
-from memprobe.probe.protocol import (
+from memprobe.core.protocol import (
     REQUESTS,
     BreakdownAnswer,
     BreakdownRequest,
@@ -31,6 +30,7 @@ from memprobe.probe.protocol import (
     encode_answer,
     encode_request,
 )
+from memprobe.core.records import Timed
 
 REQUESTS_SENT = [
     SetupRequest({"name": "toy", "family": "toy"}, "bf16", "train", "cpu", 1 << 20, {"compile": True}),

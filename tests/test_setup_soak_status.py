@@ -12,9 +12,9 @@ from conftest import RecordingProgress
 from fakes import FakeFactory, FakeWorker, World, assert_all_closed, run_scan, toy_workload
 from memprobe.core.memory_model import Attempt
 from memprobe.core.outcomes import OOM, classify_error
+from memprobe.core.protocol import Failure, SetupRequest
 from memprobe.core.records import Proof
 from memprobe.core.results import SCHEMA, read_result
-from memprobe.probe.protocol import Failure, SetupRequest
 from memprobe.probe.scan import ScanOptions, scan_workload
 from memprobe.probe.soak import apply_soak, soak
 

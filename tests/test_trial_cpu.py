@@ -22,8 +22,8 @@ torch = pytest.importorskip("torch")
 
 from conftest import RecordingProgress  # noqa: E402
 from fakes import TOY_CPU_BUDGET  # noqa: E402
+from memprobe.core.protocol import Failure, FlopsRequest, MeasureRequest, Ready, Request, SetupRequest, TrialRequest  # noqa: E402
 from memprobe.core.results import read_result  # noqa: E402
-from memprobe.probe.protocol import Failure, FlopsRequest, MeasureRequest, Ready, Request, SetupRequest, TrialRequest  # noqa: E402
 from memprobe.probe.runner import Worker, WorkerError, WorkerSpec  # noqa: E402
 from memprobe.probe.scan import ScanOptions, scan_workload  # noqa: E402
 from memprobe.probe.worker import Session  # noqa: E402

@@ -11,8 +11,8 @@ import time
 from typing import Any, Callable
 
 from memprobe.core.breakdown import Breakdown, check_sum
+from memprobe.core.protocol import BreakdownAnswer, BreakdownRequest
 from memprobe.core.results import PrecisionResult
-from memprobe.probe.protocol import BreakdownAnswer, BreakdownRequest
 from memprobe.probe.runner import WorkerError, WorkerFactory, WorkerSpec
 from memprobe.probe.scan_trials import fresh_worker
 

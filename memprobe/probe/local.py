@@ -11,6 +11,7 @@ from typing import Any, Callable
 
 from memprobe.core.memory_model import Attempt, MemoryModel
 from memprobe.core.outcomes import OOM, USER_ERROR
+from memprobe.core.protocol import Flops
 from memprobe.core.records import Timed
 from memprobe.core.registry import Workload
 from memprobe.core.results import PrecisionResult
@@ -19,7 +20,6 @@ from memprobe.probe.breakdown_run import measure_at_max
 from memprobe.probe.curve_run import PointTimer
 from memprobe.probe.options import ScanOptions
 from memprobe.probe.pipeline import reported
-from memprobe.probe.protocol import Flops
 from memprobe.probe.runner import Worker, WorkerError, WorkerFactory, WorkerSpec
 from memprobe.probe.scan_trials import FRESH_ABOVE_SHARE, FreshRuns, SearchTrials, in_fresh_process, measure_fresh
 from memprobe.probe.setup_failure import record_setup_oom

@@ -19,6 +19,7 @@ from memprobe.core.catalog import peak_tflops
 from memprobe.core.memcap import emulated_name
 from memprobe.core.memory_model import Attempt, MemoryModel, edge_model, fit_memory_model
 from memprobe.core.outcomes import FIT, STOPPING
+from memprobe.core.protocol import Flops
 from memprobe.core.records import Timed
 from memprobe.core.registry import Workload
 from memprobe.core.results import PrecisionResult, ScanResult, final_status, write_result
@@ -28,7 +29,6 @@ from memprobe.probe.hint import PrecisionHint, PredictedStart
 from memprobe.probe.nothing_fits import explain_precision
 from memprobe.probe.options import ScanOptions
 from memprobe.probe.proof import EdgeCheck, confirm_edge, proof_record, reusable_checks
-from memprobe.probe.protocol import Flops
 from memprobe.probe.search import HintUse, find_max_batch
 from memprobe.probe.soak import soak_max_batch
 

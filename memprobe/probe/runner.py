@@ -1,4 +1,4 @@
-"""Parent-side handle on trial processes: spawn, talk the trial protocol (probe/protocol.py), detect crashes, clean up.
+"""Parent-side handle on trial processes: spawn, talk the trial protocol (core/protocol.py), detect crashes, clean up.
 
 No torch here. Each Worker is one trial process (memprobe.probe.worker). A crash (the process dies, or
 reports a CRASH outcome) becomes an Attempt with outcome CRASH, and the scan carries on in a new
@@ -24,9 +24,7 @@ from typing import Any
 from memprobe.core.child_env import child_env
 from memprobe.core.memory_model import Attempt
 from memprobe.core.outcomes import CRASH, ERROR, OOM, TIMEOUT, classify_error
-from memprobe.core.records import Timed
-from memprobe.core.registry import Workload
-from memprobe.probe.protocol import (
+from memprobe.core.protocol import (
     Answer,
     ExitRequest,
     Failure,
@@ -44,6 +42,8 @@ from memprobe.probe.protocol import (
     decode_answer,
     encode_request,
 )
+from memprobe.core.records import Timed
+from memprobe.core.registry import Workload
 from memprobe.workloads.families import family_module
 
 

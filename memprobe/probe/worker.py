@@ -1,6 +1,6 @@
 """The trial process: builds one workload on the device and runs trials on request.
 
-Started by runner.Worker as `python -m memprobe.probe.worker --preload MODULE`. It speaks probe/protocol.py:
+Started by runner.Worker as `python -m memprobe.probe.worker --preload MODULE`. It speaks core/protocol.py:
 one request per line on stdin, one answer per line on the protocol pipe (the original stdout;
 fd 1 is redirected to stderr so library prints cannot corrupt the protocol). It imports torch and
 the workload's module at start but touches CUDA only at `setup`, so a spare worker can wait,
@@ -34,12 +34,7 @@ from memprobe.core import lifeline
 from memprobe.core.memcap import CapPlan, MemoryCapError, plan_cap
 from memprobe.core.memory_model import Attempt
 from memprobe.core.outcomes import CRASH, USER_ERROR, classify_error, with_memory_state
-from memprobe.core.records import Timed
-from memprobe.probe import breakdown_run, zygote
-from memprobe.probe.device import torch_environment
-from memprobe.probe.measure import UtilizationSampler, summarize_times, time_steps
-from memprobe.probe.options import MIN_TIMED_STEPS, timed_steps_within  # noqa: F401 - MIN_TIMED_STEPS re-exported
-from memprobe.probe.protocol import (
+from memprobe.core.protocol import (
     Answer,
     Failure,
     Flops,
@@ -55,6 +50,11 @@ from memprobe.probe.protocol import (
     decode_request,
     encode_answer,
 )
+from memprobe.core.records import Timed
+from memprobe.probe import breakdown_run, zygote
+from memprobe.probe.device import torch_environment
+from memprobe.probe.measure import UtilizationSampler, summarize_times, time_steps
+from memprobe.probe.options import MIN_TIMED_STEPS, timed_steps_within  # noqa: F401 - MIN_TIMED_STEPS re-exported
 from memprobe.training.cpu_memory import LiveBytes
 from memprobe.training.step import Memory, run_step, run_trial, run_until_state
 from memprobe.workloads.base import Amp, UserModelError
@@ -372,7 +372,7 @@ def _ping(_req: PingRequest) -> Pong:
 
 def _serve(protocol) -> int:
     session = Session()
-    # One handler per request kind (probe/protocol.REQUESTS); "exit" has none: it ends the loop.
+    # One handler per request kind (core/protocol.REQUESTS); "exit" has none: it ends the loop.
     handlers = {
         "setup": session.setup,
         "trial": session.trial,

@@ -18,6 +18,7 @@ from typing import Any, Callable
 
 from memprobe.core.memory_model import Attempt, MemoryModel
 from memprobe.core.outcomes import ERROR, FIT, OOM
+from memprobe.core.protocol import Flops
 from memprobe.core.records import CurvePoint, Timed
 from memprobe.core.registry import Workload
 from memprobe.core.results import PrecisionResult
@@ -27,7 +28,6 @@ from memprobe.probe.distributed.efficiency import scaling_record
 from memprobe.probe.distributed.group import SearchTrials, ServedGroup, ServedSearch, served_groups_on
 from memprobe.probe.distributed.launch import LaunchRequest, LaunchResult, launch
 from memprobe.probe.options import ScanOptions
-from memprobe.probe.protocol import Flops
 from memprobe.training.wrap import NONE
 
 Launcher = Callable[[LaunchRequest], LaunchResult]

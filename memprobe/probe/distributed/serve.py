@@ -140,7 +140,7 @@ def serve(req: dict[str, Any], rank: Rank, device: Any, mesh: Any, timeout_s: fl
     """Serve commands until a stop command (exit 0) or a failure the group cannot go on from (the rank exits
     with FAILED_EXIT, its failure recorded). Returns the exit code."""
     from memprobe.core.outcomes import CRASH, FIT, TIMEOUT, classify_error
-    from memprobe.probe.protocol import TrialRequest
+    from memprobe.core.protocol import TrialRequest
 
     run_dir = Path(req["run_dir"])
     parent = req.get("parent_pid")

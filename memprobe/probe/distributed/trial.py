@@ -145,7 +145,7 @@ def build(req: dict[str, Any], rank: Rank, device: Any, mesh: Any = None) -> tup
     import torch
 
     from memprobe.core.outcomes import ERROR
-    from memprobe.probe.protocol import Failure, SetupRequest
+    from memprobe.core.protocol import Failure, SetupRequest
     from memprobe.probe.worker import Session
     from memprobe.training.wrap import wrap_model
 
@@ -223,7 +223,7 @@ def run(req: dict[str, Any]) -> int:
     import torch.distributed as dist
 
     from memprobe.core.outcomes import CRASH, ERROR, FIT, classify_error
-    from memprobe.probe.protocol import MeasureRequest, TrialRequest
+    from memprobe.core.protocol import MeasureRequest, TrialRequest
 
     rank, device, mesh, timeout_s = start(req)
     if req.get("serve"):
