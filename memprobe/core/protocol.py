@@ -245,3 +245,65 @@ def decode_request(line: str) -> Request:
     if kind is None:
         raise ProtocolError(f"unknown op {op!r}")
     return kind(**{f.name: data[f.name] for f in fields(kind) if f.name in data})  # every field has a default
+
+
+# --- the predicted-start child (probe/hint.py, predict/hint_worker.py) --------------------------------------------
+# One JSON line each way, as the trial protocol: the scan sends a HintSetup, then a HintRequest per precision it
+# starts; the child answers each request with a HintAnswer once that precision is traced.
+
+
+@dataclass
+class HintSetup:
+    """The first line to the predicted-start child: the workload (Workload.to_dict()), the precisions to trace in
+    order, the trial's steps, its mode ("train" or "infer") and the world ([N, "ddp"|"fsdp"], per GPU) or None."""
+
+    workload: dict[str, Any]
+    precisions: list[str]
+    steps: int = 3
+    mode: str = "train"
+    world: list[Any] | None = None
+
+
+@dataclass
+class HintRequest:
+    """Every later line: the predicted max batch of `precision` at `capacity_bytes`, answered under `id`."""
+
+    precision: str
+    capacity_bytes: int
+    id: int
+
+
+@dataclass
+class HintAnswer:
+    """The child's answer to request `id`: `max_batch` (with `seconds` since the child started tracing and `how`
+    the traces were checked) or `error`; `at` is time.time() when it answered."""
+
+    id: int | None
+    precision: str
+    at: float
+    max_batch: int | None = None
+    seconds: float | None = None
+    how: str | None = None
+    error: str | None = None
+
+    def record(self) -> dict[str, Any]:
+        """What the scan keeps of the answer (settings.predicted_start): every field given, but the request id."""
+        return {k: v for k, v in asdict(self).items() if v is not None and k != "id"}
+
+
+HintMessage = Union[HintSetup, HintRequest, HintAnswer]
+
+
+def hint_line(message: HintMessage) -> str:
+    """One message of the predicted-start child's wire as its line (newline included)."""
+    return json.dumps(asdict(message)) + "\n"
+
+
+def read_hint(line: str | bytes, kind: type[HintMessage]) -> HintMessage:
+    """The message of type `kind` on a line. Raises ProtocolError for a line that is not one (not JSON, a field
+    missing that has no default)."""
+    try:
+        data = json.loads(line)
+        return kind(**{f.name: data[f.name] for f in fields(kind) if f.name in data})
+    except (ValueError, TypeError) as exc:
+        raise ProtocolError(f"not a {kind.__name__}: {line[:200]!r}") from exc

@@ -1,22 +1,21 @@
 """The process that predicts a scan's max batch on the CPU while the scan's first trials run (probe/hint.py).
 
-Reads JSON lines on stdin: first {"workload": Workload.to_dict(), "precisions": [...], "steps": 3, "mode": "train" or
-"infer", "world": null or [N, "ddp"|"fsdp"] (per GPU, data_parallel.py)}, then
-{"precision": p, "capacity_bytes": n, "id": i} requests. Traces the precisions in the order given (fake tensors, no
-GPU) and answers each request on stdout, once its precision is traced, with {"id", "precision", "max_batch", "seconds",
-"at"} or {"id", "precision", "error", "at"} ("at": time.time() of the answer). CUDA is hidden from it by its parent; it dies with its parent (lifeline.py).
+Speaks core/protocol.py's predicted-start wire, a JSON line per message: reads a HintSetup on stdin (the workload,
+the precisions, the steps, the mode, the world per GPU), then HintRequests. Traces the precisions in the order given
+(fake tensors, no GPU) and answers each request on stdout, once its precision is traced, with a HintAnswer (the max
+batch, or an error). CUDA is hidden from it by its parent; it dies with its parent (lifeline.py).
 """
 
 from __future__ import annotations
 
-import json
 import os
 import select
 import sys
 import time
-from typing import Any
+from typing import Any, cast
 
 from memprobe.core.lifeline import die_with_parent, expected_parent
+from memprobe.core.protocol import HintAnswer, HintRequest, HintSetup, hint_line, read_hint
 
 
 class _Requests:
@@ -27,7 +26,7 @@ class _Requests:
         self.buffer = b""
         self.closed = False
 
-    def read(self, block: bool) -> list[dict[str, Any]]:
+    def read(self, block: bool) -> list[bytes]:
         while not self.closed:
             ready, _w, _x = select.select([self.fd], [], [], None if block else 0)
             if not ready:
@@ -40,13 +39,16 @@ class _Requests:
             if b"\n" in self.buffer:
                 break
         *lines, self.buffer = self.buffer.split(b"\n")
-        return [json.loads(line) for line in lines if line.strip()]
+        return [line for line in lines if line.strip()]
+
+    def requests(self, block: bool) -> list[HintRequest]:
+        """The HintRequests read (see read). Raises ProtocolError for a line that is not one."""
+        return [cast(HintRequest, read_hint(line, HintRequest)) for line in self.read(block)]
 
 
-def _answer(request: dict[str, Any], message: dict[str, Any]) -> None:
+def _answer(request: HintRequest, **answer: Any) -> None:
     """Answer `request`: its id echoed, and when (time.time(), so the scan can say when its prediction came)."""
-    message = {"id": request.get("id"), "precision": request["precision"], **message, "at": time.time()}
-    sys.stdout.write(json.dumps(message) + "\n")
+    sys.stdout.write(hint_line(HintAnswer(request.id, request.precision, time.time(), **answer)))
     sys.stdout.flush()
 
 
@@ -59,7 +61,8 @@ def serve() -> int:
     first = requests.read(block=True)
     if not first:
         return 0
-    setup, pending = first[0], first[1:]
+    setup = cast(HintSetup, read_hint(first[0], HintSetup))
+    pending = [cast(HintRequest, read_hint(line, HintRequest)) for line in first[1:]]
     import torch
 
     torch.set_num_threads(1)
@@ -67,57 +70,54 @@ def serve() -> int:
     from memprobe.predict.batch_model import PrecisionTraces
     from memprobe.predict.sessions import trace_sessions
 
-    workload = Workload.from_dict(setup["workload"])
+    workload = Workload.from_dict(setup.workload)
     traced: dict[str, Any] = {}
     failed: dict[str, str] = {}
     started = time.perf_counter()
 
     def answer_ready() -> None:
         for request in list(pending):
-            precision = request["precision"]
+            precision = request.precision
             if precision in traced:
                 traces = traced[precision]
                 try:
-                    batch, _fail = traces.max_batch(int(request["capacity_bytes"]))
-                    _answer(
-                        request,
-                        {"max_batch": batch, "seconds": round(time.perf_counter() - started, 2), "how": traces.how},
-                    )
+                    batch, _fail = traces.max_batch(int(request.capacity_bytes))
+                    _answer(request, max_batch=batch, seconds=round(time.perf_counter() - started, 2), how=traces.how)
                 except Exception as exc:  # noqa: BLE001 - a batch that cannot be traced: no hint
-                    _answer(request, {"error": _text(exc)})
+                    _answer(request, error=_text(exc))
             elif precision in failed:
-                _answer(request, {"error": failed[precision]})
+                _answer(request, error=failed[precision])
             else:
                 continue
             pending.remove(request)
 
     def serve_requests(session_for: Any) -> None:
-        for precision in setup["precisions"] if session_for is not None else ():
+        for precision in setup.precisions if session_for is not None else ():
             try:
                 traced[precision] = PrecisionTraces(session_for(precision), precision)
             except Exception as exc:  # noqa: BLE001 - a precision that cannot be traced gets no hint
                 failed[precision] = _text(exc)
-            pending.extend(requests.read(block=False))
+            pending.extend(requests.requests(block=False))
             answer_ready()
         while True:
             for request in pending:
-                if request["precision"] not in traced:
-                    failed.setdefault(request["precision"], "not among the precisions traced")
+                if request.precision not in traced:
+                    failed.setdefault(request.precision, "not among the precisions traced")
             answer_ready()
             if requests.closed:
                 return
-            pending.extend(requests.read(block=True))
+            pending.extend(requests.requests(block=True))
 
     world = None
     try:
-        if setup.get("world"):
+        if setup.world:
             from memprobe.predict.data_parallel import World
 
-            world = World(*setup["world"])
-        sessions = trace_sessions(workload, int(setup.get("steps", 3)), world=world, mode=setup.get("mode", "train"))
+            world = World(*setup.world)
+        sessions = trace_sessions(workload, int(setup.steps), world=world, mode=setup.mode)
         session_for = sessions.__enter__()
     except Exception as exc:  # noqa: BLE001 - no world to trace in (bad strategy, no fake process group)
-        failed.update({p: _text(exc) for p in setup["precisions"]})
+        failed.update({p: _text(exc) for p in setup.precisions})
         serve_requests(None)
         return 0
     try:

@@ -14,15 +14,15 @@ predicts the precisions in turn for the whole scan and is killed when the scan e
 from __future__ import annotations
 
 import itertools
-import json
 import os
 import select
 import subprocess
 import sys
 import time
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 from memprobe.core.child_env import child_env
+from memprobe.core.protocol import HintAnswer, HintRequest, HintSetup, hint_line, read_hint
 from memprobe.core.registry import Workload
 from memprobe.probe.search import HintUse, SearchResult
 
@@ -64,13 +64,13 @@ class PredictedStart:
                 env=env,
             )
             self._send(
-                {
-                    "workload": self.workload.to_dict(),
-                    "precisions": self.precisions,
-                    "steps": self.steps,
-                    "mode": self.mode,
-                    "world": list(self.world) if self.world else None,
-                }
+                HintSetup(
+                    self.workload.to_dict(),
+                    self.precisions,
+                    self.steps,
+                    self.mode,
+                    list(self.world) if self.world else None,
+                )
             )
         except OSError:
             self.__exit__()
@@ -88,9 +88,9 @@ class PredictedStart:
             self.proc = None
         self._ended = self._ended or "the prediction process is not running"
 
-    def _send(self, message: dict[str, Any]) -> None:
+    def _send(self, message: HintSetup | HintRequest) -> None:
         assert self.proc is not None and self.proc.stdin is not None
-        self.proc.stdin.write((json.dumps(message) + "\n").encode())
+        self.proc.stdin.write(hint_line(message).encode())
         self.proc.stdin.flush()
 
     def _pump(self, timeout_s: float) -> None:
@@ -108,10 +108,9 @@ class PredictedStart:
                 self._buffer += chunk
                 *lines, self._buffer = self._buffer.split(b"\n")
                 for line in lines:
-                    answer = json.loads(line)
-                    answer["received_at"] = time.time()
-                    self._answers[answer.pop("id", 0)] = answer
-        except (OSError, ValueError) as exc:  # ValueError: a line that is not JSON
+                    answer = cast(HintAnswer, read_hint(line, HintAnswer))
+                    self._answers[answer.id or 0] = {**answer.record(), "received_at": time.time()}
+        except (OSError, ValueError) as exc:  # ValueError: a line that is not an answer (ProtocolError)
             self._ended = str(exc) if isinstance(exc, OSError) and str(exc) else f"no prediction: {exc}"
             self.__exit__()
 
@@ -124,7 +123,7 @@ class PredictedStart:
             return Prediction(self, 0, {"error": self._ended or "the prediction process is not running"})
         ident = next(self._ids)
         try:
-            self._send({"precision": precision, "capacity_bytes": int(capacity_bytes), "id": ident})
+            self._send(HintRequest(precision, int(capacity_bytes), ident))
         except OSError:
             self._ended = ENDED
             self.__exit__()
