@@ -109,22 +109,33 @@ def test_lost_answers_say_why():
 # --- the predicted-start child's wire ---------------------------------------------------------------------------
 
 
-def test_the_predicted_start_messages_survive_the_wire_and_a_bad_line_is_refused():
-    from memprobe.core.protocol import HintAnswer, HintRequest, HintSetup, hint_line, read_hint
+def test_the_predicting_childrens_messages_survive_the_wire_and_a_bad_line_is_refused():
+    from memprobe.core.protocol import (
+        HintAnswer,
+        HintRequest,
+        HintSetup,
+        NeedAnswer,
+        NeedRequest,
+        message_line,
+        read_message,
+    )
 
     setup = HintSetup({"name": "toy"}, ["fp32", "bf16"], 2, "infer", [2, "fsdp"])
     request = HintRequest("bf16", 1 << 30, 7)
     answer = HintAnswer(7, "bf16", 1000.5, max_batch=985, seconds=3.25, how="checked")
     for message in (setup, request, answer):
-        line = hint_line(message)
+        line = message_line(message)
         assert line.endswith("\n") and line.count("\n") == 1
-        assert read_hint(line, type(message)) == read_hint(line.encode(), type(message)) == message
+        assert read_message(line, type(message)) == read_message(line.encode(), type(message)) == message
     # the scan keeps the answer without the request id and without the fields not given
     assert answer.record() == {"precision": "bf16", "at": 1000.5, "max_batch": 985, "seconds": 3.25, "how": "checked"}
     failed = HintAnswer(8, "fp32", 1001.0, error="TypeError: no")
     assert failed.record() == {"precision": "fp32", "at": 1001.0, "error": "TypeError: no"}
     with pytest.raises(ProtocolError, match="not a HintSetup"):
-        read_hint('{"precisions": ["fp32"]}', HintSetup)  # no workload
+        read_message('{"precisions": ["fp32"]}', HintSetup)  # no workload
+    need = NeedRequest({"name": "toy"}, "bf16")
+    assert read_message(message_line(need), NeedRequest) == need
+    assert read_message(message_line(NeedAnswer(need_bytes=5)), NeedAnswer) == NeedAnswer(need_bytes=5)
     for bad in ("not json", '{"precision": "fp32"}', "[1, 2]"):
         with pytest.raises(ProtocolError, match="not a HintRequest"):
-            read_hint(bad, HintRequest)
+            read_message(bad, HintRequest)

@@ -220,3 +220,15 @@ def test_the_need_is_traced_in_a_child_process_by_module_name():
     broken = Workload.from_dict({**toy.to_dict(), "params": {**toy.params, "layers": "three"}})
     with pytest.raises(NeedError, match="three"):  # the child's own error, passed on
         _default_need(broken, "fp32")
+
+
+def test_a_need_child_that_answers_no_need_is_a_need_error_not_a_traceback(monkeypatch):
+    import subprocess
+
+    import memprobe.probe.nothing_fits as nothing_fits
+
+    for printed, says in (("garbage\n", "answered no need: not a NeedAnswer"), ("{}\n", "answered no need")):
+        done = subprocess.CompletedProcess([], 0, stdout=printed, stderr="")
+        monkeypatch.setattr(nothing_fits.subprocess, "run", lambda *a, done=done, **k: done)
+        with pytest.raises(nothing_fits.NeedError, match=says):
+            nothing_fits._default_need(REGISTRY["toy"], "fp32")

@@ -247,9 +247,10 @@ def decode_request(line: str) -> Request:
     return kind(**{f.name: data[f.name] for f in fields(kind) if f.name in data})  # every field has a default
 
 
-# --- the predicted-start child (probe/hint.py, predict/hint_worker.py) --------------------------------------------
-# One JSON line each way, as the trial protocol: the scan sends a HintSetup, then a HintRequest per precision it
-# starts; the child answers each request with a HintAnswer once that precision is traced.
+# --- the predicting children: the predicted start (probe/hint.py, predict/hint_worker.py) and nothing fits ---------
+# One JSON line per message, as the trial protocol. The predicted start: the scan sends a HintSetup, then a
+# HintRequest per precision it starts; the child answers each with a HintAnswer once that precision is traced.
+# Nothing fits: one NeedRequest, one NeedAnswer.
 
 
 @dataclass
@@ -291,15 +292,33 @@ class HintAnswer:
         return {k: v for k, v in asdict(self).items() if v is not None and k != "id"}
 
 
-HintMessage = Union[HintSetup, HintRequest, HintAnswer]
+@dataclass
+class NeedRequest:
+    """The one line to the nothing-fits child (probe/nothing_fits.py, predict/need.py): the memory a trial of
+    `workload` (Workload.to_dict()) at batch 1 in `precision` needs."""
+
+    workload: dict[str, Any]
+    precision: str
 
 
-def hint_line(message: HintMessage) -> str:
-    """One message of the predicted-start child's wire as its line (newline included)."""
+@dataclass
+class NeedAnswer:
+    """The nothing-fits child's one answer: `need_bytes` (peak reserved, no capacity limit) or `error`."""
+
+    need_bytes: int | None = None
+    error: str | None = None
+
+
+ChildMessage = Union[HintSetup, HintRequest, HintAnswer, NeedRequest, NeedAnswer]
+
+
+def message_line(message: ChildMessage) -> str:
+    """One message to or from a predicting child (the predicted start, nothing fits) as its line (newline
+    included)."""
     return json.dumps(asdict(message)) + "\n"
 
 
-def read_hint(line: str | bytes, kind: type[HintMessage]) -> HintMessage:
+def read_message(line: str | bytes, kind: type[ChildMessage]) -> ChildMessage:
     """The message of type `kind` on a line. Raises ProtocolError for a line that is not one (not JSON, a field
     missing that has no default)."""
     try:

@@ -15,7 +15,7 @@ import time
 from typing import Any, cast
 
 from memprobe.core.lifeline import die_with_parent, expected_parent
-from memprobe.core.protocol import HintAnswer, HintRequest, HintSetup, hint_line, read_hint
+from memprobe.core.protocol import HintAnswer, HintRequest, HintSetup, message_line, read_message
 
 
 class _Requests:
@@ -43,12 +43,12 @@ class _Requests:
 
     def requests(self, block: bool) -> list[HintRequest]:
         """The HintRequests read (see read). Raises ProtocolError for a line that is not one."""
-        return [cast(HintRequest, read_hint(line, HintRequest)) for line in self.read(block)]
+        return [cast(HintRequest, read_message(line, HintRequest)) for line in self.read(block)]
 
 
 def _answer(request: HintRequest, **answer: Any) -> None:
     """Answer `request`: its id echoed, and when (time.time(), so the scan can say when its prediction came)."""
-    sys.stdout.write(hint_line(HintAnswer(request.id, request.precision, time.time(), **answer)))
+    sys.stdout.write(message_line(HintAnswer(request.id, request.precision, time.time(), **answer)))
     sys.stdout.flush()
 
 
@@ -61,8 +61,8 @@ def serve() -> int:
     first = requests.read(block=True)
     if not first:
         return 0
-    setup = cast(HintSetup, read_hint(first[0], HintSetup))
-    pending = [cast(HintRequest, read_hint(line, HintRequest)) for line in first[1:]]
+    setup = cast(HintSetup, read_message(first[0], HintSetup))
+    pending = [cast(HintRequest, read_message(line, HintRequest)) for line in first[1:]]
     import torch
 
     torch.set_num_threads(1)

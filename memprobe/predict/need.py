@@ -1,16 +1,17 @@
 """The memory one trial at a given n needs, from a fake-tensor trace: what a card would have to offer.
 
 Also a child process for the scan (probe/nothing_fits.py starts `python -m memprobe.predict.need`, so probe never
-imports predict): reads one JSON line {"workload": Workload.to_dict(), "precision": p} on stdin and prints
-{"need_bytes": n} or {"error": "Type: message"}; CUDA is hidden from it, and it dies with its parent.
+imports predict): reads one NeedRequest line (core/protocol.py) on stdin and prints one NeedAnswer, the bytes or
+the error ("Type: message"); CUDA is hidden from it, and it dies with its parent.
 """
 
 from __future__ import annotations
 
-import json
 import sys
+from typing import cast
 
 from memprobe.core.lifeline import die_with_parent, expected_parent
+from memprobe.core.protocol import NeedAnswer, NeedRequest, message_line, read_message
 from memprobe.core.registry import Workload
 from memprobe.predict.allocator import replay
 from memprobe.predict.trace import TRIAL_MARK, TraceSession
@@ -30,12 +31,13 @@ def trial_need_bytes(workload: Workload, precision: str, n: int = 1, steps: int 
 def main() -> int:
     """The child's loop: one request on stdin, one answer on stdout; exit 0 either way (the answer says)."""
     die_with_parent(expected_parent())
-    request = json.loads(sys.stdin.readline())
     try:
-        answer = {"need_bytes": trial_need_bytes(Workload.from_dict(request["workload"]), request["precision"])}
+        request = cast(NeedRequest, read_message(sys.stdin.readline(), NeedRequest))
+        answer = NeedAnswer(need_bytes=trial_need_bytes(Workload.from_dict(request.workload), request.precision))
     except Exception as exc:  # noqa: BLE001 - any failure is the answer, reported by the parent
-        answer = {"error": f"{type(exc).__name__}: {exc}"[:400]}
-    print(json.dumps(answer), flush=True)
+        answer = NeedAnswer(error=f"{type(exc).__name__}: {exc}"[:400])
+    sys.stdout.write(message_line(answer))
+    sys.stdout.flush()
     return 0
 
 

@@ -22,7 +22,7 @@ import time
 from typing import Any, Callable, cast
 
 from memprobe.core.child_env import child_env
-from memprobe.core.protocol import HintAnswer, HintRequest, HintSetup, hint_line, read_hint
+from memprobe.core.protocol import HintAnswer, HintRequest, HintSetup, message_line, read_message
 from memprobe.core.registry import Workload
 from memprobe.probe.search import HintUse, SearchResult
 
@@ -90,7 +90,7 @@ class PredictedStart:
 
     def _send(self, message: HintSetup | HintRequest) -> None:
         assert self.proc is not None and self.proc.stdin is not None
-        self.proc.stdin.write(hint_line(message).encode())
+        self.proc.stdin.write(message_line(message).encode())
         self.proc.stdin.flush()
 
     def _pump(self, timeout_s: float) -> None:
@@ -108,7 +108,7 @@ class PredictedStart:
                 self._buffer += chunk
                 *lines, self._buffer = self._buffer.split(b"\n")
                 for line in lines:
-                    answer = cast(HintAnswer, read_hint(line, HintAnswer))
+                    answer = cast(HintAnswer, read_message(line, HintAnswer))
                     self._answers[answer.id or 0] = {**answer.record(), "received_at": time.time()}
         except (OSError, ValueError) as exc:  # ValueError: a line that is not an answer (ProtocolError)
             self._ended = str(exc) if isinstance(exc, OSError) and str(exc) else f"no prediction: {exc}"

@@ -6,13 +6,13 @@ answer is stored in the precision's settings under "nothing_fits" and said in on
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from dataclasses import asdict, dataclass, field
-from typing import Callable
+from typing import Callable, cast
 
 from memprobe.core.child_env import child_env
+from memprobe.core.protocol import NeedAnswer, NeedRequest, ProtocolError, message_line, read_message
 from memprobe.core.registry import Workload
 from memprobe.core.results import ScanResult
 from memprobe.core.units import gib
@@ -88,7 +88,7 @@ def _default_need(workload: Workload, precision: str) -> int:
     """Trace the need in a child (`python -m memprobe.predict.need`, CUDA hidden): probe does not import predict,
     and the trace's memory and imports stay out of the scan's process. Raises NeedError."""
     env = child_env(watched=True, CUDA_VISIBLE_DEVICES="")
-    request = json.dumps({"workload": workload.to_dict(), "precision": precision}) + "\n"
+    request = message_line(NeedRequest(workload.to_dict(), precision))
     try:
         done = subprocess.run(
             [sys.executable, "-m", "memprobe.predict.need"],
@@ -104,10 +104,13 @@ def _default_need(workload: Workload, precision: str) -> int:
     if done.returncode != 0 or not lines:
         tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
         raise NeedError(f"the trace process ended with exit code {done.returncode}: {tail}")
-    answer = json.loads(lines[-1])
-    if "error" in answer:
-        raise NeedError(answer["error"])
-    return int(answer["need_bytes"])
+    try:
+        answer = cast(NeedAnswer, read_message(lines[-1], NeedAnswer))
+    except ProtocolError as exc:
+        raise NeedError(f"the trace process answered no need: {exc}") from None
+    if answer.error or answer.need_bytes is None:
+        raise NeedError(answer.error or "the trace process answered no need")
+    return int(answer.need_bytes)
 
 
 def _alternatives(workload: Workload, precision: str, capacity: int | None, need: NeedFn) -> list[Alternative]:
