@@ -288,7 +288,7 @@ class Session:
             else:
                 if self.mode == "train":
                     task.start()
-                amp = Amp(self.precision, task.device, req.loss_scale, getattr(task, "scaler_class", None))
+                amp = Amp.for_task(task, self.precision, req.loss_scale)
                 inputs = task.make_batch(n)
 
             def step() -> None:

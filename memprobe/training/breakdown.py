@@ -219,7 +219,7 @@ def measure_breakdown(
     if before is not None:
         before()
     task.start()
-    amp = Amp(precision, task.device, loss_scale, getattr(task, "scaler_class", None))
+    amp = Amp.for_task(task, precision, loss_scale)
     inputs = task.make_batch(batch)
     try:
         run_until_state(lambda: run_step(task, amp, inputs, "train"), amp, max(steps - 1, 2), "train")

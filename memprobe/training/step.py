@@ -126,7 +126,7 @@ def run_trial(
             before()
         if mode == "train":
             task.start()
-        amp = Amp(precision, task.device, loss_scale, getattr(task, "scaler_class", None))
+        amp = Amp.for_task(task, precision, loss_scale)
         inputs = task.make_batch(batch_size)
         ran = run_until_state(lambda: run_step(task, amp, inputs, mode), amp, steps, mode)
         memory.synchronize()

@@ -72,6 +72,12 @@ class Amp:
         self.applied = 0
         self.skipped = 0
 
+    @classmethod
+    def for_task(cls, task: Any, precision: str, loss_scale: float | None = None) -> "Amp":
+        """The Amp of a step of `task` on its device, with the loss scaler its wrapper asked for
+        (TrainTask.scaler_class; a task that has none gets the default)."""
+        return cls(precision, task.device, loss_scale, getattr(task, "scaler_class", None))
+
     @property
     def loss_scale(self) -> float | None:
         """The scaler's current scale (a host sync), or None without loss scaling."""
