@@ -107,12 +107,13 @@ def predict_rows(name: str, per_precision: dict[str, list[dict]], world: tuple[i
     from memprobe.predict.batch_model import PrecisionTraces
     from memprobe.predict.data_parallel import World
     from memprobe.predict.sessions import trace_sessions
-    from memprobe.predict.summary import safe_capacity, safe_margin
+    from memprobe.predict.summary import safe_margin, safe_max_batch
 
     workload = load_registry()[name]
-    margin = safe_margin(World(*world) if world else None)
+    data_parallel = World(*world) if world else None
+    margin = safe_margin(data_parallel)
     rows = []
-    with trace_sessions(workload, world=World(*world) if world else None) as session_for:
+    with trace_sessions(workload, world=data_parallel) as session_for:
         for precision in sorted(per_precision, key=PRECISIONS.index):
             started = time.perf_counter()
             traces = PrecisionTraces(session_for(precision), precision)
@@ -123,7 +124,7 @@ def predict_rows(name: str, per_precision: dict[str, list[dict]], world: tuple[i
                     )
                 capacity = entry["capacity_bytes"]
                 predicted, _ = traces.max_batch(capacity)
-                safe = min(predicted, traces.max_batch(safe_capacity(capacity, margin))[0])
+                safe = safe_max_batch(traces, capacity, margin, predicted)
                 measured = entry["measured"]
                 rows.append(
                     {

@@ -139,6 +139,12 @@ def safe_capacity(capacity_bytes: int, margin: float = SAFE_MARGIN) -> int:
     return int(capacity_bytes * (1 - margin))
 
 
+def safe_max_batch(traces: PrecisionTraces, capacity_bytes: int, margin: float, max_batch: int) -> int:
+    """The largest batch whose trial fits `capacity_bytes` with `margin` of it left over: never above `max_batch`,
+    the traces' max batch at the whole capacity (a staircase of allocator segments could put it there)."""
+    return min(max_batch, traces.max_batch(safe_capacity(capacity_bytes, margin))[0])
+
+
 def _predict_precision(traces: PrecisionTraces, sizes: Sequence[MemorySize], margin: float) -> PrecisionPrediction:
     max_batch: dict[str, int] = {}
     safe: dict[str, int] = {}
@@ -150,7 +156,7 @@ def _predict_precision(traces: PrecisionTraces, sizes: Sequence[MemorySize], mar
             continue
         found, fail = traces.max_batch(size.capacity_bytes)
         max_batch[size.label] = found
-        safe[size.label] = min(found, traces.max_batch(safe_capacity(size.capacity_bytes, margin))[0])
+        safe[size.label] = safe_max_batch(traces, size.capacity_bytes, margin, found)
         if fail is not None and fail.oom is not None:
             oom[size.label] = fail.oom.requested
         if fail is None:  # nothing failed up to the search's cap: the answer is the cap, not an edge
