@@ -12,15 +12,24 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any, Callable, ClassVar, Union
+from typing import Any, Callable, ClassVar, TypeVar, Union
 
 from memprobe.core.memory_model import Attempt
 from memprobe.core.outcomes import CRASH, TIMEOUT
 from memprobe.core.records import Timed
 
+T = TypeVar("T")
+
 
 class ProtocolError(ValueError):
     """A line that is not a request of a known kind (or not a request at all)."""
+
+
+def _from_fields(kind: type[T], data: dict[str, Any]) -> T:
+    """A message of type `kind` from the fields of `data` that it has (others ignored, so a newer sender's extra
+    fields do not break an older reader). Raises TypeError where a field without a default is missing."""
+    # `kind` is always a dataclass; typing says so only through typeshed's private DataclassInstance protocol
+    return kind(**{f.name: data[f.name] for f in fields(kind) if f.name in data})  # type: ignore[arg-type]
 
 
 # --- answers -----------------------------------------------------------------------------------------------------
@@ -100,7 +109,7 @@ _WRITE: dict[type, Callable[[Any], dict[str, Any]]] = {
     Timed: lambda a: a.to_dict(),
 }
 _READ: dict[type, Callable[[dict[str, Any]], Any]] = {
-    Ready: lambda d: Ready(**{f.name: d[f.name] for f in fields(Ready) if f.name in d}),
+    Ready: lambda d: _from_fields(Ready, d),
     Failure: lambda d: Failure(d.get("kind", "error"), d.get("message", "setup failed"), d.get("stage", "setup")),
     Flops: lambda d: Flops(d.get("flops_per_sample"), d.get("error")),
     Pong: lambda d: Pong(bool(d.get("ok")), int(d.get("pid", 0))),
@@ -244,7 +253,7 @@ def decode_request(line: str) -> Request:
     kind = REQUESTS.get(op) if isinstance(op, str) else None
     if kind is None:
         raise ProtocolError(f"unknown op {op!r}")
-    return kind(**{f.name: data[f.name] for f in fields(kind) if f.name in data})  # every field has a default
+    return _from_fields(kind, data)  # every field has a default
 
 
 # --- the predicting children: the predicted start (probe/hint.py, predict/hint_worker.py) and nothing fits ---------
@@ -310,6 +319,7 @@ class NeedAnswer:
 
 
 ChildMessage = Union[HintSetup, HintRequest, HintAnswer, NeedRequest, NeedAnswer]
+M = TypeVar("M", HintSetup, HintRequest, HintAnswer, NeedRequest, NeedAnswer)
 
 
 def message_line(message: ChildMessage) -> str:
@@ -318,11 +328,10 @@ def message_line(message: ChildMessage) -> str:
     return json.dumps(asdict(message)) + "\n"
 
 
-def read_message(line: str | bytes, kind: type[ChildMessage]) -> ChildMessage:
-    """The message of type `kind` on a line. Raises ProtocolError for a line that is not one (not JSON, a field
-    missing that has no default)."""
+def read_message(line: str | bytes, kind: type[M]) -> M:
+    """The message of type `kind` (one of ChildMessage) on a line. Raises ProtocolError for a line that is not one
+    (not JSON, a field missing that has no default)."""
     try:
-        data = json.loads(line)
-        return kind(**{f.name: data[f.name] for f in fields(kind) if f.name in data})
+        return _from_fields(kind, json.loads(line))
     except (ValueError, TypeError) as exc:
         raise ProtocolError(f"not a {kind.__name__}: {line[:200]!r}") from exc

@@ -12,7 +12,7 @@ import os
 import select
 import sys
 import time
-from typing import Any, cast
+from typing import Any
 
 from memprobe.core.lifeline import die_with_parent, expected_parent
 from memprobe.core.protocol import HintAnswer, HintRequest, HintSetup, message_line, read_message
@@ -43,7 +43,7 @@ class _Requests:
 
     def requests(self, block: bool) -> list[HintRequest]:
         """The HintRequests read (see read). Raises ProtocolError for a line that is not one."""
-        return [cast(HintRequest, read_message(line, HintRequest)) for line in self.read(block)]
+        return [read_message(line, HintRequest) for line in self.read(block)]
 
 
 def _answer(request: HintRequest, **answer: Any) -> None:
@@ -61,8 +61,8 @@ def serve() -> int:
     first = requests.read(block=True)
     if not first:
         return 0
-    setup = cast(HintSetup, read_message(first[0], HintSetup))
-    pending = [cast(HintRequest, read_message(line, HintRequest)) for line in first[1:]]
+    setup = read_message(first[0], HintSetup)
+    pending = [read_message(line, HintRequest) for line in first[1:]]
     import torch
 
     torch.set_num_threads(1)

@@ -8,7 +8,6 @@ the error ("Type: message"); CUDA is hidden from it, and it dies with its parent
 from __future__ import annotations
 
 import sys
-from typing import cast
 
 from memprobe.core.lifeline import die_with_parent, expected_parent
 from memprobe.core.protocol import NeedAnswer, NeedRequest, message_line, read_message
@@ -32,7 +31,7 @@ def main() -> int:
     """The child's loop: one request on stdin, one answer on stdout; exit 0 either way (the answer says)."""
     die_with_parent(expected_parent())
     try:
-        request = cast(NeedRequest, read_message(sys.stdin.readline(), NeedRequest))
+        request = read_message(sys.stdin.readline(), NeedRequest)
         answer = NeedAnswer(need_bytes=trial_need_bytes(Workload.from_dict(request.workload), request.precision))
     except Exception as exc:  # noqa: BLE001 - any failure is the answer, reported by the parent
         answer = NeedAnswer(error=f"{type(exc).__name__}: {exc}"[:400])

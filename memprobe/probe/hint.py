@@ -19,7 +19,7 @@ import select
 import subprocess
 import sys
 import time
-from typing import Any, Callable, cast
+from typing import Any, Callable
 
 from memprobe.core.child_env import child_env
 from memprobe.core.protocol import HintAnswer, HintRequest, HintSetup, message_line, read_message
@@ -108,7 +108,7 @@ class PredictedStart:
                 self._buffer += chunk
                 *lines, self._buffer = self._buffer.split(b"\n")
                 for line in lines:
-                    answer = cast(HintAnswer, read_message(line, HintAnswer))
+                    answer = read_message(line, HintAnswer)
                     self._answers[answer.id or 0] = {**answer.record(), "received_at": time.time()}
         except (OSError, ValueError) as exc:  # ValueError: a line that is not an answer (ProtocolError)
             self._ended = str(exc) if isinstance(exc, OSError) and str(exc) else f"no prediction: {exc}"

@@ -9,7 +9,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from dataclasses import asdict, dataclass, field
-from typing import Callable, cast
+from typing import Callable
 
 from memprobe.core.child_env import child_env
 from memprobe.core.protocol import NeedAnswer, NeedRequest, ProtocolError, message_line, read_message
@@ -105,7 +105,7 @@ def _default_need(workload: Workload, precision: str) -> int:
         tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
         raise NeedError(f"the trace process ended with exit code {done.returncode}: {tail}")
     try:
-        answer = cast(NeedAnswer, read_message(lines[-1], NeedAnswer))
+        answer = read_message(lines[-1], NeedAnswer)
     except ProtocolError as exc:
         raise NeedError(f"the trace process answered no need: {exc}") from None
     if answer.error or answer.need_bytes is None:
