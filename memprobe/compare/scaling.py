@@ -8,7 +8,7 @@ from typing import Any, Callable, Sequence, TypeVar
 from memprobe.compare.report import render
 from memprobe.compare.tables import Table, fmt_number
 from memprobe.core.catalog import PRECISIONS
-from memprobe.core.results import ScanResult
+from memprobe.core.results import PrecisionResult, ScanResult
 
 T = TypeVar("T", bound="ScanResult | tuple[Any, ScanResult]")
 
@@ -51,6 +51,16 @@ def _single_gpu_edges(results: Sequence[ScanResult]) -> dict[tuple[str, str, str
     return {k: v[1] for k, v in edges.items()}
 
 
+def _proof_cell(p: PrecisionResult) -> str:
+    """The proof column: the fresh groups' pair, B marked unverified, or why there is no B (interrupted, error)."""
+    proof = p.proof
+    if proof is not None and proof.verified:
+        return f"{proof.fits} fits, {proof.fails} {proof.fail_outcome or 'fails'}"
+    if p.max_batch is not None:
+        return f"{p.max_batch} (unverified)"
+    return p.status if p.status != "done" else "-"
+
+
 def _rate(value: float | None, unit: str | None) -> str:
     return "-" if value is None else f"{fmt_number(value)} {unit or 'samples'}/s"
 
@@ -79,14 +89,6 @@ def scaling_entries(
         gpu, workload, precision, n, how = key
         r, p = newest[key]
         scaling = (p.settings or {}).get("scaling") or {}
-        proof = p.proof
-        proven = (
-            f"{proof.fits} fits, {proof.fails} {proof.fail_outcome or 'fails'}"
-            if proof is not None and proof.verified
-            else (p.status if p.status != "done" else "-")
-            if p.max_batch is None
-            else f"{p.max_batch} (unverified)"
-        )
         unit = scaling.get("unit")
         interconnect = ((r.environment.get("distributed") or {}).get("interconnect") or {}).get("summary", "-")
         row = [
@@ -96,7 +98,7 @@ def scaling_entries(
             how,
             n,
             "-" if p.max_batch is None else p.max_batch,
-            proven,
+            _proof_cell(p),
             edges.get((gpu, workload, precision), "-"),
             scaling.get("per_gpu_batch", "-"),
             _rate(scaling.get("units_per_s_1"), unit),
