@@ -100,18 +100,17 @@ class _SleepingLaunch:
 
 
 def _stuck_group(tmp_path, monkeypatch, votes: list[int], timeout_s: float = 60.0):
-    import json
-
     import memprobe.probe.distributed.group as group_module
+    from memprobe.probe.distributed.serve import vote_path, write_json
 
     monkeypatch.setattr(group_module, "FAILED_GRACE_S", 0.3)
     run_dir = tmp_path / "launch"
     run_dir.mkdir()
     failure = {"stage": "trial", "command": 0, "outcome": OOM, "message": "OutOfMemoryError: CUDA out of memory"}
-    (run_dir / "rank0.json").write_text(json.dumps({"batches": [], "answered": -1, "failure": {**failure, "at": 1.0}}))
-    (run_dir / "rank1.json").write_text(json.dumps({"batches": [], "answered": -1, "failure": None}))
+    write_json(run_dir / "rank0.json", {"batches": [], "answered": -1, "failure": {**failure, "at": 1.0}})
+    write_json(run_dir / "rank1.json", {"batches": [], "answered": -1, "failure": None})
     for r in votes:
-        (run_dir / f"vote0.r{r}.json").write_text(json.dumps({"outcome": OOM, "collectives": [3]}))
+        write_json(vote_path(run_dir, 0, r), {"outcome": OOM, "collectives": [3]})
     req = LaunchRequest(TOY.to_dict(), "fp32", "ddp", 2, [1], device="cpu", timeout_s=timeout_s)
     launch = _SleepingLaunch(run_dir)
     return ServedGroup(req, standby=launch), launch
