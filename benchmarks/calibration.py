@@ -106,8 +106,8 @@ def predict_rows(name: str, per_precision: dict[str, list[dict]], world: tuple[i
     from memprobe.core.registry import load_registry
     from memprobe.predict.batch_model import PrecisionTraces
     from memprobe.predict.data_parallel import World
+    from memprobe.predict.safe import safe_margin, safe_max_batch
     from memprobe.predict.sessions import trace_sessions
-    from memprobe.predict.summary import safe_margin, safe_max_batch
 
     workload = load_registry()[name]
     data_parallel = World(*world) if world else None

@@ -115,7 +115,7 @@ def test_ddp_predicts_a_smaller_batch_and_fsdp_a_larger_one(registry):
 
 
 def test_the_safe_batch_leaves_more_memory_under_fsdp_than_under_ddp_or_on_one_gpu():
-    from memprobe.predict.summary import FSDP_SAFE_MARGIN, SAFE_MARGIN, safe_capacity, safe_margin
+    from memprobe.predict.safe import FSDP_SAFE_MARGIN, SAFE_MARGIN, safe_capacity, safe_margin
 
     assert safe_margin(None) == safe_margin(World(2, "ddp")) == SAFE_MARGIN == 0.05
     assert safe_margin(World(4, "fsdp")) == FSDP_SAFE_MARGIN == 0.10

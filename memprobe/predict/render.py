@@ -8,7 +8,8 @@ import textwrap
 
 from memprobe.core.units import gib
 from memprobe.predict.batch_model import MAX_SEARCH_BATCH
-from memprobe.predict.summary import SAFE_MARGIN, Prediction
+from memprobe.predict.safe import SAFE_MARGIN
+from memprobe.predict.summary import Prediction
 
 
 def _pct(pred: float | None, meas: float | None) -> str:
