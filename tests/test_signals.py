@@ -135,6 +135,22 @@ def test_ctrl_c_is_never_lost_in_a_finalizer(monkeypatch):
         assert time.monotonic() - started < 5, "the Ctrl-C took several tries to land"
 
 
+def _interrupt_wrapped_by_an_import(*args, **kwargs):
+    # as Python 3.11 does with a KeyboardInterrupt raised in __set_name__ while a class is made (an import under way)
+    try:
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(5)
+    except KeyboardInterrupt as exc:
+        raise RuntimeError("Error calling __set_name__ on 'cached_property' instance '_name_template'") from exc
+
+
+def test_ctrl_c_that_surfaces_as_another_error_still_stops_the_command(monkeypatch):
+    monkeypatch.setattr("memprobe.predict.summary.predict", _interrupt_wrapped_by_an_import)
+    result = CliRunner().invoke(main, ["predict", "--model", "toy", "--memory", "8GiB", "-p", "fp32"])
+    assert result.exit_code == 130, result.output
+    assert "interrupted (Ctrl-C): stopped" in result.output and "__set_name__" not in result.output
+
+
 CHURNING_BUILD = """import torch
 
 def build(device, precision):  # fake tensors made and freed for ever, in predict's own process

@@ -105,17 +105,27 @@ class MemprobeGroup(click.Group):
                     raise click.ClickException(
                         "KeyboardInterrupt raised by the code that ran, with no Ctrl-C or signal: find what raises it"
                     ) from None
-                click.echo(f"\ninterrupted ({signal_name(received[0])}): stopped", err=True)
-                sys.exit(interrupted_status())
-            except click.ClickException as exc:
-                # click types `message` Final; it is a plain attribute that show() reads, rewritten here on purpose
-                exc.message = one_line(exc.message)  # type: ignore[misc]
-                raise
-            except OSError as exc:  # output that cannot be written: one line (output_errors)
-                failed = output_failure(exc)
+                _stopped(received)
+            except Exception as exc:
+                if received:
+                    # A signal came and its interrupt surfaced as another error: Python 3.11 wraps a KeyboardInterrupt
+                    # raised in a class's __set_name__ (an import under way) in a RuntimeError, which a command may
+                    # then report as its own. The command was stopped all the same.
+                    _stopped(received)
+                if isinstance(exc, click.ClickException):
+                    # click types `message` Final; it is a plain attribute that show() reads, rewritten on purpose
+                    exc.message = one_line(exc.message)  # type: ignore[misc]
+                    raise
+                failed = output_failure(exc) if isinstance(exc, OSError) else None
                 if failed is None:
                     raise
-                raise click.ClickException(one_line(failed)) from None
+                raise click.ClickException(one_line(failed)) from None  # output that cannot be written: one line
+
+
+def _stopped(received: list[int]) -> None:
+    """End a command that a signal stopped: say so, exit 128 + the signal."""
+    click.echo(f"\ninterrupted ({signal_name(received[0])}): stopped", err=True)
+    sys.exit(interrupted_status())
 
 
 @click.group(cls=MemprobeGroup, context_settings={"help_option_names": ["-h", "--help"]})
