@@ -99,7 +99,7 @@ class _SleepingLaunch:
         return self.proc, self.run_dir, open(self.run_dir / "launcher.log", "wb")
 
 
-def _stuck_group(tmp_path, monkeypatch, votes: list[int], timeout_s: float = 60.0):
+def _stuck_group(tmp_path, monkeypatch, votes: list[int], timeout_s: float = 60.0, committed: int = -1):
     import memprobe.probe.distributed.group as group_module
     from memprobe.probe.distributed.serve import vote_path, write_json
 
@@ -107,8 +107,9 @@ def _stuck_group(tmp_path, monkeypatch, votes: list[int], timeout_s: float = 60.
     run_dir = tmp_path / "launch"
     run_dir.mkdir()
     failure = {"stage": "trial", "command": 0, "outcome": OOM, "message": "OutOfMemoryError: CUDA out of memory"}
-    write_json(run_dir / "rank0.json", {"batches": [], "answered": -1, "failure": {**failure, "at": 1.0}})
-    write_json(run_dir / "rank1.json", {"batches": [], "answered": -1, "failure": None})
+    rank0 = {"batches": [], "answered": -1, "committed": committed, "failure": {**failure, "at": 1.0}}
+    write_json(run_dir / "rank0.json", rank0)
+    write_json(run_dir / "rank1.json", {"batches": [], "answered": -1, "committed": committed, "failure": None})
     for r in votes:
         write_json(vote_path(run_dir, 0, r), {"outcome": OOM, "collectives": [3]})
     req = LaunchRequest(TOY.to_dict(), "fp32", "ddp", 2, [1], device="cpu", timeout_s=timeout_s)
@@ -131,12 +132,26 @@ def test_a_group_whose_peer_neither_votes_nor_ends_after_a_failure_is_ended_and_
     assert not launch.run_dir.exists()
 
 
-def test_a_group_whose_ranks_all_voted_after_a_failure_is_left_to_decide(tmp_path, monkeypatch):
-    # every rank voted: they are rebuilding the model (which can take longer than the grace) or ending
-    group, launch = _stuck_group(tmp_path, monkeypatch, votes=[0, 1], timeout_s=2.0)
+def test_a_group_whose_ranks_all_committed_after_a_failure_is_left_to_rebuild(tmp_path, monkeypatch):
+    # every rank voted a shared out-of-memory failure and committed it: they are rebuilding the model, which can
+    # take longer than the grace; only the trial's own time limit ends them
+    group, launch = _stuck_group(tmp_path, monkeypatch, votes=[0, 1], timeout_s=2.0, committed=0)
     attempt = group.trial(3301, 0.2)
-    assert group.timed_out and "neither voted" not in attempt.message
+    assert group.timed_out and "neither" not in attempt.message
     assert attempt.outcome == OOM and launch.proc.poll() is not None
+
+
+def test_a_group_whose_ranks_voted_but_never_committed_after_a_failure_is_ended(tmp_path, monkeypatch):
+    # every rank voted, then the commit (an all_reduce) never completed: a collective left behind by the failed
+    # step, as resnet50 and bert-large-squad under DDP on 4x H200 sat 243 s until the process-group timeout
+    group, launch = _stuck_group(tmp_path, monkeypatch, votes=[0, 1], timeout_s=60.0)
+    started = time.perf_counter()
+    attempt = group.trial(3301, 0.2)
+    assert time.perf_counter() - started < 20 and not group.timed_out
+    assert attempt.outcome == OOM and attempt.message.startswith("rank 0: OutOfMemoryError")
+    assert "ranks [0, 1] voted but neither committed nor ended" in attempt.message
+    assert "the group was ended" in attempt.message
+    assert not group.alive and launch.proc.poll() is not None and not launch.run_dir.exists()
 
 
 # --- decisions and records (no launch) ------------------------------------------------------------

@@ -41,11 +41,14 @@ STOP_WAIT_S = 30.0
 # fits took per sample at this batch. A peer still stuck in a collective the failed rank never joins votes
 # never; waiting for it longer than a fresh group takes to start would cost more than it saves.
 VOTE_MIN_S = 10.0
-# Once a rank has recorded a failure, every rank votes within the failed rank's vote wait, and a group that then
-# ends (the failed rank exits, torchrun ends the rest) does so within torchrun's stop grace. A rank stuck in a
-# collective or a device sync that its failed peer never joins can outlive both: on 4x H200, resnet50 bf16 under
-# DDP sat 200 s in such a trial, until the process-group timeout. So a vote still missing this long after the
-# vote wait makes the parent end the group itself and answer from the failure the rank recorded.
+# Once a rank has recorded a failure, every rank votes within the failed rank's vote wait, then commits (the
+# status all_reduce) at once: the group goes on, or ends (the failed rank exits, torchrun ends the rest) within
+# torchrun's stop grace. A rank stuck in a collective or a device sync that a peer never joins can outlive all
+# of it: on 4x H200 under DDP, resnet50 bf16 sat 200 s in such a trial without voting, and after every rank had
+# voted a shared out-of-memory failure, resnet50 and bert-large-squad bf16 sat 243 s in the commit, until the
+# process-group timeout. So a rank that has neither committed nor ended this long after the vote wait makes the
+# parent end the group itself and answer from the failure recorded. (A rank rebuilding its model after the
+# commit has committed: the rebuild's time is not limited here.)
 FAILED_GRACE_S = 30.0
 
 
@@ -112,9 +115,8 @@ class ServedGroup:
                 if failed_at is None and _failures(records, index):
                     failed_at = now
                 elif failed_at is not None and now - failed_at > vote_wait_s + FAILED_GRACE_S:
-                    missing = self._missing_votes(index)
-                    if missing:
-                        stuck = f"ranks {missing} neither voted nor ended {now - failed_at:.0f} s after the failure"
+                    stuck = self._stuck(records, index, now - failed_at)
+                    if stuck:
                         _end(self.proc)
                         break
                 time.sleep(POLL_S)
@@ -139,9 +141,20 @@ class ServedGroup:
             self._cleanup()
         return attempt
 
-    def _missing_votes(self, index: int) -> list[int]:
-        """The ranks that have not voted on command `index` (serve.py): a rank that voted has decided."""
-        return [r for r in range(self.req.world_size) if not vote_path(self.run_dir, index, r).exists()]
+    def _stuck(self, records: list[dict[str, Any] | None], index: int, since_s: float) -> str:
+        """Why the group is stuck in command `index` `since_s` after a rank's failure: the ranks that have not
+        voted, else those that voted but never completed the commit (serve.py); "" where every rank has."""
+        missing = [r for r in range(self.req.world_size) if not vote_path(self.run_dir, index, r).exists()]
+        if missing:
+            return f"ranks {missing} neither voted nor ended {since_s:.0f} s after the failure"
+        behind = [
+            r
+            for r, record in enumerate(records)
+            if max((record or {}).get("committed", -1), (record or {}).get("answered", -1)) < index
+        ]
+        if behind:
+            return f"ranks {behind} voted but neither committed nor ended {since_s:.0f} s after the failure"
+        return ""
 
     def close(self) -> None:
         """Stop the group: every rank leaves the process group and exits (ended after STOP_WAIT_S otherwise)."""

@@ -16,7 +16,8 @@ many collectives it has issued on each process group, and reads every rank's vot
   leaves less memory than the first build (memory_lost): the next trials would not see a fresh group's memory.
 
 Each rank writes its record (`rank<R>.json`) after every decision; `answered` is the last command it finished
-and goes on from. A failed rank records its failure the moment the step raises (trial.watch_steps), so the
+and goes on from, `committed` the last whose commit completed (a rank rebuilding after a shared out-of-memory
+failure has committed, not yet answered). A failed rank records its failure the moment the step raises (trial.watch_steps), so the
 outcome is known even where its clean-up then blocks on a collective a peer never joins. A rank whose scan
 died (MEMPROBE_PARENT_PID gone) exits.
 """
@@ -191,6 +192,9 @@ def serve(req: dict[str, Any], rank: Rank, device: Any, mesh: Any, timeout_s: fl
             rank.commit(timeout_s, device)
         except Exception as exc:  # noqa: BLE001
             rank.fail_and_exit("trial", CRASH, f"{type(exc).__name__}: {exc}", batch, command=index)
+        # Past the commit: the parent no longer counts this rank as stuck in the trial (group.py), however
+        # long the rebuild below takes.
+        rank.record["committed"] = index
         if decision == FIT_DECISION:
             loss_scale = attempt.loss_scale or loss_scale
             rank.record["batches"].append(entry)
