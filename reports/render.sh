@@ -36,8 +36,10 @@ render reports/breakdown/breakdown.md "Memory breakdown at B on the H100 and H20
     > reports/breakdown/accuracy.md
 render reports/h200_frontier/frontier.md "llama-1b batch x sequence-length frontier on the H200, measured and predicted" \
     report --frontier reports/h200_frontier/scans reports/h200_frontier/predicted
+# reports/h200_parallel: the --parallel run's single-GPU scans (no curves), with llama-1b's 1-GPU B; kept out of the
+# other renders, where they would replace the suite's scans (with curves) as the newest of each workload.
 render reports/scaling_h200.md "memprobe report on the 2- and 4-GPU scans (4x H200 host) beside the single-GPU H200 scans" \
-    report reports/h200 reports/h200_multi --with-published
+    report reports/h200 reports/h200_multi reports/h200_parallel --with-published
 # One self-contained page of all of it (report, guide, scans, breakdowns, LLM edges, the frontier): open it offline.
 # reports/breakdown/h100 and h200 stay out: their rescans (no curve) are newer than the suite's, so the comparison
 # would take them and compare at B where report.md compares at b*; the page shows the breakdowns of reports/h100.
