@@ -19,6 +19,7 @@ from memprobe.compare.chart_layout import DPI
 from memprobe.core.memory_model import Attempt
 from memprobe.core.outcomes import FIT, OOM
 from memprobe.core.protocol import Flops, Ready
+from memprobe.core.rank_record import RankRecord
 from memprobe.core.records import CurvePoint, Timed
 from memprobe.core.registry import load_registry
 from memprobe.core.results import PrecisionResult, ScanResult, read_result, write_result
@@ -440,7 +441,7 @@ class FakeGroup:
             "environment": {"gpu": {"name": "cpu"}},
             "wrap": {"strategy": req.strategy},
         }
-        ranks = [{"rank": r, "setup": setup} for r in range(req.world_size)]
+        ranks: list[RankRecord | None] = [RankRecord(r, req.world_size, setup=setup) for r in range(req.world_size)]
         return LaunchResult(attempts, measure, setup, 0, False, 1.0, "", ranks)
 
 

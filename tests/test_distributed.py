@@ -16,6 +16,7 @@ from conftest import RecordingProgress
 from fakes import TOY, FakeGroup, fake_group_opts, process_alive
 from memprobe.core.memory_model import Attempt
 from memprobe.core.outcomes import CRASH, ERROR, FIT, OOM, TIMEOUT
+from memprobe.core.rank_record import RankRecord
 from memprobe.core.registry import load_registry
 from memprobe.core.results import read_result
 from memprobe.probe.distributed.efficiency import scaling_efficiency, scaling_record
@@ -31,7 +32,7 @@ TIGHT = 3_000_000
 
 
 def _pids(result: LaunchResult) -> list[int]:
-    return [r["pid"] for r in result.ranks if r]
+    return [r.pid for r in result.ranks if r]
 
 
 # --- real launches --------------------------------------------------------------------------------
@@ -56,7 +57,7 @@ def test_a_fake_oom_on_one_rank_makes_the_trial_an_oom_and_both_ranks_exit():
     )
     assert [a.outcome for a in result.attempts] == [OOM]  # batch 2 never ran
     assert result.attempts[0].message.startswith("rank 1: OutOfMemoryError")
-    assert result.ranks[1]["failure"]["outcome"] == OOM
+    assert result.ranks[1] is not None and result.ranks[1].failure.outcome == OOM
     assert result.returncode != 0 and not result.timed_out
     assert len(_pids(result)) == 2 and not any(process_alive(pid) for pid in _pids(result))
     assert time.monotonic() - started < 60
@@ -108,7 +109,7 @@ def test_a_batch_fits_only_when_every_rank_committed_it_and_the_group_is_timed()
         )
     )
     assert [(a.batch, a.outcome, a.fresh) for a in result.attempts] == [(1, FIT, True), (3, FIT, False)]
-    assert all(r["done"] and [b["batch"] for b in r["batches"]] == [1, 3] for r in result.ranks)
+    assert all(r and r.done and [b["batch"] for b in r.batches] == [1, 3] for r in result.ranks)
     assert result.setup["wrap"]["strategy"] == "fsdp" and result.setup["wrap"]["block_type"] == ["Linear"]
     measured = result.measure
     slowest = max(m["median_s"] for m in measured.extra["per_rank"])
@@ -120,23 +121,25 @@ def test_a_batch_fits_only_when_every_rank_committed_it_and_the_group_is_timed()
 
 
 def _record(rank, batches=(), failure=None, done=False):
-    return {
-        "rank": rank,
-        "batches": [
-            {
-                "batch": b,
-                "outcome": FIT,
-                "peak_allocated": 10 * b + rank,
-                "peak_reserved": 20 * b + rank,
-                "seconds": 0.1,
-                "steps": 3,
-            }
-            for b in batches
-        ],
-        "failure": failure,
-        "done": done,
-        "measure": None,
-    }
+    return RankRecord.from_dict(
+        {
+            "rank": rank,
+            "batches": [
+                {
+                    "batch": b,
+                    "outcome": FIT,
+                    "peak_allocated": 10 * b + rank,
+                    "peak_reserved": 20 * b + rank,
+                    "seconds": 0.1,
+                    "steps": 3,
+                }
+                for b in batches
+            ],
+            "failure": failure,
+            "done": done,
+            "measure": None,
+        }
+    )
 
 
 def _request(batches):

@@ -17,6 +17,7 @@ from conftest import RecordingProgress
 from fakes import TOY, FakeGroup, fake_group_opts, rank_processes
 from memprobe.core.memory_model import Attempt
 from memprobe.core.outcomes import CRASH, FIT, OOM, TIMEOUT
+from memprobe.core.rank_record import RankFailure, RankRecord
 from memprobe.probe.distributed.group import ServedGroup, command_attempt, served_groups_on
 from memprobe.probe.distributed.launch import LaunchRequest
 from memprobe.probe.distributed.scan import scan_precision_distributed
@@ -184,15 +185,15 @@ def _entry(command, outcome, at, batch=64, peak=100):
 
 def test_the_group_answer_is_a_fit_on_every_rank_or_the_earliest_failure():
     records = [
-        {"batches": [_entry(0, FIT, 1.0), _entry(1, OOM, 5.0, peak=300)], "failure": None, "answered": 1},
-        {"batches": [_entry(0, FIT, 1.0, peak=120), _entry(1, OOM, 4.0, peak=310)], "failure": None, "answered": 1},
+        RankRecord(0, 2, batches=[_entry(0, FIT, 1.0), _entry(1, OOM, 5.0, peak=300)], answered=1),
+        RankRecord(1, 2, batches=[_entry(0, FIT, 1.0, peak=120), _entry(1, OOM, 4.0, peak=310)], answered=1),
     ]
     fitted = command_attempt(records, 0, 64, None, False)
     assert fitted.fits and fitted.peak_reserved == 120
     failed = command_attempt(records, 1, 64, None, False)
     assert failed.outcome == OOM and failed.peak_reserved == 310 and failed.message.startswith("rank 1:")
     # a rank that could not start fails the group's first command; nothing recorded and a dead launcher is a crash
-    setup = [{"batches": [], "failure": {"stage": "setup", "outcome": OOM, "message": "building", "at": 1.0}}, None]
+    setup = [RankRecord(0, 2, failure=RankFailure("setup", None, OOM, "building", at=1.0)), None]
     assert command_attempt(setup, 0, 1, 3, False).message == "rank 0: building"
     assert command_attempt([None, None], 2, 8, 1, False, "boom").outcome == CRASH
     assert command_attempt([None, None], 2, 8, None, True).outcome == TIMEOUT
@@ -219,7 +220,7 @@ class FakeServed:
 
     @property
     def setup(self):
-        return self.records[0]["setup"] if self.records else None
+        return self.records[0].setup if self.records else None
 
     def trial(self, batch: int, vote_wait_s: float) -> Attempt:
         result = self.fake(LaunchRequest(self.req.workload, "fp32", self.req.strategy, 2, [batch]))

@@ -23,6 +23,7 @@ from typing import Any, Callable, Protocol
 
 from memprobe.core.memory_model import Attempt
 from memprobe.core.outcomes import CRASH, FIT, TIMEOUT
+from memprobe.core.rank_record import RankRecord, read_rank_records
 from memprobe.probe.distributed.launch import (
     LaunchRequest,
     _end,
@@ -66,7 +67,7 @@ class ServedGroup:
         self.started = time.perf_counter()
         self.launched = time.time()
         self.index = 0
-        self.records: list[dict[str, Any] | None] = [None] * req.world_size
+        self.records: list[RankRecord | None] = [None] * req.world_size
         self.timed_out = False
         served = replace(req, serve=True)
         if standby is not None and standby.fits(req):
@@ -84,10 +85,10 @@ class ServedGroup:
     @property
     def setup(self) -> dict[str, Any] | None:
         """Rank 0's setup record (the first rank's that has one), once a trial has been answered."""
-        return next((r["setup"] for r in self.records if r and r.get("setup")), None)
+        return next((r.setup for r in self.records if r and r.setup), None)
 
-    def _read_records(self) -> list[dict[str, Any] | None]:
-        return [_read(self.run_dir / f"rank{r}.json") for r in range(self.req.world_size)]
+    def _read_records(self) -> list[RankRecord | None]:
+        return read_rank_records(self.run_dir, self.req.world_size)
 
     def trial(self, batch: int, vote_wait_s: float) -> Attempt:
         """Batch `batch` on every rank of the group: the group's Attempt (`fresh` for the group's first trial).
@@ -103,7 +104,7 @@ class ServedGroup:
         try:
             while True:
                 records = self._read_records()
-                if all(r is not None and r.get("answered", -1) >= index for r in records):
+                if all(r is not None and r.answered >= index for r in records):
                     break
                 if self.proc.poll() is not None:
                     break
@@ -112,7 +113,7 @@ class ServedGroup:
                     self.timed_out = True
                     _end(self.proc)
                     break
-                if failed_at is None and _failures(records, index):
+                if failed_at is None and (_failures(records, index) or self._failed_vote(index)):
                     failed_at = now
                 elif failed_at is not None and now - failed_at > vote_wait_s + FAILED_GRACE_S:
                     stuck = self._stuck(records, index, now - failed_at)
@@ -128,7 +129,7 @@ class ServedGroup:
             self.tail = _tail(self.run_dir / "launcher.log")
         self.records = self._read_records()
         attempt = command_attempt(self.records, index, batch, self.proc.returncode, self.timed_out, self.tail)
-        ended = sorted({r["ended"] for r in self.records if r and r.get("ended")})
+        ended = sorted({r.ended for r in self.records if r and r.ended})
         if ended:  # the ranks went on from the failure, then found the model built again short of memory
             attempt.message += f"; the group then ended: {'; '.join(ended)}"
         if stuck:
@@ -141,16 +142,20 @@ class ServedGroup:
             self._cleanup()
         return attempt
 
-    def _stuck(self, records: list[dict[str, Any] | None], index: int, since_s: float) -> str:
+    def _failed_vote(self, index: int) -> bool:
+        """Whether a rank voted a failure of command `index`: one that failed outside the step (making the batch),
+        which records no failure of its own until the group decides."""
+        votes = (_read(vote_path(self.run_dir, index, r)) for r in range(self.req.world_size))
+        return any(v is not None and v.get("outcome") != FIT for v in votes)
+
+    def _stuck(self, records: list[RankRecord | None], index: int, since_s: float) -> str:
         """Why the group is stuck in command `index` `since_s` after a rank's failure: the ranks that have not
         voted, else those that voted but never completed the commit (serve.py); "" where every rank has."""
         missing = [r for r in range(self.req.world_size) if not vote_path(self.run_dir, index, r).exists()]
         if missing:
             return f"ranks {missing} neither voted nor ended {since_s:.0f} s after the failure"
         behind = [
-            r
-            for r, record in enumerate(records)
-            if max((record or {}).get("committed", -1), (record or {}).get("answered", -1)) < index
+            r for r, record in enumerate(records) if record is None or max(record.committed, record.answered) < index
         ]
         if behind:
             return f"ranks {behind} voted but neither committed nor ended {since_s:.0f} s after the failure"
@@ -186,28 +191,25 @@ class ServedGroup:
         self.closed = True
 
 
-def _entries(records: list[dict[str, Any] | None], index: int) -> list[dict[str, Any] | None]:
-    return [
-        next((b for b in (r or {}).get("batches", []) if b.get("command") == index), None) if r else None
-        for r in records
-    ]
+def _entries(records: list[RankRecord | None], index: int) -> list[dict[str, Any] | None]:
+    return [r.entry(index) if r else None for r in records]
 
 
-def _failures(records: list[dict[str, Any] | None], index: int) -> list[tuple[float, int, dict[str, Any]]]:
+def _failures(records: list[RankRecord | None], index: int) -> list[tuple[float, int, dict[str, Any]]]:
     """(time, rank, failure) of every failure recorded for command `index`: trials that failed (kept or not), and
     for a group's first command, a rank that could not start."""
     found = []
     for r, (record, entry) in enumerate(zip(records, _entries(records, index))):
         if entry is not None and entry.get("outcome") != FIT:
             found.append((float(entry.get("at") or 0.0), r, entry))
-        failure = (record or {}).get("failure")
-        if failure and (failure.get("command") == index or (failure.get("stage") == "setup" and index == 0)):
-            found.append((float(failure.get("at") or 0.0), r, failure))
+        failure = record.failure if record else None
+        if failure and (failure.command == index or (failure.stage == "setup" and index == 0)):
+            found.append((float(failure.at or 0.0), r, failure.to_dict()))
     return sorted(found, key=lambda item: (item[0], item[1]))
 
 
 def command_attempt(
-    records: list[dict[str, Any] | None],
+    records: list[RankRecord | None],
     index: int,
     batch: int,
     returncode: int | None,
@@ -254,7 +256,7 @@ class Group(Protocol):
     """A served group as ServedSearch uses it (ServedGroup; tests give fakes)."""
 
     index: int
-    records: list[dict[str, Any] | None]
+    records: list[RankRecord | None]
 
     @property
     def alive(self) -> bool: ...
@@ -283,7 +285,7 @@ class SearchTrials:
     def __init__(self) -> None:
         self.cached: dict[int, Attempt] = {}
         self.first_attempts: list[Attempt] = []
-        self.ranks: list[dict[str, Any] | None] = []
+        self.ranks: list[RankRecord | None] = []
         self.predicted: int | None = None  # the predicted max batch changes nothing: no trial picks its group by it
 
     def _keep_first(self, attempts: list[Attempt]) -> None:
@@ -295,7 +297,7 @@ class SearchTrials:
     @property
     def capacity_bytes(self) -> int | None:
         """The smallest capacity any rank of the first launch reported (free + reserved after building the model)."""
-        values = [r["setup"]["capacity_bytes"] for r in self.ranks if r and r.get("setup")]
+        values = [r.setup.get("capacity_bytes") for r in self.ranks if r and r.setup]
         values = [v for v in values if v]
         return min(values) if values else None
 

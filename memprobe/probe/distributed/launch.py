@@ -26,6 +26,7 @@ from typing import IO, Any
 from memprobe.core.child_env import SAFE_ENV, child_env
 from memprobe.core.memory_model import Attempt
 from memprobe.core.outcomes import CRASH, FIT, TIMEOUT
+from memprobe.core.rank_record import RankFailure, RankRecord, read_rank_records
 from memprobe.core.records import Timed
 
 TERM_GRACE_S = 15.0
@@ -83,17 +84,17 @@ class LaunchResult:
     timed_out: bool
     wall_seconds: float
     log_tail: str = ""
-    ranks: list[dict[str, Any] | None] = field(default_factory=list)
+    ranks: list[RankRecord | None] = field(default_factory=list)
     timeline: dict[str, Any] | None = None  # where the launch's time went (see timeline())
 
 
-def timeline(ranks: list[dict[str, Any] | None], launched: float, wall_seconds: float) -> dict[str, Any] | None:
+def timeline(ranks: list[RankRecord | None], launched: float, wall_seconds: float) -> dict[str, Any] | None:
     """Where a launch's time went, by rank 0's clock marks (wall-clock `launched`: the launcher started): torchrun
     until the rank's Python was up, its imports, joining the process group, building the model (CUDA's context
     apart), and the rest (trials, timed steps, ending). None where rank 0 left no marks."""
     record = ranks[0] if ranks else None
-    marks = (record or {}).get("timeline") or {}
-    setup = (record or {}).get("setup") or {}
+    marks = (record.timeline if record else None) or {}
+    setup = (record.setup if record else None) or {}
     if not marks.get("started"):
         return None
     out: dict[str, Any] = {"to_rank_s": round(marks["started"] - launched, 2), "wall_s": round(wall_seconds, 2)}
@@ -216,13 +217,13 @@ def launch(req: LaunchRequest, env: dict[str, str] | None = None, standby: Any =
         kill_survivors(run_dir)
     log.close()
     wall = time.perf_counter() - started
-    records = [_read(run_dir / f"rank{r}.json") for r in range(req.world_size)]
+    records = read_rank_records(run_dir, req.world_size)
     tail = _tail(run_dir / "launcher.log")
     shutil.rmtree(run_dir, ignore_errors=True)
     attempts, measure = aggregate(records, req, proc.returncode, timed_out, tail)
     for attempt in attempts:
         attempt.wall_seconds = round(wall, 3)
-    setup = next((r["setup"] for r in records if r and r.get("setup")), None)
+    setup = next((r.setup for r in records if r and r.setup), None)
     return LaunchResult(
         attempts,
         measure,
@@ -252,13 +253,9 @@ def _tail(path: Path, lines: int = 6) -> str:
     return " | ".join(keep[-lines:])[-1500:]
 
 
-def _root_failure(records: list[dict[str, Any] | None], batch: int | None) -> tuple[int, dict[str, Any]] | None:
+def _root_failure(records: list[RankRecord | None], batch: int | None) -> tuple[int, RankFailure] | None:
     """(rank, failure) of the earliest failure recorded for `batch` (setup failures count for any)."""
-    found = [
-        (r["failure"]["at"], r["rank"], r["failure"])
-        for r in records
-        if r and r.get("failure") and r["failure"].get("batch") in (batch, None)
-    ]
+    found = [(r.failure.at, r.rank, r.failure) for r in records if r and r.failure and r.failure.batch in (batch, None)]
     if not found:
         return None
     _at, rank, failure = min(found, key=lambda item: (item[0], item[1]))
@@ -266,21 +263,21 @@ def _root_failure(records: list[dict[str, Any] | None], batch: int | None) -> tu
 
 
 def _lost(
-    req: LaunchRequest, records: list[dict[str, Any] | None], returncode: int | None, timed_out: bool, tail: str
+    req: LaunchRequest, records: list[RankRecord | None], returncode: int | None, timed_out: bool, tail: str
 ) -> tuple[str, str]:
-    silent = [r for r in range(req.world_size) if records[r] is None or not records[r].get("done")]
+    silent = [r for r, record in enumerate(records) if record is None or not record.done]
     if timed_out:
         return TIMEOUT, f"no result within {req.timeout_s:.0f} s (ranks {silent} unfinished); launcher killed"
     return CRASH, f"launcher exit {returncode}, ranks {silent} left no result: {tail or 'no output'}"
 
 
 def aggregate(
-    records: list[dict[str, Any] | None], req: LaunchRequest, returncode: int | None, timed_out: bool, tail: str = ""
+    records: list[RankRecord | None], req: LaunchRequest, returncode: int | None, timed_out: bool, tail: str = ""
 ) -> tuple[list[Attempt], Timed | None]:
     """An Attempt per batch run (a fit only where every rank committed it) and the group measurement."""
     attempts: list[Attempt] = []
     for batch in req.batches:
-        done = [next((b for b in (r or {}).get("batches", []) if b["batch"] == batch), None) for r in records]
+        done = [next((b for b in r.batches if b["batch"] == batch), None) if r else None for r in records]
         if all(d is not None and d["outcome"] == FIT for d in done):
             attempts.append(
                 Attempt(
@@ -296,20 +293,18 @@ def aggregate(
             )
             continue
         root = _root_failure(records, batch)
-        if root is not None and root[1].get("stage") != "measure":
+        if root is not None and root[1].stage != "measure":
             rank, failure = root
-            others = sorted(
-                {(r["rank"], r["failure"]["outcome"]) for r in records if r and r.get("failure") and r["rank"] != rank}
-            )
+            others = sorted({(r.rank, r.failure.outcome) for r in records if r and r.failure and r.rank != rank})
             then = "; then " + ", ".join(f"rank {r}: {o}" for r, o in others) if others else ""
             attempts.append(
                 Attempt(
                     batch,
-                    failure["outcome"],
-                    failure.get("peak_allocated"),
-                    failure.get("peak_reserved"),
-                    failure.get("seconds") or 0.0,
-                    f"rank {rank}: {failure['message']}{then}",
+                    failure.outcome,
+                    failure.peak_allocated,
+                    failure.peak_reserved,
+                    failure.seconds or 0.0,
+                    f"rank {rank}: {failure.message}{then}",
                     fresh=not attempts,
                 )
             )
@@ -319,7 +314,7 @@ def aggregate(
         return attempts, None
     if not req.measure:
         return attempts, None
-    measures = [Timed.from_dict(m) if m else None for m in ((r or {}).get("measure") for r in records)]
+    measures = [Timed.from_dict(r.measure) if r and r.measure else None for r in records]
     if all(m is not None and m.outcome == FIT for m in measures):
         return attempts, group_measurement(measures, req.world_size, req.batches[-1])  # type: ignore[arg-type]
     root = _root_failure(records, req.batches[-1])
@@ -327,11 +322,11 @@ def aggregate(
         rank, failure = root
         return attempts, Timed(
             batch=req.batches[-1],
-            outcome=failure["outcome"],
-            error=f"rank {rank}: {failure['message']}",
-            failed_at_step=failure.get("failed_at_step"),
-            peak_allocated=failure.get("peak_allocated"),
-            peak_reserved=failure.get("peak_reserved"),
+            outcome=failure.outcome,
+            error=f"rank {rank}: {failure.message}",
+            failed_at_step=failure.failed_at_step,
+            peak_allocated=failure.peak_allocated,
+            peak_reserved=failure.peak_reserved,
         )
     outcome, message = _lost(req, records, returncode, timed_out, tail)
     return attempts, Timed(batch=req.batches[-1], outcome=outcome, error=message)

@@ -147,11 +147,10 @@ def serve(req: dict[str, Any], rank: Rank, device: Any, mesh: Any, timeout_s: fl
     parent = req.get("parent_pid")
     where: dict[str, Any] = {"stage": "setup", "batch": None}
     try:
-        session, rank.record["setup"] = build(req, rank, device, mesh)
+        session, rank.record.setup = build(req, rank, device, mesh)
         rank.commit(timeout_s, device)
     except Exception as exc:  # noqa: BLE001 - a rank that cannot start fits no batch
         rank.fail_and_exit("setup", classify_error(type(exc).__name__, str(exc)), f"{type(exc).__name__}: {exc}", None)
-    rank.record.update(answered=-1, rebuilds=[])
     rank.save()
     hang_if_asked(rank)
     watch_steps(session.task, rank, where)
@@ -194,36 +193,36 @@ def serve(req: dict[str, Any], rank: Rank, device: Any, mesh: Any, timeout_s: fl
             rank.fail_and_exit("trial", CRASH, f"{type(exc).__name__}: {exc}", batch, command=index)
         # Past the commit: the parent no longer counts this rank as stuck in the trial (group.py), however
         # long the rebuild below takes.
-        rank.record["committed"] = index
+        rank.record.committed = index
         if decision == FIT_DECISION:
             loss_scale = attempt.loss_scale or loss_scale
-            rank.record["batches"].append(entry)
+            rank.record.batches.append(entry)
         else:
-            failure = rank.record.get("failure") or {}
-            rank.record["batches"].append({**entry, "at": failure.get("at", entry["at"])})
-            rank.record["failure"] = None
+            failure = rank.record.failure
+            rank.record.batches.append({**entry, "at": failure.at if failure else entry["at"]})
+            rank.record.failure = None
             rank.save()  # the failure's record first: a rebuild that fails ends the rank
             started = time.perf_counter()
             where.update(stage="setup", batch=None)
             session, setup = _rebuild(session, req, rank, device, mesh, timeout_s)
             watch_steps(session.task, rank, where)
-            rank.record["rebuilds"].append(
+            rank.record.rebuilds.append(
                 {
                     "after_command": index,
                     "seconds": round(time.perf_counter() - started, 3),
                     "capacity_bytes": setup.get("capacity_bytes"),
                 }
             )
-            lost = memory_lost(rank.record["setup"], setup)
+            lost = memory_lost(rank.record.setup or {}, setup)
             if lost:
                 # Something of the old model outlived it: later trials would see less memory than a fresh group.
-                rank.record["ended"] = lost
+                rank.record.ended = lost
                 rank.save()
                 os._exit(FAILED_EXIT)
-        rank.record["answered"] = index
+        rank.record.answered = index
         rank.save()
         index += 1
-    rank.record["done"] = True
+    rank.record.done = True
     rank.save()
     # Exit at once: the next fresh group waits for this one's memory, and leaving the process group and Python's
     # own shutdown (torch's, NCCL's) only cost seconds; the system frees what the process holds.

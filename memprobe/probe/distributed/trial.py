@@ -25,11 +25,15 @@ import json
 import os
 import sys
 import time
+from dataclasses import fields
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from memprobe.core.rank_record import RankFailure, RankRecord
+
 FAILED_EXIT = 3
+_FAILURE_FIELDS = {f.name for f in fields(RankFailure)} - {"stage", "batch", "outcome", "message", "at", "extra"}
 STARTED = time.time()  # this rank's Python is up: where a launch's time goes (timeline), from here on
 _COLLECTIVE_MARKERS = (
     "distbackenderror",
@@ -56,41 +60,28 @@ def collective_outcome(outcome: str, message: str) -> str:
 
 
 class Rank:
-    """This rank's record on disk and the commit protocol."""
+    """This rank's record on disk (a RankRecord, core/rank_record.py) and the commit protocol."""
 
     def __init__(self, run_dir: Path, rank: int, world: int) -> None:
         self.run_dir, self.rank, self.world = run_dir, rank, world
-        self.record: dict[str, Any] = {
-            "rank": rank,
-            "world_size": world,
-            "pid": os.getpid(),
-            "batches": [],
-            "measure": None,
-            "failure": None,
-            "done": False,
-        }
+        self.record = RankRecord(rank=rank, world_size=world, pid=os.getpid())
         (run_dir / f"rank{rank}.pid").write_text(str(os.getpid()))
 
     def save(self) -> None:
-        """Write the record atomically (temp file, rename): the parent never reads half a record."""
-        path = self.run_dir / f"rank{self.rank}.json"
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.record))
-        os.replace(tmp, path)
+        """Write the record atomically: the parent never reads half a record."""
+        self.record.save(self.run_dir)
 
     def failed(self, stage: str, outcome: str, message: str, batch: int | None, **extra: Any) -> None:
-        """Record a failure (keeping the first one's time and outcome) and save at once."""
-        if self.record["failure"] is None:
-            self.record["failure"] = {
-                "stage": stage,
-                "batch": batch,
-                "outcome": collective_outcome(outcome, message),
-                "message": message[:500],
-                "at": time.time(),
-                **extra,
-            }
-        else:
-            self.record["failure"].update(extra)
+        """Record a failure (keeping the first one's time and outcome; `extra` sets RankFailure's other fields, or
+        goes to its `extra`) and save at once."""
+        if self.record.failure is None:
+            outcome = collective_outcome(outcome, message)
+            self.record.failure = RankFailure(stage, batch, outcome, message[:500], at=time.time())
+        for key, value in extra.items():
+            if key in _FAILURE_FIELDS:
+                setattr(self.record.failure, key, value)
+            else:
+                self.record.failure.extra[key] = value
         self.save()
 
     def fail_and_exit(self, stage: str, outcome: str, message: str, batch: int | None, **extra: Any) -> None:
@@ -196,7 +187,7 @@ def start(req: dict[str, Any]) -> tuple[Rank, Any, Any, float]:
     rank_id, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local = int(os.environ.get("LOCAL_RANK", rank_id))
     rank = Rank(Path(req["run_dir"]), rank_id, world)
-    rank.record["timeline"] = {"started": STARTED, "imported": imported, "prestarted": bool(req.get("prestarted"))}
+    rank.record.timeline = {"started": STARTED, "imported": imported, "prestarted": bool(req.get("prestarted"))}
     timeout_s = float(req.get("pg_timeout_s", 120))
     try:
         if req.get("device", "cuda") == "cuda":
@@ -212,7 +203,7 @@ def start(req: dict[str, Any]) -> tuple[Rank, Any, Any, float]:
 
             # One mesh for the life of the group: a served group builds the model again after a failure.
             mesh = init_device_mesh(device.type, (world,))
-        rank.record["timeline"]["joined"] = time.time()
+        rank.record.timeline["joined"] = time.time()
     except Exception as exc:  # noqa: BLE001 - a rank that cannot join fits no batch
         rank.fail_and_exit("setup", classify_error(type(exc).__name__, str(exc)), f"{type(exc).__name__}: {exc}", None)
     return rank, device, mesh, timeout_s
@@ -232,7 +223,7 @@ def run(req: dict[str, Any]) -> int:
         return serve(req, rank, device, mesh, timeout_s)
     where: dict[str, Any] = {"stage": "setup", "batch": None}
     try:
-        session, rank.record["setup"] = build(req, rank, device, mesh)
+        session, rank.record.setup = build(req, rank, device, mesh)
         rank.commit(timeout_s, device)
         rank.save()
     except Exception as exc:  # noqa: BLE001 - a rank that cannot start fits no batch
@@ -259,7 +250,7 @@ def run(req: dict[str, Any]) -> int:
             rank.commit(timeout_s, device)
         except Exception as exc:  # noqa: BLE001
             rank.fail_and_exit("trial", CRASH, f"{type(exc).__name__}: {exc}", batch)
-        rank.record["batches"].append(attempt.to_dict())
+        rank.record.batches.append(attempt.to_dict())
         rank.save()
     measure = req.get("measure")
     if measure:
@@ -282,8 +273,8 @@ def run(req: dict[str, Any]) -> int:
             rank.commit(timeout_s, device)
         except Exception as exc:  # noqa: BLE001
             rank.fail_and_exit("measure", CRASH, f"{type(exc).__name__}: {exc}", batch)
-        rank.record["measure"] = measured.to_dict()
-    rank.record["done"] = True
+        rank.record.measure = measured.to_dict()
+    rank.record.done = True
     rank.save()
     dist.destroy_process_group()
     return 0

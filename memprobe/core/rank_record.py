@@ -1,0 +1,124 @@
+"""What a multi-GPU rank tells its parent: its record (`rank<R>.json`) and its failure, typed, and the one reading.
+
+No torch. A rank (probe/distributed/trial.py, serve.py) keeps a RankRecord and writes it whole, atomically, after
+every step of its protocol; the parent (launch.py, group.py) reads it back with `read_rank_record`, which never
+raises: a record not yet written, or half of one, reads as None. Keys this version does not know are kept in
+`extra` and written back, so an older parent reads a newer rank's record and the reverse.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+
+def rank_record_path(run_dir: Path, rank: int) -> Path:
+    """Where rank `rank` of the launch in `run_dir` writes its record."""
+    return run_dir / f"rank{rank}.json"
+
+
+@dataclass
+class RankFailure:
+    """The first failure a rank recorded: where (`stage`: setup, trial, measure), at which batch (None: setup),
+    the outcome and message, and when (`at`, seconds since the epoch). `command` is the served group's command it
+    failed in; the peaks and seconds are the failed trial's where it ran far enough to have them."""
+
+    stage: str
+    batch: int | None
+    outcome: str
+    message: str = ""
+    at: float = 0.0
+    command: int | None = None
+    peak_allocated: int | None = None
+    peak_reserved: int | None = None
+    seconds: float | None = None
+    failed_at_step: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The failure as it goes on the wire: its fields (None ones left out) and the unknown keys it came with."""
+        out = {k: v for k, v in asdict(self).items() if k != "extra" and (v is not None or k == "batch")}
+        return {**self.extra, **out}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RankFailure:
+        """Read a failure; unknown keys go to `extra`. Raises KeyError/TypeError where stage or outcome is missing."""
+        known = {f.name for f in fields(cls)} - {"extra"}
+        return cls(
+            stage=data["stage"],
+            batch=data.get("batch"),
+            outcome=data["outcome"],
+            **{k: data[k] for k in known - {"stage", "batch", "outcome"} if k in data},
+            extra={k: v for k, v in data.items() if k not in known},
+        )
+
+
+@dataclass
+class RankRecord:
+    """One rank's record: who it is, the batches it ran (each an Attempt's dict, with the served group's
+    `command` and the time `at`), its timed run (`measure`, a Timed's dict), its first failure, and whether it
+    finished (`done`). `setup` and `timeline` say what building the model and starting took. A served group's
+    rank also keeps `answered` (the last command it finished), `committed` (the last whose commit completed),
+    `rebuilds` and why it `ended` early."""
+
+    rank: int
+    world_size: int = 0
+    pid: int = 0
+    batches: list[dict[str, Any]] = field(default_factory=list)
+    measure: dict[str, Any] | None = None
+    failure: RankFailure | None = None
+    done: bool = False
+    setup: dict[str, Any] | None = None
+    timeline: dict[str, Any] | None = None
+    answered: int = -1
+    committed: int = -1
+    rebuilds: list[dict[str, Any]] = field(default_factory=list)
+    ended: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The record as written to `rank<R>.json`."""
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("extra", "failure")}
+        out["failure"] = self.failure.to_dict() if self.failure else None
+        return {**self.extra, **out}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RankRecord:
+        """Read a record; unknown keys go to `extra`. Raises KeyError/TypeError/ValueError on a record that is not
+        one (no rank, a failure without stage or outcome)."""
+        known = {f.name for f in fields(cls)} - {"extra"}
+        failure = data.get("failure")
+        values = {k: data[k] for k in known - {"failure"} if k in data and data[k] is not None}
+        return cls(
+            **values,
+            failure=RankFailure.from_dict(failure) if failure else None,
+            extra={k: v for k, v in data.items() if k not in known},
+        )
+
+    def entry(self, command: int) -> dict[str, Any] | None:
+        """This rank's batch entry for a served group's command `command`, or None."""
+        return next((b for b in self.batches if b.get("command") == command), None)
+
+    def save(self, run_dir: Path) -> None:
+        """Write the record atomically (temp file, rename): the parent never reads half of it."""
+        path = rank_record_path(run_dir, self.rank)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.to_dict()))
+        os.replace(tmp, path)
+
+
+def read_rank_record(run_dir: Path, rank: int) -> RankRecord | None:
+    """Rank `rank`'s record in `run_dir`, or None where there is none yet or it does not read as one. Never raises."""
+    try:
+        data = json.loads(rank_record_path(run_dir, rank).read_text())
+        return RankRecord.from_dict({"rank": rank, **data}) if isinstance(data, dict) else None
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def read_rank_records(run_dir: Path, world_size: int) -> list[RankRecord | None]:
+    """Every rank's record in `run_dir` (None for a rank with none)."""
+    return [read_rank_record(run_dir, r) for r in range(world_size)]
