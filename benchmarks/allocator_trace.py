@@ -51,7 +51,7 @@ def capture(model: str, precision: str, batch: int, steps: int, loss_scale: floa
     import torch
 
     from memprobe.core.registry import load_registry
-    from memprobe.probe.worker import apply_precision_flags
+    from memprobe.probe.child.worker import apply_precision_flags
     from memprobe.training.step import Memory, run_trial
     from memprobe.workloads.families import family_builder
 

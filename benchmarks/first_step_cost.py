@@ -41,7 +41,7 @@ def step_times(
     import torch
 
     from memprobe.core.registry import load_registry
-    from memprobe.probe.worker import apply_precision_flags
+    from memprobe.probe.child.worker import apply_precision_flags
     from memprobe.training.step import run_step
     from memprobe.workloads.base import Amp
     from memprobe.workloads.families import family_builder

@@ -61,8 +61,8 @@ def one(model: str, precision: str, batch: int, device_name: str) -> dict:
     import torch
 
     from memprobe.core.registry import load_registry
-    from memprobe.probe.measure import time_steps
-    from memprobe.probe.worker import apply_precision_flags
+    from memprobe.probe.child.measure import time_steps
+    from memprobe.probe.child.worker import apply_precision_flags
     from memprobe.training.step import Memory, run_step, run_trial
     from memprobe.workloads.base import Amp
     from memprobe.workloads.families import family_builder

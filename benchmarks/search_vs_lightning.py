@@ -43,7 +43,7 @@ def lightning_child(model: str, precision: str) -> None:
     from lightning.pytorch.tuner import Tuner
 
     from memprobe.core.registry import load_registry
-    from memprobe.probe.worker import apply_precision_flags
+    from memprobe.probe.child.worker import apply_precision_flags
     from memprobe.workloads.base import make_optimizer
     from memprobe.workloads.families import family_builder
 
@@ -121,7 +121,7 @@ def warm_up_child(model: str, precisions: list[str]) -> None:
     import torch
 
     from memprobe.core.registry import load_registry
-    from memprobe.probe.worker import apply_precision_flags
+    from memprobe.probe.child.worker import apply_precision_flags
     from memprobe.training.step import Memory, run_trial
     from memprobe.workloads.families import family_builder
 

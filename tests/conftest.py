@@ -58,7 +58,7 @@ def _keep_cuda_visible_devices():
 
 @pytest.fixture(autouse=True)
 def _unfreeze_the_collector():
-    """A trial worker's setup freezes the garbage collector for the life of its process (worker.py);
+    """A trial worker's setup freezes the garbage collector for the life of its process (probe/child/worker.py);
     tests run it in the pytest process, so undo that after each test."""
     yield
     gc.unfreeze()

@@ -471,6 +471,6 @@ def rank_processes(folder: str) -> list[int]:
                 cmd = handle.read().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
             continue
-        if "memprobe.probe.distributed.trial" in cmd and folder in cmd and process_alive(int(pid)):
+        if "memprobe.probe.child.rank" in cmd and folder in cmd and process_alive(int(pid)):
             found.append(int(pid))
     return found

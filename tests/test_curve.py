@@ -347,7 +347,7 @@ def test_parallel_children_get_the_curve_options(options, expected):
 
 
 def test_timed_steps_stop_at_the_budget_but_never_below_three(toy):
-    from memprobe.probe.worker import MIN_TIMED_STEPS, Session
+    from memprobe.probe.child.worker import MIN_TIMED_STEPS, Session
 
     s = Session()
     info = s.setup(SetupRequest(toy.to_dict(), "fp32", "train", "cpu", TOY_CPU_BUDGET, {}))
@@ -375,7 +375,7 @@ def test_timed_steps_stop_at_the_budget_but_never_below_three(toy):
     ],
 )
 def test_steps_within_budget(first, later, budget, expected):
-    from memprobe.probe.worker import Session
+    from memprobe.probe.child.worker import Session
 
     result = {"first_step_seconds": first, "warmup_step_seconds": later}
     assert Session._steps_within(10, budget, result) == expected

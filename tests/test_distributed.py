@@ -19,10 +19,10 @@ from memprobe.core.outcomes import CRASH, ERROR, FIT, OOM, TIMEOUT
 from memprobe.core.rank_record import RankRecord
 from memprobe.core.registry import load_registry
 from memprobe.core.results import read_result
+from memprobe.probe.child.rank import collective_outcome
 from memprobe.probe.distributed.efficiency import scaling_efficiency, scaling_record
 from memprobe.probe.distributed.launch import SAFE_ENV, LaunchRequest, LaunchResult, aggregate, launch, launch_env
 from memprobe.probe.distributed.scan import DistributedScanError, scan_distributed, scan_precision_distributed
-from memprobe.probe.distributed.trial import collective_outcome
 from memprobe.probe.multi import parse_gpus, parse_strategies
 
 ROOMY = 50_000_000  # bytes: every toy batch used here fits

@@ -9,6 +9,10 @@
 A child process started by module name (`python -m memprobe.predict.need`) is not an import: that is how probe
 uses predict's trace without depending on it.
 
+Within probe, only probe/child/ (what runs in a trial process or a torchrun rank) imports torch: the scan's own
+process never does, so it starts fast and holds no GPU memory. Two functions outside it run in the trial process and
+are named in CHILD_FUNCTIONS.
+
 The tests have a rule of their own: no file in tests/ imports a test module (test_*). The fakes and helpers that
 several test modules share live in tests/fakes.py, the fixtures in tests/conftest.py.
 """
@@ -178,3 +182,66 @@ def test_no_test_module_imports_another():
 def test_the_check_catches_an_import_of_a_test_module(tmp_path, source, expected):
     (tmp_path / "test_new.py").write_text(source)
     assert imports_of_test_modules(tmp_path) == expected
+
+
+# Functions outside probe/child/ that run in the trial process (and so may import torch), and why they live there.
+CHILD_FUNCTIONS = {
+    ("probe/breakdown_run.py", "serve"),  # the trial process's half of the breakdown request, beside the scan's half
+    ("probe/device.py", "torch_environment"),  # torch's view of the device, beside NVML's (the scan's side)
+}
+
+
+def torch_imports(package: Path = PACKAGE) -> list[str]:
+    """Where a module of probe/ outside probe/child/ imports torch (at any depth), other than in CHILD_FUNCTIONS."""
+    out = []
+    for path in sorted((package / "probe").rglob("*.py")):
+        rel = path.relative_to(package).as_posix()
+        if rel.startswith("probe/child/"):
+            continue
+        tree = ast.parse(path.read_text())
+        allowed = {
+            id(inner)
+            for node in ast.walk(tree)
+            if isinstance(node, ast.FunctionDef) and (rel, node.name) in CHILD_FUNCTIONS
+            for inner in ast.walk(node)
+        }
+        for node in ast.walk(tree):
+            if id(node) in allowed:
+                continue
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                names = [node.module or ""]
+            else:
+                continue
+            out += [f"{rel}:{node.lineno}: imports {n}" for n in names if n.split(".")[0] == "torch"]
+    return out
+
+
+def test_only_probe_child_imports_torch():
+    assert torch_imports() == []
+
+
+def test_the_torch_check_catches_an_import_outside_the_child_folder(tmp_path):
+    (tmp_path / "probe" / "child").mkdir(parents=True)
+    (tmp_path / "probe" / "child" / "worker.py").write_text("import torch\n")
+    (tmp_path / "probe" / "device.py").write_text("def torch_environment():\n    import torch\n")
+    (tmp_path / "probe" / "scan.py").write_text("def f():\n    from torch.cuda import memory\n")
+    assert torch_imports(tmp_path) == ["probe/scan.py:2: imports torch.cuda"]
+
+
+def test_the_scan_side_of_probe_does_not_load_torch():
+    """Importing every probe module outside probe/child/ leaves torch unloaded (nothing reaches it indirectly)."""
+    import pkgutil
+    import subprocess
+    import sys
+
+    import memprobe.probe
+
+    modules = [
+        m.name for m in pkgutil.walk_packages(memprobe.probe.__path__, "memprobe.probe.") if ".child" not in m.name
+    ]
+    code = f"import sys\nfor m in {modules!r}:\n    __import__(m)\nprint('torch' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "False" and len(modules) > 20

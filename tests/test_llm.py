@@ -50,7 +50,7 @@ def build(llm, workload=TOY, device="cpu", **params):
 
 
 def session_for(workload, precision="bf16", budget=BUDGET):
-    from memprobe.probe.worker import Session
+    from memprobe.probe.child.worker import Session
 
     s = Session()
     info = s.setup(SetupRequest(workload.to_dict(), precision, "train", "cpu", budget, {}))

@@ -188,7 +188,7 @@ def test_user_errors_are_one_line_with_the_traceback_in_the_result(run, tmp_path
 
 
 def test_unknown_timm_name_is_a_user_error_naming_close_ones(timm_standin):
-    from memprobe.probe.worker import Session
+    from memprobe.probe.child.worker import Session
 
     session = Session()
     from memprobe.api import resolve_model

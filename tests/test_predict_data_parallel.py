@@ -17,12 +17,12 @@ from click.testing import CliRunner  # noqa: E402
 
 from memprobe.cli import main  # noqa: E402
 from memprobe.core.registry import load_registry  # noqa: E402
+from memprobe.core.strategies import StrategyError  # noqa: E402
 from memprobe.predict.allocator import ALLOC, FREE, MARK  # noqa: E402
 from memprobe.predict.data_parallel import World  # noqa: E402
 from memprobe.predict.sessions import world_wraps  # noqa: E402
 from memprobe.predict.summary import MemorySize, predict  # noqa: E402
 from memprobe.predict.trace import TRIAL_MARK, TraceSession  # noqa: E402
-from memprobe.training.wrap import StrategyError  # noqa: E402
 from memprobe.workloads.base import Amp  # noqa: E402
 
 MiB = 1 << 20

@@ -18,10 +18,10 @@ from fakes import TOY, FakeGroup, fake_group_opts, rank_processes
 from memprobe.core.memory_model import Attempt
 from memprobe.core.outcomes import CRASH, FIT, OOM, TIMEOUT
 from memprobe.core.rank_record import RankFailure, RankRecord
+from memprobe.probe.child.served_rank import END, FIT_DECISION, RECOVER, decide, memory_lost
 from memprobe.probe.distributed.group import ServedGroup, command_attempt, served_groups_on
 from memprobe.probe.distributed.launch import LaunchRequest
 from memprobe.probe.distributed.scan import scan_precision_distributed
-from memprobe.probe.distributed.serve import END, FIT_DECISION, RECOVER, decide, memory_lost
 from memprobe.probe.scan import ScanOptions
 
 BUDGET = 8_000_000  # bytes per rank: the toy model trains up to a few hundred samples per rank
@@ -102,7 +102,7 @@ class _SleepingLaunch:
 
 def _stuck_group(tmp_path, monkeypatch, votes: list[int], timeout_s: float = 60.0, committed: int = -1):
     import memprobe.probe.distributed.group as group_module
-    from memprobe.probe.distributed.serve import vote_path, write_json
+    from memprobe.probe.child.served_rank import vote_path, write_json
 
     monkeypatch.setattr(group_module, "FAILED_GRACE_S", 0.3)
     run_dir = tmp_path / "launch"

@@ -33,7 +33,7 @@ def test_accelerator_error_saying_out_of_memory_is_oom_wherever_raised():
 
 def test_oom_creating_the_context_is_reported_as_oom_at_that_stage(monkeypatch):
     torch = pytest.importorskip("torch")
-    from memprobe.probe.worker import Session
+    from memprobe.probe.child.worker import Session
 
     class AcceleratorError(RuntimeError):
         pass

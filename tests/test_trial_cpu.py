@@ -1,6 +1,6 @@
 """The real trial runner on the CPU with the toy workload and the fake allocator (memprobe.training.cpu_memory).
 
-In-process through memprobe.probe.worker.Session, as a subprocess through memprobe.probe.runner.Worker, and a
+In-process through memprobe.probe.child.worker.Session, as a subprocess through memprobe.probe.runner.Worker, and a
 whole scan through memprobe.probe.scan.scan_workload. Each worker process costs seconds (it imports
 torch), so the expensive pieces are module-scoped.
 """
@@ -24,9 +24,9 @@ from conftest import RecordingProgress  # noqa: E402
 from fakes import TOY_CPU_BUDGET  # noqa: E402
 from memprobe.core.protocol import Failure, FlopsRequest, MeasureRequest, Ready, Request, SetupRequest, TrialRequest  # noqa: E402
 from memprobe.core.results import read_result  # noqa: E402
+from memprobe.probe.child.worker import Session  # noqa: E402
 from memprobe.probe.runner import Worker, WorkerError, WorkerSpec  # noqa: E402
 from memprobe.probe.scan import ScanOptions, scan_workload  # noqa: E402
-from memprobe.probe.worker import Session  # noqa: E402
 from memprobe.training.cpu_memory import LiveBytes  # noqa: E402
 
 HUGE = 200_000  # ~50 MB of inputs alone: far over the budget
@@ -34,7 +34,7 @@ TOY_MODULE = "memprobe.workloads.toy"
 
 
 def worker_children() -> list[int]:
-    """Live child processes of this test process that run memprobe.probe.worker."""
+    """Live child processes of this test process that run memprobe.probe.child.worker."""
     found = []
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
@@ -44,7 +44,7 @@ def worker_children() -> list[int]:
             cmdline = (stat.parent / "cmdline").read_bytes().replace(b"\0", b" ")
         except (OSError, IndexError, ValueError):
             continue
-        if b"memprobe.probe.worker" in cmdline:
+        if b"memprobe.probe.child.worker" in cmdline:
             found.append(int(stat.parent.name))
     return found
 
@@ -55,7 +55,7 @@ def worker_logs() -> set[str]:
     return {p.name for pattern in ("memprobe-worker-*.log", "memprobe-zygote-*.log") for p in folder.glob(pattern)}
 
 
-# --- in-process: memprobe.probe.worker.Session ---------------------------------------------------------
+# --- in-process: memprobe.probe.child.worker.Session ---------------------------------------------------------
 
 
 @pytest.fixture
@@ -91,7 +91,7 @@ def test_session_setup_reports_the_cpu_environment(session):
 
 @pytest.mark.parametrize("precision, tf32", [("fp32", False), ("tf32", True), ("bf16", None), ("fp16", None)])
 def test_a_trial_process_makes_its_torch_settings_and_reads_them_back(precision, tf32):
-    from memprobe.probe.worker import apply_precision_flags
+    from memprobe.probe.child.worker import apply_precision_flags
 
     before = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32, torch.backends.cudnn.benchmark)
     try:

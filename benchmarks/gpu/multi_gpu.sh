@@ -236,7 +236,7 @@ if [[ "$DRY" != 1 ]]; then
   timeout 25 $PY -m memprobe report --scans "$R" > "$W/scans.md" 2>> "$W/logs/report.log"
 fi
 mkdir -p "$OUT"
-ps -eo pid,etimes,args | grep -E "memprobe\.probe\.(distributed|worker)" | grep -v grep > "$W/leftover-processes.txt"
+ps -eo pid,etimes,args | grep -E "memprobe\.probe\.child\." | grep -v grep > "$W/leftover-processes.txt"
 {
   echo "PART=${PART:-} STEPS=${STEPS:-} GPUS=$GPUS, $(( $(date +%s) - START ))s"
   cat "$W/steps.txt"

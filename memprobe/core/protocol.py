@@ -1,11 +1,11 @@
 """The trial-process protocol: typed requests and answers, and the one place each is put on the wire and read back.
 
-No torch. The scan (runner.Worker) sends a request as one JSON line; the trial process (worker.py) answers with one
+No torch. The scan (runner.Worker) sends a request as one JSON line; the trial process (probe/child/worker.py) answers with one
 JSON line. A request names its kind in "op" and the type of its answer in `answer`; an answer that IS a result record
 is that record (a trial's Attempt, a timed run's Timed). A refused request (a setup that failed, an unknown kind) is
 a Failure whatever was asked; an answer that never came (the process died or ran past its time) is Lost, made by the
 parent, never sent. One more kind of request is one more Request subclass in REQUESTS, its answer type, and its
-handler in worker.py.
+handler in probe/child/worker.py.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""What a multi-GPU rank tells its parent: its record (`rank<R>.json`) and its failure, typed, and the one reading.
+"""The files between a multi-GPU scan and its ranks: each rank's record, typed, and a served group's commands and votes.
 
-No torch. A rank (probe/distributed/trial.py, serve.py) keeps a RankRecord and writes it whole, atomically, after
+No torch. A rank (probe/child/rank.py, served_rank.py) keeps a RankRecord and writes it whole, atomically, after
 every step of its protocol; the parent (launch.py, group.py) reads it back with `read_rank_record`, which never
 raises: a record not yet written, or half of one, reads as None. Keys this version does not know are kept in
 `extra` and written back, so an older parent reads a newer rank's record and the reverse.
@@ -13,6 +13,23 @@ import os
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
+
+
+def command_path(run_dir: Path, index: int) -> Path:
+    """Where a served group's parent writes command `index` (a trial at a batch, or stop)."""
+    return run_dir / f"cmd{index}.json"
+
+
+def vote_path(run_dir: Path, index: int, rank: int) -> Path:
+    """Where rank `rank` of a served group writes its vote on command `index` (its outcome and collectives)."""
+    return run_dir / f"vote{index}.r{rank}.json"
+
+
+def write_json(path: Path, data: dict[str, Any]) -> None:
+    """Write `data` atomically (temp file, rename): a reader never sees half of it."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data))
+    os.replace(tmp, path)
 
 
 def rank_record_path(run_dir: Path, rank: int) -> Path:
@@ -103,11 +120,8 @@ class RankRecord:
         return next((b for b in self.batches if b.get("command") == command), None)
 
     def save(self, run_dir: Path) -> None:
-        """Write the record atomically (temp file, rename): the parent never reads half of it."""
-        path = rank_record_path(run_dir, self.rank)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.to_dict()))
-        os.replace(tmp, path)
+        """Write the record atomically: the parent never reads half of it."""
+        write_json(rank_record_path(run_dir, self.rank), self.to_dict())
 
 
 def read_rank_record(run_dir: Path, rank: int) -> RankRecord | None:

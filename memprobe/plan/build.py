@@ -62,7 +62,7 @@ def build_plan(
     if isinstance(gpus, bool) or gpus < 1:
         raise PlanError(f"--gpus must be at least 1, got {gpus}")
     if gpus > 1:
-        from memprobe.training.wrap import STRATEGIES, StrategyError, check_workload  # torch: only for N GPUs
+        from memprobe.core.strategies import STRATEGIES, StrategyError, check_workload
 
         if strategy not in STRATEGIES:
             raise PlanError(f"unknown strategy '{strategy}'; choose from {', '.join(STRATEGIES)}")

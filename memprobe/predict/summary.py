@@ -285,7 +285,7 @@ def predict(
         if p not in PRECISIONS:
             raise ValueError(f"unknown precision '{p}'")
     if world is not None:
-        from memprobe.training.wrap import StrategyError, check_workload
+        from memprobe.core.strategies import StrategyError, check_workload
 
         try:
             check_workload(workload)  # what a multi-GPU scan refuses is not predicted either

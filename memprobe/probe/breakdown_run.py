@@ -1,6 +1,6 @@
 """The memory breakdown at B in its own fresh trial process, after the proof: both ends of the request.
 
-The trial process answers the "breakdown" request (serve, called by worker.py) by running the step at B
+The trial process answers the "breakdown" request (serve, called by child/worker.py) by running the step at B
 under PyTorch's MemTracker (training/breakdown.py); the scan asks for it once per precision (measure_at_max)
 in a process that has run nothing else, so the tracker's hooks never touch the trials that find and prove B.
 """

@@ -1,6 +1,6 @@
 """Parent-side handle on trial processes: spawn, talk the trial protocol (core/protocol.py), detect crashes, clean up.
 
-No torch here. Each Worker is one trial process (memprobe.probe.worker). A crash (the process dies, or
+No torch here. Each Worker is one trial process (memprobe.probe.child.worker). A crash (the process dies, or
 reports a CRASH outcome) becomes an Attempt with outcome CRASH, and the scan carries on in a new
 process. Fresh processes are cheap: `WorkerFactory` starts a fork server (Zygote) that imports torch
 and the workload's module once, off the GPU, and forks each trial process from it, so a
@@ -92,12 +92,12 @@ def _worker_env() -> dict[str, str]:
 
 
 class _ExecProcess:
-    """A trial process started by exec: `python -m memprobe.probe.worker --preload MODULE`."""
+    """A trial process started by exec: `python -m memprobe.probe.child.worker --preload MODULE`."""
 
     def __init__(self, preload: str, log) -> None:
         # A new session: Ctrl-C in the terminal reaches the parent only, which then ends this process.
         self.popen = subprocess.Popen(
-            [sys.executable, "-m", "memprobe.probe.worker", "--preload", preload],
+            [sys.executable, "-m", "memprobe.probe.child.worker", "--preload", preload],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=log,
@@ -149,7 +149,7 @@ class _ForkedProcess:
 
 
 class Zygote:
-    """The fork server: one `python -m memprobe.probe.worker --zygote-fd FD` process per scan.
+    """The fork server: one `python -m memprobe.probe.child.worker --zygote-fd FD` process per scan.
 
     Raises ZygoteError from spawn() when the server is gone or does not answer.
     """
@@ -159,7 +159,15 @@ class Zygote:
         self.answer_timeout_s = answer_timeout_s
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "memprobe.probe.worker", "--zygote-fd", str(theirs.fileno()), "--preload", preload],
+            [
+                sys.executable,
+                "-m",
+                "memprobe.probe.child.worker",
+                "--zygote-fd",
+                str(theirs.fileno()),
+                "--preload",
+                preload,
+            ],
             stdin=subprocess.DEVNULL,
             stdout=self.log,
             stderr=self.log,

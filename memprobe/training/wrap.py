@@ -7,28 +7,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from memprobe.core.registry import Workload
-from memprobe.core.strategies import STRATEGIES
+from memprobe.core.strategies import NONE, STRATEGIES, StrategyError
 
-NONE = "none"  # one rank, no wrapper: the 1-GPU baseline of the scaling efficiency
 _MP_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
-
-
-class StrategyError(ValueError):
-    """The strategy is unknown, or cannot wrap this workload."""
-
-
-# Families whose step the wrappers do not cover, and why.
-UNSUPPORTED_FAMILIES = {
-    "pix2pixhd": "--gpus N wraps one model trained by one optimizer; Pix2PixHD's step updates a "
-    "generator and a discriminator with two optimizers (not supported yet)"
-}
-
-
-def check_workload(workload: Workload) -> None:
-    """Raise StrategyError for a workload (a registry Workload) the wrappers cannot train data-parallel."""
-    if workload.family in UNSUPPORTED_FAMILIES:
-        raise StrategyError(f"{workload.name}: {UNSUPPORTED_FAMILIES[workload.family]}")
 
 
 def shard_blocks(model: nn.Module) -> list[nn.Module]:

@@ -22,13 +22,13 @@ from memprobe.core.protocol import Flops
 from memprobe.core.records import CurvePoint, Timed
 from memprobe.core.registry import Workload
 from memprobe.core.results import PrecisionResult
+from memprobe.core.strategies import NONE
 from memprobe.probe.backend import ScanProgress
 from memprobe.probe.curve import curve_point
 from memprobe.probe.distributed.efficiency import scaling_record
 from memprobe.probe.distributed.group import SearchTrials, ServedGroup, ServedSearch, served_groups_on
 from memprobe.probe.distributed.launch import LaunchRequest, LaunchResult, launch
 from memprobe.probe.options import ScanOptions
-from memprobe.training.wrap import NONE
 
 Launcher = Callable[[LaunchRequest], LaunchResult]
 BASELINE_HALVINGS = 3  # how often the common batch is halved when B does not train on one GPU

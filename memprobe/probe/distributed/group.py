@@ -2,12 +2,12 @@
 
 A fresh process group costs what a torchrun launch costs (23-33 s on 2x H200 for bert-large: the launcher,
 imports, NCCL, the model), and the search only needs one where a trial's answer depends on it. So the search's
-trials run in one served group (serve.py) while it stays sound: after a fit, and after an out-of-memory failure
+trials run in one served group (child/served_rank.py) while it stays sound: after a fit, and after an out-of-memory failure
 that every rank cleaned up from with the same collectives issued (the ranks then build the model again). Any
 other failure ends the group, and the next trial starts a new one. The first trial of a group ran in a fresh
 process group (Attempt.fresh); the rest did not. The proof's checks are launches of their own (launch.py).
 
-Commands are files in the launch's folder (serve.py); the answer to one is read from the ranks' records once
+Commands are files in the launch's folder (child/served_rank.py); the answer to one is read from the ranks' records once
 every rank has finished it, or the launcher has ended, or `timeout_s` has passed (then every process of the
 launch is ended). MEMPROBE_SERVED_GROUPS=0 turns served groups off: every search trial is a launch of its own.
 """
@@ -24,6 +24,7 @@ from typing import Any, Callable, Protocol
 from memprobe.core.memory_model import Attempt
 from memprobe.core.outcomes import CRASH, FIT, TIMEOUT
 from memprobe.core.rank_record import RankRecord, read_rank_records
+from memprobe.probe.child.served_rank import command_path, vote_path, write_json
 from memprobe.probe.distributed.launch import (
     LaunchRequest,
     _end,
@@ -33,7 +34,6 @@ from memprobe.probe.distributed.launch import (
     start_launch,
     timeline,
 )
-from memprobe.probe.distributed.serve import command_path, vote_path, write_json
 
 SERVED_ENV = "MEMPROBE_SERVED_GROUPS"
 POLL_S = 0.05
@@ -150,7 +150,7 @@ class ServedGroup:
 
     def _stuck(self, records: list[RankRecord | None], index: int, since_s: float) -> str:
         """Why the group is stuck in command `index` `since_s` after a rank's failure: the ranks that have not
-        voted, else those that voted but never completed the commit (serve.py); "" where every rank has."""
+        voted, else those that voted but never completed the commit (child/served_rank.py); "" where every rank has."""
         missing = [r for r in range(self.req.world_size) if not vote_path(self.run_dir, index, r).exists()]
         if missing:
             return f"ranks {missing} neither voted nor ended {since_s:.0f} s after the failure"

@@ -1,10 +1,10 @@
 """Parent side of a multi-GPU trial (no torch): launch torchrun, bound its time, read the ranks' records.
 
 Every launch is `python -m torch.distributed.run --standalone --nproc-per-node N -m
-memprobe.probe.distributed.trial REQUEST.json`: a fresh process group. torchrun runs in its own
+memprobe.probe.child.rank REQUEST.json`: a fresh process group. torchrun runs in its own
 session; past `timeout_s` it gets SIGTERM (it ends its workers), then SIGKILL, and every rank that
 wrote a pid file and is still alive is killed, so no rank outlives the trial. The trial's outcome
-per batch comes from the ranks' records (trial.py): a fit only where every rank committed it,
+per batch comes from the ranks' records (child/rank.py): a fit only where every rank committed it,
 otherwise the earliest failure any rank recorded (the root cause: a rank that lost its peer fails
 later), otherwise a timeout or a crash of the launcher.
 """
@@ -30,7 +30,7 @@ from memprobe.core.rank_record import RankFailure, RankRecord, read_rank_records
 from memprobe.core.records import Timed
 
 TERM_GRACE_S = 15.0
-RANK_MODULE = "memprobe.probe.distributed.trial"
+RANK_MODULE = "memprobe.probe.child.rank"
 
 
 def launch_env(base: dict[str, str] | None = None) -> dict[str, str]:
@@ -69,7 +69,7 @@ class LaunchRequest:
     settings: dict[str, Any] = field(default_factory=dict)
     pg_timeout_s: float = 120.0
     timeout_s: float = 900.0
-    serve: bool = False  # a served group (serve.py): the ranks take trial after trial from command files
+    serve: bool = False  # a served group (child/served_rank.py): the ranks take trial after trial from command files
 
 
 @dataclass

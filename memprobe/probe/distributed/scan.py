@@ -15,6 +15,7 @@ from typing import Any, Iterator
 
 from memprobe.core.registry import Workload
 from memprobe.core.results import PrecisionResult, ScanResult, result_filename
+from memprobe.core.strategies import STRATEGIES, StrategyError, check_workload
 from memprobe.core.textlists import comma_items
 from memprobe.probe.backend import ScanProgress
 from memprobe.probe.device import host_environment
@@ -25,7 +26,6 @@ from memprobe.probe.distributed.topology import interconnect, visible_indices
 from memprobe.probe.hint import PredictedStart
 from memprobe.probe.options import ScanOptions
 from memprobe.probe.pipeline import ResultWriter, run_precision, scan_precisions
-from memprobe.training.wrap import STRATEGIES, StrategyError, check_workload
 
 
 class DistributedScanError(ValueError):

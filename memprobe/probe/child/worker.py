@@ -1,6 +1,6 @@
 """The trial process: builds one workload on the device and runs trials on request.
 
-Started by runner.Worker as `python -m memprobe.probe.worker --preload MODULE`. It speaks core/protocol.py:
+Started by runner.Worker as `python -m memprobe.probe.child.worker --preload MODULE`. It speaks core/protocol.py:
 one request per line on stdin, one answer per line on the protocol pipe (the original stdout;
 fd 1 is redirected to stderr so library prints cannot corrupt the protocol). It imports torch and
 the workload's module at start but touches CUDA only at `setup`, so a spare worker can wait,
@@ -51,9 +51,10 @@ from memprobe.core.protocol import (
     encode_answer,
 )
 from memprobe.core.records import Timed
-from memprobe.probe import breakdown_run, zygote
+from memprobe.probe import breakdown_run
+from memprobe.probe.child import zygote
+from memprobe.probe.child.measure import UtilizationSampler, summarize_times, time_steps
 from memprobe.probe.device import torch_environment
-from memprobe.probe.measure import UtilizationSampler, summarize_times, time_steps
 from memprobe.probe.options import MIN_TIMED_STEPS, timed_steps_within  # noqa: F401 - MIN_TIMED_STEPS re-exported
 from memprobe.training.cpu_memory import LiveBytes
 from memprobe.training.step import Memory, run_step, run_trial, run_until_state

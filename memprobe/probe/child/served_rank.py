@@ -31,27 +31,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from memprobe.probe.distributed.trial import FAILED_EXIT, Rank, build, hang_if_asked, watch_steps
+from memprobe.core.rank_record import command_path, vote_path, write_json
+from memprobe.probe.child.rank import FAILED_EXIT, Rank, build, hang_if_asked, watch_steps
 
 POLL_S = 0.02
 FIT_DECISION, RECOVER, END = "fit", "recover", "end"
-
-
-def command_path(run_dir: Path, index: int) -> Path:
-    """Where the parent writes command `index`."""
-    return run_dir / f"cmd{index}.json"
-
-
-def vote_path(run_dir: Path, index: int, rank: int) -> Path:
-    """Where rank `rank` writes its vote on command `index`."""
-    return run_dir / f"vote{index}.r{rank}.json"
-
-
-def write_json(path: Path, data: dict[str, Any]) -> None:
-    """Write `data` atomically (temp file, rename): a reader never sees half of it."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data))
-    os.replace(tmp, path)
 
 
 def _read(path: Path) -> dict[str, Any] | None:

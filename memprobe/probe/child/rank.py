@@ -1,7 +1,7 @@
 """One rank of a multi-GPU trial: run by torchrun, builds and wraps the workload, runs trials, commits.
 
 Launched by launch.py as `python -m torch.distributed.run --standalone --nproc-per-node N -m
-memprobe.probe.distributed.trial REQUEST.json` (the standard elastic launcher): every launch is a
+memprobe.probe.child.rank REQUEST.json` (the standard elastic launcher): every launch is a
 fresh process group. Each rank writes `rank<R>.pid` at start and `rank<R>.json` (atomically) after
 every committed step of the protocol:
 
@@ -137,7 +137,7 @@ def build(req: dict[str, Any], rank: Rank, device: Any, mesh: Any = None) -> tup
 
     from memprobe.core.outcomes import ERROR
     from memprobe.core.protocol import Failure, SetupRequest
-    from memprobe.probe.worker import Session
+    from memprobe.probe.child.worker import Session
     from memprobe.training.wrap import wrap_model
 
     cuda = device.type == "cuda"
@@ -218,7 +218,7 @@ def run(req: dict[str, Any]) -> int:
 
     rank, device, mesh, timeout_s = start(req)
     if req.get("serve"):
-        from memprobe.probe.distributed.serve import serve
+        from memprobe.probe.child.served_rank import serve
 
         return serve(req, rank, device, mesh, timeout_s)
     where: dict[str, Any] = {"stage": "setup", "batch": None}
@@ -289,7 +289,7 @@ def standby(req: dict[str, Any]) -> dict[str, Any] | None:
     import torch  # noqa: F401
     import torch.distributed  # noqa: F401
 
-    import memprobe.probe.worker  # noqa: F401
+    import memprobe.probe.child.worker  # noqa: F401
     import memprobe.training.wrap  # noqa: F401
 
     try:
@@ -298,7 +298,7 @@ def standby(req: dict[str, Any]) -> dict[str, Any] | None:
         family_builder(req["workload"]["family"])  # imports the family's module (transformers, timm)
     except Exception:  # noqa: BLE001 - the launch itself will say what cannot be imported
         pass
-    from memprobe.probe.distributed.serve import _parent_gone
+    from memprobe.probe.child.served_rank import _parent_gone
 
     go = run_dir / "go.json"
     checked = time.monotonic()
@@ -316,7 +316,7 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point under torchrun: one argument, the request file. Returns the exit code."""
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
-        sys.stderr.write("usage: torchrun ... -m memprobe.probe.distributed.trial REQUEST.json\n")
+        sys.stderr.write("usage: torchrun ... -m memprobe.probe.child.rank REQUEST.json\n")
         return 2
     req: dict[str, Any] | None = json.loads(Path(args[0]).read_text())
     if req and req.get("standby"):
