@@ -104,6 +104,16 @@ class Rank:
         if total != self.world:
             raise RuntimeError(f"status all_reduce: {total} of {self.world} ranks completed")
 
+    def commit_or_exit(self, timeout_s: float, device, stage: str, batch: int | None, **extra: Any) -> None:
+        """commit(), or where it raises (a peer lost, the group's timeout) record a CRASH at `stage` and end this
+        rank (fail_and_exit: never returns)."""
+        from memprobe.core.outcomes import CRASH
+
+        try:
+            self.commit(timeout_s, device)
+        except Exception as exc:  # noqa: BLE001 - whatever the collective raised, the group cannot go on
+            self.fail_and_exit(stage, CRASH, f"{type(exc).__name__}: {exc}", batch, **extra)
+
 
 def hang_if_asked(rank: Rank) -> None:
     """The tests' hook: MEMPROBE_TEST_HANG_RANK=R (or `all`) makes rank R sleep, as a rank stuck in a driver call."""
@@ -213,7 +223,7 @@ def run(req: dict[str, Any]) -> int:
     """Run this rank's part of the request. Returns the exit code (0: every step committed)."""
     import torch.distributed as dist
 
-    from memprobe.core.outcomes import CRASH, ERROR, FIT, classify_error
+    from memprobe.core.outcomes import ERROR, FIT, classify_error
     from memprobe.core.protocol import MeasureRequest, TrialRequest
 
     rank, device, mesh, timeout_s = start(req)
@@ -246,10 +256,7 @@ def run(req: dict[str, Any]) -> int:
                 peak_reserved=attempt.peak_reserved,
                 seconds=attempt.seconds,
             )
-        try:
-            rank.commit(timeout_s, device)
-        except Exception as exc:  # noqa: BLE001
-            rank.fail_and_exit("trial", CRASH, f"{type(exc).__name__}: {exc}", batch)
+        rank.commit_or_exit(timeout_s, device, "trial", batch)
         rank.record.batches.append(attempt.to_dict())
         rank.save()
     measure = req.get("measure")
@@ -269,10 +276,7 @@ def run(req: dict[str, Any]) -> int:
                 peak_allocated=measured.peak_allocated,
                 peak_reserved=measured.peak_reserved,
             )
-        try:
-            rank.commit(timeout_s, device)
-        except Exception as exc:  # noqa: BLE001
-            rank.fail_and_exit("measure", CRASH, f"{type(exc).__name__}: {exc}", batch)
+        rank.commit_or_exit(timeout_s, device, "measure", batch)
         rank.record.measure = measured.to_dict()
     rank.record.done = True
     rank.save()

@@ -171,10 +171,7 @@ def serve(req: dict[str, Any], rank: Rank, device: Any, mesh: Any, timeout_s: fl
                     "trial", CRASH, f"the group ends: peers {', '.join(others) or 'disagree'}", batch, command=index
                 )
             os._exit(FAILED_EXIT)
-        try:
-            rank.commit(timeout_s, device)
-        except Exception as exc:  # noqa: BLE001
-            rank.fail_and_exit("trial", CRASH, f"{type(exc).__name__}: {exc}", batch, command=index)
+        rank.commit_or_exit(timeout_s, device, "trial", batch, command=index)
         # Past the commit: the parent no longer counts this rank as stuck in the trial (group.py), however
         # long the rebuild below takes.
         rank.record.committed = index
