@@ -31,7 +31,7 @@ def rows(paths: list[str], predicted_file: str) -> list[tuple[list[str], bool]]:
     predicted = read_predicted(predicted_file)
     out = []
     for _path, result in load_results(paths):
-        name = str(result.workload.get("name"))
+        name = str(result.workload.name)
         for precision, p in result.precisions.items():
             measured = p.breakdown
             if measured is None:

@@ -40,7 +40,7 @@ def _card_key(result) -> tuple[str, int]:
     own column, per GPU ("2x NVIDIA H200 ddp, per GPU")."""
     from memprobe.compare.scaling import strategy, world_size
 
-    cap = (result.environment.get("gpu") or {}).get("emulated_total_bytes")
+    cap = result.environment.gpu.emulated_total_bytes if result.environment.gpu is not None else None
     if cap:
         return f"{cap / 2**30:g} GiB emulated", int(cap)
     size = world_size(result)
@@ -62,21 +62,22 @@ def collect(paths: list[str], models: list[str] | None) -> dict[tuple, dict[str,
     world is None for one GPU, (N, strategy) for a multi-GPU scan (its per-GPU edge and capacity)."""
     from memprobe.compare.scan_table import newest_finished
     from memprobe.core.results import load_results
+    from memprobe.core.settings import Scaling
     from memprobe.predict.summary import trial_fit_batches
 
     loaded = load_results(paths, strict_files=False)
     by_result = {id(result): path for path, result in loaded}
     out: dict[str, dict[str, list[dict]]] = {}
     for result, precision, p in newest_finished([r for _, r in loaded]):
-        name = str(result.workload.get("name"))
+        name = str(result.workload.name)
         if (models and name not in models) or p.status != "done" or p.max_batch is None or not p.capacity_bytes:
             continue
-        if result.settings.get("mode", "train") != "train":
+        if result.mode != "train":
             continue  # the traced trial is a training step; an inference scan answers another question
         label, order = _card_key(result)
         trial_fits = trial_fit_batches(p.proof.checks if p.proof else [])
         world = _world(result)
-        scaling = (p.settings or {}).get("scaling") or {}
+        scaling = p.settings.scaling or Scaling()
         out.setdefault((name, world), {}).setdefault(precision, []).append(
             {
                 "card": label,
@@ -90,8 +91,8 @@ def collect(paths: list[str], models: list[str] | None) -> dict[tuple, dict[str,
                 "gpu": result.gpu_name(),
                 "world_size": world[0] if world else 1,
                 "strategy": world[1] if world else None,
-                "efficiency": scaling.get("efficiency"),
-                "scaling_batch": scaling.get("per_gpu_batch"),
+                "efficiency": scaling.efficiency,
+                "scaling_batch": scaling.per_gpu_batch,
             }
         )
     return out
@@ -118,7 +119,7 @@ def predict_rows(name: str, per_precision: dict[str, list[dict]], world: tuple[i
             started = time.perf_counter()
             traces = PrecisionTraces(session_for(precision), precision)
             for entry in sorted(per_precision[precision], key=lambda e: e["order"]):
-                if entry["workload"].get("params") != workload.params:
+                if entry["workload"].params != workload.params:
                     raise SystemExit(
                         f"{entry['file']}: {name} was scanned with other parameters than models.yaml has now"
                     )

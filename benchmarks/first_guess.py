@@ -52,7 +52,7 @@ def first_jumps(paths: list[str]) -> list[dict]:
                 continue
             known = attempts[:jump]
             edge = (p.proof.fits if p.proof else None) or p.max_batch
-            key = (gpu, result.workload.get("name"), precision, edge)
+            key = (gpu, result.workload.name, precision, edge)
             if key in seen:
                 continue
             seen.add(key)
@@ -60,7 +60,7 @@ def first_jumps(paths: list[str]) -> list[dict]:
             rows.append(
                 {
                     "gpu": gpu,
-                    "workload": result.workload.get("name"),
+                    "workload": result.workload.name,
                     "precision": precision,
                     "known": [a.batch for a in known],
                     "edge": edge,

@@ -68,10 +68,11 @@ def rows(paths: list[str]) -> list[dict]:
     catalog = default_catalog()
     found: dict[str, dict] = {}
     for path, result in load_results(paths, strict_files=False):
-        gpu = result.environment.get("gpu") or {}
-        name = str(gpu.get("name", ""))
+        gpu = result.environment.gpu
+        name = result.gpu_name(unknown="")
         card = catalog.find(name)
-        if card is None or is_emulated(name) or gpu.get("emulated_total_bytes") or world_size(result) != 1:
+        emulated = gpu is not None and gpu.emulated_total_bytes
+        if card is None or is_emulated(name) or emulated or world_size(result) != 1:
             continue
         for p in result.precisions.values():
             if not p.capacity_bytes:

@@ -25,6 +25,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from memprobe.core.results import read_result, slug  # noqa: E402
+from memprobe.core.settings import PrecisionSettings  # noqa: E402
 
 RUNS = ["llama-1b", "llama-1b --checkpointing", "bert-large", "nasnet-large"]
 SIDES = {"with": "--predicted-start", "without": "--no-predicted-start"}
@@ -56,8 +57,8 @@ def commands(runs: list[str], out: Path, extra: list[str]) -> list[list[str]]:
     ]
 
 
-def _prediction(settings: dict) -> str:
-    record = settings.get("predicted_start")
+def _prediction(settings: PrecisionSettings) -> str:
+    record = settings.predicted_start
     if not record:
         return "-"
     if record.get("max_batch") is None:

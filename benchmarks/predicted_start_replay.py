@@ -78,10 +78,10 @@ def main(argv: list[str] | None = None) -> int:
             p.status != "done"
             or not p.max_batch
             or not p.capacity_bytes
-            or result.environment.get("gpu", {}).get("emulated_total_bytes")
+            or (result.environment.gpu is not None and result.environment.gpu.emulated_total_bytes)
         ):
             continue
-        workload, gpu = str(result.workload.get("name")), result.gpu_name()
+        workload, gpu = str(result.workload.name), result.gpu_name()
         hint = predicted.get((workload, name, f"{gpu} (real)"))
         got = replay(
             {

@@ -183,7 +183,7 @@ def test_a_cpu_scan_of_a_model_without_a_classifier_trains(run, tmp_path, timm_s
     assert result.exit_code == 0, result.output
     p = saved.precisions["fp32"]
     assert p.status == "done" and p.max_batch >= 1 and p.proof.verified
-    assert p.settings["task"]["classes"] == 0 and "mean square" in p.settings["task"]["head"]
+    assert p.settings.task.extra["classes"] == 0 and "mean square" in p.settings.task.extra["head"]
 
 
 # --- models that cannot be built or run: one Error: line, exit 1, no traceback --------------------------------------

@@ -308,7 +308,7 @@ def test_ctrl_c_exits_130(run, monkeypatch, tmp_path):
     assert "interrupted" in result.stderr
     (path,) = tmp_path.iterdir()
     data = read_result(path)
-    assert data.status == "partial" and data.settings["interrupted"] is True
+    assert data.status == "partial" and data.settings.interrupted is True
     assert data.precisions["fp32"].status == "done" and data.precisions["fp32"].max_batch == 42
 
 

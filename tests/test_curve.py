@@ -404,7 +404,7 @@ def test_ctrl_c_during_the_curve_keeps_the_proven_precision_and_the_points_timed
     saved = read_result(stop.value.path)
     assert saved.status == "partial" and list(saved.precisions) == ["fp32"]
     p = saved.precisions["fp32"]
-    assert p.status == "done" and p.max_batch == 75 and p.settings["curve_interrupted"] is True
+    assert p.status == "done" and p.max_batch == 75 and p.settings.curve_interrupted is True
     # B, then the coarse pass's largest (64); its next, batch 1, was interrupted
     assert [c.batch for c in p.curve] == [64, 75] and p.best_batch == 75
     assert_all_closed(world)

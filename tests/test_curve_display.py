@@ -55,7 +55,7 @@ def test_scan_table_shows_b_star_the_knee_and_what_the_curve_covered():
 
 def test_scan_table_of_a_length_search_says_seq_len():
     result = make_result(H100, "llama-1b+maxseq@b1", {"bf16": {"batch": 17401, "speed": 1.8}})
-    result.workload["params"] = {"axis": "seq_len", "batch": 1}
+    result.workload.params = {"axis": "seq_len", "batch": 1}
     assert scan_rows([result])[0]["max batch"] == "seq len 17401"
 
 

@@ -252,7 +252,8 @@ def test_scan_result_conveniences_on_a_committed_file():
     assert result.throughput == pytest.approx(first.throughput.samples_per_s)
     again = ScanResult.from_dict(json.loads(result.to_json()))
     assert again.to_dict() == result.to_dict()
-    assert ScanResult({}, {}, {}).max_batch is None and ScanResult({}, {}, {}).throughput is None
+    none = ScanResult({"name": "x"}, {}, {})
+    assert none.max_batch is None and none.throughput is None
 
 
 def test_minus_one_is_not_set_for_an_optional_size_but_no_count_a_model_needs(tmp_path):

@@ -194,10 +194,10 @@ def test_the_per_gpu_search_finds_the_edge_of_the_tightest_rank_and_proves_it():
     assert all(req.world_size == 2 and req.strategy == "ddp" for req in group.requests[:-1])
     assert group.requests[0].batches == [1, 2]  # the first launch runs both model-fitting trials
     assert result.throughput.samples_per_s == pytest.approx(2 * 990 / 0.55)
-    scaling = result.settings["scaling"]
+    scaling = result.settings.scaling
     assert group.requests[-1].world_size == 1 and group.requests[-1].strategy == "none"
-    assert scaling["per_gpu_batch"] == 990
-    assert scaling["efficiency"] == pytest.approx(0.5 / 0.55)  # (2 x 990 / 0.55) / (2 x 990 / 0.5)
+    assert scaling.per_gpu_batch == 990
+    assert scaling.efficiency == pytest.approx(0.5 / 0.55)  # (2 x 990 / 0.55) / (2 x 990 / 0.5)
 
 
 def test_when_the_per_gpu_edge_does_not_train_on_one_gpu_both_are_timed_at_a_halved_batch():
@@ -205,10 +205,10 @@ def test_when_the_per_gpu_edge_does_not_train_on_one_gpu_both_are_timed_at_a_hal
     result, _setup = scan_precision_distributed(
         TOY, "fp32", fake_group_opts(curve=False), 2, "fsdp", RecordingProgress(), group
     )
-    scaling = result.settings["scaling"]
-    assert result.max_batch == 990 and scaling["per_gpu_batch"] == 247  # 990 -> 495 -> 247
-    assert "both timed at batch 247" in scaling["note"]
-    assert scaling["efficiency"] == pytest.approx(0.5 / 0.55)
+    scaling = result.settings.scaling
+    assert result.max_batch == 990 and scaling.per_gpu_batch == 247  # 990 -> 495 -> 247
+    assert "both timed at batch 247" in scaling.note
+    assert scaling.efficiency == pytest.approx(0.5 / 0.55)
 
 
 def test_a_distributed_scan_writes_world_size_strategy_and_nccl_facts(tmp_path, monkeypatch):
@@ -216,10 +216,10 @@ def test_a_distributed_scan_writes_world_size_strategy_and_nccl_facts(tmp_path, 
     result, path = scan_distributed(TOY, fake_group_opts(), 2, "ddp", tmp_path, RecordingProgress(), FakeGroup())
     back = read_result(path)
     assert path.name.startswith("2x-cpu_toy-ddp_train_")
-    dist = back.environment["distributed"]
-    assert (dist["world_size"], dist["strategy"], dist["backend"]) == (2, "ddp", "gloo")
-    assert dist["nccl_env"]["NCCL_DEBUG"] == "WARN" and dist["nccl_env"]["NCCL_NVLS_ENABLE"] == "0"
-    assert back.settings["world_size"] == 2 and back.precisions["fp32"].max_batch == 990
+    dist = back.environment.distributed
+    assert (dist.world_size, dist.strategy, dist.backend) == (2, "ddp", "gloo")
+    assert dist.nccl_env["NCCL_DEBUG"] == "WARN" and dist.nccl_env["NCCL_NVLS_ENABLE"] == "0"
+    assert back.settings.world_size == 2 and back.precisions["fp32"].max_batch == 990
 
 
 def test_options_a_multi_gpu_scan_cannot_honour_are_user_errors(tmp_path):

@@ -58,7 +58,7 @@ def test_a_parallel_scan_spreads_precisions_over_gpus_and_writes_one_file_per_wo
     assert len(files) == 1 and files[0].name.startswith("cpu_toy_train_")
     merged = read_result(files[0])
     assert list(merged.precisions) == ["fp32", "bf16"] and merged.status == "complete"
-    assert {p.settings["parallel"]["gpu"] for p in merged.precisions.values()} == {"0", "1"}  # both at once
+    assert {p.settings.parallel["gpu"] for p in merged.precisions.values()} == {"0", "1"}  # both at once
     assert all(p.max_batch == 40 and p.proof.verified for p in merged.precisions.values())
     (folder,) = tmp_path.glob("parallel_*")
     summary = [json.loads(line) for line in (folder / "summary.jsonl").read_text().splitlines()]
@@ -85,7 +85,7 @@ def test_the_one_gpu_max_batch_beside_a_multi_gpu_row_is_the_training_scan_not_t
 
     repo = Path(__file__).resolve().parents[1]
     single, multi = split_by_world_size(load_results([repo / "reports" / "h200", repo / "reports" / "h200_multi"]))
-    assert any(r.mode == "infer" and r.workload["name"] == "bert-large" for _p, r in single)  # 2723 in inference
+    assert any(r.mode == "infer" and r.workload.name == "bert-large" for _p, r in single)  # 2723 in inference
     rows = {
         (row[1], row[2], row[3], row[4]): row for row in scaling_rows([r for _p, r in multi], [r for _p, r in single])
     }
@@ -114,7 +114,7 @@ def test_merging_parts_keeps_the_asked_order_and_a_missing_or_partial_part_makes
     merged, path = merge_parts(TOY, ["fp32", "bf16"], parts, tmp_path, "train")
     back = read_result(path)
     assert list(back.precisions) == ["fp32", "bf16"] and back.status == "complete"
-    assert back.precisions["bf16"].settings["parallel"]["gpu"] == "1" and back.precisions["fp32"].max_batch == 10
+    assert back.precisions["bf16"].settings.parallel["gpu"] == "1" and back.precisions["fp32"].max_batch == 10
     parts["fp16"] = (None, Job(TOY, "fp16", slot="0"))  # that child left no file
     merged, _path = merge_parts(TOY, ["fp32", "bf16", "fp16"], parts, tmp_path / "again", "train")
     assert merged.status == "partial" and list(merged.precisions) == ["fp32", "bf16"]

@@ -43,16 +43,16 @@ def _interrupted_file(tmp_path, stop_at: int):
     assert stopped.value.path is not None and stopped.value.path.exists()
     assert [p.name for p in tmp_path.iterdir()] == [stopped.value.path.name]  # no temporary file left
     data = read_result(stopped.value.path)
-    assert data.status == "partial" and data.settings["interrupted"] is True
+    assert data.status == "partial" and data.settings.interrupted is True
     return data.precisions["fp32"], group
 
 
 def test_stopped_in_the_search_the_file_keeps_the_search_trials_so_far(tmp_path):
     p, _group = _interrupted_file(tmp_path, stop_at=4)  # launch 1: batch 1 and 2; then 2 search trials
-    assert p.status == "interrupted" and p.settings["interrupted_at"] == "search"
+    assert p.status == "interrupted" and p.settings.interrupted_at == "search"
     assert [a.batch for a in p.attempts][:2] == [1, 2] and len(p.attempts) == 4
     assert p.max_batch is None and p.memory_model  # the trials still give the memory line
-    assert p.settings["launches"]["process_groups"] == 4
+    assert p.settings.launches["process_groups"] == 4
 
 
 def test_stopped_in_the_proof_the_file_keeps_the_search_and_the_checks_so_far(tmp_path):
@@ -61,7 +61,7 @@ def test_stopped_in_the_proof_the_file_keeps_the_search_and_the_checks_so_far(tm
     scan_distributed(TOY, fake_group_opts(curve=False), 2, "ddp", tmp_path / "full", RecordingProgress(), group)
     search = sum(1 for r in group.requests if r.world_size == 2) - 2  # the proof's 991 and 990 are the last two
     p, _ = _interrupted_file(tmp_path / "stopped", stop_at=search + 2)
-    assert p.status == "interrupted" and p.settings["interrupted_at"] == "proof"
+    assert p.status == "interrupted" and p.settings.interrupted_at == "proof"
     assert p.max_batch is None and p.proof is not None and not p.proof.verified
     assert [(c.batch, c.outcome) for c in p.proof.checks] == [(991, "oom")]
     assert p.proof.found.fits == 990 and len(p.attempts) > 2
@@ -71,9 +71,9 @@ def test_stopped_while_timing_one_gpu_the_proven_edge_is_kept_as_done(tmp_path):
     group = FakeGroup()
     scan_distributed(TOY, fake_group_opts(curve=False), 2, "ddp", tmp_path / "full", RecordingProgress(), group)
     p, _ = _interrupted_file(tmp_path / "stopped", stop_at=len(group.requests))  # the 1-GPU baseline
-    assert p.status == "done" and p.settings["interrupted_at"] == "scaling"
+    assert p.status == "done" and p.settings.interrupted_at == "scaling"
     assert p.max_batch == 990 and p.proof.verified and p.throughput.outcome == "fit"
-    assert "scaling" not in p.settings
+    assert "scaling" not in p.settings.to_dict()
 
 
 # --- real launches, real signals ------------------------------------------------------------------

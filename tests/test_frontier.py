@@ -106,8 +106,10 @@ def test_frontier_section_round_trips_and_report_pairs_measured_with_predicted(t
     path = _frontier_file(tmp_path, "measured", 40, "NVIDIA H200")
     _frontier_file(tmp_path, "predicted", 44, "H200 SXM")
     back = read_result(path)
-    assert Frontier.from_dict(back.frontier["bf16"]).points[0].found == 40
-    assert "frontier" not in json.loads(write_result(ScanResult({}, {}, {}), tmp_path / "plain.json").read_text())
+    assert back.frontier["bf16"].points[0].found == 40
+    assert "frontier" not in json.loads(
+        write_result(ScanResult({"name": "x"}, {}, {}), tmp_path / "plain.json").read_text()
+    )
     out = CliRunner().invoke(
         main,
         ["report", "--frontier", str(tmp_path / "measured.json"), str(tmp_path / "predicted.json"), "--format", "json"],
@@ -150,8 +152,8 @@ def test_scan_frontier_reads_each_points_typed_proof(tmp_path, monkeypatch):
     result, path = probe_frontier.scan_frontier(
         llama, ScanOptions(precisions=["bf16"], max_batch=4096), tmp_path, lambda *a, **k: None, None
     )
-    points = result.frontier["bf16"]["points"]
-    batch_at = {p["fixed"]: (p["found"], p["fails"], p["verified"]) for p in points if p["kind"] == BATCH_AT_SEQ}
+    points = result.frontier["bf16"].points
+    batch_at = {p.fixed: (p.found, p.fails, p.verified) for p in points if p.kind == BATCH_AT_SEQ}
     assert batch_at[512] == (78, 79, True) and batch_at[1024] == (39, 40, True)
     assert result.status == "complete"
-    assert read_result(path).frontier["bf16"]["points"] == points
+    assert read_result(path).frontier["bf16"].points == points

@@ -267,6 +267,6 @@ def test_sequence_length_scan_proves_the_edge_in_fresh_processes(standin_for_wor
     assert p.status == "done" and p.max_batch > 32, p.error
     assert (p.proof.fits, p.proof.fails) == (p.max_batch, p.max_batch + 1) and p.proof.verified
     assert all(c.fresh for c in p.proof.checks)
-    assert p.settings["task"]["axis"] == "seq_len" and p.settings["flops_per_sample"] is None
+    assert p.settings.task.extra["axis"] == "seq_len" and p.settings.flops_per_sample is None
     # the timed run at the proven length: tokens per step = the length x 1 sequence, FLOPs counted there
     assert p.throughput.units_per_step == p.max_batch and p.throughput.flops_per_sample > 0

@@ -53,7 +53,7 @@ def test_guide_overhead_of_an_emulated_card_uses_the_cap():
     result = make_result(
         name, precisions={"fp16": {"batch": 20, "capacity": 23 * GiB, "per_sample": GiB}}, total_bytes=79 * GiB
     )
-    result.environment["gpu"]["emulated_total_bytes"] = 24 * GiB
+    result.environment.gpu.emulated_total_bytes = 24 * GiB
     overhead = overhead_for(result, result.precisions["fp16"], default_catalog())
     assert overhead.bytes == 1 * GiB  # 24 GiB cap - 23 GiB capacity, not 80 - 23
     assert overhead.gpu == name

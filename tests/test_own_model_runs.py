@@ -134,7 +134,7 @@ def test_user_module_scan_through_fork_server_and_fresh_proof(run, tmp_path, use
     p = saved.precisions["fp32"]
     assert p.status == "done" and p.stop == "edge" and p.max_batch > 2
     assert (p.proof.fits, p.proof.fails) == (p.max_batch, p.max_batch + 1) and p.proof.verified
-    assert saved.workload["family"] == "module" and saved.workload["params"]["target"].endswith("own_model.py:build")
+    assert saved.workload.family == "module" and saved.workload.params["target"].endswith("own_model.py:build")
 
 
 @pytest.mark.slow
@@ -143,8 +143,8 @@ def test_hf_config_scan(run, tmp_path, user_dir):
     assert result.exit_code == 0, result.output
     p = saved.precisions["fp32"]
     assert p.status == "done" and p.max_batch >= 1 and p.proof.verified
-    task = p.settings["task"]
-    assert (task["model_class"], task["task"], task["seq_len"], task["attention"]) == (
+    task = p.settings.task
+    assert tuple(task.extra[k] for k in ("model_class", "task", "seq_len", "attention")) == (
         "GPT2LMHeadModel",
         "causal-lm",
         16,
@@ -158,7 +158,7 @@ def test_timm_scan(run, tmp_path, standin_in_trial_processes):
     assert result.exit_code == 0, result.output
     p = saved.precisions["fp32"]
     assert p.status == "done" and p.max_batch >= 1 and p.proof.verified
-    assert p.settings["task"]["timm_model"] == "test_vit" and p.settings["task"]["input_size"] == [3, 32, 32]
+    assert p.settings.task.extra["timm_model"] == "test_vit" and p.settings.task.extra["input_size"] == [3, 32, 32]
 
 
 # --- error paths -----------------------------------------------------------------------------------
@@ -258,7 +258,7 @@ def test_api_find_max_batch_with_a_function(user_dir, monkeypatch):
     result = memprobe.find_max_batch(
         own.build, precision="fp32", device="cpu", cpu_memory_budget=BUDGET, throughput=False
     )
-    assert result.workload["name"] == "own_model:build"
+    assert result.workload.name == "own_model:build"
     assert result.max_batch == result.precisions["fp32"].max_batch > 2
     assert result.precisions["fp32"].proof.verified
     assert json.loads(result.to_json())["schema"] == "memprobe.scan"

@@ -56,13 +56,13 @@ def test_soak_and_curve_run_on_two_ranks(tmp_path):
     assert result.exit_code == 0, result.output
     (path,) = tmp_path.glob("*.json")
     p = read_result(path).precisions["fp32"]
-    assert p.status == "done" and p.max_batch == 4 and p.settings["world_size"] == 2
+    assert p.status == "done" and p.max_batch == 4 and p.settings.world_size == 2
     soak = p.proof.soak
     assert soak["steps"] == 5 and soak["max_batch"] == 4 and not soak["lowered"]
     assert soak["runs"][0]["steps"] == 5 and soak["runs"][0]["outcome"] == FIT  # 5 steps ran on every rank
     assert [(c.batch, c.outcome) for c in p.curve] == [(2, FIT), (4, FIT)]
     assert p.best_batch in (2, 4) and p.curve_seconds > 0 and p.curve[0].samples_per_s > 0
-    assert p.settings["scaling"]["per_gpu_batch"] == 4
+    assert p.settings.scaling.per_gpu_batch == 4
     assert "curve: batch 2 ->" in result.stderr and "soak: training batch 4 for 5 steps" in result.stderr
 
 

@@ -376,13 +376,14 @@ def test_a_sequence_length_prediction_speaks_of_lengths(run, tmp_path):
 
 
 def test_a_prediction_names_the_libraries_a_scan_ran_differently():
+    from memprobe.core.environment import Environment
     from memprobe.predict.summary import library_versions, version_note
 
     mine = {"torch": "2.13.0+cpu", "transformers": "5.24.0", "timm": "1.0.29"}
-    same = {"versions": {"torch": "2.13.0", "transformers": "5.24.0", "timm": "1.0.29"}}
+    same = Environment(versions={"torch": "2.13.0", "transformers": "5.24.0", "timm": "1.0.29"})
     assert version_note(mine, same) == ""  # torch's build tag is not a difference
-    other = {"versions": {"torch": "2.11.0", "transformers": "5.17.0", "timm": "1.0.29"}}
+    other = Environment(versions={"torch": "2.11.0", "transformers": "5.17.0", "timm": "1.0.29"})
     note = version_note(mine, other)
     assert note.startswith("the scan ran torch 2.11.0 (here 2.13.0+cpu), transformers 5.17.0 (here 5.24.0):")
-    assert version_note(mine, {}) == ""  # an old file without versions: nothing to say
+    assert version_note(mine, Environment()) == ""  # an old file without versions: nothing to say
     assert set(library_versions()) == {"torch", "transformers", "timm"}

@@ -137,7 +137,7 @@ def test_a_distributed_scan_starts_from_the_predicted_per_gpu_edge_and_still_pro
     p = result.precisions["fp32"]
     assert asked == [((2, "ddp"), "fp32", FakeGroup.CAPACITY)]
     assert [r.batches for r in group.requests[:3]] == [[1, 2], [985], [986]]  # then the walk to 990
-    assert p.max_batch == 990 and p.proof.verified and p.settings["predicted_start"]["max_batch"] == 985
+    assert p.max_batch == 990 and p.proof.verified and p.settings.predicted_start["max_batch"] == 985
 
 
 def test_an_inference_scan_gets_a_prediction_of_forward_passes():

@@ -1,4 +1,5 @@
-"""Typed result records: every committed result file reads into them, round-trips, and renders the same report."""
+"""Typed result records: every committed result file reads into them, round-trips, and renders the same report;
+the checks of a file come from the records' field types."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from memprobe.cli import main
+from memprobe.core.environment import Environment, GpuInfo, WorkloadRecord
 from memprobe.core.memory_model import Attempt, MemoryModel
 from memprobe.core.records import Check, CurvePoint, Pair, Proof, Timed
 from memprobe.core.results import (
@@ -21,6 +23,8 @@ from memprobe.core.results import (
     read_result,
     write_result,
 )
+from memprobe.core.schema import rule_of
+from memprobe.core.settings import PrecisionSettings, ScanSettings, Task
 from memprobe.predict.render import render
 from memprobe.predict.summary import ComparisonRow, Prediction, trial_fit_batches
 
@@ -63,7 +67,15 @@ def test_every_committed_result_reads_into_typed_records_and_round_trips(tmp_pat
             # B is proven by a fresh fit, or the proof says it is not verified (every fresh check above it failed)
             assert p.proof is not None and (p.proof.fits is not None or not p.proof.verified)
     back = read_result(write_result(result, tmp_path / path.name))
-    assert json.loads((tmp_path / path.name).read_text(encoding="utf-8"))["schema_version"] == SCHEMA_VERSION
+    written = json.loads((tmp_path / path.name).read_text(encoding="utf-8"))
+    assert written["schema_version"] == SCHEMA_VERSION
+    # The sections typed as Section records come back key for key, in the file's order, nulls kept as nulls.
+    original = json.loads(path.read_text(encoding="utf-8"))
+    for key in ("workload", "environment", "settings", "frontier"):
+        assert list((written.get(key) or {}).items()) == list((original.get(key) or {}).items()), key
+    for name, p in original["precisions"].items():
+        mine = written["precisions"][name]["settings"]
+        assert list(mine.items()) == list(p.get("settings", {}).items()), name
     assert back.precisions == result.precisions and back.frontier == result.frontier
     assert (back.workload, back.environment, back.settings, back.status, back.created) == (
         result.workload,
@@ -80,6 +92,41 @@ def test_a_rewrite_keeps_keys_no_record_names():
     assert timed.extra == {"measured_later": {"x": 1}} and timed.to_dict() == data
     proof = Proof.from_dict({"fits": 3, "fails": 4, "search": {"fits": 3, "fails": None}, "checks": [], "new": 1})
     assert proof.found == Pair(3, None) and proof.to_dict()["new"] == 1
+
+
+def test_a_section_writes_back_the_keys_it_read_or_was_given_and_keeps_unknown_ones():
+    data = {"mode": "train", "cpu_budget_bytes": None, "later_option": [1], "precisions": ["fp16"]}
+    settings = ScanSettings.from_dict(data)
+    assert settings.mode == "train" and settings.cpu_budget_bytes is None and settings.max_batch is None
+    assert settings.to_dict() == data and list(settings.to_dict()) == list(data)  # absent stays absent, null null
+    settings.interrupted = True  # a key set later follows the ones read
+    settings.cpu_budget_bytes = 1024
+    assert (
+        list(settings.to_dict().items())[-1] == ("interrupted", True) and settings.to_dict()["cpu_budget_bytes"] == 1024
+    )
+    built = PrecisionSettings(task=Task(parameters=10), emulation=None)  # built in code: the fields given, None too
+    assert built.to_dict() == {"task": {"parameters": 10}, "emulation": None}
+    env = Environment.from_dict({"gpu": {"name": "H100", "uuid": "x"}, "new": 1})
+    assert isinstance(env.gpu, GpuInfo) and env.gpu.name == "H100" and env.extra == {"new": 1}
+    env.merge({"gpu": {"name": "H200"}, "driver": "1", "other": 2})  # as a trial process's view is merged in
+    assert env.to_dict() == {"gpu": {"name": "H200"}, "new": 1, "driver": "1", "other": 2}
+
+
+def test_the_checks_come_from_the_field_types():
+    """A record's field type is its check: the range of an alias, the words, a required field, a nested record."""
+    assert "must be an integer >= 1 or null, got 0" in rule_of(ScanSettings).problem({"world_size": 0}, "settings")
+    assert "workload.name is missing" in rule_of(WorkloadRecord).problem({"family": "x"}, "workload")
+    found = rule_of(PrecisionSettings).problem({"nothing_fits": {"need_bytes": -1}}, "s")
+    assert found.startswith("s.nothing_fits.need_bytes must be an integer >= 0")
+    assert rule_of(Environment).problem({"gpu": {"name": "H100", "total_bytes": 0}}, "environment") == (
+        "environment.gpu.total_bytes must be an integer >= 1 or null, got 0"
+    )
+    assert rule_of(Timed).problem({"step_time": {"p10_s": 1.0}}, "t") == "t.step_time.median_s is missing"
+    assert (
+        rule_of(ScanSettings)
+        .problem({"precisions": ["fp8"]}, "settings")
+        .startswith("settings.precisions[0] must be one of fp32, tf32, fp16, bf16")
+    )
 
 
 def test_a_newer_schema_version_is_refused_in_one_line(tmp_path):

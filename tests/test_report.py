@@ -524,7 +524,7 @@ def test_an_inference_scan_is_never_a_row_of_training():
     # one card, one workload, one precision: trained and inferred are two questions, two rows, no "two files" note
     train = make_result(precisions={"fp16": {"batch": 354, "speed": 478.0}})
     infer = make_result(precisions={"fp16": {"batch": 9406, "speed": 1524.0}}, created="2026-01-02T00:00:00+00:00")
-    infer.settings["mode"] = "infer"
+    infer.settings.mode = "infer"
     comparison = build_comparison(loaded(train, infer))
     rows = {(p.workload, p.precision): p.max_batch for p in comparison.points}
     assert rows == {("toy", "fp16"): 354, ("toy (inference)", "fp16"): 9406}
@@ -535,7 +535,7 @@ def test_report_scans_keeps_an_inference_scan_apart_from_training():
     # the newer inference file must not replace the training row of the same workload and precision
     train = make_result(precisions={"fp16": {"batch": 354, "speed": 478.0}})
     infer = make_result(precisions={"fp16": {"batch": 9406, "speed": 1524.0}}, created="2026-01-02T00:00:00+00:00")
-    infer.settings["mode"] = "infer"
+    infer.settings.mode = "infer"
     got = [(r["model"], r["max batch"]) for r in report.scan_rows([train, infer], newest_only=True)]
     assert got == [("toy", 354), ("toy (inference)", 9406)]
 

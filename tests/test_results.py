@@ -111,7 +111,7 @@ def test_failed_write_keeps_the_old_file_and_no_temp_file(tmp_path):
     path = write_result(sample_result(), tmp_path / "r.json")
     before = path.read_bytes()
     broken = sample_result()
-    broken.settings["not json"] = object()
+    broken.settings.extra["not json"] = object()
     with pytest.raises(TypeError):
         write_result(broken, path)
     assert path.read_bytes() == before
@@ -120,7 +120,7 @@ def test_failed_write_keeps_the_old_file_and_no_temp_file(tmp_path):
 
 def test_failed_first_write_leaves_nothing(tmp_path):
     broken = sample_result()
-    broken.environment["bad"] = {1, 2}
+    broken.environment.extra["bad"] = {1, 2}
     with pytest.raises(TypeError):
         write_result(broken, tmp_path / "r.json")
     assert list(tmp_path.iterdir()) == []

@@ -43,7 +43,7 @@ def test_scan_precision_agreed():
     assert (result.proof.fits, result.proof.fails, result.proof.fail_outcome) == (75, 76, "oom")
     assert checks_of(result) == [(76, "oom"), (75, "fit")]
     assert result.capacity_bytes == world.capacity
-    assert result.settings["weights_bytes"] == STATIC and result.settings["flags"] == {"x": 1}
+    assert result.settings.weights_bytes == STATIC and result.settings.flags == {"x": 1}
     assert envs == [world.workers[0].info.environment]
     # the search ran in one process; each check in its own new one
     assert [w.number for w in world.workers] == [1, 2, 3]
@@ -295,7 +295,7 @@ def test_a_prediction_that_comes_late_is_tried_then_and_its_fit_is_the_proof_and
     start = FakeStart(75, after=4)  # polled at its creation, after batch 1, then before 16 and 80
     result, progress, _ = run_scan(world, forks=True, start=start, warmup=3, timed_steps=10)
     assert [a.batch for a in result.attempts] == [1, 2, 16, 80, 75, 76]
-    assert result.settings["predicted_start"] == {
+    assert result.settings.predicted_start == {
         "precision": "fp32",
         "max_batch": 75,
         "arrived_s": 7.0,
@@ -318,9 +318,7 @@ def test_a_prediction_that_never_comes_costs_the_scan_nothing_and_is_recorded():
     result, progress, _ = run_scan(world, forks=True, start=start, measure=False)
     assert [a.batch for a in result.attempts] == [a.batch for a in plain.attempts]
     assert start.prediction.polls == len(result.attempts) + 1  # each decision point, and once at the end
-    assert (
-        result.settings["predicted_start"]["used"] is False and result.settings["predicted_start"]["arrived_s"] is None
-    )
+    assert result.settings.predicted_start["used"] is False and result.settings.predicted_start["arrived_s"] is None
     assert progress.notes[0].startswith("no predicted start: no prediction before the search ended")
 
 
@@ -416,8 +414,8 @@ def test_scan_workload_writes_after_each_precision(monkeypatch, tmp_path):
     data = read_result(path)
     assert data.status == "complete"
     assert {k: p.max_batch for k, p in data.precisions.items()} == {"fp32": 75, "bf16": 75}
-    assert data.environment["gpu"]["name"] == "Fake GPU 9000"  # the trial process's view was merged in
-    assert "hostname" in data.environment  # next to the host's
+    assert data.gpu_name() == "Fake GPU 9000"  # the trial process's view was merged in
+    assert data.environment.hostname is not None  # next to the host's
     assert progress.precisions == [("toy", "fp32"), ("toy", "bf16")]
     assert factories[0].closed
 
@@ -438,7 +436,7 @@ def test_mfu_against_the_catalog_peak_of_a_known_gpu():
     world = World(gpu="NVIDIA H100 80GB HBM3", flops_per_sample=1e12)
     result, _, _ = run_scan(world)
     t = result.throughput
-    assert result.settings["flops_per_sample"] == 1e12
+    assert result.settings.flops_per_sample == 1e12
     # the fake timed run: batch 75 at a 0.5 s median step -> 150 samples/s -> 150 TFLOP/s achieved
     assert t.achieved_tflops == pytest.approx(150.0)
     assert t.peak_tflops == peak_tflops("NVIDIA H100 80GB HBM3", "fp32") == pytest.approx(67.0)
@@ -467,10 +465,10 @@ def test_an_emulated_scan_is_labelled_and_keeps_the_real_chip_for_mfu(tmp_path, 
     monkeypatch.setattr(memprobe.probe.scan, "host_environment", lambda: {"driver": "fake"})
     opts = ScanOptions(precisions=["fp32"], device="cpu", cpu_budget_bytes=world.capacity)
     result, path = memprobe.probe.scan.scan_workload(toy_workload(), opts, tmp_path, RecordingProgress())
-    gpu = result.environment["gpu"]
-    assert gpu["name"] == "NVIDIA H100 80GB HBM3 [emulated 24 GiB cap]"
-    assert gpu["real_name"] == "NVIDIA H100 80GB HBM3" and gpu["emulated_total_bytes"] == 24 * 2**30
-    assert result.environment["emulation"]["memory_cap_bytes"] == 24 * 2**30
+    gpu = result.environment.gpu
+    assert gpu.name == "NVIDIA H100 80GB HBM3 [emulated 24 GiB cap]"
+    assert gpu.real_name == "NVIDIA H100 80GB HBM3" and gpu.emulated_total_bytes == 24 * 2**30
+    assert result.environment.emulation["memory_cap_bytes"] == 24 * 2**30
     assert "emulated-24-gib-cap" in path.name
     assert result.precisions["fp32"].throughput.peak_tflops == pytest.approx(67.0)  # the H100's own peak
 
@@ -486,6 +484,6 @@ def test_ctrl_c_in_the_first_precisions_search_keeps_its_trials_so_far(monkeypat
     data = read_result(stopped.value.path)
     assert data.status == "partial" and list(data.precisions) == ["fp32"]
     p = data.precisions["fp32"]
-    assert p.status == "interrupted" and p.settings["interrupted_at"] == "search" and p.max_batch is None
+    assert p.status == "interrupted" and p.settings.interrupted_at == "search" and p.max_batch is None
     assert [a.batch for a in p.attempts][:2] == [1, 2] and all(a.batch != 16 for a in p.attempts)
     assert_all_closed(world)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from fakes import FakePrediction, FakeTrials, check_invariants, linear
+from memprobe.core.settings import PrecisionSettings
 from memprobe.probe.hint import PrecisionHint
 from memprobe.probe.search import HintUse, SearchResult, find_max_batch
 
@@ -94,8 +95,8 @@ def test_a_prediction_outside_the_bracket_is_recorded_not_used(batch, after, why
     assert told == [HintUse(batch, after, False, why)]
 
 
-def precision_hint(answer: dict | None, after: int = 0) -> tuple[PrecisionHint, dict, list[str]]:
-    settings: dict = {}
+def precision_hint(answer: dict | None, after: int = 0) -> tuple[PrecisionHint, PrecisionSettings, list[str]]:
+    settings = PrecisionSettings()
     notes: list[str] = []
     return PrecisionHint(FakePrediction(answer, after), settings, notes.append, started_at=1000.0), settings, notes
 
@@ -106,7 +107,7 @@ def test_the_precision_hint_records_when_the_prediction_came_and_what_the_search
     )
     assert [hint.poll() for _ in range(3)] == [None, None, 75]  # one poll at its creation
     hint.decided(HintUse(75, 4, True))
-    assert settings["predicted_start"] == {
+    assert settings.predicted_start == {
         "precision": "fp32",
         "max_batch": 75,
         "seconds": 9.5,
@@ -126,7 +127,7 @@ def test_the_precision_hint_records_when_the_prediction_came_and_what_the_search
 def test_the_precision_hint_says_why_a_prediction_was_not_used():
     hint, settings, notes = precision_hint({"max_batch": 75, "at": 1003.0})
     hint.decided(HintUse(75, 7, False, "the search had already narrowed the edge to between 73 (fits) and 77 (fails)"))
-    assert settings["predicted_start"]["used"] is False and settings["predicted_start"]["after_trials"] == 7
+    assert settings.predicted_start["used"] is False and settings.predicted_start["after_trials"] == 7
     assert notes[-1].endswith(
         "after 7 trials: not used, the search had already narrowed the edge to between 73 (fits) and 77 (fails)"
     )
@@ -135,14 +136,14 @@ def test_the_precision_hint_says_why_a_prediction_was_not_used():
 def test_a_prediction_that_comes_after_the_search_or_never_is_recorded_at_the_end():
     late, settings, notes = precision_hint({"max_batch": 75, "at": 1040.0}, after=1)  # not there at creation
     late.finish(SearchResult(75, 76, "edge", attempts=[]), 31.5)
-    assert settings["predicted_start"]["used"] is False and settings["predicted_start"]["arrived_s"] == 40.0
-    assert settings["predicted_start"]["why"] == "came after the search had ended"
+    assert settings.predicted_start["used"] is False and settings.predicted_start["arrived_s"] == 40.0
+    assert settings.predicted_start["why"] == "came after the search had ended"
     assert notes == [
         "predicted max batch 75 came 40 s into the precision, after the search had ended (31.5 s): not used"
     ]
     never, settings, notes = precision_hint(None)
     never.finish(SearchResult(75, 76, "edge"), 31.5)
-    assert settings["predicted_start"] == {
+    assert settings.predicted_start == {
         "arrived_s": None,
         "used": False,
         "why": "no prediction before the search ended (31.5 s, 0 trials)",
@@ -153,7 +154,7 @@ def test_a_prediction_that_comes_after_the_search_or_never_is_recorded_at_the_en
 def test_an_error_answer_is_said_at_once_and_never_tried():
     hint, settings, notes = precision_hint({"error": "no allocator capacity to predict at"})
     assert hint.poll() is None
-    assert settings["predicted_start"]["used"] is False
+    assert settings.predicted_start["used"] is False
     assert notes == ["no predicted start: no allocator capacity to predict at"]
     hint.finish(SearchResult(75, 76, "edge"), 10.0)
     assert len(notes) == 1

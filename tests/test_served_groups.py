@@ -44,7 +44,7 @@ def test_a_served_search_finds_the_fresh_edge_in_one_group_and_proves_it_in_two_
     assert [a.fresh for a in attempts] == [True] + [False] * (len(attempts) - 1)
     failed = [i for i, a in enumerate(attempts) if a.outcome == OOM]
     assert failed and any(attempts[i + 1].fits for i in failed if i + 1 < len(attempts))
-    launches = result.settings["launches"]
+    launches = result.settings.launches
     assert (launches["process_groups"], launches["search_process_groups"], launches["served_search"]) == (3, 1, True)
     # where each launch's time went: the served group's start, then the proof's two fresh groups
     marks = launches["timelines"]
@@ -257,7 +257,7 @@ def test_the_served_search_gives_the_same_answer_with_fewer_process_groups(monke
         result, _ = scan_precision_distributed(
             TOY, "fp32", fake_group_opts(curve=False), 2, "ddp", RecordingProgress(), fake
         )
-        answers[served] = (result.max_batch, result.proof.fits, result.proof.fails, result.settings["launches"])
+        answers[served] = (result.max_batch, result.proof.fits, result.proof.fails, result.settings.launches)
         assert all(g.closed or g.killed or not g.alive for g in groups)
     (b0, fits0, fails0, plain), (b1, fits1, fails1, served_counts) = answers[False], answers[True]
     assert (b0, fits0, fails0) == (b1, fits1, fails1) == (990, 990, 991)
@@ -292,7 +292,7 @@ def test_a_served_group_that_is_interrupted_is_killed(monkeypatch):
     assert groups[0].killed
     kept = stopped.value.result  # type: ignore[attr-defined]
     assert [a.batch for a in kept.attempts][:2] == [1, 2] and len(kept.attempts) == 3
-    assert kept.status == "interrupted" and kept.settings["interrupted_at"] == "search"
+    assert kept.status == "interrupted" and kept.settings.interrupted_at == "search"
 
 
 @pytest.mark.slow

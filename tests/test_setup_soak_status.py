@@ -62,7 +62,7 @@ def test_setup_oom_with_other_processes_names_them_and_is_an_error(monkeypatch):
     assert result.status == "error" and result.max_batch is None
     assert "pid 4242 python holds 139.72 GiB" in result.error
     assert "end them or wait" in result.error
-    failure = result.settings["setup_failure"]
+    failure = result.settings.setup_failure
     assert failure["outcome"] == OOM and failure["other_processes"][0]["pid"] == 4242
 
 

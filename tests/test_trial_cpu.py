@@ -391,11 +391,11 @@ def test_scan_writes_one_result_file(scanned):
     on_disk = read_result(scanned.path)
     assert on_disk.to_dict() == scanned.result.to_dict()
     assert on_disk.status == "complete"
-    assert on_disk.workload["name"] == "toy"
-    assert on_disk.environment["device_type"] == "cpu"
-    assert on_disk.environment["gpu"]["name"] == "cpu"
-    assert on_disk.settings["cpu_budget_bytes"] == TOY_CPU_BUDGET
-    assert on_disk.settings["precisions"] == ["fp32"]
+    assert on_disk.workload.name == "toy"
+    assert on_disk.environment.device_type == "cpu"
+    assert on_disk.gpu_name() == "cpu"
+    assert on_disk.settings.cpu_budget_bytes == TOY_CPU_BUDGET
+    assert on_disk.settings.precisions == ["fp32"]
 
 
 def test_scan_precision_is_done_and_proved(scanned):
@@ -444,8 +444,8 @@ def test_scan_memory_model_and_capacity(scanned):
         assert model.basis == basis
         assert model.per_sample_bytes > 0
         assert model.points >= 2
-    assert p.settings["weights_bytes"] > 0
-    assert p.settings["task"]["parameters"] > 0
+    assert p.settings.weights_bytes > 0
+    assert p.settings.task.parameters > 0
 
 
 def test_scan_throughput_at_the_max_batch(scanned):

@@ -9,6 +9,7 @@ from memprobe.cli import main
 from memprobe.core.records import Timed
 from memprobe.core.registry import Workload, load_registry
 from memprobe.core.results import PrecisionResult, ScanResult, read_result, write_result
+from memprobe.core.settings import NothingFits
 from memprobe.core.variants import VariantError, VariantRequest, apply_variant, base_name, parse_lora, search_axis
 from memprobe.probe.nothing_fits import described, explain_nothing_fits
 
@@ -33,7 +34,7 @@ def test_sequence_length_search_sets_the_axis_and_batch():
     v = apply_variant(REGISTRY["llama-1b"], VariantRequest(search="seq-len", batch=2, checkpointing=True), ["bf16"])
     assert v.name == "llama-1b+ckpt+maxseq@b2"
     assert (v.params["axis"], v.params["batch"]) == ("seq_len", 2) and "seq_len" not in v.params
-    assert search_axis(v.to_dict()) == "seq_len" and search_axis(LLAMA.to_dict()) == "batch"
+    assert search_axis(v.params) == "seq_len" and search_axis(LLAMA.params) == "batch"
     assert base_name(v.name) == "llama-1b" and base_name("bert-large") == "bert-large"
 
 
@@ -107,9 +108,9 @@ def test_nothing_fits_says_the_need_and_what_would_fit(tmp_path):
     assert "about 140.0 GiB" in text and "predicted" in text
     assert "Predicted to fit at 1: --lora 16 (40.0 GiB); --lora 16 --checkpointing (38.0 GiB)" in text
     assert "Still too big: --checkpointing (138.0 GiB)" in text
-    saved = read_result(path).precisions["bf16"].settings["nothing_fits"]
-    assert saved["need_bytes"] == 140 * GiB
-    assert [(a["flags"], a["fits"]) for a in saved["alternatives"]] == [
+    saved = read_result(path).precisions["bf16"].settings.nothing_fits
+    assert saved.need_bytes == 140 * GiB
+    assert [(a["flags"], a["fits"]) for a in saved.alternatives] == [
         ("--checkpointing", False),
         ("--lora 16", True),
         ("--lora 16 --checkpointing", True),
@@ -131,16 +132,14 @@ def test_nothing_fits_skips_settings_already_used_and_names_the_sequence_length(
     result = _result(0)
     (line,) = explain_nothing_fits(result, variant, need=fake_need)
     assert "not even a sequence length of 1" in line
-    assert [a["flags"] for a in result.precisions["bf16"].settings["nothing_fits"]["alternatives"]] == [
-        "--checkpointing"
-    ]
+    assert [a["flags"] for a in result.precisions["bf16"].settings.nothing_fits.alternatives] == ["--checkpointing"]
 
 
 def test_nothing_fits_tries_each_distinct_setting_once():
     variant = apply_variant(LLAMA, VariantRequest(checkpointing=True), ["bf16"])
     result = _result(0)
     explain_nothing_fits(result, variant, need=fake_need)
-    alternatives = result.precisions["bf16"].settings["nothing_fits"]["alternatives"]
+    alternatives = result.precisions["bf16"].settings.nothing_fits.alternatives
     assert [(a["flags"], a["need_bytes"]) for a in alternatives] == [("--lora 16", 38 * GiB)]
 
 
@@ -157,7 +156,7 @@ def _scan(name_request: VariantRequest, edge: int, created: str, tokens_per_s: f
         tokens = edge * (variant.params.get("seq_len") or 1)
         p.throughput = Timed(outcome="fit", units_per_step=tokens, units_per_s=tokens_per_s, mfu=0.41)
     if need:
-        p.settings["nothing_fits"] = {"need_bytes": need}
+        p.settings.nothing_fits = NothingFits(need_bytes=need)
     result.precisions["bf16"] = p
     return result
 

@@ -65,10 +65,9 @@ def _predict_and_print(
             compare_with = (compare, read_result(compare))
         except ResultFileError as exc:
             raise click.ClickException(str(exc)) from None
-        if compare_with[1].workload.get("name") not in {w.name for w in workloads}:
+        if compare_with[1].workload.name not in {w.name for w in workloads}:
             raise click.ClickException(
-                f"{compare} is a scan of {compare_with[1].workload.get('name')}, "
-                f"not of {', '.join(w.name for w in workloads)}"
+                f"{compare} is a scan of {compare_with[1].workload.name}, not of {', '.join(w.name for w in workloads)}"
             )
         _check_same_world(compare, compare_with[1], worlds)
         scanned_mode = compare_with[1].mode
@@ -89,7 +88,7 @@ def _predict_and_print(
                         "",
                         steps=steps,
                         compare_with=compare_with
-                        if compare_with and compare_with[1].workload.get("name") == workload.name
+                        if compare_with and compare_with[1].workload.name == workload.name
                         else None,
                         world=world,
                         mode=mode,

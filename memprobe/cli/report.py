@@ -161,7 +161,7 @@ def report_cmd(
         if with_published:
             from memprobe.compare.published_scaling import published_scaling_rows, published_scaling_table
 
-            names = sorted({str(r.workload.get("name")) for _p, r in multi})
+            names = sorted({str(r.workload.name) for _p, r in multi})
             if published_scaling_rows(names):
                 click.echo(published_scaling_table(names, fmt), nl=False)
         if not loaded and not with_published:

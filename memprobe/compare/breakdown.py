@@ -137,8 +137,8 @@ def breakdown_parts(results: list[Any], predicted: list[dict[str, Any]] | None =
     precision and batch; records at other batches (e.g. another card's B) get one line (a str) saying so."""
     parts: list[tuple[Any, Any]] = []
     for result in results:
-        name = str(result.workload.get("name"))
-        family = str(result.workload.get("family", ""))
+        name = str(result.workload.name)
+        family = str(result.workload.family or "")
         gpu = result.gpu_name()
         for precision, p in result.precisions.items():
             if p.breakdown is None:

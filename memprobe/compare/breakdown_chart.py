@@ -70,7 +70,7 @@ def entries(loaded: Sequence, predicted: list[dict[str, Any]] | None = None) -> 
 
     found: dict[tuple[str, str, str], Entry] = {}
     for _path, result in loaded:
-        name = str(result.workload.get("name"))
+        name = str(result.workload.name)
         gpu = _short(result.gpu_name())
         for precision, p in result.precisions.items():
             if p.breakdown is None or (name, precision, gpu) in found:

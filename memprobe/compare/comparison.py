@@ -11,10 +11,11 @@ import json
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from memprobe.compare.published import Figure, default_published
 from memprobe.core.catalog import PRECISIONS, Catalog, default_catalog
+from memprobe.core.environment import WorkloadRecord
 from memprobe.core.records import Timed
 from memprobe.core.results import PrecisionResult, ScanResult
 from memprobe.core.variants import axis_name
@@ -68,7 +69,7 @@ class Point:
     status: str = "done"
     mfu: float | None = None
     mfu_why: str = ""
-    utilization: dict[str, Any] = field(default_factory=dict)
+    utilization: Mapping[str, Any] = field(default_factory=dict)
     created: datetime | None = None  # when its scan was made (ScanResult.created_at); None for published figures
     tokens_per_sample: float | None = None  # fairseq-style batch in tokens = batch x this (translation)
     best_batch: float | None = None  # b*, from the scan's throughput curve (None: no curve)
@@ -112,9 +113,17 @@ class Comparison:
         return None
 
 
-def definition_key(workload: dict[str, Any]) -> str:
+def definition_key(workload: WorkloadRecord) -> str:
     """A short hash of everything in a workload definition that changes memory or speed (not the description)."""
-    core = {k: workload.get(k) for k in ("name", "family", "version", "unit", "params", "optimizer")}
+    w = workload
+    core = {
+        "name": w.name,
+        "family": w.family,
+        "version": w.version,
+        "unit": w.unit,
+        "params": w.params,
+        "optimizer": w.optimizer,
+    }
     return hashlib.sha1(json.dumps(core, sort_keys=True, default=str).encode()).hexdigest()[:6]
 
 
@@ -124,25 +133,25 @@ def workload_labels(results: Sequence[ScanResult]) -> tuple[list[str], list[str]
     Same name, same definition -> the name. Same name, different definitions -> name@v<version>, and a
     #<hash> suffix when the versions alone do not tell them apart. Never raises.
     """
-    by_name: dict[str, dict[str, dict[str, Any]]] = {}
+    by_name: dict[str, dict[str, WorkloadRecord]] = {}
     for r in results:
-        by_name.setdefault(str(r.workload.get("name", "?")), {})[definition_key(r.workload)] = r.workload
+        by_name.setdefault(str(r.workload.name), {})[definition_key(r.workload)] = r.workload
     labels_for: dict[tuple[str, str], str] = {}
     notes = []
     for name, defs in by_name.items():
         if len(defs) == 1:
             labels_for[(name, next(iter(defs)))] = name
             continue
-        versions = [d.get("version") for d in defs.values()]
+        versions = [d.version for d in defs.values()]
         unique_versions = len(set(versions)) == len(versions)
         for key, d in defs.items():
-            labels_for[(name, key)] = f"{name}@v{d.get('version')}" + ("" if unique_versions else f"#{key}")
+            labels_for[(name, key)] = f"{name}@v{d.version}" + ("" if unique_versions else f"#{key}")
         differing = sorted(
             {
                 k
                 for d in defs.values()
-                for k in (d.get("params") or {})
-                if len({json.dumps((e.get("params") or {}).get(k), default=str) for e in defs.values()}) > 1
+                for k in (d.params or {})
+                if len({json.dumps((e.params or {}).get(k), default=str) for e in defs.values()}) > 1
             }
         )
         what = (
@@ -164,8 +173,7 @@ def workload_labels(results: Sequence[ScanResult]) -> tuple[list[str], list[str]
         )
     # An inference scan answers another question (forward passes only): never in a row with training.
     return [
-        labels_for[(str(r.workload.get("name", "?")), definition_key(r.workload))]
-        + (" (inference)" if r.mode == "infer" else "")
+        labels_for[(str(r.workload.name), definition_key(r.workload))] + (" (inference)" if r.mode == "infer" else "")
         for r in results
     ], notes
 
@@ -177,7 +185,8 @@ def _mfu(p: PrecisionResult, device: str) -> tuple[float | None, str]:
     t = p.throughput or Timed()
     if t.mfu is not None:
         return float(t.mfu), ""
-    flops = t.flops_per_sample or (p.settings.get("task") or {}).get("flops_per_sample")
+    task = p.settings.task
+    flops = t.flops_per_sample or (task.flops_per_sample if task is not None else None)
     if not flops:
         return None, "the result file records no FLOPs per sample"
     peak = peak_tflops(device, p.precision)
@@ -191,10 +200,11 @@ def batch_unit(result: ScanResult, p: PrecisionResult) -> str:
     """What one step's batch counts: the workload's unit ("sequences"), or "samples of 128 tokens" when a sample
     holds several units (translation: a sentence pair of tgt_len target tokens); for a sequence-length search,
     "seq len at batch 1" (n is then a length)."""
-    if axis_name(result.workload) != "batch":  # a sequence-length search: n is a length, at a fixed batch
-        return f"{axis_name(result.workload)} at batch {(result.workload.get('params') or {}).get('batch', 1)}"
-    unit = str(result.workload.get("unit", "samples"))
-    per = (p.settings.get("task") or {}).get("units_per_sample")
+    params = result.workload.params or {}
+    if axis_name(params) != "batch":  # a sequence-length search: n is a length, at a fixed batch
+        return f"{axis_name(params)} at batch {params.get('batch', 1)}"
+    unit = str(result.workload.unit or "samples")
+    per = p.settings.task.units_per_sample if p.settings.task is not None else None
     return unit if not per or float(per) == 1.0 else f"samples of {float(per):g} {unit}"
 
 
@@ -202,7 +212,7 @@ def _measured_points(loaded: Sequence[tuple[Path, ScanResult]], labels: list[str
     points = []
     for (path, result), label in zip(loaded, labels):
         device = result.gpu_name()
-        unit = str(result.workload.get("unit", "samples"))
+        unit = str(result.workload.unit or "samples")
         for name, p in result.precisions.items():
             t = p.throughput or Timed()
             done = p.status == "done" and p.max_batch is not None
@@ -230,7 +240,7 @@ def _measured_points(loaded: Sequence[tuple[Path, ScanResult]], labels: list[str
                     mfu_why=why,
                     utilization=t.utilization or {},
                     created=result.created_at,
-                    tokens_per_sample=(p.settings.get("task") or {}).get("tokens_per_sample"),
+                    tokens_per_sample=p.settings.task.tokens_per_sample if p.settings.task is not None else None,
                     best_batch=p.best_batch if done else None,
                     best_throughput=p.best_units_per_s if done else None,
                     curve=[(c.batch, c.units_per_s) for c in p.curve if done and c.fits and c.units_per_s],

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Sequence
 
-from memprobe.core.frontier import BATCH_AT_SEQ, SEQ_AT_BATCH, Frontier, frontiers_of
+from memprobe.core.frontier import BATCH_AT_SEQ, SEQ_AT_BATCH, Frontier
 from memprobe.core.results import ScanResult
 
 KIND_TEXT = {BATCH_AT_SEQ: "max batch at length", SEQ_AT_BATCH: "max length at batch"}
@@ -38,8 +38,8 @@ def _collect(
 ) -> dict[tuple[str, str, str], dict[str, tuple[Frontier, Path | None]]]:
     out: dict[tuple[str, str, str], dict[str, tuple[Frontier, Path | None]]] = {}
     for path, result in sorted(loaded, key=lambda item: item[1].created_at):
-        for precision, frontier in frontiers_of(result.frontier).items():
-            key = (str(result.workload.get("name")), _card(result), precision)
+        for precision, frontier in (result.frontier or {}).items():
+            key = (str(result.workload.name), _card(result), precision)
             out.setdefault(key, {})[frontier.source] = (frontier, path)
     return out
 

@@ -103,7 +103,7 @@ def guide_tables(
         )
     if multi:
         tables.append(scaling_rows_table(multi, [r for _p, r in loaded]))
-        workloads = sorted({str(r.workload.get("name")) for r in multi})
+        workloads = sorted({str(r.workload.name) for r in multi})
         if published_scaling_rows(workloads):
             tables.append(published_scaling(workloads))
     title = f"memprobe guide: {len(loaded) + len(multi)} result file(s), {len(shown)} card(s)"

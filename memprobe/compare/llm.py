@@ -7,7 +7,7 @@ edge is compared with the plain setting's edge in the same group (same GPU, mode
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 from memprobe.compare.tables import rows_text
 from memprobe.core.records import Timed
@@ -16,7 +16,7 @@ from memprobe.core.units import gib
 from memprobe.core.variants import LLM_FAMILIES, base_name
 
 
-def setting_label(params: dict[str, Any]) -> str:
+def setting_label(params: Mapping[str, object]) -> str:
     """'plain', 'checkpointing', 'LoRA r=16' or 'LoRA r=16 + checkpointing' from a workload's params."""
     parts = []
     if params.get("lora"):
@@ -26,7 +26,7 @@ def setting_label(params: dict[str, Any]) -> str:
     return " + ".join(parts) or "plain"
 
 
-def searched(params: dict[str, Any]) -> str:
+def searched(params: Mapping[str, object]) -> str:
     """What the edge is of, e.g. 'batch at seq 2048' or 'seq len at batch 1'."""
     if params.get("axis") == "seq_len":
         return f"seq len at batch {params.get('batch', 1)}"
@@ -44,14 +44,14 @@ def llm_entries(results: Iterable[ScanResult]) -> list[tuple[dict[str, Any], Sca
     newest: dict[tuple, tuple[ScanResult, str]] = {}
     for result in sorted(results, key=lambda r: r.created_at, reverse=True):
         workload = result.workload
-        if workload.get("family") not in LLM_FAMILIES:
+        if workload.family not in LLM_FAMILIES:
             continue
-        params = workload.get("params") or {}
+        params = workload.params or {}
         gpu = result.gpu_name()
         for precision, p in result.precisions.items():
             if p.status != "done":
                 continue
-            key = (gpu, base_name(workload["name"]), precision, searched(params), setting_label(params))
+            key = (gpu, base_name(workload.name), precision, searched(params), setting_label(params))
             newest.setdefault(key, (result, precision))
     rows: list[tuple[dict[str, Any], ScanResult]] = []
     for key in sorted(newest, key=lambda k: (k[0], k[1], k[2], k[3], k[4] != "plain", k[4])):
@@ -61,7 +61,7 @@ def llm_entries(results: Iterable[ScanResult]) -> list[tuple[dict[str, Any], Sca
         plain = newest.get((gpu, model, precision, what, "plain"))
         plain_edge = plain[0].precisions[precision].max_batch if plain else None
         timed = p.throughput or Timed()
-        need = (p.settings.get("nothing_fits") or {}).get("need_bytes")
+        need = p.settings.nothing_fits.need_bytes if p.settings.nothing_fits is not None else None
         row = {
             "gpu": gpu,
             "model": model,

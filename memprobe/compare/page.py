@@ -232,7 +232,7 @@ def _scaling(
     if not multi:
         return None
     body = table_html(scaling_rows_table([r for _p, r in multi], single, sources.of), sources)
-    names = sorted({str(r.workload.get("name")) for _p, r in multi})
+    names = sorted({str(r.workload.name) for _p, r in multi})
     if options.with_published and published_scaling_rows(names):
         body += table_html(published_scaling(names), sources)
     return Section("scaling", "Multi-GPU scaling", body)

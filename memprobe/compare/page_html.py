@@ -32,8 +32,8 @@ def esc(value: Any) -> str:
 def file_kind(result: ScanResult) -> str:
     """What a result file holds: measured on a real card, emulated (scan --memory-cap) or predicted (memprobe
     predict); the page labels every figure with it."""
-    gpu = result.environment.get("gpu") or {}
-    if gpu.get("predicted"):
+    gpu = result.environment.gpu
+    if gpu is not None and gpu.predicted:
         return PREDICTED_FILE
     return EMULATED if is_emulated(result.gpu_name()) else MEASURED
 
@@ -42,9 +42,9 @@ def environment_text(result: ScanResult) -> str:
     """The environment a result was measured in, in one line: GPU, driver, CUDA, torch."""
     env = result.environment
     parts = [result.gpu_name()]
-    for label, key in (("driver", "driver"), ("CUDA", "cuda_runtime"), ("torch", "torch")):
-        if env.get(key):
-            parts.append(f"{label} {env[key]}")
+    for label, value in (("driver", env.driver), ("CUDA", env.cuda_runtime), ("torch", env.torch)):
+        if value:
+            parts.append(f"{label} {value}")
     return ", ".join(parts)
 
 
@@ -81,7 +81,7 @@ class Sources:
             precisions = ", ".join(f"{n} {p.status}" for n, p in result.precisions.items()) or "no precision"
             items.append(
                 f'<li id="src-{i}" value="{i}"><code>{esc(path)}</code> <span class="kind kind-{file_kind(result)}">'
-                f"{file_kind(result)}</span><br>{esc(result.workload.get('name', '?'))} "
+                f"{file_kind(result)}</span><br>{esc(result.workload.name)} "
                 f"({esc(result.mode)}; {esc(precisions)}), {esc(result.created)}; "
                 f"{esc(environment_text(result))}</li>"
             )

@@ -146,7 +146,7 @@ def library_notes(results: Sequence[ScanResult]) -> list[str]:
     version can change a model's code path, so figures side by side may not be like for like. [] when they agree."""
     seen: dict[tuple[str, ...], int] = {}
     for r in results:
-        versions = (r.environment or {}).get("versions")
+        versions = r.environment.versions
         if not isinstance(versions, dict):
             continue
         key = tuple(release(versions.get(name, "?")) for name in LIBRARIES)

@@ -9,21 +9,23 @@ from memprobe.compare.report import render
 from memprobe.compare.tables import Table, fmt_number
 from memprobe.core.catalog import PRECISIONS
 from memprobe.core.results import PrecisionResult, ScanResult
+from memprobe.core.settings import Scaling
 
 T = TypeVar("T", bound="ScanResult | tuple[Any, ScanResult]")
 
 
 def world_size(result: ScanResult) -> int:
     """The number of GPUs a result was measured on (1 for every file written before multi-GPU scans)."""
-    value = (result.environment.get("distributed") or {}).get("world_size") or result.settings.get("world_size") or 1
-    return int(value)
+    dist = result.environment.distributed
+    return int((dist.world_size if dist is not None else None) or result.settings.world_size or 1)
 
 
 def strategy(result: ScanResult) -> str | None:
     """The data-parallel strategy of a multi-GPU result ("ddp", "fsdp"); None for a one-GPU result."""
     if world_size(result) < 2:
         return None
-    return (result.environment.get("distributed") or {}).get("strategy") or result.settings.get("strategy", "?")
+    dist = result.environment.distributed
+    return (dist.strategy if dist is not None else None) or result.settings.strategy or "?"
 
 
 def split_by_world_size(items: Sequence[T]) -> tuple[list[T], list[T]]:
@@ -45,7 +47,7 @@ def _single_gpu_edges(results: Sequence[ScanResult]) -> dict[tuple[str, str, str
             continue
         gpu = r.gpu_name()
         for name, p in r.precisions.items():
-            key = (gpu, str(r.workload.get("name")), name)
+            key = (gpu, str(r.workload.name), name)
             if p.status == "done" and p.max_batch is not None and (key not in edges or r.created_at >= edges[key][0]):
                 edges[key] = (r.created_at, p.max_batch)
     return {k: v[1] for k, v in edges.items()}
@@ -78,7 +80,7 @@ def scaling_entries(
     for r in multi:
         gpu = r.gpu_name()
         for name, p in r.precisions.items():
-            key = (gpu, str(r.workload.get("name")), name, world_size(r), strategy(r))
+            key = (gpu, str(r.workload.name), name, world_size(r), strategy(r))
             rank = (p.status == "done", r.created_at)
             if key not in newest or rank >= (newest[key][1].status == "done", newest[key][0].created_at):
                 newest[key] = (r, p)
@@ -88,9 +90,10 @@ def scaling_entries(
     for key in sorted(newest, key=lambda k: (k[0], k[1], order.get(k[2], 99), k[3], k[4])):
         gpu, workload, precision, n, how = key
         r, p = newest[key]
-        scaling = (p.settings or {}).get("scaling") or {}
-        unit = scaling.get("unit")
-        interconnect = ((r.environment.get("distributed") or {}).get("interconnect") or {}).get("summary", "-")
+        scaling = p.settings.scaling or Scaling()
+        unit = scaling.unit
+        dist = r.environment.distributed
+        interconnect = ((dist.interconnect if dist is not None else None) or {}).get("summary", "-")
         row = [
             gpu,
             workload,
@@ -100,11 +103,11 @@ def scaling_entries(
             "-" if p.max_batch is None else p.max_batch,
             _proof_cell(p),
             edges.get((gpu, workload, precision), "-"),
-            scaling.get("per_gpu_batch", "-"),
-            _rate(scaling.get("units_per_s_1"), unit),
-            _rate(scaling.get("units_per_s_n"), unit),
-            "-" if scaling.get("speedup") is None else f"{scaling['speedup']:.2f}x",
-            "-" if scaling.get("efficiency") is None else f"{100 * scaling['efficiency']:.1f}%",
+            "-" if scaling.per_gpu_batch is None else scaling.per_gpu_batch,
+            _rate(scaling.units_per_s_1, unit),
+            _rate(scaling.units_per_s_n, unit),
+            "-" if scaling.speedup is None else f"{scaling.speedup:.2f}x",
+            "-" if scaling.efficiency is None else f"{100 * scaling.efficiency:.1f}%",
             interconnect,
         ]
         rows.append((row, r))

@@ -61,7 +61,7 @@ def _curve_text(p: PrecisionResult) -> str:
 def model_label(result: ScanResult) -> str:
     """The workload's name, with " (inference)" for an inference scan: it answers another question, so it is
     never a row of training (nor replaces one)."""
-    return str(result.workload.get("name")) + (" (inference)" if result.mode == "infer" else "")
+    return str(result.workload.name) + (" (inference)" if result.mode == "infer" else "")
 
 
 def newest_finished(results: Sequence[ScanResult]) -> list[tuple[ScanResult, str, PrecisionResult]]:
@@ -99,7 +99,7 @@ def scan_notes(
     for result, name, p in scan_entries(results, newest_only, precisions):
         note = (p.proof.non_monotone or {}).get("note") if p.proof is not None else None
         if note:
-            lines.append(f"{result.gpu_name()} {result.workload.get('name')} {name}: {note}")
+            lines.append(f"{result.gpu_name()} {result.workload.name} {name}: {note}")
     return lines
 
 
@@ -113,7 +113,7 @@ def scan_rows(
     for result, name, p in scan_entries(results, newest_only, precisions):
         gpu = result.gpu_name()
         t = p.throughput
-        unit = (t.unit if t else None) or result.workload.get("unit", "samples")
+        unit = (t.unit if t else None) or result.workload.unit or "samples"
         util = (t.utilization if t else None) or {}
         gpu_util = (util.get("gpu_util_pct") or {}).get("mean")
         power = (util.get("power_w") or {}).get("mean")
@@ -122,8 +122,8 @@ def scan_rows(
         fresh = sum(bool(a.fresh) for a in p.attempts) + len(rechecks)
         mfu = t.mfu if t else None
         max_batch: Any = p.max_batch
-        if p.status == "done" and axis_name(result.workload) != "batch":
-            max_batch = f"{axis_name(result.workload)} {p.max_batch}"  # a sequence-length search: a length
+        if p.status == "done" and axis_name(result.workload.params) != "batch":
+            max_batch = f"{axis_name(result.workload.params)} {p.max_batch}"  # a sequence-length search: a length
         rows.append(
             {
                 "gpu": gpu,

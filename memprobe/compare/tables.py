@@ -9,7 +9,7 @@ import csv
 import io
 import json
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 from memprobe.compare.comparison import MARKS, MEASURED, PUBLISHED, Comparison, Point
 from memprobe.compare.published import SOURCES, Figure, default_published
@@ -233,7 +233,7 @@ def utilization_table(comparison: Comparison) -> Table:
         sources.append(p.source)
         u = p.utilization
 
-        def mean(key: str, scale: float = 1.0, digits: int = 0, u: dict[str, Any] = u) -> str:
+        def mean(key: str, scale: float = 1.0, digits: int = 0, u: Mapping[str, Any] = u) -> str:
             m = (u.get(key) or {}).get("mean")
             return "-" if m is None else f"{m / scale:.{digits}f}"
 

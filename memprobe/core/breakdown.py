@@ -10,8 +10,9 @@ hidden. Memory outside PyTorch (CUDA context, driver) is recorded beside the sum
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
+from memprobe.core.fieldtypes import Batch1, Bytes, Name, Seconds, SignedBytes
 from memprobe.core.variants import LLM_FAMILIES
 
 # The categories in the order they are stacked and listed; together they make the peak reserved bytes.
@@ -48,6 +49,13 @@ class BreakdownError(ValueError):
     """A breakdown record that cannot be read (a missing or wrongly typed field)."""
 
 
+class TopModule(TypedDict):
+    """A module and the activation bytes it holds at the peak."""
+
+    module: Name
+    bytes: Bytes
+
+
 @dataclass
 class Breakdown:
     """The memory at the peak of one step at `batch`, by category, in bytes.
@@ -60,16 +68,16 @@ class Breakdown:
     `seconds` what that cost.
     """
 
-    batch: int
-    basis: str
-    categories: dict[str, int]
-    peak_reserved: int
-    peak_allocated: int
-    per_sample_bytes: int | None = None
-    outside_pytorch: int | None = None
-    top_modules: list[dict[str, Any]] = field(default_factory=list)
+    batch: Batch1
+    basis: Name
+    categories: dict[Name, SignedBytes]
+    peak_reserved: Bytes
+    peak_allocated: Bytes
+    per_sample_bytes: SignedBytes | None = None
+    outside_pytorch: SignedBytes | None = None
+    top_modules: list[TopModule] = field(default_factory=list)
     instrument: str = ""
-    seconds: float | None = None
+    seconds: Seconds | None = None
     device: str = ""
     note: str = ""
 
@@ -104,7 +112,9 @@ class Breakdown:
                     "batch": int(data["batch"]),
                     "peak_reserved": int(data["peak_reserved"]),
                     "peak_allocated": int(data["peak_allocated"]),
-                    "top_modules": [dict(m) for m in data.get("top_modules") or []],
+                    "top_modules": [
+                        TopModule(module=m["module"], bytes=m["bytes"]) for m in data.get("top_modules") or []
+                    ],
                 }
             )
         except (KeyError, TypeError, ValueError) as exc:
@@ -147,10 +157,10 @@ def check_sum(breakdown: Breakdown) -> str:
     )
 
 
-def top_modules(activation_bytes: dict[str, int], count: int = TOP_MODULES) -> list[dict[str, Any]]:
+def top_modules(activation_bytes: dict[str, int], count: int = TOP_MODULES) -> list[TopModule]:
     """The `count` modules holding the most activation memory, largest first, as {"module", "bytes"}."""
     ranked = sorted(((b, m) for m, b in activation_bytes.items() if b > 0), key=lambda item: (-item[0], item[1]))
-    return [{"module": m, "bytes": int(b)} for b, m in ranked[:count]]
+    return [TopModule(module=m, bytes=int(b)) for b, m in ranked[:count]]
 
 
 @dataclass(frozen=True)

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Callable
+from typing import Annotated, Any, Callable, Mapping
 
+from memprobe.core.fieldtypes import BATCH_MAX, Batch, Precision, Range, Seconds, Words
 from memprobe.core.registry import Workload
 from memprobe.core.variants import LLM_FAMILIES, VariantRequest, apply_variant
 
@@ -28,13 +29,13 @@ class FrontierPoint:
     batch, found = the max length); `fails` the n one above that failed; status MEASURED, PREDICTED, SKIPPED or
     ERROR; `verified` whether the pair was confirmed in fresh processes; `file` the point's own result file."""
 
-    kind: str
-    fixed: int
-    status: str
-    found: int | None = None
-    fails: int | None = None
+    kind: Annotated[str, Words((BATCH_AT_SEQ, SEQ_AT_BATCH))]
+    fixed: Annotated[int, Range(1, BATCH_MAX)]
+    status: Annotated[str, Words((MEASURED, PREDICTED, SKIPPED, ERROR))]
+    found: Batch | None = None
+    fails: Batch | None = None
     verified: bool = False
-    seconds: float | None = None
+    seconds: Seconds | None = None
     file: str = ""
     note: str = ""
 
@@ -50,9 +51,9 @@ class FrontierPoint:
 class Frontier:
     """The frontier of one workload in one precision, measured or predicted (`source`), within `budget_s`."""
 
-    precision: str
-    source: str
-    budget_s: float | None = None
+    precision: Precision
+    source: Annotated[str, Words((MEASURED, PREDICTED))]
+    budget_s: Seconds | None = None
     points: list[FrontierPoint] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
@@ -66,7 +67,7 @@ class Frontier:
         }
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "Frontier":
+    def from_dict(cls, data: Mapping[str, Any]) -> "Frontier":
         return cls(
             data["precision"],
             data["source"],
@@ -82,11 +83,6 @@ class Frontier:
             for p in self.points
             if p.kind == kind and p.status in (MEASURED, PREDICTED) and p.found is not None
         }
-
-
-def frontiers_of(section: dict[str, Any] | None) -> dict[str, Frontier]:
-    """A result file's `frontier` section (precision -> Frontier dict) as records; {} when there is none."""
-    return {name: Frontier.from_dict(data) for name, data in (section or {}).items()}
 
 
 def ladder(start: int, cap: int) -> list[int]:

@@ -9,8 +9,9 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import asdict, dataclass
-from typing import Iterable, Sequence, TypeVar
+from typing import Annotated, Iterable, Sequence, TypeVar
 
+from memprobe.core.fieldtypes import BYTES_MAX, Batch, Bytes, Count, Name, Outcome, Range, RealBytes, Seconds
 from memprobe.core.outcomes import FIT, oom_numbers
 
 A = TypeVar("A", bound="Attempt")
@@ -20,18 +21,20 @@ A = TypeVar("A", bound="Attempt")
 class Attempt:
     """One trial: a batch size, what happened, the peak memory it reached, and how long it took."""
 
-    batch: int
-    outcome: str
-    peak_allocated: int | None = None
-    peak_reserved: int | None = None
-    seconds: float = 0.0
+    batch: Batch
+    outcome: Outcome
+    peak_allocated: Bytes | None = None
+    peak_reserved: Bytes | None = None
+    seconds: Seconds = 0.0
     message: str = ""
     fresh: bool = False  # True when it ran in a process that had run nothing else (a proof check)
-    steps: int | None = None  # steps the trial ran (more than asked when fp16 loss scaling skipped updates)
-    wall_seconds: float | None = None  # fresh trials: start to end of their own process (fork, build, trial, exit)
-    loss_scale: float | None = None  # fp16 fits: the GradScaler's scale at the end (the next trial starts there)
-    done_at_s: float | None = None  # seconds from the precision's start to this trial's end: the search's timeline
-    timed_steps: int | None = None  # fresh fits with throughput on: the timed steps run after the trial, same process
+    steps: Count | None = None  # steps the trial ran (more than asked when fp16 loss scaling skipped updates)
+    wall_seconds: Seconds | None = None  # fresh trials: start to end of their own process (fork, build, trial, exit)
+    # fp16 fits: the GradScaler's scale at the end (the next trial starts there)
+    loss_scale: Annotated[float, Range(0, 1e308)] | None = None
+    done_at_s: Seconds | None = None  # seconds from the precision's start to this trial's end: the search's timeline
+    # fresh fits with throughput on: the timed steps run after the trial, same process
+    timed_steps: Count | None = None
     # Fresh runs: whether the trial's own steps completed (True also when the timed run that went on from them
     # failed: outcome is then that run's). None where not recorded (files from before it was).
     trial_fit: bool | None = None
@@ -79,11 +82,11 @@ def oom_shortfall(message: str) -> float | None:
 class MemoryModel:
     """Linear model of peak memory: peak(b) = static_bytes + per_sample_bytes * b."""
 
-    static_bytes: float
-    per_sample_bytes: float
-    basis: str  # which measured peak it was fitted to: "peak_reserved" or "peak_allocated"
-    points: int  # number of distinct batch sizes it was fitted on
-    max_residual_bytes: float = 0.0
+    static_bytes: RealBytes
+    per_sample_bytes: RealBytes
+    basis: Name  # which measured peak it was fitted to: "peak_reserved" or "peak_allocated"
+    points: Count  # number of distinct batch sizes it was fitted on
+    max_residual_bytes: Annotated[float, Range(0, BYTES_MAX)] = 0.0
 
     def predict(self, batch: float) -> float:
         return self.static_bytes + self.per_sample_bytes * batch

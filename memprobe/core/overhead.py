@@ -76,10 +76,10 @@ def overhead_for(result: "ScanResult", p: "PrecisionResult", catalog: Catalog) -
     """The non-allocatable memory of the card a result was measured on, or None without a recorded capacity."""
     if not p.capacity_bytes:
         return None
-    gpu_env = result.environment.get("gpu") or {}
+    gpu = result.environment.gpu
     device = result.gpu_name()
     # An emulated card (scan --memory-cap) has the cap as its memory, not the real card's.
-    total = gpu_env.get("emulated_total_bytes") or gpu_env.get("total_bytes")
+    total = gpu.memory_bytes if gpu is not None else None
     card = catalog.find(device)
     if card is not None:
         return Overhead(card.memory_bytes - p.capacity_bytes, card.name, p.capacity_bytes, total, card.memory_bytes)

@@ -1,19 +1,38 @@
-"""The typed sections of a precision's result: proof, fresh checks, timed runs, curve points; each read and written here.
+"""The typed sections of a result: proof, fresh checks, timed runs, curve points; and Section, the base of settings.
 
-No torch. Each record's from_dict is the one place its JSON is read, and to_dict the one place it is written. Keys a
-record does not name (written by another memprobe version, or a measurement added later) are kept in `extra` as
-read and written back, so rewriting a file loses nothing.
+No torch. Each record's from_dict is the one place its JSON is read, and to_dict the one place it is written; its
+field types (core/fieldtypes.py) are the one declaration of what a result file may hold there (core/schema.py
+checks a file against them). Keys a record does not name (written by another memprobe version, or a measurement
+added later) are kept in `extra` as read and written back, so rewriting a file loses nothing.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import Any, TypeVar
+from typing import Annotated, Any, Mapping, TypedDict, TypeVar
 
+from memprobe.core.fieldtypes import (
+    SECONDS_MAX,
+    Batch,
+    Batch1,
+    Bytes,
+    Count,
+    CurveOutcome,
+    Flops,
+    Name,
+    Outcome,
+    Range,
+    Rate,
+    Seconds,
+    Tflops,
+    Unit,
+)
 from memprobe.core.memory_model import Attempt
 from memprobe.core.outcomes import FIT
+from memprobe.core.schema import hints_of, plain, read_value
 
 R = TypeVar("R", bound="OpenRecord")
+S = TypeVar("S", bound="Section")
 
 
 @dataclass
@@ -38,34 +57,145 @@ class OpenRecord:
         return {**out, **self.extra}
 
 
+class _Absent:
+    def __repr__(self) -> str:
+        return "ABSENT"
+
+
+# The default of a Section's field: the key is not in the JSON (the attribute reads None). Typed Any so that a
+# field of any type can default to it.
+ABSENT: Any = _Absent()
+
+
+@dataclass(kw_only=True)
+class Section(OpenRecord):
+    """A JSON mapping read and written key for key: settings, environment, the workload and their parts.
+
+    A named key is an attribute (None when the JSON lacks it or holds null), nested records are read as their
+    records (by their field types), other keys stay in `extra`. The record remembers which keys the JSON held, and
+    in what order, so that to_dict writes back the same keys and values: a null stays a null, an absent key stays
+    absent. Built in code, it holds the fields given (None included) and every field set later, in that order.
+    """
+
+    def __post_init__(self) -> None:
+        keys = []
+        for name in self._names():
+            if getattr(self, name) is ABSENT:
+                object.__setattr__(self, name, None)
+            else:
+                keys.append(name)
+        object.__setattr__(self, "_keys", keys + [k for k in self.extra if k not in keys])
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        object.__setattr__(self, name, value)
+        keys = self.__dict__.get("_keys")
+        if keys is not None and name != "extra" and name in hints_of(type(self)) and name not in keys:
+            keys.append(name)
+
+    @classmethod
+    def from_dict(cls: type[S], data: Mapping[str, Any]) -> S:
+        """The record from its JSON mapping: named keys as fields (nested records read), the others in `extra`."""
+        names, hints = cls._names(), hints_of(cls)
+        record = cls(
+            **{k: read_value(hints[k], data[k]) for k in names if k in data},
+            extra={k: v for k, v in data.items() if k not in names},
+        )
+        object.__setattr__(record, "_keys", list(data))
+        return record
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON mapping: the keys read or set, in that order (None as null), then any other key of `extra`."""
+        names, out = self._names(), {}
+        for key in [*self.__dict__["_keys"], *self.extra]:
+            if key in names:
+                out[key] = plain(getattr(self, key))
+            elif key in self.extra and key not in out:
+                out[key] = plain(self.extra[key])
+        return out
+
+    def merge(self, data: Mapping[str, Any]) -> None:
+        """Set every key of `data` (a mapping in the JSON's form): named ones as fields, the others in `extra`."""
+        names, hints = self._names(), hints_of(type(self))
+        for key, value in data.items():
+            if key in names:
+                setattr(self, key, read_value(hints[key], value))
+            else:
+                self.extra[key] = value
+                if key not in self.__dict__["_keys"]:
+                    self.__dict__["_keys"].append(key)
+
+    def copy(self: S) -> S:
+        """A record of its own with the same keys and values (nested mappings shared)."""
+        return type(self).from_dict(self.to_dict())
+
+
+class _StepMedian(TypedDict):
+    median_s: Seconds
+
+
+class StepTime(_StepMedian, total=False):
+    """The step times of a timed run (probe/measure.summarize_times)."""
+
+    steps: Count
+    mean_s: Seconds
+    min_s: Seconds
+    max_s: Seconds
+    p10_s: Seconds
+    p90_s: Seconds
+    stdev_s: Seconds
+
+
+class Metric(TypedDict, total=False):
+    """One utilization figure's mean and max over a timed run's samples."""
+
+    mean: Annotated[float, Range(0, 1e15)]
+    max: Annotated[float, Range(0, 1e15)]
+
+
+class Utilization(TypedDict, total=False):
+    """Utilization during the timed steps: sample count and interval, and per figure its mean and max (null: never
+    sampled, e.g. without NVML)."""
+
+    samples: Annotated[float, Range(0, SECONDS_MAX)]
+    interval_s: Seconds
+    host_cpu_pct: Metric | None
+    host_rss_bytes: Metric | None
+    gpu_util_pct: Metric | None
+    mem_util_pct: Metric | None
+    mem_used_bytes: Metric | None
+    power_w: Metric | None
+    sm_clock_mhz: Metric | None
+    temperature_c: Metric | None
+
+
 @dataclass
 class Timed(OpenRecord):
     """A timed run at one batch (the throughput at B, a requested batch, a trial process's measure answer): warm-up
     and timed steps, their times, peaks, samples/s and units/s; a failed one has its outcome, error and step."""
 
-    batch: int | None = None
-    outcome: str | None = None
-    warmup_steps: int | None = None
+    batch: Batch1 | None = None
+    outcome: Outcome | None = None
+    warmup_steps: Count | None = None
     continued_from_trial: bool | None = None
-    first_step_seconds: float | None = None
-    warmup_step_seconds: float | None = None
-    timed_steps_cut_from: int | None = None
-    peak_allocated: int | None = None
-    peak_reserved: int | None = None
-    step_time: dict[str, Any] | None = None  # median_s, p10_s, p90_s, steps, ... (measure.summarize_times)
-    unit: str | None = None
-    units_per_step: float | None = None
-    samples_per_s: float | None = None
-    units_per_s: float | None = None
-    utilization: dict[str, Any] | None = None
-    flops_per_sample: float | None = None
-    achieved_tflops: float | None = None
-    peak_tflops: float | None = None
-    mfu: float | None = None
+    first_step_seconds: Seconds | None = None
+    warmup_step_seconds: Seconds | None = None
+    timed_steps_cut_from: Count | None = None
+    peak_allocated: Bytes | None = None
+    peak_reserved: Bytes | None = None
+    step_time: StepTime | None = None
+    unit: Unit | None = None
+    units_per_step: Annotated[float, Range(0, 1 << 40)] | None = None
+    samples_per_s: Rate | None = None
+    units_per_s: Rate | None = None
+    utilization: Utilization | None = None
+    flops_per_sample: Flops | None = None
+    achieved_tflops: Tflops | None = None
+    peak_tflops: Tflops | None = None
+    mfu: Annotated[float, Range(0, 2)] | None = None  # over 1 only where FLOPs were over-counted; past 2 a typo
     mfu_note: str | None = None
-    compile_seconds: float | None = None
+    compile_seconds: Seconds | None = None
     error: str | None = None
-    failed_at_step: int | None = None
+    failed_at_step: Count | None = None
 
     @property
     def fits(self) -> bool:
@@ -77,23 +207,23 @@ class Timed(OpenRecord):
 class CurvePoint(OpenRecord):
     """One point of the throughput curve: a timed run at `batch` (or one skipped by the curve's budget)."""
 
-    batch: int
-    outcome: str | None = None
+    batch: Batch1
+    outcome: CurveOutcome | None = None
     fresh: bool | None = None
-    samples_per_s: float | None = None
-    units_per_s: float | None = None
-    step_median_s: float | None = None
-    step_p10_s: float | None = None
-    step_p90_s: float | None = None
-    timed_steps: int | None = None
-    first_step_s: float | None = None
-    warmup_step_s: float | None = None
-    peak_allocated: int | None = None
-    peak_reserved: int | None = None
-    wall_seconds: float | None = None
-    process_s: float | None = None
-    estimated_s: float | None = None
-    phase: str | None = None
+    samples_per_s: Rate | None = None
+    units_per_s: Rate | None = None
+    step_median_s: Seconds | None = None
+    step_p10_s: Seconds | None = None
+    step_p90_s: Seconds | None = None
+    timed_steps: Count | None = None
+    first_step_s: Seconds | None = None
+    warmup_step_s: Seconds | None = None
+    peak_allocated: Bytes | None = None
+    peak_reserved: Bytes | None = None
+    wall_seconds: Seconds | None = None
+    process_s: Seconds | None = None
+    estimated_s: Seconds | None = None
+    phase: Name | None = None
     error: str | None = None
 
     @property
@@ -118,8 +248,8 @@ class Check(Attempt):
 class Pair(OpenRecord):
     """The edge a search or a proof found: `fits` fits and `fails` does not (None: not found)."""
 
-    fits: int | None = None
-    fails: int | None = None
+    fits: Batch | None = None
+    fails: Batch | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"fits": self.fits, "fails": self.fails, **self.extra}  # both, also when unknown
@@ -129,17 +259,17 @@ class Pair(OpenRecord):
 class Proof(OpenRecord):
     """The fresh-process proof of a precision's max batch: the search's pair, the fresh pair, every check."""
 
-    fits: int | None = None
-    fails: int | None = None
-    fail_outcome: str | None = None
+    fits: Batch | None = None
+    fails: Batch | None = None
+    fail_outcome: Outcome | None = None
     agreed: bool | None = None
     verified: bool | None = None
     checks: list[Check] = field(default_factory=list)
     search: Pair | None = None
     in_process: Pair | None = None  # files from before fresh search trials name the search's pair so
-    reused_from_search: list[int] = field(default_factory=list)
+    reused_from_search: list[Batch] = field(default_factory=list)
     fit_check: str | None = None  # what a fresh fit ran, in words
-    seconds: float | None = None
+    seconds: Seconds | None = None
     soak: dict[str, Any] | None = None  # scan --soak's record (probe/soak.py)
     non_monotone: dict[str, Any] | None = None  # where fresh checks contradicted one edge (probe/proof.py)
 

@@ -11,23 +11,39 @@ import re
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable
+from typing import Annotated, Any, Callable, Mapping
 
 from memprobe.core.breakdown import Breakdown, BreakdownError
+from memprobe.core.environment import Environment, WorkloadRecord
 from memprobe.core.field_rules import parse_date, shown
+from memprobe.core.fieldtypes import FILE_STATUSES as FILE_STATUSES  # the statuses, re-exported
+from memprobe.core.fieldtypes import PRECISION_STATUSES as PRECISION_STATUSES
+from memprobe.core.fieldtypes import (
+    STOPS,
+    Batch,
+    Batch1,
+    Bytes1,
+    Name,
+    Precision,
+    Range,
+    Rate,
+    Seconds,
+    When,
+    Words,
+)
+from memprobe.core.frontier import Frontier
 from memprobe.core.inputs import read_text
 from memprobe.core.memory_model import Attempt, MemoryModel
 from memprobe.core.outcomes import FIT
 from memprobe.core.records import Check, CurvePoint, Proof, Timed
-from memprobe.core.result_check import FILE_STATUSES as FILE_STATUSES  # the statuses, re-exported
-from memprobe.core.result_check import PRECISION_STATUSES as PRECISION_STATUSES
 from memprobe.core.result_check import problem
+from memprobe.core.settings import PrecisionSettings, ScanSettings
 
 SCHEMA = "memprobe.scan"
 # 2: throughput curve per precision (curve, best_batch, best_samples_per_s, best_units_per_s,
 # curve_seconds). Version-1 files still load, with no curve. Fields added since without a new version (an older
 # reader ignores them): the knee (knee_batch, knee_after_batch, knee_drop), skipped curve points
-# (outcome "skipped", with the reason), and the curve's cost estimate in settings["curve_cost"].
+# (outcome "skipped", with the reason), and the curve's cost estimate in settings.curve_cost.
 # 3: every section read and written by a typed record (core/records.py); search trials and fresh checks record
 # `trial_fit` (whether the trial's steps completed, also when the timed run after them failed), which older files
 # say only in the check's message. Versions 1 and 2 still load.
@@ -48,32 +64,32 @@ class PrecisionResult:
     throughput is the timed run at B; curve the timed runs at a ladder of batches, and best_* its best point.
     """
 
-    precision: str
-    status: str = "pending"  # one of PRECISION_STATUSES
-    max_batch: int | None = None
-    stop: str = ""
+    precision: Precision
+    status: Annotated[str, Words(PRECISION_STATUSES)] = "pending"
+    max_batch: Batch | None = None
+    stop: Annotated[str, Words(STOPS)] = ""
     proof: Proof | None = None  # None until the proof ran (an empty mapping in the file)
     attempts: list[Attempt] = field(default_factory=list)
-    memory_model: dict[str, MemoryModel] = field(default_factory=dict)  # by basis: peak_allocated, peak_reserved
-    capacity_bytes: int | None = None
-    settings: dict[str, Any] = field(default_factory=dict)  # open-ended: the task, flags, FLOPs, curve cost, ...
-    search_seconds: float | None = None
+    memory_model: dict[Name, MemoryModel] = field(default_factory=dict)  # by basis: peak_allocated, peak_reserved
+    capacity_bytes: Bytes1 | None = None
+    settings: PrecisionSettings = field(default_factory=PrecisionSettings)  # the task, flags, FLOPs, curve cost, ...
+    search_seconds: Seconds | None = None
     throughput: Timed | None = None
     extra_batches: list[Timed] = field(default_factory=list)
     error: str = ""
     # Throughput curve (schema 2): timed runs at a ladder of batches up to B, ascending, B included;
     # b* (best_batch) is the batch with the highest samples/s. Empty / None in version-1 files.
     curve: list[CurvePoint] = field(default_factory=list)
-    best_batch: int | None = None
-    best_samples_per_s: float | None = None
-    best_units_per_s: float | None = None
-    curve_seconds: float | None = None
+    best_batch: Batch1 | None = None
+    best_samples_per_s: Rate | None = None
+    best_units_per_s: Rate | None = None
+    curve_seconds: Seconds | None = None
     # The knee (additive to schema 2; None where no fall counted, or in older files): the last batch before
     # throughput falls by more than 10% (beyond the points' spread), the first batch after it, and the fall
     # (after's samples/s over before's, minus 1). See core/knee.py.
-    knee_batch: int | None = None
-    knee_after_batch: int | None = None
-    knee_drop: float | None = None
+    knee_batch: Batch1 | None = None
+    knee_after_batch: Batch1 | None = None
+    knee_drop: Annotated[float, Range(-1, 0)] | None = None
     # The memory at the peak of a step at B by category (core/breakdown.py), measured in its own fresh process
     # after the proof; None where not measured. A new optional field: older readers ignore it.
     breakdown: Breakdown | None = None
@@ -92,6 +108,8 @@ class PrecisionResult:
         self.curve = [CurvePoint.from_dict(c) if isinstance(c, dict) else c for c in self.curve]
         if isinstance(self.breakdown, dict):
             self.breakdown = Breakdown.from_dict(self.breakdown) if self.breakdown else None
+        if isinstance(self.settings, dict):
+            self.settings = PrecisionSettings.from_dict(self.settings)
 
     @property
     def at_max_samples_per_s(self) -> float | None:
@@ -126,7 +144,7 @@ class PrecisionResult:
             proof=self.proof.to_dict() if self.proof is not None else {},
             attempts=[a.to_dict() for a in self.attempts],
             memory_model={basis: m.to_dict() for basis, m in self.memory_model.items()},
-            settings=dict(self.settings),
+            settings=self.settings.to_dict(),
             throughput=self.throughput.to_dict() if self.throughput is not None else None,
             extra_batches=[t.to_dict() for t in self.extra_batches],
             curve=[c.to_dict() for c in self.curve],
@@ -135,21 +153,53 @@ class PrecisionResult:
         return data
 
 
-@dataclass
-class ScanResult:
-    """One scan of one workload on one GPU: the file memprobe writes and reads back."""
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
-    workload: dict[str, Any]
-    environment: dict[str, Any]
-    settings: dict[str, Any]
-    precisions: dict[str, PrecisionResult] = field(default_factory=dict)
-    status: str = "partial"  # partial until every precision finished; then complete, or failed (see final_status)
-    created: str = field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
+
+@dataclass(init=False)
+class ScanResult:
+    """One scan of one workload on one GPU: the file memprobe writes and reads back.
+
+    Its field types are the schema: core/result_check.py checks a file against them before it is read."""
+
+    workload: WorkloadRecord
+    environment: Environment
+    settings: ScanSettings = field(default_factory=ScanSettings)
+    precisions: dict[Precision, PrecisionResult] = field(default_factory=dict)
+    # partial until every precision finished; then complete, or failed (see final_status)
+    status: Annotated[str, Words(FILE_STATUSES)] = "partial"
+    created: When = field(default_factory=_now)
     schema: str = SCHEMA
     schema_version: int = SCHEMA_VERSION
-    # Optional (schema 3): precision -> the batch x sequence-length frontier (core/frontier.py, whose
-    # Frontier.from_dict/to_dict read and write it); absent from files of ordinary scans.
-    frontier: dict[str, Any] | None = None
+    # Optional (schema 3): precision -> the batch x sequence-length frontier (core/frontier.py); absent from files
+    # of ordinary scans.
+    frontier: dict[Precision, Frontier] | None = None
+
+    def __init__(
+        self,
+        workload: WorkloadRecord | Mapping[str, Any],
+        environment: Environment | Mapping[str, Any],
+        settings: ScanSettings | Mapping[str, Any] | None = None,
+        precisions: dict[str, PrecisionResult] | None = None,
+        status: str = "partial",
+        created: str | None = None,
+        schema: str = SCHEMA,
+        schema_version: int = SCHEMA_VERSION,
+        frontier: Mapping[str, Frontier | Mapping[str, Any]] | None = None,
+    ) -> None:
+        """The result; sections given as mappings (a result file's form) become their records."""
+        self.workload = workload if isinstance(workload, WorkloadRecord) else WorkloadRecord.from_dict(workload)
+        self.environment = environment if isinstance(environment, Environment) else Environment.from_dict(environment)
+        self.settings = settings if isinstance(settings, ScanSettings) else ScanSettings.from_dict(settings or {})
+        self.precisions = precisions if precisions is not None else {}
+        self.status, self.created = status, created if created is not None else _now()
+        self.schema, self.schema_version = schema, schema_version
+        self.frontier = (
+            None
+            if frontier is None
+            else {p: f if isinstance(f, Frontier) else Frontier.from_dict(f) for p, f in frontier.items()}
+        )
 
     def _first(self) -> PrecisionResult | None:
         return next(iter(self.precisions.values()), None)
@@ -179,14 +229,14 @@ class ScanResult:
     def gpu_name(self, unknown: str = "?") -> str:
         """The name of the GPU the scan ran on (an emulated card's label under --memory-cap), or `unknown` when
         the file records none: the one place a result's GPU name is read."""
-        gpu = self.environment.get("gpu") or {}
-        return str(gpu.get("name") or unknown)
+        gpu = self.environment.gpu
+        return str(gpu.name if gpu is not None and gpu.name else unknown)
 
     @property
     def mode(self) -> str:
         """ "train" or "infer" (files written before inference scans trained): the one place a result's mode is
         read."""
-        return str(self.settings.get("mode") or "train")
+        return str(self.settings.mode or "train")
 
     def to_json(self) -> str:
         """The result as the JSON text of a result file."""
@@ -198,13 +248,13 @@ class ScanResult:
         return {
             "schema": SCHEMA,
             "schema_version": SCHEMA_VERSION,
-            "workload": self.workload,
-            "environment": self.environment,
-            "settings": self.settings,
+            "workload": self.workload.to_dict(),
+            "environment": self.environment.to_dict(),
+            "settings": self.settings.to_dict(),
             "precisions": {name: p.to_dict() for name, p in self.precisions.items()},
             "status": self.status,
             "created": self.created,
-            **({"frontier": self.frontier} if self.frontier is not None else {}),
+            **({"frontier": {p: f.to_dict() for p, f in self.frontier.items()}} if self.frontier is not None else {}),
         }
 
     @classmethod
@@ -295,7 +345,7 @@ def read_result(path: str | Path) -> ScanResult:
     for key in ("workload", "environment", "precisions"):
         if not isinstance(data.get(key), dict):
             raise ResultFileError(f"{path}: malformed result file ('{key}' must be a mapping)")
-    wrong = problem(data)
+    wrong = problem(data, ScanResult)
     if wrong:
         raise ResultFileError(f"{path}: malformed result file ({wrong})")
     try:
@@ -354,5 +404,5 @@ def result_order(item: tuple[Path, ScanResult]) -> tuple[str, str, str, datetime
     """The order results are read in, so that no command's answer depends on the order its inputs were given in:
     by GPU, workload, mode, then oldest first (where a command keeps the newest, a tie goes to the later path)."""
     path, result = item
-    name, mode = str(result.workload.get("name", "")), result.mode
+    name, mode = str(result.workload.name or ""), result.mode
     return result.gpu_name(), name, mode, result.created_at, path.name, str(path)

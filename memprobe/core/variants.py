@@ -7,6 +7,7 @@ changed (so its result file, its report rows and its predictions are never mixed
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Mapping
 
 from memprobe.core.registry import Workload
 
@@ -115,14 +116,15 @@ def _describe(request: VariantRequest) -> str:
     return "; " + ", ".join(notes)
 
 
-def search_axis(workload: dict) -> str:
-    """'seq_len' when a result's workload (its to_dict()) searched the sequence length, else 'batch'."""
-    return str((workload.get("params") or {}).get("axis", "batch"))
+def search_axis(params: Mapping[str, object] | None) -> str:
+    """'seq_len' when a workload with these params searches the sequence length, else 'batch'."""
+    return str((params or {}).get("axis", "batch"))
 
 
-def axis_name(workload: dict) -> str:
-    """What a result's n counts, for people: "seq len" for a sequence-length search, else "batch"."""
-    return "seq len" if search_axis(workload) == "seq_len" else "batch"
+def axis_name(params: Mapping[str, object] | None) -> str:
+    """What a result's n counts, for people (from its workload's params): "seq len" for a sequence-length search,
+    else "batch"."""
+    return "seq len" if search_axis(params) == "seq_len" else "batch"
 
 
 def base_name(name: str) -> str:

@@ -24,9 +24,7 @@ NO_RESULTS_NOTE = (
 def _held(loaded: Sequence[tuple[Path, ScanResult]], most: int = 4) -> str:
     """What result files hold, for a message: "resnet50 fp16 on NVIDIA H200, ..." (at most `most`, then a count)."""
     held = list(
-        dict.fromkeys(
-            f"{r.workload.get('name', '?')} {','.join(r.precisions) or '-'} on {r.gpu_name()}" for _p, r in loaded
-        )
+        dict.fromkeys(f"{r.workload.name} {','.join(r.precisions) or '-'} on {r.gpu_name()}" for _p, r in loaded)
     )
     more = f" and {len(held) - most} more" if len(held) > most else ""
     return ", ".join(held[:most]) + more

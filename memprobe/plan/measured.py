@@ -23,8 +23,13 @@ from memprobe.plan.levers import Setting
 
 def same_definition(result: ScanResult, workload: Workload) -> bool:
     """Whether a result measured this workload as defined (name, family, params and optimizer; not the description)."""
-    mine = workload.to_dict()
-    return all(result.workload.get(k) == mine[k] for k in ("name", "family", "params", "optimizer"))
+    w = result.workload
+    return (w.name, w.family, w.params, w.optimizer) == (
+        workload.name,
+        workload.family,
+        workload.params,
+        workload.optimizer,
+    )
 
 
 def on_card(result: ScanResult, card: Card, catalog: Catalog, gpus: int = 1, how: str | None = None) -> bool:
@@ -97,4 +102,4 @@ def measured(
     if not done:
         return None
     _created, path, result, p = max(done, key=lambda f: f[0])
-    return capacity_of(setting, p, str(result.workload.get("unit", "samples")), str(path), gpus)
+    return capacity_of(setting, p, str(result.workload.unit or "samples"), str(path), gpus)

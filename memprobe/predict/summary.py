@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from memprobe.core.catalog import PRECISIONS
+from memprobe.core.environment import Environment
 from memprobe.core.memory_model import Attempt, MemoryModel, fit_memory_model
 from memprobe.core.outcomes import FIT, LIMIT, OOM
 from memprobe.core.records import Proof
@@ -179,10 +180,10 @@ def library_versions() -> dict[str, str]:
     return out
 
 
-def version_note(mine: dict[str, str], scan_environment: dict[str, Any]) -> str:
+def version_note(mine: dict[str, str], scan_environment: Environment) -> str:
     """One sentence naming each library whose version the scan (its environment) ran differently from `mine`, or
     "" when they agree or the scan did not record them. torch's local build tag (+cpu, +cu130) is not a difference."""
-    scanned = scan_environment.get("versions") or {}
+    scanned = scan_environment.versions or {}
     if not isinstance(scanned, dict):
         return ""
 
@@ -380,7 +381,7 @@ def predict(
     )
     seconds = time.perf_counter() - started
     versions = library_versions()
-    mismatch = version_note(versions, compare_with[1].environment or {}) if compare_with is not None else ""
+    mismatch = version_note(versions, compare_with[1].environment) if compare_with is not None else ""
     return Prediction(
         workload.name,
         target.name,

@@ -60,7 +60,7 @@ def measure_at_max(
     factory: WorkerFactory, spec: WorkerSpec, result: PrecisionResult, steps: int, note: Callable[[str], None]
 ) -> None:
     """Measure the breakdown at result.max_batch in a fresh process and put it in `result.breakdown`; a failure
-    goes to result.settings["breakdown_error"] and a note, and never changes B."""
+    goes to result.settings.breakdown_error and a note, and never changes B."""
     batch = int(result.max_batch or 0)
     note(f"memory breakdown at batch {batch} (a fresh process, under MemTracker)")
     started = time.perf_counter()
@@ -75,7 +75,7 @@ def measure_at_max(
         answer, lost = None, (exc.kind, str(exc))
     if lost is not None or not isinstance(answer, BreakdownAnswer) or answer.breakdown is None:
         error = lost[1] if lost else getattr(answer, "error", None) or "no answer"
-        result.settings["breakdown_error"] = error
+        result.settings.breakdown_error = error
         note(f"memory breakdown at batch {batch} failed: {error}")
         return
     record = Breakdown.from_dict(answer.breakdown)

@@ -24,6 +24,7 @@ from typing import Any
 from memprobe.core.memory_model import Attempt
 from memprobe.core.outcomes import FIT
 from memprobe.core.records import CurvePoint, Timed
+from memprobe.core.settings import PrecisionSettings
 from memprobe.probe.options import timed_steps_within
 
 # Step times vary by a few percent, a new size's set-up by more (NasNet-Large: 16-28 s between sizes), so an
@@ -101,7 +102,7 @@ def from_precision(
     attempts: list[Attempt],
     checks: list[Attempt],
     at_max: Timed | None,
-    settings: dict[str, Any],
+    settings: PrecisionSettings,
     trial_steps: int,
     warmup: int,
     timed: int,
@@ -118,7 +119,7 @@ def from_precision(
         for a in [*attempts, *(c for c in checks if c.outcome != FIT)]
         if a.wall_seconds
     ]
-    cost.process_s = max(starts) if starts else float(settings.get("first_process_ready_seconds") or 0.0)
+    cost.process_s = max(starts) if starts else float(settings.first_process_ready_seconds or 0.0)
     fits = [a for a in attempts[1:] if a.outcome == FIT] + [c for c in checks if c.outcome == FIT]
     cost.setup_s = max([0.0, *(_excess(a, cost, trial_steps) for a in fits)])
     if at_max and at_max.first_step_seconds and at_max.warmup_step_seconds:

@@ -175,7 +175,7 @@ def add_curve(
     batches = ladder(max_batch, opts.curve_points, opts.curve_batches or None)
     at_max = result.throughput
     unit = str((at_max.unit if at_max is not None else None) or workload.unit)
-    n_name = axis_name(workload.to_dict())
+    n_name = axis_name(workload.params)
     warmup, timed, timed_budget = opts.curve_steps
     cost = from_precision(
         result.attempts, result.checks, at_max, result.settings, opts.trial_steps, warmup, timed, timed_budget
@@ -196,7 +196,7 @@ def add_curve(
         for key, value in {**summary(points), **knee_fields(knee(points))}.items():
             setattr(result, key, value)
         result.curve_seconds = round(time.perf_counter() - started, 2)
-        result.settings["curve_cost"] = cost.to_dict() | {"budget_s": budget}
+        result.settings.curve_cost = cost.to_dict() | {"budget_s": budget}
     for line in summary_lines(result, unit, n_name):
         note(line)
 

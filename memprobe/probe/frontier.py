@@ -80,11 +80,11 @@ def scan_frontier(
             try:
                 scanned, path = scan_workload(variant, point_opts, points_dir, progress)
             except ScanInterrupted:
-                result.settings["interrupted"] = True
+                result.settings.interrupted = True
                 save()
                 raise ScanInterrupted(state["path"]) from None
             if not result.gpu_name(unknown=""):
-                result.environment.update(scanned.environment)
+                result.environment.merge(scanned.environment.to_dict())
             p = scanned.precisions[precision]
             proof = p.proof or Proof()
             point = (
@@ -93,7 +93,7 @@ def scan_frontier(
                 else FrontierPoint(kind, fixed, ERROR, file=str(path), note=(p.error or p.stop).splitlines()[0][:200])
             )
             frontier.points.append(point)
-            result.frontier[precision] = frontier.to_dict()
+            result.frontier[precision] = frontier
             save()
             return point
 
@@ -101,9 +101,9 @@ def scan_frontier(
         frontier.points, frontier.notes = points, notes
         if workload.family == "hf":
             frontier.notes.append("hf: models have no sequence-length search: only the max batch at each length")
-        result.frontier[precision] = frontier.to_dict()
+        result.frontier[precision] = frontier
         save()
-    found_any = any(p["status"] == MEASURED for f in result.frontier.values() for p in f["points"])
+    found_any = any(p.status == MEASURED for f in result.frontier.values() for p in f.points)
     result.status = "complete" if found_any else "failed"
     save()
     return result, state["path"]

@@ -24,6 +24,7 @@ from typing import Any, Callable
 from memprobe.core.child_env import child_env
 from memprobe.core.protocol import HintAnswer, HintRequest, HintSetup, message_line, read_message
 from memprobe.core.registry import Workload
+from memprobe.core.settings import PrecisionSettings
 from memprobe.probe.search import HintUse, SearchResult
 
 ENDED = "the prediction process ended without answering"
@@ -134,7 +135,7 @@ class PredictedStart:
         self,
         precision: str,
         capacity_bytes: float | None,
-        settings: dict[str, Any],
+        settings: PrecisionSettings,
         note: Callable[[str], None],
         started_at: float,
     ) -> "PrecisionHint":
@@ -169,12 +170,12 @@ class Prediction:
 
 class PrecisionHint:
     """What find_max_batch polls for one precision (`poll`), is told what became of the prediction (`decided`),
-    and `finish`es with after the search. Keeps settings["predicted_start"]: the answer, `arrived_s` (seconds
+    and `finish`es with after the search. Keeps settings.predicted_start: the answer, `arrived_s` (seconds
     from the precision's start to the child's answer), `after_trials`, `used` and `why` not; says each step
     through `note`."""
 
     def __init__(
-        self, prediction: Prediction, settings: dict[str, Any], note: Callable[[str], None], started_at: float
+        self, prediction: Prediction, settings: PrecisionSettings, note: Callable[[str], None], started_at: float
     ) -> None:
         self.prediction, self.settings, self.note, self.started_at = prediction, settings, note, started_at
         self.record: dict[str, Any] | None = None
@@ -187,7 +188,7 @@ class PrecisionHint:
         answer = self.prediction.poll()
         if answer is None:
             return None
-        record = self.record = self.settings["predicted_start"] = dict(answer)
+        record = self.record = self.settings.predicted_start = dict(answer)
         at = record.pop("at", None) or record.pop("received_at", None)
         record.pop("received_at", None)
         record["arrived_s"] = round(max(0.0, at - self.started_at), 2) if at else 0.0
@@ -212,7 +213,7 @@ class PrecisionHint:
             return
         batch = self.poll()
         if self.record is None:
-            self.record = self.settings["predicted_start"] = {
+            self.record = self.settings.predicted_start = {
                 "arrived_s": None,
                 "used": False,
                 "why": f"no prediction before the search ended ({search_seconds:g} s, {found.trials} trials)",

@@ -15,6 +15,7 @@ from memprobe.core.protocol import Flops
 from memprobe.core.records import Timed
 from memprobe.core.registry import Workload
 from memprobe.core.results import PrecisionResult
+from memprobe.core.settings import PrecisionSettings, Task
 from memprobe.probe.backend import ScanProgress
 from memprobe.probe.breakdown_run import measure_at_max
 from memprobe.probe.curve_run import PointTimer
@@ -91,15 +92,15 @@ class LocalBackend:
         environment, emulation = info.environment, info.emulation
         on_environment({**environment, "emulation": emulation} if emulation else environment)
         result.capacity_bytes = self.capacity_bytes = info.capacity_bytes
-        result.settings = {
-            "task": info.task,
-            "flags": environment.get("flags", {}),
-            "weights_bytes": info.weights_bytes,
-            "build_seconds": info.build_seconds,
-            "cuda_init_seconds": info.cuda_init_seconds,
-            "first_process_ready_seconds": round(time.perf_counter() - self.started, 3),
-            "emulation": emulation,
-        }
+        result.settings = PrecisionSettings(
+            task=Task.from_dict(info.task),
+            flags=environment.get("flags", {}),
+            weights_bytes=info.weights_bytes,
+            build_seconds=info.build_seconds,
+            cuda_init_seconds=info.cuda_init_seconds,
+            first_process_ready_seconds=round(time.perf_counter() - self.started, 3),
+            emulation=emulation,
+        )
         return True
 
     def flops(self) -> Flops:

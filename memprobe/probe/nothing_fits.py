@@ -15,6 +15,7 @@ from memprobe.core.child_env import child_env
 from memprobe.core.protocol import NeedAnswer, NeedRequest, ProtocolError, message_line, read_message
 from memprobe.core.registry import Workload
 from memprobe.core.results import ScanResult
+from memprobe.core.settings import NothingFits
 from memprobe.core.units import gib
 from memprobe.core.variants import LLM_FAMILIES, VariantError, VariantRequest, apply_variant
 
@@ -145,7 +146,7 @@ def _gpu(result: ScanResult) -> str:
 
 def explain_precision(result: ScanResult, precision: str, workload: Workload, need: NeedFn | None = None) -> str | None:
     """If n = 1 did not train in `precision` of `result`, trace what it would need and which memory-saving settings
-    would fit, store that in the precision's settings["nothing_fits"] and return its paragraph; None otherwise.
+    would fit, store that in the precision's settings.nothing_fits and return its paragraph; None otherwise.
     Never raises for a failed trace (the paragraph says it failed)."""
     p = result.precisions[precision]
     if p.status != "done" or p.max_batch != 0:
@@ -156,7 +157,7 @@ def explain_precision(result: ScanResult, precision: str, workload: Workload, ne
     except Exception as exc:  # noqa: BLE001
         shortfall = Shortfall(precision, p.capacity_bytes, None, f"{type(exc).__name__}: {exc}"[:200])
     shortfall.alternatives = _alternatives(workload, precision, p.capacity_bytes, need)
-    p.settings["nothing_fits"] = shortfall.to_dict()
+    p.settings.nothing_fits = NothingFits.from_dict(shortfall.to_dict())
     return shortfall.describe(workload.name, _gpu(result), _n_name(workload))
 
 
@@ -168,13 +169,13 @@ def explain_nothing_fits(result: ScanResult, workload: Workload, need: NeedFn | 
 
 
 def described(result: ScanResult, workload: Workload) -> list[str]:
-    """The paragraphs of the explanations a scan recorded (settings["nothing_fits"]), for printing."""
+    """The paragraphs of the explanations a scan recorded (settings.nothing_fits), for printing."""
     lines = []
     for p in result.precisions.values():
-        stored = p.settings.get("nothing_fits")
-        if stored:
+        stored = p.settings.nothing_fits
+        if stored is not None:
             shortfall = Shortfall(
-                **{**stored, "alternatives": [Alternative(**a) for a in stored.get("alternatives", [])]}
+                **{**stored.to_dict(), "alternatives": [Alternative(**a) for a in stored.alternatives or []]}
             )
             lines.append(shortfall.describe(workload.name, _gpu(result), _n_name(workload)))
     return lines

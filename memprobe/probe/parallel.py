@@ -142,12 +142,9 @@ def merge_parts(
     if not read:
         return None
     first = read[next(p for p in precisions if p in read)]
-    merged = ScanResult(
-        workload=first.workload,
-        environment=dict(first.environment),
-        settings=dict(first.settings) | {"precisions": [p for p in precisions if p in read]},
-    )
-    merged.environment["CUDA_VISIBLE_DEVICES"] = None  # each precision ran on its own GPU: see its settings
+    merged = ScanResult(workload=first.workload, environment=first.environment.copy(), settings=first.settings.copy())
+    merged.settings.precisions = [p for p in precisions if p in read]
+    merged.environment.CUDA_VISIBLE_DEVICES = None  # each precision ran on its own GPU: see its settings
     for precision in precisions:
         if precision not in read:
             continue
@@ -155,11 +152,10 @@ def merge_parts(
         if part is None:
             continue
         job = parts[precision][1]
-        part.settings = dict(part.settings) | {
-            "parallel": {"gpu": job.slot, "job_seconds": job.seconds, "gpu_name": read[precision].gpu_name()}
-        }
+        part.settings = part.settings.copy()
+        part.settings.parallel = {"gpu": job.slot, "job_seconds": job.seconds, "gpu_name": read[precision].gpu_name()}
         merged.precisions[precision] = part
-    merged.settings["parallel"] = {"gpus": sorted({j.slot for _p, j in parts.values() if j.slot is not None})}
+    merged.settings.parallel = {"gpus": sorted({j.slot for _p, j in parts.values() if j.slot is not None})}
     complete = all(read.get(p) is not None and read[p].status == "complete" for p in precisions)
     merged.status = "complete" if complete else "partial"
     gpu = merged.gpu_name(unknown="unknown-gpu")

@@ -159,9 +159,9 @@ def _run(
         return result
     if backend.counts_flops:
         flops = backend.flops() if opts.measure else Flops()
-        result.settings["flops_per_sample"] = flops.flops_per_sample
+        result.settings.flops_per_sample = flops.flops_per_sample
         if flops.error:
-            result.settings["flops_error"] = flops.error
+            result.settings.flops_error = flops.error
     trials = _Recorded(backend.search_trials())
     hint = (
         start.hint_for(precision, result.capacity_bytes, result.settings, progress.note, started_at) if start else None
@@ -214,7 +214,7 @@ def _interrupted(
         result.attempts = [replace(a) for a in attempts]
         result.memory_model = memory_models(attempts)
         result.search_seconds = round(time.perf_counter() - started, 2)
-    result.settings["interrupted_at"] = stage
+    result.settings.interrupted_at = stage
     # B proven and timed, only the scaling baseline or the curve left: the precision is done but for them.
     timed = result.max_batch is not None and (result.throughput is not None or not measure)
     result.status = "done" if stage in ("scaling", "curve") and timed else "interrupted"
@@ -283,8 +283,8 @@ def _proven(
             )
         except KeyboardInterrupt:
             # B is proven and timed: keep the precision, with the curve points timed before Ctrl-C
-            result.settings["curve_interrupted"] = True
-            result.settings["interrupted_at"] = "curve"
+            result.settings.curve_interrupted = True
+            result.settings.interrupted_at = "curve"
             raise CurveInterrupted(result) from None
 
 
@@ -325,7 +325,7 @@ def _timed_runs(
         result.extra_batches.append(backend.measure(batch))
     if backend.counts_flops:
         for measured in [result.throughput, *result.extra_batches]:
-            add_mfu(measured, result.settings["flops_per_sample"], gpu, result.precision)
+            add_mfu(measured, result.settings.flops_per_sample, gpu, result.precision)
     if stage is not None:
         stage["at"] = "scaling"
     backend.finish(result)
@@ -351,7 +351,7 @@ class ResultWriter:
         for p in self.result.precisions.values():
             if p.status == "running":
                 p.status = "interrupted"
-        self.result.settings["interrupted"] = True
+        self.result.settings.interrupted = True
         if any(p.status in ("done", "error") or p.attempts for p in self.result.precisions.values()):
             self.save()
         return ScanInterrupted(self.path)
@@ -376,14 +376,14 @@ def scan_precisions(
         if seen["env"]:
             return
         seen["env"] = True
-        result.environment.update(env)
+        result.environment.merge(env)  # the GPU read as a record of its own, not the worker's dict
         emulation = env.get("emulation")
-        if emulation:
+        gpu = result.environment.gpu
+        if emulation and gpu is not None:
             # Label the card as what it emulates, so no report takes it for the real card.
-            gpu = result.environment["gpu"] = dict(result.environment["gpu"])  # not the worker's dict
-            gpu["real_name"] = gpu["name"]
-            gpu["name"] = emulated_name(gpu["name"], emulation["memory_cap_bytes"])
-            gpu["emulated_total_bytes"] = emulation["memory_cap_bytes"]
+            gpu.real_name = gpu.name
+            gpu.name = emulated_name(gpu.name, emulation["memory_cap_bytes"])
+            gpu.emulated_total_bytes = emulation["memory_cap_bytes"]
 
     context: AbstractContextManager[Any] = start if start is not None else nullcontext()
     try:

@@ -62,7 +62,7 @@ def record_setup_oom(result: PrecisionResult, exc: WorkerError, device: str) -> 
     other processes hold the GPU, an error that names them. Recorded under settings.setup_failure."""
     others = other_gpu_processes(device)
     blame_others, text = setup_oom_report(str(exc), exc.stage, others)
-    result.settings["setup_failure"] = {
+    result.settings.setup_failure = {
         "outcome": OOM,
         "stage": exc.stage,
         "message": str(exc)[:500],

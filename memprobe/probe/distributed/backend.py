@@ -22,6 +22,7 @@ from memprobe.core.protocol import Flops
 from memprobe.core.records import CurvePoint, Timed
 from memprobe.core.registry import Workload
 from memprobe.core.results import PrecisionResult
+from memprobe.core.settings import PrecisionSettings, Scaling, Task
 from memprobe.core.strategies import NONE
 from memprobe.probe.backend import ScanProgress
 from memprobe.probe.curve import curve_point
@@ -226,17 +227,18 @@ class RanksBackend:
         setup = self.setup = trials.setup
         first = trials.first_attempts
         result.capacity_bytes = trials.capacity_bytes
-        result.settings = {
-            "world_size": self.world_size,
-            "strategy": self.strategy,
-            "per_gpu": True,
-            "wrap": (setup or {}).get("wrap"),
-            "task": (setup or {}).get("task"),
-            "weights_bytes": (setup or {}).get("weights_bytes"),
-            "weights_after_wrap_bytes": (setup or {}).get("weights_after_wrap_bytes"),
-            "flags": ((setup or {}).get("environment") or {}).get("flags", {}),
-            "launches": self.launches.counts,  # the same dict: counted on as the precision goes on
-        }
+        task = (setup or {}).get("task")
+        result.settings = PrecisionSettings(
+            world_size=self.world_size,
+            strategy=self.strategy,
+            per_gpu=True,
+            wrap=(setup or {}).get("wrap"),
+            task=Task.from_dict(task) if task is not None else None,
+            weights_bytes=(setup or {}).get("weights_bytes"),
+            weights_after_wrap_bytes=(setup or {}).get("weights_after_wrap_bytes"),
+            flags=((setup or {}).get("environment") or {}).get("flags", {}),
+            launches=self.launches.counts,  # the same dict: counted on as the precision goes on
+        )
         if setup is None and first and first[0].outcome != OOM:
             result.status, result.error = "error", first[0].message
             return False
@@ -299,7 +301,7 @@ class RanksBackend:
     def finish(self, result: PrecisionResult) -> None:
         """The 1-GPU baseline at B and the scaling efficiency, under settings.scaling."""
         if self.opts.measure and (result.max_batch or 0) > 0:
-            result.settings["scaling"] = self._baseline(result.max_batch, result.throughput)
+            result.settings.scaling = Scaling.from_dict(self._baseline(result.max_batch, result.throughput))
 
     def _baseline(self, batch: int, group: Timed | None) -> dict[str, Any]:
         """Time one GPU (1 rank, no wrapper) at `batch`; halve the common batch while it does not fit."""
