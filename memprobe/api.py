@@ -110,49 +110,27 @@ def resolve_model(
     return _one(workloads_of(request, ()), model)
 
 
-@contextmanager
-def _visible_device(device: int | str) -> Iterator[str]:
-    """'cuda' with CUDA_VISIBLE_DEVICES narrowed to GPU `device` (an index among the visible ones) for the
-    trial processes started inside; 'cuda' or 'cpu' as given for a string."""
-    if isinstance(device, str):
-        if device not in ("cuda", "cpu"):
-            raise ValueError(f"device must be a GPU index, 'cuda' or 'cpu', not '{device}'")
-        yield device
-        return
-    before = os.environ.get("CUDA_VISIBLE_DEVICES")
-    visible = visible_devices(before)
-    if visible == []:  # every GPU hidden: as if there were none
-        raise NoGPUError(
-            "no CUDA GPU to measure on (CUDA_VISIBLE_DEVICES is empty); memprobe.predict_max_batch predicts the "
-            "max batch without one"
-        )
-    if visible is not None and not 0 <= device < len(visible):
-        raise ValueError(f"GPU {device} is not among CUDA_VISIBLE_DEVICES={before}")
-    os.environ["CUDA_VISIBLE_DEVICES"] = visible[device] if visible is not None else str(device)
-    try:
-        yield "cuda"
-    finally:
-        if before is None:
-            os.environ.pop("CUDA_VISIBLE_DEVICES", None)
-        else:
-            os.environ["CUDA_VISIBLE_DEVICES"] = before
-
-
-@contextmanager
-def _import_path(share: bool) -> Iterator[None]:
-    """With `share`, give the trial processes this process's sys.path (as multiprocessing's spawn does), so
-    they import a build function's module wherever this process found it."""
-    before = os.environ.get("PYTHONPATH")
-    if share:
-        os.environ["PYTHONPATH"] = os.pathsep.join([p or os.getcwd() for p in sys.path] + ([before] if before else []))
-    try:
-        yield
-    finally:
-        if share:
-            if before is None:
-                os.environ.pop("PYTHONPATH", None)
-            else:
-                os.environ["PYTHONPATH"] = before
+def _child_variables(device: int | str, model: Model) -> dict[str, str]:
+    """What find_max_batch's processes get on top of this process's environment, which it leaves alone: for a GPU
+    index, CUDA_VISIBLE_DEVICES narrowed to that GPU (an index among those visible); for a build function, this
+    process's sys.path as PYTHONPATH (as multiprocessing's spawn does), so they import its module wherever this
+    process found it. Raises NoGPUError when every GPU is hidden, ValueError for an index not among them."""
+    variables: dict[str, str] = {}
+    if not isinstance(device, str):
+        before = os.environ.get("CUDA_VISIBLE_DEVICES")
+        visible = visible_devices(before)
+        if visible == []:  # every GPU hidden: as if there were none
+            raise NoGPUError(
+                "no CUDA GPU to measure on (CUDA_VISIBLE_DEVICES is empty); memprobe.predict_max_batch predicts the "
+                "max batch without one"
+            )
+        if visible is not None and not 0 <= device < len(visible):
+            raise ValueError(f"GPU {device} is not among CUDA_VISIBLE_DEVICES={before}")
+        variables["CUDA_VISIBLE_DEVICES"] = visible[device] if visible is not None else str(device)
+    if callable(model):
+        path = os.environ.get("PYTHONPATH")
+        variables["PYTHONPATH"] = os.pathsep.join([p or os.getcwd() for p in sys.path] + ([path] if path else []))
+    return variables
 
 
 class _Quiet:
@@ -242,16 +220,16 @@ def find_max_batch(
     if job.frontier:
         raise RequestError("the API finds the max batch; `memprobe scan --search frontier` walks a frontier")
     workload = _one(job.workloads, model)
-    with _visible_device(device), _import_path(callable(model)), _messages(verbose):
-        with tempfile.TemporaryDirectory(prefix="memprobe-") as scratch:
-            try:
-                result, _path = scan_workload(
-                    workload, job.options, out if out is not None else scratch, _Logged() if verbose else _Quiet()
-                )
-            except NoCudaError as exc:
-                raise NoGPUError(
-                    f"no CUDA GPU to measure on ({exc}); memprobe.predict_max_batch predicts the max batch without one"
-                ) from None
+    opts = dataclasses.replace(job.options, env=_child_variables(device, model))
+    with _messages(verbose), tempfile.TemporaryDirectory(prefix="memprobe-") as scratch:
+        try:
+            result, _path = scan_workload(
+                workload, opts, out if out is not None else scratch, _Logged() if verbose else _Quiet()
+            )
+        except NoCudaError as exc:
+            raise NoGPUError(
+                f"no CUDA GPU to measure on ({exc}); memprobe.predict_max_batch predicts the max batch without one"
+            ) from None
     failed = next((p for p in result.precisions.values() if p.stop == USER_ERROR), None)
     if failed is not None:
         raise UserCodeError(f"{workload.name} {failed.precision}: {failed.error.splitlines()[0]}", result, failed.error)

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import sys
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Any, Callable, Iterator
 
 import click
 
@@ -55,11 +56,27 @@ def library_messages() -> Iterator[None]:
         logger.propagate = propagate
 
 
-def trace_without_gpus() -> None:
-    """Hide the GPUs from this process before anything is traced: a fake CUDA tensor on a CUDA build creates a
-    real CUDA context (torch's FakeTensor init_gpu_context), which takes GPU memory from a scan running beside
-    the prediction and breaks the forked trace workers (CUDA cannot be used after fork). Tracing needs no GPU."""
-    os.environ["CUDA_VISIBLE_DEVICES"] = ""
+def traces_without_gpus(command: Callable[..., Any]) -> Callable[..., Any]:
+    """Run a command that traces (predict, plan) with the GPUs hidden from this process: a fake CUDA tensor on a
+    CUDA build creates a real CUDA context (torch's FakeTensor init_gpu_context), which takes GPU memory from a scan
+    running beside the prediction and breaks the forked trace workers (CUDA cannot be used after fork). Tracing needs
+    no GPU. The trace runs in this process and its forks, which an `env=` cannot reach, so the variable is set here
+    before torch first looks, and put back when the command ends: a command run in another's process (CliRunner,
+    scan --predict-if-no-gpu) leaves CUDA_VISIBLE_DEVICES as it found it. Put it right above the command's function."""
+
+    @functools.wraps(command)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        before = os.environ.get("CUDA_VISIBLE_DEVICES")
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""
+        try:
+            return command(*args, **kwargs)
+        finally:
+            if before is None:
+                os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+            else:
+                os.environ["CUDA_VISIBLE_DEVICES"] = before
+
+    return run
 
 
 # An error line longer than this is cut: a terminal shows it whole, and the rest is said to be cut.

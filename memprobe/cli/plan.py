@@ -6,7 +6,7 @@ import click
 
 from memprobe.cli import checks
 from memprobe.cli.app import main
-from memprobe.cli.helpers import card_name_error, progress_lines, trace_without_gpus
+from memprobe.cli.helpers import card_name_error, progress_lines, traces_without_gpus
 from memprobe.cli.options import CommaList, format_option, joined, model_option, models_file_option, precision_option
 from memprobe.cli.width import wide_option
 from memprobe.core.cardnames import CardNameError, resolve_cards
@@ -53,6 +53,7 @@ from memprobe.core.registry import RegistryError
 )
 @format_option(["github", "plain", "json", "csv"], "Output format.")
 @wide_option
+@traces_without_gpus
 def plan_cmd(
     model: list[str],
     card: str,
@@ -83,7 +84,6 @@ def plan_cmd(
     from memprobe.request import ModelRequest, workloads_of
     from memprobe.workloads.custom import is_custom_name
 
-    trace_without_gpus()
     try:  # before the model is resolved, as predict and guide read --gpu first
         if len(resolve_cards(card)) > 1:
             raise click.UsageError(f"--gpu '{card}' names several cards; plan one at a time")

@@ -8,7 +8,7 @@ import click
 
 from memprobe.cli import checks
 from memprobe.cli.app import main
-from memprobe.cli.helpers import progress_lines, trace_without_gpus, writable
+from memprobe.cli.helpers import progress_lines, traces_without_gpus, writable
 from memprobe.cli.models import model_options as _model_options
 from memprobe.cli.options import (
     mode_option,
@@ -201,6 +201,7 @@ def _check_same_world(path: str, result, worlds: list | None) -> None:
     help="With --search frontier: a folder to write the predicted frontier to (for `report --frontier`).",
 )
 @wide_option
+@traces_without_gpus
 def predict_cmd(**params: Any) -> None:
     """Predict the max batch for any memory size, with no GPU (labelled predicted, not measured).
 
@@ -209,7 +210,6 @@ def predict_cmd(**params: Any) -> None:
     records every allocation and replays it through a model of the CUDA caching allocator. Takes
     seconds to a minute on a CPU. Needs torch, but no GPU.
     """
-    trace_without_gpus()
     checks.predict_checks(click.get_current_context(), params["world_size"], params["search"])
     request = predict_request(params)
     frontier = request.model.search == "frontier"
