@@ -12,6 +12,7 @@ _API = (
     "NoGPUError",
     "CustomModelError",
     "RegistryError",
+    "RequestError",
 )
 __all__ = list(_API)
 

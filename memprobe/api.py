@@ -8,20 +8,31 @@ module:qualname, so it must be importable (defined at the top level of a module 
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 import os
 import sys
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence, Union
+from typing import Any, Iterator, Sequence
 
-from memprobe.core.registry import RegistryError, Workload, load_registry
+from memprobe.core.registry import RegistryError, Workload
 from memprobe.core.results import ScanResult
 from memprobe.core.textlists import comma_items, visible_devices
 from memprobe.probe.device import NoGPUError
-from memprobe.workloads.custom import CustomModelError, CustomOptions, resolve, select_models, target_of
+from memprobe.request import (
+    Model,
+    ModelRequest,
+    PredictRequest,
+    RequestError,
+    ScanRequest,
+    predict_job,
+    scan_job,
+    workloads_of,
+)
+from memprobe.workloads.custom import CustomModelError
 
-Model = Union[str, Callable[..., Any]]
 __all__ = [
     "find_max_batch",
     "predict_max_batch",
@@ -32,7 +43,10 @@ __all__ = [
     "NoGPUError",
     "CustomModelError",
     "RegistryError",
+    "RequestError",
 ]
+
+log = logging.getLogger(__name__)
 
 
 class UserCodeError(RuntimeError):
@@ -47,11 +61,38 @@ class UserCodeError(RuntimeError):
         self.details = details
 
 
+@contextmanager
+def _messages(verbose: bool) -> Iterator[None]:
+    """With `verbose`, print what memprobe's modules log (the `memprobe` logger, INFO and up: trace progress, trial
+    outcomes, notes on how an option was read) as "memprobe: ..." lines on stderr for the call's duration; the
+    logger is put back after."""
+    if not verbose:
+        yield
+        return
+    logger = logging.getLogger("memprobe")
+    handler, level = logging.StreamHandler(sys.stderr), logger.level
+    handler.setFormatter(logging.Formatter("memprobe: %(message)s"))
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+
+
 def _progress(verbose: bool):
-    """What a call with `verbose` says while it traces: "memprobe: ..." lines on stderr; nothing otherwise."""
+    """What a call with `verbose` says while it traces: a line per trace, logged (_messages shows it)."""
     from memprobe.predict.progress import TraceProgress, silent
 
-    return TraceProgress(lambda text: print(f"memprobe: {text}", file=sys.stderr)) if verbose else silent()
+    return TraceProgress(log.info) if verbose else silent()
+
+
+def _one(workloads: list[Workload], model: Model) -> Workload:
+    """The one workload an API call takes. Raises CustomModelError for a name that names several."""
+    if len(workloads) != 1:
+        raise CustomModelError(f"'{model}' names {len(workloads)} workloads; give exactly one")
+    return workloads[0]
 
 
 def resolve_model(
@@ -62,59 +103,34 @@ def resolve_model(
     seq_len: int | None = None,
     models_file: str | Path | None = None,
 ) -> Workload:
-    """The one Workload that `model` names. Raises CustomModelError / RegistryError (one line)."""
-    options = CustomOptions(tuple(input_size) if input_size else None, optimizer, task, seq_len)  # type: ignore[arg-type]
+    """The one Workload that `model` names, as `--model` with these options resolves it (memprobe.request):
+    `seq_len` shapes a model given by name and makes a registry LLM's variant. Raises CustomModelError /
+    RegistryError (one line), RequestError (a ValueError) for an option the model cannot take."""
+    request = ModelRequest([model], models_file, input_size, optimizer, task, seq_len)
+    return _one(workloads_of(request, ()), model)
+
+
+def _child_variables(device: int | str, model: Model) -> dict[str, str]:
+    """What find_max_batch's processes get on top of this process's environment, which it leaves alone: for a GPU
+    index, CUDA_VISIBLE_DEVICES narrowed to that GPU (an index among those visible); for a build function, this
+    process's sys.path as PYTHONPATH (as multiprocessing's spawn does), so they import its module wherever this
+    process found it. Raises NoGPUError when every GPU is hidden, ValueError for an index not among them."""
+    variables: dict[str, str] = {}
+    if not isinstance(device, str):
+        before = os.environ.get("CUDA_VISIBLE_DEVICES")
+        visible = visible_devices(before)
+        if visible == []:  # every GPU hidden: as if there were none
+            raise NoGPUError(
+                "no CUDA GPU to measure on (CUDA_VISIBLE_DEVICES is empty); memprobe.predict_max_batch predicts the "
+                "max batch without one"
+            )
+        if visible is not None and not 0 <= device < len(visible):
+            raise ValueError(f"GPU {device} is not among CUDA_VISIBLE_DEVICES={before}")
+        variables["CUDA_VISIBLE_DEVICES"] = visible[device] if visible is not None else str(device)
     if callable(model):
-        return resolve(target_of(model), options)
-    found = select_models(load_registry(models_file), str(model), options)
-    if len(found) != 1:
-        raise CustomModelError(f"'{model}' names {len(found)} workloads; give exactly one")
-    return found[0]
-
-
-@contextmanager
-def _visible_device(device: int | str) -> Iterator[str]:
-    """'cuda' with CUDA_VISIBLE_DEVICES narrowed to GPU `device` (an index among the visible ones) for the
-    trial processes started inside; 'cuda' or 'cpu' as given for a string."""
-    if isinstance(device, str):
-        if device not in ("cuda", "cpu"):
-            raise ValueError(f"device must be a GPU index, 'cuda' or 'cpu', not '{device}'")
-        yield device
-        return
-    before = os.environ.get("CUDA_VISIBLE_DEVICES")
-    visible = visible_devices(before)
-    if visible == []:  # every GPU hidden: as if there were none
-        raise NoGPUError(
-            "no CUDA GPU to measure on (CUDA_VISIBLE_DEVICES is empty); memprobe.predict_max_batch predicts the "
-            "max batch without one"
-        )
-    if visible is not None and not 0 <= device < len(visible):
-        raise ValueError(f"GPU {device} is not among CUDA_VISIBLE_DEVICES={before}")
-    os.environ["CUDA_VISIBLE_DEVICES"] = visible[device] if visible is not None else str(device)
-    try:
-        yield "cuda"
-    finally:
-        if before is None:
-            os.environ.pop("CUDA_VISIBLE_DEVICES", None)
-        else:
-            os.environ["CUDA_VISIBLE_DEVICES"] = before
-
-
-@contextmanager
-def _import_path(share: bool) -> Iterator[None]:
-    """With `share`, give the trial processes this process's sys.path (as multiprocessing's spawn does), so
-    they import a build function's module wherever this process found it."""
-    before = os.environ.get("PYTHONPATH")
-    if share:
-        os.environ["PYTHONPATH"] = os.pathsep.join([p or os.getcwd() for p in sys.path] + ([before] if before else []))
-    try:
-        yield
-    finally:
-        if share:
-            if before is None:
-                os.environ.pop("PYTHONPATH", None)
-            else:
-                os.environ["PYTHONPATH"] = before
+        path = os.environ.get("PYTHONPATH")
+        variables["PYTHONPATH"] = os.pathsep.join([p or os.getcwd() for p in sys.path] + ([path] if path else []))
+    return variables
 
 
 class _Quiet:
@@ -124,12 +140,25 @@ class _Quiet:
     def note(self, text: str) -> None: ...
 
 
-class _Printed(_Quiet):
+class _Logged(_Quiet):
     def trial_end(self, attempt) -> None:
-        print(
-            f"memprobe: batch {attempt.batch} {attempt.outcome}{' (fresh process)' if attempt.fresh else ''}",
-            file=sys.stderr,
-        )
+        log.info(f"batch {attempt.batch} {attempt.outcome}{' (fresh process)' if attempt.fresh else ''}")
+
+
+# find_max_batch's keyword arguments that are `memprobe scan` options: they go into the ScanRequest (or its model)
+# and are checked as the command checks them; any other goes to ScanOptions as it is.
+_SCAN_FIELDS = {f.name for f in dataclasses.fields(ScanRequest)} - {"model", "options", "precisions", "device"}
+_MODEL_FIELDS = {"search", "checkpointing", "lora"}
+
+
+def _scan_request(model: Model, precision: str | Sequence[str], device: str, out: Any, **given: Any) -> ScanRequest:
+    """The ScanRequest of a find_max_batch call: what `memprobe scan` with the same options asks."""
+    shape = {k: given.pop(k) for k in list(given) if k in _MODEL_FIELDS}
+    keys = ("models_file", "input_size", "optimizer", "task", "seq_len")
+    request = ModelRequest([model], **{k: given.pop(k) for k in keys}, **shape)
+    fields = {k: given.pop(k) for k in list(given) if k in _SCAN_FIELDS}
+    precisions = comma_items(precision) if isinstance(precision, str) else list(precision)
+    return ScanRequest(request, precisions, device=device, out_dir=out, options=given, **fields)
 
 
 def find_max_batch(
@@ -154,40 +183,53 @@ def find_max_batch(
     `model`: a build function `build(device, precision) -> TrainTask` (importable by module:qualname), or a
     name as `memprobe scan --model` takes. `precision`: one or more of fp32, tf32, fp16, bf16. `device`: a GPU
     index, or 'cpu' with `cpu_memory_budget` (e.g. '64MiB': the CPU's fake allocator, for tests). `out`: folder
-    for the result file (default: none kept). Other ScanOptions fields (steps, max_batch, ...) pass through.
+    for the result file (default: none kept). Other options as `memprobe scan` takes them (steps, warmup,
+    timed_steps, max_batch, max_trials, batches, soak, curve, curve_batches, mode, search="seq-len", checkpointing,
+    lora, ...), checked as the command checks them; other ScanOptions fields (curve_budget_s, ...) pass through.
     Returns the ScanResult: `.max_batch`, `.throughput`, `.to_json()`, `.precisions[p]` for each precision.
 
     Raises (all importable from `memprobe`): UserCodeError when the model's own code raised (its traceback in
-    `.details`); CustomModelError / RegistryError for a model that cannot be named or resolved; ValueError for bad
-    options; NoGPUError when there is no CUDA device (a torch built without CUDA, no driver, no GPU): use
+    `.details`); CustomModelError / RegistryError for a model that cannot be named or resolved; RequestError (a
+    ValueError, worded as `memprobe scan` words it, the option named as the command spells it) or ValueError for
+    bad options; NoGPUError when there is no CUDA device (a torch built without CUDA, no driver, no GPU): use
     predict_max_batch there.
     """
     from memprobe.core.outcomes import USER_ERROR
-    from memprobe.core.units import parse_size
-    from memprobe.probe.scan import NoCudaError, ScanOptions, scan_workload
+    from memprobe.probe.scan import NoCudaError, scan_workload
 
-    workload = resolve_model(model, optimizer, input_size, task, seq_len, models_file)
-    precisions = comma_items(precision) if isinstance(precision, str) else list(precision)
-    with _visible_device(device) as kind, _import_path(callable(model)):
-        if kind == "cpu" and not cpu_memory_budget:
-            raise ValueError("device='cpu' needs cpu_memory_budget (the CPU has no allocator limit to find)")
-        opts = ScanOptions(
-            precisions=precisions,
-            device=kind,
-            measure=throughput,
-            cpu_budget_bytes=parse_size(cpu_memory_budget) if cpu_memory_budget else None,
-            memory_cap_bytes=parse_size(memory_cap) if memory_cap else None,
+    kind = device if isinstance(device, str) else "cuda"
+    if kind not in ("cuda", "cpu"):
+        raise ValueError(f"device must be a GPU index, 'cuda' or 'cpu', not '{device}'")
+    job = scan_job(
+        _scan_request(
+            model,
+            precision,
+            kind,
+            None if out is None else str(out),
+            throughput=throughput,
+            memory_cap=memory_cap,
+            cpu_memory_budget=cpu_memory_budget,
+            optimizer=optimizer,
+            input_size=input_size,
+            task=task,
+            seq_len=seq_len,
+            models_file=models_file,
             **scan_options,
         )
-        with tempfile.TemporaryDirectory(prefix="memprobe-") as scratch:
-            try:
-                result, _path = scan_workload(
-                    workload, opts, out if out is not None else scratch, _Printed() if verbose else _Quiet()
-                )
-            except NoCudaError as exc:
-                raise NoGPUError(
-                    f"no CUDA GPU to measure on ({exc}); memprobe.predict_max_batch predicts the max batch without one"
-                ) from None
+    )
+    if job.frontier:
+        raise RequestError("the API finds the max batch; `memprobe scan --search frontier` walks a frontier")
+    workload = _one(job.workloads, model)
+    opts = dataclasses.replace(job.options, env=_child_variables(device, model))
+    with _messages(verbose), tempfile.TemporaryDirectory(prefix="memprobe-") as scratch:
+        try:
+            result, _path = scan_workload(
+                workload, opts, out if out is not None else scratch, _Logged() if verbose else _Quiet()
+            )
+        except NoCudaError as exc:
+            raise NoGPUError(
+                f"no CUDA GPU to measure on ({exc}); memprobe.predict_max_batch predicts the max batch without one"
+            ) from None
     failed = next((p for p in result.precisions.values() if p.stop == USER_ERROR), None)
     if failed is not None:
         raise UserCodeError(f"{workload.name} {failed.precision}: {failed.error.splitlines()[0]}", result, failed.error)
@@ -196,11 +238,11 @@ def find_max_batch(
 
 def predict_max_batch(
     model: Model,
-    memory: str | Sequence[str] = "24GiB",
+    memory: str | Sequence[str] | None = "24GiB",
     precision: str | Sequence[str] = "bf16",
     *,
     gpu: str | None = None,
-    overhead_from: Sequence[str | Path] | None = None,
+    overhead_from: Sequence[str | Path] | str | Path | None = None,
     overhead: str | int | None = None,
     steps: int = 3,
     optimizer: str | None = None,
@@ -220,33 +262,50 @@ def predict_max_batch(
     the others; the same wherever this runs), or from `overhead_from` (scan result files or folders) or
     `overhead` (a size, 0 for none) when given. `gpus` > 1 predicts per GPU for that many GPUs training
     data-parallel under `strategy` ("ddp" or "fsdp"). The trials are traced on every CPU core this process may
-    use (forked children on Linux); `verbose` prints a line per trace on stderr. Returns memprobe.predict.summary.Prediction:
-    `prediction.precisions["bf16"].max_batch["24GiB"]` (the card's catalog name as the key for a card).
+    use (forked children on Linux); `verbose` prints a line per trace on stderr. The request is read as `memprobe
+    predict` reads the same options (memprobe.request). Returns memprobe.predict.summary.Prediction:
+    `prediction.precisions["bf16"].max_batch["24GiB"]` (the card's catalog name as the key for a card); a
+    precision a card cannot train in (tf32 and bf16 before compute capability 8.0) has max batch 0 there and is
+    listed in `prediction.cannot_train`, as the command prints "-" and says why.
 
     Raises memprobe.predict.trace.PredictError (a RuntimeError) when the model cannot be built or stepped on fake
-    tensors, or its build or a trial does not end within the time limit (300 s; MEMPROBE_TIME_LIMIT); ValueError for a bad size, card name, precision, GPU count, strategy or overhead
-    (memprobe.core.cardsize.SizeError and memprobe.core.overhead.OverheadError are ValueErrors); CustomModelError /
-    RegistryError for a model that cannot be resolved.
+    tensors, or its build or a trial does not end within the time limit (300 s; MEMPROBE_TIME_LIMIT); RequestError
+    (a ValueError, worded as `memprobe predict` words it) for a bad size, card name, precision, GPU count, strategy
+    or overhead, and for cards none of which can train in any precision asked; CustomModelError / RegistryError
+    for a model that cannot be resolved.
     """
-    from memprobe.core.cardsize import read_sizes
-    from memprobe.core.overhead import choose_override
     from memprobe.predict.parallel import cores
-    from memprobe.predict.summary import memory_sizes, predict
+    from memprobe.predict.summary import predict
 
-    workload = resolve_model(model, optimizer, input_size, task, seq_len, models_file)
     text = memory if memory is None or isinstance(memory, str) else ",".join(memory)
-    asked = read_sizes(text, gpu)
-    precisions = comma_items(precision) if isinstance(precision, str) else list(precision)
-    paths = [overhead_from] if isinstance(overhead_from, (str, Path)) else overhead_from
-    sizes = memory_sizes(asked.labels, asked.cards, choose_override(paths, overhead))
-    world = None
-    if gpus != 1:
-        from memprobe.predict.data_parallel import World
-
-        world = World(gpus, strategy)  # StrategyError is a ValueError
-    return predict(
-        workload, precisions, sizes, None, "", steps=steps, world=world, workers=cores(), progress=_progress(verbose)
+    paths = [overhead_from] if isinstance(overhead_from, (str, Path)) else list(overhead_from or ())
+    request = PredictRequest(
+        ModelRequest([model], models_file, input_size, optimizer, task, seq_len),
+        comma_items(precision) if isinstance(precision, str) else list(precision),
+        memory=text,
+        cards=gpu,
+        gpus=gpus,
+        strategies=[strategy],
+        steps=steps,
+        overhead_from=paths,
+        overhead=overhead,
     )
+    with _messages(verbose):
+        job = predict_job(request)
+        workload = _one(job.workloads, model)
+        sizes = job.memory_sizes()
+        world = job.worlds[0] if job.worlds else None
+        return predict(
+            workload,
+            job.precisions,
+            sizes,
+            None,
+            "",
+            steps=job.steps,
+            world=world,
+            workers=cores(),
+            progress=_progress(verbose),
+        )
 
 
 def plan(

@@ -45,18 +45,6 @@ def _sighup_heard():
 
 
 @pytest.fixture(autouse=True)
-def _keep_cuda_visible_devices():
-    """`predict` and `plan` hide the GPUs from their process (cli/helpers.trace_without_gpus); CliRunner runs them
-    in the pytest process, so put CUDA_VISIBLE_DEVICES back after each test."""
-    before = os.environ.get("CUDA_VISIBLE_DEVICES")
-    yield
-    if before is None:
-        os.environ.pop("CUDA_VISIBLE_DEVICES", None)
-    else:
-        os.environ["CUDA_VISIBLE_DEVICES"] = before
-
-
-@pytest.fixture(autouse=True)
 def _unfreeze_the_collector():
     """A trial worker's setup freezes the garbage collector for the life of its process (probe/child/worker.py);
     tests run it in the pytest process, so undo that after each test."""

@@ -18,8 +18,8 @@ CASES = [
     # --model, --precision, --mode, --device
     ("unknown-model", ["scan", "--model", "gpt-17"], "unknown model 'gpt-17'"),
     ("empty-model", ["scan", "--model", ","], "no model given"),
-    ("bad-precision", S + ["--precision", "fp8"], "unknown precision fp8"),
-    ("empty-precision", S + ["--precision", ","], "unknown precision (none)"),
+    ("bad-precision", S + ["--precision", "fp8"], "Invalid value for --precision: unknown precision(s) fp8"),
+    ("empty-precision", S + ["--precision", ","], "give at least one precision"),
     ("bad-mode", S + ["--mode", "finetune"], "'finetune' is not one of"),
     ("bad-device", S + ["--device", "tpu"], "'tpu' is not one of"),
     # batch sizes and counts
@@ -65,9 +65,10 @@ CASES = [
     ("curve-and-no-throughput", CPU + ["--curve", "2,4", "--no-throughput"], "--curve has no effect"),
     ("strategy-without-gpus", S + ["--strategy", "fsdp"], "--strategy has no effect without --gpus N > 1"),
     ("gpus-zero", CPU + ["--gpus", "0"], "a world size must be at least 1"),
-    ("gpus-garbage", CPU + ["--gpus", "x"], "--gpus takes numbers or 'all'"),
-    ("parallel-gpus-zero", CPU + ["--parallel", "--gpus", "0"], "--gpus 0: give 1 or more GPUs"),
-    ("parallel-gpus-garbage", CPU + ["--parallel", "--gpus", "two"], "--parallel takes --gpus N"),
+    ("gpus-garbage", CPU + ["--gpus", "x"], "Invalid value for --gpus: expected numbers of GPUs or 'all', got 'x'"),
+    ("parallel-gpus-zero", CPU + ["--parallel", "--gpus", "0"], "a world size must be at least 1"),
+    ("parallel-gpus-garbage", CPU + ["--parallel", "--gpus", "two"], "expected numbers of GPUs or 'all', got 'two'"),
+    ("parallel-gpus-several", CPU + ["--parallel", "--gpus", "1,2"], "--parallel takes --gpus N"),
     # --out that cannot be written: refused before any trial
     ("out-in-proc", CPU + ["--out", "/proc/memprobe-x"], "cannot make the folder /proc/memprobe-x"),
     ("out-empty", CPU + ["--out", ""], "an empty path"),

@@ -83,3 +83,68 @@ def test_a_watched_child_is_given_this_process_pid_and_others_are_not():
 
     assert child_env({}, watched=True)[PARENT_ENV] == str(os.getpid())
     assert PARENT_ENV not in child_env({})
+
+
+def test_a_scans_variables_reach_its_trial_processes_and_cuda_stays_hidden_from_the_predicting_ones(monkeypatch):
+    """ScanOptions.env (find_max_batch's GPU and import path) goes on top of this process's environment in each
+    recipe; the predicted-start and nothing-fits children keep CUDA hidden whatever it says."""
+    import subprocess
+
+    from memprobe.probe import nothing_fits
+    from memprobe.probe.hint import PredictedStart
+    from memprobe.probe.runner import _worker_env
+
+    given = {"CUDA_VISIBLE_DEVICES": "5", "PYTHONPATH": "/somewhere"}
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")
+    worker = _worker_env(given)
+    assert worker["CUDA_VISIBLE_DEVICES"] == "5" and worker["PYTHONPATH"] == "/somewhere"
+    assert worker["PYTHONUNBUFFERED"] == "1" and worker["NCCL_NVLS_ENABLE"] == "0"
+
+    started: list[dict[str, str]] = []
+
+    def recorded(*args, env, **kwargs):
+        started.append(env)
+        raise OSError("recorded")  # each spawner says a child that cannot start in its own way
+
+    monkeypatch.setattr(subprocess, "Popen", recorded)
+    monkeypatch.setattr(subprocess, "run", recorded)
+    from fakes import TOY
+
+    with PredictedStart(TOY, ["fp32"], env=given):
+        pass
+    with pytest.raises(OSError):
+        nothing_fits._default_need(TOY, "fp32", env=given)
+    for env in started:
+        assert env["CUDA_VISIBLE_DEVICES"] == "" and env["PYTHONPATH"] == "/somewhere"
+    assert len(started) == 2
+
+
+def test_find_max_batch_gives_its_processes_the_gpu_and_import_path_and_leaves_os_environ_alone(monkeypatch, tmp_path):
+    """The API once narrowed CUDA_VISIBLE_DEVICES and set PYTHONPATH in os.environ for the call (and put them back);
+    now they are ScanOptions.env, and the caller's environment is the same during the call as before it."""
+    import os
+
+    import memprobe
+    import memprobe.probe.scan
+    from memprobe.core.results import ScanResult
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")
+    monkeypatch.delenv("PYTHONPATH", raising=False)
+    before = dict(os.environ)
+    seen = []
+
+    def recorded(workload, opts, out_dir, progress):
+        seen.append((dict(opts.env), dict(os.environ)))
+        return ScanResult(workload=workload.to_dict(), environment={}, settings=opts.to_dict()), None
+
+    monkeypatch.setattr(memprobe.probe.scan, "scan_workload", recorded)
+    memprobe.find_max_batch("toy", "fp32", device=1)
+    (tmp_path / "env_model.py").write_text("def build(device, precision):\n    raise NotImplementedError\n")
+    monkeypatch.syspath_prepend(str(tmp_path))  # where this process imports the build function from
+    import env_model  # type: ignore[import-not-found]
+
+    memprobe.find_max_batch(env_model.build, "fp32", device=0)
+    (first, during_first), (second, during_second) = seen
+    assert first == {"CUDA_VISIBLE_DEVICES": "5"}
+    assert second["CUDA_VISIBLE_DEVICES"] == "3" and str(tmp_path) in second["PYTHONPATH"].split(os.pathsep)
+    assert during_first == during_second == before == dict(os.environ)

@@ -397,7 +397,7 @@ def test_ctrl_c_during_the_curve_keeps_the_proven_precision_and_the_points_timed
         return measure(self, batch, warmup, steps, budget_s, cont)
 
     monkeypatch.setattr(FakeWorker, "measure", interrupted_below_32)
-    monkeypatch.setattr(memprobe.probe.scan, "WorkerFactory", lambda workload: FakeFactory(world))
+    monkeypatch.setattr(memprobe.probe.scan, "WorkerFactory", lambda workload, env=None: FakeFactory(world))
     opts = ScanOptions(precisions=["fp32", "bf16"], device="cpu", cpu_budget_bytes=world.capacity)
     with pytest.raises(ScanInterrupted) as stop:
         scan_workload(toy_workload(), opts, tmp_path, RecordingProgress())

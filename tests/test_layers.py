@@ -1,6 +1,7 @@
 """Imports only go down the layers, for every import in every module (inside functions too):
 
     cli, api                   (the top: anything below)
+    request                    (scan's and predict's typed requests, built one way for cli and api)
     probe | predict | compare  (probe and predict never import each other; compare reads records: core only)
     training                   (the step, mixed precision, the DDP/FSDP wrapper, FLOP counting)
     workloads
@@ -35,8 +36,9 @@ ALLOWED = {
     "probe": {"core", "workloads", "training"},
     "predict": {"core", "workloads", "training"},
     "compare": {"core"},
-    "cli": {"core", "workloads", "training", "probe", "predict", "compare", "plan", "api"},
-    "api": {"core", "workloads", "training", "probe", "predict", "compare", "plan"},
+    "request": {"core", "workloads", "training", "probe", "predict"},
+    "cli": {"core", "workloads", "training", "probe", "predict", "compare", "plan", "request", "api"},
+    "api": {"core", "workloads", "training", "probe", "predict", "compare", "plan", "request"},
     "plan": {"core", "workloads", "training", "predict", "compare"},
 }
 ROOT_NAMES = {"__version__"}  # the only names a layer may take from the package root (memprobe/__init__.py)

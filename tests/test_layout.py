@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "memprobe"
-# Modules that must not import torch: the whole core and compare layers, the CLI (fast, runs on a laptop), the
-# scan's parent process (it never touches the GPU), predict's allocator model.
+# Modules that must not import torch: the whole core and compare layers, the CLI (fast, runs on a laptop) and the
+# requests it builds, the scan's parent process (it never touches the GPU), predict's allocator model.
 PURE = sorted(
     {
         f"memprobe.{layer}.{p.stem}"
@@ -21,6 +21,7 @@ PURE = sorted(
     }
     | {
         "memprobe.cli",
+        "memprobe.request",
         "memprobe.probe.device",
         "memprobe.probe.search",
         "memprobe.probe.proof",

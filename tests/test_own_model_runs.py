@@ -286,7 +286,7 @@ def test_api_throughput_and_names(tmp_path):
     assert result.max_batch == 8 and result.precisions["fp32"].stop == "cap"
     assert result.throughput == result.precisions["fp32"].throughput.samples_per_s > 0
     assert len(list(tmp_path.glob("*.json"))) == 1
-    with pytest.raises(ValueError, match="cpu_memory_budget"):
+    with pytest.raises(ValueError, match="needs --cpu-memory-budget"):  # worded as `memprobe scan` words it
         memprobe.find_max_batch("toy", device="cpu")
 
 

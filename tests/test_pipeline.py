@@ -117,7 +117,7 @@ TIMING = {"build_seconds", "cuda_init_seconds", "first_process_ready_seconds"}
 
 
 def _fake_need(calls):
-    def need(workload, precision):
+    def need(workload, precision, env=None):  # env: the variables the scan gives its processes (ScanOptions.env)
         calls.append((workload.name, precision))
         return NEED
 

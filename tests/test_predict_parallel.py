@@ -234,12 +234,27 @@ def test_no_fork_once_this_process_has_a_cuda_context(monkeypatch, registry):
     assert isinstance(next(iter(traces.values())), Trace)
 
 
-def test_predict_hides_the_gpus_before_tracing(run, monkeypatch):
-    """So that tracing on a GPU machine makes no CUDA context (GPU memory, broken forks)."""
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["predict", "--model", "toy", "--memory", "2GiB", "--precision", "fp32", "--overhead", "0"],
+        ["plan", "--model", "toy", "--gpu", "H100", "--precision", "fp32"],
+    ],
+    ids=["predict", "plan"],
+)
+def test_predict_and_plan_hide_the_gpus_while_tracing_and_put_them_back(run, monkeypatch, command):
+    """So that tracing on a GPU machine makes no CUDA context (GPU memory, broken forks); the command leaves the
+    variable as it found it, so a command run in this process (CliRunner) changes nothing for what runs after."""
+    from memprobe.predict import parallel
+
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
-    result = run("predict", "--model", "toy", "--memory", "2GiB", "--precision", "fp32", "--overhead", "0")
+    seen = []
+    real = parallel.can_fork
+    monkeypatch.setattr(parallel, "can_fork", lambda: seen.append(os.environ.get("CUDA_VISIBLE_DEVICES")) or real())
+    result = run(*command)
     assert result.exit_code == 0, result.output
-    assert os.environ["CUDA_VISIBLE_DEVICES"] == ""
+    assert seen and set(seen) == {""}  # every trace ran with the GPUs hidden
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "0"
 
 
 @forks

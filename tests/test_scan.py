@@ -393,7 +393,7 @@ def test_scan_workload_writes_after_each_precision(monkeypatch, tmp_path):
     world = World(75)
     factories = []
 
-    def make_factory(workload):
+    def make_factory(workload, env=None):
         factories.append(FakeFactory(world))
         return factories[-1]
 
@@ -422,7 +422,7 @@ def test_scan_workload_writes_after_each_precision(monkeypatch, tmp_path):
 
 def test_scan_workload_no_cuda_writes_nothing(monkeypatch, tmp_path):
     monkeypatch.setattr(
-        memprobe.probe.scan, "WorkerFactory", lambda workload: FakeFactory(World(75, setup_error="no_cuda"))
+        memprobe.probe.scan, "WorkerFactory", lambda workload, env=None: FakeFactory(World(75, setup_error="no_cuda"))
     )
     opts = ScanOptions(precisions=["fp32"], device="cpu", cpu_budget_bytes=1)
     with pytest.raises(NoCudaError):
@@ -461,8 +461,8 @@ def test_an_emulated_scan_is_labelled_and_keeps_the_real_chip_for_mfu(tmp_path, 
             "allocator_limit_bytes_at_setup": 24 * 2**30 - 2**29,
         },
     )
-    monkeypatch.setattr(memprobe.probe.scan, "WorkerFactory", lambda workload: FakeFactory(world))
-    monkeypatch.setattr(memprobe.probe.scan, "host_environment", lambda: {"driver": "fake"})
+    monkeypatch.setattr(memprobe.probe.scan, "WorkerFactory", lambda workload, env=None: FakeFactory(world))
+    monkeypatch.setattr(memprobe.probe.scan, "host_environment", lambda seen=None: {"driver": "fake"})
     opts = ScanOptions(precisions=["fp32"], device="cpu", cpu_budget_bytes=world.capacity)
     result, path = memprobe.probe.scan.scan_workload(toy_workload(), opts, tmp_path, RecordingProgress())
     gpu = result.environment.gpu
@@ -477,7 +477,7 @@ def test_ctrl_c_in_the_first_precisions_search_keeps_its_trials_so_far(monkeypat
     # nothing finished but the trials: they are written, marked partial, as a multi-GPU scan does
     world = World(75)
     ctrl_c_at_trial(monkeypatch, 16)
-    monkeypatch.setattr(memprobe.probe.scan, "WorkerFactory", lambda workload: FakeFactory(world))
+    monkeypatch.setattr(memprobe.probe.scan, "WorkerFactory", lambda workload, env=None: FakeFactory(world))
     opts = ScanOptions(precisions=["fp32", "bf16"], device="cpu", cpu_budget_bytes=world.capacity, curve=False)
     with pytest.raises(memprobe.probe.scan.ScanInterrupted) as stopped:
         scan_workload(toy_workload(), opts, tmp_path, RecordingProgress())

@@ -56,7 +56,7 @@ def test_setup_oom_with_other_processes_names_them_and_is_an_error(monkeypatch):
     monkeypatch.setattr(
         memprobe.probe.setup_failure,
         "other_gpu_processes",
-        lambda device: [{"pid": 4242, "name": "python", "used_bytes": held}],
+        lambda device, env=None: [{"pid": 4242, "name": "python", "used_bytes": held}],
     )
     result, _, _ = run_scan(World(75, setup_error="oom"))
     assert result.status == "error" and result.max_batch is None
@@ -67,7 +67,7 @@ def test_setup_oom_with_other_processes_names_them_and_is_an_error(monkeypatch):
 
 
 def test_setup_oom_on_an_idle_card_means_nothing_fits(monkeypatch):
-    monkeypatch.setattr(memprobe.probe.setup_failure, "other_gpu_processes", lambda device: [])
+    monkeypatch.setattr(memprobe.probe.setup_failure, "other_gpu_processes", lambda device, env=None: [])
     result, _, _ = run_scan(World(75, setup_error="oom"))
     assert result.status == "done" and result.max_batch == 0 and result.stop == "nothing-fits"
     assert "does not fit this card" in result.error
@@ -77,8 +77,8 @@ def test_setup_oom_on_an_idle_card_means_nothing_fits(monkeypatch):
 
 
 def _scan_file(monkeypatch, tmp_path, world: World, precisions=("fp32", "bf16")):
-    monkeypatch.setattr(memprobe.probe.scan, "WorkerFactory", lambda workload: FakeFactory(world))
-    monkeypatch.setattr(memprobe.probe.setup_failure, "other_gpu_processes", lambda device: [])
+    monkeypatch.setattr(memprobe.probe.scan, "WorkerFactory", lambda workload, env=None: FakeFactory(world))
+    monkeypatch.setattr(memprobe.probe.setup_failure, "other_gpu_processes", lambda device, env=None: [])
     opts = ScanOptions(precisions=list(precisions), device="cpu", cpu_budget_bytes=world.capacity)
     return scan_workload(toy_workload(), opts, tmp_path, RecordingProgress())
 
@@ -116,7 +116,7 @@ def test_an_old_complete_file_whose_precisions_all_failed_reads_as_failed(tmp_pa
 
 def test_cli_exits_non_zero_for_a_failed_scan(run, monkeypatch, tmp_path):
     world = World(75, setup_error="error")
-    monkeypatch.setattr(memprobe.probe.scan, "WorkerFactory", lambda workload: FakeFactory(world))
+    monkeypatch.setattr(memprobe.probe.scan, "WorkerFactory", lambda workload, env=None: FakeFactory(world))
     result = run(
         "scan",
         "--model",
@@ -218,7 +218,7 @@ def test_sigterm_and_sighup_stop_a_scan_like_ctrl_c(run, monkeypatch, tmp_path, 
     import signal
 
     world = World(75)
-    monkeypatch.setattr(memprobe.probe.scan, "WorkerFactory", lambda workload: FakeFactory(world))
+    monkeypatch.setattr(memprobe.probe.scan, "WorkerFactory", lambda workload, env=None: FakeFactory(world))
     trial = FakeWorker.trial
 
     def signalled_in_bf16(self, batch, steps, keep=False):

@@ -203,9 +203,9 @@ def test_report_llm_from_files(tmp_path):
 
 def test_seq_len_reaches_each_model_of_a_mixed_list():
     # --seq-len sets a registry LLM's length (a variant) and shapes an hf: model given by name, in one list
-    from memprobe.cli.app import _workloads
+    from memprobe.request import ModelRequest, workloads_of
 
-    workloads = _workloads(None, "toy-llama,hf:gpt2-large", "bf16", None, None, None, 64, "batch", 1, False, None)
+    workloads = workloads_of(ModelRequest(["toy-llama,hf:gpt2-large"], seq_len=64), ["bf16"])
     assert [(w.name, w.params.get("seq_len")) for w in workloads] == [("toy-llama+seq64", 64), ("hf:gpt2-large", 64)]
 
 

@@ -13,23 +13,14 @@ import click
 from tabulate import tabulate
 
 from memprobe import __version__
-from memprobe.cli import checks
-from memprobe.cli.helpers import SIGNALS_KEY, interrupted_status, one_line, stop_on_signals
-from memprobe.cli.models import resolve_workloads
+from memprobe.cli.helpers import SIGNALS_KEY, interrupted_status, library_messages, one_line, stop_on_signals
 from memprobe.cli.options import models_file_option
 from memprobe.cli.output_errors import output_failure
-from memprobe.cli.variants import variants as _variants
 from memprobe.core.interrupts import signal_name
 from memprobe.core.registry import RegistryError, Workload, load_registry
-from memprobe.core.textlists import comma_items
 from memprobe.core.units import gib
 
 EXIT_NO_GPU = 2
-
-
-# Card sizes a no-GPU scan offers to predict for: 11 GB (GTX 1080 Ti / RTX 2080 Ti class), 24 GB (RTX 3090/4090),
-# 48 GB (RTX A6000 / L40S), 80 GB (A100 / H100).
-COMMON_CARD_SIZES = "11GiB,24GiB,48GiB,80GiB"
 
 
 class NoGPUExit(click.ClickException):
@@ -43,58 +34,13 @@ def _registry(models: str | None) -> dict[str, Workload]:
         raise click.ClickException(str(exc)) from None
 
 
-def _workloads(
-    models_file: str | None,
-    model: str,
-    precision: str,
-    input_size: str | None,
-    optimizer: str | None,
-    task: str | None,
-    seq_len: int | None,
-    search: str,
-    batch: int,
-    checkpointing: bool,
-    lora: str | None,
-) -> list[Workload]:
-    """The workloads a command names: registry entries or models given by name (timm:, hf:, FILE.py:FUNC),
-    then made LLM variants as --search/--seq-len/--checkpointing/--lora ask. --seq-len shapes an hf: model
-    given by name, or the sequence length of a registry LLM."""
-    from memprobe.workloads.custom import is_custom_name
-
-    registry = _registry(models_file)
-    items = comma_items(model)
-    workloads: list[Workload] = []
-    for item in items or [model]:  # no item: resolve_workloads says so in one line
-        # --seq-len shapes a model given by name as it is resolved; a registry LLM's is a variant (below)
-        for w in resolve_workloads(
-            registry, item, input_size, optimizer, task, seq_len if is_custom_name(item) else None
-        ):
-            if w.name not in {c.name for c in workloads}:
-                workloads.append(w)
-    return _variants(workloads, precision, search, batch, seq_len, checkpointing, lora)
-
-
-def _int_list(text: str | None, what: str) -> list[int]:
-    if not text:
-        return []
-    try:
-        values = [int(v) for v in comma_items(text)]
-    except ValueError:
-        raise click.BadParameter(f"expected comma-separated integers, got '{text}'", param_hint=what) from None
-    if any(v < 1 for v in values):
-        raise click.BadParameter("batch sizes must be at least 1", param_hint=what)
-    if any(v > checks.MAX_BATCH for v in values):
-        raise click.BadParameter(f"batch sizes must be at most {checks.MAX_BATCH}", param_hint=what)
-    return values
-
-
 class MemprobeGroup(click.Group):
     """The memprobe group: what every command shares when it ends. Ctrl-C exits 130 and SIGTERM/SIGHUP 128 +
     the signal (not click's "Aborted!" and 1), after the command's own clean-up ran (a scan writes what finished);
     an error message is one line a terminal can show (helpers.one_line)."""
 
     def invoke(self, ctx: click.Context):
-        with stop_on_signals() as received:
+        with stop_on_signals() as received, library_messages():
             ctx.meta[SIGNALS_KEY] = received  # a command that says more itself exits with interrupted_status()
             try:
                 value = super().invoke(ctx)
@@ -229,19 +175,3 @@ def _load_results(paths: tuple[str, ...]) -> list:
     if not loaded and skipped:
         raise click.ClickException(f"no memprobe result files in {', '.join(paths)} ({len(skipped)} skipped, above)")
     return loaded
-
-
-def _precision_list(text: str | None) -> list[str] | None:
-    from memprobe.core.catalog import PRECISIONS
-
-    if text is None:
-        return None
-    chosen = comma_items(text)
-    if not chosen:
-        raise click.BadParameter("give at least one precision (e.g. fp16,bf16)", param_hint="--precision")
-    unknown = [p for p in chosen if p not in PRECISIONS]
-    if unknown:
-        raise click.BadParameter(
-            f"unknown precision(s) {', '.join(unknown)} (known: {', '.join(PRECISIONS)})", param_hint="--precision"
-        )
-    return chosen

@@ -67,9 +67,10 @@ def predict_checks(ctx: click.Context, world_size: int, search: str) -> None:
 
 
 def scan_checks(
-    ctx: click.Context, device: str, gpus: str | None, no_curve: bool, no_throughput: bool, parallel: bool
+    ctx: click.Context, device: str, one_gpu: bool, no_curve: bool, no_throughput: bool, parallel: bool
 ) -> None:
-    """scan: options that only make sense with others (--cpu-memory-budget with --device cpu, ...); infer_checks."""
+    """scan: options that only make sense with others (--cpu-memory-budget with --device cpu, ...); infer_checks.
+    `one_gpu`: --gpus asks for one GPU (or is not given)."""
     infer_checks(ctx, ctx.params.get("mode", "train"))
     if device != "cpu":
         refuse(given(ctx, "cpu_memory_budget"), "without --device cpu (a GPU's allocator has its own limit)")
@@ -78,7 +79,7 @@ def scan_checks(
         refuse(given(ctx, "cudnn_benchmark"), "with --device cpu (no cuDNN there)")
     if no_curve or no_throughput:
         refuse(given(ctx, "curve"), "with --no-curve or --no-throughput (no curve is timed)")
-    if gpus in (None, "1") and not parallel:
+    if one_gpu and not parallel:
         refuse(given(ctx, "strategy"), "without --gpus N > 1 (one GPU has no data-parallel strategy)")
 
 

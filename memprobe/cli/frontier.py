@@ -9,20 +9,6 @@ import click
 from memprobe.core.registry import Workload
 
 
-def frontier_request(search: str, seq_len: int | None, batches: str | None, budget: float | None) -> bool:
-    """Whether this is a frontier run; refuses what a frontier does not take (it walks lengths and batches itself)
-    and --frontier-budget without one."""
-    if search != "frontier":
-        if budget is not None:
-            raise click.UsageError("--frontier-budget has no effect without --search frontier")
-        return False
-    if seq_len is not None:
-        raise click.UsageError("--search frontier walks the sequence lengths itself: drop --seq-len")
-    if batches:
-        raise click.UsageError("--search frontier walks the batches itself: drop --batch")
-    return True
-
-
 def scan_frontiers(
     workloads: list[Workload], opts, out_dir: str, budget: float | None, checkpointing: bool, lora: int | None, progress
 ) -> None:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import functools
+import logging
 import os
 import sys
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator
 
 import click
-
-from memprobe.core.units import parse_size
 
 PROGRESS_EVERY_S = 5.0  # on a terminal, the longest silence while predicting
 # The heartbeat speaks after this much silence: its thread ticks every quarter second and may wait for the GIL.
@@ -24,38 +26,57 @@ def progress_lines():
     )
 
 
-def trace_without_gpus() -> None:
-    """Hide the GPUs from this process before anything is traced: a fake CUDA tensor on a CUDA build creates a
-    real CUDA context (torch's FakeTensor init_gpu_context), which takes GPU memory from a scan running beside
-    the prediction and breaks the forked trace workers (CUDA cannot be used after fork). Tracing needs no GPU."""
-    os.environ["CUDA_VISIBLE_DEVICES"] = ""
+class _Echo(logging.Handler):
+    """Prints a library message as the CLI prints its own: `note: ...` (INFO) or `warning: ...` (WARNING and up) on
+    stderr, through click (so CliRunner captures it)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            kind = "note" if record.levelno < logging.WARNING else "warning"
+            click.echo(f"{kind}: {record.getMessage()}", err=True)
+        except Exception:  # noqa: BLE001 - logging's rule: a message that cannot be shown must not end the command
+            self.handleError(record)
 
 
-def positive_size(text: str, option: str) -> int:
-    """Bytes of a size option; BadParameter for garbage or a size that is not positive."""
+@contextmanager
+def library_messages() -> Iterator[None]:
+    """For a command's duration, print the messages memprobe's modules log (the `memprobe` logger's, INFO and up)
+    as `note:` and `warning:` lines on stderr, and keep them from the root logger's handlers (printed once). The
+    logger's level, handlers and propagation are put back after."""
+    logger = logging.getLogger("memprobe")
+    handler, level, propagate = _Echo(), logger.level, logger.propagate
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
     try:
-        nbytes = parse_size(text)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint=option) from None
-    if nbytes <= 0:
-        raise click.BadParameter(f"{option} must be larger than 0, got '{text}'", param_hint=option)
-    return nbytes
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+        logger.propagate = propagate
 
 
-def memory_list(text: str | None, gpus: str | None = None, hints: bool = True):
-    """The cardsize.Sizes of --memory sizes and --gpu cards, saying on stderr how each was read (sizes: with
-    `hints`)."""
-    from memprobe.core.cardsize import SizeError, read_sizes
+def traces_without_gpus(command: Callable[..., Any]) -> Callable[..., Any]:
+    """Run a command that traces (predict, plan) with the GPUs hidden from this process: a fake CUDA tensor on a
+    CUDA build creates a real CUDA context (torch's FakeTensor init_gpu_context), which takes GPU memory from a scan
+    running beside the prediction and breaks the forked trace workers (CUDA cannot be used after fork). Tracing needs
+    no GPU. The trace runs in this process and its forks, which an `env=` cannot reach, so the variable is set here
+    before torch first looks, and put back when the command ends: a command run in another's process (CliRunner,
+    scan --predict-if-no-gpu) leaves CUDA_VISIBLE_DEVICES as it found it. Put it right above the command's function."""
 
-    try:
-        sizes = read_sizes(text, gpus, hints=hints)
-    except SizeError as exc:
-        if exc.option == "--gpu":  # a card name memprobe does not know: a bad name (exit 1), as in plan and guide
-            raise card_name_error(exc) from None
-        raise click.BadParameter(str(exc), param_hint=exc.option) from None
-    for note in sizes.notes:
-        click.echo(f"note: {note}", err=True)
-    return sizes
+    @functools.wraps(command)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        before = os.environ.get("CUDA_VISIBLE_DEVICES")
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""
+        try:
+            return command(*args, **kwargs)
+        finally:
+            if before is None:
+                os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+            else:
+                os.environ["CUDA_VISIBLE_DEVICES"] = before
+
+    return run
 
 
 # An error line longer than this is cut: a terminal shows it whole, and the rest is said to be cut.

@@ -1,31 +1,8 @@
-"""CLI helpers for naming models: registry names and models given by name, and the options that shape the latter."""
+"""The options that shape a model given by name (timm:, hf:, FILE.py:FUNC) rather than by a registry entry."""
 
 from __future__ import annotations
 
 import click
-
-from memprobe.core.registry import RegistryError, Workload
-
-
-def resolve_workloads(
-    registry: dict[str, Workload],
-    model: str,
-    input_size: str | None,
-    optimizer: str | None,
-    task: str | None,
-    seq_len: int | None,
-) -> list[Workload]:
-    """Registry names and models given by name (timm:, hf:, hf-config:, FILE.py:FUNC), resolved; one-line errors."""
-    from memprobe.workloads.custom import CustomOptions, parse_input_size, select_models
-
-    try:
-        size = parse_input_size(input_size) if input_size else None
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="--input-size") from None
-    try:
-        return select_models(registry, model, CustomOptions(size, optimizer, task, seq_len))
-    except RegistryError as exc:
-        raise click.ClickException(str(exc)) from None
 
 
 def model_options(command):

@@ -12,10 +12,11 @@ import shlex
 
 import click
 
-from memprobe.cli.app import COMMON_CARD_SIZES, NoGPUExit
+from memprobe.cli.app import NoGPUExit
 from memprobe.cli.checks import MAX_PREDICT_STEPS, given
-from memprobe.core.textlists import comma_items
+from memprobe.cli.options import joined
 from memprobe.core.units import gib
+from memprobe.request import COMMON_CARD_SIZES
 
 # scan's parameter -> predict's option, for those carried over as they are (flags: the option alone).
 _SAME = {
@@ -58,15 +59,15 @@ def predict_commands(ctx: click.Context) -> tuple[list[list[str]], list[str]]:
     memory = params.get("memory_cap") if "memory_cap" in typed else None
     if memory is None:  # a frontier is predicted for one size: the largest common one
         memory = "80GiB" if params.get("search") == "frontier" else COMMON_CARD_SIZES
-    common = ["--model", params["model"], "--memory", memory]
+    common = ["--model", joined(params["model"]), "--memory", memory]
     for name, option in _SAME.items():
         if name in typed and params.get(name) is not None:
-            common += [option, str(params[name])]
+            common += [option, joined(params[name])]
     common += [option for name, option in _FLAGS.items() if name in typed and params.get(name)]
     dropped = [flag for name, flag in _typed(ctx).items() if name not in {*_SAME, *_FLAGS, *_OWN}]
     if "batches" in typed:
         if params.get("search") == "seq-len":  # the batch the length is searched at: predict's --batch
-            common += ["--batch", str(params["batches"])]
+            common += ["--batch", joined(params["batches"])]
         else:
             dropped.append("--batch")
     if "steps" in typed:
@@ -81,7 +82,9 @@ def predict_commands(ctx: click.Context) -> tuple[list[list[str]], list[str]]:
     commands = []
     for n in counts:
         world = (
-            ["--gpus", str(n)] + (["--strategy", params["strategy"]] if "strategy" in typed else []) if n > 1 else []
+            ["--gpus", str(n)] + (["--strategy", joined(params["strategy"])] if "strategy" in typed else [])
+            if n > 1
+            else []
         )
         commands.append(common + world)
     return commands, dropped
@@ -93,13 +96,14 @@ def _typed(ctx: click.Context) -> dict[str, str]:
     return {name: flag for name in names for flag in given(ctx, name)}
 
 
-def _gpu_counts(gpus: str | None) -> list[int] | None:
-    """The GPU counts of scan's --gpus ("1,2,4"; None: one GPU); None for "all" (no GPU here to count)."""
-    if gpus is None:
+def _gpu_counts(gpus: list[str] | None) -> list[int] | None:
+    """The GPU counts of scan's --gpus (["1", "2", "4"]; None or none: one GPU); None for "all" (no GPU here to
+    count)."""
+    if not gpus:
         return [1]
-    if gpus.strip() == "all":
+    if "all" in gpus:
         return None
-    return sorted({int(n) for n in comma_items(gpus)})
+    return sorted({int(n) for n in gpus})
 
 
 def _shown(argv: list[str]) -> str:

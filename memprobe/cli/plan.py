@@ -5,22 +5,16 @@ from __future__ import annotations
 import click
 
 from memprobe.cli import checks
-from memprobe.cli.app import _precision_list, _workloads, main
-from memprobe.cli.helpers import card_name_error, progress_lines, trace_without_gpus
-from memprobe.cli.options import models_file_option
+from memprobe.cli.app import main
+from memprobe.cli.helpers import card_name_error, progress_lines, traces_without_gpus
+from memprobe.cli.options import CommaList, format_option, joined, model_option, models_file_option, precision_option
 from memprobe.cli.width import wide_option
 from memprobe.core.cardnames import CardNameError, resolve_cards
-from memprobe.core.textlists import comma_items
+from memprobe.core.registry import RegistryError
 
 
 @main.command("plan")
-@click.option(
-    "--model",
-    "-m",
-    "model",
-    required=True,
-    help="One workload: a registry name, or timm:NAME, hf:NAME, hf-config:PATH, FILE.py:FUNCTION.",
-)
+@model_option("One workload: a registry name, or timm:NAME, hf:NAME, hf-config:PATH, FILE.py:FUNCTION.")
 @click.option("--gpu", "card", required=True, help='The card to plan for, by name ("H200", "H100 SXM", 4090).')
 @click.option(
     "--global-batch",
@@ -28,17 +22,12 @@ from memprobe.core.textlists import comma_items
     help="The global batch to reach by accumulation (default: none, one micro-batch per optimizer step).",
 )
 @click.option("--seq-len", type=int, help="LLM workloads and hf: models: the sequence length.")
-@click.option(
-    "--precision",
-    "-p",
-    default="fp32,fp16,bf16",
-    show_default=True,
-    help="Comma-separated precisions to plan: fp32, tf32, fp16, bf16.",
-)
+@precision_option("Comma-separated precisions to plan: fp32, tf32, fp16, bf16.")
 @click.option("--lora", help="LLM workloads: also plan LoRA adapters of this rank (16 or r=16), in fp16/bf16.")
 @click.option(
     "--optimizer",
     "optimizers",
+    type=CommaList(),
     help="Models given by name: comma-separated optimizers to plan (sgd, adam, adamw; default: the model's own).",
 )
 @click.option(
@@ -62,23 +51,17 @@ from memprobe.core.textlists import comma_items
     type=click.Choice(["ddp", "fsdp"]),
     help="With --gpus N > 1: ddp (default) or fsdp.",
 )
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["github", "plain", "json", "csv"]),
-    default="github",
-    show_default=True,
-    help="Output format.",
-)
+@format_option(["github", "plain", "json", "csv"], "Output format.")
 @wide_option
+@traces_without_gpus
 def plan_cmd(
-    model: str,
+    model: list[str],
     card: str,
     global_batch: int | None,
     seq_len: int | None,
-    precision: str,
+    precision: list[str],
     lora: str | None,
-    optimizers: str | None,
+    optimizers: list[str] | None,
     results: tuple[str, ...],
     models_file: str | None,
     gpus: int,
@@ -98,9 +81,9 @@ def plan_cmd(
     from memprobe.core.variants import VariantError, parse_lora
     from memprobe.plan.build import build_plan
     from memprobe.plan.render import render_plan
+    from memprobe.request import ModelRequest, workloads_of
     from memprobe.workloads.custom import is_custom_name
 
-    trace_without_gpus()
     try:  # before the model is resolved, as predict and guide read --gpu first
         if len(resolve_cards(card)) > 1:
             raise click.UsageError(f"--gpu '{card}' names several cards; plan one at a time")
@@ -114,18 +97,19 @@ def plan_cmd(
         raise click.BadParameter(f"must be {bound}, got {global_batch:,}", param_hint="--global-batch")
     if seq_len is not None and not 2 <= seq_len <= checks.MAX_SEQ_LEN:  # as predict and scan take it
         raise click.BadParameter(f"must be between 2 and {checks.MAX_SEQ_LEN}, got {seq_len}", param_hint="--seq-len")
-    precisions = _precision_list(precision) or []
-    named = is_custom_name(model.strip())
-    workloads = _workloads(
-        models_file, model, precision, None, None, None, seq_len if named else None, "batch", 1, False, None
-    )
+    precisions = precision
+    named = any(is_custom_name(m) for m in model)
+    try:
+        workloads = workloads_of(ModelRequest(model, models_file, seq_len=seq_len if named else None), precisions)
+    except RegistryError as exc:
+        raise click.ClickException(str(exc)) from None
     if len(workloads) != 1:
-        raise click.UsageError(f"--model '{model}' names {len(workloads)} workloads; plan one at a time")
+        raise click.UsageError(f"--model '{joined(model)}' names {len(workloads)} workloads; plan one at a time")
     try:
         rank = parse_lora(lora)
     except VariantError as exc:
         raise click.BadParameter(str(exc), param_hint="--lora") from None
-    chosen = comma_items(optimizers)
+    chosen = optimizers or []
     try:
         with progress_lines() as progress:
             plan = build_plan(

@@ -2,32 +2,31 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from memprobe.cli import checks
-from memprobe.cli.app import COMMON_CARD_SIZES, _precision_list, _workloads, main
-from memprobe.cli.helpers import memory_list, progress_lines, trace_without_gpus, writable
+from memprobe.cli.app import main
+from memprobe.cli.helpers import progress_lines, traces_without_gpus, writable
 from memprobe.cli.models import model_options as _model_options
-from memprobe.cli.options import models_file_option, strategies_option
+from memprobe.cli.options import (
+    mode_option,
+    model_option,
+    models_file_option,
+    precision_option,
+    request_error,
+    strategies_option,
+)
 from memprobe.cli.variants import variant_options as _variant_options
 from memprobe.cli.width import wide_option
 from memprobe.core import textwidth
-from memprobe.core.registry import Workload
+from memprobe.core.registry import RegistryError
+from memprobe.request import COMMON_CARD_SIZES, ModelRequest, PredictJob, PredictRequest, RequestError, predict_job
 
 
-def _predict_and_print(
-    workloads: list[Workload],
-    precisions: list[str],
-    memory: str | None,
-    override,
-    steps: int,
-    compare: str | None,
-    cards: str | None = None,
-    worlds: list | None = None,
-    mode: str = "train",
-) -> list:
-    """Predict each workload for the sizes and cards asked and print it. `override`: an overhead.Override
-    (--overhead-from / --overhead) or None for the packaged per-card figures."""
+def _predict_and_print(job: PredictJob, compare: str | None) -> list:
+    """Predict each workload of `job` for the sizes and cards asked and print it."""
     from memprobe.predict.collector import paused
 
     with paused(keep=True):  # torch's import: see collector.py
@@ -37,12 +36,11 @@ def _predict_and_print(
         try:
             from memprobe.predict.parallel import cores
             from memprobe.predict.render import render
-            from memprobe.predict.summary import memory_sizes, predict
+            from memprobe.predict.summary import predict
             from memprobe.predict.trace import PredictError
         except TorchInternalsError as exc:
             raise click.ClickException(str(exc)) from None
 
-    asked = memory_list(memory, cards, hints=memory != COMMON_CARD_SIZES)  # no hints about memprobe's own default
     torch_note = untested_torch_note()  # imports torch and reads its version: once
     if torch_note:
         click.echo(f"note: {torch_note}", err=True)
@@ -54,9 +52,10 @@ def _predict_and_print(
             err=True,
         )
     try:
-        sizes = memory_sizes(asked.labels, asked.cards, override)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="--gpu" if asked.cards else "--memory") from None
+        sizes = job.memory_sizes()
+    except RequestError as exc:
+        raise request_error(exc) from None
+    workloads, worlds, mode = job.workloads, job.worlds, job.mode
     compare_with = None
     if compare:
         from memprobe.core.results import ResultFileError, read_result
@@ -82,11 +81,11 @@ def _predict_and_print(
                 with progress_lines() as progress:
                     prediction = predict(
                         workload,
-                        precisions,
+                        job.precisions,
                         sizes,
                         None,
                         "",
-                        steps=steps,
+                        steps=job.steps,
                         compare_with=compare_with
                         if compare_with and compare_with[1].workload.name == workload.name
                         else None,
@@ -118,29 +117,10 @@ def _check_same_world(path: str, result, worlds: list | None) -> None:
         )
 
 
-def _worlds(count: int, strategy: str) -> list | None:
-    """The data-parallel worlds asked for by --gpus/--strategy; None for one GPU."""
-    from memprobe.probe.multi import parse_strategies
-
-    try:
-        strategies = parse_strategies(strategy)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="--strategy") from None
-    if count == 1:
-        return None
-    from memprobe.predict.data_parallel import World
-
-    return [World(count, s) for s in strategies]
-
-
 @main.command("predict")
-@click.option(
-    "--model",
-    "-m",
-    "model",
-    required=True,
-    help="Workload name(s), comma-separated; wildcards work. Also timm:NAME, hf:NAME, hf-config:PATH, "
-    "FILE.py:FUNCTION or package.module:FUNCTION.",
+@model_option(
+    "Workload name(s), comma-separated; wildcards work. Also timm:NAME, hf:NAME, hf-config:PATH, "
+    "FILE.py:FUNCTION or package.module:FUNCTION."
 )
 @click.option(
     "--memory",
@@ -163,13 +143,7 @@ def _worlds(count: int, strategy: str) -> list | None:
     "4090): predicts at the total memory the card's driver reports (see `memprobe "
     "guide` for the catalog).",
 )
-@click.option(
-    "--precision",
-    "-p",
-    default="fp32,fp16,bf16",
-    show_default=True,
-    help="Comma-separated: fp32, tf32, fp16, bf16 (as in scan).",
-)
+@precision_option("Comma-separated: fp32, tf32, fp16, bf16 (as in scan).")
 @models_file_option
 @click.option(
     "--overhead-from",
@@ -199,13 +173,7 @@ def _worlds(count: int, strategy: str) -> list | None:
     help="Steps per trial, as the scan's: 1 warm-up + K >= 2 in training (default 3); forward passes in "
     "inference (default 2).",
 )
-@click.option(
-    "--mode",
-    type=click.Choice(["train", "infer"]),
-    default="train",
-    show_default=True,
-    help="infer: predict the max batch of forward passes under inference_mode (as `scan --mode infer`).",
-)
+@mode_option("infer: predict the max batch of forward passes under inference_mode (as `scan --mode infer`).")
 @_model_options
 @_variant_options
 @click.option(
@@ -232,32 +200,8 @@ def _worlds(count: int, strategy: str) -> list | None:
     help="With --search frontier: a folder to write the predicted frontier to (for `report --frontier`).",
 )
 @wide_option
-def predict_cmd(
-    model: str,
-    memory: str | None,
-    world_size: int,
-    strategy: str,
-    cards: str | None,
-    precision: str,
-    models_file: str | None,
-    overhead_from: tuple[str, ...],
-    overhead_size: str | None,
-    compare: str | None,
-    steps: int,
-    input_size: str | None,
-    optimizer: str | None,
-    task: str | None,
-    seq_len: int | None,
-    search: str,
-    checkpointing: bool,
-    lora: str | None,
-    batch: int,
-    mode: str,
-    frontier_budget: float | None,
-    out_dir: str | None,
-    breakdown: bool = False,
-    breakdown_out: str | None = None,
-) -> None:
+@traces_without_gpus
+def predict_cmd(**params: Any) -> None:
     """Predict the max batch for any memory size, with no GPU (labelled predicted, not measured).
 
     Runs the scan's trial (1 warm-up + K steps, optimizer state included) on fake tensors with the
@@ -265,104 +209,79 @@ def predict_cmd(
     records every allocation and replays it through a model of the CUDA caching allocator. Takes
     seconds to a minute on a CPU. Needs torch, but no GPU.
     """
-    from memprobe.cli.frontier import frontier_request
-
-    trace_without_gpus()
-    checks.predict_checks(click.get_current_context(), world_size, search)
-    frontier = frontier_request(search, seq_len, None, frontier_budget)
-    if out_dir and not frontier:
+    checks.predict_checks(click.get_current_context(), params["world_size"], params["search"])
+    request = predict_request(params)
+    frontier = request.model.search == "frontier"
+    compare, breakdown, breakdown_out = params["compare"], params["breakdown"], params["breakdown_out"]
+    if params["out_dir"] and not frontier:
         raise click.UsageError("--out has no effect without --search frontier")
-    workloads = (
-        _workloads(models_file, model, precision, input_size, optimizer, task, None, "batch", 1, False, None)
-        if frontier
-        else _workloads(
-            models_file, model, precision, input_size, optimizer, task, seq_len, search, batch, checkpointing, lora
-        )
-    )
-    precisions = _precision_list(precision) or []
-    if not precisions:
-        raise click.BadParameter("give at least one precision", param_hint="--precision")
-    worlds = _worlds(world_size, strategy)
-    if worlds and mode != "train":
-        raise click.BadParameter("--gpus N predicts data-parallel training: leave --mode at train", param_hint="--mode")
-    if steps is None:
-        steps = 3 if mode == "train" else 2
-    elif mode == "train" and steps < 3:
-        raise click.BadParameter("a training trial is 1 warm-up step + K >= 2 steps (3 or more)", param_hint="--steps")
     if frontier and (breakdown or breakdown_out):
         raise click.UsageError("--breakdown predicts at the max batch, not along a frontier: drop --search frontier")
+    if frontier and compare:
+        raise click.UsageError("--search frontier predicts one-GPU training: drop --gpus, --mode infer and --compare")
+    try:
+        job = predict_job(request)
+    except RequestError as exc:
+        raise request_error(exc) from None
+    except RegistryError as exc:
+        raise click.ClickException(str(exc)) from None
     if frontier:
-        _predict_frontier(
-            workloads,
-            precisions,
-            memory,
-            cards,
-            _override(overhead_from, overhead_size),
-            steps,
-            frontier_budget,
-            checkpointing,
-            lora,
-            out_dir,
-            bool(worlds or mode != "train" or compare),
-        )
+        _predict_frontier(job, request.frontier_budget, request.model.checkpointing, params["out_dir"])
         return
-    if memory is None and cards is None:
-        memory = COMMON_CARD_SIZES
-    if (breakdown or breakdown_out) and (worlds or mode != "train" or not breakdown):
+    if (breakdown or breakdown_out) and (job.worlds or job.mode != "train" or not breakdown):
         raise click.UsageError(
             "--breakdown predicts one GPU's training step (no --gpus, --mode train); --breakdown-out needs --breakdown"
         )
     if breakdown_out:  # its folder now, not after minutes of predicting
         checks.output_file(breakdown_out, "--breakdown-out")
-    predictions = _predict_and_print(
-        workloads, precisions, memory, _override(overhead_from, overhead_size), steps, compare, cards, worlds, mode
-    )
+    predictions = _predict_and_print(job, compare)
     if breakdown:
         from memprobe.cli.breakdown import predicted_breakdowns
 
         with progress_lines() as progress:
-            predicted_breakdowns(predictions, steps, breakdown_out, progress)
+            predicted_breakdowns(predictions, job.steps, breakdown_out, progress)
 
 
-def _predict_frontier(
-    workloads: list[Workload],
-    precisions: list[str],
-    memory: str | None,
-    cards: str | None,
-    override,
-    steps: int,
-    budget: float | None,
-    checkpointing: bool,
-    lora: str | None,
-    out_dir: str | None,
-    refused: bool,
-) -> None:
+def predict_request(params: dict[str, Any]) -> PredictRequest:
+    """The typed request of predict's parsed options (click's parameter names)."""
+    model = ModelRequest(
+        params["model"],
+        params["models_file"],
+        params["input_size"],
+        params["optimizer"],
+        params["task"],
+        params["seq_len"],
+        params["search"],
+        params["batch"],
+        params["checkpointing"],
+        params["lora"],
+    )
+    return PredictRequest(
+        model,
+        precisions=params["precision"],
+        memory=params["memory"],
+        cards=params["cards"],
+        gpus=params["world_size"],
+        strategies=params["strategy"],
+        mode=params["mode"],
+        steps=params["steps"],
+        overhead_from=params["overhead_from"],
+        overhead=params["overhead_size"],
+        frontier_budget=params["frontier_budget"],
+    )
+
+
+def _predict_frontier(job: PredictJob, budget: float | None, checkpointing: bool, out_dir: str | None) -> None:
     """predict --search frontier: one memory size or card, one GPU, training, no --compare."""
     from memprobe.cli.frontier import predict_frontiers
-    from memprobe.core.variants import VariantError, parse_lora
-    from memprobe.predict.summary import memory_sizes
 
-    if refused:
-        raise click.UsageError("--search frontier predicts one-GPU training: drop --gpus, --mode infer and --compare")
-    if memory is None and cards is None:
-        raise click.UsageError("--search frontier predicts for one card or size: give --gpu or --memory")
-    asked = memory_list(memory, cards)
     try:
-        sizes = memory_sizes(asked.labels, asked.cards, override)
-        rank = parse_lora(lora)
-    except (ValueError, VariantError) as exc:
-        raise click.UsageError(str(exc)) from None
+        sizes = job.memory_sizes()
+    except RequestError as exc:
+        raise click.UsageError(exc.message) from None
     if out_dir:
         writable(out_dir)
     with progress_lines() as progress:
-        predict_frontiers(workloads, precisions, sizes, budget, checkpointing, rank, steps, out_dir, progress)
-
-
-def _override(paths: tuple[str, ...], size: str | None):
-    """The overhead.Override --overhead-from or --overhead give; None for the packaged figures."""
-    from memprobe.core.overhead import OverheadError, choose_override
-
-    try:
-        return choose_override(paths, size)
-    except OverheadError as exc:
-        raise click.UsageError(str(exc)) from None
+        predict_frontiers(
+            job.workloads, job.precisions, sizes, budget, checkpointing, job.lora_rank, job.steps, out_dir, progress
+        )

@@ -5,8 +5,9 @@ from __future__ import annotations
 import click
 
 from memprobe.cli import checks
-from memprobe.cli.app import _FORMATS, _load_results, _precision_list, main
+from memprobe.cli.app import _FORMATS, _load_results, main
 from memprobe.cli.helpers import card_names
+from memprobe.cli.options import format_option, precision_option
 from memprobe.cli.width import wide_option
 
 
@@ -17,15 +18,8 @@ from memprobe.cli.width import wide_option
     help="GPU that throughput is normalized to (catalog or device name). "
     "Default: Quadro RTX 8000 where present, else the first GPU given.",
 )
-@click.option("--precision", "-p", "precision", help="Comma-separated precisions to show (default: all found).")
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(_FORMATS),
-    default="github",
-    show_default=True,
-    help="github (markdown), plain, csv or json.",
-)
+@precision_option("Comma-separated precisions to show (default: all found).", default=None)
+@format_option(_FORMATS, "github (markdown), plain, csv or json.")
 @click.option(
     "--with-published",
     is_flag=True,
@@ -85,7 +79,7 @@ from memprobe.cli.width import wide_option
 def report_cmd(
     paths: tuple[str, ...],
     reference: str | None,
-    precision: str | None,
+    precision: list[str] | None,
     fmt: str,
     with_published: bool,
     charts_dir: str | None,
@@ -121,7 +115,7 @@ def report_cmd(
             html_file,
             paths,
             reference=reference,
-            precisions=_precision_list(precision),
+            precisions=precision,
             at_batch=at_batch,
             with_published=with_published,
             predicted=_predicted(predicted_file),
@@ -169,11 +163,7 @@ def report_cmd(
     if scans:
         if not loaded:
             raise click.ClickException(f"no memprobe result files in {', '.join(paths)}")
-        click.echo(
-            scan_table(
-                [result for _path, result in loaded], fmt, newest_only=True, precisions=_precision_list(precision)
-            )
-        )
+        click.echo(scan_table([result for _path, result in loaded], fmt, newest_only=True, precisions=precision))
         return
     if not loaded and not with_published:
         raise click.ClickException(f"no memprobe result files in {', '.join(paths)}")
@@ -181,7 +171,7 @@ def report_cmd(
         text, comparison, relative = comparison_report(
             loaded,
             reference=reference,
-            precisions=_precision_list(precision),
+            precisions=precision,
             fmt=fmt,
             with_published=with_published,
             at_batch=at_batch,
@@ -254,14 +244,7 @@ def _charts_folder(path: str) -> None:
 @click.option(
     "--gpu", "gpus", help='Only these catalog cards, by name or alias, comma-separated (e.g. "H200,A100 80GB SXM4").'
 )
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(_FORMATS),
-    default="github",
-    show_default=True,
-    help="github (markdown), plain, csv or json.",
-)
+@format_option(_FORMATS, "github (markdown), plain, csv or json.")
 @click.option(
     "--html",
     "html_file",

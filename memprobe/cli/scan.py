@@ -1,54 +1,52 @@
-"""`memprobe scan`: parse the options into ScanOptions, run probe.scan (or the multi-GPU / parallel drivers), print."""
+"""`memprobe scan`: parse the options into a ScanRequest, build its ScanOptions (memprobe.request, as the API does),
+run probe.scan (or the multi-GPU / parallel drivers), print."""
 
 from __future__ import annotations
 
 import os
 import sys
+from typing import Any
 
 import click
 
 from memprobe.cli import checks
-from memprobe.cli.app import COMMON_CARD_SIZES, NoGPUExit, _int_list, _workloads, main
-from memprobe.cli.helpers import interrupted_status, positive_size, writable
+from memprobe.cli.app import NoGPUExit, main
+from memprobe.cli.helpers import interrupted_status, writable
 from memprobe.cli.models import model_options as _model_options
 from memprobe.cli.no_gpu import no_gpu, require_gpu
-from memprobe.cli.options import models_file_option, strategies_option
+from memprobe.cli.options import (
+    BATCHES,
+    CommaList,
+    batch_size,
+    mode_option,
+    model_option,
+    models_file_option,
+    precision_option,
+    request_error,
+    strategies_option,
+    world_size,
+)
 from memprobe.cli.scan_output import after_scan, print_scans
 from memprobe.cli.scan_parallel import scan_parallel
 from memprobe.cli.scan_progress import ProgressPrinter
-from memprobe.cli.variants import split_batches
 from memprobe.cli.variants import variant_options as _variant_options
 from memprobe.cli.width import wide_option
 from memprobe.core.interrupts import SCAN_CLEAN_UP_S, allow_clean_up
-from memprobe.core.textlists import comma_items
+from memprobe.core.registry import RegistryError
+from memprobe.request import COMMON_CARD_SIZES, ModelRequest, RequestError, ScanJob, ScanRequest, scan_job
 
 
 @main.command("scan")
-@click.option(
-    "--model",
-    "-m",
-    "model",
-    required=True,
-    help="Workload name(s), comma-separated; wildcards and 'all' work. Also timm:NAME, hf:NAME, "
-    "hf-config:PATH, FILE.py:FUNCTION or package.module:FUNCTION (README: your own model).",
+@model_option(
+    "Workload name(s), comma-separated; wildcards and 'all' work. Also timm:NAME, hf:NAME, "
+    "hf-config:PATH, FILE.py:FUNCTION or package.module:FUNCTION (README: your own model)."
 )
-@click.option(
-    "--precision",
-    "-p",
-    default="fp32,fp16,bf16",
-    show_default=True,
-    help="Comma-separated: fp32 (TF32 off), tf32, fp16 (autocast + GradScaler), bf16 (autocast).",
-)
-@click.option(
-    "--mode",
-    type=click.Choice(["train", "infer"]),
-    default="train",
-    show_default=True,
-    help="train: forward, loss, backward, optimizer step. infer: forward only.",
-)
+@precision_option("Comma-separated: fp32 (TF32 off), tf32, fp16 (autocast + GradScaler), bf16 (autocast).")
+@mode_option("train: forward, loss, backward, optimizer step. infer: forward only.")
 @click.option(
     "--batch",
     "batches",
+    type=BATCHES,
     help="Also measure throughput at these batch sizes (an OOM there is reported). "
     "With --search seq-len: the one batch the sequence length is searched at (default 1).",
 )
@@ -128,6 +126,7 @@ from memprobe.core.textlists import comma_items
     is_flag=False,
     flag_value="auto",
     default="auto",
+    type=CommaList(item=batch_size, keep=("auto",)),
     metavar="[B1,B2,...]",
     help="Throughput curve (default on): time a ladder of batches up to B and report the best batch b*. "
     "Default ladder: powers of two below B (up to 7) plus B; give sizes to choose them.",
@@ -169,6 +168,7 @@ from memprobe.core.textlists import comma_items
 @click.option(
     "--gpus",
     "gpus",
+    type=CommaList(item=world_size),
     help="World size(s) to measure: N[,N...] or 'all' (default 1: the single-GPU scan). "
     "N > 1 finds the per-GPU max batch of N ranks launched by torchrun, and the scaling "
     "efficiency against 1 GPU. With --parallel: how many GPUs to spread jobs over (default all).",
@@ -187,43 +187,7 @@ from memprobe.core.textlists import comma_items
     "(memprobe predict; a prediction, not a measurement; exit 0).",
 )
 @wide_option
-def scan_cmd(
-    model: str,
-    precision: str,
-    mode: str,
-    batches: str | None,
-    out_dir: str,
-    models_file: str | None,
-    steps: int,
-    warmup: int,
-    timed_steps: int,
-    max_batch: int,
-    max_trials: int,
-    no_throughput: bool,
-    soak: int,
-    curve: str,
-    no_curve: bool,
-    curve_budget: float | None,
-    predicted_start: bool | None,
-    breakdown: bool | None,
-    cudnn_benchmark: bool,
-    compile_step: bool,
-    device: str,
-    cpu_memory_budget: str | None,
-    memory_cap: str | None,
-    input_size: str | None,
-    optimizer: str | None,
-    task: str | None,
-    seq_len: int | None,
-    gpus: str | None,
-    strategy: str,
-    parallel: bool,
-    predict_if_no_gpu: bool,
-    search: str,
-    checkpointing: bool,
-    lora: str | None,
-    frontier_budget: float | None,
-) -> None:
+def scan_cmd(**params: Any) -> None:
     """Find the exact max batch of each model and precision on this GPU, then measure throughput there.
 
     For each precision: a memory-guided search (small batches in one trial process, trials near
@@ -232,96 +196,44 @@ def scan_cmd(
     then timed steps at B with utilization sampled, then the throughput curve (--no-curve skips it).
     One result file per model is written (atomically, after every precision) under --out.
     """
-    from memprobe.cli.frontier import frontier_request
-    from memprobe.probe.scan import NoCudaError, ScanInterrupted, ScanOptions
+    from memprobe.probe.scan import NoCudaError, ScanInterrupted
 
     allow_clean_up(SCAN_CLEAN_UP_S)  # after Ctrl-C a scan ends its trial processes, then writes what finished
-    checks.scan_checks(click.get_current_context(), device, gpus, no_curve, no_throughput, parallel)
-    frontier = frontier_request(search, seq_len, batches, frontier_budget)
-    request_batch, timed_batches = split_batches(search, _int_list(batches, "--batch"))
-    workloads = (
-        _workloads(models_file, model, precision, input_size, optimizer, task, None, "batch", 1, False, None)
-        if frontier
-        else _workloads(
-            models_file,
-            model,
-            precision,
-            input_size,
-            optimizer,
-            task,
-            seq_len,
-            search,
-            request_batch,
-            checkpointing,
-            lora,
-        )
+    request = scan_request(params)
+    single = not request.gpus or list(request.gpus) == ["1"]
+    checks.scan_checks(
+        click.get_current_context(), request.device, single, not request.curve, not request.throughput, request.parallel
     )
-    budget = None
-    if device == "cpu":
-        if not cpu_memory_budget:
-            raise click.UsageError("--device cpu needs --cpu-memory-budget (the CPU has no allocator limit to find)")
-        budget = positive_size(cpu_memory_budget, "--cpu-memory-budget")
-    cap = None
-    if memory_cap:
-        cap = positive_size(memory_cap, "--memory-cap")
     try:
-        opts = ScanOptions(
-            precisions=comma_items(precision),
-            mode=mode,
-            steps=steps,
-            warmup=warmup,
-            timed_steps=timed_steps,
-            batches=timed_batches,
-            max_batch=max_batch,
-            max_trials=max_trials,
-            measure=not no_throughput,
-            device=device,
-            cpu_budget_bytes=budget,
-            cudnn_benchmark=cudnn_benchmark,
-            memory_cap_bytes=cap,
-            compile=compile_step,
-            soak=soak,
-            curve=not no_curve,
-            predicted_start=predicted_start,
-            curve_batches=[] if curve == "auto" else _int_list(curve, "--curve"),
-            curve_budget_s=curve_budget,
-            breakdown=breakdown,
-        )
-    except ValueError as exc:
-        raise click.UsageError(str(exc)) from None
-    if device == "cuda":
+        job = scan_job(request)
+    except RequestError as exc:
+        raise request_error(exc) from None
+    except RegistryError as exc:
+        raise click.ClickException(str(exc)) from None
+    if request.device == "cuda":
         try:
             require_gpu()
         except NoGPUExit as exc:
-            no_gpu(exc.message, predict_if_no_gpu)
+            no_gpu(exc.message, request.predict_if_no_gpu)
             return
 
-    writable(out_dir)  # now, not after the first precision's minutes of trials
-    if frontier:
-        from memprobe.cli.frontier import scan_frontiers
-        from memprobe.core.variants import parse_lora
-
-        if parallel or gpus not in (None, "1"):
+    writable(str(request.out_dir))  # now, not after the first precision's minutes of trials
+    if job.frontier:
+        if request.parallel or not single:
             raise click.UsageError("--search frontier runs on one GPU: drop --parallel and --gpus")
-        scan_frontiers(
-            workloads,
-            opts,
-            out_dir,
-            frontier_budget,
-            checkpointing,
-            parse_lora(lora),
-            ProgressPrinter({f"{w.name}": "n" for w in workloads}),
-        )
+        _frontiers(job, request)
         return
-    if parallel:
-        scan_parallel(workloads, opts, gpus, out_dir, models_file)
+    if request.parallel:
+        models_file = None if request.model.models_file is None else str(request.model.models_file)
+        scan_parallel(job.workloads, job.options, request.gpus, str(request.out_dir), models_file)
         return
     from memprobe.probe.distributed.scan import DistributedScanError, gpu_count
-    from memprobe.probe.multi import check_runs, parse_gpus, parse_strategies, scan_runs
+    from memprobe.probe.multi import check_runs, parse_gpus, scan_runs
 
+    opts, workloads = job.options, job.workloads
     try:
-        sizes = parse_gpus(gpus, gpu_count if device == "cuda" else lambda: os.cpu_count() or 1)
-        strategies = parse_strategies(strategy)
+        sizes = parse_gpus(request.gpus, gpu_count if request.device == "cuda" else lambda: os.cpu_count() or 1)
+        strategies = list(request.strategies)
         for workload in workloads:  # every workload, before the first one runs
             check_runs(workload, opts, sizes, strategies)
     except ValueError as exc:  # DistributedScanError too
@@ -332,14 +244,14 @@ def scan_cmd(
     user_errors = []
     for workload in workloads:
         try:
-            for result, path in scan_runs(workload, opts, sizes, strategies, out_dir, progress):
+            for result, path in scan_runs(workload, opts, sizes, strategies, str(request.out_dir), progress):
                 finished.append(result)
                 failed |= any(p.status == "error" for p in result.precisions.values())
                 user_errors += after_scan(result, path, workload)
         except DistributedScanError as exc:
             raise click.UsageError(str(exc)) from None
         except NoCudaError as exc:
-            no_gpu(f"no CUDA device: {exc}", predict_if_no_gpu)
+            no_gpu(f"no CUDA device: {exc}", request.predict_if_no_gpu)
             return
         except ScanInterrupted as stop:
             kept = (
@@ -354,3 +266,65 @@ def scan_cmd(
         raise click.ClickException(user_errors[0])
     if failed:
         sys.exit(1)
+
+
+def scan_request(params: dict[str, Any]) -> ScanRequest:
+    """The typed request of scan's parsed options (click's parameter names): the flags are unchanged, their values
+    grouped, the model's own options in a ModelRequest."""
+    model = ModelRequest(
+        params["model"],
+        params["models_file"],
+        params["input_size"],
+        params["optimizer"],
+        params["task"],
+        params["seq_len"],
+        params["search"],
+        1,
+        params["checkpointing"],
+        params["lora"],
+    )
+    curve = params["curve"]
+    return ScanRequest(
+        model,
+        precisions=params["precision"],
+        mode=params["mode"],
+        batches=params["batches"] or [],
+        frontier_budget=params["frontier_budget"],
+        out_dir=params["out_dir"],
+        steps=params["steps"],
+        warmup=params["warmup"],
+        timed_steps=params["timed_steps"],
+        max_batch=params["max_batch"],
+        max_trials=params["max_trials"],
+        throughput=not params["no_throughput"],
+        soak=params["soak"],
+        curve=not params["no_curve"],
+        curve_batches=[] if curve == "auto" else curve,
+        curve_budget=params["curve_budget"],
+        predicted_start=params["predicted_start"],
+        breakdown=params["breakdown"],
+        cudnn_benchmark=params["cudnn_benchmark"],
+        compile=params["compile_step"],
+        device=params["device"],
+        cpu_memory_budget=params["cpu_memory_budget"],
+        memory_cap=params["memory_cap"],
+        gpus=params["gpus"],
+        strategies=params["strategy"],
+        parallel=params["parallel"],
+        predict_if_no_gpu=params["predict_if_no_gpu"],
+    )
+
+
+def _frontiers(job: ScanJob, request: ScanRequest) -> None:
+    """scan --search frontier: each workload's frontier, measured on this GPU."""
+    from memprobe.cli.frontier import scan_frontiers
+
+    scan_frontiers(
+        job.workloads,
+        job.options,
+        str(request.out_dir),
+        request.frontier_budget,
+        request.model.checkpointing,
+        job.lora_rank,
+        ProgressPrinter({f"{w.name}": "n" for w in job.workloads}),
+    )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from typing import Sequence
 
 import click
 
@@ -11,14 +12,17 @@ from memprobe.cli.scan_output import print_scans
 from memprobe.core.registry import Workload
 
 
-def scan_parallel(workloads: list[Workload], opts, gpus: str | None, out_dir: str, models_file: str | None) -> None:
-    """--parallel: one child scan per workload and precision, each pinned to its own GPU."""
+def scan_parallel(
+    workloads: list[Workload], opts, gpus: Sequence[str] | None, out_dir: str, models_file: str | None
+) -> None:
+    """--parallel: one child scan per workload and precision, each pinned to its own GPU. `gpus`: --gpus's items
+    (one number, or 'all'; none: all)."""
     from memprobe.probe.parallel import gpu_slots, run_parallel
 
     try:
-        count = None if gpus in (None, "", "all") else int(gpus)
-        if count is not None and count < 1:
-            raise ValueError(f"--gpus {count}: give 1 or more GPUs")
+        if gpus and len(gpus) > 1:
+            raise ValueError(f"got '{','.join(gpus)}'")
+        count = None if not gpus or gpus[0] == "all" else int(gpus[0])
         slots = gpu_slots(count, opts.device)
     except ValueError as exc:
         raise click.UsageError(

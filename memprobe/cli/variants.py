@@ -1,14 +1,10 @@
-"""The command-line options that make an LLM workload a variant (variants.py), shared by scan and predict."""
+"""The command-line options that make an LLM workload a variant (core/variants.py), shared by scan and predict."""
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Callable
 
 import click
-
-from memprobe.core.registry import Workload
-from memprobe.core.variants import VariantError, VariantRequest, apply_variant, parse_lora
 
 
 def variant_options(command: Callable) -> Callable:
@@ -42,36 +38,3 @@ def variant_options(command: Callable) -> Callable:
     for option in reversed(options):
         command = option(command)
     return command
-
-
-def variants(
-    workloads: list[Workload],
-    precision: str,
-    search: str,
-    batch: int,
-    seq_len: int | None,
-    checkpointing: bool,
-    lora: str | None,
-) -> list[Workload]:
-    """The workloads as the options ask. Raises click.UsageError for a variant they cannot have."""
-    from memprobe.workloads.custom import CUSTOM_FAMILIES
-
-    try:
-        request = VariantRequest(search, batch, seq_len, checkpointing, parse_lora(lora))
-        # a model given by name took --seq-len when it was resolved (custom.resolve): not a variant setting
-        named = replace(request, seq_len=None)
-        precisions = [p.strip() for p in precision.split(",")]
-        return [apply_variant(w, named if w.family in CUSTOM_FAMILIES else request, precisions) for w in workloads]
-    except VariantError as exc:
-        raise click.UsageError(str(exc)) from None
-
-
-def split_batches(search: str, batches: list[int]) -> tuple[int, list[int]]:
-    """scan's --batch: (the batch a --search seq-len runs at, the batches to time). With the batch search
-    it lists batches to time; with seq-len it is the one batch (default 1). Raises click.BadParameter
-    for several batches with seq-len."""
-    if search != "seq-len":
-        return 1, batches
-    if len(batches) > 1:
-        raise click.BadParameter("with --search seq-len give one batch to search the length at", param_hint="--batch")
-    return (batches or [1])[0], []

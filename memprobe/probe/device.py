@@ -12,9 +12,10 @@ import platform
 import socket
 from dataclasses import asdict, dataclass, field
 from importlib import metadata
-from typing import Any
+from typing import Any, Mapping
 
 from memprobe import __version__
+from memprobe.core.textlists import visible_devices
 
 
 class NoGPUError(RuntimeError):
@@ -110,19 +111,22 @@ def _processes(handle) -> list[GPUProcess]:
     return list(procs.values())
 
 
-def visible_gpu() -> GPUInfo:
-    """The GPU a trial process will use (the first of CUDA_VISIBLE_DEVICES, else index 0)."""
+def visible_gpu(env: Mapping[str, str] | None = None) -> GPUInfo:
+    """The GPU a trial process will use: the first of CUDA_VISIBLE_DEVICES in `env` (default: this process's
+    environment; a scan passes what its processes see), else index 0."""
     all_gpus = gpus()
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
+    visible = visible_devices((os.environ if env is None else env).get("CUDA_VISIBLE_DEVICES"))
     if visible:
         for g in all_gpus:
-            if visible in (str(g.index), g.uuid):
+            if visible[0] in (str(g.index), g.uuid):
                 return g
     return all_gpus[0]
 
 
-def host_environment() -> dict[str, Any]:
-    """What the parent can say without torch: host, Python, library versions, driver, env vars."""
+def host_environment(seen: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """What the parent can say without torch: host, Python, library versions, driver, and the variables the trial
+    processes see (`seen`, default this process's environment)."""
+    env_vars = os.environ if seen is None else seen
 
     def version(pkg: str) -> str | None:
         try:
@@ -138,8 +142,8 @@ def host_environment() -> dict[str, Any]:
         "cpu": platform.processor() or platform.machine(),
         "cpu_count": os.cpu_count(),
         "versions": {pkg: version(pkg) for pkg in ("torch", "transformers", "timm", "nvidia-ml-py", "lightning")},
-        "PYTORCH_CUDA_ALLOC_CONF": os.environ.get("PYTORCH_CUDA_ALLOC_CONF"),
-        "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        "PYTORCH_CUDA_ALLOC_CONF": env_vars.get("PYTORCH_CUDA_ALLOC_CONF"),
+        "CUDA_VISIBLE_DEVICES": env_vars.get("CUDA_VISIBLE_DEVICES"),
     }
     try:
         env.update(nvml_driver())

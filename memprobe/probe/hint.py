@@ -19,7 +19,7 @@ import select
 import subprocess
 import sys
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from memprobe.core.child_env import child_env
 from memprobe.core.protocol import HintAnswer, HintRequest, HintSetup, message_line, read_message
@@ -42,10 +42,13 @@ class PredictedStart:
         steps: int = 3,
         world: tuple[int, str] | None = None,
         mode: str = "train",
+        env: Mapping[str, str] | None = None,
     ) -> None:
         """`world` = (N, strategy) predicts per GPU for N data-parallel GPUs (predict --gpus N); `mode` "infer"
-        predicts forward passes; `steps` as the scan's trial runs them."""
+        predicts forward passes; `steps` as the scan's trial runs them; `env`: variables the child gets on top of
+        this process's environment (ScanOptions.env; CUDA stays hidden from it)."""
         self.workload, self.precisions, self.steps = workload, precisions, steps
+        self.env = dict(env or {})
         self.world, self.mode = world, mode
         self.proc: subprocess.Popen | None = None
         self._buffer = b""
@@ -54,7 +57,7 @@ class PredictedStart:
         self._ended = ""  # why no more answers will come ("" while the child runs)
 
     def __enter__(self) -> "PredictedStart":
-        env = child_env(watched=True, CUDA_VISIBLE_DEVICES="", PYTHONUNBUFFERED="1")
+        env = child_env(watched=True, **{**self.env, "CUDA_VISIBLE_DEVICES": "", "PYTHONUNBUFFERED": "1"})
         try:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "memprobe.predict.hint_worker"],

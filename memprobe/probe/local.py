@@ -81,7 +81,7 @@ class LocalBackend:
             if exc.kind == "no_cuda":
                 raise NoCudaError(str(exc)) from exc
             if exc.kind == OOM:
-                record_setup_oom(result, exc, self.opts.device)
+                record_setup_oom(result, exc, self.opts.device, self.opts.env)
                 return False
             result.status, result.error = "error", str(exc)
             if exc.kind == USER_ERROR:  # the user's build raised or the name cannot be built: no trial ran

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Sequence
 
 from memprobe.core.registry import Workload
 from memprobe.core.results import ScanResult
@@ -13,15 +13,14 @@ from memprobe.probe import scan as single_gpu
 from memprobe.probe.scan import ScanOptions, ScanProgress
 
 
-def parse_gpus(text: str | None, count: Callable[[], int]) -> list[int]:
-    """World sizes from `--gpus`: '1', '1,2', 'all' (every visible GPU: `count()`); None means [1].
-    Raises ValueError for anything else, or a size above what `count()` reports (only asked when needed)."""
-    if text is None or not text.strip():
+def parse_gpus(text: str | Sequence[str] | None, count: Callable[[], int]) -> list[int]:
+    """World sizes from `--gpus`: '1', '1,2', 'all' (every visible GPU: `count()`), or those items as a list; None
+    or no item means [1]. Raises ValueError for anything else, or a size above what `count()` reports (only asked when needed)."""
+    items = comma_items(text) if text is None or isinstance(text, str) else [t.strip() for t in text if t.strip()]
+    if not items:
         return [1]
     sizes: list[int] = []
-    for item in (t.strip() for t in text.split(",")):
-        if not item:
-            continue
+    for item in items:
         if item == "all":
             value = count()
         else:
@@ -33,8 +32,6 @@ def parse_gpus(text: str | None, count: Callable[[], int]) -> list[int]:
             raise ValueError(f"--gpus: a world size must be at least 1, got {value}")
         if value not in sizes:
             sizes.append(value)
-    if not sizes:
-        raise ValueError("--gpus: give at least one world size")
     if max(sizes) > 1:
         available = count()
         if max(sizes) > available:
@@ -42,9 +39,10 @@ def parse_gpus(text: str | None, count: Callable[[], int]) -> list[int]:
     return sizes
 
 
-def parse_strategies(text: str | None) -> list[str]:
-    """Strategies from `--strategy` ('ddp', 'fsdp', 'ddp,fsdp'). Raises ValueError for an unknown one."""
-    chosen = comma_items(text or "ddp")
+def parse_strategies(text: str | Sequence[str] | None) -> list[str]:
+    """Strategies from `--strategy` ('ddp', 'fsdp', 'ddp,fsdp', or those items as a list; None: ddp), each once.
+    Raises ValueError for an unknown one, or none."""
+    chosen = ["ddp"] if text is None else comma_items(text) if isinstance(text, str) else [t.strip() for t in text]
     unknown = [s for s in chosen if s not in STRATEGIES]
     if unknown or not chosen:
         raise ValueError(f"unknown strategy {', '.join(unknown) or '(none)'}; choose from {', '.join(STRATEGIES)}")

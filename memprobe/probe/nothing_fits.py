@@ -9,7 +9,8 @@ from __future__ import annotations
 import subprocess
 import sys
 from dataclasses import asdict, dataclass, field
-from typing import Callable
+from functools import partial
+from typing import Callable, Mapping
 
 from memprobe.core.child_env import child_env
 from memprobe.core.protocol import NeedAnswer, NeedRequest, ProtocolError, message_line, read_message
@@ -85,10 +86,11 @@ class NeedError(RuntimeError):
     """The need could not be traced (the child's error, or the child itself failed)."""
 
 
-def _default_need(workload: Workload, precision: str) -> int:
+def _default_need(workload: Workload, precision: str, env: Mapping[str, str] | None = None) -> int:
     """Trace the need in a child (`python -m memprobe.predict.need`, CUDA hidden): probe does not import predict,
-    and the trace's memory and imports stay out of the scan's process. Raises NeedError."""
-    env = child_env(watched=True, CUDA_VISIBLE_DEVICES="")
+    and the trace's memory and imports stay out of the scan's process. `env`: variables the child gets on top of this
+    process's environment (ScanOptions.env). Raises NeedError."""
+    env = child_env(watched=True, **{**(env or {}), "CUDA_VISIBLE_DEVICES": ""})
     request = message_line(NeedRequest(workload.to_dict(), precision))
     try:
         done = subprocess.run(
@@ -144,14 +146,21 @@ def _gpu(result: ScanResult) -> str:
     return result.gpu_name(unknown="this device")
 
 
-def explain_precision(result: ScanResult, precision: str, workload: Workload, need: NeedFn | None = None) -> str | None:
+def explain_precision(
+    result: ScanResult,
+    precision: str,
+    workload: Workload,
+    need: NeedFn | None = None,
+    env: Mapping[str, str] | None = None,
+) -> str | None:
     """If n = 1 did not train in `precision` of `result`, trace what it would need and which memory-saving settings
     would fit, store that in the precision's settings.nothing_fits and return its paragraph; None otherwise.
-    Never raises for a failed trace (the paragraph says it failed)."""
+    `need` traces it (default: a child process, given `env` on top of this process's environment). Never raises for
+    a failed trace (the paragraph says it failed)."""
     p = result.precisions[precision]
     if p.status != "done" or p.max_batch != 0:
         return None
-    need = need or _default_need
+    need = need or partial(_default_need, env=env)
     try:
         shortfall = Shortfall(precision, p.capacity_bytes, need(workload, precision))
     except Exception as exc:  # noqa: BLE001

@@ -79,6 +79,11 @@ class ScanOptions:
     # None: on for CUDA training scans (one process and a few steps, against the search's several), off on the
     # CPU, where the tracker's per-operator bookkeeping costs more than the toy trials it would describe.
     breakdown: bool | None = None
+    # Variables every process the one-GPU scan starts gets on top of this process's environment, and that the scan
+    # reads as its processes see them (which GPU, for its name and its other processes): find_max_batch gives the
+    # GPU it was asked for and its caller's import path here instead of changing os.environ. Not a setting: not
+    # recorded (the environment the trials saw is, under `environment`). Multi-GPU launches do not take it.
+    env: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.steps < 3:
@@ -151,4 +156,5 @@ class ScanOptions:
         return worker.measure(batch, warmup, timed, budget_s=budget)
 
     def to_dict(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items() if k != "precisions"} | {"precisions": list(self.precisions)}
+        kept = {k: v for k, v in self.__dict__.items() if k not in ("precisions", "env")}
+        return kept | {"precisions": list(self.precisions)}

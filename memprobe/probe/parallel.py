@@ -24,7 +24,7 @@ from typing import Any, Callable
 
 from memprobe.core.registry import Workload
 from memprobe.core.results import ResultFileError, ScanResult, read_result, result_filename, write_result
-from memprobe.core.textlists import comma_items
+from memprobe.core.textlists import visible_devices
 from memprobe.probe.distributed.launch import launch_env
 from memprobe.probe.scan import ScanOptions
 
@@ -111,10 +111,8 @@ def gpu_slots(count: int | None, device: str, visible: str | None = None) -> lis
     of NVML's indices. On the CPU (tests, demos) `count` numbered slots. Raises ValueError for none."""
     if device == "cpu":
         return [str(i) for i in range(count or 1)]
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES") if visible is None else visible
-    if visible is not None and visible.strip():
-        ids = comma_items(visible)
-    else:
+    ids = visible_devices(os.environ.get("CUDA_VISIBLE_DEVICES") if visible is None else visible)
+    if ids is None:
         from memprobe.probe.device import gpus
 
         ids = [str(g.index) for g in gpus()]

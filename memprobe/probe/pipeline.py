@@ -392,7 +392,7 @@ def scan_precisions(
                 progress.precision_start(workload.name, label(precision))
                 result.precisions[precision] = PrecisionResult(precision, status="running")
                 result.precisions[precision] = run_one(precision, start, on_environment)
-                _explain(result, precision, workload, progress)
+                _explain(result, precision, workload, progress, opts.env)
                 writer.save()
         result.status = final_status(result.precisions)  # failed when every precision ended in an error
         writer.save()
@@ -404,9 +404,12 @@ def scan_precisions(
     return result, writer.path
 
 
-def _explain(result: ScanResult, precision: str, workload: Workload, progress: ScanProgress) -> None:
-    """Where nothing trains at n = 1, trace the need (no GPU used) and record it in the precision's settings."""
+def _explain(
+    result: ScanResult, precision: str, workload: Workload, progress: ScanProgress, env: dict[str, str]
+) -> None:
+    """Where nothing trains at n = 1, trace the need (no GPU used; the child gets `env`, ScanOptions.env) and record
+    it in the precision's settings."""
     p = result.precisions[precision]
     if p.status == "done" and p.max_batch == 0:
         progress.note("nothing trains at 1: tracing what it would need (no GPU used) ...")
-        explain_precision(result, precision, workload)
+        explain_precision(result, precision, workload, env=env)

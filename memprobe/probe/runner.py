@@ -19,7 +19,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Mapping
 
 from memprobe.core.child_env import child_env
 from memprobe.core.memory_model import Attempt
@@ -87,14 +87,16 @@ class ZygoteError(RuntimeError):
     """The fork server is gone or did not answer; the caller falls back to exec'd processes."""
 
 
-def _worker_env() -> dict[str, str]:
-    return child_env(watched=True, PYTHONUNBUFFERED="1")
+def _worker_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """A trial process's environment: the one recipe (core/child_env.py), with `env` (the variables the scan was
+    given for its processes: ScanOptions.env) on top."""
+    return child_env(watched=True, **{**(env or {}), "PYTHONUNBUFFERED": "1"})
 
 
 class _ExecProcess:
     """A trial process started by exec: `python -m memprobe.probe.child.worker --preload MODULE`."""
 
-    def __init__(self, preload: str, log) -> None:
+    def __init__(self, preload: str, log, env: Mapping[str, str] | None = None) -> None:
         # A new session: Ctrl-C in the terminal reaches the parent only, which then ends this process.
         self.popen = subprocess.Popen(
             [sys.executable, "-m", "memprobe.probe.child.worker", "--preload", preload],
@@ -103,7 +105,7 @@ class _ExecProcess:
             stderr=log,
             text=True,
             start_new_session=True,
-            env=_worker_env(),
+            env=_worker_env(env),
         )
         self.stdin, self.stdout = self.popen.stdin, self.popen.stdout
 
@@ -154,7 +156,7 @@ class Zygote:
     Raises ZygoteError from spawn() when the server is gone or does not answer.
     """
 
-    def __init__(self, preload: str, answer_timeout_s: float = 600.0) -> None:
+    def __init__(self, preload: str, answer_timeout_s: float = 600.0, env: Mapping[str, str] | None = None) -> None:
         self.log = tempfile.NamedTemporaryFile(prefix="memprobe-zygote-", suffix=".log", delete=False)
         self.answer_timeout_s = answer_timeout_s
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -173,7 +175,7 @@ class Zygote:
             stderr=self.log,
             pass_fds=[theirs.fileno()],
             start_new_session=True,
-            env=_worker_env(),
+            env=_worker_env(env),  # the processes it forks have it too
         )
         theirs.close()
         self.control = ours
@@ -220,14 +222,14 @@ class Zygote:
 class Worker:
     """One trial process. Not set up until `setup()`; ended by `close()`.
 
-    Forked from `zygote` when one is given, else exec'd (which costs the Python imports).
-    Raises ZygoteError when the zygote cannot fork.
+    Forked from `zygote` when one is given (with the zygote's environment), else exec'd (which costs the Python
+    imports) with `env` on top of this process's environment. Raises ZygoteError when the zygote cannot fork.
     """
 
-    def __init__(self, preload: str, zygote: Zygote | None = None) -> None:
+    def __init__(self, preload: str, zygote: Zygote | None = None, env: Mapping[str, str] | None = None) -> None:
         self.log = tempfile.NamedTemporaryFile(prefix="memprobe-worker-", suffix=".log", delete=False)
         try:
-            self.proc = zygote.spawn(self.log) if zygote is not None else _ExecProcess(preload, self.log)
+            self.proc = zygote.spawn(self.log) if zygote is not None else _ExecProcess(preload, self.log, env)
         except BaseException:
             self.log.close()
             os.unlink(self.log.name)
@@ -385,12 +387,16 @@ class WorkerFactory:
     process cannot disturb a measurement.
     """
 
-    def __init__(self, workload: Workload, spares: int = 2, forkserver: bool | None = None) -> None:
+    def __init__(
+        self, workload: Workload, spares: int = 2, forkserver: bool | None = None, env: Mapping[str, str] | None = None
+    ) -> None:
+        """`env`: variables every trial process gets on top of this process's environment (ScanOptions.env)."""
         self.preload = family_module(workload.family)
+        self.env = dict(env or {})
         self.spares = spares
         self._spare: list[Worker] = []
         use_forkserver = forkserver_available() if forkserver is None else forkserver
-        self._zygote: Zygote | None = Zygote(self.preload) if use_forkserver else None
+        self._zygote: Zygote | None = Zygote(self.preload, env=self.env) if use_forkserver else None
 
     @property
     def forks(self) -> bool:
@@ -410,7 +416,7 @@ class WorkerFactory:
                 # Keep scanning with exec'd processes: slower to start, same measurements.
                 self._zygote.close()
                 self._zygote = None
-        return Worker(self.preload)
+        return Worker(self.preload, env=self.env)
 
     def fresh(self, spec: WorkerSpec) -> Worker:
         """A new process with the workload built. Raises WorkerError when setup fails."""
@@ -425,7 +431,7 @@ class WorkerFactory:
             # Spares start after this setup, not during it: on the H100, three processes importing
             # torch and transformers at once took ~24 s for the first one.
             while len(self._spare) < self.spares:
-                self._spare.append(Worker(self.preload))
+                self._spare.append(Worker(self.preload, env=self.env))
         return worker
 
     def close(self) -> None:

@@ -7,8 +7,9 @@ atomically after every precision, so an interrupted scan keeps what it finished.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
+from memprobe.core.child_env import child_env
 from memprobe.core.registry import Workload
 from memprobe.core.results import PrecisionResult, ScanResult, result_filename
 from memprobe.probe.backend import ScanProgress  # noqa: F401
@@ -63,13 +64,14 @@ def scan_workload(
     Returns the result and its path. Raises NoCudaError (nothing written) when there is no CUDA
     device; on KeyboardInterrupt writes what finished, marked partial, and raises ScanInterrupted.
     """
-    result = ScanResult(workload=workload.to_dict(), environment=host_environment(), settings=opts.to_dict())
+    seen = child_env(**opts.env)  # the environment the scan's processes see
+    result = ScanResult(workload=workload.to_dict(), environment=host_environment(seen), settings=opts.to_dict())
     writer = ResultWriter(
-        result, out_dir, lambda gpu: result_filename(gpu or _nvml_gpu_name(opts.device), workload.name, opts.mode)
+        result, out_dir, lambda gpu: result_filename(gpu or _nvml_gpu_name(opts.device, seen), workload.name, opts.mode)
     )
-    factory = WorkerFactory(workload)
+    factory = WorkerFactory(workload, env=opts.env)
     start = (
-        PredictedStart(workload, opts.precisions, opts.trial_steps, mode=opts.mode)
+        PredictedStart(workload, opts.precisions, opts.trial_steps, mode=opts.mode, env=opts.env)
         if opts.uses_predicted_start
         else None
     )
@@ -87,13 +89,14 @@ def scan_workload(
         factory.close()
 
 
-def _nvml_gpu_name(device: str) -> str:
-    """The GPU's name from NVML, for file names when no trial process reported one."""
+def _nvml_gpu_name(device: str, env: Mapping[str, str] | None = None) -> str:
+    """The GPU's name from NVML (the one the trial processes see in `env`), for file names when no trial process
+    reported one."""
     if device == "cpu":
         return "cpu"
     try:
         from memprobe.probe.device import visible_gpu
 
-        return visible_gpu().name
+        return visible_gpu(env).name
     except Exception:  # noqa: BLE001 - only a file name is at stake
         return "unknown-gpu"

@@ -8,8 +8,9 @@ another job). The two need different answers, so the other processes are read fr
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, Mapping
 
+from memprobe.core.child_env import child_env
 from memprobe.core.outcomes import OOM
 from memprobe.core.results import PrecisionResult
 from memprobe.core.units import gib
@@ -19,15 +20,16 @@ from memprobe.probe.runner import WorkerError
 OTHERS_MATTER_BYTES = 256 * 2**20
 
 
-def other_gpu_processes(device: str) -> list[dict[str, Any]]:
-    """Processes other than this one holding memory on the GPU trial processes use: [{pid, name, used_bytes}].
-    [] on the CPU, or when NVML cannot say. Never raises."""
+def other_gpu_processes(device: str, env: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
+    """Processes other than this one holding memory on the GPU trial processes use (the one they see, with `env` on
+    top of this process's environment): [{pid, name, used_bytes}]. [] on the CPU, or when NVML cannot say. Never
+    raises."""
     if device != "cuda":
         return []
     try:
         from memprobe.probe.device import visible_gpu
 
-        gpu = visible_gpu()
+        gpu = visible_gpu(child_env(**(env or {})))
     except Exception:  # noqa: BLE001 - no NVML: nothing can be named
         return []
     return [{"pid": p.pid, "name": p.name, "used_bytes": p.used_bytes} for p in gpu.processes if p.pid != os.getpid()]
@@ -57,10 +59,12 @@ def setup_oom_report(message: str, stage: str, others: list[dict[str, Any]]) -> 
     )
 
 
-def record_setup_oom(result: PrecisionResult, exc: WorkerError, device: str) -> PrecisionResult:
+def record_setup_oom(
+    result: PrecisionResult, exc: WorkerError, device: str, env: Mapping[str, str] | None = None
+) -> PrecisionResult:
     """Out of memory before the first trial: the model does not fit (max batch 0, nothing-fits), or, when
     other processes hold the GPU, an error that names them. Recorded under settings.setup_failure."""
-    others = other_gpu_processes(device)
+    others = other_gpu_processes(device, env)
     blame_others, text = setup_oom_report(str(exc), exc.stage, others)
     result.settings.setup_failure = {
         "outcome": OOM,

@@ -16,7 +16,7 @@ from typing import Any, Iterator
 from memprobe.core.registry import Workload
 from memprobe.core.results import PrecisionResult, ScanResult, result_filename
 from memprobe.core.strategies import STRATEGIES, StrategyError, check_workload
-from memprobe.core.textlists import comma_items
+from memprobe.core.textlists import visible_devices
 from memprobe.probe.backend import ScanProgress
 from memprobe.probe.device import host_environment
 from memprobe.probe.distributed.backend import Launcher, RanksBackend
@@ -166,11 +166,11 @@ def scan_distributed(
 
 
 def gpu_count(visible: str | None = None) -> int:
-    """How many GPUs the ranks may use: CUDA_VISIBLE_DEVICES's entries when set, else NVML's count.
-    Raises NoGPUError without a driver."""
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES") if visible is None else visible
-    if visible is not None and visible.strip():
-        return len(comma_items(visible))
+    """How many GPUs the ranks may use: CUDA_VISIBLE_DEVICES's entries when set (none when set empty), else NVML's
+    count. Raises NoGPUError without a driver."""
+    devices = visible_devices(os.environ.get("CUDA_VISIBLE_DEVICES") if visible is None else visible)
+    if devices is not None:
+        return len(devices)
     from memprobe.probe.device import gpus
 
     return len(gpus())

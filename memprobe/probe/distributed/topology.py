@@ -6,7 +6,7 @@ import subprocess
 from typing import Any
 
 from memprobe.core.child_env import child_env
-from memprobe.core.textlists import comma_items
+from memprobe.core.textlists import visible_devices
 
 # nvmlGpuTopologyLevel_t: the closest common ancestor of two GPUs on the PCIe tree.
 _LEVELS = {
@@ -88,8 +88,8 @@ def _smi_topo() -> str | None:
 def visible_indices(world_size: int, visible: str | None) -> list[int]:
     """NVML indices of the first `world_size` GPUs the ranks will use (CUDA_VISIBLE_DEVICES order when set
     as indices; UUIDs or unset: 0..N-1)."""
-    if visible:
-        items = comma_items(visible)
+    items = visible_devices(visible)
+    if items:
         if all(v.isdigit() for v in items):
             return [int(v) for v in items[:world_size]]
     return list(range(world_size))
