@@ -238,7 +238,7 @@ def find_max_batch(
 
 def predict_max_batch(
     model: Model,
-    memory: str | Sequence[str] | None = "24GiB",
+    memory: str | Sequence[str] | None = None,
     precision: str | Sequence[str] = "bf16",
     *,
     gpu: str | None = None,
@@ -256,8 +256,10 @@ def predict_max_batch(
 ):
     """Predict the max batch of `model` on cards of the given memory sizes, with no GPU (fake tensors).
 
-    `model` as in find_max_batch (a build function is called once, with precision=None). `gpu`: catalog cards by
-    name instead of (or besides) sizes ("H100", "a100 80gb"; memory=None for cards only). The memory a real
+    `model` as in find_max_batch (a build function is called once, with precision=None). `memory`: sizes ("24GiB",
+    or a list); `gpu`: catalog cards by name instead of (or besides) sizes ("H100", "a100 80gb"). With neither, the
+    sizes `memprobe predict` takes without --memory and --gpu (11, 24, 48 and 80 GiB): the same request as the
+    command's, so `gpu="V100", precision="bf16"` is refused as the command refuses it. The memory a real
     card's allocator cannot use comes from the figures memprobe ships (measured per scanned card, carried over to
     the others; the same wherever this runs), or from `overhead_from` (scan result files or folders) or
     `overhead` (a size, 0 for none) when given. `gpus` > 1 predicts per GPU for that many GPUs training

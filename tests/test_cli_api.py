@@ -31,7 +31,7 @@ def test_a_card_that_cannot_train_the_precision_is_the_same_error_in_both():
     tracing bf16 for nothing) while the API answered max batch 0; now both refuse it with the one message."""
     code, line = _error_line(["predict", "-m", "toy", "--gpu", "V100", "--precision", "bf16"])
     with pytest.raises(RequestError) as raised:
-        memprobe.predict_max_batch("toy", memory=None, gpu="V100", precision="bf16")
+        memprobe.predict_max_batch("toy", gpu="V100", precision="bf16")  # the call issue 39 names, as it is
     assert code == 2
     assert line == f"Error: {raised.value}"
     assert "the V100 SXM2 16GB cannot train in bf16 (compute capability 7.0" in line
