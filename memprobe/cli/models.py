@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
+
+from memprobe.request import ModelRequest
 
 
 def model_options(command):
@@ -29,3 +33,20 @@ def model_options(command):
     ):
         command = option(command)
     return command
+
+
+def model_request(params: dict[str, Any], batch: int = 1) -> ModelRequest:
+    """The ModelRequest of a command's parsed options (click's parameter names: --model and the options above, the
+    LLM variant's --search, --checkpointing and --lora); `batch`: the batch a --search seq-len runs at."""
+    return ModelRequest(
+        params["model"],
+        params["models_file"],
+        params["input_size"],
+        params["optimizer"],
+        params["task"],
+        params["seq_len"],
+        params["search"],
+        batch,
+        params["checkpointing"],
+        params["lora"],
+    )

@@ -10,6 +10,7 @@ from memprobe.cli import checks
 from memprobe.cli.app import main
 from memprobe.cli.helpers import progress_lines, traces_without_gpus, writable
 from memprobe.cli.models import model_options as _model_options
+from memprobe.cli.models import model_request
 from memprobe.cli.options import (
     mode_option,
     model_option,
@@ -22,7 +23,7 @@ from memprobe.cli.variants import variant_options as _variant_options
 from memprobe.cli.width import wide_option
 from memprobe.core import textwidth
 from memprobe.core.registry import RegistryError
-from memprobe.request import COMMON_CARD_SIZES, ModelRequest, PredictJob, PredictRequest, RequestError, predict_job
+from memprobe.request import COMMON_CARD_SIZES, PredictJob, PredictRequest, RequestError, predict_job
 
 
 def _predict_and_print(job: PredictJob, compare: str | None) -> list:
@@ -244,18 +245,7 @@ def predict_cmd(**params: Any) -> None:
 
 def predict_request(params: dict[str, Any]) -> PredictRequest:
     """The typed request of predict's parsed options (click's parameter names)."""
-    model = ModelRequest(
-        params["model"],
-        params["models_file"],
-        params["input_size"],
-        params["optimizer"],
-        params["task"],
-        params["seq_len"],
-        params["search"],
-        params["batch"],
-        params["checkpointing"],
-        params["lora"],
-    )
+    model = model_request(params, params["batch"])
     return PredictRequest(
         model,
         precisions=params["precision"],

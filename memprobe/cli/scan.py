@@ -13,6 +13,7 @@ from memprobe.cli import checks
 from memprobe.cli.app import NoGPUExit, main
 from memprobe.cli.helpers import interrupted_status, writable
 from memprobe.cli.models import model_options as _model_options
+from memprobe.cli.models import model_request
 from memprobe.cli.no_gpu import no_gpu, require_gpu
 from memprobe.cli.options import (
     BATCHES,
@@ -33,7 +34,7 @@ from memprobe.cli.variants import variant_options as _variant_options
 from memprobe.cli.width import wide_option
 from memprobe.core.interrupts import SCAN_CLEAN_UP_S, allow_clean_up
 from memprobe.core.registry import RegistryError
-from memprobe.request import COMMON_CARD_SIZES, ModelRequest, RequestError, ScanJob, ScanRequest, scan_job
+from memprobe.request import COMMON_CARD_SIZES, RequestError, ScanJob, ScanRequest, scan_job
 
 
 @main.command("scan")
@@ -271,18 +272,7 @@ def scan_cmd(**params: Any) -> None:
 def scan_request(params: dict[str, Any]) -> ScanRequest:
     """The typed request of scan's parsed options (click's parameter names): the flags are unchanged, their values
     grouped, the model's own options in a ModelRequest."""
-    model = ModelRequest(
-        params["model"],
-        params["models_file"],
-        params["input_size"],
-        params["optimizer"],
-        params["task"],
-        params["seq_len"],
-        params["search"],
-        1,
-        params["checkpointing"],
-        params["lora"],
-    )
+    model = model_request(params, 1)
     curve = params["curve"]
     return ScanRequest(
         model,
