@@ -194,7 +194,8 @@ CHILD_FUNCTIONS = {
 
 
 def torch_imports(package: Path = PACKAGE) -> list[str]:
-    """Where a module of probe/ outside probe/child/ imports torch (at any depth), other than in CHILD_FUNCTIONS."""
+    """Where a module of probe/ outside probe/child/ imports torch or probe/child/ (at any depth; a child is started
+    by module name, not imported), other than in CHILD_FUNCTIONS."""
     out = []
     for path in sorted((package / "probe").rglob("*.py")):
         rel = path.relative_to(package).as_posix()
@@ -216,7 +217,11 @@ def torch_imports(package: Path = PACKAGE) -> list[str]:
                 names = [node.module or ""]
             else:
                 continue
-            out += [f"{rel}:{node.lineno}: imports {n}" for n in names if n.split(".")[0] == "torch"]
+            out += [
+                f"{rel}:{node.lineno}: imports {n}"
+                for n in names
+                if n.split(".")[0] == "torch" or n.startswith("memprobe.probe.child")
+            ]
     return out
 
 
@@ -229,7 +234,11 @@ def test_the_torch_check_catches_an_import_outside_the_child_folder(tmp_path):
     (tmp_path / "probe" / "child" / "worker.py").write_text("import torch\n")
     (tmp_path / "probe" / "device.py").write_text("def torch_environment():\n    import torch\n")
     (tmp_path / "probe" / "scan.py").write_text("def f():\n    from torch.cuda import memory\n")
-    assert torch_imports(tmp_path) == ["probe/scan.py:2: imports torch.cuda"]
+    (tmp_path / "probe" / "group.py").write_text("from memprobe.probe.child.served_rank import decide\n")
+    assert torch_imports(tmp_path) == [
+        "probe/group.py:1: imports memprobe.probe.child.served_rank",
+        "probe/scan.py:2: imports torch.cuda",
+    ]
 
 
 def test_the_scan_side_of_probe_does_not_load_torch():

@@ -17,7 +17,18 @@ from conftest import RecordingProgress
 from fakes import TOY, FakeGroup, fake_group_opts, rank_processes
 from memprobe.core.memory_model import Attempt
 from memprobe.core.outcomes import CRASH, FIT, OOM, TIMEOUT
-from memprobe.core.rank_record import RankFailure, RankRecord
+from memprobe.core.rank_record import (
+    Command,
+    RankFailure,
+    RankRecord,
+    Vote,
+    read_command,
+    read_vote,
+    vote_path,
+    write_command,
+    write_json,
+    write_vote,
+)
 from memprobe.probe.child.served_rank import END, FIT_DECISION, RECOVER, decide, memory_lost
 from memprobe.probe.distributed.group import ServedGroup, command_attempt, served_groups_on
 from memprobe.probe.distributed.launch import LaunchRequest
@@ -102,7 +113,6 @@ class _SleepingLaunch:
 
 def _stuck_group(tmp_path, monkeypatch, votes: list[int], timeout_s: float = 60.0, committed: int = -1):
     import memprobe.probe.distributed.group as group_module
-    from memprobe.probe.child.served_rank import vote_path, write_json
 
     monkeypatch.setattr(group_module, "FAILED_GRACE_S", 0.3)
     run_dir = tmp_path / "launch"
@@ -159,16 +169,25 @@ def test_a_group_whose_ranks_voted_but_never_committed_after_a_failure_is_ended(
 
 
 def test_the_ranks_go_on_after_fits_and_after_a_shared_out_of_memory_and_end_otherwise():
-    fit = {"outcome": FIT, "collectives": [12]}
-    oom = {"outcome": OOM, "collectives": [12]}
+    fit = Vote(FIT, [12])
+    oom = Vote(OOM, [12])
     assert decide([fit, fit]) == FIT_DECISION
     assert decide([oom, oom]) == RECOVER
     assert decide([oom, fit]) == RECOVER  # rank 1 fitted: rank 0 failed after the last collective
-    assert decide([oom, {"outcome": OOM, "collectives": [11]}]) == END  # a collective waits for a peer
+    assert decide([oom, Vote(OOM, [11])]) == END  # a collective waits for a peer
     assert decide([oom, None]) == END  # a vote that did not come
-    assert decide([{"outcome": CRASH, "collectives": [12]}, oom]) == END
-    assert decide([{"outcome": OOM, "collectives": None}, {"outcome": OOM, "collectives": None}]) == END
-    assert decide([{**oom, "in_collective": True}, oom]) == END  # NCCL's own allocation failed
+    assert decide([Vote(CRASH, [12]), oom]) == END
+    assert decide([Vote(OOM, None), Vote(OOM, None)]) == END
+    assert decide([Vote(OOM, [12], in_collective=True), oom]) == END  # NCCL's own allocation failed
+
+
+def test_commands_and_votes_go_to_disk_and_back(tmp_path):
+    write_command(tmp_path, 3, Command("trial", 64, 12.5))
+    assert read_command(tmp_path, 3) == Command("trial", 64, 12.5) and read_command(tmp_path, 4) is None
+    write_vote(tmp_path, 3, 1, Vote(OOM, [7, 2], 64, in_collective=True))
+    assert read_vote(tmp_path, 3, 1) == Vote(OOM, [7, 2], 64, True)
+    vote_path(tmp_path, 3, 0).write_text('{"collectives": [1]}')  # no outcome: not a vote
+    assert read_vote(tmp_path, 3, 0) is None
 
 
 def test_a_model_built_again_with_less_memory_ends_the_group():

@@ -32,6 +32,73 @@ def write_json(path: Path, data: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
+@dataclass
+class Command:
+    """A served group's command to its ranks: a trial at `batch` (a rank that fails waits `vote_wait_s` for its
+    peers' votes), or stop (`why` says why where a rank made it up itself)."""
+
+    op: str  # "trial" or "stop"
+    batch: int | None = None
+    vote_wait_s: float = 30.0
+    why: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        """The command as written to `cmd<K>.json`."""
+        return {k: v for k, v in asdict(self).items() if v not in (None, "")}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Command:
+        """Read a command (unknown keys ignored). Raises KeyError/TypeError where `op` is missing."""
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+@dataclass
+class Vote:
+    """A served rank's vote on a command: its trial's outcome, how many collectives it had issued on each process
+    group (None where torch does not say), the batch, and whether the failure was raised by the communication
+    library itself (`in_collective`)."""
+
+    outcome: str
+    collectives: list[int] | None = None
+    batch: int | None = None
+    in_collective: bool = False
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Vote:
+        """Read a vote (unknown keys ignored). Raises KeyError/TypeError where `outcome` is missing."""
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+def write_command(run_dir: Path, index: int, command: Command) -> None:
+    """Write command `index` of a served group, atomically."""
+    write_json(command_path(run_dir, index), command.to_dict())
+
+
+def read_command(run_dir: Path, index: int) -> Command | None:
+    """Command `index`, or None where it is not written yet (or does not read as one). Never raises."""
+    return _read_as(command_path(run_dir, index), Command.from_dict)
+
+
+def write_vote(run_dir: Path, index: int, rank: int, vote: Vote) -> None:
+    """Write rank `rank`'s vote on command `index`, atomically."""
+    write_json(vote_path(run_dir, index, rank), asdict(vote))
+
+
+def read_vote(run_dir: Path, index: int, rank: int) -> Vote | None:
+    """Rank `rank`'s vote on command `index`, or None where there is none yet (or it does not read as one)."""
+    return _read_as(vote_path(run_dir, index, rank), Vote.from_dict)
+
+
+def _read_as(path: Path, make: Any) -> Any:
+    try:
+        data = json.loads(path.read_text())
+        return make(data) if isinstance(data, dict) else None
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 def rank_record_path(run_dir: Path, rank: int) -> Path:
     """Where rank `rank` of the launch in `run_dir` writes its record."""
     return run_dir / f"rank{rank}.json"

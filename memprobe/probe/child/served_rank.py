@@ -25,24 +25,16 @@ died (MEMPROBE_PARENT_PID gone) exits.
 from __future__ import annotations
 
 import gc
-import json
 import os
 import time
 from pathlib import Path
 from typing import Any
 
-from memprobe.core.rank_record import command_path, vote_path, write_json
+from memprobe.core.rank_record import Command, Vote, read_command, read_vote, write_vote
 from memprobe.probe.child.rank import FAILED_EXIT, Rank, build, hang_if_asked, watch_steps
 
 POLL_S = 0.02
 FIT_DECISION, RECOVER, END = "fit", "recover", "end"
-
-
-def _read(path: Path) -> dict[str, Any] | None:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
 
 
 def _parent_gone(parent: int | None) -> bool:
@@ -57,18 +49,17 @@ def _parent_gone(parent: int | None) -> bool:
     return False
 
 
-def wait_command(run_dir: Path, index: int, parent: int | None) -> dict[str, Any]:
+def wait_command(run_dir: Path, index: int, parent: int | None) -> Command:
     """Command `index`, once the parent wrote it; a stop command when the scan that started the group is gone."""
-    path = command_path(run_dir, index)
     checked = time.monotonic()
     while True:
-        command = _read(path)
+        command = read_command(run_dir, index)
         if command is not None:
             return command
         if time.monotonic() - checked > 1.0:
             checked = time.monotonic()
             if _parent_gone(parent):
-                return {"op": "stop", "why": "the scan that started this group is gone"}
+                return Command("stop", why="the scan that started this group is gone")
         time.sleep(POLL_S)
 
 
@@ -90,16 +81,16 @@ def raised_by_collective(message: str) -> bool:
     return any(marker in text for marker in ("distbackenderror", "nccl", "gloo", "process group"))
 
 
-def decide(votes: list[dict[str, Any] | None]) -> str:
+def decide(votes: list[Vote | None]) -> str:
     """What every rank does after a trial, from every rank's vote (None: a vote that did not come). Pure."""
     from memprobe.core.outcomes import FIT, OOM
 
     if any(v is None for v in votes):
         return END
-    counts = [v.get("collectives") for v in votes]  # type: ignore[union-attr]
+    counts = [v.collectives for v in votes if v]
     same = counts[0] is not None and all(c == counts[0] for c in counts)
-    outcomes = {v["outcome"] for v in votes}  # type: ignore[index]
-    if any(v.get("in_collective") for v in votes):  # type: ignore[union-attr]
+    outcomes = {v.outcome for v in votes if v}
+    if any(v.in_collective for v in votes if v):
         return END  # a communicator that failed (NCCL's own allocation too) is not trusted again
     if outcomes == {FIT}:
         return FIT_DECISION if same else END
@@ -108,14 +99,14 @@ def decide(votes: list[dict[str, Any] | None]) -> str:
     return END
 
 
-def wait_votes(run_dir: Path, index: int, world: int, wait_s: float) -> list[dict[str, Any] | None]:
+def wait_votes(run_dir: Path, index: int, world: int, wait_s: float) -> list[Vote | None]:
     """Every rank's vote on command `index`, waiting at most `wait_s` for the last; None for a missing one."""
     deadline = time.monotonic() + wait_s
-    votes: list[dict[str, Any] | None] = [None] * world
+    votes: list[Vote | None] = [None] * world
     while True:
         for r in range(world):
             if votes[r] is None:
-                votes[r] = _read(vote_path(run_dir, index, r))
+                votes[r] = read_vote(run_dir, index, r)
         if all(v is not None for v in votes) or time.monotonic() > deadline:
             return votes
         time.sleep(POLL_S)
@@ -142,18 +133,18 @@ def serve(req: dict[str, Any], rank: Rank, device: Any, mesh: Any, timeout_s: fl
     index = 0
     while True:
         command = wait_command(run_dir, index, parent)
-        if command.get("op") != "trial":
+        if command.op != "trial" or command.batch is None:
             break
-        batch = int(command["batch"])
+        batch = int(command.batch)
         where.update(stage="trial", batch=batch, command=index)
         attempt = session.trial(TrialRequest(batch, int(req.get("steps", 3)), loss_scale=loss_scale))
         entry = {**attempt.to_dict(), "command": index, "at": time.time()}
-        vote = {"outcome": attempt.outcome, "collectives": collective_counts(), "batch": batch}
-        vote["in_collective"] = attempt.outcome != FIT and raised_by_collective(attempt.message)
-        write_json(vote_path(run_dir, index, rank.rank), vote)
+        failed_in_collective = attempt.outcome != FIT and raised_by_collective(attempt.message)
+        vote = Vote(attempt.outcome, collective_counts(), batch, failed_in_collective)
+        write_vote(run_dir, index, rank.rank, vote)
         # A fitted rank's peers completed the same collectives, so they are at most a trial's clean-up behind;
         # a failed rank's peer may be stuck in a collective this rank never joins: wait for it only so long.
-        wait = timeout_s if attempt.outcome == FIT else float(command.get("vote_wait_s", 30.0))
+        wait = timeout_s if attempt.outcome == FIT else float(command.vote_wait_s)
         votes = wait_votes(run_dir, index, rank.world, wait)
         decision = decide(votes)
         if decision == END:
@@ -166,7 +157,7 @@ def serve(req: dict[str, Any], rank: Rank, device: Any, mesh: Any, timeout_s: fl
                     "trial", TIMEOUT, f"no vote from rank(s) {missing} within {wait:.0f} s", batch, command=index
                 )
             else:
-                others = sorted({v["outcome"] for v in votes if v and v["outcome"] != FIT})  # type: ignore[index]
+                others = sorted({v.outcome for v in votes if v and v.outcome != FIT})
                 rank.failed(
                     "trial", CRASH, f"the group ends: peers {', '.join(others) or 'disagree'}", batch, command=index
                 )

@@ -23,12 +23,10 @@ from typing import Any, Callable, Protocol
 
 from memprobe.core.memory_model import Attempt
 from memprobe.core.outcomes import CRASH, FIT, TIMEOUT
-from memprobe.core.rank_record import RankRecord, read_rank_records
-from memprobe.probe.child.served_rank import command_path, vote_path, write_json
+from memprobe.core.rank_record import Command, RankRecord, read_rank_records, read_vote, vote_path, write_command
 from memprobe.probe.distributed.launch import (
     LaunchRequest,
     _end,
-    _read,
     _tail,
     kill_survivors,
     start_launch,
@@ -97,7 +95,7 @@ class ServedGroup:
             raise RuntimeError("the served group has ended")
         index, self.index = self.index, self.index + 1
         started = time.perf_counter() if index else self.started
-        write_json(command_path(self.run_dir, index), {"op": "trial", "batch": batch, "vote_wait_s": vote_wait_s})
+        write_command(self.run_dir, index, Command("trial", batch, vote_wait_s))
         deadline = time.perf_counter() + self.req.timeout_s
         failed_at: float | None = None  # when a rank's failure of this trial was first seen
         stuck = ""
@@ -145,8 +143,8 @@ class ServedGroup:
     def _failed_vote(self, index: int) -> bool:
         """Whether a rank voted a failure of command `index`: one that failed outside the step (making the batch),
         which records no failure of its own until the group decides."""
-        votes = (_read(vote_path(self.run_dir, index, r)) for r in range(self.req.world_size))
-        return any(v is not None and v.get("outcome") != FIT for v in votes)
+        votes = (read_vote(self.run_dir, index, r) for r in range(self.req.world_size))
+        return any(v is not None and v.outcome != FIT for v in votes)
 
     def _stuck(self, records: list[RankRecord | None], index: int, since_s: float) -> str:
         """Why the group is stuck in command `index` `since_s` after a rank's failure: the ranks that have not
@@ -166,7 +164,7 @@ class ServedGroup:
         if self.closed:
             return
         if self.proc.poll() is None:
-            write_json(command_path(self.run_dir, self.index), {"op": "stop"})
+            write_command(self.run_dir, self.index, Command("stop"))
             try:
                 self.proc.wait(STOP_WAIT_S)
             except subprocess.TimeoutExpired:
