@@ -14,6 +14,7 @@ until it does.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from memprobe.core.memory_model import Attempt, MemoryModel
@@ -36,26 +37,32 @@ BASELINE_HALVINGS = 3  # how often the common batch is halved when B does not tr
 PG_TIMEOUT_S = 180.0  # a collective blocked this long ends its rank (a BERT-Large step takes < 1 s on an H100)
 
 
+@dataclass(frozen=True)
+class RankJob:
+    """One precision of one workload on `world_size` ranks under `strategy`: what every launch of it shares, the
+    progress it is announced to and the launcher that starts it (torchrun; tests give fakes)."""
+
+    workload: Workload
+    precision: str
+    opts: ScanOptions
+    world_size: int
+    strategy: str
+    progress: ScanProgress
+    launcher: Launcher
+
+
 class Launches:
     """Launches for one workload, precision, world size and strategy; announces each trial to `progress` and
     counts the process groups started (`launched`, of which `search` for the search), into `settings`."""
 
-    def __init__(
-        self,
-        workload: Workload,
-        precision: str,
-        opts: ScanOptions,
-        world_size: int,
-        strategy: str,
-        progress: ScanProgress,
-        launcher: Launcher,
-    ) -> None:
-        self.workload, self.precision, self.opts = workload, precision, opts
-        self.world_size, self.strategy, self.progress, self.launcher = world_size, strategy, progress, launcher
-        self.label = f"{world_size}x{strategy}"
+    def __init__(self, job: RankJob) -> None:
+        self.workload, self.precision, self.opts = job.workload, job.precision, job.opts
+        self.world_size, self.strategy = job.world_size, job.strategy
+        self.progress, self.launcher = job.progress, job.launcher
+        self.label = f"{job.world_size}x{job.strategy}"
         self.count = 0
         self.started = time.perf_counter()
-        self.pg_timeout_s = min(PG_TIMEOUT_S, opts.timeout_s)
+        self.pg_timeout_s = min(PG_TIMEOUT_S, job.opts.timeout_s)
         self.counts: dict[str, Any] = {"process_groups": 0, "search_process_groups": 0, "served_search": False}
 
     def request(
@@ -189,24 +196,15 @@ class LaunchTimer:
 
 
 class RanksBackend:
-    """probe.backend.TrialBackend on `world_size` ranks under `strategy`, launched by `launcher` (torchrun)."""
+    """probe.backend.TrialBackend on a RankJob's `world_size` ranks under its `strategy`, launched by its `launcher`;
+    `on_setup` makes the result's environment from rank 0's setup record."""
 
     counts_flops = False  # a group's MFU against one GPU's peak would mislead; the scaling record says more
 
-    def __init__(
-        self,
-        workload: Workload,
-        precision: str,
-        opts: ScanOptions,
-        world_size: int,
-        strategy: str,
-        progress: ScanProgress,
-        launcher: Launcher,
-        on_setup: Callable[[dict[str, Any]], dict[str, Any]],
-    ) -> None:
-        self.opts, self.world_size, self.strategy, self.on_setup = opts, world_size, strategy, on_setup
-        self.launcher = launcher
-        self.launches = Launches(workload, precision, opts, world_size, strategy, progress, launcher)
+    def __init__(self, job: RankJob, on_setup: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
+        self.opts, self.world_size, self.strategy, self.on_setup = job.opts, job.world_size, job.strategy, on_setup
+        self.launcher = job.launcher
+        self.launches = Launches(job)
         self.measurements: dict[int, Timed] = {}
         self.trials: SearchLaunches | ServedSearch | None = None
         self.setup: dict[str, Any] | None = None

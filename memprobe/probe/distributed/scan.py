@@ -19,7 +19,7 @@ from memprobe.core.strategies import STRATEGIES, StrategyError, check_workload
 from memprobe.core.textlists import visible_devices
 from memprobe.probe.backend import ScanProgress
 from memprobe.probe.device import host_environment
-from memprobe.probe.distributed.backend import Launcher, RanksBackend
+from memprobe.probe.distributed.backend import Launcher, RankJob, RanksBackend
 from memprobe.probe.distributed.launch import launch, launch_env, nccl_env
 from memprobe.probe.distributed.standby import Prestarted, prestart_on
 from memprobe.probe.distributed.topology import interconnect, visible_indices
@@ -69,22 +69,14 @@ def distributed_environment(world_size: int, strategy: str, device: str, setup: 
     return facts
 
 
-def _backend(
-    workload: Workload,
-    precision: str,
-    opts: ScanOptions,
-    world_size: int,
-    strategy: str,
-    progress: ScanProgress,
-    launcher: Launcher,
-) -> RanksBackend:
+def _backend(job: RankJob) -> RanksBackend:
     def group_environment(setup: dict[str, Any]) -> dict[str, Any]:
         return {
             **(setup.get("environment") or {}),
-            "distributed": distributed_environment(world_size, strategy, opts.device, setup),
+            "distributed": distributed_environment(job.world_size, job.strategy, job.opts.device, setup),
         }
 
-    return RanksBackend(workload, precision, opts, world_size, strategy, progress, launcher, group_environment)
+    return RanksBackend(job, group_environment)
 
 
 def scan_precision_distributed(
@@ -100,7 +92,7 @@ def scan_precision_distributed(
     """Search, prove, soak, time and curve one precision on `world_size` GPUs; returns the result and rank 0's
     setup record. `start` gives the search a predicted first batch (predict --gpus N, on the CPU)."""
     with _prestarted(launcher, opts) as chosen:
-        backend = _backend(workload, precision, opts, world_size, strategy, progress, chosen)
+        backend = _backend(RankJob(workload, precision, opts, world_size, strategy, progress, chosen))
         result = run_precision(backend, workload, precision, opts, progress, lambda env: None, start)
     return result, backend.setup
 
@@ -151,7 +143,7 @@ def scan_distributed(
     with _prestarted(launcher, opts) as chosen:
 
         def run_one(precision: str, hint: PredictedStart | None, on_environment: Any) -> PrecisionResult:
-            backend = _backend(workload, precision, opts, world_size, strategy, progress, chosen)
+            backend = _backend(RankJob(workload, precision, opts, world_size, strategy, progress, chosen))
             return run_precision(backend, workload, precision, opts, progress, on_environment, hint)
 
         return scan_precisions(
