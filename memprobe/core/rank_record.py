@@ -12,7 +12,9 @@ import json
 import os
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, TypeVar
+
+T = TypeVar("T")
 
 
 def command_path(run_dir: Path, index: int) -> Path:
@@ -91,7 +93,9 @@ def read_vote(run_dir: Path, index: int, rank: int) -> Vote | None:
     return _read_as(vote_path(run_dir, index, rank), Vote.from_dict)
 
 
-def _read_as(path: Path, make: Any) -> Any:
+def _read_as(path: Path, make: Callable[[dict[str, Any]], T]) -> T | None:
+    """`make` of the JSON object in `path`, or None where the file is missing, half written, not an object, or
+    `make` refuses it (KeyError, TypeError, ValueError). Never raises."""
     try:
         data = json.loads(path.read_text())
         return make(data) if isinstance(data, dict) else None
@@ -193,11 +197,7 @@ class RankRecord:
 
 def read_rank_record(run_dir: Path, rank: int) -> RankRecord | None:
     """Rank `rank`'s record in `run_dir`, or None where there is none yet or it does not read as one. Never raises."""
-    try:
-        data = json.loads(rank_record_path(run_dir, rank).read_text())
-        return RankRecord.from_dict({"rank": rank, **data}) if isinstance(data, dict) else None
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
+    return _read_as(rank_record_path(run_dir, rank), lambda data: RankRecord.from_dict({"rank": rank, **data}))
 
 
 def read_rank_records(run_dir: Path, world_size: int) -> list[RankRecord | None]:

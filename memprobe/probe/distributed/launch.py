@@ -237,13 +237,6 @@ def launch(req: LaunchRequest, env: dict[str, str] | None = None, standby: Any =
     )
 
 
-def _read(path: Path) -> dict[str, Any] | None:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-
-
 def _tail(path: Path, lines: int = 6) -> str:
     try:
         text = path.read_text(errors="replace")
