@@ -19,7 +19,7 @@ from typing import Any, Iterator, Sequence
 
 from memprobe.core.registry import RegistryError, Workload
 from memprobe.core.results import ScanResult
-from memprobe.core.textlists import comma_items, visible_devices
+from memprobe.core.textlists import listed, visible_devices
 from memprobe.probe.device import NoGPUError
 from memprobe.request import (
     Model,
@@ -157,7 +157,7 @@ def _scan_request(model: Model, precision: str | Sequence[str], device: str, out
     keys = ("models_file", "input_size", "optimizer", "task", "seq_len")
     request = ModelRequest([model], **{k: given.pop(k) for k in keys}, **shape)
     fields = {k: given.pop(k) for k in list(given) if k in _SCAN_FIELDS}
-    precisions = comma_items(precision) if isinstance(precision, str) else list(precision)
+    precisions = listed(precision)
     return ScanRequest(request, precisions, device=device, out_dir=out, options=given, **fields)
 
 
@@ -283,7 +283,7 @@ def predict_max_batch(
     paths = [overhead_from] if isinstance(overhead_from, (str, Path)) else list(overhead_from or ())
     request = PredictRequest(
         ModelRequest([model], models_file, input_size, optimizer, task, seq_len),
-        comma_items(precision) if isinstance(precision, str) else list(precision),
+        listed(precision),
         memory=text,
         cards=gpu,
         gpus=gpus,
@@ -345,7 +345,7 @@ def plan(
 
     named = callable(model) or is_custom_name(str(model))
     workload = resolve_model(model, seq_len=seq_len if named else None, models_file=models_file)
-    precisions = comma_items(precision) if isinstance(precision, str) else list(precision)
+    precisions = listed(precision)
     return build_plan(
         workload,
         gpu,

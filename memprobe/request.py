@@ -56,13 +56,6 @@ def precision_list(items: Sequence[str]) -> list[str]:
     return chosen
 
 
-def _items(value: str | Sequence[Any] | None) -> list[Any]:
-    """A comma-separated string or a sequence, as a list (the API takes either)."""
-    if value is None:
-        return []
-    return comma_items(value) if isinstance(value, str) else list(value)
-
-
 def positive_size(text: str | int, option: str) -> int:
     """Bytes of a size option (`24GiB`, or a number of bytes). Raises RequestError for garbage or a size not above 0."""
     from memprobe.core.units import parse_size

@@ -30,3 +30,10 @@ def test_every_reader_of_cuda_visible_devices_reads_it_so():
     with pytest.raises(ValueError, match="no GPU"):
         gpu_slots(None, "cuda", visible="")
     assert visible_indices(2, "3, 1,0") == [3, 1] and visible_indices(2, "") == [0, 1]
+
+
+def test_the_api_takes_a_list_option_as_a_comma_separated_string_or_a_sequence():
+    from memprobe.core.textlists import listed
+
+    assert listed("fp16, bf16,") == ["fp16", "bf16"]
+    assert listed(("fp16", "bf16")) == ["fp16", "bf16"] and listed([]) == []
