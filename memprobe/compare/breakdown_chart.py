@@ -23,9 +23,9 @@ from memprobe.compare.chart_layout import (
     grid_shape,
     save,
     tip,
-    title_legend,
 )
 from memprobe.compare.comparison import PRECISION_ORDER
+from memprobe.compare.legend import marker_handle, title_legend
 from memprobe.core.breakdown import CATEGORIES, LABELS, Breakdown
 
 GIB = 1024**3
@@ -339,16 +339,7 @@ def lines_figure(found: Sequence[Entry]):
         for p in precisions
     ]
     handles += [
-        Line2D(
-            [0],
-            [0],
-            marker="*",
-            color="#555555",
-            markeredgecolor="black",
-            linestyle="none",
-            markersize=10,
-            label="measured peak reserved at B",
-        ),
+        marker_handle("*", "measured peak reserved at B", 10),
         Line2D([0], [0], color="#b2182b", label="max batch B"),
         Line2D([0], [0], color="#1a7837", linestyle="-.", label="best batch b*"),
     ]

@@ -107,17 +107,3 @@ def save(fig, out_base: Path) -> list[Path]:
             save_figure(fig, path, dpi=DPI, metadata={"Date": None} if ext == "svg" else {"Software": None})
             written.append(path)
     return written
-
-
-def title_legend(fig: Any, handles: list[Any], title: str, ncols: int) -> None:
-    """The chart's title as the title of one legend above all its panels (every chart reads the same way)."""
-    legend = fig.legend(
-        handles=handles,
-        loc="outside upper center",
-        ncols=ncols,
-        fontsize=8.5,
-        frameon=False,
-        title=title,
-        title_fontproperties={"size": 13, "weight": "bold"},
-    )
-    legend.get_title().set_multialignment("center")

@@ -10,8 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from memprobe.compare.chart_layout import PRECISION_LINESTYLES as LINESTYLES
-from memprobe.compare.chart_layout import figure_size, grid_shape, save, tip, title_legend
+from memprobe.compare.chart_layout import figure_size, grid_shape, save, tip
 from memprobe.compare.comparison import MEASURED, Comparison, Point
+from memprobe.compare.legend import marker_handle, title_legend
 from memprobe.compare.tables import fmt_number
 from memprobe.core.knee import KNEE_FALL
 
@@ -136,27 +137,9 @@ def curve_figure(series: dict[str, list[Point]]):
     handles = [Line2D([0], [0], color=colors[g], linewidth=2, label=g) for g in gpus]
     handles += [Line2D([0], [0], color="#555555", linestyle=LINESTYLES.get(p, "-"), label=p) for p in precisions]
     handles += [
-        Line2D(
-            [0],
-            [0],
-            marker="*",
-            color="#555555",
-            markeredgecolor="black",
-            linestyle="none",
-            markersize=10,
-            label="best batch b*",
-        ),
+        marker_handle("*", "best batch b*", 10),
         Line2D([0], [0], marker="x", color="black", linestyle="none", markersize=7, label="max batch B"),
-        Line2D(
-            [0],
-            [0],
-            marker="v",
-            color="#555555",
-            markeredgecolor="black",
-            linestyle="none",
-            markersize=8,
-            label=f"knee (then a fall > {KNEE_FALL:.0%})",
-        ),
+        marker_handle("v", f"knee (then a fall > {KNEE_FALL:.0%})", 8),
     ]
     title_legend(fig, handles, "Throughput against batch size", min(len(handles), 8))
     return fig

@@ -13,8 +13,9 @@ import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from memprobe.compare.chart_layout import DPI, MAX_WIDTH_PX, save, title_legend
+from memprobe.compare.chart_layout import DPI, MAX_WIDTH_PX, save
 from memprobe.compare.comparison import MEASURED, PUBLISHED
+from memprobe.compare.legend import title_legend
 
 MEASURED_EDGE = "#0b2e59"
 OOM_FILL = "#d9d9d9"

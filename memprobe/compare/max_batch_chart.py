@@ -19,9 +19,9 @@ from memprobe.compare.chart_layout import (
     grid_shape,
     save,
     tip,
-    title_legend,
 )
 from memprobe.compare.comparison import MEASURED, PRECISION_ORDER, PREDICTED, PUBLISHED, Comparison
+from memprobe.compare.legend import marker_handle, title_legend
 from memprobe.core.catalog import Catalog
 
 GIB = 1 << 30
@@ -189,26 +189,8 @@ def max_batch_figure(panels: Sequence[BatchPanel], footer: str):
     ]
     kinds = {
         PREDICTED: Line2D([0], [0], color="#555555", marker="o", markersize=3, label="predicted (memory model)"),
-        MEASURED: Line2D(
-            [0],
-            [0],
-            color="#555555",
-            marker="*",
-            markersize=11,
-            linestyle="none",
-            markeredgecolor="black",
-            label="measured by memprobe",
-        ),
-        PUBLISHED: Line2D(
-            [0],
-            [0],
-            marker="^",
-            markerfacecolor="none",
-            markeredgecolor="#555555",
-            linestyle="none",
-            markersize=8,
-            label="published (other implementation): a batch that fit",
-        ),
+        MEASURED: marker_handle("*", "measured by memprobe", 11),
+        PUBLISHED: marker_handle("^", "published (other implementation): a batch that fit", 8, face="none"),
     }
     handles += [kinds[k] for k in (MEASURED, PREDICTED, PUBLISHED) if shown.get(k)]
     title_legend(fig, handles, "Max training batch by card memory", len(handles))
