@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
+from memprobe.core import option_bounds as bounds
 from memprobe.core.registry import RegistryError, Workload
 from memprobe.core.results import ScanResult
 from memprobe.core.textlists import listed, visible_devices
@@ -27,8 +28,11 @@ from memprobe.request import (
     PredictRequest,
     RequestError,
     ScanRequest,
+    lora_rank,
     predict_job,
+    predict_steps,
     scan_job,
+    within,
     workloads_of,
 )
 from memprobe.workloads.custom import CustomModelError
@@ -157,6 +161,8 @@ def _scan_request(model: Model, precision: str | Sequence[str], device: str, out
     keys = ("models_file", "input_size", "optimizer", "task", "seq_len")
     request = ModelRequest([model], **{k: given.pop(k) for k in keys}, **shape)
     fields = {k: given.pop(k) for k in list(given) if k in _SCAN_FIELDS}
+    if isinstance(fields.get("gpus"), (str, int)):  # "2,4", "all" or 2, as `--gpus` takes them
+        fields["gpus"] = listed(str(fields["gpus"]))
     precisions = listed(precision)
     return ScanRequest(request, precisions, device=device, out_dir=out, options=given, **fields)
 
@@ -185,7 +191,8 @@ def find_max_batch(
     index, or 'cpu' with `cpu_memory_budget` (e.g. '64MiB': the CPU's fake allocator, for tests). `out`: folder
     for the result file (default: none kept). Other options as `memprobe scan` takes them (steps, warmup,
     timed_steps, max_batch, max_trials, batches, soak, curve, curve_batches, mode, search="seq-len", checkpointing,
-    lora, ...), checked as the command checks them; other ScanOptions fields (curve_budget_s, ...) pass through.
+    lora, ...), checked as the command checks them (numbers within the bounds of core/option_bounds.py); one GPU
+    only: `gpus` other than 1 and `parallel` are refused; other ScanOptions fields (curve_budget_s, ...) pass through.
     Returns the ScanResult: `.max_batch`, `.throughput`, `.to_json()`, `.precisions[p]` for each precision.
 
     Raises (all importable from `memprobe`): UserCodeError when the model's own code raised (its traceback in
@@ -200,25 +207,26 @@ def find_max_batch(
     kind = device if isinstance(device, str) else "cuda"
     if kind not in ("cuda", "cpu"):
         raise ValueError(f"device must be a GPU index, 'cuda' or 'cpu', not '{device}'")
-    job = scan_job(
-        _scan_request(
-            model,
-            precision,
-            kind,
-            None if out is None else str(out),
-            throughput=throughput,
-            memory_cap=memory_cap,
-            cpu_memory_budget=cpu_memory_budget,
-            optimizer=optimizer,
-            input_size=input_size,
-            task=task,
-            seq_len=seq_len,
-            models_file=models_file,
-            **scan_options,
-        )
+    request = _scan_request(
+        model,
+        precision,
+        kind,
+        None if out is None else str(out),
+        throughput=throughput,
+        memory_cap=memory_cap,
+        cpu_memory_budget=cpu_memory_budget,
+        optimizer=optimizer,
+        input_size=input_size,
+        task=task,
+        seq_len=seq_len,
+        models_file=models_file,
+        **scan_options,
     )
+    job = scan_job(request)
     if job.frontier:
         raise RequestError("the API finds the max batch; `memprobe scan --search frontier` walks a frontier")
+    if request.parallel or [str(n).strip() for n in request.gpus or ["1"]] != ["1"]:  # taken, and never run
+        raise RequestError("the API scans one GPU (`device`); `memprobe scan --gpus N` or --parallel runs several")
     workload = _one(job.workloads, model)
     opts = dataclasses.replace(job.options, env=_child_variables(device, model))
     with _messages(verbose), tempfile.TemporaryDirectory(prefix="memprobe-") as scratch:
@@ -335,14 +343,20 @@ def plan(
     batch only where measured. Returns memprobe.core.plan.Plan (`.rows`: PlanRow records, sorted by time per global
     batch, unknown last; `.to_dict()`).
 
-    Raises memprobe.core.plan.PlanError (a ValueError) for an unknown card, a global batch out of range, a lever the
-    workload lacks, an unreadable result file or `results` with no scan of this model on this card; CustomModelError / RegistryError for a model that cannot be
-    resolved; memprobe.predict.trace.PredictError when a setting cannot be predicted.
+    Raises RequestError (a ValueError, worded as `memprobe plan` words it) for a global batch, `seq_len` or `gpus`
+    out of bounds (core/option_bounds.py) or a bad `lora` rank; memprobe.core.plan.PlanError (a ValueError) for an
+    unknown card, a lever the workload lacks, an unreadable result file or `results` with no scan of this model on
+    this card; CustomModelError / RegistryError for a model that cannot be resolved;
+    memprobe.predict.trace.PredictError when a setting cannot be predicted.
     """
     from memprobe.plan.build import build_plan
     from memprobe.predict.parallel import cores
     from memprobe.workloads.custom import is_custom_name
 
+    # checked as `memprobe plan` checks its options, before the model is resolved
+    for bound, value in [(bounds.GLOBAL_BATCH, global_batch), (bounds.SEQ_LEN, seq_len), (bounds.PLAN_GPUS, gpus)]:
+        within(bound, value)
+    rank = lora_rank(lora)
     named = callable(model) or is_custom_name(str(model))
     workload = resolve_model(model, seq_len=seq_len if named else None, models_file=models_file)
     precisions = listed(precision)
@@ -352,7 +366,7 @@ def plan(
         global_batch,
         precisions,
         None if named else seq_len,
-        lora,
+        rank,
         list(optimizers),
         list(results),
         workers=cores(),
@@ -385,10 +399,13 @@ def breakdown(
     batch the allocator's slack is then much smaller than with no limit. For a measured one, run find_max_batch
     (its `.precisions[p].breakdown` holds the breakdown at B on a GPU scan). Raises
     memprobe.predict.trace.PredictError when the step cannot be traced, ValueError for predicted=False or a bad
-    card name or size (memprobe.core.cardsize.SizeError).
+    card name or size (memprobe.core.cardsize.SizeError), RequestError (a ValueError) for a batch below 1 or `steps`
+    out of the bounds of `memprobe predict --steps` (3 to 10 in training).
     """
     if not predicted:
         raise ValueError("a measured breakdown comes from find_max_batch(...).precisions[p].breakdown (at B, on a GPU)")
+    within(bounds.BREAKDOWN_BATCH, batch)
+    predict_steps(steps)  # the training trial of `memprobe predict`, whose breakdown this is
     from memprobe.predict.breakdown import predict_breakdown
 
     capacity = None

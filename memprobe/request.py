@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence, Union
 
+from memprobe.core import option_bounds as bounds
 from memprobe.core.catalog import PRECISIONS
 from memprobe.core.registry import Workload, load_registry
 from memprobe.core.run_length import TIMED_STEPS, TRIAL_STEPS, WARMUP_STEPS
@@ -43,6 +44,15 @@ class RequestError(ValueError):
     def __init__(self, message: str, option: str | None = None, usage: bool = True) -> None:
         self.message, self.option, self.usage = message, option, usage
         super().__init__(message if option is None or message.startswith(option) else f"{option}: {message}")
+
+
+def within(bound: bounds.Bound, value: Any) -> Any:
+    """`value` when it is within the option's bounds (core/option_bounds.py: the table the CLI's types read too), or
+    None for an option that may be left out. Raises RequestError naming the option, in the words the command prints."""
+    problem = bound.problem(value)
+    if problem:
+        raise RequestError(problem, bound.option)
+    return value
 
 
 def precision_list(items: Sequence[str]) -> list[str]:
@@ -88,14 +98,16 @@ class ModelRequest:
     @property
     def lora_rank(self) -> int | None:
         """The LoRA rank asked for (None: no LoRA). Raises RequestError for a bad one."""
-        if self.lora is None or isinstance(self.lora, int):
-            if isinstance(self.lora, int) and self.lora < 1:
-                raise RequestError(f"--lora expects a rank such as 16 or r=16, got '{self.lora}'", "--lora")
-            return self.lora
-        try:
-            return parse_lora(self.lora)
-        except VariantError as exc:
-            raise RequestError(str(exc)) from None
+        return lora_rank(self.lora)
+
+
+def lora_rank(lora: str | int | None) -> int | None:
+    """The LoRA rank of --lora (16 or r=16; the API's int as it is), None for no LoRA: one reading for scan,
+    predict, plan and their API calls. Raises RequestError (a combination's: the message names --lora) otherwise."""
+    try:
+        return parse_lora(None if lora is None else str(lora))
+    except VariantError as exc:
+        raise RequestError(str(exc)) from None
 
 
 def workloads_of(request: ModelRequest, precisions: Sequence[str], variants: bool = True) -> list[Workload]:
@@ -105,10 +117,11 @@ def workloads_of(request: ModelRequest, precisions: Sequence[str], variants: boo
     resolved, RequestError for an option the models cannot take."""
     from memprobe.workloads.custom import CustomOptions, is_custom_name, parse_input_size, resolve, target_of
 
+    _model_bounds(request)
     size = request.input_size
-    if isinstance(size, str):
+    if size is not None:  # the API's sequence read as the command's text, so its bounds and errors are the same
         try:
-            size = parse_input_size(size)
+            size = parse_input_size(size if isinstance(size, str) else ",".join(str(v) for v in size))
         except ValueError as exc:
             raise RequestError(str(exc), "--input-size") from None
     shape = CustomOptions(tuple(size) if size else None, request.optimizer, request.task)  # type: ignore[arg-type]
@@ -127,6 +140,11 @@ def workloads_of(request: ModelRequest, precisions: Sequence[str], variants: boo
             found = select_models(registry, str(item), options)
         chosen += [w for w in found if w.name not in {c.name for c in chosen}]
     return _variants(chosen, request, precisions) if variants else chosen
+
+
+def _model_bounds(request: ModelRequest) -> None:
+    """Refuse a --seq-len out of bounds (as click does, before any other check). Raises RequestError."""
+    within(bounds.SEQ_LEN, request.seq_len)
 
 
 def _variants(workloads: list[Workload], request: ModelRequest, precisions: Sequence[str]) -> list[Workload]:
@@ -210,12 +228,11 @@ def scan_job(request: ScanRequest) -> ScanJob:
     RegistryError (CustomModelError) for a model that cannot be named or resolved."""
     from memprobe.probe.options import ScanOptions
 
+    _scan_bounds(request)
     model = request.model
     precisions = precision_list(request.precisions)
     frontier = _frontier(model.search, model.seq_len, bool(request.batches), request.frontier_budget)
     batches = list(request.batches)
-    if any(b < 1 for b in batches):
-        raise RequestError("batch sizes must be at least 1", "--batch")
     timed = batches
     if model.search == "seq-len":  # --batch is then the one batch the length is searched at
         if len(batches) > 1:
@@ -257,6 +274,35 @@ def scan_job(request: ScanRequest) -> ScanJob:
     except ValueError as exc:
         raise RequestError(str(exc)) from None
     return ScanJob(workloads, opts, frontier, model.lora_rank if frontier else None)
+
+
+def _scan_bounds(request: ScanRequest) -> None:
+    """Refuse a numeric scan option out of its bounds, each item of a list too, before any other check (as the
+    command's click types do while parsing). Raises RequestError."""
+    given: list[tuple[bounds.Bound, Any]] = [(bounds.SCAN_STEPS, request.steps), (bounds.WARMUP, request.warmup)]
+    given += [(bounds.TIMED_STEPS, request.timed_steps), (bounds.MAX_BATCH_OPTION, request.max_batch)]
+    given += [(bounds.MAX_TRIALS_OPTION, request.max_trials), (bounds.SOAK, request.soak)]
+    given += [(bounds.SCAN_BATCH, b) for b in request.batches]
+    given += [(bounds.CURVE_BATCH, b) for b in request.curve_batches]
+    given += [(bounds.CURVE_BUDGET, request.curve_budget), (bounds.FRONTIER_BUDGET, request.frontier_budget)]
+    for bound, value in given:
+        within(bound, value)
+    for size in request.gpus or ():
+        world_size(size)
+    _model_bounds(request.model)
+
+
+def world_size(item: str | int) -> str:
+    """One item of scan's --gpus: a number of GPUs (1 or more) or 'all', as typed. Raises RequestError otherwise."""
+    text = str(item).strip()
+    if text == "all":
+        return text
+    try:
+        value = int(text)
+    except ValueError:
+        raise RequestError(f"expected numbers of GPUs or 'all', got '{item}'", "--gpus") from None
+    within(bounds.SCAN_GPUS, value)
+    return text
 
 
 @dataclass(frozen=True)
@@ -311,19 +357,20 @@ def predict_job(request: PredictRequest) -> PredictJob:
     from memprobe.core.overhead import OverheadError, choose_override
 
     model = request.model
+    for bound, value in [(bounds.PREDICT_GPUS, request.gpus), (bounds.PREDICT_STEPS, request.steps)]:
+        within(bound, value)
+    within(bounds.SEQ_BATCH, model.batch)
+    within(bounds.FRONTIER_BUDGET, request.frontier_budget)
+    _model_bounds(model)
     precisions = precision_list(request.precisions)
     strategies = strategy_list(request.strategies)
     frontier = _frontier(model.search, model.seq_len, False, request.frontier_budget)
-    if isinstance(request.gpus, bool) or request.gpus < 1:
-        raise RequestError(f"must be at least 1, got {request.gpus}", "--gpus")
     if request.mode not in MODES:
         raise RequestError(f"must be train or infer, got '{request.mode}'", "--mode")
     workloads = workloads_of(model, precisions, variants=not frontier)
     if request.gpus > 1 and request.mode != "train":
         raise RequestError("--gpus N predicts data-parallel training: leave --mode at train", "--mode")
-    steps = request.steps if request.steps is not None else (3 if request.mode == "train" else 2)
-    if request.mode == "train" and steps < 3:
-        raise RequestError("a training trial is 1 warm-up step + K >= 2 steps (3 or more)", "--steps")
+    steps = predict_steps(request.steps, request.mode)
     if frontier and (request.gpus > 1 or request.mode != "train"):
         raise RequestError("--search frontier predicts one-GPU training: drop --gpus, --mode infer and --compare")
     memory, hints = request.memory, True
@@ -343,6 +390,16 @@ def predict_job(request: PredictRequest) -> PredictJob:
     _check_trainable(asked, precisions)
     worlds = _worlds(request.gpus, strategies)
     return PredictJob(workloads, precisions, asked, override, worlds, steps, request.mode, frontier, model.lora_rank)
+
+
+def predict_steps(steps: int | None, mode: str = "train") -> int:
+    """The steps of a predicted trial: `steps`, or with None 3 in training and 2 forward passes in inference.
+    Raises RequestError out of bounds, or below 3 in training (1 warm-up step + K >= 2)."""
+    within(bounds.PREDICT_STEPS, steps)
+    chosen = steps if steps is not None else (3 if mode == "train" else 2)
+    if mode == "train" and chosen < 3:
+        raise RequestError("a training trial is 1 warm-up step + K >= 2 steps (3 or more)", "--steps")
+    return chosen
 
 
 def strategy_list(items: Sequence[str]) -> list[str]:

@@ -1,5 +1,6 @@
-"""Every option a command accepts has an effect or is refused: the bounds of numeric options, and options that
-do nothing in the company of others (a `--strategy` without `--gpus N > 1`, `--charts` with `--scans`, ...)."""
+"""Every option a command accepts has an effect or is refused: options that do nothing in the company of others (a
+`--strategy` without `--gpus N > 1`, `--charts` with `--scans`, ...). The bounds of numeric options are declared in
+core/option_bounds.py, for the command and the API alike."""
 
 from __future__ import annotations
 
@@ -7,18 +8,6 @@ from typing import Iterable
 
 import click
 from click.core import ParameterSource
-
-# Bounds of numeric options, each with why it is where it is.
-MAX_BATCH = 1 << 20  # no model memprobe has met trains 1M samples per step on one GPU; past that a typo
-MAX_SEQ_LEN = 1 << 20  # 1M tokens, 8x Llama 3.1's 128K context: past that a typo
-MAX_SEQ_BATCH = 65536  # --search seq-len --batch: the scan's default batch cap
-MAX_SCAN_STEPS = 100  # trial steps: the peak is reached by the 2nd step; long runs are --soak's job
-MAX_PREDICT_STEPS = 10  # predict traces every step on the CPU, seconds each; the peak is reached by the 2nd
-MAX_WARMUP = 1000
-MAX_TIMED_STEPS = 10000
-MAX_TRIALS = 1000
-MAX_SOAK = 100000
-MAX_GPUS = 1024  # per-GPU prediction for a data-parallel world (rank 0 of N)
 
 
 class Path(click.Path):

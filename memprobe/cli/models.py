@@ -11,7 +11,8 @@ from memprobe.request import ModelRequest
 
 def model_options(command):
     """The options that shape a model given by name rather than by a registry entry."""
-    from memprobe.cli.checks import MAX_SEQ_LEN
+    from memprobe.cli.options import bounded
+    from memprobe.core import option_bounds as bounds
     from memprobe.workloads.custom import HF_TASKS
 
     for option in reversed(
@@ -25,7 +26,7 @@ def model_options(command):
             click.option("--task", type=click.Choice(HF_TASKS), help="hf: models: the task head (default: causal-lm)."),
             click.option(
                 "--seq-len",
-                type=click.IntRange(2, MAX_SEQ_LEN),
+                type=bounded(bounds.SEQ_LEN),
                 help="hf: models: the sequence length (default: the config's maximum, at most 1024); LLM "
                 "registry workloads (llama-*): the sequence length of the batch search.",
             ),

@@ -13,8 +13,9 @@ import shlex
 import click
 
 from memprobe.cli.app import NoGPUExit
-from memprobe.cli.checks import MAX_PREDICT_STEPS, given
+from memprobe.cli.checks import given
 from memprobe.cli.options import joined
+from memprobe.core.option_bounds import MAX_PREDICT_STEPS
 from memprobe.core.units import gib
 from memprobe.request import COMMON_CARD_SIZES
 

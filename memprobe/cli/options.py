@@ -1,4 +1,5 @@
-"""Options that several commands declare the same way, declared once; the comma-list parameter type they share."""
+"""Options that several commands declare the same way, declared once; the comma-list parameter type they share, and
+the click type of a numeric option made from its bounds (core/option_bounds.py, which the API's requests read too)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,9 @@ from typing import Any, Callable, Sequence, TypeVar
 import click
 
 from memprobe.cli import checks
+from memprobe.core import option_bounds as bounds
 from memprobe.core.textlists import comma_items
-from memprobe.request import RequestError, precision_list, strategy_list
+from memprobe.request import RequestError, precision_list, strategy_list, world_size
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -70,35 +72,61 @@ def _hint(param: click.Parameter | None) -> str | None:
     return max(names, key=len) if names else None
 
 
-def batch_size(text: str) -> int:
-    """One batch size of a list (--batch, --curve). Raises ValueError for garbage or a size out of bounds."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise ValueError(f"expected comma-separated integers, got '{text}'") from None
-    if value < 1:
-        raise ValueError("batch sizes must be at least 1")
-    if value > checks.MAX_BATCH:
-        raise ValueError(f"batch sizes must be at most {checks.MAX_BATCH}")
-    return value
+class _Bounded(click.ParamType):
+    """What makes click.IntRange / FloatRange check a Bound: the number read as click reads it, then refused in the
+    Bound's words (the words the API's RequestError has); the range shown in --help is click's, from the same Bound."""
+
+    bound: bounds.Bound
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = (click.INT if self.bound.kind is int else click.FLOAT).convert(value, param, ctx)
+        problem = self.bound.problem(number)
+        if problem:
+            self.fail(problem, param, ctx)
+        return number
 
 
-def world_size(text: str) -> str:
-    """One item of scan's --gpus: a number of GPUs (1 or more) or 'all', as typed. Raises ValueError otherwise."""
-    if text == "all":
-        return text
-    try:
-        value = int(text)
-    except ValueError:
-        raise ValueError(f"expected numbers of GPUs or 'all', got '{text}'") from None
-    if value < 1:
-        raise ValueError(f"a world size must be at least 1, got {value}")
-    return text
+class _BoundedInt(_Bounded, click.IntRange):
+    pass
+
+
+class _BoundedFloat(_Bounded, click.FloatRange):
+    pass
+
+
+def bounded(bound: bounds.Bound) -> click.ParamType:
+    """The click type of a numeric option, from its Bound: one declaration for the command and the API."""
+    made: _BoundedInt | _BoundedFloat
+    if bound.kind is int:
+        made = _BoundedInt(int(bound.least), None if bound.most is None else int(bound.most), min_open=bound.above)
+    else:
+        made = _BoundedFloat(bound.least, bound.most, min_open=bound.above)
+    made.bound = bound
+    return made
+
+
+def batch_sizes(bound: bounds.Bound) -> Callable[[str], int]:
+    """What reads one batch size of a list option (--batch, --curve) within `bound`; it raises ValueError for
+    garbage or a size out of bounds."""
+
+    def batch_size(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise ValueError(f"expected comma-separated integers, got '{text}'") from None
+        problem = bound.problem(value)
+        if problem:
+            raise ValueError(problem)
+        return value
+
+    return batch_size
 
 
 PRECISIONS = CommaList(check=precision_list)
 STRATEGIES = CommaList(check=strategy_list)
-BATCHES = CommaList(item=batch_size)
+BATCHES = CommaList(item=batch_sizes(bounds.SCAN_BATCH))
+CURVE_BATCHES = CommaList(item=batch_sizes(bounds.CURVE_BATCH), keep=("auto",))
+WORLD_SIZES = CommaList(item=world_size)
 
 
 def model_option(help: str) -> Callable[[F], F]:

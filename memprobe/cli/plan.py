@@ -7,8 +7,18 @@ import click
 from memprobe.cli import checks
 from memprobe.cli.app import main
 from memprobe.cli.helpers import card_name_error, progress_lines, traces_without_gpus
-from memprobe.cli.options import CommaList, format_option, joined, model_option, models_file_option, precision_option
+from memprobe.cli.options import (
+    CommaList,
+    bounded,
+    format_option,
+    joined,
+    model_option,
+    models_file_option,
+    precision_option,
+    request_error,
+)
 from memprobe.cli.width import wide_option
+from memprobe.core import option_bounds as bounds
 from memprobe.core.cardnames import CardNameError, resolve_cards
 from memprobe.core.registry import RegistryError
 
@@ -18,10 +28,10 @@ from memprobe.core.registry import RegistryError
 @click.option("--gpu", "card", required=True, help='The card to plan for, by name ("H200", "H100 SXM", 4090).')
 @click.option(
     "--global-batch",
-    type=int,
+    type=bounded(bounds.GLOBAL_BATCH),
     help="The global batch to reach by accumulation (default: none, one micro-batch per optimizer step).",
 )
-@click.option("--seq-len", type=int, help="LLM workloads and hf: models: the sequence length.")
+@click.option("--seq-len", type=bounded(bounds.SEQ_LEN), help="LLM workloads and hf: models: the sequence length.")
 @precision_option("Comma-separated precisions to plan: fp32, tf32, fp16, bf16.")
 @click.option("--lora", help="LLM workloads: also plan LoRA adapters of this rank (16 or r=16), in fp16/bf16.")
 @click.option(
@@ -40,7 +50,7 @@ from memprobe.core.registry import RegistryError
 @models_file_option
 @click.option(
     "--gpus",
-    type=click.IntRange(1, 4096),
+    type=bounded(bounds.PLAN_GPUS),
     default=1,
     show_default=True,
     help="Plan for this many cards training data-parallel: the micro-batch is per GPU, measured where --results "
@@ -77,11 +87,10 @@ def plan_cmd(
     time per global batch where measured ("not measured" otherwise). Rows are sorted by time per global batch.
     With --gpus N the micro-batch is per GPU and a global step is N micro-batches.
     """
-    from memprobe.core.plan import MAX_GLOBAL_BATCH, PlanError
-    from memprobe.core.variants import VariantError, parse_lora
+    from memprobe.core.plan import PlanError
     from memprobe.plan.build import build_plan
     from memprobe.plan.render import render_plan
-    from memprobe.request import ModelRequest, workloads_of
+    from memprobe.request import ModelRequest, RequestError, lora_rank, workloads_of
     from memprobe.workloads.custom import is_custom_name
 
     try:  # before the model is resolved, as predict and guide read --gpu first
@@ -92,11 +101,6 @@ def plan_cmd(
 
     if strategy is not None and gpus == 1:
         raise click.UsageError("--strategy applies with --gpus N > 1")
-    if global_batch is not None and not 1 <= global_batch <= MAX_GLOBAL_BATCH:
-        bound = "at least 1" if global_batch < 1 else f"at most {MAX_GLOBAL_BATCH:,} (2^24 samples per step)"
-        raise click.BadParameter(f"must be {bound}, got {global_batch:,}", param_hint="--global-batch")
-    if seq_len is not None and not 2 <= seq_len <= checks.MAX_SEQ_LEN:  # as predict and scan take it
-        raise click.BadParameter(f"must be between 2 and {checks.MAX_SEQ_LEN}, got {seq_len}", param_hint="--seq-len")
     precisions = precision
     named = any(is_custom_name(m) for m in model)
     try:
@@ -106,9 +110,9 @@ def plan_cmd(
     if len(workloads) != 1:
         raise click.UsageError(f"--model '{joined(model)}' names {len(workloads)} workloads; plan one at a time")
     try:
-        rank = parse_lora(lora)
-    except VariantError as exc:
-        raise click.BadParameter(str(exc), param_hint="--lora") from None
+        rank = lora_rank(lora)
+    except RequestError as exc:
+        raise request_error(exc) from None
     chosen = optimizers or []
     try:
         with progress_lines() as progress:

@@ -12,6 +12,7 @@ from memprobe.cli.helpers import progress_lines, traces_without_gpus, writable
 from memprobe.cli.models import model_options as _model_options
 from memprobe.cli.models import model_request
 from memprobe.cli.options import (
+    bounded,
     mode_option,
     model_option,
     models_file_option,
@@ -21,6 +22,7 @@ from memprobe.cli.options import (
 )
 from memprobe.cli.variants import variant_options as _variant_options
 from memprobe.cli.width import wide_option
+from memprobe.core import option_bounds as bounds
 from memprobe.core import textwidth
 from memprobe.core.registry import RegistryError
 from memprobe.request import COMMON_CARD_SIZES, PredictJob, PredictRequest, RequestError, predict_job
@@ -133,7 +135,7 @@ def _check_same_world(path: str, result, worlds: list | None) -> None:
     "world_size",
     default=1,
     show_default=True,
-    type=click.IntRange(1, checks.MAX_GPUS),
+    type=bounded(bounds.PREDICT_GPUS),
     help="Predict per GPU for N GPUs training data-parallel (rank 0 of N, under each --strategy).",
 )
 @strategies_option
@@ -170,7 +172,7 @@ def _check_same_world(path: str, result, worlds: list | None) -> None:
 @click.option(
     "--steps",
     default=None,
-    type=click.IntRange(1, checks.MAX_PREDICT_STEPS),
+    type=bounded(bounds.PREDICT_STEPS),
     help="Steps per trial, as the scan's: 1 warm-up + K >= 2 in training (default 3); forward passes in "
     "inference (default 2).",
 )
@@ -191,7 +193,7 @@ def _check_same_world(path: str, result, worlds: list | None) -> None:
     "--batch",
     default=1,
     show_default=True,
-    type=click.IntRange(1, checks.MAX_SEQ_BATCH),
+    type=bounded(bounds.SEQ_BATCH),
     help="With --search seq-len: the batch the sequence length is predicted at.",
 )
 @click.option(

@@ -7,8 +7,9 @@ import click
 from memprobe.cli import checks
 from memprobe.cli.app import _FORMATS, _load_results, main
 from memprobe.cli.helpers import card_names
-from memprobe.cli.options import format_option, precision_option
+from memprobe.cli.options import bounded, format_option, precision_option
 from memprobe.cli.width import wide_option
+from memprobe.core import option_bounds as bounds
 
 
 @main.command("report")
@@ -240,7 +241,9 @@ def _charts_folder(path: str) -> None:
 
 @main.command("guide")
 @click.argument("paths", nargs=-1, type=checks.Path())
-@click.option("--budget", type=click.FloatRange(min=0), help="Only cards whose typical price (USD) is at most this.")
+@click.option(
+    "--budget", type=bounded(bounds.GUIDE_BUDGET), help="Only cards whose typical price (USD) is at most this."
+)
 @click.option(
     "--gpu", "gpus", help='Only these catalog cards, by name or alias, comma-separated (e.g. "H200,A100 80GB SXM4").'
 )
@@ -263,12 +266,7 @@ def guide_cmd(
     efficiency on N GPUs, beside the published multi-GPU figures. Without PATHS it shows the catalog and the
     published figures only.
     """
-    import math
-
     from memprobe.compare.guide import guide_report
-
-    if budget is not None and not math.isfinite(budget):
-        raise click.BadParameter(f"expected a price in USD, got {budget}", param_hint="--budget")
     from memprobe.compare.scaling import split_by_world_size
 
     if html_file:

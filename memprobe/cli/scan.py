@@ -17,21 +17,22 @@ from memprobe.cli.models import model_request
 from memprobe.cli.no_gpu import no_gpu, require_gpu
 from memprobe.cli.options import (
     BATCHES,
-    CommaList,
-    batch_size,
+    CURVE_BATCHES,
+    WORLD_SIZES,
+    bounded,
     mode_option,
     model_option,
     models_file_option,
     precision_option,
     request_error,
     strategies_option,
-    world_size,
 )
 from memprobe.cli.scan_output import after_scan, print_scans
 from memprobe.cli.scan_parallel import scan_parallel
 from memprobe.cli.scan_progress import ProgressPrinter
 from memprobe.cli.variants import variant_options as _variant_options
 from memprobe.cli.width import wide_option
+from memprobe.core import option_bounds as bounds
 from memprobe.core.interrupts import SCAN_CLEAN_UP_S, allow_clean_up
 from memprobe.core.registry import RegistryError
 from memprobe.request import COMMON_CARD_SIZES, RequestError, ScanJob, ScanRequest, scan_job
@@ -65,35 +66,35 @@ from memprobe.request import COMMON_CARD_SIZES, RequestError, ScanJob, ScanReque
     "--steps",
     default=3,
     show_default=True,
-    type=click.IntRange(3, checks.MAX_SCAN_STEPS),
+    type=bounded(bounds.SCAN_STEPS),
     help="Steps per trial: 1 warm-up + K >= 2 (longer runs: --soak).",
 )
 @click.option(
     "--warmup",
     default=3,
     show_default=True,
-    type=click.IntRange(0, checks.MAX_WARMUP),
+    type=bounded(bounds.WARMUP),
     help="Warm-up steps before timing.",
 )
 @click.option(
     "--timed-steps",
     default=10,
     show_default=True,
-    type=click.IntRange(1, checks.MAX_TIMED_STEPS),
+    type=bounded(bounds.TIMED_STEPS),
     help="Timed steps for throughput.",
 )
 @click.option(
     "--max-batch",
     default=65536,
     show_default=True,
-    type=click.IntRange(1, checks.MAX_BATCH),
+    type=bounded(bounds.MAX_BATCH_OPTION),
     help="Largest batch the search tries.",
 )
 @click.option(
     "--max-trials",
     default=40,
     show_default=True,
-    type=click.IntRange(2, checks.MAX_TRIALS),
+    type=bounded(bounds.MAX_TRIALS_OPTION),
     help="Most search trials per precision (fresh-process proof checks not counted).",
 )
 @click.option("--no-throughput", is_flag=True, help="Only find the max batch; skip timing.")
@@ -101,7 +102,7 @@ from memprobe.request import COMMON_CARD_SIZES, RequestError, ScanJob, ScanReque
     "--soak",
     default=0,
     show_default=True,
-    type=click.IntRange(0, checks.MAX_SOAK),
+    type=bounded(bounds.SOAK),
     help="After the proof, train the max batch this many more steps in a fresh process and lower it "
     "until that passes (recorded as proof.soak); 0 = off.",
 )
@@ -127,7 +128,7 @@ from memprobe.request import COMMON_CARD_SIZES, RequestError, ScanJob, ScanReque
     is_flag=False,
     flag_value="auto",
     default="auto",
-    type=CommaList(item=batch_size, keep=("auto",)),
+    type=CURVE_BATCHES,
     metavar="[B1,B2,...]",
     help="Throughput curve (default on): time a ladder of batches up to B and report the best batch b*. "
     "Default ladder: powers of two below B (up to 7) plus B; give sizes to choose them.",
@@ -135,7 +136,7 @@ from memprobe.request import COMMON_CARD_SIZES, RequestError, ScanJob, ScanReque
 @click.option("--no-curve", is_flag=True, help="Skip the throughput curve (only B is timed).")
 @click.option(
     "--curve-budget",
-    type=click.FloatRange(min=0, min_open=True),
+    type=bounded(bounds.CURVE_BUDGET),
     metavar="SECONDS",
     help="Seconds the curve may take per precision: no point starts whose estimated cost would end past "
     "them (default 45 in training, 20 in inference).",
@@ -169,7 +170,7 @@ from memprobe.request import COMMON_CARD_SIZES, RequestError, ScanJob, ScanReque
 @click.option(
     "--gpus",
     "gpus",
-    type=CommaList(item=world_size),
+    type=WORLD_SIZES,
     help="World size(s) to measure: N[,N...] or 'all' (default 1: the single-GPU scan). "
     "N > 1 finds the per-GPU max batch of N ranks launched by torchrun, and the scaling "
     "efficiency against 1 GPU. With --parallel: how many GPUs to spread jobs over (default all).",

@@ -6,6 +6,9 @@ from typing import Callable
 
 import click
 
+from memprobe.cli.options import bounded
+from memprobe.core import option_bounds as bounds
+
 
 def variant_options(command: Callable) -> Callable:
     """The options that turn an LLM workload into a variant (variants.py), shared by scan and predict.
@@ -23,7 +26,7 @@ def variant_options(command: Callable) -> Callable:
         ),
         click.option(
             "--frontier-budget",
-            type=click.FloatRange(min=0, min_open=True),
+            type=bounded(bounds.FRONTIER_BUDGET),
             metavar="SECONDS",
             help="With --search frontier: seconds the frontier may take per precision; points not reached "
             "are recorded as skipped (default: no limit).",

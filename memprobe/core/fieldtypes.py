@@ -47,7 +47,7 @@ class LabelKeys:
 
 
 # Bounds past which a figure is a typo or an edited file, never a measurement: a batch (or a searched sequence
-# length) as the scan and predict take it (cli/checks.MAX_BATCH and MAX_SEQ_LEN), bytes of one card (1 PiB),
+# length) as the scan and predict take it (core/option_bounds.MAX_BATCH and MAX_SEQ_LEN), bytes of one card (1 PiB),
 # a rate (a trillion samples/s), seconds (a year), a count of steps or trials.
 BATCH_MAX = 1 << 20
 BYTES_MAX = 1 << 50
