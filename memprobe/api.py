@@ -349,7 +349,7 @@ def plan(
     this card; CustomModelError / RegistryError for a model that cannot be resolved;
     memprobe.predict.trace.PredictError when a setting cannot be predicted.
     """
-    from memprobe.plan.build import build_plan
+    from memprobe.planning.build import build_plan
     from memprobe.predict.parallel import cores
     from memprobe.workloads.custom import is_custom_name
 

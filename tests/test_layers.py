@@ -37,9 +37,9 @@ ALLOWED = {
     "predict": {"core", "workloads", "training"},
     "compare": {"core"},
     "request": {"core", "workloads", "training", "probe", "predict"},
-    "cli": {"core", "workloads", "training", "probe", "predict", "compare", "plan", "request", "api"},
-    "api": {"core", "workloads", "training", "probe", "predict", "compare", "plan", "request"},
-    "plan": {"core", "workloads", "training", "predict", "compare"},
+    "cli": {"core", "workloads", "training", "probe", "predict", "compare", "planning", "request", "api"},
+    "api": {"core", "workloads", "training", "probe", "predict", "compare", "planning", "request"},
+    "planning": {"core", "workloads", "training", "predict", "compare"},
 }
 ROOT_NAMES = {"__version__"}  # the only names a layer may take from the package root (memprobe/__init__.py)
 

@@ -62,3 +62,12 @@ def test_module_is_small_and_says_its_job(path: Path):
 def test_subsystems_are_folders():
     for sub in ("probe", "predict", "compare", "workloads"):
         assert (PACKAGE / sub / "__init__.py").exists()
+
+
+def test_no_module_of_the_package_is_named_like_an_api_function():
+    # Importing memprobe.<name> binds the module to the package attribute <name>: an API function of that name
+    # (memprobe.plan once) would stop being callable after the module's first import.
+    import memprobe
+
+    clashes = [n for n in memprobe.__all__ if (PACKAGE / n).is_dir() or (PACKAGE / f"{n}.py").exists()]
+    assert clashes == []

@@ -16,7 +16,7 @@ from conftest import RecordingProgress
 from fakes import TOY, FakeGroup, fake_group_opts
 from memprobe.cli import main
 from memprobe.core.plan import MEASURED, PREDICTED
-from memprobe.plan.build import build_plan
+from memprobe.planning.build import build_plan
 from memprobe.probe.distributed.scan import scan_distributed
 
 H200_RESNET = Path(__file__).parent / "data" / "nvidia-h200_resnet50_train_20261124-001712.json"

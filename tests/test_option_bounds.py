@@ -213,7 +213,7 @@ def test_predict_and_predict_max_batch_take_the_edges_of_every_range(monkeypatch
 
 
 def test_plan_and_the_plan_api_take_the_edges_of_every_range(monkeypatch):
-    import memprobe.plan.build as build
+    import memprobe.planning.build as build
     from memprobe.core.plan import PlanError
 
     asked = []

@@ -21,8 +21,8 @@ from memprobe.core.plan import (
     plan_row,
 )
 from memprobe.core.registry import load_registry
-from memprobe.plan.build import build_plan
-from memprobe.plan.levers import settings
+from memprobe.planning.build import build_plan
+from memprobe.planning.levers import settings
 
 DATA = Path(__file__).parent / "data"
 H200_RESNET = DATA / "nvidia-h200_resnet50_train_20261124-001712.json"  # frozen copy: reports/ is tidied
@@ -141,7 +141,7 @@ def test_h200_resnet50_fp16_plan_at_8192_stays_below_the_knee():
 def test_result_of_another_card_is_not_measured_for_this_one():
     from memprobe.core.catalog import default_catalog
     from memprobe.core.results import read_result
-    from memprobe.plan.measured import on_card
+    from memprobe.planning.measured import on_card
 
     result, catalog = read_result(H200_RESNET), default_catalog()
     assert on_card(result, catalog.find("NVIDIA H200"), catalog)
@@ -179,3 +179,12 @@ def test_cli_predicts_without_results_and_says_so():
     assert out.exit_code == 0, out.output
     assert "predicted" in out.output and "not measured" in out.output
     assert "no result files given" in out.output
+
+
+def test_the_api_plan_stays_callable_after_its_first_call():
+    # The plan's package was once named memprobe.plan: its first import replaced the API function memprobe.plan
+    # with the module, and a second call raised "'module' object is not callable".
+    import memprobe
+
+    rows = [memprobe.plan("resnet50", "H200", 8192, precision="fp16", results=[H200_RESNET]).rows for _ in range(2)]
+    assert rows[0] == rows[1] and rows[0][0].source == MEASURED

@@ -37,7 +37,7 @@ COMMANDS = [
     (["report", "--scans", str(H100)], "memprobe.compare.scan_table", "scan_table"),
     (["guide", str(H100)], "memprobe.compare.guide", "guide_report"),
     (["list"], "memprobe.cli.listing", "workload_table"),
-    (["plan", "--model", "toy", "--gpu", "H100", "-p", "fp32"], "memprobe.plan.build", "predicted"),
+    (["plan", "--model", "toy", "--gpu", "H100", "-p", "fp32"], "memprobe.planning.build", "predicted"),
     (
         ["predict", "--model", "toy", "--memory", "8GiB", "-p", "fp32", "--breakdown"],
         "memprobe.predict.breakdown",

@@ -1,4 +1,4 @@
-"""`memprobe plan`: which micro-batch and accumulation to run per memory lever on a card (memprobe.plan.build)."""
+"""`memprobe plan`: which micro-batch and accumulation to run per memory lever on a card (memprobe.planning.build)."""
 
 from __future__ import annotations
 
@@ -88,8 +88,8 @@ def plan_cmd(
     With --gpus N the micro-batch is per GPU and a global step is N micro-batches.
     """
     from memprobe.core.plan import PlanError
-    from memprobe.plan.build import build_plan
-    from memprobe.plan.render import render_plan
+    from memprobe.planning.build import build_plan
+    from memprobe.planning.render import render_plan
     from memprobe.request import ModelRequest, RequestError, lora_rank, workloads_of
     from memprobe.workloads.custom import is_custom_name
 

@@ -18,7 +18,7 @@ from memprobe.core.plan import MEASURED, Capacity
 from memprobe.core.records import CurvePoint, Timed
 from memprobe.core.registry import Workload
 from memprobe.core.results import PrecisionResult, ScanResult
-from memprobe.plan.levers import Setting
+from memprobe.planning.levers import Setting
 
 
 def same_definition(result: ScanResult, workload: Workload) -> bool:

@@ -8,7 +8,7 @@ from memprobe.core.cardsize import card_size
 from memprobe.core.catalog import Card
 from memprobe.core.plan import PREDICTED, Capacity
 from memprobe.core.units import gib
-from memprobe.plan.levers import Setting
+from memprobe.planning.levers import Setting
 from memprobe.predict.progress import TraceProgress, silent
 
 

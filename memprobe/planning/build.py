@@ -10,9 +10,9 @@ from memprobe.core.catalog import default_catalog
 from memprobe.core.plan import PREDICTED, Plan, PlanError, PlanRow, check_global_batch, make_plan
 from memprobe.core.registry import Workload
 from memprobe.core.results import ResultFileError, ScanResult, load_results
-from memprobe.plan.levers import settings as lever_settings
-from memprobe.plan.measured import measured, of_card, same_definition
-from memprobe.plan.predicted import predicted
+from memprobe.planning.levers import settings as lever_settings
+from memprobe.planning.measured import measured, of_card, same_definition
+from memprobe.planning.predicted import predicted
 from memprobe.predict.progress import TraceProgress
 
 NO_RESULTS_NOTE = (
