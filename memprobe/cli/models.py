@@ -11,7 +11,7 @@ from memprobe.request import ModelRequest
 
 def model_options(command):
     """The options that shape a model given by name rather than by a registry entry."""
-    from memprobe.cli.options import bounded
+    from memprobe.cli.options import number_option
     from memprobe.core import option_bounds as bounds
     from memprobe.workloads.custom import HF_TASKS
 
@@ -24,10 +24,9 @@ def model_options(command):
                 help="Models given by name: the optimizer (default: sgd momentum for timm:, adamw otherwise).",
             ),
             click.option("--task", type=click.Choice(HF_TASKS), help="hf: models: the task head (default: causal-lm)."),
-            click.option(
-                "--seq-len",
-                type=bounded(bounds.SEQ_LEN),
-                help="hf: models: the sequence length (default: the config's maximum, at most 1024); LLM "
+            number_option(
+                bounds.SEQ_LEN,
+                "hf: models: the sequence length (default: the config's maximum, at most 1024); LLM "
                 "registry workloads (llama-*): the sequence length of the batch search.",
             ),
         ]

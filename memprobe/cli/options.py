@@ -105,6 +105,14 @@ def bounded(bound: bounds.Bound) -> click.ParamType:
     return made
 
 
+def number_option(bound: bounds.Bound, help: str, *names: str, **attrs: Any) -> Callable[[F], F]:
+    """A numeric option named, typed and bounded by its Bound (core/option_bounds.py), with `names` (e.g. the
+    parameter's name) after the option's and `attrs` for click; a default, when it has one, is shown in --help."""
+    if attrs.get("default") is not None:
+        attrs.setdefault("show_default", True)
+    return click.option(bound.option, *names, type=bounded(bound), help=help, **attrs)
+
+
 def batch_sizes(bound: bounds.Bound) -> Callable[[str], int]:
     """What reads one batch size of a list option (--batch, --curve) within `bound`; it raises ValueError for
     garbage or a size out of bounds."""

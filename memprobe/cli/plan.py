@@ -9,11 +9,11 @@ from memprobe.cli.app import main
 from memprobe.cli.helpers import card_name_error, progress_lines, traces_without_gpus
 from memprobe.cli.options import (
     CommaList,
-    bounded,
     format_option,
     joined,
     model_option,
     models_file_option,
+    number_option,
     precision_option,
     request_error,
 )
@@ -26,12 +26,11 @@ from memprobe.core.registry import RegistryError
 @main.command("plan")
 @model_option("One workload: a registry name, or timm:NAME, hf:NAME, hf-config:PATH, FILE.py:FUNCTION.")
 @click.option("--gpu", "card", required=True, help='The card to plan for, by name ("H200", "H100 SXM", 4090).')
-@click.option(
-    "--global-batch",
-    type=bounded(bounds.GLOBAL_BATCH),
-    help="The global batch to reach by accumulation (default: none, one micro-batch per optimizer step).",
+@number_option(
+    bounds.GLOBAL_BATCH,
+    "The global batch to reach by accumulation (default: none, one micro-batch per optimizer step).",
 )
-@click.option("--seq-len", type=bounded(bounds.SEQ_LEN), help="LLM workloads and hf: models: the sequence length.")
+@number_option(bounds.SEQ_LEN, "LLM workloads and hf: models: the sequence length.")
 @precision_option("Comma-separated precisions to plan: fp32, tf32, fp16, bf16.")
 @click.option("--lora", help="LLM workloads: also plan LoRA adapters of this rank (16 or r=16), in fp16/bf16.")
 @click.option(
@@ -48,13 +47,11 @@ from memprobe.core.registry import RegistryError
     "no measurements), so every row is predicted.",
 )
 @models_file_option
-@click.option(
-    "--gpus",
-    type=bounded(bounds.PLAN_GPUS),
-    default=1,
-    show_default=True,
-    help="Plan for this many cards training data-parallel: the micro-batch is per GPU, measured where --results "
+@number_option(
+    bounds.PLAN_GPUS,
+    "Plan for this many cards training data-parallel: the micro-batch is per GPU, measured where --results "
     "holds a `scan --gpus N` of the card under --strategy, else predicted per GPU.",
+    default=1,
 )
 @click.option(
     "--strategy",

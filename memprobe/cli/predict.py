@@ -12,10 +12,10 @@ from memprobe.cli.helpers import progress_lines, traces_without_gpus, writable
 from memprobe.cli.models import model_options as _model_options
 from memprobe.cli.models import model_request
 from memprobe.cli.options import (
-    bounded,
     mode_option,
     model_option,
     models_file_option,
+    number_option,
     precision_option,
     request_error,
     strategies_option,
@@ -130,13 +130,11 @@ def _check_same_world(path: str, result, worlds: list | None) -> None:
     help=f"Comma-separated memory sizes to predict for (24GiB, 11GB = decimal; default without "
     f"--gpu: {COMMON_CARD_SIZES}).",
 )
-@click.option(
-    "--gpus",
+@number_option(
+    bounds.PREDICT_GPUS,
+    "Predict per GPU for N GPUs training data-parallel (rank 0 of N, under each --strategy).",
     "world_size",
     default=1,
-    show_default=True,
-    type=bounded(bounds.PREDICT_GPUS),
-    help="Predict per GPU for N GPUs training data-parallel (rank 0 of N, under each --strategy).",
 )
 @strategies_option
 @click.option(
@@ -169,12 +167,11 @@ def _check_same_world(path: str, result, worlds: list | None) -> None:
     help="A scan result file of this workload: also print predicted vs measured peaks for its trials, and "
     "the predicted max batch at its allocator capacity beside the measured one.",
 )
-@click.option(
-    "--steps",
-    default=None,
-    type=bounded(bounds.PREDICT_STEPS),
-    help="Steps per trial, as the scan's: 1 warm-up + K >= 2 in training (default 3); forward passes in "
+@number_option(
+    bounds.PREDICT_STEPS,
+    "Steps per trial, as the scan's: 1 warm-up + K >= 2 in training (default 3); forward passes in "
     "inference (default 2).",
+    default=None,
 )
 @mode_option("infer: predict the max batch of forward passes under inference_mode (as `scan --mode infer`).")
 @_model_options
@@ -189,13 +186,7 @@ def _check_same_world(path: str, result, worlds: list | None) -> None:
     type=checks.Path(dir_okay=False),
     help="With --breakdown: write the predicted breakdowns to this JSON file (for report --breakdown --predicted).",
 )
-@click.option(
-    "--batch",
-    default=1,
-    show_default=True,
-    type=bounded(bounds.SEQ_BATCH),
-    help="With --search seq-len: the batch the sequence length is predicted at.",
-)
+@number_option(bounds.SEQ_BATCH, "With --search seq-len: the batch the sequence length is predicted at.", default=1)
 @click.option(
     "--out",
     "out_dir",

@@ -7,7 +7,7 @@ import click
 from memprobe.cli import checks
 from memprobe.cli.app import _FORMATS, _load_results, main
 from memprobe.cli.helpers import card_names
-from memprobe.cli.options import bounded, format_option, precision_option
+from memprobe.cli.options import format_option, number_option, precision_option
 from memprobe.cli.width import wide_option
 from memprobe.core import option_bounds as bounds
 
@@ -241,9 +241,7 @@ def _charts_folder(path: str) -> None:
 
 @main.command("guide")
 @click.argument("paths", nargs=-1, type=checks.Path())
-@click.option(
-    "--budget", type=bounded(bounds.GUIDE_BUDGET), help="Only cards whose typical price (USD) is at most this."
-)
+@number_option(bounds.GUIDE_BUDGET, "Only cards whose typical price (USD) is at most this.")
 @click.option(
     "--gpu", "gpus", help='Only these catalog cards, by name or alias, comma-separated (e.g. "H200,A100 80GB SXM4").'
 )

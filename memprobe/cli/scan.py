@@ -19,10 +19,10 @@ from memprobe.cli.options import (
     BATCHES,
     CURVE_BATCHES,
     WORLD_SIZES,
-    bounded,
     mode_option,
     model_option,
     models_file_option,
+    number_option,
     precision_option,
     request_error,
     strategies_option,
@@ -62,49 +62,19 @@ from memprobe.request import COMMON_CARD_SIZES, RequestError, ScanJob, ScanReque
     help="Folder for the result file.",
 )
 @models_file_option
-@click.option(
-    "--steps",
-    default=3,
-    show_default=True,
-    type=bounded(bounds.SCAN_STEPS),
-    help="Steps per trial: 1 warm-up + K >= 2 (longer runs: --soak).",
-)
-@click.option(
-    "--warmup",
-    default=3,
-    show_default=True,
-    type=bounded(bounds.WARMUP),
-    help="Warm-up steps before timing.",
-)
-@click.option(
-    "--timed-steps",
-    default=10,
-    show_default=True,
-    type=bounded(bounds.TIMED_STEPS),
-    help="Timed steps for throughput.",
-)
-@click.option(
-    "--max-batch",
-    default=65536,
-    show_default=True,
-    type=bounded(bounds.MAX_BATCH_OPTION),
-    help="Largest batch the search tries.",
-)
-@click.option(
-    "--max-trials",
-    default=40,
-    show_default=True,
-    type=bounded(bounds.MAX_TRIALS_OPTION),
-    help="Most search trials per precision (fresh-process proof checks not counted).",
+@number_option(bounds.SCAN_STEPS, "Steps per trial: 1 warm-up + K >= 2 (longer runs: --soak).", default=3)
+@number_option(bounds.WARMUP, "Warm-up steps before timing.", default=3)
+@number_option(bounds.TIMED_STEPS, "Timed steps for throughput.", default=10)
+@number_option(bounds.MAX_BATCH_OPTION, "Largest batch the search tries.", default=65536)
+@number_option(
+    bounds.MAX_TRIALS_OPTION, "Most search trials per precision (fresh-process proof checks not counted).", default=40
 )
 @click.option("--no-throughput", is_flag=True, help="Only find the max batch; skip timing.")
-@click.option(
-    "--soak",
-    default=0,
-    show_default=True,
-    type=bounded(bounds.SOAK),
-    help="After the proof, train the max batch this many more steps in a fresh process and lower it "
+@number_option(
+    bounds.SOAK,
+    "After the proof, train the max batch this many more steps in a fresh process and lower it "
     "until that passes (recorded as proof.soak); 0 = off.",
+    default=0,
 )
 @click.option(
     "--predicted-start/--no-predicted-start",
@@ -134,12 +104,11 @@ from memprobe.request import COMMON_CARD_SIZES, RequestError, ScanJob, ScanReque
     "Default ladder: powers of two below B (up to 7) plus B; give sizes to choose them.",
 )
 @click.option("--no-curve", is_flag=True, help="Skip the throughput curve (only B is timed).")
-@click.option(
-    "--curve-budget",
-    type=bounded(bounds.CURVE_BUDGET),
-    metavar="SECONDS",
-    help="Seconds the curve may take per precision: no point starts whose estimated cost would end past "
+@number_option(
+    bounds.CURVE_BUDGET,
+    "Seconds the curve may take per precision: no point starts whose estimated cost would end past "
     "them (default 45 in training, 20 in inference).",
+    metavar="SECONDS",
 )
 @click.option(
     "--cudnn-benchmark", is_flag=True, help="Let cuDNN pick algorithms by timing (changes memory near the edge)."

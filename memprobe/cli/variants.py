@@ -6,7 +6,7 @@ from typing import Callable
 
 import click
 
-from memprobe.cli.options import bounded
+from memprobe.cli.options import number_option
 from memprobe.core import option_bounds as bounds
 
 
@@ -24,12 +24,11 @@ def variant_options(command: Callable) -> Callable:
             "or (LLM and hf: workloads) the frontier: the max batch at lengths 512, 1024, ... and the "
             "max length at batch 1, 2, 4, ..., each point proven like B.",
         ),
-        click.option(
-            "--frontier-budget",
-            type=bounded(bounds.FRONTIER_BUDGET),
-            metavar="SECONDS",
-            help="With --search frontier: seconds the frontier may take per precision; points not reached "
+        number_option(
+            bounds.FRONTIER_BUDGET,
+            "With --search frontier: seconds the frontier may take per precision; points not reached "
             "are recorded as skipped (default: no limit).",
+            metavar="SECONDS",
         ),
         click.option(
             "--checkpointing", is_flag=True, help="LLM workloads: activation checkpointing per decoder layer."
