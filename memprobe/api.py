@@ -284,9 +284,6 @@ def predict_max_batch(
     or overhead, and for cards none of which can train in any precision asked; CustomModelError / RegistryError
     for a model that cannot be resolved.
     """
-    from memprobe.predict.parallel import cores
-    from memprobe.predict.summary import predict
-
     text = memory if memory is None or isinstance(memory, str) else ",".join(memory)
     paths = [overhead_from] if isinstance(overhead_from, (str, Path)) else list(overhead_from or ())
     request = PredictRequest(
@@ -305,17 +302,7 @@ def predict_max_batch(
         workload = _one(job.workloads, model)
         sizes = job.memory_sizes()
         world = job.worlds[0] if job.worlds else None
-        return predict(
-            workload,
-            job.precisions,
-            sizes,
-            None,
-            "",
-            steps=job.steps,
-            world=world,
-            workers=cores(),
-            progress=_progress(verbose),
-        )
+        return job.predict(workload, sizes, world, _progress(verbose))
 
 
 def plan(

@@ -348,6 +348,16 @@ class PredictJob:
         except ValueError as exc:
             raise RequestError(str(exc), "--gpu" if self.asked.cards else "--memory") from None
 
+    def predict(self, workload: Workload, sizes: list, world: Any = None, progress: Any = None, compare_with=None):
+        """Predict `workload`'s max batch for `sizes` (memory_sizes()) per GPU of `world`, tracing in the job's
+        precisions, steps and mode on every core this process may use: the one call the command and the API make.
+        Raises as memprobe.predict.summary.predict does."""
+        from memprobe.predict.parallel import cores
+        from memprobe.predict.summary import predict
+
+        given = {"compare_with": compare_with, "world": world, "mode": self.mode, "progress": progress}
+        return predict(workload, self.precisions, sizes, None, "", steps=self.steps, workers=cores(), **given)
+
 
 def predict_job(request: PredictRequest) -> PredictJob:
     """The workloads, sizes and settings of a predict request. Raises RequestError for an option the prediction

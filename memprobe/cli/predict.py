@@ -37,9 +37,8 @@ def _predict_and_print(job: PredictJob, compare: str | None) -> list:
         from memprobe.workloads.torchvision_guard import ensure_loadable, standin_reason
 
         try:
-            from memprobe.predict.parallel import cores
+            from memprobe.predict import summary  # noqa: F401  (job.predict's, imported here under paused())
             from memprobe.predict.render import render
-            from memprobe.predict.summary import predict
             from memprobe.predict.trace import PredictError
         except TorchInternalsError as exc:
             raise click.ClickException(str(exc)) from None
@@ -82,21 +81,8 @@ def _predict_and_print(job: PredictJob, compare: str | None) -> list:
             click.echo(f"[{workload.name}] tracing on fake tensors{where} (no GPU used) ...", err=True)
             try:
                 with progress_lines() as progress:
-                    prediction = predict(
-                        workload,
-                        job.precisions,
-                        sizes,
-                        None,
-                        "",
-                        steps=job.steps,
-                        compare_with=compare_with
-                        if compare_with and compare_with[1].workload.name == workload.name
-                        else None,
-                        world=world,
-                        mode=mode,
-                        workers=cores(),
-                        progress=progress,
-                    )
+                    same = compare_with and compare_with[1].workload.name == workload.name
+                    prediction = job.predict(workload, sizes, world, progress, compare_with if same else None)
             except (PredictError, TorchInternalsError, RuntimeError) as exc:
                 raise click.ClickException(str(exc).splitlines()[0]) from None
             click.echo(textwidth.fit_text(render(prediction)))
