@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import copy
 import time
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager, closing, nullcontext
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
@@ -130,79 +130,66 @@ def run_precision(
     """Search, prove, soak, time and curve one precision over `backend`; `start` predicts the max batch beside the
     search (polled, never waited for). Raises what the back-end's open raises (NoCudaError: no CUDA device) and
     CurveInterrupted on Ctrl-C during the curve (B proven and timed)."""
-    try:
-        return _run(backend, workload, precision, opts, progress, on_environment, start)
-    finally:
-        backend.close()
+    with closing(backend):  # its processes end whatever happens
+        result = PrecisionResult(precision, status="running")
+        started, started_at = time.perf_counter(), time.time()
+        seen: dict[str, Any] = {}
+        stage: dict[str, Any] = {"at": "search", "checks": [], "reused": []}
 
+        def environment(env: dict[str, Any]) -> None:
+            seen.update(env)
+            on_environment(env)
 
-def _run(
-    backend: TrialBackend,
-    workload: Workload,
-    precision: str,
-    opts: ScanOptions,
-    progress: ScanProgress,
-    on_environment: OnEnvironment,
-    start: PredictedStart | None,
-) -> PrecisionResult:
-    """run_precision's steps, in order; on Ctrl-C or a signal, raises PrecisionInterrupted with what finished."""
-    result = PrecisionResult(precision, status="running")
-    started, started_at = time.perf_counter(), time.time()
-    seen: dict[str, Any] = {}
-    stage: dict[str, Any] = {"at": "search", "checks": [], "reused": []}
-
-    def environment(env: dict[str, Any]) -> None:
-        seen.update(env)
-        on_environment(env)
-
-    if not backend.open(result, environment):
-        return result
-    if backend.counts_flops:
-        flops = backend.flops() if opts.measure else Flops()
-        result.settings.flops_per_sample = flops.flops_per_sample
-        if flops.error:
-            result.settings.flops_error = flops.error
-    trials = _Recorded(backend.search_trials())
-    hint = (
-        start.hint_for(precision, result.capacity_bytes, result.settings, progress.note, started_at) if start else None
-    )
-    try:
-        found = find_max_batch(
-            trials,
-            result.capacity_bytes,
-            opts.max_batch,
-            opts.max_trials,
-            hint=hint.poll if hint else None,
-            on_hint=_on_hint(hint, trials),
+        if not backend.open(result, environment):
+            return result
+        if backend.counts_flops:
+            flops = backend.flops() if opts.measure else Flops()
+            result.settings.flops_per_sample = flops.flops_per_sample
+            if flops.error:
+                result.settings.flops_error = flops.error
+        trials = _Recorded(backend.search_trials())
+        hint = (
+            start.hint_for(precision, result.capacity_bytes, result.settings, progress.note, started_at)
+            if start
+            else None
         )
-    except BaseException as exc:
-        trials.kill()  # interrupted: do not wait for the shared process's running steps
-        if isinstance(exc, KeyboardInterrupt):
-            raise _interrupted(result, "search", trials.attempts, started) from None
-        raise
-    finally:
-        trials.close()
-    result.search_seconds = round(time.perf_counter() - started, 2)
-    if hint is not None:
-        hint.finish(found, result.search_seconds)
-    result.attempts = [replace(a) for a in found.attempts]  # copies: the records the file keeps
-    result.memory_model = memory_models(found.attempts)
-    result.stop = found.stop
-    if found.stop in STOPPING:
-        result.status, result.error, result.max_batch = "error", found.error, None
+        try:
+            found = find_max_batch(
+                trials,
+                result.capacity_bytes,
+                opts.max_batch,
+                opts.max_trials,
+                hint=hint.poll if hint else None,
+                on_hint=_on_hint(hint, trials),
+            )
+        except BaseException as exc:
+            trials.kill()  # interrupted: do not wait for the shared process's running steps
+            if isinstance(exc, KeyboardInterrupt):
+                raise _interrupted(result, "search", trials.attempts, started) from None
+            raise
+        finally:
+            trials.close()
+        result.search_seconds = round(time.perf_counter() - started, 2)
+        if hint is not None:
+            hint.finish(found, result.search_seconds)
+        result.attempts = [replace(a) for a in found.attempts]  # copies: the records the file keeps
+        result.memory_model = memory_models(found.attempts)
+        result.stop = found.stop
+        if found.stop in STOPPING:
+            result.status, result.error, result.max_batch = "error", found.error, None
+            return result
+        try:
+            _proven(backend, result, found, workload, opts, progress, seen, started, stage)
+        except CurveInterrupted:
+            raise
+        except KeyboardInterrupt:
+            if stage["at"] == "proof":
+                checks = stage["checks"]
+                edge = EdgeCheck(found.max_batch, None, None, False, False, list(checks), list(stage["reused"]))
+                result.proof = proof_record(edge, found)
+                result.proof.fit_check = backend.fit_check()
+            raise _interrupted(result, stage["at"], None, started, opts.measure) from None
         return result
-    try:
-        _proven(backend, result, found, workload, opts, progress, seen, started, stage)
-    except CurveInterrupted:
-        raise
-    except KeyboardInterrupt:
-        if stage["at"] == "proof":
-            checks = stage["checks"]
-            edge = EdgeCheck(found.max_batch, None, None, False, False, list(checks), list(stage["reused"]))
-            result.proof = proof_record(edge, found)
-            result.proof.fit_check = backend.fit_check()
-        raise _interrupted(result, stage["at"], None, started, opts.measure) from None
-    return result
 
 
 def _interrupted(

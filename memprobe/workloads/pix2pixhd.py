@@ -234,13 +234,5 @@ def generator_parameters(params: dict[str, Any] | None = None) -> int:
     counted on the meta device without allocating."""
     p = _params(params or {})
     with torch.device("meta"):
-        g = Generator(
-            p["label_nc"] + (1 if p["instance_edges"] else 0),
-            p["output_nc"],
-            p["ngf"],
-            p["local_enhancers"],
-            p["global_downsamplings"],
-            p["global_blocks"],
-            p["local_blocks"],
-        )
+        g = Generator.of(p)
     return sum(q.numel() for q in g.parameters())

@@ -138,9 +138,20 @@ def _half(x: torch.Tensor) -> torch.Tensor:
     return F.avg_pool2d(x, 3, stride=2, padding=1, count_include_pad=False)
 
 
+def generator_inputs(p: dict[str, Any]) -> int:
+    """The generator's input channels for the settings `p`: the label map, and one for instance edges."""
+    return p["label_nc"] + (1 if p["instance_edges"] else 0)
+
+
 class Generator(nn.Module):
     """G1 with `local_enhancers` local enhancers (the paper's 2048x1024 setting uses one, ngf 32, so G1
     runs at 1024x512 with 64 base channels)."""
+
+    @classmethod
+    def of(cls, p: dict[str, Any]) -> "Generator":
+        """The generator of the workload's settings `p` (the Pix2PixHD module's and the parameter count's)."""
+        keys = ("output_nc", "ngf", "local_enhancers", "global_downsamplings", "global_blocks", "local_blocks")
+        return cls(generator_inputs(p), *(p[k] for k in keys))
 
     def __init__(
         self,
@@ -273,16 +284,8 @@ class Pix2PixHD(nn.Module):
 
     def __init__(self, p: dict[str, Any]) -> None:
         super().__init__()
-        in_channels = p["label_nc"] + (1 if p["instance_edges"] else 0)
-        self.generator = Generator(
-            in_channels,
-            p["output_nc"],
-            p["ngf"],
-            p["local_enhancers"],
-            p["global_downsamplings"],
-            p["global_blocks"],
-            p["local_blocks"],
-        )
+        in_channels = generator_inputs(p)
+        self.generator = Generator.of(p)
         # D sees the label map and the image stacked (a conditional GAN)
         self.discriminator = MultiscaleDiscriminator(
             in_channels + p["output_nc"], p["ndf"], p["d_layers"], p["d_scales"]
