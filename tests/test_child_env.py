@@ -1,7 +1,8 @@
 """Every process memprobe starts gets core.child_env's environment: the GPU safety switches reach each one.
 
-The static half walks memprobe/ for every subprocess call and asserts it passes env= built by child_env (or
-launch_env, which starts from it); the other half runs the recipes and checks what a child would get.
+The static half walks memprobe/ for every subprocess call and every spawn through the one handle (core/child.py's
+Child.start and ForkServer); the other half starts each spawn site with subprocess.Popen recorded and checks what
+each child would get.
 """
 
 from __future__ import annotations
@@ -15,15 +16,29 @@ from memprobe.core.child_env import SAFE_ENV, child_env
 
 PACKAGE = Path(__file__).resolve().parents[1] / "memprobe"
 SPAWNERS = {"Popen", "run", "call", "check_call", "check_output"}
-RECIPES = {"child_env", "launch_env", "_worker_env"}
+RECIPES = {"child_env"}
+# Where a process may be started by subprocess directly: the handle itself, and nvidia-smi's one-shot run.
+DIRECT = {"core/child.py", "probe/distributed/topology.py"}
+# Every spawn site, each through the handle: Child.start(...) or a ForkServer (probe/runner.Zygote is one).
+SITES = {
+    "probe/runner.py",  # the trial processes (exec'd) and the fork server
+    "probe/hint.py",  # the predicted start
+    "probe/nothing_fits.py",  # the nothing-fits trace
+    "probe/distributed/launch.py",  # torchrun launches (and the standbys, through start_torchrun)
+    "probe/parallel.py",  # --parallel scans
+}
+
+
+def _functions(path: Path) -> list[ast.AST]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    return [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
 
 
 def _spawn_calls() -> list[tuple[Path, ast.Call, ast.AST]]:
     """(module, call, enclosing function) for every subprocess.<spawner>(...) in memprobe/."""
     found = []
     for path in sorted(PACKAGE.rglob("*.py")):
-        tree = ast.parse(path.read_text(encoding="utf-8"))
-        for scope in [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]:
+        for scope in _functions(path):
             for node in ast.walk(scope):
                 func = node.func if isinstance(node, ast.Call) else None
                 if (
@@ -36,6 +51,26 @@ def _spawn_calls() -> list[tuple[Path, ast.Call, ast.AST]]:
     return found
 
 
+def _handle_calls() -> dict[str, int]:
+    """Module (relative to memprobe/) -> how many Child.start(...) calls and ForkServer subclasses it has."""
+    found: dict[str, int] = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        where = str(path.relative_to(PACKAGE))
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+                if (
+                    node.func.attr == "start"
+                    and isinstance(node.func.value, ast.Name)
+                    and node.func.value.id == "Child"
+                ):
+                    found[where] = found.get(where, 0) + 1
+            if isinstance(node, ast.ClassDef) and any(
+                isinstance(b, ast.Name) and b.id == "ForkServer" for b in node.bases
+            ):
+                found[where] = found.get(where, 0) + 1
+    return found
+
+
 def _names_called(node: ast.AST) -> set[str]:
     return {
         n.func.id if isinstance(n.func, ast.Name) else n.func.attr
@@ -44,17 +79,18 @@ def _names_called(node: ast.AST) -> set[str]:
     }
 
 
-def test_every_spawn_site_passes_an_environment_from_the_one_recipe():
+def test_every_process_is_started_through_the_handle_with_an_environment_from_the_one_recipe():
     calls = _spawn_calls()
-    assert len(calls) >= 8  # trial worker, fork server, hint, nothing-fits, torchrun x2, --parallel, nvidia-smi
+    assert {str(path.relative_to(PACKAGE)) for path, _c, _s in calls} == DIRECT, "a child started outside core/child"
     for path, call, scope in calls:
         where = f"{path.relative_to(PACKAGE)}:{call.lineno}"
         env = next((k.value for k in call.keywords if k.arg == "env"), None)
         assert env is not None, f"{where}: a child started without env="
-        if isinstance(env, ast.Name):  # a variable: the function that spawns must build it with a recipe
-            assert _names_called(scope) & RECIPES, f"{where}: env={env.id} not built by child_env/launch_env"
+        if isinstance(env, ast.Name):  # a variable: the function that spawns must build it with the recipe
+            assert _names_called(scope) & RECIPES, f"{where}: env={env.id} not built by child_env"
         else:
-            assert _names_called(env) & RECIPES, f"{where}: env= not built by child_env/launch_env"
+            assert _names_called(env) & RECIPES, f"{where}: env= not built by child_env"
+    assert set(_handle_calls()) - {"core/child.py"} == SITES  # ForkServer starts its server as a Child
 
 
 def test_the_recipe_sets_the_switches_where_unset_and_keeps_the_users():
@@ -64,16 +100,77 @@ def test_the_recipe_sets_the_switches_where_unset_and_keeps_the_users():
     assert env["TORCH_SYMM_MEM_DISABLE_MULTICAST"] == "1" and env["NVSHMEM_DISABLE_NVLS"] == "1"
 
 
-@pytest.mark.parametrize("recipe", ["worker", "launch"])
-def test_trial_workers_and_launches_get_every_switch(recipe, monkeypatch):
+def _start_site(site: str, given: dict[str, str], folder: Path) -> None:
+    """Start spawn site `site` the way the scan does, with `given` as the scan's variables where it takes them."""
+    from fakes import TOY
+    from memprobe.probe import nothing_fits, runner
+    from memprobe.probe.distributed.launch import LaunchRequest, start_launch
+    from memprobe.probe.distributed.standby import Standby
+    from memprobe.probe.hint import PredictedStart
+    from memprobe.probe.options import ScanOptions
+    from memprobe.probe.parallel import run_parallel
+
+    if site == "trial process":
+        runner.Worker("memprobe.workloads.toy", env=given)
+    elif site == "fork server":
+        runner.Zygote("memprobe.workloads.toy", env=given)
+    elif site == "predicted start":
+        with PredictedStart(TOY, ["fp32"], env=given) as start:  # says it could not start, raises nothing
+            assert start.ask("fp32", 1 << 30).poll()["error"] == "the prediction process could not be started"
+        raise OSError("recorded")
+    elif site == "nothing fits":
+        nothing_fits._default_need(TOY, "fp32", env=given)
+    elif site == "torchrun launch":
+        start_launch(LaunchRequest(TOY.to_dict(), "fp32", "ddp", 2, [1], device="cpu"))
+    elif site == "standby":
+        Standby(2, "cpu", TOY.to_dict())
+    elif site == "--parallel scan":
+        run_parallel([TOY], ScanOptions(["fp32"], device="cpu"), ["0"], folder)
+
+
+WATCHED = {"trial process", "fork server", "predicted start", "nothing fits"}  # they die with the scan (lifeline)
+GIVEN = {"trial process", "fork server", "predicted start", "nothing fits"}  # they take ScanOptions.env
+HIDDEN = {"predicted start", "nothing fits"}  # they trace on the CPU: CUDA hidden whatever the scan says
+
+
+@pytest.mark.parametrize(
+    "site", ["trial process", "fork server", *sorted(HIDDEN), "torchrun launch", "standby", "--parallel scan"]
+)
+def test_each_spawn_site_gives_its_child_the_switches_and_the_scans_variables(site, monkeypatch, tmp_path):
+    """Each spawn site, started with subprocess.Popen recorded (and failing, as a missing python would): the child's
+    environment has every switch, the scan's variables on top (ScanOptions.env: its GPU and import path) where the
+    site takes them, CUDA hidden from the predicting children, this process's pid where the child watches it; and a
+    site whose child cannot start leaves no launch folder."""
+    import os
+    import subprocess
+    import tempfile
+
+    from memprobe.core.lifeline import PARENT_ENV
+
     for key in SAFE_ENV:
         monkeypatch.delenv(key, raising=False)
-    if recipe == "worker":
-        from memprobe.probe.runner import _worker_env as make
-    else:
-        from memprobe.probe.distributed.launch import launch_env as make
-    env = make()
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    started: list[dict[str, str]] = []
+
+    def recorded(*args, env, **kwargs):
+        started.append(env)
+        raise OSError("recorded")
+
+    monkeypatch.setattr(subprocess, "Popen", recorded)
+    given = {"CUDA_VISIBLE_DEVICES": "5", "PYTHONPATH": "/somewhere"}
+    with pytest.raises(OSError, match="recorded"):
+        _start_site(site, given, tmp_path / "out")
+    (env,) = started
     assert {k: env[k] for k in SAFE_ENV} == SAFE_ENV
+    assert (PARENT_ENV in env) == (site in WATCHED) and env.get(PARENT_ENV, str(os.getpid())) == str(os.getpid())
+    if site in GIVEN:
+        assert env["PYTHONPATH"] == "/somewhere"
+        assert env["CUDA_VISIBLE_DEVICES"] == ("" if site in HIDDEN else "5")
+    else:  # torchrun and --parallel scans: this checkout on their import path, the GPUs of this process
+        assert str(PACKAGE.parent) in env["PYTHONPATH"].split(os.pathsep)
+        assert env["CUDA_VISIBLE_DEVICES"] == "3,5"  # a --parallel scan pins a GPU on CUDA only; this one is the CPU
+    assert not list(tmp_path.glob("memprobe-*")), "a child that could not start left its log or launch folder"
 
 
 def test_a_watched_child_is_given_this_process_pid_and_others_are_not():
@@ -83,40 +180,6 @@ def test_a_watched_child_is_given_this_process_pid_and_others_are_not():
 
     assert child_env({}, watched=True)[PARENT_ENV] == str(os.getpid())
     assert PARENT_ENV not in child_env({})
-
-
-def test_a_scans_variables_reach_its_trial_processes_and_cuda_stays_hidden_from_the_predicting_ones(monkeypatch):
-    """ScanOptions.env (find_max_batch's GPU and import path) goes on top of this process's environment in each
-    recipe; the predicted-start and nothing-fits children keep CUDA hidden whatever it says."""
-    import subprocess
-
-    from memprobe.probe import nothing_fits
-    from memprobe.probe.hint import PredictedStart
-    from memprobe.probe.runner import _worker_env
-
-    given = {"CUDA_VISIBLE_DEVICES": "5", "PYTHONPATH": "/somewhere"}
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")
-    worker = _worker_env(given)
-    assert worker["CUDA_VISIBLE_DEVICES"] == "5" and worker["PYTHONPATH"] == "/somewhere"
-    assert worker["PYTHONUNBUFFERED"] == "1" and worker["NCCL_NVLS_ENABLE"] == "0"
-
-    started: list[dict[str, str]] = []
-
-    def recorded(*args, env, **kwargs):
-        started.append(env)
-        raise OSError("recorded")  # each spawner says a child that cannot start in its own way
-
-    monkeypatch.setattr(subprocess, "Popen", recorded)
-    monkeypatch.setattr(subprocess, "run", recorded)
-    from fakes import TOY
-
-    with PredictedStart(TOY, ["fp32"], env=given):
-        pass
-    with pytest.raises(OSError):
-        nothing_fits._default_need(TOY, "fp32", env=given)
-    for env in started:
-        assert env["CUDA_VISIBLE_DEVICES"] == "" and env["PYTHONPATH"] == "/somewhere"
-    assert len(started) == 2
 
 
 def test_find_max_batch_gives_its_processes_the_gpu_and_import_path_and_leaves_os_environ_alone(monkeypatch, tmp_path):

@@ -10,7 +10,7 @@ import pytest
 
 from memprobe.core.protocol import Lost, PingRequest, Pong, Ready
 from memprobe.core.registry import load_registry
-from memprobe.probe.runner import Worker, WorkerFactory, WorkerSpec, Zygote, ZygoteError, _ExecProcess, _ForkedProcess
+from memprobe.probe.runner import Worker, WorkerFactory, WorkerSpec, Zygote, ZygoteError
 
 BUDGET = 8 << 20
 
@@ -29,7 +29,7 @@ def factory(toy_spec):
 
 def test_forked_workers_run_trials_and_start_without_imports(factory, toy_spec):
     first = factory.fresh(toy_spec)  # waits for the server's imports
-    assert isinstance(first.proc, _ForkedProcess)
+    assert first.child.forked
     assert first.trial(16, 3).fits
     first.close()
     assert not first.alive
@@ -44,14 +44,14 @@ def test_forked_workers_run_trials_and_start_without_imports(factory, toy_spec):
         assert isinstance(second.info, Ready) and second.info.capacity_bytes == BUDGET
         assert second.trial(10**6, 3).outcome == "oom"
         assert second.trial(16, 3).fits  # usable after an OOM
-        assert second.proc.pid != first.proc.pid
+        assert second.child.pid != first.child.pid
     finally:
         second.close()
 
 
 def test_killed_forked_worker_is_a_crash(factory, toy_spec):
     worker = factory.fresh(toy_spec)
-    os.kill(worker.proc.pid, signal.SIGKILL)
+    os.kill(worker.child.pid, signal.SIGKILL)
     attempt = worker.trial(4, 3)
     assert attempt.outcome == "crash" and "died" in attempt.message
     worker.close()
@@ -62,7 +62,7 @@ def assert_falls_back_to_exec(made: WorkerFactory, toy_spec) -> None:
     """The factory's next process is exec'd (a forked one must not be used), trains, and the server is dropped."""
     worker = made.fresh(toy_spec)
     try:
-        assert isinstance(worker.proc, _ExecProcess), "a broken fork server's process must not be used"
+        assert not worker.child.forked, "a broken fork server's process must not be used"
         assert worker.trial(16, 3).fits
     finally:
         worker.close()
@@ -72,8 +72,7 @@ def assert_falls_back_to_exec(made: WorkerFactory, toy_spec) -> None:
 def test_factory_falls_back_to_exec_when_the_server_is_gone(toy_spec):
     made = WorkerFactory(toy_spec.workload, forkserver=True)
     try:
-        made._zygote.proc.kill()
-        made._zygote.proc.wait()
+        made._zygote.child.kill()
         assert_falls_back_to_exec(made, toy_spec)
     finally:
         made.close()
@@ -117,6 +116,6 @@ def test_a_forked_process_that_does_not_answer_the_ping_makes_the_factory_fall_b
 def test_ping_answers_from_a_forked_process(factory):
     worker = factory._new_worker()
     try:
-        assert worker.request(PingRequest(), 30) == Pong(True, worker.proc.pid)
+        assert worker.request(PingRequest(), 30) == Pong(True, worker.child.pid)
     finally:
         worker.close()

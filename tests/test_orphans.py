@@ -42,10 +42,9 @@ PARENT = textwrap.dedent("""
     execd = Worker(factory.preload)
     execd.setup(spec)
     for worker in (forked, execd):  # a trial that runs for minutes: the parent dies mid-trial
-        worker.proc.stdin.write(json.dumps({"op": "trial", "batch": 16, "steps": 10**7}) + "\\n")
-        worker.proc.stdin.flush()
-    print(json.dumps({"zygote": factory._zygote.proc.pid, "forked": forked.proc.pid,
-                      "exec": execd.proc.popen.pid, "hint": hint.proc.pid}), flush=True)
+        worker.child.send(json.dumps({"op": "trial", "batch": 16, "steps": 10**7}))
+    print(json.dumps({"zygote": factory._zygote.pid, "forked": forked.child.pid,
+                      "exec": execd.child.pid, "hint": hint.child.pid}), flush=True)
     time.sleep(600)
 """)
 

@@ -27,8 +27,8 @@ def test_the_child_predicts_each_precision_at_the_capacity_asked():
         assert start.ask("bf16", GiB).poll(60)["max_batch"] > 0
         assert "not among the precisions traced" in start.ask("fp16", GiB).poll(60)["error"]
         assert "no allocator capacity" in start.ask("fp32", None).poll()["error"]
-        proc = start.proc
-    assert proc.poll() is not None  # killed on exit
+        child = start.child
+    assert not child.alive() and child.closed  # killed on exit
 
 
 def test_answers_are_never_taken_for_another_request():
@@ -58,7 +58,7 @@ def test_polling_a_prediction_that_has_not_come_returns_at_once_and_leaves_the_c
         began = time.monotonic()
         polls = [prediction.poll() for _ in range(100)]
         assert time.monotonic() - began < 1.0 and polls == [None] * 100  # the child is still importing torch
-        assert start.proc.poll() is None
+        assert start.child.alive()
         assert prediction.poll(120)["max_batch"] > 0  # it comes later, to a search that went on meanwhile
 
 
@@ -153,8 +153,7 @@ def test_a_child_that_dies_is_reported_at_once():
     toy = load_registry()["toy"]
     with PredictedStart(toy, ["fp32"]) as start:
         prediction = start.ask("fp32", GiB)
-        start.proc.kill()
-        start.proc.wait()
+        start.child.kill()
         began = time.monotonic()
         answer = prediction.poll(60)
         assert time.monotonic() - began < 5
@@ -165,6 +164,6 @@ def test_a_child_that_dies_is_reported_at_once():
 def test_a_child_that_ends_mid_answer_is_reported_as_ended(monkeypatch):
     toy = load_registry()["toy"]
     with PredictedStart(toy, ["fp32"]) as start:
-        monkeypatch.setattr(start, "_send", lambda message: start.proc.kill())  # gone before it answers
+        monkeypatch.setattr(start, "_send", lambda message: start.child.kill())  # gone before it answers
         answer = start.ask("fp32", GiB).poll(60)
     assert answer["error"] == "the prediction process ended without answering"

@@ -99,16 +99,16 @@ class _SleepingLaunch:
     """A standby whose 'launcher' is a sleeping process: the ranks' records and votes are written by the test."""
 
     def __init__(self, run_dir) -> None:
-        import subprocess
+        from memprobe.core.child import Child
 
         self.run_dir = run_dir
-        self.proc = subprocess.Popen(["sleep", "600"], start_new_session=True)
+        self.child = Child.start(["sleep", "600"], talk=False, log=run_dir / "launcher.log")
 
     def fits(self, req) -> bool:
         return True
 
     def take(self, req):
-        return self.proc, self.run_dir, open(self.run_dir / "launcher.log", "wb")
+        return self.child, self.run_dir
 
 
 def _stuck_group(tmp_path, monkeypatch, votes: list[int], timeout_s: float = 60.0, committed: int = -1):
@@ -139,7 +139,7 @@ def test_a_group_whose_peer_neither_votes_nor_ends_after_a_failure_is_ended_and_
     assert time.perf_counter() - started < 20
     assert attempt.outcome == OOM and attempt.message.startswith("rank 0: OutOfMemoryError")
     assert "ranks [1] neither voted nor ended" in attempt.message and "the group was ended" in attempt.message
-    assert not group.timed_out and not group.alive and launch.proc.poll() is not None
+    assert not group.timed_out and not group.alive and not launch.child.alive()
     assert not launch.run_dir.exists()
 
 
@@ -149,7 +149,7 @@ def test_a_group_whose_ranks_all_committed_after_a_failure_is_left_to_rebuild(tm
     group, launch = _stuck_group(tmp_path, monkeypatch, votes=[0, 1], timeout_s=2.0, committed=0)
     attempt = group.trial(3301, 0.2)
     assert group.timed_out and "neither" not in attempt.message
-    assert attempt.outcome == OOM and launch.proc.poll() is not None
+    assert attempt.outcome == OOM and not launch.child.alive()
 
 
 def test_a_group_whose_ranks_voted_but_never_committed_after_a_failure_is_ended(tmp_path, monkeypatch):
@@ -162,7 +162,7 @@ def test_a_group_whose_ranks_voted_but_never_committed_after_a_failure_is_ended(
     assert attempt.outcome == OOM and attempt.message.startswith("rank 0: OutOfMemoryError")
     assert "ranks [0, 1] voted but neither committed nor ended" in attempt.message
     assert "the group was ended" in attempt.message
-    assert not group.alive and launch.proc.poll() is not None and not launch.run_dir.exists()
+    assert not group.alive and not launch.child.alive() and not launch.run_dir.exists()
 
 
 # --- decisions and records (no launch) ------------------------------------------------------------

@@ -339,7 +339,7 @@ def test_dead_and_hung_workers_become_crash_and_timeout(toy_spec):
     assert attempt.outcome == "crash" and "died" in attempt.message
     assert dead.measure(4, 1, 2).outcome == "crash"
     dead.close()
-    assert not Path(dead.log.name).exists()
+    assert dead.child.log_path is not None and not dead.child.log_path.exists()
 
     slow = Worker(TOY_MODULE)
     try:

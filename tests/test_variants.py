@@ -221,13 +221,16 @@ def test_the_need_is_traced_in_a_child_process_by_module_name():
         _default_need(broken, "fp32")
 
 
-def test_a_need_child_that_answers_no_need_is_a_need_error_not_a_traceback(monkeypatch):
-    import subprocess
+def test_a_need_child_that_answers_no_need_is_a_need_error_not_a_traceback():
+    import sys
 
     import memprobe.probe.nothing_fits as nothing_fits
 
-    for printed, says in (("garbage\n", "answered no need: not a NeedAnswer"), ("{}\n", "answered no need")):
-        done = subprocess.CompletedProcess([], 0, stdout=printed, stderr="")
-        monkeypatch.setattr(nothing_fits.subprocess, "run", lambda *a, done=done, **k: done)
+    for printed, says in (
+        ("print('garbage')", "answered no need: not a NeedAnswer"),
+        ("print('{}')", "answered no need"),
+        ("print('no answer', file=sys.stderr); sys.exit(4)", "ended with exit code 4: no answer"),
+    ):
+        child = [sys.executable, "-c", f"import sys; sys.stdin.readline(); {printed}"]
         with pytest.raises(nothing_fits.NeedError, match=says):
-            nothing_fits._default_need(REGISTRY["toy"], "fp32")
+            nothing_fits._default_need(REGISTRY["toy"], "fp32", command=child)

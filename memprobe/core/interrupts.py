@@ -22,8 +22,8 @@ from contextlib import contextmanager
 from typing import Any, Iterator
 
 BACKSTOP_S = 10.0  # a scan's own clean-up after Ctrl-C (ending trial processes, writing the partial file) takes ~1 s
-# A scan's clean-up after a signal waits up to 60 s for each killed trial process to free the GPU (probe/runner.py),
-# then writes the finished precisions: the backstop gives it that and more.
+# A scan's clean-up after a signal waits up to 60 s for each killed trial process to free the GPU (core/child.py:
+# KILL_WAIT_S), then writes the finished precisions: the backstop gives it that and more.
 SCAN_CLEAN_UP_S = 90.0
 MAX_REDELIVERIES = 100  # an interrupt lost this often in finalizers is left to the backstop
 _NAMES: dict[int, str] = {int(signal.SIGINT): "Ctrl-C", int(signal.SIGTERM): "SIGTERM", int(signal.SIGHUP): "SIGHUP"}

@@ -15,14 +15,12 @@ from __future__ import annotations
 
 import itertools
 import os
-import select
-import subprocess
 import sys
 import time
 from typing import Any, Callable, Mapping
 
-from memprobe.core.child_env import child_env
-from memprobe.core.protocol import HintAnswer, HintRequest, HintSetup, message_line, read_message
+from memprobe.core.child import Child
+from memprobe.core.protocol import HintAnswer, HintRequest, HintSetup, read_message
 from memprobe.core.registry import Workload
 from memprobe.core.settings import PrecisionSettings
 from memprobe.probe.search import HintUse, SearchResult
@@ -50,22 +48,18 @@ class PredictedStart:
         self.workload, self.precisions, self.steps = workload, precisions, steps
         self.env = dict(env or {})
         self.world, self.mode = world, mode
-        self.proc: subprocess.Popen | None = None
-        self._buffer = b""
+        self.child: Child | None = None
         self._ids = itertools.count(1)
         self._answers: dict[int, dict[str, Any]] = {}  # by request id: answers are never taken for another request
         self._ended = ""  # why no more answers will come ("" while the child runs)
 
     def __enter__(self) -> "PredictedStart":
-        env = child_env(watched=True, **{**self.env, "CUDA_VISIBLE_DEVICES": "", "PYTHONUNBUFFERED": "1"})
         try:
-            self.proc = subprocess.Popen(
+            self.child = Child.start(
                 [sys.executable, "-m", "memprobe.predict.hint_worker"],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.DEVNULL,
-                start_new_session=True,
-                env=env,
+                env={**self.env, "CUDA_VISIBLE_DEVICES": "", "PYTHONUNBUFFERED": "1"},
+                watched=True,
+                log=os.devnull,  # its stderr was never read: no error message quotes it
             )
             self._send(
                 HintSetup(
@@ -82,38 +76,27 @@ class PredictedStart:
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        if self.proc is not None:
-            if self.proc.poll() is None:
-                self.proc.kill()
-            self.proc.wait()
-            for pipe in (self.proc.stdin, self.proc.stdout):
-                if pipe is not None:
-                    pipe.close()
-            self.proc = None
+        if self.child is not None:
+            self.child.kill()  # it predicts for the scan alone: nothing to wait for once the scan is over
+            self.child.close()
+            self.child = None
         self._ended = self._ended or "the prediction process is not running"
 
     def _send(self, message: HintSetup | HintRequest) -> None:
-        assert self.proc is not None and self.proc.stdin is not None
-        self.proc.stdin.write(message_line(message).encode())
-        self.proc.stdin.flush()
+        assert self.child is not None
+        self.child.send(message)
 
     def _pump(self, timeout_s: float) -> None:
         """Read what the child has sent, waiting at most `timeout_s` for the first bytes (0: not at all), and
         file each complete answer under its request id. A child that ended or sent garbage ends the prediction."""
-        if self.proc is None or self.proc.stdout is None:
+        if self.child is None:
             return
-        fd = self.proc.stdout.fileno()
         try:
-            while select.select([fd], [], [], timeout_s)[0]:
-                timeout_s = 0.0
-                chunk = os.read(fd, 65536)
-                if not chunk:
-                    raise OSError(ENDED)
-                self._buffer += chunk
-                *lines, self._buffer = self._buffer.split(b"\n")
-                for line in lines:
-                    answer = read_message(line, HintAnswer)
-                    self._answers[answer.id or 0] = {**answer.record(), "received_at": time.time()}
+            for line in self.child.lines(timeout_s):
+                answer = read_message(line, HintAnswer)
+                self._answers[answer.id or 0] = {**answer.record(), "received_at": time.time()}
+            if self.child.output_ended:
+                raise OSError(ENDED)
         except (OSError, ValueError) as exc:  # ValueError: a line that is not an answer (ProtocolError)
             self._ended = str(exc) if isinstance(exc, OSError) and str(exc) else f"no prediction: {exc}"
             self.__exit__()
@@ -123,7 +106,7 @@ class PredictedStart:
         returns at once. The Prediction's poll gives the answer when it has come."""
         if not capacity_bytes:
             return Prediction(self, 0, {"error": "no allocator capacity to predict at"})
-        if self.proc is None or self.proc.poll() is not None:
+        if self.child is None or not self.child.alive():
             return Prediction(self, 0, {"error": self._ended or "the prediction process is not running"})
         ident = next(self._ids)
         try:
@@ -164,7 +147,7 @@ class Prediction:
                 break
             self.start._pump(max(0.0, deadline - time.monotonic()))
             self.answer = self.start._answers.pop(self.ident, None)
-            if self.answer is None and self.start.proc is None:
+            if self.answer is None and self.start.child is None:
                 self.answer = {"error": self.start._ended or ENDED}
             if self.answer is None and time.monotonic() >= deadline:
                 return None

@@ -6,14 +6,13 @@ answer is stored in the precision's settings under "nothing_fits" and said in on
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from dataclasses import asdict, dataclass, field
 from functools import partial
-from typing import Callable, Mapping
+from typing import Callable, Mapping, Sequence
 
-from memprobe.core.child_env import child_env
-from memprobe.core.protocol import NeedAnswer, NeedRequest, ProtocolError, message_line, read_message
+from memprobe.core.child import Child
+from memprobe.core.protocol import NeedAnswer, NeedRequest, ProtocolError, read_message
 from memprobe.core.registry import Workload
 from memprobe.core.results import ScanResult
 from memprobe.core.settings import NothingFits
@@ -86,27 +85,29 @@ class NeedError(RuntimeError):
     """The need could not be traced (the child's error, or the child itself failed)."""
 
 
-def _default_need(workload: Workload, precision: str, env: Mapping[str, str] | None = None) -> int:
-    """Trace the need in a child (`python -m memprobe.predict.need`, CUDA hidden): probe does not import predict,
-    and the trace's memory and imports stay out of the scan's process. `env`: variables the child gets on top of this
-    process's environment (ScanOptions.env). Raises NeedError."""
-    env = child_env(watched=True, **{**(env or {}), "CUDA_VISIBLE_DEVICES": ""})
-    request = message_line(NeedRequest(workload.to_dict(), precision))
-    try:
-        done = subprocess.run(
-            [sys.executable, "-m", "memprobe.predict.need"],
-            input=request,
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=NEED_TIMEOUT_S,
-        )
-    except subprocess.TimeoutExpired:
-        raise NeedError(f"the trace took more than {NEED_TIMEOUT_S:.0f} s") from None
-    lines = done.stdout.strip().splitlines()
-    if done.returncode != 0 or not lines:
-        tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        raise NeedError(f"the trace process ended with exit code {done.returncode}: {tail}")
+NEED_COMMAND = (sys.executable, "-m", "memprobe.predict.need")
+
+
+def _default_need(
+    workload: Workload, precision: str, env: Mapping[str, str] | None = None, command: Sequence[str] = NEED_COMMAND
+) -> int:
+    """Trace the need in a child (`command`: `python -m memprobe.predict.need`, CUDA hidden): probe does not import
+    predict, and the trace's memory and imports stay out of the scan's process. `env`: variables the child gets on top
+    of this process's environment (ScanOptions.env). Raises NeedError."""
+    with Child.start(
+        command,
+        env={**(env or {}), "CUDA_VISIBLE_DEVICES": ""},
+        watched=True,
+        log_prefix="memprobe-need-",
+    ) as child:
+        try:
+            said = child.communicate(NeedRequest(workload.to_dict(), precision), NEED_TIMEOUT_S)
+        except TimeoutError:
+            raise NeedError(f"the trace took more than {NEED_TIMEOUT_S:.0f} s") from None
+        lines = [line for line in said if line.strip()]  # the answer is the last: a user's build may print
+        if child.returncode != 0 or not lines:
+            tail = child.log_tail(1) or "no output"
+            raise NeedError(f"the trace process ended with exit code {child.returncode}: {tail}")
     try:
         answer = read_message(lines[-1], NeedAnswer)
     except ProtocolError as exc:

@@ -14,7 +14,6 @@ import json
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
@@ -22,6 +21,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
+from memprobe.core.child import Child
 from memprobe.core.registry import Workload
 from memprobe.core.results import ResultFileError, ScanResult, read_result, result_filename, write_result
 from memprobe.core.textlists import visible_devices
@@ -38,7 +38,7 @@ class Job:
     workload: Workload
     precision: str
     slot: str | None = None
-    proc: subprocess.Popen | None = None
+    child: Child | None = None
     started: float = 0.0
     seconds: float | None = None
     returncode: int | None = None
@@ -191,9 +191,7 @@ def run_parallel(
                 job.slot = free.pop(0)
                 job.part_dir = folder / "parts" / f"{job.workload.name}_{job.precision}"
                 job.log = folder / f"{job.workload.name}_{job.precision}.log"
-                env = dict(base_env)
-                if opts.device == "cuda":
-                    env["CUDA_VISIBLE_DEVICES"] = job.slot
+                pinned = {"CUDA_VISIBLE_DEVICES": job.slot} if opts.device == "cuda" else {}
                 cmd = [
                     python or sys.executable,
                     "-m",
@@ -207,21 +205,14 @@ def run_parallel(
                     str(job.part_dir),
                     *common,
                 ]
-                with open(job.log, "wb") as log:
-                    job.proc = subprocess.Popen(
-                        cmd,
-                        env=env,
-                        stdout=log,
-                        stderr=subprocess.STDOUT,
-                        stdin=subprocess.DEVNULL,
-                        start_new_session=True,
-                    )
+                # A Child that does not talk: a child scan's answer is its result file.
+                job.child = Child.start(cmd, base=base_env, env=pinned, talk=False, log=job.log)
                 job.started = time.perf_counter()
                 running.append(job)
                 on_event(f"started {job.workload.name} {job.precision} on GPU {job.slot}")
             time.sleep(POLL_S)
-            for job in [j for j in running if j.proc.poll() is not None]:
-                job.returncode, job.seconds = job.proc.returncode, round(time.perf_counter() - job.started, 2)
+            for job in [j for j in running if j.child is not None and not j.child.alive()]:
+                job.returncode, job.seconds = job.child.returncode, round(time.perf_counter() - job.started, 2)
                 running.remove(job)
                 free.append(job.slot)
                 on_event(
@@ -229,17 +220,14 @@ def run_parallel(
                     f"(exit {job.returncode})"
                 )
     except KeyboardInterrupt:
+        children = [job.child for job in running if job.child is not None]
+        for child in children:
+            child.send_signal(signal.SIGINT)  # each child scan writes what finished, marked partial: all at once
+        for child in children:
+            if not child.wait(60):
+                child.kill()
         for job in running:
-            try:
-                os.killpg(job.proc.pid, signal.SIGINT)  # the child scan writes what finished, marked partial
-            except ProcessLookupError:
-                pass
-        for job in running:
-            try:
-                job.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                os.killpg(job.proc.pid, signal.SIGKILL)
-            job.returncode = job.proc.returncode
+            job.returncode = job.child.returncode if job.child is not None else None
         _merge_all(workloads, opts, jobs, out_dir)
         raise
     wall = time.perf_counter() - started

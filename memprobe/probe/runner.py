@@ -1,6 +1,7 @@
 """Parent-side handle on trial processes: spawn, talk the trial protocol (core/protocol.py), detect crashes, clean up.
 
-No torch here. Each Worker is one trial process (memprobe.probe.child.worker). A crash (the process dies, or
+No torch here. Each Worker is one trial process (memprobe.probe.child.worker), a core/child.Child: started,
+asked, killed and closed there, as every process memprobe starts. A crash (the process dies, or
 reports a CRASH outcome) becomes an Attempt with outcome CRASH, and the scan carries on in a new
 process. Fresh processes are cheap: `WorkerFactory` starts a fork server (Zygote) that imports torch
 and the workload's module once, off the GPU, and forks each trial process from it, so a
@@ -11,17 +12,13 @@ available (or MEMPROBE_FORKSERVER=0), trial processes are exec'd, with spares st
 from __future__ import annotations
 
 import os
-import select
-import signal
 import socket
-import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from memprobe.core.child_env import child_env
+from memprobe.core.child import Child, ForkServer, ForkServerError
 from memprobe.core.memory_model import Attempt
 from memprobe.core.outcomes import CRASH, ERROR, OOM, TIMEOUT, classify_error
 from memprobe.core.protocol import (
@@ -34,13 +31,10 @@ from memprobe.core.protocol import (
     MeasureRequest,
     PingRequest,
     Pong,
-    ProtocolError,
     Ready,
     Request,
     SetupRequest,
     TrialRequest,
-    decode_answer,
-    encode_request,
 )
 from memprobe.core.records import Timed
 from memprobe.core.registry import Workload
@@ -80,160 +74,52 @@ class WorkerSpec:
         )
 
 
+LOG_PREFIX = "memprobe-worker-"  # a trial process's log: its stderr, whose tail goes into crash messages
 PING_TIMEOUT_S = 60.0  # a forked process answers in milliseconds; one that hangs is replaced by exec
 
-
-class ZygoteError(RuntimeError):
-    """The fork server is gone or did not answer; the caller falls back to exec'd processes."""
+ZygoteError = ForkServerError  # the fork server is gone or did not answer; the caller falls back to exec'd processes
 
 
 def _worker_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
-    """A trial process's environment: the one recipe (core/child_env.py), with `env` (the variables the scan was
-    given for its processes: ScanOptions.env) on top."""
-    return child_env(watched=True, **{**(env or {}), "PYTHONUNBUFFERED": "1"})
+    """The variables a trial process gets on top of this process's environment (Child.start puts them over the one
+    recipe, core/child_env.py): `env` (the scan's, ScanOptions.env) and unbuffered output."""
+    return {**(env or {}), "PYTHONUNBUFFERED": "1"}
 
 
-class _ExecProcess:
-    """A trial process started by exec: `python -m memprobe.probe.child.worker --preload MODULE`."""
-
-    def __init__(self, preload: str, log, env: Mapping[str, str] | None = None) -> None:
-        # A new session: Ctrl-C in the terminal reaches the parent only, which then ends this process.
-        self.popen = subprocess.Popen(
-            [sys.executable, "-m", "memprobe.probe.child.worker", "--preload", preload],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=log,
-            text=True,
-            start_new_session=True,
-            env=_worker_env(env),
-        )
-        self.stdin, self.stdout = self.popen.stdin, self.popen.stdout
-
-    def alive(self) -> bool:
-        return self.popen.poll() is None
-
-    def wait(self, timeout: float) -> None:
-        self.popen.wait(timeout=timeout)
-
-    def kill(self) -> None:
-        if self.alive():
-            self.popen.kill()
-        self.popen.wait()
+def _worker_argv(preload: str, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "memprobe.probe.child.worker", *extra, "--preload", preload]
 
 
-class _ForkedProcess:
-    """A trial process forked by the Zygote: not our child, so liveness comes from /proc."""
-
-    def __init__(self, pid: int, stdin, stdout) -> None:
-        self.pid, self.stdin, self.stdout = pid, stdin, stdout
-
-    def alive(self) -> bool:
-        try:
-            with open(f"/proc/{self.pid}/stat", encoding="ascii") as handle:
-                return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
-        except (OSError, IndexError):
-            return False
-
-    def wait(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while self.alive():
-            if time.monotonic() > deadline:
-                raise subprocess.TimeoutExpired(str(self.pid), timeout)
-            time.sleep(0.02)
-
-    def kill(self) -> None:
-        try:
-            os.kill(self.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        # The next fresh check must not start before this process's GPU memory is released.
-        self.wait(timeout=60)
-
-
-class Zygote:
-    """The fork server: one `python -m memprobe.probe.child.worker --zygote-fd FD` process per scan.
+class Zygote(ForkServer):
+    """The fork server: one `python -m memprobe.probe.child.worker --zygote-fd FD` process per scan, which has
+    imported torch and `preload` (the workload's module) and forks each trial process (probe/child/zygote.py).
 
     Raises ZygoteError from spawn() when the server is gone or does not answer.
     """
 
     def __init__(self, preload: str, answer_timeout_s: float = 600.0, env: Mapping[str, str] | None = None) -> None:
-        self.log = tempfile.NamedTemporaryFile(prefix="memprobe-zygote-", suffix=".log", delete=False)
-        self.answer_timeout_s = answer_timeout_s
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "memprobe.probe.child.worker",
-                "--zygote-fd",
-                str(theirs.fileno()),
-                "--preload",
-                preload,
-            ],
-            stdin=subprocess.DEVNULL,
-            stdout=self.log,
-            stderr=self.log,
-            pass_fds=[theirs.fileno()],
-            start_new_session=True,
+        super().__init__(
+            lambda fd: _worker_argv(preload, "--zygote-fd", str(fd)),
             env=_worker_env(env),  # the processes it forks have it too
+            watched=True,
+            answer_timeout_s=answer_timeout_s,
+            log_prefix="memprobe-zygote-",
         )
-        theirs.close()
-        self.control = ours
-
-    def spawn(self, log) -> _ForkedProcess:
-        """Fork a trial process that reads requests from a new pipe and answers on another."""
-        child_stdin, our_stdin = os.pipe()
-        our_stdout, child_stdout = os.pipe()
-        try:
-            # The first answer can wait for the server's imports; later ones come in milliseconds.
-            self.control.settimeout(self.answer_timeout_s)
-            socket.send_fds(self.control, [b"spawn"], [child_stdin, child_stdout, log.fileno()])
-            reply = b""
-            while not reply.endswith(b"\n"):
-                chunk = self.control.recv(64)
-                if not chunk:
-                    raise ZygoteError("the fork server ended")
-                reply += chunk
-            pid = int(reply)
-        except (OSError, ValueError) as exc:
-            for fd in (our_stdin, our_stdout):
-                os.close(fd)
-            raise ZygoteError(f"the fork server did not fork a trial process ({exc})") from exc
-        finally:
-            os.close(child_stdin)
-            os.close(child_stdout)
-        return _ForkedProcess(pid, os.fdopen(our_stdin, "w"), os.fdopen(our_stdout, "r"))
-
-    def close(self) -> None:
-        """Close the control socket (the server exits on EOF) and remove its log."""
-        self.control.close()
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        self.log.close()
-        try:
-            os.unlink(self.log.name)
-        except OSError:
-            pass
 
 
 class Worker:
-    """One trial process. Not set up until `setup()`; ended by `close()`.
+    """One trial process (a Child, core/child.py). Not set up until `setup()`; ended by `close()`.
 
     Forked from `zygote` when one is given (with the zygote's environment), else exec'd (which costs the Python
-    imports) with `env` on top of this process's environment. Raises ZygoteError when the zygote cannot fork.
+    imports) with `env` on top of this process's environment. Raises ZygoteError when the zygote cannot fork, OSError
+    when python cannot be exec'd.
     """
 
     def __init__(self, preload: str, zygote: Zygote | None = None, env: Mapping[str, str] | None = None) -> None:
-        self.log = tempfile.NamedTemporaryFile(prefix="memprobe-worker-", suffix=".log", delete=False)
-        try:
-            self.proc = zygote.spawn(self.log) if zygote is not None else _ExecProcess(preload, self.log, env)
-        except BaseException:
-            self.log.close()
-            os.unlink(self.log.name)
-            raise
+        if zygote is not None:
+            self.child = zygote.spawn(LOG_PREFIX)
+        else:
+            self.child = Child.start(_worker_argv(preload), env=_worker_env(env), watched=True, log_prefix=LOG_PREFIX)
         self.spec: WorkerSpec | None = None
         self.info: Ready | None = None  # setup's answer
         if zygote is not None:
@@ -244,43 +130,15 @@ class Worker:
 
     @property
     def alive(self) -> bool:
-        return self.proc.alive()
+        return self.child.alive()
 
     def log_tail(self, lines: int = 5) -> str:
-        try:
-            with open(self.log.name, encoding="utf-8", errors="replace") as handle:
-                tail = [ln.strip() for ln in handle.read().splitlines() if ln.strip()][-lines:]
-        except OSError:
-            return ""
-        return " | ".join(tail)
+        return self.child.log_tail(lines)
 
     def request(self, request: Request, timeout_s: float) -> Answer | Lost:
         """Send one request and wait for its answer (a Failure when the process refused it); Lost when the process
         died (or answered what is not an answer), or did not answer within `timeout_s` (then it is killed)."""
-        if not self.alive:
-            return Lost()
-        try:
-            self.proc.stdin.write(encode_request(request))
-            self.proc.stdin.flush()
-        except (BrokenPipeError, OSError):
-            return Lost()
-        deadline = time.monotonic() + timeout_s
-        while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                self.kill()
-                return Lost(timed_out=True)
-            ready, _, _ = select.select([self.proc.stdout], [], [], min(remaining, 1.0))
-            if ready:
-                line = self.proc.stdout.readline()
-                if not line:
-                    return Lost()
-                try:
-                    return decode_answer(request, line)
-                except ProtocolError:
-                    return Lost()
-            if not self.alive:
-                return Lost()
+        return self.child.ask(request, timeout_s=timeout_s)
 
     def _lost(self, answer: Answer | Lost, expected: type) -> tuple[str, str] | None:
         """(CRASH, TIMEOUT or ERROR, message) when the process died, did not answer in time, or refused the
@@ -344,28 +202,11 @@ class Worker:
         return answer
 
     def kill(self) -> None:
-        self.proc.kill()
+        self.child.kill()
 
     def close(self) -> None:
-        """End the process (politely, then by force) and remove its log."""
-        if self.alive:
-            try:
-                self.proc.stdin.write(encode_request(ExitRequest()))
-                self.proc.stdin.flush()
-                self.proc.wait(10)
-            except (BrokenPipeError, OSError, subprocess.TimeoutExpired):
-                pass
-        self.kill()
-        for stream in (self.proc.stdin, self.proc.stdout):
-            try:
-                stream.close()
-            except OSError:
-                pass
-        self.log.close()
-        try:
-            os.unlink(self.log.name)
-        except OSError:
-            pass
+        """End the process (asked to exit, then by force) and remove its log."""
+        self.child.close(ExitRequest())
 
 
 def forkserver_available() -> bool:

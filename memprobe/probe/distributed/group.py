@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import time
 from dataclasses import replace
 from typing import Any, Callable, Protocol
@@ -27,8 +26,8 @@ from memprobe.core.rank_record import Command, RankRecord, read_rank_records, re
 from memprobe.probe.distributed.launch import (
     LaunchRequest,
     _end,
-    _tail,
     kill_survivors,
+    launch_tail,
     start_launch,
     timeline,
 )
@@ -69,16 +68,16 @@ class ServedGroup:
         self.timed_out = False
         served = replace(req, serve=True)
         if standby is not None and standby.fits(req):
-            self.proc, self.run_dir, self._log = standby.take(served)
+            self.child, self.run_dir = standby.take(served)
         else:
-            self.proc, self.run_dir, self._log = start_launch(served, env)
+            self.child, self.run_dir = start_launch(served, env)
         self.tail = ""
         self.closed = False
         self.timeline: dict[str, Any] | None = None  # where the start and first trial's time went (launch.timeline)
 
     @property
     def alive(self) -> bool:
-        return not self.closed and self.proc.poll() is None
+        return not self.closed and self.child.alive()
 
     @property
     def setup(self) -> dict[str, Any] | None:
@@ -104,29 +103,29 @@ class ServedGroup:
                 records = self._read_records()
                 if all(r is not None and r.answered >= index for r in records):
                     break
-                if self.proc.poll() is not None:
+                if not self.child.alive():
                     break
                 now = time.perf_counter()
                 if now > deadline:
                     self.timed_out = True
-                    _end(self.proc)
+                    _end(self.child)
                     break
                 if failed_at is None and (_failures(records, index) or self._failed_vote(index)):
                     failed_at = now
                 elif failed_at is not None and now - failed_at > vote_wait_s + FAILED_GRACE_S:
                     stuck = self._stuck(records, index, now - failed_at)
                     if stuck:
-                        _end(self.proc)
+                        _end(self.child)
                         break
                 time.sleep(POLL_S)
         except BaseException:
             self.kill()
             raise
-        if self.proc.poll() is not None:
+        if not self.child.alive():
             kill_survivors(self.run_dir)
-            self.tail = _tail(self.run_dir / "launcher.log")
+            self.tail = launch_tail(self.child)
         self.records = self._read_records()
-        attempt = command_attempt(self.records, index, batch, self.proc.returncode, self.timed_out, self.tail)
+        attempt = command_attempt(self.records, index, batch, self.child.returncode, self.timed_out, self.tail)
         ended = sorted({r.ended for r in self.records if r and r.ended})
         if ended:  # the ranks went on from the failure, then found the model built again short of memory
             attempt.message += f"; the group then ended: {'; '.join(ended)}"
@@ -136,7 +135,7 @@ class ServedGroup:
         attempt.wall_seconds = round(time.perf_counter() - started, 3)
         if index == 0:
             self.timeline = timeline(self.records, self.launched, attempt.wall_seconds)
-        if self.proc.poll() is not None:
+        if not self.child.alive():
             self._cleanup()
         return attempt
 
@@ -163,12 +162,11 @@ class ServedGroup:
         """Stop the group: every rank leaves the process group and exits (ended after STOP_WAIT_S otherwise)."""
         if self.closed:
             return
-        if self.proc.poll() is None:
+        if self.child.alive():
             write_command(self.run_dir, self.index, Command("stop"))
             try:
-                self.proc.wait(STOP_WAIT_S)
-            except subprocess.TimeoutExpired:
-                _end(self.proc)
+                if not self.child.wait(STOP_WAIT_S):
+                    _end(self.child)
             except BaseException:
                 self.kill()
                 raise
@@ -179,12 +177,12 @@ class ServedGroup:
         then any rank still alive."""
         if self.closed:
             return
-        _end(self.proc)
+        _end(self.child)
         self._cleanup()
 
     def _cleanup(self) -> None:
         kill_survivors(self.run_dir)
-        self._log.close()
+        self.child.close()
         shutil.rmtree(self.run_dir, ignore_errors=True)
         self.closed = True
 

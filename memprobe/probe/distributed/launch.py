@@ -15,14 +15,14 @@ import json
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
+from memprobe.core.child import Child
 from memprobe.core.child_env import SAFE_ENV, child_env
 from memprobe.core.memory_model import Attempt
 from memprobe.core.outcomes import CRASH, FIT, TIMEOUT
@@ -156,39 +156,43 @@ def kill_survivors(run_dir: Path) -> list[int]:
     return killed
 
 
-def _end(proc: subprocess.Popen) -> None:
+def _end(child: Child) -> None:
     """SIGTERM torchrun's session (torchrun then ends its workers), SIGKILL after TERM_GRACE_S."""
-    for sig, wait in ((signal.SIGTERM, TERM_GRACE_S), (signal.SIGKILL, 5.0)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(wait)
-            return
-        except subprocess.TimeoutExpired:
-            continue
+    child.end(TERM_GRACE_S, kill_wait_s=5.0)
 
 
-def start_launch(req: LaunchRequest, env: dict[str, str] | None = None) -> tuple[subprocess.Popen, Path, IO[bytes]]:
-    """Start torchrun for `req` (in its own session, its output logged): (the launcher, the launch's folder, the
-    open log), the caller's to wait for and end."""
-    env = launch_env(env)
-    if req.device == "cpu":
-        env.setdefault("OMP_NUM_THREADS", "1")
+def launch_tail(child: Child) -> str:
+    """The last lines of a launch's log (torchrun's and its ranks' output), its banners of stars left out."""
+    return child.log_tail(6, skip_prefix="*", chars=1500)
+
+
+def start_torchrun(
+    world_size: int, device: str, request: dict[str, Any], env: dict[str, str] | None = None
+) -> tuple[Child, Path]:
+    """Start torchrun on `request` (written to request.json in a new launch folder, with the folder and this
+    process's pid) in its own session, its output logged in the folder: (the launcher, the folder), the caller's to
+    wait for and end. A Child that does not talk: the ranks' answers are files (core/rank_record.py), not lines.
+    Raises OSError when torchrun cannot be started (the folder is removed)."""
+    base = launch_env(env)
+    if device == "cpu":
+        base.setdefault("OMP_NUM_THREADS", "1")
     run_dir = Path(tempfile.mkdtemp(prefix="memprobe-dist-"))
-    request = {**req.__dict__, "run_dir": str(run_dir), "parent_pid": os.getpid()}
-    (run_dir / "request.json").write_text(json.dumps(request))
-    log = open(run_dir / "launcher.log", "wb")  # noqa: SIM115 - closed by the caller with the launch
-    proc = subprocess.Popen(
-        torchrun_command(req.world_size, run_dir / "request.json"),
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        stdin=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    return proc, run_dir, log
+    try:
+        (run_dir / "request.json").write_text(
+            json.dumps({**request, "run_dir": str(run_dir), "parent_pid": os.getpid()})
+        )
+        child = Child.start(
+            torchrun_command(world_size, run_dir / "request.json"), base=base, talk=False, log=run_dir / "launcher.log"
+        )
+    except BaseException:
+        shutil.rmtree(run_dir, ignore_errors=True)
+        raise
+    return child, run_dir
+
+
+def start_launch(req: LaunchRequest, env: dict[str, str] | None = None) -> tuple[Child, Path]:
+    """Start torchrun for `req` (start_torchrun): (the launcher, the launch's folder)."""
+    return start_torchrun(req.world_size, req.device, dict(req.__dict__), env)
 
 
 def launch(req: LaunchRequest, env: dict[str, str] | None = None, standby: Any = None) -> LaunchResult:
@@ -196,31 +200,30 @@ def launch(req: LaunchRequest, env: dict[str, str] | None = None, standby: Any =
     (standby.Standby: a launch started ahead whose ranks wait for a request) where it fits. Never raises for
     what happens in the ranks; KeyboardInterrupt ends every process of the launch and is re-raised."""
     if standby is not None and standby.fits(req):
-        proc, run_dir, log = standby.take(req)
+        child, run_dir = standby.take(req)
     else:
-        proc, run_dir, log = start_launch(req, env)
+        child, run_dir = start_launch(req, env)
     launched = time.time()
     started = time.perf_counter()
     timed_out = False
     try:
-        proc.wait(req.timeout_s)
-    except subprocess.TimeoutExpired:
-        timed_out = True
-        _end(proc)
+        if not child.wait(req.timeout_s):
+            timed_out = True
+            _end(child)
     except BaseException:
-        _end(proc)
+        _end(child)
         kill_survivors(run_dir)
-        log.close()
+        child.close()
         shutil.rmtree(run_dir, ignore_errors=True)
         raise
     finally:
         kill_survivors(run_dir)
-    log.close()
+    child.close()
     wall = time.perf_counter() - started
     records = read_rank_records(run_dir, req.world_size)
-    tail = _tail(run_dir / "launcher.log")
+    tail = launch_tail(child)
     shutil.rmtree(run_dir, ignore_errors=True)
-    attempts, measure = aggregate(records, req, proc.returncode, timed_out, tail)
+    attempts, measure = aggregate(records, req, child.returncode, timed_out, tail)
     for attempt in attempts:
         attempt.wall_seconds = round(wall, 3)
     setup = next((r.setup for r in records if r and r.setup), None)
@@ -228,22 +231,13 @@ def launch(req: LaunchRequest, env: dict[str, str] | None = None, standby: Any =
         attempts,
         measure,
         setup,
-        proc.returncode,
+        child.returncode,
         timed_out,
         round(wall, 3),
         tail,
         records,
         timeline(records, launched, wall),
     )
-
-
-def _tail(path: Path, lines: int = 6) -> str:
-    try:
-        text = path.read_text(errors="replace")
-    except OSError:
-        return ""
-    keep = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("*")]
-    return " | ".join(keep[-lines:])[-1500:]
 
 
 def _root_failure(records: list[RankRecord | None], batch: int | None) -> tuple[int, RankFailure] | None:

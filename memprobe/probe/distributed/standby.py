@@ -15,21 +15,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import tempfile
 import time
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
-from memprobe.probe.distributed.launch import (
-    LaunchRequest,
-    LaunchResult,
-    _end,
-    kill_survivors,
-    launch,
-    launch_env,
-    torchrun_command,
-)
+from memprobe.core.child import Child
+from memprobe.probe.distributed.launch import LaunchRequest, LaunchResult, _end, kill_survivors, launch, start_torchrun
 
 PRESTART_ENV = "MEMPROBE_PRESTART"
 GO_FILE = "go.json"
@@ -47,53 +38,35 @@ class Standby:
     """A torchrun launch of `world_size` ranks whose ranks import and wait for their request (take)."""
 
     def __init__(self, world_size: int, device: str, workload: dict[str, Any], env: dict[str, str] | None = None):
-        environment = launch_env(env)
-        if device == "cpu":
-            environment.setdefault("OMP_NUM_THREADS", "1")
+        """Raises OSError when torchrun cannot be started."""
         self.key = (world_size, device, workload.get("family"))
-        self.run_dir = Path(tempfile.mkdtemp(prefix="memprobe-dist-"))
-        request = {
-            "standby": True,
-            "run_dir": str(self.run_dir),
-            "workload": workload,
-            "device": device,
-            "parent_pid": os.getpid(),
-        }
-        (self.run_dir / "request.json").write_text(json.dumps(request))
-        self.log: IO[bytes] = open(self.run_dir / "launcher.log", "wb")  # noqa: SIM115 - for the launch's life
-        self.proc = subprocess.Popen(
-            torchrun_command(world_size, self.run_dir / "request.json"),
-            env=environment,
-            stdout=self.log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
+        request = {"standby": True, "workload": workload, "device": device}
+        self.child, self.run_dir = start_torchrun(world_size, device, request, env)
         self.started = time.time()
         self.taken = False
 
     def fits(self, req: LaunchRequest) -> bool:
         """Whether this standby can run `req`: still up, not taken, the same world size, device and family."""
         key = (req.world_size, req.device, req.workload.get("family"))
-        return not self.taken and self.proc.poll() is None and key == self.key
+        return not self.taken and self.child.alive() and key == self.key
 
-    def take(self, req: LaunchRequest) -> tuple[subprocess.Popen, Path, IO[bytes]]:
-        """Hand `req` to the waiting ranks: (the launcher process, the launch's folder, its log), now the caller's."""
+    def take(self, req: LaunchRequest) -> tuple[Child, Path]:
+        """Hand `req` to the waiting ranks: (the launcher, the launch's folder), now the caller's."""
         self.taken = True
         request = {**req.__dict__, "run_dir": str(self.run_dir), "parent_pid": os.getpid(), "prestarted": True}
         tmp = self.run_dir / (GO_FILE + ".tmp")
         tmp.write_text(json.dumps(request))
         os.replace(tmp, self.run_dir / GO_FILE)
-        return self.proc, self.run_dir, self.log
+        return self.child, self.run_dir
 
     def kill(self) -> None:
         """End the launch, unused (SIGTERM to its session, then SIGKILL; any rank left by its pid file)."""
         if self.taken:
             return
         self.taken = True
-        _end(self.proc)
+        _end(self.child)
         kill_survivors(self.run_dir)
-        self.log.close()
+        self.child.close()
         shutil.rmtree(self.run_dir, ignore_errors=True)
 
 
