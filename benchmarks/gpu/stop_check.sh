@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Every process memprobe starts, on 2 GPUs, and how each way of stopping a scan ends them: the scans that start
 # trial processes (exec'd and forked by the fork server), the predicted-start child, --parallel child scans and
-# torchrun groups (served, with out-of-memory recoveries), then SIGTERM of a one-GPU scan, a
-# 2-GPU DDP scan and a --parallel scan mid-search, and SIGKILL of a one-GPU scan's parent. After each stop: the exit
+# torchrun groups (served, with out-of-memory recoveries); then, mid-search, Ctrl-C (SIGINT) of a one-GPU scan, a
+# 2-GPU FSDP2 scan and a --parallel scan, SIGTERM of a 2-GPU DDP scan, and SIGKILL of a one-GPU scan's parent. After each stop: the exit
 # code (130 for SIGINT, 143 for SIGTERM), the file it kept (partial) and, 10 s later, every process left of the
 # scan's tree and what nvidia-smi lists on the GPUs (both should be empty).
 #
@@ -14,7 +14,8 @@ set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 W=$(mktemp -d)
-S="$W/summary.txt"
+mkdir -p "$OUT"
+S="$OUT/summary.txt"  # written as it goes: a call cut short still brings it back
 say() { echo "[$(date -u +%T)] $*" | tee -a "$S"; }
 apps() { nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader 2>&1; }
 tree_of() { local p=$1; echo "$p"; for c in $(pgrep -P "$p"); do tree_of "$c"; done; }
@@ -78,6 +79,5 @@ stop fsdp-int INT "trial 4 " -m bert-large -p bf16 --gpus 2 --strategy fsdp
 DELAY=25 stop parallel-int INT "started resnet50" -m bert-large,resnet50 -p bf16 --parallel --gpus 2
 stop one-gpu-kill KILL "trial 3 " -m bert-large -p bf16
 
-cp "$S" "$OUT/summary.txt"
 tar -czf "$OUT/stop_check.tgz" -C "$W" .
 rm -rf "$W"
