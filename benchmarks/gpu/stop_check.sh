@@ -19,7 +19,9 @@ S="$OUT/summary.txt"  # written as it goes: a call cut short still brings it bac
 say() { echo "[$(date -u +%T)] $*" | tee -a "$S"; }
 apps() { nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader 2>&1; }
 tree_of() { local p=$1; echo "$p"; for c in $(pgrep -P "$p"); do tree_of "$c"; done; }
-scan() { python3 -m memprobe scan "$@" --no-curve --no-breakdown; }
+SCAN=(python3 -m memprobe scan --no-curve --no-breakdown)
+# Job control: a background job of a script otherwise starts with SIGINT ignored, and Ctrl-C would never reach it.
+set -m
 
 say "stop_check.sh at $(git log -1 --format='%h %s' 2>/dev/null | cut -c1-100)"
 nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader | tee -a "$S"
@@ -28,7 +30,7 @@ python3 -c "import torch, transformers, timm; print('torch', torch.__version__, 
 run() {  # NAME LIMIT ARGS...: one scan to its end
   local name=$1 limit=$2; shift 2
   local t0; t0=$(date +%s)
-  timeout --signal=TERM --kill-after=40 "$limit" scan "$@" --out "$W/$name" > "$W/$name.out" 2> "$W/$name.log"
+  timeout --signal=TERM --kill-after=40 "$limit" "${SCAN[@]}" "$@" --out "$W/$name" > "$W/$name.out" 2> "$W/$name.log"
   say "$name: exit $? in $(( $(date +%s) - t0 )) s"
   python3 -m memprobe report --scans "$W/$name" 2>/dev/null | sed -n '1,8p' | tee -a "$S"
 }
@@ -36,8 +38,8 @@ run() {  # NAME LIMIT ARGS...: one scan to its end
 stop() {  # NAME SIGNAL AFTER_PATTERN ARGS...: start a scan, send SIGNAL DELAY s (default 2) after its log shows
   # AFTER_PATTERN, then check
   local name=$1 sig=$2 pattern=$3; shift 3
-  scan "$@" --out "$W/$name" > "$W/$name.out" 2> "$W/$name.log" &
-  local parent=$! waited=0
+  "${SCAN[@]}" "$@" --out "$W/$name" > "$W/$name.out" 2> "$W/$name.log" &
+  local parent=$! waited=0  # memprobe's own pid: the command runs directly, not in a subshell
   until grep -qE "$pattern" "$W/$name.log" 2>/dev/null; do
     sleep 1; waited=$((waited + 1))
     if (( waited >= 240 )) || ! kill -0 "$parent" 2>/dev/null; then break; fi
