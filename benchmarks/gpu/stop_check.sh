@@ -23,7 +23,7 @@ SCAN=(python3 -m memprobe scan --no-curve --no-breakdown)
 # Job control: a background job of a script otherwise starts with SIGINT ignored, and Ctrl-C would never reach it.
 set -m
 
-say "stop_check.sh at $(git log -1 --format='%h %s' 2>/dev/null | cut -c1-100)"
+say "stop_check.sh on $(hostname)"  # the commit is not read here: the device's copy of .git may be older than its tree
 nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader | tee -a "$S"
 python3 -c "import torch, transformers, timm; print('torch', torch.__version__, 'transformers', transformers.__version__, 'timm', timm.__version__)" | tee -a "$S"
 
