@@ -118,19 +118,16 @@ class Launches:
         self,
         batches: list[int],
         measure: dict[str, Any] | None = None,
-        world_size: int | None = None,
-        strategy: str | None = None,
-        steps: int | None = None,
         search: bool = False,
         what: str = "",
+        **shape: Any,
     ) -> LaunchResult:
-        """One launch of `batches` (`steps` steps each, default the trial's), then the timed run `measure`
-        ({"warmup", "steps"}) of the last one when given; `search`: a search trial's launch; `what` names it in the
-        launch's timeline (settings.launches.timelines)."""
-        world = world_size or self.world_size
+        """One launch of the request() of `batches`, `measure` and `shape` (world_size, strategy, steps); `search`: a
+        search trial's launch; `what` names it in the launch's timeline (settings.launches.timelines)."""
+        world = shape.get("world_size") or self.world_size
         self.announce(batches[0], True, world)
         self.started_group(search)
-        result = self.launcher(self.request(batches, measure, world_size, strategy, steps))
+        result = self.launcher(self.request(batches, measure, **shape))
         self.timed_launch(
             getattr(result, "timeline", None), f"{what or ('search' if search else 'launch')} at {batches[-1]}"
         )
