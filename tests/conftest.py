@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gc
 import importlib.util
 import os
 import signal
@@ -42,14 +41,6 @@ def _sighup_heard():
         signal.signal(signal.SIGHUP, signal.SIG_DFL)
     yield
     signal.signal(signal.SIGHUP, before)
-
-
-@pytest.fixture(autouse=True)
-def _unfreeze_the_collector():
-    """A trial worker's setup freezes the garbage collector for the life of its process (probe/child/worker.py);
-    tests run it in the pytest process, so undo that after each test."""
-    yield
-    gc.unfreeze()
 
 
 @pytest.fixture(autouse=True, scope="module")
