@@ -79,6 +79,7 @@ INTERNALS: tuple[Internal, ...] = (
     Internal("torch.utils._python_dispatch.is_traceable_wrapper_subclass", "recorder: FSDP2's DTensor wrappers"),
     Internal("torch.utils._pytree.tree_flatten", "recorder, training/cpu_memory: tensors in an op's output"),
     Internal("torch.multiprocessing.reductions.StorageWeakRef", "recorder, training/cpu_memory: storage lifetimes"),
+    Internal("torch.UntypedStorage._expired", "training/cpu_memory: whether a storage's weak reference is dead"),
     Internal("torch._C.DispatchKeySet", "fakecuda: the autocast kernels' exclude guard"),
     Internal("torch._C.DispatchKey.AutocastCPU", "fakecuda: the autocast kernels' exclude guard"),
     Internal("torch._C._dispatch_get_registrations_for_dispatch_key", "fakecuda: which ops CUDA autocasts"),
