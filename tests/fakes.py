@@ -379,6 +379,13 @@ def assert_all_closed(world: World):
 
 # --- real trial processes on the CPU (the toy workload under the fake allocator) ------------------------------
 
+
+def toy_scan(budget: str) -> list[str]:
+    """The command line of a scan of the toy workload on the CPU within `budget` ("8MiB"), for CliRunner: the
+    options go after it."""
+    return ["scan", "--model", "toy", "--device", "cpu", "--cpu-memory-budget", budget]
+
+
 TOY_CPU_BUDGET = 8 * 2**20  # bytes (8 MiB): the toy MLP's edge is in the hundreds
 
 

@@ -8,6 +8,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 
+from fakes import toy_scan
 from memprobe.cli.app import main
 from memprobe.compare.breakdown import breakdown_report, comparison_rows, within_goal
 from memprobe.core.breakdown import Breakdown, assemble, check_sum, what_buys_more_batch
@@ -150,13 +151,7 @@ def test_scan_cli_records_the_breakdown_at_b_and_report_shows_it(tmp_path):
     res = runner.invoke(
         main,
         [
-            "scan",
-            "--model",
-            "toy",
-            "--device",
-            "cpu",
-            "--cpu-memory-budget",
-            "8MiB",
+            *toy_scan("8MiB"),
             "-p",
             "fp32",
             "--no-curve",
@@ -181,13 +176,7 @@ def test_cpu_scans_leave_the_breakdown_off_by_default(tmp_path):
     res = CliRunner().invoke(
         main,
         [
-            "scan",
-            "--model",
-            "toy",
-            "--device",
-            "cpu",
-            "--cpu-memory-budget",
-            "8MiB",
+            *toy_scan("8MiB"),
             "-p",
             "fp32",
             "--no-curve",

@@ -8,6 +8,7 @@ import pytest
 
 import memprobe.probe.scan
 from conftest import RecordingProgress, has_nvidia_gpu
+from fakes import toy_scan
 from memprobe.core.results import PrecisionResult, read_result
 from memprobe.probe.scan import ScanOptions, scan_workload
 
@@ -145,7 +146,7 @@ def test_scan_cpu_bad_budget(run):
 
 @pytest.mark.parametrize("args", [["--batch", "0"], ["--batch", "4,x"], ["--steps", "2"], ["--max-batch", "0"]])
 def test_scan_bad_numbers(run, args):
-    result = run("scan", "--model", "toy", "--device", "cpu", "--cpu-memory-budget", BUDGET, *args)
+    result = run(*toy_scan(BUDGET), *args)
     assert_clean_failure(result, 2)
 
 
@@ -294,13 +295,7 @@ def test_ctrl_c_exits_130(run, monkeypatch, tmp_path):
     calls = []
     monkeypatch.setattr(memprobe.probe.scan, "scan_precision", interrupt_on_second_precision(calls))
     result = run(
-        "scan",
-        "--model",
-        "toy",
-        "--device",
-        "cpu",
-        "--cpu-memory-budget",
-        BUDGET,
+        *toy_scan(BUDGET),
         "--precision",
         "fp32,bf16",
         "--out",
@@ -328,7 +323,7 @@ def test_python_dash_m_memprobe(tmp_path):
 
 def test_scan_compile_flag_reaches_the_scan_options(run, scan_options_seen, tmp_path):
     seen = scan_options_seen
-    base = ("scan", "--model", "toy", "--device", "cpu", "--cpu-memory-budget", "8MiB", "--out", str(tmp_path))
+    base = (*toy_scan("8MiB"), "--out", str(tmp_path))
     assert run(*base, "--compile").exit_code == 0
     assert run(*base).exit_code == 0
     assert [o.compile for o in seen] == [True, False]

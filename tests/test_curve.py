@@ -7,7 +7,7 @@ import itertools
 
 import pytest
 
-from fakes import TOY_CPU_BUDGET, FakeFactory, FakeWorker, World, assert_all_closed, run_scan, toy_workload
+from fakes import TOY_CPU_BUDGET, FakeFactory, FakeWorker, World, assert_all_closed, run_scan, toy_scan, toy_workload
 from memprobe.core.memory_model import MemoryModel
 from memprobe.core.protocol import MeasureRequest, Ready, SetupRequest
 from memprobe.core.records import CurvePoint, Timed
@@ -307,7 +307,7 @@ def test_scan_curve_options_reach_the_scan_options(scan_options_seen, tmp_path):
     from memprobe.cli import main
 
     seen = scan_options_seen
-    base = ("scan", "--model", "toy", "--device", "cpu", "--cpu-memory-budget", "8MiB", "--out", str(tmp_path))
+    base = (*toy_scan("8MiB"), "--out", str(tmp_path))
     runner = CliRunner()
     for extra in ((), ("--curve",), ("--curve", "64,128"), ("--no-curve",)):
         done = runner.invoke(main, [*base, *extra])

@@ -8,7 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from conftest import RecordingProgress
-from fakes import TOY, FakeGroup, fake_group_opts
+from fakes import TOY, FakeGroup, fake_group_opts, toy_scan
 from memprobe.cli import main
 from memprobe.compare.scaling import scaling_rows, split_by_world_size, world_size
 from memprobe.core.results import load_results, read_result
@@ -26,7 +26,7 @@ def test_gpus_and_strategy_mistakes_are_one_line_usage_errors():
         (["--gpus", "2", "--compile"], "--compile"),
         (["--gpus", "2", "--mode", "infer"], "--mode train"),
     ):
-        result = run("scan", "--model", "toy", "--device", "cpu", "--cpu-memory-budget", "8MiB", *args)
+        result = run(*toy_scan("8MiB"), *args)
         assert result.exit_code == 2, result.output
         errors = [line for line in result.output.splitlines() if line.startswith("Error")]
         assert len(errors) == 1 and words in errors[0] and "Traceback" not in result.output

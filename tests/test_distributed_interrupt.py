@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from conftest import RecordingProgress, memprobe_process, wait_for
-from fakes import TOY, FakeGroup, fake_group_opts, rank_processes
+from fakes import TOY, FakeGroup, fake_group_opts, rank_processes, toy_scan
 from memprobe.core.results import read_result
 from memprobe.probe.distributed.scan import scan_distributed
 from memprobe.probe.pipeline import ScanInterrupted
@@ -83,7 +83,7 @@ def test_stopped_while_timing_one_gpu_the_proven_edge_is_kept_as_done(tmp_path):
 @pytest.mark.slow
 def test_a_signal_stops_a_real_multi_gpu_scan_which_writes_its_trials_and_leaves_no_rank(tmp_path, sig, code):
     out = tmp_path / "out"
-    args = ["scan", "--model", "toy", "--device", "cpu", "--cpu-memory-budget", "8MB", "--gpus", "2", "-p", "fp32"]
+    args = [*toy_scan("8MB"), "--gpus", "2", "-p", "fp32"]
     args += ["--no-curve", "--no-throughput", "--out", str(out)]
     with memprobe_process(args, env={"TMPDIR": str(tmp_path)}) as proc:
         seen = wait_for(proc, "trial 4 ", 240)

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 import memprobe
 import memprobe.probe.nothing_fits
 from conftest import RecordingProgress
-from fakes import TOY, FakeGroup, fake_group_opts
+from fakes import TOY, FakeGroup, fake_group_opts, toy_scan
 from memprobe.cli import main
 from memprobe.core.outcomes import FIT
 from memprobe.core.results import read_result
@@ -91,13 +91,7 @@ def test_an_option_n_ranks_cannot_honour_is_refused_before_the_one_gpu_scan_runs
 
     monkeypatch.setattr(memprobe.probe.scan, "scan_workload", never)
     result = run(
-        "scan",
-        "--model",
-        "toy",
-        "--device",
-        "cpu",
-        "--cpu-memory-budget",
-        "8MiB",
+        *toy_scan("8MiB"),
         "--gpus",
         "1,2",
         *extra,

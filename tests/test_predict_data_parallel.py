@@ -15,6 +15,7 @@ torch = pytest.importorskip("torch")
 
 from click.testing import CliRunner  # noqa: E402
 
+from fakes import toy_scan  # noqa: E402
 from memprobe.cli import main  # noqa: E402
 from memprobe.core.registry import load_registry  # noqa: E402
 from memprobe.core.strategies import StrategyError  # noqa: E402
@@ -196,13 +197,7 @@ def test_cli_compare_needs_the_same_world(tmp_path):
     scanned = runner.invoke(
         main,
         [
-            "scan",
-            "--model",
-            "toy",
-            "--device",
-            "cpu",
-            "--cpu-memory-budget",
-            "64MiB",
+            *toy_scan("64MiB"),
             "-p",
             "fp32",
             "--max-batch",

@@ -11,6 +11,7 @@ pytest.importorskip("torch")
 
 from click.testing import CliRunner  # noqa: E402
 
+from fakes import toy_scan
 from memprobe.cli import main  # noqa: E402
 from memprobe.core.registry import Workload, load_registry  # noqa: E402
 from memprobe.probe.hint import PredictedStart, Prediction  # noqa: E402
@@ -78,13 +79,7 @@ def test_a_scan_that_starts_from_the_prediction_finds_the_same_proven_edge(tmp_p
         result = CliRunner().invoke(
             main,
             [
-                "scan",
-                "--model",
-                "toy",
-                "--device",
-                "cpu",
-                "--cpu-memory-budget",
-                "48MiB",
+                *toy_scan("48MiB"),
                 "-p",
                 "fp32",
                 "--no-throughput",

@@ -9,7 +9,7 @@ import pytest
 import memprobe.probe.scan
 import memprobe.probe.setup_failure
 from conftest import RecordingProgress
-from fakes import FakeFactory, FakeWorker, World, assert_all_closed, run_scan, toy_workload
+from fakes import FakeFactory, FakeWorker, World, assert_all_closed, run_scan, toy_scan, toy_workload
 from memprobe.core.memory_model import Attempt
 from memprobe.core.outcomes import OOM, classify_error
 from memprobe.core.protocol import Failure, SetupRequest
@@ -118,13 +118,7 @@ def test_cli_exits_non_zero_for_a_failed_scan(run, monkeypatch, tmp_path):
     world = World(75, setup_error="error")
     monkeypatch.setattr(memprobe.probe.scan, "WorkerFactory", lambda workload, env=None: FakeFactory(world))
     result = run(
-        "scan",
-        "--model",
-        "toy",
-        "--device",
-        "cpu",
-        "--cpu-memory-budget",
-        "1MiB",
+        *toy_scan("1MiB"),
         "--precision",
         "fp32",
         "--out",
@@ -229,13 +223,7 @@ def test_sigterm_and_sighup_stop_a_scan_like_ctrl_c(run, monkeypatch, tmp_path, 
     monkeypatch.setattr(FakeWorker, "trial", signalled_in_bf16)
     before = signal.getsignal(signal.SIGTERM)
     result = run(
-        "scan",
-        "--model",
-        "toy",
-        "--device",
-        "cpu",
-        "--cpu-memory-budget",
-        "1MiB",
+        *toy_scan("1MiB"),
         "--precision",
         "fp32,bf16",
         "--out",
