@@ -82,6 +82,23 @@ class RecordingProgress:
         self.notes.append(text)
 
 
+@pytest.fixture
+def scans_seen(monkeypatch, tmp_path):
+    """The scan replaced by a recorder of (workload, ScanOptions as a dict), for the CLI and the API alike
+    (what each was asked to scan, with nothing run)."""
+    import memprobe.probe.scan
+    from memprobe.core.results import ScanResult
+
+    seen: list[tuple[str, dict]] = []
+
+    def recorded(workload, opts, out_dir, progress):
+        seen.append((workload.name, opts.to_dict()))
+        return ScanResult(workload=workload.to_dict(), environment={}, settings=opts.to_dict()), tmp_path / "x.json"
+
+    monkeypatch.setattr(memprobe.probe.scan, "scan_workload", recorded)
+    return seen
+
+
 @pytest.fixture(scope="session")
 def packaged_models() -> Path:
     return default_registry_path()

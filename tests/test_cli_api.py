@@ -11,7 +11,6 @@ from click.testing import CliRunner
 
 import memprobe
 from memprobe.cli import main
-from memprobe.core.results import ScanResult
 from memprobe.request import RequestError
 
 CPU = ["--device", "cpu", "--cpu-memory-budget", "64MiB"]
@@ -80,21 +79,6 @@ def test_scan_refuses_what_find_max_batch_refuses_in_the_same_words(args, kwargs
     assert code == 2
     assert says in line and getattr(raised.value, "message", str(raised.value)) in line
     assert not scan_options_seen  # refused before anything ran
-
-
-@pytest.fixture
-def scans_seen(monkeypatch, tmp_path):
-    """The scan replaced by a recorder of (workload, ScanOptions as a dict), for the CLI and the API alike."""
-    import memprobe.probe.scan
-
-    seen: list[tuple[str, dict]] = []
-
-    def recorded(workload, opts, out_dir, progress):
-        seen.append((workload.name, opts.to_dict()))
-        return ScanResult(workload=workload.to_dict(), environment={}, settings=opts.to_dict()), tmp_path / "x.json"
-
-    monkeypatch.setattr(memprobe.probe.scan, "scan_workload", recorded)
-    return seen
 
 
 @pytest.mark.parametrize(

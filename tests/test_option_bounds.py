@@ -143,22 +143,6 @@ def test_the_range_in_help_is_the_bound_of_the_table():
 # --- values at the edges of their ranges are taken, the same by both ----------------------------------------------
 
 
-@pytest.fixture
-def scans_seen(monkeypatch, tmp_path):
-    """The scan replaced by a recorder of (workload, ScanOptions as a dict), for the CLI and the API alike."""
-    import memprobe.probe.scan
-    from memprobe.core.results import ScanResult
-
-    seen: list[tuple[str, dict]] = []
-
-    def recorded(workload, opts, out_dir, progress):
-        seen.append((workload.name, opts.to_dict()))
-        return ScanResult(workload=workload.to_dict(), environment={}, settings=opts.to_dict()), tmp_path / "x.json"
-
-    monkeypatch.setattr(memprobe.probe.scan, "scan_workload", recorded)
-    return seen
-
-
 def test_scan_and_find_max_batch_take_the_edges_of_every_range(scans_seen, tmp_path):
     edges = ["--steps", "100", "--warmup", "1000", "--timed-steps", "10000", "--max-batch", str(bounds.MAX_BATCH)]
     edges += ["--max-trials", "2", "--soak", "100000", "--curve-budget", "0.5", "--batch", f"1,{bounds.MAX_BATCH}"]
