@@ -21,6 +21,25 @@ from memprobe.core.registry import default_registry_path, load_registry
 pytest.register_assert_rewrite("fakes")
 
 
+def _share_the_cores_between_workers() -> None:
+    """Under pytest-xdist (`-n auto`), N workers share the machine's cores, and each torch, in the worker and in every
+    process a test starts (trial processes, fork servers, ranks, predict's children, the CLI), would otherwise run
+    as many OpenMP threads as there are cores: on 2 cores, 2 workers' threads spun against each other, and five test
+    files took 145 s and 269 CPU seconds instead of 109 s and 186. Each worker's share is cores // N threads (1 on 2
+    cores), through OMP_NUM_THREADS, which every child inherits; set before any test imports torch. An
+    OMP_NUM_THREADS already set is kept, and a run without workers is left as it was."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))
+    if workers < 2 or "OMP_NUM_THREADS" in os.environ:
+        return
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    os.environ["OMP_NUM_THREADS"] = str(max(1, cores // workers))
+    if "torch" in sys.modules:  # imported already (by a plugin): its thread pool is sized; resize it
+        sys.modules["torch"].set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+
+
+_share_the_cores_between_workers()
+
+
 def has_nvidia_gpu() -> bool:
     """True when NVML sees a GPU (then the 'no GPU' tests do not apply to this machine)."""
     try:
