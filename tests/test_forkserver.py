@@ -8,9 +8,10 @@ import time
 
 import pytest
 
+from memprobe.core.child import ForkServerError
 from memprobe.core.protocol import Lost, PingRequest, Pong, Ready
 from memprobe.core.registry import load_registry
-from memprobe.probe.runner import Worker, WorkerFactory, WorkerSpec, Zygote, ZygoteError
+from memprobe.probe.runner import Worker, WorkerFactory, WorkerSpec, Zygote
 
 BUDGET = 8 << 20
 
@@ -81,7 +82,7 @@ def test_factory_falls_back_to_exec_when_the_server_is_gone(toy_spec):
 def test_spawn_from_a_closed_server_raises(toy_spec):
     zygote = Zygote("memprobe.workloads.toy")
     zygote.close()
-    with pytest.raises(ZygoteError):
+    with pytest.raises(ForkServerError):
         Worker("memprobe.workloads.toy", zygote)
 
 

@@ -77,8 +77,6 @@ class WorkerSpec:
 LOG_PREFIX = "memprobe-worker-"  # a trial process's log: its stderr, whose tail goes into crash messages
 PING_TIMEOUT_S = 60.0  # a forked process answers in milliseconds; one that hangs is replaced by exec
 
-ZygoteError = ForkServerError  # the fork server is gone or did not answer; the caller falls back to exec'd processes
-
 
 def _worker_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
     """The variables a trial process gets on top of this process's environment (Child.start puts them over the one
@@ -94,7 +92,7 @@ class Zygote(ForkServer):
     """The fork server: one `python -m memprobe.probe.child.worker --zygote-fd FD` process per scan, which has
     imported torch and `preload` (the workload's module) and forks each trial process (probe/child/zygote.py).
 
-    Raises ZygoteError from spawn() when the server is gone or does not answer.
+    Raises ForkServerError from spawn() when the server is gone or does not answer.
     """
 
     def __init__(self, preload: str, answer_timeout_s: float = 600.0, env: Mapping[str, str] | None = None) -> None:
@@ -111,7 +109,7 @@ class Worker:
     """One trial process (a Child, core/child.py). Not set up until `setup()`; ended by `close()`.
 
     Forked from `zygote` when one is given (with the zygote's environment), else exec'd (which costs the Python
-    imports) with `env` on top of this process's environment. Raises ZygoteError when the zygote cannot fork, OSError
+    imports) with `env` on top of this process's environment. Raises ForkServerError when the zygote cannot fork, OSError
     when python cannot be exec'd.
     """
 
@@ -126,7 +124,7 @@ class Worker:
             answer = self.request(PingRequest(), PING_TIMEOUT_S)
             if not (isinstance(answer, Pong) and answer.ok):
                 self.close()
-                raise ZygoteError(f"a forked trial process did not answer a ping within {PING_TIMEOUT_S:.0f} s")
+                raise ForkServerError(f"a forked trial process did not answer a ping within {PING_TIMEOUT_S:.0f} s")
 
     @property
     def alive(self) -> bool:
@@ -253,7 +251,7 @@ class WorkerFactory:
         if self._zygote is not None:
             try:
                 return Worker(self.preload, self._zygote)
-            except ZygoteError:
+            except ForkServerError:
                 # Keep scanning with exec'd processes: slower to start, same measurements.
                 self._zygote.close()
                 self._zygote = None
