@@ -30,7 +30,14 @@ from memprobe.core.rank_record import (
     write_vote,
 )
 from memprobe.probe.child.served_rank import END, FIT_DECISION, RECOVER, decide, memory_lost
-from memprobe.probe.distributed.group import ServedGroup, command_attempt, served_groups_on
+from memprobe.probe.distributed.group import (
+    VOTE_MAX_S,
+    VOTE_MIN_S,
+    ServedGroup,
+    command_attempt,
+    served_groups_on,
+    vote_wait_s,
+)
 from memprobe.probe.distributed.launch import LaunchRequest
 from memprobe.probe.distributed.scan import scan_precision_distributed
 from memprobe.probe.scan import ScanOptions
@@ -179,6 +186,17 @@ def test_the_ranks_go_on_after_fits_and_after_a_shared_out_of_memory_and_end_oth
     assert decide([Vote(CRASH, [12]), oom]) == END
     assert decide([Vote(OOM, None), Vote(OOM, None)]) == END
     assert decide([Vote(OOM, [12], in_collective=True), oom]) == END  # NCCL's own allocation failed
+
+
+def test_a_failed_rank_waits_for_votes_as_long_as_the_largest_fit_scaled_to_the_batch_and_never_a_minute_more():
+    # bert-large-squad DDP on 4x H100: batch 1's first steps took 1.89 s (set-up, not one sample), batch 4 0.58 s.
+    fits = [Attempt(1, FIT, seconds=1.89), Attempt(2, FIT, seconds=0.53), Attempt(4, FIT, seconds=0.58)]
+    assert vote_wait_s([], 189) == VOTE_MIN_S
+    assert vote_wait_s(fits, 4) == pytest.approx(VOTE_MIN_S + 2 * 0.58)
+    assert vote_wait_s(fits, 8) == pytest.approx(VOTE_MIN_S + 2 * 1.16)
+    assert vote_wait_s(fits, 2) == pytest.approx(VOTE_MIN_S + 2 * 0.58)  # never below the largest fit's own time
+    assert vote_wait_s(fits, 189) == VOTE_MAX_S  # was 725 s: 10 + 2 x 1.89 s x 189
+    assert vote_wait_s(fits + [Attempt(100, FIT, seconds=1.5)], 110) == pytest.approx(VOTE_MIN_S + 2 * 1.65)
 
 
 def test_commands_and_votes_go_to_disk_and_back(tmp_path):

@@ -35,10 +35,13 @@ from memprobe.probe.distributed.launch import (
 SERVED_ENV = "MEMPROBE_SERVED_GROUPS"
 POLL_S = 0.05
 STOP_WAIT_S = 30.0
-# How long a rank whose trial failed waits for its peers' votes: at least this, plus twice the time the group's
-# fits took per sample at this batch. A peer still stuck in a collective the failed rank never joins votes
-# never; waiting for it longer than a fresh group takes to start would cost more than it saves.
+# How long a rank whose trial failed waits for its peers' votes: at least this, plus twice the time a trial at this
+# batch should take (vote_wait_s), at most VOTE_MAX_S. A peer stuck in a collective the failed rank never joins
+# votes never, and ending the group then costs one fresh group's start (20-33 s), not a wrong answer. Unbounded
+# and scaled from batch 1's fit (whose seconds are the first steps' set-up, not its one sample), the wait was
+# 725 s for bert-large-squad DDP at batch 189 on 4x H100, and the trial sat 243 s until the pg timeout.
 VOTE_MIN_S = 10.0
+VOTE_MAX_S = 60.0
 # Once a rank has recorded a failure, every rank votes within the failed rank's vote wait, then commits (the
 # status all_reduce) at once: the group goes on, or ends (the failed rank exits, torchrun ends the rest) within
 # torchrun's stop grace. A rank stuck in a collective or a device sync that a peer never joins can outlive all
@@ -53,6 +56,19 @@ FAILED_GRACE_S = 30.0
 def served_groups_on(env: dict[str, str] | None = None) -> bool:
     """Whether search trials share a served group (the default), or each is a launch (MEMPROBE_SERVED_GROUPS=0)."""
     return (os.environ if env is None else env).get(SERVED_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def vote_wait_s(fits: list[Attempt], batch: int) -> float:
+    """How long a rank whose trial at `batch` failed waits for its peers' votes: VOTE_MIN_S plus twice the time
+    the largest fit so far scaled to `batch` (step time grows no faster than the batch, so this bounds it from
+    above; small batches' seconds are mostly fixed set-up and would inflate a per-sample figure), at most
+    VOTE_MAX_S. Pure."""
+    sized = [a for a in fits if a.batch and a.seconds]
+    if not sized:
+        return VOTE_MIN_S
+    largest = max(sized, key=lambda a: a.batch)
+    expected = largest.seconds * max(1.0, batch / largest.batch)
+    return min(VOTE_MAX_S, VOTE_MIN_S + 2.0 * expected)
 
 
 class ServedGroup:
@@ -324,8 +340,8 @@ class ServedSearch(SearchTrials):
         self._keep_first(first)
 
     def vote_wait_s(self, batch: int) -> float:
-        per_sample = max((a.seconds / a.batch for a in self.fits if a.batch), default=0.0)
-        return VOTE_MIN_S + 2.0 * per_sample * batch
+        """How long a rank that failed at `batch` waits for its peers' votes (vote_wait_s)."""
+        return vote_wait_s(self.fits, batch)
 
     def _run(self, batch: int) -> Attempt:
         if self.group is None or not self.group.alive:
