@@ -29,7 +29,8 @@ from memprobe.core.rank_record import (
     write_json,
     write_vote,
 )
-from memprobe.probe.child.served_rank import END, FIT_DECISION, RECOVER, decide, memory_lost
+from memprobe.probe.child.rank import MESSAGE_CHARS
+from memprobe.probe.child.served_rank import END, FIT_DECISION, RECOVER, decide, memory_lost, with_reason
 from memprobe.probe.distributed.group import (
     VOTE_MAX_S,
     VOTE_MIN_S,
@@ -197,6 +198,15 @@ def test_a_failed_rank_waits_for_votes_as_long_as_the_largest_fit_scaled_to_the_
     assert vote_wait_s(fits, 2) == pytest.approx(VOTE_MIN_S + 2 * 0.58)  # never below the largest fit's own time
     assert vote_wait_s(fits, 189) == VOTE_MAX_S  # was 725 s: 10 + 2 x 1.89 s x 189
     assert vote_wait_s(fits + [Attempt(100, FIT, seconds=1.5)], 110) == pytest.approx(VOTE_MIN_S + 2 * 1.65)
+
+
+def test_why_a_failed_rank_ended_the_group_survives_the_cut_of_a_long_out_of_memory_message():
+    oom = "OutOfMemoryError: CUDA out of memory. Tried to allocate 632.00 MiB. " * 20
+    why = "; no vote from rank(s) [1] within 60 s"
+    text = with_reason(oom, why)
+    assert len(text) == MESSAGE_CHARS and text.endswith(why) and text.startswith("OutOfMemoryError")
+    assert with_reason("short", why) == "short" + why
+    assert with_reason("short", "") == "short"
 
 
 def test_commands_and_votes_go_to_disk_and_back(tmp_path):

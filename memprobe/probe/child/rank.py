@@ -33,6 +33,7 @@ from typing import Any
 from memprobe.core.rank_record import RankFailure, RankRecord
 
 FAILED_EXIT = 3
+MESSAGE_CHARS = 500  # a failure's message as a rank records it (torch's out-of-memory text alone runs longer)
 _FAILURE_FIELDS = {f.name for f in fields(RankFailure)} - {"stage", "batch", "outcome", "message", "at", "extra"}
 STARTED = time.time()  # this rank's Python is up: where a launch's time goes (timeline), from here on
 _COLLECTIVE_MARKERS = (
@@ -76,7 +77,7 @@ class Rank:
         goes to its `extra`) and save at once."""
         if self.record.failure is None:
             outcome = collective_outcome(outcome, message)
-            self.record.failure = RankFailure(stage, batch, outcome, message[:500], at=time.time())
+            self.record.failure = RankFailure(stage, batch, outcome, message[:MESSAGE_CHARS], at=time.time())
         for key, value in extra.items():
             if key in _FAILURE_FIELDS:
                 setattr(self.record.failure, key, value)

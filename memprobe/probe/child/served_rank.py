@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from memprobe.core.rank_record import Command, Vote, read_command, read_vote, write_vote
-from memprobe.probe.child.rank import FAILED_EXIT, Rank, build, hang_if_asked, watch_steps
+from memprobe.probe.child.rank import FAILED_EXIT, MESSAGE_CHARS, Rank, build, hang_if_asked, watch_steps
 
 POLL_S = 0.02
 FIT_DECISION, RECOVER, END = "fit", "recover", "end"
@@ -151,7 +151,8 @@ def serve(req: dict[str, Any], rank: Rank, device: Any, mesh: Any, timeout_s: fl
             missing = [r for r, v in enumerate(votes) if v is None]
             if attempt.outcome != FIT:
                 why = f"; no vote from rank(s) {missing} within {wait:.0f} s" if missing else ""
-                rank.failed("trial", attempt.outcome, attempt.message + why, batch, command=index, **_peaks(attempt))
+                text = with_reason(attempt.message, why)
+                rank.failed("trial", attempt.outcome, text, batch, command=index, **_peaks(attempt))
             elif missing:
                 rank.failed(
                     "trial", TIMEOUT, f"no vote from rank(s) {missing} within {wait:.0f} s", batch, command=index
@@ -199,6 +200,12 @@ def serve(req: dict[str, Any], rank: Rank, device: Any, mesh: Any, timeout_s: fl
     # Exit at once: the next fresh group waits for this one's memory, and leaving the process group and Python's
     # own shutdown (torch's, NCCL's) only cost seconds; the system frees what the process holds.
     os._exit(0)
+
+
+def with_reason(message: str, why: str) -> str:
+    """`message` then `why`, the message cut so that `why` survives the record's cut to MESSAGE_CHARS (torch's
+    out-of-memory text alone runs longer, and the reason a group ended is what the parent's answer needs)."""
+    return message[: max(0, MESSAGE_CHARS - len(why))] + why
 
 
 def memory_lost(first: dict[str, Any], again: dict[str, Any]) -> str:
