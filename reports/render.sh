@@ -40,9 +40,11 @@ render reports/h200_frontier/frontier.md "llama-1b batch x sequence-length front
 # other renders, where they would replace the suite's scans (with curves) as the newest of each workload.
 render reports/scaling_h200.md "memprobe report on the 2- and 4-GPU scans (4x H200 host) beside the single-GPU H200 scans" \
     report reports/h200 reports/h200_multi reports/h200_parallel --with-published
+render reports/scaling_h100.md "memprobe report on the 4-GPU scans (4x H100 host) beside the single-GPU H100 scans" \
+    report reports/h100 reports/h100_4gpu_host --with-published
 # One self-contained page of all of it (report, guide, scans, breakdowns, LLM edges, the frontier): open it offline.
 # reports/breakdown/h100 and h200 stay out: their rescans (no curve) are newer than the suite's, so the comparison
 # would take them and compare at B where report.md compares at b*; the page shows the breakdowns of reports/h100.
-"$PYTHON" -m memprobe report reports/h100 reports/h200 reports/h200_multi reports/h100_llm reports/h200_frontier/scans \
+"$PYTHON" -m memprobe report reports/h100 reports/h200 reports/h200_multi reports/h100_4gpu_host reports/h100_llm reports/h200_frontier/scans \
     reports/h200_frontier/predicted --with-published --predicted reports/breakdown/predicted-breakdowns.json \
     --html reports/index.html
