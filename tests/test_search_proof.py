@@ -70,6 +70,28 @@ def test_confirm_edge_fresh_edge_one_higher_or_lower(fresh_edge, calls):
     assert check.calls == calls
 
 
+def test_the_walk_down_stops_at_the_highest_fresh_fit_the_search_saw():
+    # 4x H100, bert-large fp16 DDP: the search fitted 100 in a fresh group, then 101-104 in its served group; fresh
+    # checks failed from 105 down. Without the search's fresh fit the walk went 105, 104, 103, 101, 97, 99, 100.
+    plain = FreshChecks(100)
+    confirm_edge(plain, searched_at(104))
+    assert plain.calls == [105, 104, 103, 101, 97, 99, 100]
+    check = FreshChecks(100)
+    edge = confirm_edge(check, searched_at(104), fresh_fits=[1, 100])
+    assert check.calls == [105, 104, 103, 101, 100]
+    assert (edge.max_batch, edge.fits, edge.fails, edge.verified) == (100, 100, 101, True)
+    # a fresh fit the checks then see fail is no floor below itself: the walk goes on past it
+    again = FreshChecks(97)
+    edge = confirm_edge(again, searched_at(104), fresh_fits=[100])
+    assert (edge.max_batch, edge.fits, edge.fails, edge.verified) == (97, 97, 98, True)
+    assert again.calls[:5] == [105, 104, 103, 101, 100]
+
+
+def searched_at(claimed: int) -> SearchResult:
+    """A search that claimed `claimed` (its trials fitted up to it, the next failed)."""
+    return SearchResult(claimed, claimed + 1, "edge")
+
+
 @pytest.mark.parametrize("fresh_edge", [78, 72])
 def test_confirm_edge_walks_several_steps(fresh_edge):
     edge = confirm_edge(FreshChecks(fresh_edge), searched(75))

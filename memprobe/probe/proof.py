@@ -40,6 +40,7 @@ def confirm_edge(
     max_checks: int = 6,
     max_batch: int = 65536,
     known: Mapping[int, Attempt] | None = None,
+    fresh_fits: Collection[int] = (),
 ) -> EdgeCheck:
     """Re-check the search's answer in fresh processes and move it if the fresh edge differs.
 
@@ -48,7 +49,10 @@ def confirm_edge(
     instead of being run again (listed in `reused`; it still counts as a check).
     The pair is checked failure-side first (B+1), then B, so that the last fresh process is the one
     that proved B fits (the caller can measure throughput in it). If the edge moved, walk in the
-    direction the checks say (steps 1, 1, 2, 4, ...) and bisect once bracketed. The walk stops after
+    direction the checks say (steps 1, 1, 2, 4, ...) and bisect once bracketed. Walking down, it never steps
+    below the highest of `fresh_fits` under the lowest fresh failure: batches that trained in a fresh process
+    during the search but are not checks (their timed run did not run), so the edge is known to be at or above
+    it. The walk stops after
     `max_checks` checks; a bracket it found is closed even past that, up to CHECK_CAP_FACTOR x max_checks
     checks in all. When no fresh check fits, `max_batch` is the bound below the lowest fresh failure
     and `verified` is False.
@@ -100,7 +104,8 @@ def confirm_edge(
             if fail_at == 1:
                 fit_at = 0  # batch 1 does not train in a fresh process either
                 break
-            batch = max(1, fail_at - step)
+            floor = max((b for b in fresh_fits if b < fail_at), default=1)
+            batch = max(1, floor, fail_at - step)
     verified = fit_at is not None and fail_at is not None and fail_at == fit_at + 1
     agreed = verified and fit_at == claimed
     if fit_at is not None:
