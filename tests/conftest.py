@@ -234,12 +234,3 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=None,
         help="torch include/ folder whose headers tests/test_torch_facts.py reads (default: installed)",
     )
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The test files that hold `slow` tests first, each kept whole (its module fixtures built once per worker), in a
-    stable sort, so every pytest-xdist worker collects the same order, as xdist requires. The workers are handed the
-    long tests while there is other work to share, and the last tests handed out are short: no worker sits idle
-    while another runs a 50-second test at the end."""
-    heavy = {item.path for item in items if item.get_closest_marker("slow")}
-    items.sort(key=lambda item: item.path not in heavy)
