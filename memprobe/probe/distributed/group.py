@@ -45,9 +45,8 @@ VOTE_MAX_S = 60.0
 # Once a rank has recorded a failure, every rank votes within the failed rank's vote wait, then commits (the
 # status all_reduce) at once: the group goes on, or ends (the failed rank exits, torchrun ends the rest) within
 # torchrun's stop grace. A rank stuck in a collective or a device sync that a peer never joins can outlive all
-# of it: on 4x H200 under DDP, resnet50 bf16 sat 200 s in such a trial without voting, and after every rank had
-# voted a shared out-of-memory failure, resnet50 and bert-large-squad bf16 sat 243 s in the commit, until the
-# process-group timeout. So a rank that has neither committed nor ended this long after the vote wait makes the
+# of it (it votes only when the process-group timeout ends its collective), and so can a commit's all_reduce
+# that never completes. So a rank that has neither committed nor ended this long after the vote wait makes the
 # parent end the group itself and answer from the failure recorded. (A rank rebuilding its model after the
 # commit has committed: the rebuild's time is not limited here.)
 FAILED_GRACE_S = 30.0
