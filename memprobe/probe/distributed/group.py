@@ -338,10 +338,6 @@ class ServedSearch(SearchTrials):
             first.append(self._run(2))
         self._keep_first(first)
 
-    def vote_wait_s(self, batch: int) -> float:
-        """How long a rank that failed at `batch` waits for its peers' votes (vote_wait_s)."""
-        return vote_wait_s(self.fits, batch)
-
     def _run(self, batch: int) -> Attempt:
         if self.group is None or not self.group.alive:
             self.group = self.serve(self.launches.request([batch]))
@@ -350,7 +346,7 @@ class ServedSearch(SearchTrials):
         group = self.group
         self.launches.announce(batch, group.index == 0)
         try:
-            attempt = group.trial(batch, self.vote_wait_s(batch))
+            attempt = group.trial(batch, vote_wait_s(self.fits, batch))
         except BaseException:
             group.kill()
             raise
