@@ -295,7 +295,7 @@ def test_scan_without_a_gpu_offers_the_prediction(run, tmp_path):
     assert result.exit_code == 2
     (line,) = error_lines(result)
     assert "no CUDA" in line or "no NVIDIA" in line
-    assert "memprobe predict --model toy --memory 11GiB,24GiB,48GiB,80GiB" in line
+    assert "memprobe predict --model toy --precision fp32 --memory 11GiB,24GiB,48GiB,80GiB" in line
     assert "--predict-if-no-gpu" in line
     assert list(tmp_path.iterdir()) == []
 
