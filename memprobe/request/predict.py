@@ -127,7 +127,7 @@ class PredictJob:
         from memprobe.predict.summary import predict
 
         given = {"compare_with": compare_with, "world": world, "mode": self.mode, "progress": progress}
-        return predict(workload, self.precisions, sizes, None, "", steps=self.steps, workers=cores(), **given)
+        return predict(workload, self.precisions, sizes, steps=self.steps, workers=cores(), **given)
 
 
 def predict_job(request: PredictRequest) -> PredictJob:
