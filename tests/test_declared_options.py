@@ -207,3 +207,27 @@ def test_the_parallel_scans_above_give_every_option_a_child_takes():
                     flags[flag] = d.name
     given = {flags[a] for argv in SCANS for a in argv if a in flags} | {"out_dir"}
     assert given | NOT_THE_CHILDS == option_names(ScanRequest) | option_names(ModelRequest)
+
+
+# --- plan and memprobe.plan: one request path ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "argv, call, code",
+    [
+        (["-m", "toy", "--gpu", "H100", "--strategy", "fsdp"], ("toy", "H100", {"strategy": "fsdp"}), 2),
+        (["-m", "toy", "--gpu", "H100,H200"], ("toy", "H100,H200", {}), 2),
+        (["-m", "toy", "--gpu", "H900"], ("toy", "H900", {}), 1),
+        (["-m", "toy,toy-llama", "--gpu", "H100"], ("toy,toy-llama", "H100", {}), 2),
+    ],
+    ids=["strategy-on-one-gpu", "several-cards", "unknown-card", "several-models"],
+)
+def test_plan_and_the_plan_api_refuse_the_same_request_in_the_same_words(argv, call, code):
+    """The API ignored a strategy on one GPU, and said the others in words of its own; one request path now."""
+    from memprobe.request import RequestError
+
+    result = CliRunner().invoke(main, ["plan", *argv])
+    model, card, options = call
+    with pytest.raises(RequestError) as raised:
+        api.plan(model, card, **options)
+    assert result.exit_code == code and result.output.splitlines()[-1] == f"Error: {raised.value}", result.output
