@@ -315,8 +315,6 @@ def predict_one(job_name: str, result_path: Path, card: str) -> dict[str, Any]:
             workload,
             precisions,
             sizes,
-            None,
-            "",
             world=world,
             mode="infer" if kind == "infer" else "train",
             workers=cores(),

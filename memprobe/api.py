@@ -25,16 +25,18 @@ from memprobe.probe.device import NoGPUError
 from memprobe.request import (
     Model,
     ModelRequest,
+    PlanRequest,
     PredictRequest,
     RequestError,
     ScanRequest,
-    lora_rank,
+    plan_job,
     predict_job,
     predict_steps,
     scan_job,
     within,
     workloads_of,
 )
+from memprobe.request.model import modelled
 from memprobe.workloads.custom import CustomModelError
 
 __all__ = [
@@ -149,22 +151,15 @@ class _Logged(_Quiet):
         log.info(f"batch {attempt.batch} {attempt.outcome}{' (fresh process)' if attempt.fresh else ''}")
 
 
-# find_max_batch's keyword arguments that are `memprobe scan` options: they go into the ScanRequest (or its model)
-# and are checked as the command checks them; any other goes to ScanOptions as it is.
-_SCAN_FIELDS = {f.name for f in dataclasses.fields(ScanRequest)} - {"model", "options", "precisions", "device"}
-_MODEL_FIELDS = {"search", "checkpointing", "lora"}
-
-
 def _scan_request(model: Model, precision: str | Sequence[str], device: str, out: Any, **given: Any) -> ScanRequest:
-    """The ScanRequest of a find_max_batch call: what `memprobe scan` with the same options asks."""
-    shape = {k: given.pop(k) for k in list(given) if k in _MODEL_FIELDS}
-    keys = ("models_file", "input_size", "optimizer", "task", "seq_len")
-    request = ModelRequest([model], **{k: given.pop(k) for k in keys}, **shape)
-    fields = {k: given.pop(k) for k in list(given) if k in _SCAN_FIELDS}
-    if isinstance(fields.get("gpus"), (str, int)):  # "2,4", "all" or 2, as `--gpus` takes them
-        fields["gpus"] = listed(str(fields["gpus"]))
-    precisions = listed(precision)
-    return ScanRequest(request, precisions, device=device, out_dir=out, options=given, **fields)
+    """The ScanRequest of a find_max_batch call: what `memprobe scan` with the same options asks. The keywords that
+    are scan's options (its request's declared fields and its model's) go to the request, checked as the command
+    checks them; any other goes to ScanOptions as it is."""
+    if isinstance(given.get("gpus"), (str, int)):  # "2,4", "all" or 2, as `--gpus` takes them
+        given["gpus"] = listed(str(given["gpus"]))
+    values = {"models": [model], "precisions": listed(precision), "device": device, "out_dir": out, **given}
+    request = modelled(ScanRequest, values)
+    return dataclasses.replace(request, options=values)  # what is left is neither the request's nor its model's
 
 
 def find_max_batch(
@@ -288,14 +283,14 @@ def predict_max_batch(
     paths = [overhead_from] if isinstance(overhead_from, (str, Path)) else list(overhead_from or ())
     request = PredictRequest(
         ModelRequest([model], models_file, input_size, optimizer, task, seq_len),
-        listed(precision),
         memory=text,
-        cards=gpu,
         gpus=gpus,
         strategies=[strategy],
-        steps=steps,
+        cards=gpu,
+        precisions=listed(precision),
         overhead_from=paths,
         overhead=overhead,
+        steps=steps,
     )
     with _messages(verbose):
         job = predict_job(request)
@@ -318,10 +313,12 @@ def plan(
     models_file: str | Path | None = None,
     verbose: bool = False,
     gpus: int = 1,
-    strategy: str = "ddp",
+    strategy: str | None = None,
 ):
     """The micro-batch and accumulation to run `model` on the card `gpu`, per memory lever, as `memprobe plan`
-    (on `gpus` such cards under `strategy`, as `plan --gpus N --strategy S`: the micro-batch is per GPU).
+    (on `gpus` such cards under `strategy`, as `plan --gpus N --strategy S`: the micro-batch is per GPU; no strategy:
+    ddp; a strategy with one GPU is refused, as the command refuses it). The request is read as `memprobe plan`
+    reads the same options (memprobe.request.plan_job).
 
     Each precision (and for LLM workloads checkpointing off/on, and LoRA of rank `lora`; for models given by name
     each of `optimizers`) gets a row: max micro-batch measured where `results` (result files or folders) holds a
@@ -331,36 +328,28 @@ def plan(
     batch, unknown last; `.to_dict()`).
 
     Raises RequestError (a ValueError, worded as `memprobe plan` words it) for a global batch, `seq_len` or `gpus`
-    out of bounds (core/option_bounds.py) or a bad `lora` rank; memprobe.core.plan.PlanError (a ValueError) for an
-    unknown card, a lever the workload lacks, an unreadable result file or `results` with no scan of this model on
-    this card; CustomModelError / RegistryError for a model that cannot be resolved;
+    out of bounds (core/option_bounds.py), a card name that names no card or several, a strategy with one GPU, a
+    model name that names several workloads or a bad `lora` rank; memprobe.core.plan.PlanError (a ValueError) for
+    a lever the workload lacks, an unreadable result file or `results` with no scan of this model on this card;
+    CustomModelError / RegistryError for a model that cannot be resolved;
     memprobe.predict.trace.PredictError when a setting cannot be predicted.
     """
-    from memprobe.planning.build import build_plan
     from memprobe.predict.parallel import cores
-    from memprobe.workloads.custom import is_custom_name
 
-    # checked as `memprobe plan` checks its options, before the model is resolved
-    for bound, value in [(bounds.GLOBAL_BATCH, global_batch), (bounds.SEQ_LEN, seq_len), (bounds.PLAN_GPUS, gpus)]:
-        within(bound, value)
-    rank = lora_rank(lora)
-    named = callable(model) or is_custom_name(str(model))
-    workload = resolve_model(model, seq_len=seq_len if named else None, models_file=models_file)
-    precisions = listed(precision)
-    return build_plan(
-        workload,
+    request = PlanRequest(
+        [model],
         gpu,
         global_batch,
-        precisions,
-        None if named else seq_len,
-        rank,
-        list(optimizers),
-        list(results),
-        workers=cores(),
-        progress=_progress(verbose),
+        seq_len,
+        listed(precision),
+        lora,
+        optimizers,
+        results,
+        models_file=models_file,
         gpus=gpus,
         strategy=strategy,
     )
+    return plan_job(request).plan(cores(), _progress(verbose))
 
 
 def breakdown(

@@ -160,7 +160,10 @@ def _offered(argv: list[str]) -> str:
 @no_gpu_only
 def test_without_a_gpu_the_offered_prediction_keeps_every_option():
     line = _offered(["scan", "--model", "bert-large-squad", "--mode", "infer", "-p", "fp16"])
-    assert "`memprobe predict --model bert-large-squad --memory 11GiB,24GiB,48GiB,80GiB -p fp16 --mode infer`" in line
+    assert (
+        "`memprobe predict --model bert-large-squad --precision fp16 --memory 11GiB,24GiB,48GiB,80GiB --mode infer`"
+        in line
+    )
     line = _offered(
         ["scan", "-m", "timm:resnet18", "--input-size", "3,64,64", "--gpus", "1,2", "--strategy", "fsdp", "--soak", "5"]
     )
@@ -169,7 +172,7 @@ def test_without_a_gpu_the_offered_prediction_keeps_every_option():
     line = _offered(["scan", "--model", "toy", "--memory-cap", "8GiB"])
     assert "`memprobe predict --model toy --memory 8GiB`" in line  # the emulated card's size, not four others
     line = _offered(["scan", "--model", "toy-llama", "--search", "seq-len", "--batch", "2", "--checkpointing"])
-    assert "--search seq-len --checkpointing --batch 2`" in line
+    assert "--batch 2 --search seq-len --checkpointing`" in line
 
 
 @no_gpu_only
@@ -178,6 +181,8 @@ def test_without_a_gpu_the_offered_prediction_runs_as_offered(tmp_path):
     argv = ["scan", "--model", "toy", "-p", "fp32", "--mode", "infer", "--out", str(tmp_path), "--predict-if-no-gpu"]
     result = CliRunner().invoke(main, argv)
     assert result.exit_code == 0, result.output
-    assert "memprobe predict --model toy --memory 11GiB,24GiB,48GiB,80GiB -p fp32 --mode infer" in result.output
+    assert (
+        "memprobe predict --model toy --precision fp32 --memory 11GiB,24GiB,48GiB,80GiB --mode infer" in result.output
+    )
     assert "trial of inference (2 forward passes under inference_mode)" in " ".join(result.output.split())  # wrapped
     assert list(tmp_path.iterdir()) == []

@@ -324,23 +324,19 @@ def test_scan_curve_options_reach_the_scan_options(scan_options_seen, tmp_path):
 
 
 @pytest.mark.parametrize(
-    "options, expected",
-    [
-        ({}, []),
-        ({"curve": False}, ["--no-curve"]),
-        ({"curve_batches": [64, 128], "curve_budget_s": 90.0}, ["--curve", "64,128", "--curve-budget", "90.0"]),
-    ],
+    "options",
+    [{}, {"curve": False}, {"curve_batches": [64, 128], "curve_budget_s": 90.0}],
+    ids=["auto", "off", "given"],
 )
-def test_parallel_children_get_the_curve_options(options, expected):
-    from memprobe.probe.parallel import scan_args
+def test_parallel_children_get_the_curve_options(options, tmp_path):
+    from fakes import TOY
+    from memprobe.probe.parallel import PartRequest
 
-    args = scan_args(ScanOptions(precisions=["fp16"], **options), None)
-    curve_args = [
-        a
-        for i, a in enumerate(args)
-        if a.startswith("--curve") or a == "--no-curve" or (i and args[i - 1] in ("--curve", "--curve-budget"))
-    ]
-    assert curve_args == expected
+    opts = ScanOptions(precisions=["fp16"], **options)
+    written = PartRequest.of(TOY, opts, "fp16", tmp_path / "part").write(tmp_path / "toy_fp16.request")
+    _workload, got = PartRequest.read(written).scan()
+    curve = ("curve", "curve_batches", "curve_budget_s")
+    assert [getattr(got, k) for k in curve] == [getattr(opts, k) for k in curve]
 
 
 # --- the timed-step budget in a real (CPU) trial process session ---------------------------------

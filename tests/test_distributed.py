@@ -63,12 +63,21 @@ def test_a_fake_oom_on_one_rank_makes_the_trial_an_oom_and_both_ranks_exit():
     assert time.monotonic() - started < 60
 
 
+def _hanging() -> dict:
+    """The toy model whose rank $HANG_RANK sleeps when it makes its first batch (tests/hanging_rank.py)."""
+    from pathlib import Path
+
+    from memprobe.workloads.custom import resolve
+
+    return resolve(f"{Path(__file__).parent / 'hanging_rank.py'}:build").to_dict()
+
+
 @pytest.mark.slow
 def test_a_hung_rank_is_ended_by_the_process_group_timeout(monkeypatch):
-    monkeypatch.setenv("MEMPROBE_TEST_HANG_RANK", "1")
+    monkeypatch.setenv("HANG_RANK", "1")
     result = launch(
         LaunchRequest(
-            TOY.to_dict(), "fp32", "ddp", 2, [1], device="cpu", cpu_budget_bytes=ROOMY, pg_timeout_s=3, timeout_s=120
+            _hanging(), "fp32", "ddp", 2, [1], device="cpu", cpu_budget_bytes=ROOMY, pg_timeout_s=3, timeout_s=120
         )
     )
     assert [a.outcome for a in result.attempts] == [TIMEOUT]
@@ -79,12 +88,12 @@ def test_a_hung_rank_is_ended_by_the_process_group_timeout(monkeypatch):
 
 @pytest.mark.slow
 def test_ranks_that_all_hang_are_killed_by_the_launcher_timeout(monkeypatch):
-    monkeypatch.setenv("MEMPROBE_TEST_HANG_RANK", "all")
+    monkeypatch.setenv("HANG_RANK", "all")
     # 25 s: time for both ranks to import torch and say who they are before they hang, on a loaded machine too
     # (with 10 s, under 8 parallel test workers, neither had yet)
     result = launch(
         LaunchRequest(
-            TOY.to_dict(), "fp32", "ddp", 2, [1], device="cpu", cpu_budget_bytes=ROOMY, pg_timeout_s=300, timeout_s=25
+            _hanging(), "fp32", "ddp", 2, [1], device="cpu", cpu_budget_bytes=ROOMY, pg_timeout_s=300, timeout_s=25
         )
     )
     assert result.timed_out and [a.outcome for a in result.attempts] == [TIMEOUT]

@@ -1,7 +1,8 @@
 """Imports only go down the layers, for every import in every module (inside functions too):
 
     cli, api                   (the top: anything below)
-    request                    (scan's and predict's typed requests, built one way for cli and api)
+    request                    (scan's, predict's and plan's typed requests, built one way for cli and api)
+    planning                   (plan's rows: measured from result files, predicted by predict)
     probe | predict | compare  (probe and predict never import each other; compare reads records: core only)
     training                   (the step, mixed precision, the DDP/FSDP wrapper, FLOP counting)
     workloads
@@ -36,7 +37,7 @@ ALLOWED = {
     "probe": {"core", "workloads", "training"},
     "predict": {"core", "workloads", "training"},
     "compare": {"core"},
-    "request": {"core", "workloads", "training", "probe", "predict"},
+    "request": {"core", "workloads", "training", "probe", "predict", "planning"},
     "cli": {"core", "workloads", "training", "probe", "predict", "compare", "planning", "request", "api"},
     "api": {"core", "workloads", "training", "probe", "predict", "compare", "planning", "request"},
     "planning": {"core", "workloads", "training", "predict", "compare"},

@@ -32,7 +32,7 @@ def _predict(**kwargs):
 
 def _predict_request(**kwargs):
     """An option predict_max_batch does not take: the PredictRequest it builds, given the option."""
-    model = {k: kwargs.pop(k) for k in ("batch", "search") if k in kwargs}
+    model = {k: kwargs.pop(k) for k in ("frontier_budget", "search") if k in kwargs}
     return lambda: predict_job(PredictRequest(ModelRequest(["toy"], **model), ["fp32"], memory="8GiB", **kwargs))
 
 

@@ -139,7 +139,7 @@ def test_the_run_replayed_is_the_trial_and_the_steps_after_it(toy_traces):
 
 def test_predict_toy_in_two_precisions(registry):
     sizes = [MemorySize("40MiB", 40 * MiB, 40 * MiB), MemorySize("80MiB", 80 * MiB, 80 * MiB)]
-    pred = predict(registry["toy"], ["fp32", "fp16"], sizes, None, "none")
+    pred = predict(registry["toy"], ["fp32", "fp16"], sizes)
     for p in pred.precisions.values():
         assert 0 < p.max_batch["40MiB"] < p.max_batch["80MiB"]
         assert p.how == "checked"
@@ -295,7 +295,7 @@ def test_scan_without_a_gpu_offers_the_prediction(run, tmp_path):
     assert result.exit_code == 2
     (line,) = error_lines(result)
     assert "no CUDA" in line or "no NVIDIA" in line
-    assert "memprobe predict --model toy --memory 11GiB,24GiB,48GiB,80GiB" in line
+    assert "memprobe predict --model toy --precision fp32 --memory 11GiB,24GiB,48GiB,80GiB" in line
     assert "--predict-if-no-gpu" in line
     assert list(tmp_path.iterdir()) == []
 
@@ -345,8 +345,8 @@ def test_bool_of_a_fake_tensor_is_answered_under_inference_mode_too(registry):
 
 def test_inference_is_traced_under_inference_mode_and_needs_less_than_training(registry):
     size = [MemorySize("cap", 256 * MiB, 256 * MiB)]
-    train = predict(registry["toy-bert-squad"], ["bf16"], size, None, "test")
-    infer = predict(registry["toy-bert-squad"], ["bf16"], size, None, "test", steps=2, mode="infer")
+    train = predict(registry["toy-bert-squad"], ["bf16"], size)
+    infer = predict(registry["toy-bert-squad"], ["bf16"], size, steps=2, mode="infer")
     assert (
         infer.mode == "infer"
         and infer.precisions["bf16"].max_batch["cap"] > train.precisions["bf16"].max_batch["cap"] > 0

@@ -78,7 +78,7 @@ def test_fsdp_traces_align_across_batches_and_world_is_left_clean(registry):
     import torch.distributed as dist
 
     sizes = [MemorySize("1GiB", 1 << 30, 1 << 30)]
-    prediction = predict(registry["toy"], ["fp16"], sizes, None, "test", world=World(2, "fsdp"))
+    prediction = predict(registry["toy"], ["fp16"], sizes, world=World(2, "fsdp"))
     assert prediction.world == "2 GPUs, fsdp"
     assert prediction.safe_margin == 0.10  # FSDP2's per-stream pools are not in the allocator model
     assert prediction.precisions["fp16"].how == "checked"  # a fresh build per traced batch: traces align
@@ -108,9 +108,7 @@ def test_ddp_predicts_a_smaller_batch_and_fsdp_a_larger_one(registry):
     got = {}
     for world in (None, World(2, "ddp"), World(2, "fsdp")):
         got[world.strategy if world else "1"] = (
-            predict(registry["toy-bert-squad"], ["bf16"], sizes, None, "test", world=world)
-            .precisions["bf16"]
-            .max_batch["cap"]
+            predict(registry["toy-bert-squad"], ["bf16"], sizes, world=world).precisions["bf16"].max_batch["cap"]
         )
     assert got["ddp"] < got["1"] < got["fsdp"], got
 
@@ -133,9 +131,7 @@ def test_predict_says_the_margin_its_safe_batch_leaves_and_why_fsdp_leaves_more(
         "bf16", None, None, {"H200": 1296}, {"H200": 1296}, {}, "checked", safe_max_batch={"H200": 1160}
     )
     world = "2 GPUs, fsdp" if says else "2 GPUs, ddp"
-    pred = Prediction(
-        "transformer-big", "H100", 3, 1.0, 0.1, [size], 0, "", {"bf16": p}, [], world=world, safe_margin=margin
-    )
+    pred = Prediction("transformer-big", "H100", 3, 1.0, 0.1, [size], {"bf16": p}, [], world=world, safe_margin=margin)
     text = " ".join(render(pred).split())  # notes are wrapped at 120 columns
     assert "1296 (safe 1160)" in text
     assert f"leaves {margin:.0%} of the usable memory unused" in text

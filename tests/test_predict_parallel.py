@@ -107,8 +107,8 @@ def test_a_child_that_dies_or_fails_is_a_predict_error():
 def test_the_numbers_do_not_depend_on_the_workers(registry, name, search, precisions):
     workload = registry[name] if search == "batch" else apply_variant(registry[name], VariantRequest(search, 1))
     sizes = [MemorySize("96MiB", 96 * MiB, 96 * MiB), MemorySize("160MiB", 160 * MiB, 160 * MiB)]
-    one = predict(workload, precisions, sizes, None, "test", workers=1)
-    two = predict(workload, precisions, sizes, None, "test", workers=2)
+    one = predict(workload, precisions, sizes, workers=1)
+    two = predict(workload, precisions, sizes, workers=2)
     for precision in precisions:
         a, b = one.precisions[precision], two.precisions[precision]
         assert (a.max_batch, a.peaks, a.how, a.oom_request) == (b.max_batch, b.peaks, b.how, b.oom_request)
@@ -118,7 +118,7 @@ def test_the_numbers_do_not_depend_on_the_workers(registry, name, search, precis
 def test_a_line_per_trace_with_n_of_m(registry):
     sink = Lines()
     sizes = [MemorySize("64MiB", 64 * MiB, 64 * MiB)]
-    predict(registry["toy"], ["fp32", "tf32", "bf16"], sizes, None, "test", progress=sink.progress())
+    predict(registry["toy"], ["fp32", "tf32", "bf16"], sizes, progress=sink.progress())
     traced = [line for line in sink.lines if line.startswith("tracing ")]
     # tf32 takes fp32's traces; each precision is traced at batch 2 first, then (it fits) checked at 4 and
     # traced at 3; the m of "n of m" counts those from the start
@@ -308,8 +308,8 @@ def test_forked_map_keeps_order_raises_and_recovers(monkeypatch):
 
 def test_predict_numbers_do_not_depend_on_forked_replays(registry):
     sizes = [MemorySize("40MiB", 40 * MiB, 40 * MiB), MemorySize("1GiB", 1 << 30, 1 << 30)]
-    one = predict(registry["toy"], ["fp32", "bf16"], sizes, None, "test", workers=1)
-    two = predict(registry["toy"], ["fp32", "bf16"], sizes, None, "test", workers=2)
+    one = predict(registry["toy"], ["fp32", "bf16"], sizes, workers=1)
+    two = predict(registry["toy"], ["fp32", "bf16"], sizes, workers=2)
     assert one.precisions == two.precisions
 
 

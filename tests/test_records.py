@@ -183,5 +183,5 @@ def test_predict_comparison_labels_a_failed_timed_run_after_a_fitting_trial_of_a
         "ran the 4-step trial, then failed at step 2 of the 11 steps that followed it: oom",
         True,
     )
-    pred = Prediction("toy", "H100", 4, 1.0, 0.1, [], None, "none", {}, [], comparison=[row], compared_with="a scan")
+    pred = Prediction("toy", "H100", 4, 1.0, 0.1, [], {}, [], comparison=[row], compared_with="a scan")
     assert "trial fit; timed run oom" in render(pred)

@@ -81,7 +81,7 @@ def test_batch_one_is_traced_for_every_precision_at_once(registry):
     lines: list[str] = []
     progress = TraceProgress(lines.append, heartbeat=False)
     sizes = [MemorySize("tiny", 1, 30 * MiB), MemorySize("big", 1, 1 << 30)]  # the toy needs 36 MiB
-    pred = predict(registry["toy"], ["fp32", "bf16"], sizes, None, "test", progress=progress)
+    pred = predict(registry["toy"], ["fp32", "bf16"], sizes, progress=progress)
     traced = [line for line in lines if line.startswith("tracing")]
     assert traced[-2:] == ["tracing toy fp32 at batch 1 (7 of 8) ...", "tracing toy bf16 at batch 1 (8 of 8) ..."]
     assert all(p.max_batch["tiny"] == 0 and p.max_batch["big"] > 3 for p in pred.precisions.values())
@@ -161,7 +161,7 @@ def test_where_batch_2_does_not_fit_only_batch_1_is_traced_after_it(registry):
     capacity, full = _edge_between_one_and_two(registry, "fp32")
     lines: list[str] = []
     sizes = [MemorySize("small", capacity, capacity)]
-    pred = predict(registry["toy-pix2pixhd"], ["fp32"], sizes, None, "test", progress=TraceProgress(lines.append))
+    pred = predict(registry["toy-pix2pixhd"], ["fp32"], sizes, progress=TraceProgress(lines.append))
     traced = [line for line in lines if line.startswith("tracing")]
     assert traced == [
         "tracing toy-pix2pixhd fp32 at batch 2 (1 of 3) ...",

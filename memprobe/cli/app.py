@@ -13,12 +13,13 @@ import click
 from tabulate import tabulate
 
 from memprobe import __version__
+from memprobe.cli.declared import request_options
 from memprobe.cli.helpers import SIGNALS_KEY, interrupted_status, library_messages, one_line, stop_on_signals
-from memprobe.cli.options import models_file_option
 from memprobe.cli.output_errors import output_failure
 from memprobe.core.interrupts import signal_name
 from memprobe.core.registry import RegistryError, Workload, load_registry
 from memprobe.core.units import gib
+from memprobe.request import ModelRequest
 
 EXIT_NO_GPU = 2
 
@@ -86,7 +87,7 @@ def main() -> None:
 
 @main.command("list")
 @click.argument("names", nargs=-1)
-@models_file_option
+@request_options(ModelRequest, only=["models_file"])
 @click.option("--all", "show_all", is_flag=True, help="Include test-only workloads.")
 def list_cmd(names: tuple[str, ...], models_file: str | None, show_all: bool) -> None:
     """List the workloads memprobe can scan; with NAMES (wildcards work), each one's whole entry and params."""

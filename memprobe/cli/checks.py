@@ -4,10 +4,13 @@ core/option_bounds.py, for the command and the API alike."""
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 
 import click
 from click.core import ParameterSource
+
+if TYPE_CHECKING:
+    from memprobe.request import PredictRequest, ScanRequest
 
 
 class Path(click.Path):
@@ -46,30 +49,27 @@ def infer_checks(ctx: click.Context, mode: str) -> None:
         )
 
 
-def predict_checks(ctx: click.Context, world_size: int, search: str) -> None:
+def predict_checks(ctx: click.Context, request: PredictRequest) -> None:
     """predict: --strategy needs --gpus N > 1; --batch needs --search seq-len; infer_checks."""
-    infer_checks(ctx, ctx.params.get("mode", "train"))
-    if world_size == 1:
-        refuse(given(ctx, "strategy"), "without --gpus N > 1 (one GPU has no data-parallel strategy)")
-    if search != "seq-len":
+    infer_checks(ctx, request.mode)
+    if request.gpus == 1:
+        refuse(given(ctx, "strategies"), "without --gpus N > 1 (one GPU has no data-parallel strategy)")
+    if request.model.search != "seq-len":
         refuse(given(ctx, "batch"), "without --search seq-len (it is the batch the length is predicted at)")
 
 
-def scan_checks(
-    ctx: click.Context, device: str, one_gpu: bool, no_curve: bool, no_throughput: bool, parallel: bool
-) -> None:
-    """scan: options that only make sense with others (--cpu-memory-budget with --device cpu, ...); infer_checks.
-    `one_gpu`: --gpus asks for one GPU (or is not given)."""
-    infer_checks(ctx, ctx.params.get("mode", "train"))
-    if device != "cpu":
+def scan_checks(ctx: click.Context, request: ScanRequest) -> None:
+    """scan: options that only make sense with others (--cpu-memory-budget with --device cpu, ...); infer_checks."""
+    infer_checks(ctx, request.mode)
+    if request.device != "cpu":
         refuse(given(ctx, "cpu_memory_budget"), "without --device cpu (a GPU's allocator has its own limit)")
     else:
         refuse(given(ctx, "predict_if_no_gpu"), "with --device cpu (the scan does not need a GPU)")
         refuse(given(ctx, "cudnn_benchmark"), "with --device cpu (no cuDNN there)")
-    if no_curve or no_throughput:
-        refuse(given(ctx, "curve"), "with --no-curve or --no-throughput (no curve is timed)")
-    if one_gpu and not parallel:
-        refuse(given(ctx, "strategy"), "without --gpus N > 1 (one GPU has no data-parallel strategy)")
+    if not request.curve or not request.throughput:
+        refuse(given(ctx, "curve_batches"), "with --no-curve or --no-throughput (no curve is timed)")
+    if request.one_gpu and not request.parallel:
+        refuse(given(ctx, "strategies"), "without --gpus N > 1 (one GPU has no data-parallel strategy)")
 
 
 def report_checks(ctx: click.Context, scans: bool, llm: bool, breakdown: bool = False, charts: bool = False) -> None:

@@ -9,32 +9,22 @@ prove or write (--soak, --curve, --out, ...) have nothing to do in a prediction 
 from __future__ import annotations
 
 import shlex
+from typing import Sequence
 
 import click
 
 from memprobe.cli.app import NoGPUExit
 from memprobe.cli.checks import given
-from memprobe.cli.options import joined
 from memprobe.core.option_bounds import MAX_PREDICT_STEPS
 from memprobe.core.units import gib
-from memprobe.request import COMMON_CARD_SIZES
+from memprobe.request import COMMON_CARD_SIZES, ModelRequest, PredictRequest, ScanRequest
+from memprobe.request.option import command_line, option_names
 
-# scan's parameter -> predict's option, for those carried over as they are (flags: the option alone).
-_SAME = {
-    "precision": "-p",
-    "mode": "--mode",
-    "models_file": "--models",
-    "input_size": "--input-size",
-    "optimizer": "--optimizer",
-    "task": "--task",
-    "seq_len": "--seq-len",
-    "search": "--search",
-    "frontier_budget": "--frontier-budget",
-    "lora": "--lora",
-}
-_FLAGS = {"checkpointing": "--checkpointing"}
-# Handled one by one below: what predict takes in another form.
-_OWN = {"model", "memory_cap", "gpus", "strategy", "batches", "steps", "predict_if_no_gpu", "device"}
+# The scan's options a prediction takes as they are (the model's, precisions, mode, strategies) or in another form
+# (memory_cap as the memory, gpus as one prediction per count, batches as a seq-len search's batch, steps up to
+# what predict traces); any other typed is left out and said so.
+_CARRIED = option_names(ModelRequest) | {"precisions", "mode", "strategies", "memory_cap", "gpus", "device"}
+_CARRIED |= {"predict_if_no_gpu", "batches", "steps"}
 
 
 def require_gpu() -> None:
@@ -52,43 +42,50 @@ def require_gpu() -> None:
         )
 
 
-def predict_commands(ctx: click.Context) -> tuple[list[list[str]], list[str]]:
-    """The `memprobe predict` argument lists that predict what the scan in `ctx` would measure (one per GPU count of
-    its --gpus), and the scan options typed that a prediction has no use for."""
-    params = ctx.params
-    typed = set(_typed(ctx))
-    memory = params.get("memory_cap") if "memory_cap" in typed else None
+def predict_requests(ctx: click.Context, scan: ScanRequest) -> tuple[list[PredictRequest], list[str]]:
+    """The predict requests that predict what `scan` (the one in `ctx`) would measure, one per GPU count of its
+    --gpus, and the scan options typed that a prediction has no use for."""
+    typed = _typed(ctx)
+    memory = scan.memory_cap if "memory_cap" in typed else None
     if memory is None:  # a frontier is predicted for one size: the largest common one
-        memory = "80GiB" if params.get("search") == "frontier" else COMMON_CARD_SIZES
-    common = ["--model", joined(params["model"]), "--memory", memory]
-    for name, option in _SAME.items():
-        if name in typed and params.get(name) is not None:
-            common += [option, joined(params[name])]
-    common += [option for name, option in _FLAGS.items() if name in typed and params.get(name)]
-    dropped = [flag for name, flag in _typed(ctx).items() if name not in {*_SAME, *_FLAGS, *_OWN}]
+        memory = "80GiB" if scan.model.search == "frontier" else COMMON_CARD_SIZES
+    dropped = [flag for name, flag in typed.items() if name not in _CARRIED]
+    batch = 1
     if "batches" in typed:
-        if params.get("search") == "seq-len":  # the batch the length is searched at: predict's --batch
-            common += ["--batch", joined(params["batches"])]
+        if scan.model.search == "seq-len":  # the batch the length is searched at: predict's --batch
+            batch = scan.batches[0]
         else:
             dropped.append("--batch")
+    steps = None
     if "steps" in typed:
-        if params["steps"] <= MAX_PREDICT_STEPS:
-            common += ["--steps", str(params["steps"])]
+        if scan.steps <= MAX_PREDICT_STEPS:
+            steps = scan.steps
         else:
             dropped.append(f"--steps (predict traces at most {MAX_PREDICT_STEPS})")
-    counts = _gpu_counts(params.get("gpus") if "gpus" in typed else None)
+    counts = _gpu_counts(scan.gpus)
     if counts is None:
         dropped.append("--gpus all (give a number)")
         counts = [1]
-    commands = []
-    for n in counts:
-        world = (
-            ["--gpus", str(n)] + (["--strategy", joined(params["strategy"])] if "strategy" in typed else [])
-            if n > 1
-            else []
+    requests = [
+        PredictRequest(
+            scan.model,
+            memory=memory,
+            gpus=n,
+            strategies=scan.strategies if n > 1 else ("ddp",),
+            precisions=scan.precisions,
+            steps=steps,
+            mode=scan.mode,
+            batch=batch,
         )
-        commands.append(common + world)
-    return commands, dropped
+        for n in counts
+    ]
+    return requests, dropped
+
+
+def predict_argv(request: PredictRequest) -> list[str]:
+    """The `memprobe predict` options that ask `request`: --model, the prediction's options, the model's."""
+    model = request.model
+    return command_line(model, only={"models"}) + command_line(request) + command_line(model, skip={"models"})
 
 
 def _typed(ctx: click.Context) -> dict[str, str]:
@@ -97,7 +94,7 @@ def _typed(ctx: click.Context) -> dict[str, str]:
     return {name: flag for name in names for flag in given(ctx, name)}
 
 
-def _gpu_counts(gpus: list[str] | None) -> list[int] | None:
+def _gpu_counts(gpus: Sequence[str] | None) -> list[int] | None:
     """The GPU counts of scan's --gpus (["1", "2", "4"]; None or none: one GPU); None for "all" (no GPU here to
     count)."""
     if not gpus:
@@ -111,15 +108,16 @@ def _shown(argv: list[str]) -> str:
     return "memprobe predict " + " ".join(shlex.quote(a) for a in argv)
 
 
-def no_gpu(message: str, predict_instead: bool) -> None:
-    """No CUDA device for a scan: exit 2 offering the `memprobe predict` of this scan, or (predict_instead) run it
-    and return. The prediction subtracts the overhead memprobe ships (memprobe/data/overhead.yaml), as `memprobe
+def no_gpu(message: str, scan: ScanRequest) -> None:
+    """No CUDA device for `scan`: exit 2 offering the `memprobe predict` of this scan, or (--predict-if-no-gpu) run
+    it and return. The prediction subtracts the overhead memprobe ships (memprobe/data/overhead.yaml), as `memprobe
     predict` does."""
     ctx = click.get_current_context()
-    commands, dropped = predict_commands(ctx)
+    requests, dropped = predict_requests(ctx, scan)
+    commands = [predict_argv(r) for r in requests]
     left_out = f"; {', '.join(dropped)} left out: a prediction times nothing" if dropped else ""
-    if not predict_instead:
-        again = [" ".join(argv[argv.index("--gpus") :]) for argv in commands[1:]]  # they differ in that alone
+    if not scan.predict_if_no_gpu:
+        again = [" ".join(command_line(r, only={"gpus", "strategies"})) for r in requests[1:]]
         more = f" (and again with {' / '.join(again)})" if again else ""
         raise NoGPUExit(
             f"{message}. Without a GPU, `{_shown(commands[0])}` predicts the max batch{more}{left_out}; or rerun "

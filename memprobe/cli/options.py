@@ -1,16 +1,17 @@
-"""Options that several commands declare the same way, declared once; the comma-list parameter type they share, and
-the click type of a numeric option made from its bounds (core/option_bounds.py, which the API's requests read too)."""
+"""The click types the commands share: the comma-separated list (CommaList) and a numeric option made from its
+bounds (core/option_bounds.py, which the API's requests read too); and the few options of the commands that have no
+request (report, guide, list), declared here once. scan, predict and plan take theirs from their requests' declared
+fields (cli/declared.py)."""
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence, TypeVar
+from typing import Any, Callable, Mapping, Sequence, TypeVar
 
 import click
 
-from memprobe.cli import checks
 from memprobe.core import option_bounds as bounds
 from memprobe.core.textlists import comma_items
-from memprobe.request import RequestError, precision_list, strategy_list, world_size
+from memprobe.request import RequestError, precision_list
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -30,8 +31,9 @@ class CommaList(click.ParamType):
 
     `item` converts each item, raising ValueError with the one line to show; `choices` are the items it may hold
     (`unknown` formats the error: {items} the bad ones, {choices} the known); `check` takes the whole list and may
-    raise RequestError or ValueError; `keep` are values taken whole, as typed (scan's `--curve auto`). Every error is
-    one `Error:` line naming the option and the bad item."""
+    raise RequestError or ValueError; `words` are values taken whole, as typed, and what each means (scan's
+    `--curve auto`: the default ladder, no sizes). Every error is one `Error:` line naming the option and the bad
+    item."""
 
     name = "text"  # the metavar help shows (TEXT): what is typed is text, as before the type read it into a list
 
@@ -41,15 +43,16 @@ class CommaList(click.ParamType):
         choices: Sequence[str] | None = None,
         unknown: str = "unknown {items}; choose from {choices}",
         check: Callable[[list[Any]], list[Any]] | None = None,
-        keep: Sequence[str] = (),
+        words: Mapping[str, Any] | None = None,
     ) -> None:
-        self.item, self.choices, self.unknown, self.check, self.keep = item, choices, unknown, check, tuple(keep)
+        self.item, self.choices, self.unknown, self.check = item, choices, unknown, check
+        self.words = dict(words or {})
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         if not isinstance(value, str):  # already a list (a default given as one, or a value converted before)
             return value
-        if value.strip() in self.keep:
-            return value.strip()
+        if value.strip() in self.words:
+            return self.words[value.strip()]
         hint = _hint(param)
         items = comma_items(value)
         try:
@@ -113,45 +116,10 @@ def number_option(bound: bounds.Bound, help: str, *names: str, **attrs: Any) -> 
     return click.option(bound.option, *names, type=bounded(bound), help=help, **attrs)
 
 
-def batch_sizes(bound: bounds.Bound) -> Callable[[str], int]:
-    """What reads one batch size of a list option (--batch, --curve) within `bound`; it raises ValueError for
-    garbage or a size out of bounds."""
-
-    def batch_size(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise ValueError(f"expected comma-separated integers, got '{text}'") from None
-        problem = bound.problem(value)
-        if problem:
-            raise ValueError(problem)
-        return value
-
-    return batch_size
-
-
-PRECISIONS = CommaList(check=precision_list)
-STRATEGIES = CommaList(check=strategy_list)
-BATCHES = CommaList(item=batch_sizes(bounds.SCAN_BATCH))
-CURVE_BATCHES = CommaList(item=batch_sizes(bounds.CURVE_BATCH), keep=("auto",))
-WORLD_SIZES = CommaList(item=world_size)
-
-
-def model_option(help: str) -> Callable[[F], F]:
-    """--model / -m: the workloads a command runs, comma-separated (scan, predict, plan; each says what it takes)."""
-    return click.option("--model", "-m", "model", required=True, type=CommaList(), help=help)
-
-
-def precision_option(help: str, default: str | None = "fp32,fp16,bf16") -> Callable[[F], F]:
-    """--precision / -p: comma-separated precisions, checked as every command and the API check them."""
-    return click.option(
-        "--precision", "-p", "precision", default=default, show_default=default is not None, type=PRECISIONS, help=help
-    )
-
-
-def mode_option(help: str) -> Callable[[F], F]:
-    """--mode train|infer (scan and predict)."""
-    return click.option("--mode", type=click.Choice(["train", "infer"]), default="train", show_default=True, help=help)
+def precision_option(help: str) -> Callable[[F], F]:
+    """--precision / -p of a command with no request (report): comma-separated precisions, checked as the requests
+    check theirs; none given: all."""
+    return click.option("--precision", "-p", "precision", type=CommaList(check=precision_list), help=help)
 
 
 def format_option(choices: Sequence[str], help: str) -> Callable[[F], F]:
@@ -159,27 +127,3 @@ def format_option(choices: Sequence[str], help: str) -> Callable[[F], F]:
     return click.option(
         "--format", "fmt", type=click.Choice(list(choices)), default="github", show_default=True, help=help
     )
-
-
-# --models FILE: scan, predict, plan and list read workloads from another registry file
-models_file_option = click.option(
-    "--models",
-    "models_file",
-    type=checks.Path(dir_okay=False),
-    help="Registry file (default: the packaged models.yaml).",
-)
-
-# --strategy for the commands that take several (scan and predict, with --gpus N > 1)
-strategies_option = click.option(
-    "--strategy",
-    "strategy",
-    default="ddp",
-    show_default=True,
-    type=STRATEGIES,
-    help="With --gpus N > 1, comma-separated: ddp (DistributedDataParallel), fsdp (FSDP2 fully_shard per block).",
-)
-
-
-def joined(value: Any) -> str:
-    """An option's value as it would be typed again: a list comma-separated, anything else as text."""
-    return ",".join(str(v) for v in value) if isinstance(value, (list, tuple)) else str(value)

@@ -2,79 +2,25 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
-from memprobe.cli import checks
 from memprobe.cli.app import main
-from memprobe.cli.helpers import card_name_error, progress_lines, traces_without_gpus
-from memprobe.cli.options import (
-    CommaList,
-    format_option,
-    joined,
-    model_option,
-    models_file_option,
-    number_option,
-    precision_option,
-    request_error,
-)
+from memprobe.cli.declared import request_options
+from memprobe.cli.helpers import progress_lines, traces_without_gpus
+from memprobe.cli.options import format_option, request_error
 from memprobe.cli.width import wide_option
-from memprobe.core import option_bounds as bounds
-from memprobe.core.cardnames import CardNameError, resolve_cards
 from memprobe.core.registry import RegistryError
+from memprobe.request import PlanRequest
 
 
 @main.command("plan")
-@model_option("One workload: a registry name, or timm:NAME, hf:NAME, hf-config:PATH, FILE.py:FUNCTION.")
-@click.option("--gpu", "card", required=True, help='The card to plan for, by name ("H200", "H100 SXM", 4090).')
-@number_option(
-    bounds.GLOBAL_BATCH,
-    "The global batch to reach by accumulation (default: none, one micro-batch per optimizer step).",
-)
-@number_option(bounds.SEQ_LEN, "LLM workloads and hf: models: the sequence length.")
-@precision_option("Comma-separated precisions to plan: fp32, tf32, fp16, bf16.")
-@click.option("--lora", help="LLM workloads: also plan LoRA adapters of this rank (16 or r=16), in fp16/bf16.")
-@click.option(
-    "--optimizer",
-    "optimizers",
-    type=CommaList(),
-    help="Models given by name: comma-separated optimizers to plan (sgd, adam, adamw; default: the model's own).",
-)
-@click.option(
-    "--results",
-    multiple=True,
-    type=checks.Path(exists=True),
-    help="Result files or folders to take measured rows from (repeatable). Default: none (memprobe ships "
-    "no measurements), so every row is predicted.",
-)
-@models_file_option
-@number_option(
-    bounds.PLAN_GPUS,
-    "Plan for this many cards training data-parallel: the micro-batch is per GPU, measured where --results "
-    "holds a `scan --gpus N` of the card under --strategy, else predicted per GPU.",
-    default=1,
-)
-@click.option(
-    "--strategy",
-    type=click.Choice(["ddp", "fsdp"]),
-    help="With --gpus N > 1: ddp (default) or fsdp.",
-)
+@request_options(PlanRequest)
 @format_option(["github", "plain", "json", "csv"], "Output format.")
 @wide_option
 @traces_without_gpus
-def plan_cmd(
-    model: list[str],
-    card: str,
-    global_batch: int | None,
-    seq_len: int | None,
-    precision: list[str],
-    lora: str | None,
-    optimizers: list[str] | None,
-    results: tuple[str, ...],
-    models_file: str | None,
-    gpus: int,
-    strategy: str | None,
-    fmt: str,
-) -> None:
+def plan_cmd(fmt: str, **params: Any) -> None:
     """Plan the micro-batch and gradient accumulation for each memory lever on a card (or N of them).
 
     For each precision (and, for LLM workloads, activation checkpointing off/on and LoRA when --lora is given):
@@ -85,57 +31,22 @@ def plan_cmd(
     With --gpus N the micro-batch is per GPU and a global step is N micro-batches.
     """
     from memprobe.core.plan import PlanError
-    from memprobe.planning.build import build_plan
     from memprobe.planning.render import render_plan
-    from memprobe.request import ModelRequest, RequestError, lora_rank, workloads_of
-    from memprobe.workloads.custom import is_custom_name
+    from memprobe.predict.parallel import cores
+    from memprobe.request import RequestError, plan_job
 
-    try:  # before the model is resolved, as predict and guide read --gpu first
-        if len(resolve_cards(card)) > 1:
-            raise click.UsageError(f"--gpu '{card}' names several cards; plan one at a time")
-    except CardNameError as exc:
-        raise card_name_error(exc) from None
-
-    if strategy is not None and gpus == 1:
-        raise click.UsageError("--strategy applies with --gpus N > 1")
-    precisions = precision
-    named = any(is_custom_name(m) for m in model)
     try:
-        workloads = workloads_of(ModelRequest(model, models_file, seq_len=seq_len if named else None), precisions)
-    except RegistryError as exc:
-        raise click.ClickException(str(exc)) from None
-    if len(workloads) != 1:
-        raise click.UsageError(f"--model '{joined(model)}' names {len(workloads)} workloads; plan one at a time")
-    try:
-        rank = lora_rank(lora)
+        job = plan_job(PlanRequest(**params))
     except RequestError as exc:
         raise request_error(exc) from None
-    chosen = optimizers or []
+    except RegistryError as exc:
+        raise click.ClickException(str(exc)) from None
     try:
         with progress_lines() as progress:
-            plan = build_plan(
-                workloads[0],
-                card,
-                global_batch,
-                precisions,
-                None if named else seq_len,
-                rank,
-                chosen,
-                results,
-                workers=_cores(),
-                progress=progress,
-                gpus=gpus,
-                strategy=strategy or "ddp",
-                on_skip=lambda exc: click.echo(f"warning: skipped {exc}", err=True),  # as report and guide say it
-            )
+            # a result file skipped is said as report and guide say it
+            plan = job.plan(cores(), progress, on_skip=lambda exc: click.echo(f"warning: skipped {exc}", err=True))
     except PlanError as exc:
         raise click.ClickException(str(exc)) from None
     except RuntimeError as exc:  # PredictError: the setting cannot be traced on fake tensors
         raise click.ClickException(str(exc).splitlines()[0]) from None
     click.echo(render_plan(plan, fmt))
-
-
-def _cores() -> int:
-    from memprobe.predict.parallel import cores
-
-    return cores()

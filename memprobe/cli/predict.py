@@ -8,24 +8,14 @@ import click
 
 from memprobe.cli import checks
 from memprobe.cli.app import main
+from memprobe.cli.declared import request_options
 from memprobe.cli.helpers import progress_lines, traces_without_gpus, writable
-from memprobe.cli.models import model_options as _model_options
-from memprobe.cli.models import model_request
-from memprobe.cli.options import (
-    mode_option,
-    model_option,
-    models_file_option,
-    number_option,
-    precision_option,
-    request_error,
-    strategies_option,
-)
-from memprobe.cli.variants import variant_options as _variant_options
+from memprobe.cli.options import request_error
 from memprobe.cli.width import wide_option
-from memprobe.core import option_bounds as bounds
 from memprobe.core import textwidth
 from memprobe.core.registry import RegistryError
-from memprobe.request import COMMON_CARD_SIZES, PredictJob, PredictRequest, RequestError, predict_job
+from memprobe.request import ModelRequest, PredictJob, PredictRequest, RequestError, predict_job
+from memprobe.request.model import modelled
 
 
 def _predict_and_print(job: PredictJob, compare: str | None) -> list:
@@ -107,61 +97,14 @@ def _check_same_world(path: str, result, worlds: list | None) -> None:
 
 
 @main.command("predict")
-@model_option(
-    "Workload name(s), comma-separated; wildcards work. Also timm:NAME, hf:NAME, hf-config:PATH, "
-    "FILE.py:FUNCTION or package.module:FUNCTION."
-)
-@click.option(
-    "--memory",
-    help=f"Comma-separated memory sizes to predict for (24GiB, 11GB = decimal; default without "
-    f"--gpu: {COMMON_CARD_SIZES}).",
-)
-@number_option(
-    bounds.PREDICT_GPUS,
-    "Predict per GPU for N GPUs training data-parallel (rank 0 of N, under each --strategy).",
-    "world_size",
-    default=1,
-)
-@strategies_option
-@click.option(
-    "--gpu",
-    "cards",
-    help='Comma-separated cards by name, alias or short name ("H200", "H100 SXM", "a100 80gb", '
-    "4090): predicts at the total memory the card's driver reports (see `memprobe "
-    "guide` for the catalog).",
-)
-@precision_option("Comma-separated: fp32, tf32, fp16, bf16 (as in scan).")
-@models_file_option
-@click.option(
-    "--overhead-from",
-    "overhead_from",
-    multiple=True,
-    type=checks.Path(exists=True),
-    help="Scan result file(s) or folder(s) to take the memory a real card's allocator could not use (CUDA "
-    "context, driver) from, subtracted from every size. Default: the figures memprobe ships "
-    "(memprobe/data/overhead.yaml: measured per scanned card, carried over to the others).",
-)
-@click.option(
-    "--overhead",
-    "overhead_size",
-    help="The memory the allocator cannot use, given directly (e.g. 1.5GiB; 0 subtracts nothing); "
-    "replaces the shipped figures.",
-)
+@request_options(ModelRequest, only=["models"])
+@request_options(PredictRequest)
 @click.option(
     "--compare",
     type=checks.Path(exists=True, dir_okay=False),
     help="A scan result file of this workload: also print predicted vs measured peaks for its trials, and "
     "the predicted max batch at its allocator capacity beside the measured one.",
 )
-@number_option(
-    bounds.PREDICT_STEPS,
-    "Steps per trial, as the scan's: 1 warm-up + K >= 2 in training (default 3); forward passes in "
-    "inference (default 2).",
-    default=None,
-)
-@mode_option("infer: predict the max batch of forward passes under inference_mode (as `scan --mode infer`).")
-@_model_options
-@_variant_options
 @click.option(
     "--breakdown",
     is_flag=True,
@@ -172,13 +115,13 @@ def _check_same_world(path: str, result, worlds: list | None) -> None:
     type=checks.Path(dir_okay=False),
     help="With --breakdown: write the predicted breakdowns to this JSON file (for report --breakdown --predicted).",
 )
-@number_option(bounds.SEQ_BATCH, "With --search seq-len: the batch the sequence length is predicted at.", default=1)
 @click.option(
     "--out",
     "out_dir",
     type=checks.Path(file_okay=False),
     help="With --search frontier: a folder to write the predicted frontier to (for `report --frontier`).",
 )
+@request_options(ModelRequest, skip=["models"])
 @wide_option
 @traces_without_gpus
 def predict_cmd(**params: Any) -> None:
@@ -189,8 +132,10 @@ def predict_cmd(**params: Any) -> None:
     records every allocation and replays it through a model of the CUDA caching allocator. Takes
     seconds to a minute on a CPU. Needs torch, but no GPU.
     """
-    checks.predict_checks(click.get_current_context(), params["world_size"], params["search"])
-    request = predict_request(params)
+    # --compare, --breakdown, --breakdown-out and --out say what to print or write besides the prediction: the
+    # command's own options, not the request's (the API returns the prediction)
+    request = modelled(PredictRequest, dict(params))
+    checks.predict_checks(click.get_current_context(), request)
     frontier = request.model.search == "frontier"
     compare, breakdown, breakdown_out = params["compare"], params["breakdown"], params["breakdown_out"]
     if params["out_dir"] and not frontier:
@@ -206,7 +151,7 @@ def predict_cmd(**params: Any) -> None:
     except RegistryError as exc:
         raise click.ClickException(str(exc)) from None
     if frontier:
-        _predict_frontier(job, request.frontier_budget, request.model.checkpointing, params["out_dir"])
+        _predict_frontier(job, request.model.frontier_budget, request.model.checkpointing, params["out_dir"])
         return
     if (breakdown or breakdown_out) and (job.worlds or job.mode != "train" or not breakdown):
         raise click.UsageError(
@@ -220,24 +165,6 @@ def predict_cmd(**params: Any) -> None:
 
         with progress_lines() as progress:
             predicted_breakdowns(predictions, job.steps, breakdown_out, progress)
-
-
-def predict_request(params: dict[str, Any]) -> PredictRequest:
-    """The typed request of predict's parsed options (click's parameter names)."""
-    model = model_request(params, params["batch"])
-    return PredictRequest(
-        model,
-        precisions=params["precision"],
-        memory=params["memory"],
-        cards=params["cards"],
-        gpus=params["world_size"],
-        strategies=params["strategy"],
-        mode=params["mode"],
-        steps=params["steps"],
-        overhead_from=params["overhead_from"],
-        overhead=params["overhead_size"],
-        frontier_budget=params["frontier_budget"],
-    )
 
 
 def _predict_frontier(job: PredictJob, budget: float | None, checkpointing: bool, out_dir: str | None) -> None:

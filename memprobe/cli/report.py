@@ -19,7 +19,7 @@ from memprobe.core import option_bounds as bounds
     help="GPU that throughput is normalized to (catalog or device name). "
     "Default: Quadro RTX 8000 where present, else the first GPU given.",
 )
-@precision_option("Comma-separated precisions to show (default: all found).", default=None)
+@precision_option("Comma-separated precisions to show (default: all found).")
 @format_option(_FORMATS, "github (markdown), plain, csv or json.")
 @click.option(
     "--with-published",

@@ -9,21 +9,20 @@ import click
 
 from memprobe.cli.helpers import interrupted_status
 from memprobe.cli.scan_output import print_scans
-from memprobe.core.registry import Workload
+from memprobe.request import ScanJob
 
 
-def scan_parallel(
-    workloads: list[Workload], opts, gpus: Sequence[str] | None, out_dir: str, models_file: str | None
-) -> None:
-    """--parallel: one child scan per workload and precision, each pinned to its own GPU. `gpus`: --gpus's items
-    (one number, or 'all'; none: all)."""
+def scan_parallel(job: ScanJob, gpus: Sequence[str] | None, out_dir: str) -> None:
+    """--parallel: one child scan per workload and precision of `job`, each pinned to its own GPU and given its
+    workload and options as data (probe/parallel.PartRequest). `gpus`: --gpus's items (one number, or 'all'; none:
+    all)."""
     from memprobe.probe.parallel import gpu_slots, run_parallel
 
     try:
         if gpus and len(gpus) > 1:
             raise ValueError(f"got '{','.join(gpus)}'")
         count = None if not gpus or gpus[0] == "all" else int(gpus[0])
-        slots = gpu_slots(count, opts.device)
+        slots = gpu_slots(count, job.options.device)
     except ValueError as exc:
         raise click.UsageError(
             f"--parallel: {exc}"
@@ -32,7 +31,7 @@ def scan_parallel(
         ) from None
     try:
         written, summary = run_parallel(
-            workloads, opts, slots, out_dir, models_file, on_event=lambda text: click.echo(text, err=True)
+            job.workloads, job.options, slots, out_dir, on_event=lambda text: click.echo(text, err=True)
         )
     except KeyboardInterrupt:
         click.echo("\ninterrupted: the finished precisions were merged into result files (marked partial)", err=True)

@@ -121,11 +121,6 @@ def comparison_record_table(measured: Breakdown, predicted: Breakdown, title: st
     )
 
 
-def comparison_table(measured: Breakdown, predicted: Breakdown, title: str) -> str:
-    """Measured against predicted per category, as text (predicted figures labelled)."""
-    return _markdown(comparison_record_table(measured, predicted, title))
-
-
 def predicted_rows(predicted: list[dict[str, Any]] | None, workload: str, precision: str) -> list[dict[str, Any]]:
     """The predicted records (core.breakdown.read_predicted) for a workload and precision, in the file's order."""
     return [row for row in predicted or [] if row.get("workload") == workload and row.get("precision") == precision]

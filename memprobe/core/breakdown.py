@@ -91,11 +91,6 @@ class Breakdown:
         """|sum of categories - peak reserved| over peak reserved (0.0 for an empty peak)."""
         return abs(self.total - self.peak_reserved) / self.peak_reserved if self.peak_reserved else 0.0
 
-    @property
-    def unattributed_share(self) -> float:
-        """The unattributed bytes over the peak reserved bytes (negative: the tracker counted more than the allocator)."""
-        return self.categories.get("unattributed", 0) / self.peak_reserved if self.peak_reserved else 0.0
-
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 

@@ -87,11 +87,6 @@ def INT(low: int | None = 0, high: int | None = None, null: bool = True) -> Rule
     return Bounded(low, high, null)
 
 
-def NUM(low: float | None = 0, high: float | None = None, null: bool = True) -> Rule:
-    """A finite number in [low, high] (NaN and infinity are refused)."""
-    return Bounded(low, high, null, real=True)
-
-
 def _is_label(v: Any) -> bool:
     return isinstance(v, str) and 0 < len(v) <= MAX_LABEL and v.isprintable() and "|" not in v and v == v.strip()
 

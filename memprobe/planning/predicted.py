@@ -55,7 +55,7 @@ def predicted(
         )
         precisions = [s.levers.precision for s in group]
         world = World(gpus, how) if gpus > 1 else None
-        prediction = predict(workload, precisions, sizes, None, "", world=world, workers=workers, progress=progress)
+        prediction = predict(workload, precisions, sizes, world=world, workers=workers, progress=progress)
         for s in group:
             p = prediction.precisions[s.levers.precision]
             line = p.model_reserved

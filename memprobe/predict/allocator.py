@@ -248,10 +248,6 @@ class CachingAllocator:
         address, both pools). Two equal states serve an equal sequence of requests the same way."""
         return (self.stats.segments, self.stats.reserved, tuple(self._free[True]), tuple(self._free[False]))
 
-    @property
-    def live_handles(self) -> int:
-        return len(self._live)
-
     # -- free-block index ---------------------------------------------------------------------
     def _remove(self, block: _Block) -> None:
         pool = self._free[block.small]

@@ -37,7 +37,7 @@ def predict_frontier(
         variant = point_workload(workload, kind, fixed, checkpointing, lora)
         progress.phase(f"frontier point {variant.name} {precision}")
         try:
-            found = predict(variant, [precision], [size], None, "", steps=steps, workers=workers, progress=progress)
+            found = predict(variant, [precision], [size], steps=steps, workers=workers, progress=progress)
         except PredictError as exc:
             return FrontierPoint(kind, fixed, ERROR, note=str(exc).splitlines()[0][:200])
         n = found.precisions[precision].max_batch[size.label]

@@ -94,14 +94,10 @@ def render(pred: Prediction) -> str:
             f"Usable memory, {s.label}: {gib(s.capacity_bytes, 2)} of {gib(s.memory_bytes, 2)} GiB; {s.how}."
             for s in pred.sizes
         ]
-    elif pred.overhead_bytes is not None:
-        lines.append(
-            f"Usable memory = memory - {gib(pred.overhead_bytes, 2)} GiB not allocatable, {pred.overhead_source}."
-        )
     else:
         lines.append(
-            f"Usable memory = the memory given ({pred.overhead_source}): the CUDA context and the driver's "
-            "reservation are not subtracted, so these predictions are optimistic."
+            "Usable memory = the memory given: the CUDA context and the driver's reservation are not subtracted, so "
+            "these predictions are optimistic."
         )
     if pred.versions:
         lines.append(

@@ -96,8 +96,6 @@ class Prediction:
     seconds: float
     build_seconds: float
     sizes: list[MemorySize]
-    overhead_bytes: int | None
-    overhead_source: str
     precisions: dict[str, PrecisionPrediction]
     notes: list[str]
     comparison: list[ComparisonRow] = field(default_factory=list)
@@ -261,8 +259,6 @@ def predict(
     workload: Workload,
     precisions: Sequence[str],
     sizes: Sequence[MemorySize],
-    overhead_bytes: int | None,
-    overhead_source: str,
     steps: int = 3,
     target: Target = H100,
     check: bool = True,
@@ -389,8 +385,6 @@ def predict(
         seconds,
         build_seconds,
         list(sizes),
-        overhead_bytes,
-        overhead_source,
         results,
         notes,
         rows,

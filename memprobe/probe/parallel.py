@@ -1,11 +1,12 @@
 """`scan --parallel`: different workloads and precisions on different GPUs at once, same result files.
 
-Each job (one workload in one precision) is a child `memprobe scan` process pinned to one GPU with
-CUDA_VISIBLE_DEVICES; a GPU takes the next job as soon as its last one ends. When every precision of
+Each job (one workload in one precision) is a child process (`memprobe scan-part`) pinned to one GPU with
+CUDA_VISIBLE_DEVICES, given its workload and ScanOptions as data (PartRequest); a GPU takes the next job as soon as
+its last one ends. When every precision of
 a workload has finished, the per-precision files are merged into the one file a serial scan of that
 workload writes (precisions in the order asked, each recording the GPU it ran on). Logs and a
 summary (wall time against the serial estimate: the sum of the jobs' own wall times) go to
-`<out>/parallel_<time>/`.
+`<out>/parallel_<time>/`, beside each child's request.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import shutil
 import signal
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
@@ -61,49 +62,36 @@ class ParallelSummary:
         return self.serial_estimate_seconds / self.wall_seconds if self.wall_seconds > 0 else None
 
 
-def scan_args(opts: ScanOptions, models_file: str | None) -> list[str]:
-    """The `memprobe scan` options that reproduce `opts` in a child (model, precision and --out apart)."""
-    args = [
-        "--mode",
-        opts.mode,
-        "--steps",
-        str(opts.steps),
-        "--warmup",
-        str(opts.warmup),
-        "--timed-steps",
-        str(opts.timed_steps),
-        "--max-batch",
-        str(opts.max_batch),
-        "--max-trials",
-        str(opts.max_trials),
-        "--device",
-        opts.device,
-    ]
-    if opts.batches:
-        args += ["--batch", ",".join(map(str, opts.batches))]
-    if not opts.measure:
-        args.append("--no-throughput")
-    if opts.cudnn_benchmark:
-        args.append("--cudnn-benchmark")
-    if opts.compile:
-        args.append("--compile")
-    if opts.predicted_start is not None:
-        args.append("--predicted-start" if opts.predicted_start else "--no-predicted-start")
-    if opts.breakdown is not None:
-        args.append("--breakdown" if opts.breakdown else "--no-breakdown")
-    if not opts.curve:
-        args.append("--no-curve")
-    elif opts.curve_batches:
-        args += ["--curve", ",".join(map(str, opts.curve_batches))]
-    if opts.curve_budget_s is not None:
-        args += ["--curve-budget", repr(opts.curve_budget_s)]
-    if opts.cpu_budget_bytes is not None:
-        args += ["--cpu-memory-budget", str(opts.cpu_budget_bytes)]
-    if opts.memory_cap_bytes is not None:
-        args += ["--memory-cap", str(opts.memory_cap_bytes)]
-    if models_file:
-        args += ["--models", str(models_file)]
-    return args
+@dataclass(frozen=True)
+class PartRequest:
+    """What one child scan runs: a workload as the parent resolved it (a variant, a model given by name with its
+    options applied), in the one precision of `options` (the parent's ScanOptions, as to_dict() writes them), into
+    `out_dir`. The parent writes it as a JSON file; the child (`memprobe scan-part FILE`) reads it back whole, so
+    every option of the parent's scan reaches the child as it was, with nothing rebuilt as a command line."""
+
+    workload: dict[str, Any]
+    options: dict[str, Any]
+    out_dir: str
+
+    @classmethod
+    def of(cls, workload: Workload, opts: ScanOptions, precision: str, out_dir: Path) -> "PartRequest":
+        """The request of the child that scans `workload` in `precision` with the parent's `opts`."""
+        return cls(workload.to_dict(), opts.to_dict() | {"precisions": [precision]}, str(out_dir))
+
+    def write(self, path: Path) -> Path:
+        """Write the request to `path` (JSON) for the child to read."""
+        path.write_text(json.dumps(asdict(self), indent=1), encoding="utf-8")
+        return path
+
+    @classmethod
+    def read(cls, path: str | Path) -> "PartRequest":
+        """The request a parent wrote to `path`. Raises OSError, ValueError (not JSON), KeyError (not a request)."""
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        return cls(dict(data["workload"]), dict(data["options"]), str(data["out_dir"]))
+
+    def scan(self) -> tuple[Workload, ScanOptions]:
+        """The workload and ScanOptions the child scans."""
+        return Workload.from_dict(self.workload), ScanOptions(**self.options)
 
 
 def gpu_slots(count: int | None, device: str, visible: str | None = None) -> list[str]:
@@ -166,7 +154,6 @@ def run_parallel(
     opts: ScanOptions,
     slots: list[str],
     out_dir: str | Path,
-    models_file: str | None = None,
     on_event: Callable[[str], None] = lambda _text: None,
     python: str | None = None,
 ) -> tuple[list[tuple[ScanResult, Path]], ParallelSummary]:
@@ -182,7 +169,6 @@ def run_parallel(
     free = list(slots)
     running: list[Job] = []
     base_env = launch_env()
-    common = scan_args(opts, models_file)
     started = time.perf_counter()
     try:
         while pending or running:
@@ -192,19 +178,10 @@ def run_parallel(
                 job.part_dir = folder / "parts" / f"{job.workload.name}_{job.precision}"
                 job.log = folder / f"{job.workload.name}_{job.precision}.log"
                 pinned = {"CUDA_VISIBLE_DEVICES": job.slot} if opts.device == "cuda" else {}
-                cmd = [
-                    python or sys.executable,
-                    "-m",
-                    "memprobe",
-                    "scan",
-                    "--model",
-                    job.workload.name,
-                    "--precision",
-                    job.precision,
-                    "--out",
-                    str(job.part_dir),
-                    *common,
-                ]
+                part = PartRequest.of(job.workload, opts, job.precision, job.part_dir)
+                # not .json: a report over --out reads every .json below it as a result file
+                asked = part.write(folder / f"{job.workload.name}_{job.precision}.request")
+                cmd = [python or sys.executable, "-m", "memprobe", "scan-part", str(asked)]
                 # A Child that does not talk: a child scan's answer is its result file.
                 job.child = Child.start(cmd, base=base_env, env=pinned, talk=False, log=job.log)
                 job.started = time.perf_counter()

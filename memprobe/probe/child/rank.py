@@ -14,9 +14,6 @@ every committed step of the protocol:
   ranks, which may be blocked in a collective the failed rank will never join. The parent takes the
   earliest recorded failure as the trial's outcome (a rank that lost its peer fails later).
 - with `measure`, the last batch is then timed on every rank (warm-up + timed steps), committed the same way.
-
-Test hook (CPU tests only): MEMPROBE_TEST_HANG_RANK=R (or `all`) makes rank R sleep before its first trial, as a
-rank stuck in a driver call would.
 """
 
 from __future__ import annotations
@@ -114,12 +111,6 @@ class Rank:
             self.commit(timeout_s, device)
         except Exception as exc:  # noqa: BLE001 - whatever the collective raised, the group cannot go on
             self.fail_and_exit(stage, CRASH, f"{type(exc).__name__}: {exc}", batch, **extra)
-
-
-def hang_if_asked(rank: Rank) -> None:
-    """The tests' hook: MEMPROBE_TEST_HANG_RANK=R (or `all`) makes rank R sleep, as a rank stuck in a driver call."""
-    if os.environ.get("MEMPROBE_TEST_HANG_RANK") in (str(rank.rank), "all"):
-        time.sleep(3600)
 
 
 def watch_steps(task, rank: Rank, where: dict[str, Any]) -> None:
@@ -241,7 +232,6 @@ def run(req: dict[str, Any]) -> int:
         text = f"{type(exc).__name__}: {exc}"
         rank.fail_and_exit("setup", classify_error(type(exc).__name__, str(exc)), text, None)
 
-    hang_if_asked(rank)
     watch_steps(session.task, rank, where)
     batches = [int(b) for b in req["batches"]]
     for batch in batches:

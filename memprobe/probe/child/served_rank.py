@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from memprobe.core.rank_record import Command, Vote, read_command, read_vote, write_vote
-from memprobe.probe.child.rank import FAILED_EXIT, MESSAGE_CHARS, Rank, build, hang_if_asked, watch_steps
+from memprobe.probe.child.rank import FAILED_EXIT, MESSAGE_CHARS, Rank, build, watch_steps
 
 POLL_S = 0.02
 FIT_DECISION, RECOVER, END = "fit", "recover", "end"
@@ -127,7 +127,6 @@ def serve(req: dict[str, Any], rank: Rank, device: Any, mesh: Any, timeout_s: fl
     except Exception as exc:  # noqa: BLE001 - a rank that cannot start fits no batch
         rank.fail_and_exit("setup", classify_error(type(exc).__name__, str(exc)), f"{type(exc).__name__}: {exc}", None)
     rank.save()
-    hang_if_asked(rank)
     watch_steps(session.task, rank, where)
     loss_scale = None
     index = 0
