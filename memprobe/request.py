@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence, Union
 
 from memprobe.core import option_bounds as bounds
 from memprobe.core.catalog import PRECISIONS
+from memprobe.core.generation import GenerationError, generation_workloads
 from memprobe.core.registry import Workload, load_registry
 from memprobe.core.run_length import TIMED_STEPS, TRIAL_STEPS, WARMUP_STEPS
 from memprobe.core.textlists import comma_items
@@ -33,7 +34,6 @@ Model = Union[str, Callable[..., Any]]  # a name as `--model` takes it, or a bui
 # class), 24 GB (RTX 3090/4090), 48 GB (RTX A6000 / L40S), 80 GB (A100 / H100).
 COMMON_CARD_SIZES = "11GiB,24GiB,48GiB,80GiB"
 SEARCHES = ("batch", "seq-len", "frontier")
-MODES = ("train", "infer")
 
 
 class RequestError(ValueError):
@@ -47,8 +47,7 @@ class RequestError(ValueError):
 
 
 def within(bound: bounds.Bound, value: Any) -> Any:
-    """`value` when it is within the option's bounds (core/option_bounds.py: the table the CLI's types read too), or
-    None for an option that may be left out. Raises RequestError naming the option, in the words the command prints."""
+    """`value` within its option's bounds (core/option_bounds.py), or None left out. Raises RequestError naming it."""
     problem = bound.problem(value)
     if problem:
         raise RequestError(problem, bound.option)
@@ -94,6 +93,9 @@ class ModelRequest:
     batch: int = 1  # with search seq-len: the batch the length is searched at
     checkpointing: bool = False
     lora: str | int | None = None
+    prompt_len: int | None = None  # --mode generate: P, N and the prefill chunk (core/generation.py)
+    new_tokens: int | None = None
+    prefill_chunk: int | None = None
 
     @property
     def lora_rank(self) -> int | None:
@@ -102,8 +104,7 @@ class ModelRequest:
 
 
 def lora_rank(lora: str | int | None) -> int | None:
-    """The LoRA rank of --lora (16 or r=16; the API's int as it is), None for no LoRA: one reading for scan,
-    predict, plan and their API calls. Raises RequestError (a combination's: the message names --lora) otherwise."""
+    """The LoRA rank of --lora (16, r=16 or the API's int), None for none, for every command. Raises RequestError."""
     try:
         return parse_lora(None if lora is None else str(lora))
     except VariantError as exc:
@@ -147,6 +148,14 @@ def _model_bounds(request: ModelRequest) -> None:
     within(bounds.SEQ_LEN, request.seq_len)
 
 
+def _generating(workloads: list[Workload], request: ModelRequest, mode: str, frontier: bool) -> list[Workload]:
+    """The workloads as `mode` runs them (core/generation.generation_workloads). Raises RequestError."""
+    try:
+        return generation_workloads(workloads, request, mode, frontier)
+    except GenerationError as exc:
+        raise RequestError(exc.message, exc.option) from None
+
+
 def _variants(workloads: list[Workload], request: ModelRequest, precisions: Sequence[str]) -> list[Workload]:
     """The workloads as the variant settings ask. Raises RequestError for a variant they cannot have."""
     from memprobe.workloads.custom import CUSTOM_FAMILIES
@@ -163,8 +172,7 @@ def _variants(workloads: list[Workload], request: ModelRequest, precisions: Sequ
 
 
 def _frontier(search: str, seq_len: int | None, batches: bool, budget: float | None) -> bool:
-    """Whether this is a frontier run; refuses what a frontier does not take (it walks lengths and batches itself)
-    and a frontier budget without one."""
+    """Whether this is a frontier run; refuses what it does not take (it walks lengths and batches), or its budget."""
     if search not in SEARCHES:
         raise RequestError(f"must be one of {', '.join(SEARCHES)}, got '{search}'", "--search")
     if search != "frontier":
@@ -238,7 +246,8 @@ def scan_job(request: ScanRequest) -> ScanJob:
         if len(batches) > 1:
             raise RequestError("with --search seq-len give one batch to search the length at", "--batch")
         model, timed = replace(model, batch=(batches or [1])[0]), []
-    workloads = workloads_of(model, precisions, variants=not frontier)
+    workloads = workloads_of(model, precisions, variants=not frontier and request.mode != "generate")
+    workloads = _generating(workloads, model, request.mode, frontier)
     budget = None
     if request.device == "cpu":
         if not request.cpu_memory_budget:
@@ -277,8 +286,7 @@ def scan_job(request: ScanRequest) -> ScanJob:
 
 
 def _scan_bounds(request: ScanRequest) -> None:
-    """Refuse a numeric scan option out of its bounds, each item of a list too, before any other check (as the
-    command's click types do while parsing). Raises RequestError."""
+    """Refuse a numeric scan option (a list's items too) out of bounds, before any other check. Raises RequestError."""
     given: list[tuple[bounds.Bound, Any]] = [(bounds.SCAN_STEPS, request.steps), (bounds.WARMUP, request.warmup)]
     given += [(bounds.TIMED_STEPS, request.timed_steps), (bounds.MAX_BATCH_OPTION, request.max_batch)]
     given += [(bounds.MAX_TRIALS_OPTION, request.max_trials), (bounds.SOAK, request.soak)]
@@ -339,8 +347,7 @@ class PredictJob:
     lora_rank: int | None
 
     def memory_sizes(self) -> list:
-        """predict.summary.MemorySize per size asked: the allocator capacity of each (imports torch). Raises
-        RequestError for a size not larger than the overhead."""
+        """MemorySize per size asked, with its allocator capacity (imports torch). Raises RequestError (too small)."""
         from memprobe.predict.summary import memory_sizes
 
         try:
@@ -375,9 +382,8 @@ def predict_job(request: PredictRequest) -> PredictJob:
     precisions = precision_list(request.precisions)
     strategies = strategy_list(request.strategies)
     frontier = _frontier(model.search, model.seq_len, False, request.frontier_budget)
-    if request.mode not in MODES:
-        raise RequestError(f"must be train or infer, got '{request.mode}'", "--mode")
-    workloads = workloads_of(model, precisions, variants=not frontier)
+    workloads = workloads_of(model, precisions, variants=not frontier and request.mode != "generate")
+    workloads = _generating(workloads, model, request.mode, frontier)
     if request.gpus > 1 and request.mode != "train":
         raise RequestError("--gpus N predicts data-parallel training: leave --mode at train", "--mode")
     steps = predict_steps(request.steps, request.mode)
@@ -403,10 +409,10 @@ def predict_job(request: PredictRequest) -> PredictJob:
 
 
 def predict_steps(steps: int | None, mode: str = "train") -> int:
-    """The steps of a predicted trial: `steps`, or with None 3 in training and 2 forward passes in inference.
-    Raises RequestError out of bounds, or below 3 in training (1 warm-up step + K >= 2)."""
+    """The steps of a predicted trial: `steps`, or with None 3 in training, 2 forward passes in inference, 3 whole
+    generations in generation (a fit's). Raises RequestError out of bounds, or below 3 in training."""
     within(bounds.PREDICT_STEPS, steps)
-    chosen = steps if steps is not None else (3 if mode == "train" else 2)
+    chosen = steps if steps is not None else (2 if mode == "infer" else 3)
     if mode == "train" and chosen < 3:
         raise RequestError("a training trial is 1 warm-up step + K >= 2 steps (3 or more)", "--steps")
     return chosen
@@ -432,8 +438,7 @@ def _worlds(count: int, strategies: list[str]) -> list | None:
 
 
 def _check_trainable(asked: Sizes, precisions: list[str]) -> None:
-    """Refuse a request whose every card asked cannot train in any precision asked: nothing would be predicted
-    (a card that can train some of them gets "-" for the others, with a line saying why)."""
+    """Refuse a request whose every card asked cannot train in any precision asked: nothing would be predicted."""
     if asked.labels and len(asked.cards) == len(asked.labels):
         cards = list(asked.cards.values())
         if not any(card.supports(p) for card in cards for p in precisions):

@@ -49,4 +49,7 @@ def model_request(params: dict[str, Any], batch: int = 1) -> ModelRequest:
         batch,
         params["checkpointing"],
         params["lora"],
+        params.get("prompt_len"),
+        params.get("new_tokens"),
+        params.get("prefill_chunk"),
     )

@@ -9,6 +9,7 @@ import click
 
 from memprobe.cli import checks
 from memprobe.core import option_bounds as bounds
+from memprobe.core.fieldtypes import MODES
 from memprobe.core.textlists import comma_items
 from memprobe.request import RequestError, precision_list, strategy_list, world_size
 
@@ -150,8 +151,8 @@ def precision_option(help: str, default: str | None = "fp32,fp16,bf16") -> Calla
 
 
 def mode_option(help: str) -> Callable[[F], F]:
-    """--mode train|infer (scan and predict)."""
-    return click.option("--mode", type=click.Choice(["train", "infer"]), default="train", show_default=True, help=help)
+    """--mode train|infer|generate (scan and predict)."""
+    return click.option("--mode", type=click.Choice(list(MODES)), default="train", show_default=True, help=help)
 
 
 def format_option(choices: Sequence[str], help: str) -> Callable[[F], F]:

@@ -159,7 +159,10 @@ def _check_same_world(path: str, result, worlds: list | None) -> None:
     "inference (default 2).",
     default=None,
 )
-@mode_option("infer: predict the max batch of forward passes under inference_mode (as `scan --mode infer`).")
+@mode_option(
+    "infer: predict the max batch of forward passes under inference_mode (as `scan --mode infer`). generate: the "
+    "most concurrent sequences of a greedy generation with a static KV cache (as `scan --mode generate`)."
+)
 @_model_options
 @_variant_options
 @click.option(

@@ -44,7 +44,10 @@ from memprobe.request import COMMON_CARD_SIZES, RequestError, ScanJob, ScanReque
     "hf-config:PATH, FILE.py:FUNCTION or package.module:FUNCTION (README: your own model)."
 )
 @precision_option("Comma-separated: fp32 (TF32 off), tf32, fp16 (autocast + GradScaler), bf16 (autocast).")
-@mode_option("train: forward, loss, backward, optimizer step. infer: forward only.")
+@mode_option(
+    "train: forward, loss, backward, optimizer step. infer: forward only. generate: causal LMs, greedy generation "
+    "of --new-tokens after --prompt-len prompts with a static KV cache; B = concurrent sequences."
+)
 @click.option(
     "--batch",
     "batches",

@@ -36,6 +36,16 @@ def variant_options(command: Callable) -> Callable:
         click.option(
             "--lora", help="LLM workloads: LoRA adapters of this rank (16 or r=16) on a frozen bf16 base (peft)."
         ),
+        number_option(
+            bounds.PROMPT_LEN,
+            "--mode generate: tokens in each random prompt (default 2048, or what the model's positions leave).",
+        ),
+        number_option(bounds.NEW_TOKENS, "--mode generate: new tokens each sequence generates (default 128)."),
+        number_option(
+            bounds.PREFILL_CHUNK,
+            "--mode generate: prefill the prompt this many tokens at a time through the KV cache, as serving "
+            "engines do (default: the whole prompt in one forward).",
+        ),
     ]
     for option in reversed(options):
         command = option(command)

@@ -208,6 +208,21 @@ class GenerateTask(TrainTask):
         """(sequences, prompt tokens) of a generation at n."""
         return (n, int(self.settings.prompt_len or 0)) if self.axis == "batch" else (self.rows, n)
 
+    def units_at(self, n: int) -> float:
+        """The new tokens one generation at n makes (sequences x N)."""
+        return float(self.shape(n)[0] * self.settings.new_tokens)
+
+    def phase_tokens(self, n: int) -> tuple[int, int]:
+        """(prompt tokens the prefill reads, tokens the decode forwards make) of one generation at n: the first new
+        token comes from the prefill."""
+        sequences, prompt = self.shape(n)
+        return sequences * prompt, sequences * (self.settings.new_tokens - 1)
+
+    def kv_cache_bytes(self, n: int) -> int:
+        """The bytes of the static KV cache of one generation at n (static_cache_bytes)."""
+        sequences, prompt = self.shape(n)
+        return static_cache_bytes(self.model.config, self.dtype, sequences, prompt + self.settings.new_tokens)
+
     def make_batch(self, n: int) -> torch.Tensor:
         """Random prompts (sequences, P) of token ids: every position a real token, no padding."""
         return torch.randint(0, self.vocab, self.shape(n), device=self.device)

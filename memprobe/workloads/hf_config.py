@@ -231,11 +231,27 @@ def generation_config(params: dict[str, Any], settings: GenerationSettings):
     return config
 
 
+def _check_generates(model_class: type) -> None:
+    """Raises UserModelError for a model class that cannot generate as greedy_generate does (no generate, or a
+    forward without `logits_to_keep`: encoders given a causal-LM head, older architectures)."""
+    forward = inspect.signature(model_class.forward).parameters
+    if not model_class.can_generate() or "logits_to_keep" not in forward:
+        raise UserModelError(
+            f"{model_class.__name__} cannot generate as memprobe does: --mode generate runs {GENERATES}"
+        )
+
+
 def generation_task(params: dict[str, Any], settings: GenerationSettings, device: torch.device, precision: str | None):
     """Greedy generation by the causal LM of params.config, its weights in `precision`'s dtype. Raises UserModelError
     as generation_config does, or for a model transformers cannot build or that cannot generate."""
     config = generation_config(params, settings)
     dtype = WEIGHT_DTYPES[precision or "fp32"]
+    try:  # the class first: an encoder given a causal-LM head (BERT's) is refused before its weights are made
+        made = AutoModelForCausalLM._model_mapping[type(config)]
+    except KeyError:
+        made = None
+    if made is not None:
+        _check_generates(made)
     try:
         with device:
             model = AutoModelForCausalLM.from_config(config, attn_implementation="sdpa", dtype=dtype)
@@ -243,11 +259,7 @@ def generation_task(params: dict[str, Any], settings: GenerationSettings, device
         if not model_error(exc):
             raise
         raise _build_error(config, "causal-lm", exc) from exc
-    forward = inspect.signature(model.forward).parameters
-    if not model.can_generate() or "logits_to_keep" not in forward:
-        raise UserModelError(
-            f"{type(model).__name__} cannot generate as memprobe does: --mode generate runs {GENERATES}"
-        )
+    _check_generates(type(model))
     axis = str(params.get("axis", "batch"))
     return GenerateTask(model, settings, device, int(config.vocab_size), axis, int(params.get("batch", 1)))
 
