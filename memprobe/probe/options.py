@@ -111,7 +111,7 @@ class ScanOptions:
         """Whether the search starts from a prediction (see predicted_start)."""
         if self.predicted_start is not None:
             return self.predicted_start
-        return self.device == "cuda" and not self.compile and self.mode != "generate"
+        return self.device == "cuda" and not self.compile
 
     @property
     def measures_breakdown(self) -> bool:

@@ -223,6 +223,14 @@ class GenerateTask(TrainTask):
         sequences, prompt = self.shape(n)
         return static_cache_bytes(self.model.config, self.dtype, sequences, prompt + self.settings.new_tokens)
 
+    def decode_shapes_repeat(self) -> bool:
+        """Whether every decode forward of a generation runs the same ops on the same shapes: no layer of the cache
+        slides (a sliding-window layer takes another path once its window is full). What a trace that runs only a
+        few decode forwards, and repeats the last, relies on (predict/trace.py)."""
+        config = self.model.config.get_text_config(decoder=True)
+        layers = StaticCache(config=config, max_cache_len=2).layers
+        return not any(getattr(layer, "is_sliding", False) for layer in layers)
+
     def make_batch(self, n: int) -> torch.Tensor:
         """Random prompts (sequences, P) of token ids: every position a real token, no padding."""
         return torch.randint(0, self.vocab, self.shape(n), device=self.device)
