@@ -387,8 +387,8 @@ def predict_job(request: PredictRequest) -> PredictJob:
     if request.gpus > 1 and request.mode != "train":
         raise RequestError("--gpus N predicts data-parallel training: leave --mode at train", "--mode")
     steps = predict_steps(request.steps, request.mode)
-    if frontier and (request.gpus > 1 or request.mode != "train"):
-        raise RequestError("--search frontier predicts one-GPU training: drop --gpus, --mode infer and --compare")
+    if frontier and (request.gpus > 1 or request.mode == "infer"):
+        raise RequestError("--search frontier predicts one GPU's training or generation: drop --gpus, --mode infer")
     memory, hints = request.memory, True
     if memory is None and request.cards is None:
         if frontier:

@@ -91,3 +91,62 @@ def test_bad_generation_input_is_one_error_line(run, tmp_path, command, args, sa
     errors = [line for line in got.output.splitlines() if line.startswith("Error:")]
     assert len(errors) == 1 and says in errors[0], got.output
     assert "Traceback" not in got.output
+
+
+def test_generation_frontier_walks_contexts_and_reports_them(tmp_path, monkeypatch):
+    """`scan --search frontier --mode generate` over fake point scans: the max concurrent sequences at contexts
+    1k, 2k, 4k, ... (prompts of context - N) and the max context (prompt found + N) at 1, 2, 4, ... sequences, the
+    prompt search capped where the model's positions end."""
+    from memprobe.core.frontier import BATCH_AT_SEQ, SEQ_AT_BATCH, ladder_of, point_workload
+    from memprobe.core.records import Proof
+    from memprobe.core.results import PrecisionResult, ScanResult
+    from memprobe.probe import frontier as probe_frontier
+    from memprobe.probe.options import ScanOptions
+
+    tokens, new = 200_000, 64  # the fake card holds sequences x context <= tokens
+    template = generation_workloads_frontier(new)
+    assert template.name == "llama-8b+n64" and ladder_of(template, 1 << 20) == (1024, 131072, new)
+    at_4k = point_workload(template, BATCH_AT_SEQ, 4096)
+    assert at_4k.name == "llama-8b+p4032+n64" and at_4k.params["generate"]["prompt_len"] == 4032
+    at_b2 = point_workload(template, SEQ_AT_BATCH, 2)
+    assert at_b2.name == "llama-8b+n64+maxprompt@b2" and (at_b2.params["axis"], at_b2.params["batch"]) == ("seq_len", 2)
+    caps = []
+
+    def fake_scan(variant, opts, out_dir, progress):
+        given = variant.params["generate"]
+        if variant.params.get("axis") == "seq_len":
+            caps.append(opts.max_batch)
+            n = min(opts.max_batch, tokens // variant.params["batch"] - new)
+        else:
+            n = tokens // (given["prompt_len"] + new)
+        precision = opts.precisions[0]
+        scanned = ScanResult(workload=variant.to_dict(), environment={"gpu": {"name": "Fake GPU"}}, settings={})
+        scanned.precisions[precision] = PrecisionResult(
+            precision, "done", n, proof=Proof(fits=n, fails=n + 1, agreed=True, verified=True)
+        )
+        return scanned, tmp_path / f"{variant.name}.json"
+
+    monkeypatch.setattr(probe_frontier, "scan_workload", fake_scan)
+    opts = ScanOptions(precisions=["bf16"], mode="generate", max_batch=1 << 20)
+    result, path = probe_frontier.scan_frontier(template, opts, tmp_path, lambda *a, **k: None, None)
+    frontier = result.frontier["bf16"]
+    batch_at = frontier.found(BATCH_AT_SEQ)
+    context_at = frontier.found(SEQ_AT_BATCH)
+    assert batch_at[1024] == tokens // 1024 and batch_at[131072] == tokens // 131072 == 1
+    assert context_at[1] == 131072 and context_at[2] == tokens // 2 and context_at[4] == tokens // 4
+    assert caps and max(caps) == 131072 - new
+    assert any("contexts" in note for note in frontier.notes)
+    assert read_result(path).frontier["bf16"].points == frontier.points and read_result(path).mode == "generate"
+
+
+def generation_workloads_frontier(new: int):
+    from types import SimpleNamespace
+
+    from memprobe.core.generation import generation_workloads
+
+    asked = SimpleNamespace(
+        prompt_len=None, new_tokens=new, prefill_chunk=None, seq_len=None, checkpointing=False, lora=None,
+        search="frontier", batch=1,
+    )  # fmt: skip
+    (template,) = generation_workloads([REGISTRY["llama-8b"]], asked, "generate", frontier=True)
+    return template

@@ -79,10 +79,11 @@ def generation_variant(workload: Workload, asked: GenerationRequest, search: str
         raise GenerationError(f"--new-tokens must be at least 1, got {new}")
     limit = max_positions(workload)
     over_seq = search == "seq-len"
+    walked = search == "frontier"  # a frontier's template: each point sets the prompt (frontier_point)
     prompt = asked.prompt_len
     if over_seq and prompt is not None:
         raise GenerationError("--search seq-len finds the prompt length itself: drop --prompt-len")
-    if prompt is None and not over_seq:
+    if prompt is None and not over_seq and not walked:
         prompt = DEFAULT_PROMPT_LEN if limit is None else max(1, min(DEFAULT_PROMPT_LEN, limit - new))
     if prompt is not None and prompt < 1:
         raise GenerationError(f"--prompt-len must be at least 1, got {prompt}")
@@ -101,7 +102,11 @@ def generation_variant(workload: Workload, asked: GenerationRequest, search: str
         params.update(axis="seq_len", batch=batch)
         parts.append(f"maxprompt@b{batch}")
     said = f"; greedy generation of {new} tokens after " + (
-        f"{prompt}-token prompts" if prompt is not None else f"prompts of the longest length that fits at batch {batch}"
+        f"{prompt}-token prompts"
+        if prompt is not None
+        else "prompts of every context of the frontier"
+        if walked
+        else f"prompts of the longest length that fits at batch {batch}"
     )
     said += f", prefilled {chunk} tokens at a time" if chunk else ""
     name = workload.name + "".join(f"+{p}" for p in parts)
@@ -227,7 +232,40 @@ def generation_workloads(workloads: list[Workload], request: Any, mode: str, fro
     if given:
         raise GenerationError(f"{' and '.join(given)}: training settings; --mode generate takes {', '.join(OPTIONS)}")
     if frontier:
-        for workload in workloads:
-            check_generates(workload)
-        return workloads
+        if asked.prompt_len is not None:
+            raise GenerationError("--search frontier walks the contexts itself: drop --prompt-len")
+        made = [generation_variant(w, asked, "frontier") for w in workloads]
+        for template in made:
+            frontier_ladder(template, FRONTIER_START)  # N must leave a prompt at the first context
+        return made
     return [generation_variant(w, asked, request.search, request.batch) for w in workloads]
+
+
+FRONTIER_START = 1024  # the generation frontier's contexts: 1k, 2k, 4k, ... up to the model's positions
+
+
+def frontier_point(template: Workload, searched_prompt: bool, fixed: int) -> Workload:
+    """The generation a frontier point scans, from a frontier's template (generation_variant with search
+    "frontier"): at context `fixed` the batch search with prompts of `fixed` - N tokens, or (`searched_prompt`) the
+    prompt-length search at batch `fixed`. The prefill chunk stays as asked (a prompt shorter than it is one chunk)."""
+    given = dict(template.params["generate"])
+    new = int(given["new_tokens"])
+    params = {k: v for k, v in template.params.items() if k not in ("axis", "batch")}
+    base = template.name.split("+n", 1)[0]
+    chunk = f"+c{given['prefill_chunk']}" if given.get("prefill_chunk") else ""
+    if searched_prompt:
+        params.update(axis="seq_len", batch=fixed, generate={**given, "prompt_len": None})
+        name = f"{base}+n{new}{chunk}+maxprompt@b{fixed}"
+    else:
+        params["generate"] = {**given, "prompt_len": max(1, fixed - new)}
+        name = f"{base}+p{max(1, fixed - new)}+n{new}{chunk}"
+    return replace(template, name=name, params=params)
+
+
+def frontier_ladder(template: Workload, cap: int) -> tuple[int, int]:
+    """(first, last) context of a generation frontier's ladder: FRONTIER_START up to the model's positions (or
+    `cap`). Raises GenerationError when N leaves no prompt at the first context."""
+    new = int(template.params["generate"]["new_tokens"])
+    if new >= FRONTIER_START:
+        raise GenerationError(f"--search frontier starts at a context of {FRONTIER_START}: give --new-tokens below it")
+    return FRONTIER_START, min(cap, max_positions(template) or cap)
