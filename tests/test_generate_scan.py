@@ -150,3 +150,24 @@ def generation_workloads_frontier(new: int):
     )  # fmt: skip
     (template,) = generation_workloads([REGISTRY["llama-8b"]], asked, "generate", frontier=True)
     return template
+
+
+def test_report_shows_the_generation_record(run, tmp_path):
+    from memprobe.core.results import PrecisionResult, ScanResult, write_result
+
+    timed = Timed(batch=190, outcome="fit", peak_allocated=120 << 30, peak_reserved=122 << 30, kv_cache_bytes=48 << 30)
+    timed.prefill_seconds, timed.prefill_tokens_per_s, timed.decode_tokens_per_s = 12.0, 129_706.0, 8_512.0
+    settings = {"prompt_len": 8192, "new_tokens": 64, "prefill_chunk": None}
+    gen = generation_record(settings, 190, 32768, 5 << 29, 139 << 30, 140 << 30, timed)
+    result = ScanResult(
+        workload=generation_variant(REGISTRY["llama-1b"], GenerationRequest(8192, 64)).to_dict(),
+        environment={"gpu": {"name": "Fake GPU", "total_bytes": 140 << 30}},
+        settings={"mode": "generate"},
+    )
+    result.precisions["bf16"] = PrecisionResult("bf16", "done", 190, throughput=timed, generation=gen)
+    result.status = "complete"
+    write_result(result, tmp_path / "fake_llama-1b_generate.json")
+    got = run("report", tmp_path, "--wide")
+    assert got.exit_code == 0, got.output
+    assert "Generation with a static KV cache" in got.output and "8192 / 64" in got.output
+    assert f"{gen.kv_capacity_tokens:,} ({gen.kv_capacity_sequences})" in got.output and "8,512" in got.output
