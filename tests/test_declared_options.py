@@ -125,6 +125,8 @@ SCANS = [  # each a scan that runs as it is on one GPU, all of them together giv
     ["-m", "toy-llama", "--search", "seq-len", "--batch", "2", "-p", "bf16,fp32"],
     ["-m", "toy,toy-llama", "--mode", "infer", "-p", "fp32,tf32"],
     ["-m", "toy", "--device", "cpu", "--cpu-memory-budget", "8MiB", "-p", "fp32,bf16"],
+    ["-m", "toy-llama", "--mode", "generate", "-p", "bf16,fp16", "--prompt-len", "16", "--new-tokens", "8"]
+    + ["--prefill-chunk", "4"],
 ]
 
 

@@ -129,7 +129,7 @@ def test_the_run_replayed_is_the_trial_and_the_steps_after_it(toy_traces):
     """A scan's fit is its 3-step trial, then 3 warm-up and 10 timed steps in the same process: the replay goes on
     with the trial's last step 13 more times (fewer once the cache settles), never below the trial's own peak."""
     traces, _ = toy_traces
-    start, end, extra = traces.repeat_at(10)
+    ((start, end, extra),) = traces.repeat_at(10)
     assert extra == 13 and (start, end) == traces.model.traces[0].step_at[-2:]
     for batch in (2, 10, 40):
         run = traces.replay_at(batch)

@@ -54,6 +54,7 @@ def predict_frontiers(
     from memprobe.compare.frontier import frontier_rows
     from memprobe.compare.tables import rows_text
     from memprobe.core.frontier import FrontierError, frontier_name
+    from memprobe.core.generation import settings_of
     from memprobe.core.results import ScanResult, result_filename, write_result
     from memprobe.predict.frontier import predict_frontier
     from memprobe.predict.parallel import cores
@@ -75,6 +76,7 @@ def predict_frontiers(
             workload={**workload.to_dict(), "name": name},
             environment={"gpu": {"name": size.label, "predicted": True}},
             settings={
+                "mode": "generate" if settings_of(workload) is not None else "train",
                 "search": "frontier",
                 "predicted": True,
                 "frontier_budget_s": budget,
@@ -86,7 +88,7 @@ def predict_frontiers(
         )
         path = None
         if out_dir:
-            path = write_result(result, f"{out_dir}/{result_filename(size.label + ' predicted', name, 'train')}")
+            path = write_result(result, f"{out_dir}/{result_filename(size.label + ' predicted', name, result.mode)}")
             click.echo(f"wrote {path}", err=True)
         loaded.append((path, result))
     click.echo(rows_text(frontier_rows(loaded), keep=4))

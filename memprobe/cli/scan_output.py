@@ -29,11 +29,16 @@ def after_scan(result, path, workload: Workload) -> list[str]:
 
 def print_scans(results: list) -> None:
     """The scan table of single-GPU results, then the scaling table of multi-GPU ones."""
+    from memprobe.compare.generation import NOTES, generation_rows
     from memprobe.compare.scaling import scaling_table, split_by_world_size
     from memprobe.compare.scan_table import scan_table
+    from memprobe.compare.tables import rows_text
 
     single, multi = split_by_world_size(results)
     if single:
         click.echo(scan_table(single))
+    generated = generation_rows([(None, r) for r in single])
+    if generated:
+        click.echo("\n" + rows_text(generated, keep=3) + "\n\n" + "\n".join(NOTES))
     if multi:
         click.echo(scaling_table(multi, single), nl=False)

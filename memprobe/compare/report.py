@@ -173,6 +173,7 @@ def build_report(
     """The comparison, its like-for-like basis, the throughput relative to `reference` and the tables of
     `memprobe report` in its order. Raises ReportError (nothing to report, unknown reference or at_batch)."""
     from memprobe.compare.curves import like_for_like, with_basis
+    from memprobe.compare.generation import NOTES, generation_rows
 
     comparison = build_comparison(loaded, with_published=with_published, precisions=precisions)
     basis = like_for_like(comparison, at_batch)
@@ -181,4 +182,11 @@ def build_report(
     notes = [LEGEND] + comparison.notes + source_notes(comparison) + library_notes([r for _p, r in loaded])
     title = f"memprobe report: {len(loaded)} result file(s)" + (" + published figures" if with_published else "")
     tables = with_basis(report_tables(comparison, relative), basis, comparison)
+    generated = generation_rows(loaded)
+    if generated:  # scans of --mode generate: the KV cache, the capacity and the tokens/s at B
+        columns = list(generated[0])
+        rows = [[row[c] for c in columns] for row in generated]
+        tables.append(
+            Table("generation", "Generation with a static KV cache (--mode generate)", columns, rows, NOTES, keep=3)
+        )
     return Report(title, notes, tables, comparison, relative, basis)

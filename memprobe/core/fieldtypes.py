@@ -58,7 +58,7 @@ COUNT_MAX = 1 << 20
 PRECISION_STATUSES = ("pending", "done", "error", "interrupted")
 FILE_STATUSES = ("partial", "complete", "failed")
 STOPS = ("", "edge", "nothing-fits", "cap", "trial-limit", "error", "user-error", "interrupted")
-MODES = ("train", "infer")
+MODES = ("train", "infer", "generate")
 
 Batch = Annotated[int, Range(0, BATCH_MAX)]
 Batch1 = Annotated[int, Range(1, BATCH_MAX)]

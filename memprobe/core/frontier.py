@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Annotated, Any, Callable, Mapping
 
 from memprobe.core.fieldtypes import BATCH_MAX, Batch, Precision, Range, Seconds, Words
+from memprobe.core.generation import frontier_ladder, frontier_point, settings_of
 from memprobe.core.registry import Workload
 from memprobe.core.variants import LLM_FAMILIES, VariantRequest, apply_variant
 
@@ -165,7 +166,10 @@ def point_workload(
     workload: Workload, kind: str, fixed: int, checkpointing: bool = False, lora: int | None = None
 ) -> Workload:
     """The variant a point scans: the batch search at length `fixed`, or the length search at batch `fixed`.
-    An hf: model takes the length as its seq_len param (it has no length search)."""
+    An hf: model takes the length as its seq_len param (it has no length search). A generation's frontier
+    (core/generation.py) takes the length as the context, prompt + new tokens."""
+    if settings_of(workload) is not None:
+        return frontier_point(workload, kind == SEQ_AT_BATCH, fixed)
     if workload.family == "hf":
         return replace(workload, name=f"{workload.name}+seq{fixed}", params={**workload.params, "seq_len": fixed})
     if kind == BATCH_AT_SEQ:
@@ -175,10 +179,32 @@ def point_workload(
     return apply_variant(workload, request)
 
 
+def ladder_of(workload: Workload, cap: int) -> tuple[int, int, int]:
+    """(first length, last length, what a point's found length adds) of a workload's frontier: a generation's
+    lengths are contexts (its ladder from core/generation.py, a found prompt length plus the N new tokens), the
+    others' sequence lengths from SEQ_START up to `cap`, as found."""
+    settings = settings_of(workload)
+    if settings is None:
+        return SEQ_START, cap, 0
+    first, last = frontier_ladder(workload, cap)
+    return first, last, int(settings["new_tokens"])
+
+
+def as_context(point: FrontierPoint, added: int) -> FrontierPoint:
+    """A max-length point of a generation's frontier with its prompt lengths made contexts (+ `added`, N)."""
+    if added and point.kind == SEQ_AT_BATCH:
+        point.found = None if point.found is None else point.found + added
+        point.fails = None if point.fails is None else point.fails + added
+    return point
+
+
+GENERATION_NOTE = "generation: lengths are contexts, prompt + new tokens, the static KV cache's length"
+
+
 def frontier_kinds(workload: Workload) -> tuple[str, ...]:
-    """The ladders a workload has: both for LLM families; hf: models only the max batch at each length. Raises
-    FrontierError for other families."""
-    if workload.family in LLM_FAMILIES:
+    """The ladders a workload has: both for LLM families and generations; hf: models only the max batch at each
+    length. Raises FrontierError for other families."""
+    if workload.family in LLM_FAMILIES or settings_of(workload) is not None:
         return (BATCH_AT_SEQ, SEQ_AT_BATCH)
     if workload.family == "hf":
         return (BATCH_AT_SEQ,)

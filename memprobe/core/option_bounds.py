@@ -86,6 +86,10 @@ SCAN_GPUS = Bound("--gpus", 1, subject="a world size")  # each number of the lis
 # scan and predict (both APIs): the LLM variant and the models given by name
 SEQ_LEN = Bound("--seq-len", 2, MAX_SEQ_LEN, optional=True)  # a next-token loss needs two tokens
 FRONTIER_BUDGET = Bound("--frontier-budget", 0, above=True, kind=float, what=SECONDS, optional=True)
+# --mode generate: the prompt, the new tokens and the prefill chunk (core/generation.py checks them together)
+PROMPT_LEN = Bound("--prompt-len", 1, MAX_SEQ_LEN, optional=True)
+NEW_TOKENS = Bound("--new-tokens", 1, MAX_SEQ_LEN, optional=True)  # a generation makes at least one token
+PREFILL_CHUNK = Bound("--prefill-chunk", 1, MAX_SEQ_LEN, optional=True)
 
 # predict (memprobe.predict_max_batch)
 PREDICT_STEPS = Bound(

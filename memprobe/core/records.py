@@ -196,6 +196,14 @@ class Timed(OpenRecord):
     compile_seconds: Seconds | None = None
     error: str | None = None
     failed_at_step: Count | None = None
+    # --mode generate (schema 4): each generation timed phase by phase (probe/child/measure.PhaseClock), the medians
+    # over the timed generations; the tokens each phase made per second (prefill: sequences x P prompt tokens; decode:
+    # sequences x (N - 1), the first new token coming from the prefill), and the KV cache's bytes at this batch.
+    prefill_seconds: Seconds | None = None
+    decode_seconds: Seconds | None = None
+    prefill_tokens_per_s: Rate | None = None
+    decode_tokens_per_s: Rate | None = None
+    kv_cache_bytes: Bytes | None = None
 
     @property
     def fits(self) -> bool:
@@ -225,6 +233,8 @@ class CurvePoint(OpenRecord):
     estimated_s: Seconds | None = None
     phase: Name | None = None
     error: str | None = None
+    prefill_tokens_per_s: Rate | None = None  # --mode generate: the timed run's phases (Timed)
+    decode_tokens_per_s: Rate | None = None
 
     @property
     def fits(self) -> bool:

@@ -32,6 +32,7 @@ from memprobe.core.fieldtypes import (
     Words,
 )
 from memprobe.core.frontier import Frontier
+from memprobe.core.generation import GenerationRecord
 from memprobe.core.inputs import read_text
 from memprobe.core.memory_model import Attempt, MemoryModel
 from memprobe.core.outcomes import FIT
@@ -47,7 +48,9 @@ SCHEMA = "memprobe.scan"
 # 3: every section read and written by a typed record (core/records.py); search trials and fresh checks record
 # `trial_fit` (whether the trial's steps completed, also when the timed run after them failed), which older files
 # say only in the check's message. Versions 1 and 2 still load.
-SCHEMA_VERSION = 3
+# 4: `--mode generate` scans (settings.mode "generate"): each precision's `generation` record (core/generation.py),
+# and the timed runs' and curve points' prefill and decode figures. Versions 1 to 3 still load.
+SCHEMA_VERSION = 4
 
 
 class ResultFileError(ValueError):
@@ -93,6 +96,9 @@ class PrecisionResult:
     # The memory at the peak of a step at B by category (core/breakdown.py), measured in its own fresh process
     # after the proof; None where not measured. A new optional field: older readers ignore it.
     breakdown: Breakdown | None = None
+    # --mode generate (schema 4): B's KV cache, its peak by category, the KV capacity and the tokens/s
+    # (core/generation.py); None in other modes.
+    generation: GenerationRecord | None = None
 
     def __post_init__(self) -> None:
         # Sections given as mappings (a result file's form, or a caller that builds one) become their records.
@@ -110,6 +116,8 @@ class PrecisionResult:
             self.breakdown = Breakdown.from_dict(self.breakdown) if self.breakdown else None
         if isinstance(self.settings, dict):
             self.settings = PrecisionSettings.from_dict(self.settings)
+        if isinstance(self.generation, dict):
+            self.generation = GenerationRecord.from_dict(self.generation) if self.generation else None
 
     @property
     def at_max_samples_per_s(self) -> float | None:
@@ -150,6 +158,10 @@ class PrecisionResult:
             curve=[c.to_dict() for c in self.curve],
             breakdown=self.breakdown.to_dict() if self.breakdown is not None else None,
         )
+        if self.generation is not None:
+            data["generation"] = self.generation.to_dict()
+        else:
+            data.pop("generation")
         return data
 
 

@@ -1,7 +1,8 @@
 """How many steps a scan runs at a batch it calls a fit: the trial, then the warm-up and timed steps after it.
 
 A batch fits (docs/definitions.md) when its trial and the timed run that follows in the same fresh process both
-complete: by default 3 trial steps, 3 warm-up steps and 10 timed ones in training, 16 steps of one run. The
+complete: by default 3 trial steps, 3 warm-up steps and 10 timed ones in training, 16 steps of one run; in
+generation 2 trial generations and 1 timed one. The
 allocator's state can keep changing over those steps, so `memprobe predict` replays as many (predict/allocator.py
 stops early once a step leaves the cache as it found it). No torch here: probe's options and predict share these.
 """
@@ -17,6 +18,15 @@ MIN_TIMED_STEPS = 3
 # forward of several seconds), the training trial's 3 steps and 3 warm-up steps made each trial 16-18 s.
 INFER_TRIAL_STEPS = 2
 INFER_WARMUP = 1
+# Generation (--mode generate): a step is one whole generation (the prompt's prefill, then one forward per new token).
+# Its trial is two generations, so that the second starts from the allocator's cache as the first left it (the KV
+# cache and the prefill's blocks freed and reused: the steady state every later generation repeats), and the timed
+# run that goes on from it in the same process is one more generation, timed phase by phase (prefill, decode): a
+# generation at the edge runs for seconds to tens of seconds, and its decode tokens/s is already a mean over N - 1
+# forwards. No warm-up beyond the trial. A fit is these 3 generations in one fresh process.
+GENERATE_TRIAL_STEPS = 2
+GENERATE_WARMUP = 0
+GENERATE_TIMED_STEPS = 1
 
 
 def steps_at_fit(mode: str, trial_steps: int = TRIAL_STEPS) -> int:
@@ -26,4 +36,6 @@ def steps_at_fit(mode: str, trial_steps: int = TRIAL_STEPS) -> int:
         return trial_steps + WARMUP_STEPS + TIMED_STEPS
     if mode == "infer":
         return min(trial_steps, INFER_TRIAL_STEPS) + INFER_WARMUP + TIMED_STEPS
+    if mode == "generate":
+        return min(trial_steps, GENERATE_TRIAL_STEPS) + GENERATE_WARMUP + GENERATE_TIMED_STEPS
     raise ValueError(f"unknown mode '{mode}'")

@@ -284,7 +284,7 @@ def replay(
     events: Iterable[tuple],
     capacity: int | None = None,
     measure_from: str | None = None,
-    repeat: tuple[int, int, int] | None = None,
+    repeat: tuple[int, int, int] | list[tuple[int, int, int]] | None = None,
 ) -> ReplayResult:
     """Replay (ALLOC, id, nbytes) / (FREE, id) / (MARK, name) events through a CachingAllocator.
 
@@ -296,7 +296,8 @@ def replay(
     that frees everything it allocates) up to `times` more times before going on with events[end:], as a run
     that trains on. A step leaves the allocator as it found it once the cache has settled; the repetitions stop
     at the first one that ends with the same segments and free blocks as the one before it (every later one
-    would run the same way), so a long run costs a few replayed steps.
+    would run the same way), so a long run costs a few replayed steps. A list of such spans (in order, none inside
+    another) repeats each where it ends: a generation's last decode forward, within each generation.
     """
     if not isinstance(events, list):
         events = list(events)
@@ -320,13 +321,14 @@ def replay(
                 alloc.reset_peak()
         return None
 
-    if repeat is None:
-        failed = run(0, len(events))
-    else:
-        start, end, times = repeat
-        failed = run(0, end)
-        state = alloc.state()
-        for _ in range(times if failed is None else 0):
+    spans = [] if repeat is None else [repeat] if isinstance(repeat, tuple) else list(repeat)
+    done, failed = 0, None
+    for start, end, times in spans:
+        failed = run(done, end)
+        if failed is not None:
+            break
+        done, state = end, alloc.state()
+        for _ in range(times):
             failed = run(start, end)
             if failed is not None:
                 break
@@ -334,8 +336,10 @@ def replay(
             if now == state:
                 break
             state = now
-        if failed is None:
-            failed = run(end, len(events))
+        if failed is not None:
+            break
+    if failed is None:
+        failed = run(done, len(events))
     if failed is not None:
         return failed
     return ReplayResult(alloc.stats.peak_allocated, alloc.stats.peak_reserved, None, None, alloc.stats)

@@ -137,7 +137,7 @@ class BatchModel:
 
 
 def _replay(
-    events: list[tuple], capacity: int | None = None, repeat: tuple[int, int, int] | None = None
+    events: list[tuple], capacity: int | None = None, repeat: list[tuple[int, int, int]] | None = None
 ) -> ReplayResult:
     return replay(events, capacity=capacity, measure_from=TRIAL_MARK, repeat=repeat)
 
@@ -362,13 +362,15 @@ class PrecisionTraces:
             return self.model.traces[0]
         return self._get([batch])[batch]
 
-    def repeat_at(self, batch: int) -> tuple[int, int, int] | None:
-        """How `batch`'s replay goes on after its trial: (start, end, times) of the last step and how many more
-        times it runs (allocator.replay's `repeat`); None where it cannot be repeated or nothing follows."""
+    def repeat_at(self, batch: int) -> list[tuple[int, int, int]]:
+        """What `batch`'s replay runs again (allocator.replay's `repeat`): each generation's last traced decode forward
+        for the decode forwards not traced, and the trial's last step for the steps after the trial, each as (start,
+        end, more times); [] where nothing is repeated (or the last step cannot be)."""
         source = self._source(batch)
+        spans = [(start, end, source.decode_more) for start, end in source.decode_spans()] if source.decode_more else []
         span = last_step_span(source)
         extra = self.run_steps - source.steps
-        return (*span, extra) if span is not None and extra > 0 else None
+        return spans + ([(*span, extra)] if span is not None and extra > 0 else [])
 
     def replay_at(self, batch: int, capacity: int | None = None) -> ReplayResult:
         """The run at `batch` (the trial and the steps after it, repeat_at) replayed at `capacity` (None:

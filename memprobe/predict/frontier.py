@@ -7,7 +7,19 @@ and the time budget are the measured frontier's (core/frontier.py walk).
 
 from __future__ import annotations
 
-from memprobe.core.frontier import ERROR, PREDICTED, Frontier, FrontierPoint, frontier_kinds, point_workload, walk
+from memprobe.core.frontier import (
+    ERROR,
+    GENERATION_NOTE,
+    PREDICTED,
+    SEQ_AT_BATCH,
+    Frontier,
+    FrontierPoint,
+    as_context,
+    frontier_kinds,
+    ladder_of,
+    point_workload,
+    walk,
+)
 from memprobe.core.registry import Workload
 from memprobe.predict.progress import TraceProgress, silent
 from memprobe.predict.summary import MemorySize, predict
@@ -31,17 +43,21 @@ def predict_frontier(
     no limit). A point that cannot be traced is an ERROR point (its ladder stops). Raises core.frontier.FrontierError
     for a workload without a frontier."""
     kinds = frontier_kinds(workload)
+    start, seq_cap, added = ladder_of(workload, PREDICT_CAP)
+    mode = "generate" if added else "train"
     progress = progress or silent()
 
     def measure(kind: str, fixed: int) -> FrontierPoint:
         variant = point_workload(workload, kind, fixed, checkpointing, lora)
         progress.phase(f"frontier point {variant.name} {precision}")
         try:
-            found = predict(variant, [precision], [size], steps=steps, workers=workers, progress=progress)
+            found = predict(variant, [precision], [size], steps=steps, workers=workers, progress=progress, mode=mode)
         except PredictError as exc:
             return FrontierPoint(kind, fixed, ERROR, note=str(exc).splitlines()[0][:200])
         n = found.precisions[precision].max_batch[size.label]
-        return FrontierPoint(kind, fixed, PREDICTED, n, n + 1, note=f"predicted for {size.label}")
+        if added and kind == SEQ_AT_BATCH:  # a generation's prompt stops where the model's positions do
+            n = min(n, seq_cap - added)
+        return as_context(FrontierPoint(kind, fixed, PREDICTED, n, n + 1, note=f"predicted for {size.label}"), added)
 
-    points, notes = walk(measure, budget_s, PREDICT_CAP, PREDICT_CAP, kinds=kinds)
-    return Frontier(precision, PREDICTED, budget_s, points, notes)
+    points, notes = walk(measure, budget_s, seq_cap, PREDICT_CAP, seq_start=start, kinds=kinds)
+    return Frontier(precision, PREDICTED, budget_s, points, notes + ([GENERATION_NOTE] if added else []))

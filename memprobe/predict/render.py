@@ -79,11 +79,11 @@ def render(pred: Prediction) -> str:
     cannot_train = pred.cannot_train
 
     where = f" per GPU on {pred.world}" if pred.world else ""
-    trial = (
-        f"(1 warm-up + {pred.steps - 1} steps, optimizer state included)"
-        if pred.mode == "train"
-        else f"of inference ({pred.steps} forward passes under inference_mode)"
-    )
+    trial = {
+        "train": f"(1 warm-up + {pred.steps - 1} steps, optimizer state included)",
+        "infer": f"of inference ({pred.steps} forward passes under inference_mode)",
+        "generate": f"of generation ({pred.steps} whole greedy generations with a static KV cache, as a scan's fit)",
+    }[pred.mode]
     lines = [
         f"memprobe predict: {pred.workload}{where} -- PREDICTED, not measured: a fake-tensor trace of one trial "
         f"{trial} with the CUDA kernels of {pred.target}, "
@@ -109,8 +109,11 @@ def render(pred: Prediction) -> str:
     lengths = pred.axis == "seq_len"
     n = "length" if lengths else "batch"
     per = "MiB/token" if lengths else "GiB/sample"
+    what = "length (tokens)" if lengths else "batch"
+    if pred.mode == "generate":
+        what = "prompt (tokens)" if lengths else "concurrent sequences"
     headers = ["precision", "predicted static GiB", f"predicted {per}"] + [
-        f"{s.label}: predicted max {'length (tokens)' if lengths else 'batch'}" for s in pred.sizes
+        f"{s.label}: predicted max {what}" for s in pred.sizes
     ]
     any_safe = any(
         p.safe_max_batch.get(s.label, p.max_batch[s.label]) < p.max_batch[s.label]
@@ -150,6 +153,12 @@ def render(pred: Prediction) -> str:
             "the measured B, convolution and attention models at batches of thousands by 2% to 48% (vgg16 bf16 on "
             "an H200: 11054 predicted, 7471 measured), 3 of them past the safe batch too. Scan on the card before "
             "relying on one."
+        )
+    if pred.mode == "generate":
+        lines.append(
+            "note: generation predictions model the static KV cache (allocated for prompt + new tokens) and the "
+            "prefill's transients of the whole batch; they are not yet checked against scans on a GPU "
+            "(benchmarks/gpu/generate.sh): scan on the card before relying on one."
         )
     lines += _no_edge_lines(pred, cannot_train, n)
     lines += [

@@ -30,7 +30,8 @@ def trace_sessions(
 ) -> Iterator[Callable[[str], TraceSession]]:
     """Yields precision -> an open TraceSession to trace that precision in, all closed on exit.
 
-    One GPU: one session shared by every precision (built once). With a `world`: a session per precision
+    One GPU: one session shared by every precision (built once); in generate mode one per precision (the weights
+    are in its dtype). With a `world`: a session per precision
     (the wrapper depends on it), built again for every traced batch (`fresh`). A session that cannot be
     built raises PredictError when asked for, so other precisions can still be tried. `mode` "infer" traces
     forward passes (TraceSession).
@@ -44,6 +45,8 @@ def trace_sessions(
                 return stack.enter_context(
                     TraceSession(workload, steps, target, wrap=wrap_for(precision), fresh=True, mode=mode)
                 )
+            if mode == "generate":  # the weights are built in the precision's dtype: a session per precision
+                return stack.enter_context(TraceSession(workload, steps, target, mode=mode, precision=precision))
             if not shared:
                 shared.append(stack.enter_context(TraceSession(workload, steps, target, mode=mode)))
             return shared[0]

@@ -314,7 +314,7 @@ def predict(
                 got_rows, edge = _compare(traces, scanned[precision]) if precision in scanned else ([], None)
                 return _predict_precision(traces, sizes, margin), got_rows, edge
 
-        if world is None:
+        if world is None and mode != "generate":
             # One session traced every precision at its first call; their replays only read the traces, so
             # they run side by side in forked children where there are cores.
             for precision in precisions:

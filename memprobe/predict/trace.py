@@ -8,6 +8,7 @@ the allocation events, which allocator.py replays.
 from __future__ import annotations
 
 import gc
+import inspect
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -16,6 +17,7 @@ import torch
 
 from memprobe.core.deadline import TimeLimitError, TimeLimitExceeded, how_to_extend, limit_s, time_limit
 from memprobe.core.registry import Workload
+from memprobe.core.run_length import steps_at_fit
 from memprobe.predict.allocator import ALLOC, FREE, MARK
 from memprobe.predict.collector import paused
 from memprobe.predict.fake_mode import BuildValues
@@ -28,6 +30,10 @@ from memprobe.workloads.families import family_builder
 
 TRIAL_MARK = "trial"  # where run_trial called reset_peak_memory_stats (after empty_cache)
 STEP_MARK = "step"  # where a traced step begins (dropped from a Trace's events)
+DECODE_MARK, DECODE_END = "decode", "decode-end"  # a generation's decode forwards (dropped from a Trace's events)
+# Decode forwards traced per generation where every one has the same shapes (workloads/generation.py): the last two
+# are compared byte for byte, and the replay runs the last one again for the N - 1 - DECODE_TRACED not traced.
+DECODE_TRACED = 3
 
 
 class PredictError(RuntimeError):
@@ -43,6 +49,31 @@ class Trace:
     steps: int
     repeated: bool = False  # the last step is the one before it repeated, not traced (repeat_last_step)
     step_at: tuple[int, ...] = ()  # index in events where each step starts, and where the last one ends
+    # A generation's trace: (mark, index) of each decode forward's start (DECODE_MARK) and each decode loop's end
+    # (DECODE_END), and how many more times each generation's last decode forward runs than were traced.
+    decode_at: tuple[tuple[str, int], ...] = ()
+    decode_more: int = 0
+
+    def decode_spans(self) -> list[tuple[int, int]]:
+        """(start, end) in events of each generation's last traced decode forward."""
+        spans, last = [], None
+        for mark, index in self.decode_at:
+            if mark == DECODE_MARK:
+                last = index
+            elif last is not None:
+                spans.append((last, index))
+                last = None
+        return spans
+
+    def decode_repeats(self) -> bool:
+        """Whether each generation's last two traced decode forwards are the same, byte for byte (the same events,
+        each freeing only what it allocated): what running the last one again for the untraced ones assumes."""
+        starts = [index for mark, index in self.decode_at if mark == DECODE_MARK]
+        for start, end in self.decode_spans():
+            before = max((s for s in starts if s < start), default=None)
+            if before is None or not _same_step(self.events[before:start], self.events[start:end]):
+                return False
+        return True
 
     @property
     def traced(self) -> int:
@@ -56,30 +87,37 @@ class Trace:
         if self.repeated or len(self.step_at) < 3:
             return False
         a, b, end = self.step_at[-3:]
-        before, last = self.events[a:b], self.events[b:end]
-        if len(before) != len(last):
+        return _same_step(self.events[a:b], self.events[b:end])
+
+
+def _same_step(before: list[tuple], last: list[tuple]) -> bool:
+    """Whether `last` is `before` again: the same events, its allocations (numbered in order) at the same offsets and
+    sizes, and each freeing only what it allocated."""
+    if len(before) != len(last):
+        return False
+    first_id = [next((e[1] for e in part if e[0] == ALLOC), 0) for part in (before, last)]
+    counts = [sum(1 for e in part if e[0] == ALLOC) for part in (before, last)]
+    for x, y in zip(before, last):
+        if x[0] != y[0]:
             return False
-        first_id = [next((e[1] for e in part if e[0] == ALLOC), 0) for part in (before, last)]
-        counts = [sum(1 for e in part if e[0] == ALLOC) for part in (before, last)]
-        for x, y in zip(before, last):
-            if x[0] != y[0]:
+        if x[0] == ALLOC:
+            if x[2:] != y[2:] or x[1] - first_id[0] != y[1] - first_id[1]:
                 return False
-            if x[0] == ALLOC:
-                if x[2:] != y[2:] or x[1] - first_id[0] != y[1] - first_id[1]:
-                    return False
-            elif x[0] == FREE:
-                offset = x[1] - first_id[0]
-                if not 0 <= offset < counts[0] or offset != y[1] - first_id[1]:
-                    return False
-            elif x != y:
+        elif x[0] == FREE:
+            offset = x[1] - first_id[0]
+            if not 0 <= offset < counts[0] or offset != y[1] - first_id[1]:
                 return False
-        return True
+        elif x != y:
+            return False
+    return True
 
 
-def _canonical(build: list[tuple], trial: list[tuple], step_at: list[int] | None = None) -> list[tuple]:
+def _canonical(
+    build: list[tuple], trial: list[tuple], step_at: list[int] | None = None, decode_at: list | None = None
+) -> list[tuple]:
     """Build events, the trial mark, then the trial's events; ids renumbered; frees of storages
-    allocated outside these sections (an earlier trial's leftovers) dropped. Step marks are dropped too; with
-    `step_at`, where each stood (an index into the result) is appended to it."""
+    allocated outside these sections (an earlier trial's leftovers) dropped. Step and decode marks are dropped too;
+    with `step_at` (`decode_at`), where each stood (an index into the result) is appended to it."""
     mapping: dict[int, int] = {}
     out: list[tuple] = []
     for event in [*build, (MARK, TRIAL_MARK), *trial]:
@@ -94,6 +132,8 @@ def _canonical(build: list[tuple], trial: list[tuple], step_at: list[int] | None
             out.append(event)
         elif kind == MARK and event[1] == STEP_MARK and step_at is not None:
             step_at.append(len(out))
+        elif kind == MARK and event[1] in (DECODE_MARK, DECODE_END) and decode_at is not None:
+            decode_at.append((event[1], len(out)))
     return out
 
 
@@ -152,17 +192,23 @@ class TraceSession:
         wrap: Callable[[Any], dict[str, Any]] | None = None,
         fresh: bool = False,
         mode: str = "train",
+        precision: str | None = None,
     ) -> None:
         """`wrap(task)`, when given, wraps the built task's model (data_parallel.wrap_for_trace) before the
         build events are taken, so what the wrapper allocates counts as built. `fresh`: build the model
         again before every trace after the first, for wrappers whose state outlives a trial (FSDP2
         initialises lazily at its first forward; a scan's trial runs in a fresh process). `mode` "infer"
-        traces forward passes under inference_mode, as a `--mode infer` trial runs them."""
-        if mode not in ("train", "infer"):
+        traces forward passes under inference_mode, as a `--mode infer` trial runs them; "generate" whole generations
+        (workloads/generation.py), built for `precision` (the weights' dtype), a few decode forwards traced per
+        generation where they all have the same shapes (DECODE_TRACED)."""
+        if mode not in ("train", "infer", "generate"):
             raise ValueError(f"unknown mode '{mode}'")
         if steps < (3 if mode == "train" else 1):
             raise ValueError("a trial is 1 warm-up step + K >= 2 steps")
-        self.mode = mode
+        self.mode, self.precision = mode, precision
+        if mode == "generate":  # every generation of a fit is traced (core/run_length.py): none is repeated whole
+            steps = steps_at_fit(mode, steps)
+        self._short_decode = mode == "generate"  # trace DECODE_TRACED decode forwards (until a trace shows otherwise)
         self.workload = workload
         self.steps = steps
         self.target = target
@@ -190,7 +236,9 @@ class TraceSession:
         self.recorder.__enter__()
         try:
             with time_limit(self.limit), BuildValues():  # a build reads true tensor values (fake_mode.BuildValues)
-                self.task = build(self.workload.params, self.workload.optimizer, torch.device("cpu"))
+                takes = self.precision is not None and "precision" in inspect.signature(build).parameters
+                extra = {"precision": self.precision} if takes else {}
+                self.task = build(self.workload.params, self.workload.optimizer, torch.device("cpu"), **extra)
                 # Adopt the weights: Parameter(...) and swap_tensors made them without an op.
                 for t in [*self.task.model.parameters(), *self.task.model.buffers()]:
                     self.recorder.track(t)
@@ -257,7 +305,7 @@ class TraceSession:
         rec.cublas_allocated = False  # each traced trial stands for a fresh process
         start = rec.mark(TRIAL_MARK)
         task = self.task
-        ran = None
+        ran, decode_more = None, 0
         try:
             with time_limit(self.limit):
                 if self.mode == "train":
@@ -265,6 +313,7 @@ class TraceSession:
                     cuda_optimizers(task)
                 amp = _EmulatedAmp(precision, self.behaviour, getattr(task, "scaler_class", None))
                 inputs = task.make_batch(batch)
+                decode_more = self._generating(task, rec)
 
                 def step() -> None:
                     rec.boundary(STEP_MARK)
@@ -294,7 +343,30 @@ class TraceSession:
                 return self.trace(precision, batch)
             events = _canonical(self.build_events, repeated, step_at)
             return Trace(batch, events, ran + 1, repeated=True, step_at=tuple(step_at))
-        return Trace(batch, _canonical(self.build_events, trial, step_at), ran, step_at=tuple(step_at))
+        decode_at: list[tuple[str, int]] = []
+        events = _canonical(self.build_events, trial, step_at, decode_at)
+        made = Trace(batch, events, ran, step_at=tuple(step_at), decode_at=tuple(decode_at), decode_more=decode_more)
+        if decode_more and not made.decode_repeats():  # the decode forwards differ: trace every one of them
+            self._short_decode = False
+            return self.trace(precision, batch)
+        return made
+
+    def _generating(self, task: Any, rec: Recorder) -> int:
+        """In generate mode, have the task's generations mark their decode forwards in the trace and run
+        DECODE_TRACED of them where they all have the same shapes; returns how many more each generation runs
+        (0: all traced)."""
+        if self.mode != "generate":
+            return 0
+
+        def mark(point: str) -> None:
+            if point in ("decode", "end"):
+                rec.boundary(DECODE_MARK if point == "decode" else DECODE_END)
+
+        task.mark = mark
+        decoded = task.settings.new_tokens - 1
+        short = self._short_decode and decoded > DECODE_TRACED and task.decode_shapes_repeat()
+        task.decode_steps = DECODE_TRACED if short else None
+        return decoded - DECODE_TRACED if short else 0
 
     def end_trial(self, collect: bool = True) -> int:
         """Close a traced trial (trace, and predict/breakdown.py's tracked one): mark its end and (`collect`)

@@ -52,9 +52,13 @@ class _Tracing:
         progress: TraceProgress,
         world: Any,
         session_for: Any,
+        mode: str = "train",
     ) -> None:
         self.workload, self.capacities, self.check = workload, list(capacities), check
         self.workers, self.progress, self.world, self.session_for = workers, progress, world, session_for
+        # a session per precision (a data-parallel wrapper's, or a generation's weights in the precision's dtype),
+        # each built and traced in turn: only the newest is in use
+        self.apart = world is not None or mode == "generate"
         self.axis = axis_of(workload)
         self.own = [p for p in precisions if not (p == "tf32" and "fp32" in precisions)]
         self.out = Traced(shared={p: "fp32" for p in precisions if p not in self.own})
@@ -87,7 +91,7 @@ class _Tracing:
             return shared
         # One GPU: one session serves every precision, so all are traced at once. Data-parallel: a session per
         # precision (the wrapper depends on it), each built and traced in turn: only the newest is in use.
-        group = [precision] if self.world is not None else self.own
+        group = [precision] if self.apart else self.own
         self._build(group)
         first = self._first(group)
         for p in group:
@@ -133,8 +137,8 @@ class _Tracing:
 
     def _build(self, group: list[str]) -> None:
         for precision in group:
-            if self.world is not None or not self.out.sessions:
-                where = f" for {precision}" if self.world is not None else ""
+            if self.apart or not self.out.sessions:
+                where = f" for {precision}" if self.apart else ""
                 self.progress.phase(f"building {self.workload.name} on fake tensors{where}")
             self.sessions[precision] = self.session_for(precision)
             if self.sessions[precision] not in self.out.sessions:
@@ -164,7 +168,9 @@ def traced_precisions(
     many trials at once (parallel.py). traces_for raises PredictError when a precision cannot be built or traced.
     """
     with trace_sessions(workload, steps, target, world, mode) as session_for:
-        tracing = _Tracing(workload, precisions, capacities, check, workers, progress or silent(), world, session_for)
+        tracing = _Tracing(
+            workload, precisions, capacities, check, workers, progress or silent(), world, session_for, mode
+        )
         try:
             yield tracing.traces_for, tracing.out
         finally:

@@ -82,6 +82,10 @@ def curve_point(measured: Timed, fresh: bool) -> CurvePoint:
         point.step_median_s, point.step_p10_s = times.get("median_s"), times.get("p10_s")
         point.step_p90_s, point.timed_steps = times.get("p90_s"), times.get("steps")
         point.first_step_s, point.warmup_step_s = measured.first_step_seconds, measured.warmup_step_seconds
+        point.prefill_tokens_per_s, point.decode_tokens_per_s = (
+            measured.prefill_tokens_per_s,
+            measured.decode_tokens_per_s,
+        )
     else:
         point.error = str(measured.error or "")[:300]
     point.peak_allocated, point.peak_reserved = measured.peak_allocated, measured.peak_reserved

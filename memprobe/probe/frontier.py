@@ -15,11 +15,15 @@ from typing import Any
 
 from memprobe.core.frontier import (
     ERROR,
+    GENERATION_NOTE,
     MEASURED,
+    SEQ_AT_BATCH,
     Frontier,
     FrontierPoint,
+    as_context,
     frontier_kinds,
     frontier_name,
+    ladder_of,
     point_workload,
     walk,
 )
@@ -44,6 +48,7 @@ def scan_frontier(
     limit). Returns the frontier result and its path. Raises FrontierError for a workload without one; on Ctrl-C
     the file keeps the points finished (partial) and ScanInterrupted is raised."""
     kinds = frontier_kinds(workload)
+    start, seq_cap, added = ladder_of(workload, opts.max_batch)
     name = frontier_name(workload, checkpointing, lora)
     record = {
         **workload.to_dict(),
@@ -77,6 +82,8 @@ def scan_frontier(
             point_opts: ScanOptions = point_opts,
         ) -> FrontierPoint:
             variant = point_workload(workload, kind, fixed, checkpointing, lora)
+            if added and kind == SEQ_AT_BATCH:  # a generation's prompt stops where the model's positions do
+                point_opts = replace(point_opts, max_batch=min(point_opts.max_batch, seq_cap - added))
             try:
                 scanned, path = scan_workload(variant, point_opts, points_dir, progress)
             except ScanInterrupted:
@@ -92,14 +99,14 @@ def scan_frontier(
                 if p.status == "done"
                 else FrontierPoint(kind, fixed, ERROR, file=str(path), note=(p.error or p.stop).splitlines()[0][:200])
             )
-            frontier.points.append(point)
+            frontier.points.append(as_context(point, added))
             result.frontier[precision] = frontier
             save()
             return point
 
-        points, notes = walk(measure, budget_s, opts.max_batch, opts.max_batch, kinds=kinds)
-        frontier.points, frontier.notes = points, notes
-        if workload.family == "hf":
+        points, notes = walk(measure, budget_s, seq_cap, opts.max_batch, seq_start=start, kinds=kinds)
+        frontier.points, frontier.notes = points, notes + ([GENERATION_NOTE] if added else [])
+        if workload.family == "hf" and not added:
             frontier.notes.append("hf: models have no sequence-length search: only the max batch at each length")
         result.frontier[precision] = frontier
         save()

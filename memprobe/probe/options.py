@@ -10,8 +10,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from memprobe.core.catalog import PRECISIONS
+from memprobe.core.fieldtypes import MODES
 from memprobe.core.records import Timed
 from memprobe.core.run_length import (  # noqa: F401 - INFER_* and MIN_TIMED_STEPS re-exported for probe
+    GENERATE_TIMED_STEPS,
+    GENERATE_TRIAL_STEPS,
+    GENERATE_WARMUP,
     INFER_TRIAL_STEPS,
     INFER_WARMUP,
     MIN_TIMED_STEPS,
@@ -22,12 +26,13 @@ from memprobe.core.run_length import (  # noqa: F401 - INFER_* and MIN_TIMED_STE
 from memprobe.probe.curve import DEFAULT_BUDGET_S, DEFAULT_POINTS, ladder
 from memprobe.probe.runner import Worker
 
-MODES = ("train", "infer")
 # Inference curves get less time than training ones (DEFAULT_BUDGET_S, 45 s): forwards at the huge batches
 # inference reaches take seconds, and the six-workload inference suite should take minutes. Each point's
 # cost is estimated before it starts (probe/curve_cost.py) and the coarse pass spans the ladder first (its
 # largest, smallest and middle batches), so the budget bounds the curve without leaving small batches untimed.
 INFER_CURVE_BUDGET_S = 20.0
+# A generation curve point is one warm-up and one timed generation, seconds each at the larger batches.
+GENERATE_CURVE_BUDGET_S = 60.0
 # Curve points below B: enough warm-up for optimizer state, and a median over 6 steps (the step-time
 # spread at B on the H100 was at most 2.7% over 10 steps), so a curve costs seconds per point.
 CURVE_WARMUP = 2
@@ -92,7 +97,7 @@ class ScanOptions:
         if unknown or not self.precisions:
             raise ValueError(f"unknown precision {', '.join(unknown) or '(none)'}; choose from {', '.join(PRECISIONS)}")
         if self.mode not in MODES:
-            raise ValueError(f"unknown mode '{self.mode}'; choose train or infer")
+            raise ValueError(f"unknown mode '{self.mode}'; choose {', '.join(MODES)}")
         if self.soak < 0:
             raise ValueError("--soak must be 0 (off) or a number of steps")
         if self.memory_cap_bytes is not None and self.device != "cuda":
@@ -116,20 +121,32 @@ class ScanOptions:
 
     @property
     def trial_steps(self) -> int:
-        """Steps per trial: `steps` in training, INFER_TRIAL_STEPS forward passes in inference."""
+        """Steps per trial: `steps` in training, INFER_TRIAL_STEPS forward passes in inference,
+        GENERATE_TRIAL_STEPS generations in generation."""
+        if self.mode == "generate":
+            return min(self.steps, GENERATE_TRIAL_STEPS)
         return self.steps if self.mode == "train" else min(self.steps, INFER_TRIAL_STEPS)
 
     @property
     def warmup_steps(self) -> int:
-        """Warm-up steps before timing: `warmup`, at most INFER_WARMUP in inference."""
+        """Warm-up steps before timing: `warmup`, at most INFER_WARMUP in inference, at most one generation (where
+        the timed run does not go on from a trial)."""
+        if self.mode == "generate":
+            return min(self.warmup, 1)
         return self.warmup if self.mode == "train" else min(self.warmup, INFER_WARMUP)
+
+    @property
+    def timed_count(self) -> int:
+        """Timed steps of a timed run: `timed_steps`, at most GENERATE_TIMED_STEPS generations in generation."""
+        return min(self.timed_steps, GENERATE_TIMED_STEPS) if self.mode == "generate" else self.timed_steps
 
     def timed_run(self, worker: Worker, batch: int, cont: bool = False) -> Timed:
         """Warm-up and timed steps at `batch` in `worker` (its answer, never raising for a failed step). `cont`:
         the steps go on from the trial the worker just ran at `batch` (kept), so the trial's steps were the
         warm-up and one more warm-up step is enough (it is also timed apart, as the first step)."""
+        after_trial = GENERATE_WARMUP if self.mode == "generate" else 1
         return worker.measure(
-            batch, 1 if cont else self.warmup_steps, self.timed_steps, budget_s=self.timed_budget_s, cont=cont
+            batch, after_trial if cont else self.warmup_steps, self.timed_count, budget_s=self.timed_budget_s, cont=cont
         )
 
     @property
@@ -138,6 +155,8 @@ class ScanOptions:
         DEFAULT_BUDGET_S in training and INFER_CURVE_BUDGET_S in inference."""
         if self.curve_budget_s is not None:
             return self.curve_budget_s
+        if self.mode == "generate":
+            return GENERATE_CURVE_BUDGET_S
         return DEFAULT_BUDGET_S if self.mode == "train" else INFER_CURVE_BUDGET_S
 
     @property
@@ -146,7 +165,7 @@ class ScanOptions:
         CURVE_WARMUP and CURVE_TIMED_STEPS, within half the timed-step budget (B's own point is the full run)."""
         return (
             min(self.warmup_steps, CURVE_WARMUP),
-            min(self.timed_steps, CURVE_TIMED_STEPS),
+            min(self.timed_count, CURVE_TIMED_STEPS),
             self.timed_budget_s / 2 if self.timed_budget_s else None,
         )
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from memprobe.core.catalog import peak_tflops
+from memprobe.core.generation import generation_record, settings_of
 from memprobe.core.memcap import emulated_name
 from memprobe.core.memory_model import Attempt, MemoryModel, edge_model, fit_memory_model
 from memprobe.core.outcomes import FIT, STOPPING
@@ -261,6 +262,7 @@ def _proven(
         result.max_batch = soak_max_batch(result.proof, result.max_batch, opts.soak, backend.soak, progress.note)
     stage["at"] = "timed"
     _timed_runs(backend, result, opts, progress, str((seen.get("gpu") or {}).get("name") or ""), stage)
+    _generation(result, workload, seen)
     result.status = "done"
     if opts.measure and opts.curve and edge.max_batch > 0:
         stage["at"] = "curve"
@@ -277,6 +279,26 @@ def _proven(
             result.settings.curve_interrupted = True
             result.settings.interrupted_at = "curve"
             raise CurveInterrupted(result) from None
+
+
+def _generation(result: PrecisionResult, workload: Workload, seen: dict[str, Any]) -> None:
+    """A generation's record at B (core/generation.py): the KV cache, the peak by category, the KV capacity."""
+    settings = settings_of(workload)
+    if settings is None or not result.max_batch:
+        return
+    task = result.settings.task
+    per_token = task.extra.get("kv_bytes_per_token") if task is not None else None
+    fit = next((c for c in reversed(result.checks) if c.batch == result.max_batch and c.fits), None)
+    result.generation = generation_record(
+        settings,
+        result.max_batch,
+        per_token,
+        result.settings.weights_bytes,
+        result.capacity_bytes,
+        (seen.get("gpu") or {}).get("total_bytes"),
+        result.throughput,
+        (fit.peak_allocated, fit.peak_reserved) if fit is not None else (None, None),
+    )
 
 
 def _on_hint(hint: PrecisionHint | None, trials: Any) -> Callable[[HintUse], None] | None:
@@ -401,6 +423,6 @@ def _explain(
     """Where nothing trains at n = 1, trace the need (no GPU used; the child gets `env`, ScanOptions.env) and record
     it in the precision's settings."""
     p = result.precisions[precision]
-    if p.status == "done" and p.max_batch == 0:
+    if p.status == "done" and p.max_batch == 0 and result.mode != "generate":  # the need is traced for training
         progress.note("nothing trains at 1: tracing what it would need (no GPU used) ...")
         explain_precision(result, precision, workload, env=env)

@@ -107,7 +107,7 @@ class FreshRuns:
             attempt.peak_reserved = max(attempt.peak_reserved or 0, measured.peak_reserved or 0)
             attempt.timed_steps = (measured.step_time or {}).get("steps")
             return attempt
-        total = 1 + self.opts.timed_steps
+        total = (0 if self.opts.mode == "generate" else 1) + self.opts.timed_count
         # The whole error (at most 500 characters from the worker): its out-of-memory figures are read back.
         return Attempt(
             batch,

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence, TypeVar, Union
 
 from memprobe.core import option_bounds as bounds
+from memprobe.core.fieldtypes import MODES  # noqa: F401 - re-exported: the modes scan and predict take
 from memprobe.core.registry import OPTIMIZERS, Workload, load_registry
 from memprobe.core.textlists import comma_items
 from memprobe.core.variants import VariantError, VariantRequest, apply_variant
@@ -19,7 +20,6 @@ from memprobe.workloads.custom import HF_TASKS
 
 Model = Union[str, Callable[..., Any]]  # a name as `--model` takes it, or a build function (the API)
 SEARCHES = ("batch", "seq-len", "frontier")
-MODES = ("train", "infer")
 R = TypeVar("R")
 
 
@@ -75,6 +75,21 @@ class ModelRequest:
     )
     lora: str | int | None = option(
         None, "--lora", help="LLM workloads: LoRA adapters of this rank (16 or r=16) on a frozen bf16 base (peft)."
+    )
+    # --mode generate: P, N and the prefill chunk (core/generation.py checks them together)
+    prompt_len: int | None = option(
+        None,
+        bound=bounds.PROMPT_LEN,
+        help="--mode generate: tokens in each random prompt (default 2048, or what the model's positions leave).",
+    )
+    new_tokens: int | None = option(
+        None, bound=bounds.NEW_TOKENS, help="--mode generate: new tokens each sequence generates (default 128)."
+    )
+    prefill_chunk: int | None = option(
+        None,
+        bound=bounds.PREFILL_CHUNK,
+        help="--mode generate: prefill the prompt this many tokens at a time through the KV cache, as serving engines "
+        "do (default: the whole prompt in one forward).",
     )
 
     @property
@@ -141,6 +156,18 @@ def _variants(
         return [apply_variant(w, named if w.family in CUSTOM_FAMILIES else asked, chosen) for w in workloads]
     except VariantError as exc:
         raise RequestError(str(exc)) from None
+
+
+def generating(
+    workloads: list[Workload], request: ModelRequest, mode: str, frontier: bool, batch: int = 1
+) -> list[Workload]:
+    """The workloads as `mode` runs them (core/generation.generation_workloads). Raises RequestError."""
+    from memprobe.core.generation import GenerationError, generation_workloads
+
+    try:
+        return generation_workloads(workloads, request, mode, frontier, batch)
+    except GenerationError as exc:
+        raise RequestError(exc.message, exc.option) from None
 
 
 def is_frontier(model: ModelRequest, batches: bool) -> bool:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 from memprobe.core import option_bounds as bounds
 from memprobe.core.registry import Workload
 from memprobe.request.checks import RequestError, precision_list, strategies_option, strategy_list, within
-from memprobe.request.model import MODES, ModelRequest, is_frontier, workloads_of
+from memprobe.request.model import MODES, ModelRequest, generating, is_frontier, workloads_of
 from memprobe.request.option import check_bounds, option
 
 if TYPE_CHECKING:
@@ -87,7 +87,8 @@ class PredictRequest:
         "train",
         "--mode",
         choices=MODES,
-        help="infer: predict the max batch of forward passes under inference_mode (as `scan --mode infer`).",
+        help="infer: predict the max batch of forward passes under inference_mode (as `scan --mode infer`). generate: "
+        "the most concurrent sequences of a greedy generation with a static KV cache (as `scan --mode generate`).",
     )
     batch: int = option(
         1, bound=bounds.SEQ_BATCH, help="With --search seq-len: the batch the sequence length is predicted at."
@@ -144,13 +145,16 @@ def predict_job(request: PredictRequest) -> PredictJob:
     strategies = strategy_list(request.strategies)
     frontier = is_frontier(model, False)
     if request.mode not in MODES:
-        raise RequestError(f"must be train or infer, got '{request.mode}'", "--mode")
-    workloads = workloads_of(model, precisions, variants=not frontier, batch=request.batch)
+        raise RequestError(f"must be one of {', '.join(MODES)}, got '{request.mode}'", "--mode")
+    workloads = workloads_of(
+        model, precisions, variants=not frontier and request.mode != "generate", batch=request.batch
+    )
+    workloads = generating(workloads, model, request.mode, frontier, request.batch)
     if request.gpus > 1 and request.mode != "train":
         raise RequestError("--gpus N predicts data-parallel training: leave --mode at train", "--mode")
     steps = predict_steps(request.steps, request.mode)
-    if frontier and (request.gpus > 1 or request.mode != "train"):
-        raise RequestError("--search frontier predicts one-GPU training: drop --gpus, --mode infer and --compare")
+    if frontier and (request.gpus > 1 or request.mode == "infer"):
+        raise RequestError("--search frontier predicts one GPU's training or generation: drop --gpus, --mode infer")
     memory, hints = request.memory, True
     if memory is None and request.cards is None:
         if frontier:
@@ -171,10 +175,10 @@ def predict_job(request: PredictRequest) -> PredictJob:
 
 
 def predict_steps(steps: int | None, mode: str = "train") -> int:
-    """The steps of a predicted trial: `steps`, or with None 3 in training and 2 forward passes in inference.
-    Raises RequestError out of bounds, or below 3 in training (1 warm-up step + K >= 2)."""
+    """The steps of a predicted trial: `steps`, or with None 3 in training, 2 forward passes in inference, 3 whole
+    generations in generation (a fit's). Raises RequestError out of bounds, or below 3 in training."""
     within(bounds.PREDICT_STEPS, steps)
-    chosen = steps if steps is not None else (3 if mode == "train" else 2)
+    chosen = steps if steps is not None else (2 if mode == "infer" else 3)
     if mode == "train" and chosen < 3:
         raise RequestError("a training trial is 1 warm-up step + K >= 2 steps (3 or more)", "--steps")
     return chosen

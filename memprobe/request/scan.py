@@ -20,7 +20,7 @@ from memprobe.request.checks import (
     whole_number,
     world_sizes,
 )
-from memprobe.request.model import MODES, ModelRequest, is_frontier, workloads_of
+from memprobe.request.model import MODES, ModelRequest, generating, is_frontier, workloads_of
 from memprobe.request.option import check_bounds, option, settings_of
 from memprobe.request.predict import COMMON_CARD_SIZES
 
@@ -48,7 +48,8 @@ class ScanRequest:
         "--mode",
         choices=MODES,
         setting="mode",
-        help="train: forward, loss, backward, optimizer step. infer: forward only.",
+        help="train: forward, loss, backward, optimizer step. infer: forward only. generate: causal LMs, greedy "
+        "generation of --new-tokens after --prompt-len prompts with a static KV cache; B = concurrent sequences.",
     )
     batches: Sequence[int] = option(
         (),
@@ -210,7 +211,8 @@ def scan_job(request: ScanRequest) -> ScanJob:
         if len(batches) > 1:
             raise RequestError("with --search seq-len give one batch to search the length at", "--batch")
         batch, batches = (batches or [1])[0], []
-    workloads = workloads_of(model, precisions, variants=not frontier, batch=batch)
+    workloads = workloads_of(model, precisions, variants=not frontier and request.mode != "generate", batch=batch)
+    workloads = generating(workloads, model, request.mode, frontier, batch)
     budget = None
     if request.device == "cpu":
         if not request.cpu_memory_budget:

@@ -50,9 +50,16 @@ class Memory:
 
 
 def run_step(task: TrainTask, amp: Amp, batch: Any, mode: str) -> None:
-    """Run one training step (or one forward pass in infer mode) on a prepared batch."""
+    """Run one training step, one forward pass (infer mode) or one whole generation (generate mode:
+    workloads/generation.py) on a prepared batch. Raises RuntimeError for generate mode on a task that does not
+    generate."""
     if mode == "train":
         task.train_step(batch, amp)
+    elif mode == "generate":
+        generate = getattr(task, "generate_step", None)
+        if generate is None:
+            raise RuntimeError(f"{type(task).__name__} does not generate: --mode generate runs causal-LM workloads")
+        generate(batch, amp)
     else:
         task.infer_step(batch, amp)
 

@@ -9,6 +9,7 @@ as the source). Every sequence is full length, the worst case. The KV cache is o
 from __future__ import annotations
 
 import difflib
+import inspect
 import traceback
 from typing import Any
 
@@ -32,6 +33,7 @@ from transformers import (  # noqa: E402
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING  # noqa: E402
 
 from .base import TrainTask, UserModelError, model_error, one_line  # noqa: E402
+from .generation import WEIGHT_DTYPES, GenerateTask, GenerationSettings  # noqa: E402
 
 _AUTO = {
     "causal-lm": AutoModelForCausalLM,
@@ -205,8 +207,71 @@ class HFTask(TrainTask):
         return info
 
 
-def build(params: dict[str, Any], optimizer: dict[str, Any], device: torch.device) -> HFTask:
-    """A transformers model from params.config (a mapping) with the task head params.task, on `device`.
+GENERATES = (
+    "decoder-only causal LMs whose transformers model generates with a static cache (llama, mistral, qwen2, ...)"
+)
+
+
+def generation_config(params: dict[str, Any], settings: GenerationSettings):
+    """The config of a generation by an `hf:`/`hf-config:` model, the KV cache on. Raises UserModelError for a task
+    other than causal-lm, an encoder-decoder config, or a prompt and new tokens past the config's positions."""
+    task = str(params.get("task") or "causal-lm")
+    if task != "causal-lm":
+        raise UserModelError(f"--mode generate runs {GENERATES}: give --task causal-lm, not {task}")
+    config = make_config(params["config"])
+    if getattr(config, "is_encoder_decoder", False):
+        raise UserModelError(f"{type(config).__name__} is an encoder-decoder: --mode generate runs {GENERATES}")
+    limit = max_positions(config)
+    total = (settings.prompt_len or 0) + settings.new_tokens
+    if limit is not None and total > limit:
+        raise UserModelError(
+            f"a prompt of {settings.prompt_len} and {settings.new_tokens} new tokens pass the config's {limit} positions"
+        )
+    config.use_cache = True
+    return config
+
+
+def _check_generates(model_class: type) -> None:
+    """Raises UserModelError for a model class that cannot generate as greedy_generate does (no generate, or a
+    forward without `logits_to_keep`: encoders given a causal-LM head, older architectures)."""
+    forward = inspect.signature(model_class.forward).parameters
+    if not model_class.can_generate() or "logits_to_keep" not in forward:
+        raise UserModelError(
+            f"{model_class.__name__} cannot generate as memprobe does: --mode generate runs {GENERATES}"
+        )
+
+
+def generation_task(params: dict[str, Any], settings: GenerationSettings, device: torch.device, precision: str | None):
+    """Greedy generation by the causal LM of params.config, its weights in `precision`'s dtype. Raises UserModelError
+    as generation_config does, or for a model transformers cannot build or that cannot generate."""
+    config = generation_config(params, settings)
+    dtype = WEIGHT_DTYPES[precision or "fp32"]
+    try:  # the class first: an encoder given a causal-LM head (BERT's) is refused before its weights are made
+        made = AutoModelForCausalLM._model_mapping[type(config)]
+    except KeyError:
+        made = None
+    if made is not None:
+        _check_generates(made)
+    try:
+        with device:
+            model = AutoModelForCausalLM.from_config(config, attn_implementation="sdpa", dtype=dtype)
+    except Exception as exc:
+        if not model_error(exc):
+            raise
+        raise _build_error(config, "causal-lm", exc) from exc
+    _check_generates(type(model))
+    axis = str(params.get("axis", "batch"))
+    return GenerateTask(model, settings, device, int(config.vocab_size), axis, int(params.get("batch", 1)))
+
+
+def build(
+    params: dict[str, Any], optimizer: dict[str, Any], device: torch.device, precision: str | None = None
+) -> TrainTask:
+    """A transformers model from params.config (a mapping) with the task head params.task, on `device`; with
+    `generate` params a generation task whose weights are in `precision`'s dtype (workloads/generation.py).
     Raises UserModelError for an unknown model_type or task, a seq_len past the config's positions, or a
     head the architecture lacks."""
+    settings = GenerationSettings.from_params(params)
+    if settings is not None:
+        return generation_task(params, settings, device, precision)
     return HFTask(params, optimizer, device)

@@ -31,6 +31,7 @@ ensure_loadable()  # before timm or transformers imports torchvision (see torchv
 from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
 
 from .base import TrainTask, make_optimizer, materialize  # noqa: E402
+from .generation import WEIGHT_DTYPES, GenerateTask, GenerationSettings  # noqa: E402
 
 AXES = ("batch", "seq_len")
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -192,10 +193,37 @@ class LlamaTask(TrainTask):
         return info
 
 
-def build(params: dict[str, Any], optimizer: dict[str, Any], device: torch.device) -> LlamaTask:
-    """A Llama-architecture causal-LM fine-tuning task on `device` (cpu, cuda, or meta for counting).
+def generation_task(params: dict[str, Any], settings: GenerationSettings, device: torch.device, precision: str | None):
+    """Greedy generation by the Llama architecture of `params`, its weights in `precision`'s dtype (built on the meta
+    device in that dtype, then initialised on `device`: no float32 copy ever exists). Raises ValueError when the
+    prompt and the new tokens pass the model's positions."""
+    config = llama_config({k: v for k, v in params.items() if k != "seq_len"})
+    config.use_cache = True
+    limit = config.max_position_embeddings
+    prompt = settings.prompt_len or 0
+    if prompt + settings.new_tokens > limit:
+        raise ValueError(
+            f"a prompt of {prompt} and {settings.new_tokens} new tokens pass the model's {limit} positions"
+        )
+    with torch.device("meta"):
+        model = LlamaForCausalLM._from_config(config, attn_implementation="sdpa")
+    model.to(WEIGHT_DTYPES[precision or "fp32"])
+    if device.type != "meta":
+        materialize(model, device, model.init_weights)
+    axis = str(params.get("axis", "batch"))
+    return GenerateTask(model, settings, device, config.vocab_size, axis, int(params.get("batch", 1)))
 
-    Raises ValueError for bad params (axis, sizes, lora rank) and ImportError when lora is asked
-    for and peft is not installed.
+
+def build(
+    params: dict[str, Any], optimizer: dict[str, Any], device: torch.device, precision: str | None = None
+) -> TrainTask:
+    """A Llama-architecture causal-LM fine-tuning task on `device` (cpu, cuda, or meta for counting), or with
+    `generate` params a generation task whose weights are in `precision`'s dtype (workloads/generation.py).
+
+    Raises ValueError for bad params (axis, sizes, lora rank, a generation past the positions) and ImportError when
+    lora is asked for and peft is not installed.
     """
+    settings = GenerationSettings.from_params(params)
+    if settings is not None:
+        return generation_task(params, settings, device, precision)
     return LlamaTask(params, optimizer, device)

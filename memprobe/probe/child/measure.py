@@ -16,6 +16,7 @@ from typing import Any, Callable
 
 import torch
 
+PREFILL, DECODE, END = "prefill", "decode", "end"  # the points workloads/generation.greedy_generate marks
 _NVML_FIELDS = ("gpu_util_pct", "mem_util_pct", "mem_used_bytes", "power_w", "sm_clock_mhz", "temperature_c")
 
 
@@ -35,6 +36,72 @@ def time_steps(step: Callable[[], Any], n: int, device: torch.device) -> list[fl
         step()
         times.append(time.perf_counter() - t0)
     return times
+
+
+class PhaseClock:
+    """Times the phases of each generation it is handed to as `mark` (GenerateTask.mark): a CUDA event (the host
+    clock on the CPU) at the prefill's start, at the first decode forward and at the end; no host synchronisation."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.cuda = device.type == "cuda"
+        self.runs: list[list[Any]] = []  # per generation: [prefill start, decode start or None, end]
+
+    def _now(self) -> Any:
+        if not self.cuda:
+            return time.perf_counter()
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
+
+    def __call__(self, point: str) -> None:
+        if point == PREFILL:
+            self.runs.append([self._now(), None, None])
+        elif point == DECODE and self.runs and self.runs[-1][1] is None:
+            self.runs[-1][1] = self._now()
+        elif point == END and self.runs:
+            self.runs[-1][2] = self._now()
+
+    def _seconds(self, start: Any, end: Any) -> float:
+        return start.elapsed_time(end) / 1000.0 if self.cuda else end - start
+
+    def phases(self) -> list[tuple[float, float | None]]:
+        """(prefill seconds, decode seconds or None without a decode forward) of each generation timed; call after
+        the device was synchronised. The prefill ends where the first decode forward starts (it includes choosing
+        the first new token)."""
+        out = []
+        for start, decode, end in self.runs:
+            if end is None:
+                continue
+            if decode is None:
+                out.append((self._seconds(start, end), None))
+            else:
+                out.append((self._seconds(start, decode), self._seconds(decode, end)))
+        return out
+
+
+def timed_phases(task: Any, mode: str) -> PhaseClock | None:
+    """In generate mode, a PhaseClock handed to the task (its `mark`) for the timed generations; else None."""
+    if mode != "generate":
+        return None
+    task.mark = PhaseClock(task.device)
+    return task.mark
+
+
+def generation_figures(task: Any, n: int, clock: PhaseClock) -> dict[str, Any]:
+    """The timed generations' phases at n as Timed fields: median prefill and decode seconds, the tokens each made
+    per second (GenerateTask.phase_tokens), the KV cache's bytes; the clock is taken back from the task."""
+    task.mark = None
+    phases = clock.phases()
+    prefill_tokens, decode_tokens = task.phase_tokens(n)
+    out: dict[str, Any] = {"kv_cache_bytes": task.kv_cache_bytes(n)}
+    if phases:
+        prefill = statistics.median(p for p, _ in phases)
+        out.update(prefill_seconds=prefill, prefill_tokens_per_s=prefill_tokens / prefill if prefill > 0 else None)
+        decodes = [d for _, d in phases if d is not None]
+        if decodes and decode_tokens:
+            decode = statistics.median(decodes)
+            out.update(decode_seconds=decode, decode_tokens_per_s=decode_tokens / decode if decode > 0 else None)
+    return out
 
 
 def summarize_times(times: list[float]) -> dict[str, float]:

@@ -52,6 +52,7 @@ from memprobe.core.protocol import (
 )
 from memprobe.core.records import Timed
 from memprobe.probe import breakdown_run
+from memprobe.probe.child import measure as timing
 from memprobe.probe.child import zygote
 from memprobe.probe.child.measure import UtilizationSampler, summarize_times, time_steps
 from memprobe.probe.device import torch_environment
@@ -235,6 +236,10 @@ class Session:
         from memprobe.training.flops import flops_per_sample
 
         self._drop_kept()
+        if self.mode == "generate":
+            return Flops(
+                None, "FLOPs are not counted for generation: its speed is given as prefill and decode tokens/s"
+            )
         if getattr(self.task, "flops_vary_with_n", False):
             return Flops(None, "FLOPs per unit vary with n (the sequence length): counted at each timed n instead")
         try:
@@ -304,8 +309,10 @@ class Session:
                 done["first_end"] = time.perf_counter()
                 result["first_step_seconds"] = round(done["first_end"] - first, 4)
 
-            # Warm-up also runs until optimizer state exists (fp16 loss scaling may skip updates).
-            result["warmup_steps"] = run_until_state(step, amp, max(warmup, 1), self.mode)
+            # Warm-up also runs until optimizer state exists (fp16 loss scaling may skip updates). A generation
+            # going on from its trial needs none: the trial's generations were its warm-up (core/run_length.py).
+            warm = warmup if self.mode == "generate" and result["continued_from_trial"] else max(warmup, 1)
+            result["warmup_steps"] = run_until_state(step, amp, warm, self.mode)
             memory.synchronize()
             if result["warmup_steps"] > 1:  # the warm-up steps after the first: a step without set-up
                 result["warmup_step_seconds"] = round(
@@ -314,6 +321,7 @@ class Session:
             steps = self._steps_within(steps, req.budget_s, result)
             sampler = UtilizationSampler(task.device, float(req.sample_interval))
             sampler.start()
+            clock = timing.timed_phases(task, self.mode)  # generation: the prefill and the decode timed apart
             try:
                 times = time_steps(step, steps, task.device)
             finally:
@@ -335,7 +343,7 @@ class Session:
         task.stop()
         memory.reset()
         stats = summarize_times(times)
-        units = n * task.units_per_sample
+        units = task.units_at(n) if hasattr(task, "units_at") else n * task.units_per_sample
         result.update(
             outcome="fit",
             step_time=stats,
@@ -345,6 +353,8 @@ class Session:
             units_per_s=units / stats["median_s"],
             utilization=utilization,
         )
+        if clock is not None:
+            result.update(timing.generation_figures(task, n, clock))
         if getattr(task, "flops_vary_with_n", False):
             result["flops_per_sample"] = _flops_at(task, n, self.mode)
         if task.compiled and "first_step_seconds" in result:

@@ -1,0 +1,173 @@
+"""`memprobe scan --mode generate`: the CPU scan of a tiny Llama's generation with the fake allocator, its result
+file (schema 4: the generation record, the phases timed apart), the arithmetic of that record, and bad input.
+
+The scan runs the real code path (trial processes, the search, the fresh-process proof, the timed generation) on
+the CPU, where `--cpu-memory-budget` is the allocator's limit (training/cpu_memory.LiveBytes).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from memprobe.core.generation import GenerationRequest, generation_record, generation_variant
+from memprobe.core.records import Timed
+from memprobe.core.registry import load_registry
+from memprobe.core.results import SCHEMA_VERSION, read_result
+
+REGISTRY = load_registry()
+GEN = ["--mode", "generate", "--prompt-len", "8", "--new-tokens", "2", "-p", "fp32"]
+
+
+@pytest.mark.slow
+def test_cpu_scan_finds_the_most_concurrent_sequences(run, tmp_path):
+    args = ["scan", "--model", "toy-llama", "--device", "cpu", "--cpu-memory-budget", "1MiB", *GEN]
+    got = run(*args, "--no-curve", "--out", tmp_path)
+    assert got.exit_code == 0, got.output
+    (path,) = tmp_path.glob("cpu_toy-llama-p8-n2_generate_*.json")
+    result = read_result(path)
+    assert (result.schema_version, result.mode) == (SCHEMA_VERSION, "generate")
+    p = result.precisions["fp32"]
+    b = p.max_batch
+    assert b and p.proof.fits == b and p.proof.fails == b + 1
+    assert p.settings.task.extra["weights_dtype"] == "float32" and p.settings.task.optimizer == "none"
+    timed = p.throughput
+    assert timed.prefill_seconds > 0 and timed.decode_seconds > 0
+    assert timed.prefill_tokens_per_s == pytest.approx(b * 8 / timed.prefill_seconds)
+    assert timed.decode_tokens_per_s == pytest.approx(b * 1 / timed.decode_seconds)  # N - 1 decode forwards
+    gen = p.generation
+    per_token = 2 * 2 * 2 * 16 * 4  # keys and values, 2 layers, 2 KV heads, 16 wide, fp32
+    assert (gen.sequences, gen.context, gen.kv_bytes_per_token) == (b, 10, per_token)
+    assert gen.kv_cache_bytes == b * 10 * per_token
+    assert gen.weights_bytes + gen.kv_cache_bytes + gen.activation_bytes == gen.peak_allocated
+    assert gen.kv_capacity_tokens == (gen.capacity_bytes - gen.weights_bytes - gen.activation_bytes) // per_token
+    assert gen.kv_capacity_sequences >= b  # B's caches fit beside the weights and B's own activation
+    assert "proof" in json.loads(path.read_text())["precisions"]["fp32"]
+
+
+def test_generation_record_splits_the_peak_and_gives_the_capacity_and_the_formula():
+    timed = Timed(batch=10, outcome="fit", peak_allocated=1000 + 400 + 250, peak_reserved=1700, kv_cache_bytes=400)
+    timed.prefill_seconds, timed.prefill_tokens_per_s, timed.decode_tokens_per_s = 0.5, 100.0, 50.0
+    settings = {"prompt_len": 30, "new_tokens": 10, "prefill_chunk": None}
+    gen = generation_record(settings, 10, 1, 1000, 3000, 4000, timed)
+    assert (gen.weights_bytes, gen.kv_cache_bytes, gen.activation_bytes, gen.slack_bytes) == (1000, 400, 250, 50)
+    assert gen.kv_capacity_tokens == 3000 - 1000 - 250 and gen.kv_capacity_sequences == (3000 - 1250) // 40
+    assert gen.vllm_formula_tokens == int(0.92 * 4000) - 1250 and gen.vllm_formula.startswith("formula, not measured")
+    assert (gen.time_to_first_token_s, gen.decode_tokens_per_s) == (0.5, 50.0)
+    again = type(gen).from_dict(json.loads(json.dumps(gen.to_dict())))
+    assert again == gen
+
+
+def test_generation_variant_names_and_params():
+    llama = REGISTRY["llama-8b"]
+    made = generation_variant(llama, GenerationRequest(8192, 64, 512))
+    assert made.name == "llama-8b+p8192+n64+c512" and made.unit == "tokens"
+    assert made.params["generate"] == {"prompt_len": 8192, "new_tokens": 64, "prefill_chunk": 512}
+    assert "seq_len" not in made.params
+    assert generation_variant(llama, GenerationRequest()).params["generate"]["prompt_len"] == 2048
+    over = generation_variant(llama, GenerationRequest(new_tokens=64), search="seq-len", batch=4)
+    assert over.name == "llama-8b+n64+maxprompt@b4" and over.params["axis"] == "seq_len" and over.params["batch"] == 4
+
+
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (["-m", "toy", "--mode", "generate"], "runs causal LMs: llama-* registry workloads"),
+        (["-m", "bert-large", "--mode", "generate"], "bert-large is family bert-pretraining"),
+        (["-m", "toy-llama", "--mode", "generate", "--prompt-len", "131000", "--new-tokens", "100"], "131072"),
+        (["-m", "toy-llama", "--mode", "generate", "--new-tokens", "0"], "must be at least 1"),
+        (["-m", "toy-llama", "--mode", "generate", "--prompt-len", "16", "--prefill-chunk", "32"], "--prefill-chunk"),
+        (["-m", "toy-llama", "--prefill-chunk", "8"], "apply to --mode generate; this is --mode train"),
+        (["-m", "toy-llama", "--mode", "infer", "--new-tokens", "8"], "this is --mode infer"),
+        (["-m", "toy-llama", "--mode", "generate", "--checkpointing"], "--checkpointing: training settings"),
+    ],
+)
+@pytest.mark.parametrize("command", ["scan", "predict"])
+def test_bad_generation_input_is_one_error_line(run, tmp_path, command, args, says):
+    extra = ["--device", "cpu", "--cpu-memory-budget", "1MiB", "--out", tmp_path] if command == "scan" else []
+    got = run(command, *args, *extra)
+    assert got.exit_code == 2, got.output
+    errors = [line for line in got.output.splitlines() if line.startswith("Error:")]
+    assert len(errors) == 1 and says in errors[0], got.output
+    assert "Traceback" not in got.output
+
+
+def test_generation_frontier_walks_contexts_and_reports_them(tmp_path, monkeypatch):
+    """`scan --search frontier --mode generate` over fake point scans: the max concurrent sequences at contexts
+    1k, 2k, 4k, ... (prompts of context - N) and the max context (prompt found + N) at 1, 2, 4, ... sequences, the
+    prompt search capped where the model's positions end."""
+    from memprobe.core.frontier import BATCH_AT_SEQ, SEQ_AT_BATCH, ladder_of, point_workload
+    from memprobe.core.records import Proof
+    from memprobe.core.results import PrecisionResult, ScanResult
+    from memprobe.probe import frontier as probe_frontier
+    from memprobe.probe.options import ScanOptions
+
+    tokens, new = 200_000, 64  # the fake card holds sequences x context <= tokens
+    template = generation_workloads_frontier(new)
+    assert template.name == "llama-8b+n64" and ladder_of(template, 1 << 20) == (1024, 131072, new)
+    at_4k = point_workload(template, BATCH_AT_SEQ, 4096)
+    assert at_4k.name == "llama-8b+p4032+n64" and at_4k.params["generate"]["prompt_len"] == 4032
+    at_b2 = point_workload(template, SEQ_AT_BATCH, 2)
+    assert at_b2.name == "llama-8b+n64+maxprompt@b2" and (at_b2.params["axis"], at_b2.params["batch"]) == ("seq_len", 2)
+    caps = []
+
+    def fake_scan(variant, opts, out_dir, progress):
+        given = variant.params["generate"]
+        if variant.params.get("axis") == "seq_len":
+            caps.append(opts.max_batch)
+            n = min(opts.max_batch, tokens // variant.params["batch"] - new)
+        else:
+            n = tokens // (given["prompt_len"] + new)
+        precision = opts.precisions[0]
+        scanned = ScanResult(workload=variant.to_dict(), environment={"gpu": {"name": "Fake GPU"}}, settings={})
+        scanned.precisions[precision] = PrecisionResult(
+            precision, "done", n, proof=Proof(fits=n, fails=n + 1, agreed=True, verified=True)
+        )
+        return scanned, tmp_path / f"{variant.name}.json"
+
+    monkeypatch.setattr(probe_frontier, "scan_workload", fake_scan)
+    opts = ScanOptions(precisions=["bf16"], mode="generate", max_batch=1 << 20)
+    result, path = probe_frontier.scan_frontier(template, opts, tmp_path, lambda *a, **k: None, None)
+    frontier = result.frontier["bf16"]
+    batch_at = frontier.found(BATCH_AT_SEQ)
+    context_at = frontier.found(SEQ_AT_BATCH)
+    assert batch_at[1024] == tokens // 1024 and batch_at[131072] == tokens // 131072 == 1
+    assert context_at[1] == 131072 and context_at[2] == tokens // 2 and context_at[4] == tokens // 4
+    assert caps and max(caps) == 131072 - new
+    assert any("contexts" in note for note in frontier.notes)
+    assert read_result(path).frontier["bf16"].points == frontier.points and read_result(path).mode == "generate"
+
+
+def generation_workloads_frontier(new: int):
+    from types import SimpleNamespace
+
+    from memprobe.core.generation import generation_workloads
+
+    asked = SimpleNamespace(
+        prompt_len=None, new_tokens=new, prefill_chunk=None, seq_len=None, checkpointing=False, lora=None,
+        search="frontier", batch=1,
+    )  # fmt: skip
+    (template,) = generation_workloads([REGISTRY["llama-8b"]], asked, "generate", frontier=True)
+    return template
+
+
+def test_report_shows_the_generation_record(run, tmp_path):
+    from memprobe.core.results import PrecisionResult, ScanResult, write_result
+
+    timed = Timed(batch=190, outcome="fit", peak_allocated=120 << 30, peak_reserved=122 << 30, kv_cache_bytes=48 << 30)
+    timed.prefill_seconds, timed.prefill_tokens_per_s, timed.decode_tokens_per_s = 12.0, 129_706.0, 8_512.0
+    settings = {"prompt_len": 8192, "new_tokens": 64, "prefill_chunk": None}
+    gen = generation_record(settings, 190, 32768, 5 << 29, 139 << 30, 140 << 30, timed)
+    result = ScanResult(
+        workload=generation_variant(REGISTRY["llama-1b"], GenerationRequest(8192, 64)).to_dict(),
+        environment={"gpu": {"name": "Fake GPU", "total_bytes": 140 << 30}},
+        settings={"mode": "generate"},
+    )
+    result.precisions["bf16"] = PrecisionResult("bf16", "done", 190, throughput=timed, generation=gen)
+    result.status = "complete"
+    write_result(result, tmp_path / "fake_llama-1b_generate.json")
+    got = run("report", tmp_path, "--wide")
+    assert got.exit_code == 0, got.output
+    assert "Generation with a static KV cache" in got.output and "8192 / 64" in got.output
+    assert f"{gen.kv_capacity_tokens:,} ({gen.kv_capacity_sequences})" in got.output and "8,512" in got.output
