@@ -9,6 +9,8 @@
 #   PART=a  GPU0 llama-1b 2048/64 | GPU1 llama-1b 8192/64 | GPU2 llama-1b 512/512 | GPU3 qwen2-1.5b 2048/64, then
 #           the llama-1b frontier for the time left
 #   PART=b  GPU0 llama-8b 2048/64 | GPU1 llama-8b 8192/64 | GPU2 llama-8b 512/512 | GPU3 the llama-8b frontier
+#   PART=all  both in one call, as far as DEADLINE_S lets them: GPU0 llama-1b 2048/64, 512/512, qwen2-1.5b | GPU1
+#           llama-1b 8192/64, its frontier | GPU2 llama-8b 2048/64, 512/512 | GPU3 llama-8b 8192/64, its frontier
 # On fewer GPUs, QUEUES picks the queues to run (e.g. QUEUES="0 1" on 2 GPUs, then QUEUES="2 3" in a second call).
 # Every scan runs under `timeout -s INT` (it writes what it finished, marked partial), no queue starts a scan past
 # DEADLINE_S (default 480) from the start, each leaves 90 s for its prediction, every prediction ends by END_S (580),
@@ -83,6 +85,12 @@ queue() {  # the jobs of GPU $1 in PART
         b1) scan llama-8b-p8192-n64 llama-8b 8192 64 ;;
         b2) scan llama-8b-p512-n512 llama-8b 512 512 ;;
         b3) frontier llama-8b-frontier llama-8b "${FRONTIER_S:-420}" ;;
+        # PART=all: both models in one call, the llama-1b scans two to a GPU, each frontier after a scan
+        all0) scan llama-1b-p2048-n64 llama-1b 2048 64; scan llama-1b-p512-n512 llama-1b 512 512
+              SCAN_S=150 scan qwen2-1.5b-p2048-n64 "$QWEN" 2048 64 ;;
+        all1) SCAN_S=200 scan llama-1b-p8192-n64 llama-1b 8192 64; frontier llama-1b-frontier llama-1b 240 ;;
+        all2) scan llama-8b-p2048-n64 llama-8b 2048 64; scan llama-8b-p512-n512 llama-8b 512 512 ;;
+        all3) SCAN_S=240 scan llama-8b-p8192-n64 llama-8b 8192 64; frontier llama-8b-frontier llama-8b 240 ;;
         *) echo "no queue $1 in part $PART" >>"$W/generate.log" ;;
     esac
 }
