@@ -22,7 +22,6 @@ from memprobe.compare.chart_layout import (
     figure_size,
     grid_shape,
     save,
-    tip,
 )
 from memprobe.compare.comparison import PRECISION_ORDER
 from memprobe.compare.legend import marker_handle, title_legend
@@ -134,17 +133,15 @@ def _gib_text(value: float) -> str:
     return f"{value:.1f}" if abs(value) >= 10 else f"{value:.2f}"
 
 
-def _stack(ax, x: float, width: float, record: Breakdown, hatch: str, limit: float, what: str = "") -> None:
+def _stack(ax, x: float, width: float, record: Breakdown, hatch: str, limit: float) -> None:
     """One stacked bar: positive categories upward from 0, negative ones (a tracker that counted more than the
-    allocator) downward; each segment's GiB written on it when tall enough, the peak reserved above. `what`
-    names the bar in its segments' hover texts (the HTML page)."""
+    allocator) downward; each segment's GiB written on it when tall enough, the peak reserved above."""
     up = down = 0.0
     for name in CATEGORIES:
         value = record.categories.get(name, 0) / GIB
         if value == 0:
             continue
         bottom = up if value > 0 else down
-        tip(ax, x, bottom + value / 2, f"{what}: {LABELS[name]} {_gib_text(value)} GiB")
         ax.bar(
             x, value, width, bottom=bottom, color=CATEGORY_COLORS[name], edgecolor="#555555", linewidth=0.4, hatch=hatch
         )
@@ -192,10 +189,9 @@ def bars_figure(found: Sequence[Entry]):
         for x, e in enumerate(mine):
             width = 0.38 if e.predicted is not None else 0.6
             left = x - 0.2 if e.predicted is not None else x
-            what = f"{e.workload} {e.precision} on {gpu} at batch {e.measured.batch}"
-            _stack(ax, left, width, e.measured, "", top - bottom, f"{what}, measured")
+            _stack(ax, left, width, e.measured, "", top - bottom)
             if e.predicted is not None:
-                _stack(ax, x + 0.2, width, e.predicted, "///", top - bottom, f"{what}, predicted (emulated)")
+                _stack(ax, x + 0.2, width, e.predicted, "///", top - bottom)
             if e.result.capacity_bytes:
                 ax.hlines(
                     e.result.capacity_bytes / GIB, x - 0.45, x + 0.45, colors="black", linestyles="--", linewidth=1.2
@@ -282,13 +278,6 @@ def lines_figure(found: Sequence[Entry]):
         if capacity:
             ax.axhline(capacity / GIB, color="black", linestyle="--", linewidth=1.2)
         ax.axvline(record.batch, color="#b2182b", linewidth=1.2)
-        tip(
-            ax,
-            record.batch,
-            record.peak_reserved / GIB,
-            f"{e.workload} {e.precision} on {e.gpu}: peak reserved {_gib_text(record.peak_reserved / GIB)} GiB at "
-            f"B={record.batch} - measured",
-        )
         ax.plot(
             record.batch,
             record.peak_reserved / GIB,

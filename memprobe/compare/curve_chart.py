@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from memprobe.compare.chart_layout import PRECISION_LINESTYLES as LINESTYLES
-from memprobe.compare.chart_layout import figure_size, grid_shape, save, tip
+from memprobe.compare.chart_layout import figure_size, grid_shape, save
 from memprobe.compare.comparison import MEASURED, Comparison, Point
 from memprobe.compare.legend import marker_handle, title_legend
 from memprobe.compare.tables import fmt_number
@@ -37,19 +37,14 @@ def knee_mark(p: Point) -> tuple[float, float, str] | None:
     return None if speed is None else (p.knee_batch, speed, f"knee {p.knee_batch:g}: {p.knee_drop:+.1%}")
 
 
-def point_tip(p: Point, batch: float, speed: float) -> str:
-    """What hovering a curve point says: the card, precision, batch and throughput, and whether it is b*, B or
-    the knee."""
+def point_text(p: Point, batch: float, speed: float) -> str:
+    """A curve point in words: its batch and throughput, and whether it is b*, B or the knee."""
     marks = [
         name
         for name, at in (("b*", p.best_batch), ("max batch B", p.max_batch), ("knee", p.knee_batch))
         if at is not None and at == batch
     ]
-    return (
-        f"{p.workload}, {p.gpu} {p.precision}: batch {fmt_number(batch)}, {fmt_number(speed)} {p.unit}"
-        + (f" ({', '.join(marks)})" if marks else "")
-        + " - measured"
-    )
+    return f"batch {fmt_number(batch)}, {fmt_number(speed)} {p.unit}" + (f" ({', '.join(marks)})" if marks else "")
 
 
 def write_curve_chart(comparison: Comparison, out_dir: str | Path) -> list[Path]:
@@ -75,8 +70,6 @@ def curve_figure(series: dict[str, list[Point]]):
         knees = 0  # knee labels in this panel so far: each next one a line lower
         for p in points:
             xs, ys = zip(*sorted(p.curve))
-            for x, y in zip(xs, ys):
-                tip(ax, x, y, point_tip(p, x, y))
             ax.plot(
                 xs,
                 ys,

@@ -18,7 +18,6 @@ from memprobe.compare.chart_layout import (
     figure_size,
     grid_shape,
     save,
-    tip,
 )
 from memprobe.compare.comparison import MEASURED, PRECISION_ORDER, PREDICTED, PUBLISHED, Comparison
 from memprobe.compare.legend import marker_handle, title_legend
@@ -121,15 +120,6 @@ def max_batch_figure(panels: Sequence[BatchPanel], footer: str):
                 precisions.append(precision)
             color = PRECISION_COLORS.get(precision, "#777777")
             mine = [p for p in panel.points if p.precision == precision]
-            for p in mine:
-                tip(
-                    ax,
-                    p.memory_gib,
-                    p.batch,
-                    f"{panel.workload} {precision} on {p.card} ({p.memory_gib:g} GiB): "
-                    + (f"max batch {'>=' if p.lower_bound else ''}{p.batch:g} {panel.unit}" if p.batch else "OOM")
-                    + f" - {p.origin}",
-                )
             line = sorted((p.memory_gib, p.batch) for p in mine if p.origin == PREDICTED)
             if line:  # precisions with equal batches overlap: their line styles tell them apart
                 ax.plot(
