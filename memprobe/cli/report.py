@@ -269,14 +269,21 @@ def html_page(path: str, paths: tuple[str, ...], **options) -> None:
 
 
 def _wrote(write) -> None:
-    """Run a chart writer and say each file it wrote; a file that cannot be written is one line."""
+    """Run a chart writer and say each file it wrote; a file that cannot be written is one line, and what the chart
+    library warns of is one note line each (never its raw warning)."""
+    import warnings
+
     from memprobe.core.outputs import OutputError
 
-    try:
-        for written in write():
-            click.echo(f"wrote {written}", err=True)
-    except OutputError as exc:
-        raise click.ClickException(str(exc)) from None
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            for written in write():
+                click.echo(f"wrote {written}", err=True)
+        except OutputError as exc:
+            raise click.ClickException(str(exc)) from None
+    for message in dict.fromkeys(str(w.message).splitlines()[0] for w in caught):
+        click.echo(f"note: the chart library said: {message}", err=True)
 
 
 def _frontier_report(loaded: list, fmt: str, charts_dir: str | None) -> None:
