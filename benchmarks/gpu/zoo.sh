@@ -8,7 +8,7 @@
 # finished; each scan is sent SIGTERM at its own limit or the deadline and writes what it finished (partial).
 #
 # Env: FOLDER (h200, h100, ...: default from the GPU name), DEADLINE_S (seconds from the start after which no scan
-# runs, default 520), KINDS (train,fp32,infer,gpus2), ONLY (zoo ids), TRACES (id[:precision[:batch]], recorded by
+# runs, default 520), KINDS (train,fp32,infer,gpus2), ONLY (zoo ids), TRACES (id[:precision[:batch[:mode]]], recorded by
 # `trace_diff.py record` at batch 2 in bf16 on GPU 0 while the others scan; it joins them after), PREDICT_HOST (when set, also predict every
 # scanned job on this machine's CPUs with the GPUs hidden, as host PREDICT_HOST, after the scans).
 set -u
@@ -44,12 +44,13 @@ record_traces() {
     mkdir -p "$Z/traces"
     IFS=',' read -r -a ids <<<"$TRACES"
     for item in "${ids[@]}"; do
-        IFS=':' read -r id prec batch <<<"$item"  # id[:precision[:batch]], bf16 and batch 2 by default
+        IFS=':' read -r id prec batch mode <<<"$item"  # id[:precision[:batch[:mode]]], bf16, batch 2, train by default
         prec=${prec:-bf16}
         batch=${batch:-2}
+        mode=${mode:-train}
         args=$(python3 benchmarks/zoo.py args "$id")
         eval "CUDA_VISIBLE_DEVICES=$TRACE_GPU timeout -k 10 150 python3 benchmarks/trace_diff.py record $args \
-            -p $prec --batch $batch --out $Z/traces --name ${id}_${prec}_train_b${batch}" >>"$Z/logs/traces.log" 2>&1
+            -p $prec --mode $mode --batch $batch --out $Z/traces --name ${id}_${prec}_${mode}_b${batch}" >>"$Z/logs/traces.log" 2>&1
         echo "$item: rc $? at $(( $(date +%s) - start )) s" >>"$Z/logs/traces.log"
     done
 }
