@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import html
 import re
-from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import IO, Sequence
@@ -21,6 +20,7 @@ from memprobe.compare.comparison import workload_labels
 from memprobe.compare.page_html import Sources, esc, notes_html, published_html
 from memprobe.compare.page_sections import (
     Context,
+    PageOptions,
     Section,
     breakdown_section,
     frontier_section,
@@ -36,20 +36,6 @@ from memprobe.core.outputs import OutputError, atomic_write
 from memprobe.core.results import ScanResult
 
 CSP = "default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:"
-
-
-@dataclass
-class PageOptions:
-    """What shapes the page: the report's options (the reference selected first, precisions, --at-batch,
-    published figures, predicted breakdowns) and the guide's (--budget, --gpu)."""
-
-    reference: str | None = None
-    precisions: Sequence[str] | None = None
-    at_batch: str = "best"
-    with_published: bool = False
-    predicted: list | None = None
-    budget: float | None = None
-    only: Sequence[str] | None = None
 
 
 def check_page_path(path: str | Path) -> Path:
@@ -136,12 +122,12 @@ def _choices(body: str, attribute: str, order: Sequence[str] = ()) -> list[str]:
 def _controls(ctx: Context, body: str) -> str:
     """The reference card, and the precision, workload and card filters that every section obeys (their choices:
     what the page's sections are about)."""
-    chosen = (getattr(ctx.options, "reference", None) or "").casefold()
+    chosen = (ctx.options.reference or "").casefold()
     options_html = "".join(
         f'<option value="{esc(r)}"{" selected" if r.casefold() == chosen else ""}>{esc(r)}</option>'
         for r in ctx.references
     )
-    wanted = set(getattr(ctx.options, "precisions", None) or PRECISIONS)
+    wanted = set(ctx.options.precisions or PRECISIONS)
     precisions = _choices(body, "precision", PRECISIONS)
     workloads = _choices(body, "workload")
     cards = _choices(body, "card", ctx.references)

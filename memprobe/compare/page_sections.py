@@ -21,6 +21,20 @@ from memprobe.core.results import ScanResult
 
 
 @dataclass
+class PageOptions:
+    """What shapes the page: the report's options (the reference selected first, precisions, --at-batch,
+    published figures, predicted breakdowns) and the guide's (--budget, --gpu)."""
+
+    reference: str | None = None
+    precisions: Sequence[str] | None = None
+    at_batch: str = "best"
+    with_published: bool = False
+    predicted: list | None = None
+    budget: float | None = None
+    only: Sequence[str] | None = None
+
+
+@dataclass
 class Section:
     """One section of the page: its anchor, heading and body (HTML)."""
 
@@ -35,7 +49,7 @@ class Context:
     the filters), the notes for the page's header, and the references offered."""
 
     single: list[tuple[Path, ScanResult]]
-    options: object  # page.PageOptions
+    options: PageOptions
     sources: Sources
     catalog: Catalog = field(default_factory=default_catalog)
     workloads: set[str] = field(default_factory=set)
@@ -79,7 +93,7 @@ def view_section(ctx: Context) -> Section | None:
     except ReportError:
         return None
     basis = like_for_like(comparison)
-    reference = getattr(ctx.options, "reference", None)
+    reference = ctx.options.reference
     try:
         from memprobe.compare.relative import resolve_reference
 
@@ -101,7 +115,7 @@ def report_sections(ctx: Context) -> list[Section]:
     from memprobe.compare.report import build_report
 
     o = ctx.options
-    report = build_report(ctx.single, o.reference, o.precisions, o.with_published, o.at_batch)  # type: ignore[attr-defined]
+    report = build_report(ctx.single, o.reference, o.precisions, o.with_published, o.at_batch)
     ctx.notes += [report.title] + report.notes
     tables = {t.key: t for t in report.tables}
     precisions = report.comparison.precisions()
@@ -156,7 +170,7 @@ def breakdown_section(ctx: Context) -> Section | None:
     from memprobe.compare.breakdown import breakdown_parts
     from memprobe.compare.page_memory_charts import breakdown_chart, memory_lines_chart
 
-    predicted = getattr(ctx.options, "predicted", None)
+    predicted = ctx.options.predicted
     parts = breakdown_parts([r for _p, r in ctx.single], predicted)
     if not parts:
         return None
@@ -225,7 +239,7 @@ def scaling_section(ctx: Context, multi: list[tuple[Path, ScanResult]]) -> Secti
     single = [r for _p, r in ctx.single]
     body = table_html(scaling_rows_table([r for _p, r in multi], single, ctx.sources.of), ctx.sources)
     names = sorted({str(r.workload.name) for _p, r in multi})
-    if getattr(ctx.options, "with_published", False) and published_scaling_rows(names):
+    if ctx.options.with_published and published_scaling_rows(names):
         body += table_html(published_scaling(names), ctx.sources)
     return Section("scaling", "Multi-GPU scaling", body)
 
@@ -235,7 +249,7 @@ def scans_section(ctx: Context) -> Section | None:
     from memprobe.compare.scan_table import scan_entries, scan_notes, scan_rows
 
     results = [r for _p, r in ctx.single]
-    precisions = getattr(ctx.options, "precisions", None)
+    precisions = ctx.options.precisions
     rows = scan_rows(results, newest_only=True, precisions=precisions)
     if not rows:
         return None
@@ -254,7 +268,7 @@ def guide_section(ctx: Context) -> Section | None:
     from memprobe.compare.heatmap import heat_colors
 
     o = ctx.options
-    title, notes, tables = guide_tables(ctx.single, o.budget, only=o.only)  # type: ignore[attr-defined]
+    title, notes, tables = guide_tables(ctx.single, o.budget, only=o.only)
     body = f"<p>{esc(title)}. {esc(notes[0])}</p>"  # the legend; the other notes below the tables
     by_key = {t.key: t for t in tables}
     for key in ("verdicts", "predicted", "value"):
