@@ -32,7 +32,7 @@ def table_rows(text: str) -> list[list[str]]:
     return [[c.strip() for c in line.strip("|").split("|")] for line in rows]
 
 
-@pytest.mark.parametrize("model", ["bert-large", "resnet50", "pix2pixhd", "transformer-big"])
+@pytest.mark.parametrize("model", ["bert-large", "resnet50", "pix2pixhd", "transformer-big", "resnet50 (inference)"])
 def test_guide_model_is_one_screen_with_every_card(run, model):
     result = run("guide", *FOLDERS, "--model", model)
     assert result.exit_code == 0, result.output

@@ -81,7 +81,7 @@ def _at(row: CardRow) -> str:
     if not row.at:
         return "-"
     if row.at.startswith("b* "):
-        return row.at[3:]
+        return row.at[3:].replace(" (best of timed)", "")  # said under the table (view_notes)
     return "pub" if row.at == PUBLISHED else row.at
 
 
@@ -92,6 +92,11 @@ def view_notes(view: View) -> list[str]:
         "batch the published source ran. Unmarked = measured by memprobe; (pred) = predicted from a scan's memory "
         "line; (emul) = a smaller card emulated on a larger one (scan --memory-cap); (pub) = published elsewhere."
     ]
+    skipped = [r.card for r in view.rows if "(best of timed)" in r.at]
+    if skipped:
+        notes.append(
+            f"b* of {', '.join(skipped)}: the best of the batches timed (the curve's time budget skipped some)."
+        )
     if view.reference:
         notes.append(f"vs {view.reference} = the card's throughput over the {view.reference}'s (= 1.00).")
         if any("(vs pub)" in s.text for r in view.rows for s in r.relative.values()):
