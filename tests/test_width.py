@@ -1,6 +1,6 @@
 """Every table and note fits 120 columns by default (issue 37, item 7): a wide table is split by columns (each part
-repeating what names a row), a cell too long for any part is cut and said to be, a note is wrapped; `--wide` prints
-everything whole, and csv/json are never fitted."""
+repeating what names a row), a cell too long for any part is written in full under its table (never cut with '...'),
+a note is wrapped; `--wide` prints everything whole, and csv/json are never fitted."""
 
 from __future__ import annotations
 
@@ -82,15 +82,25 @@ def test_a_split_table_repeats_the_columns_that_name_a_row():
         assert len({len(r) for r in rows}) == 1  # a whole table, not a cut one
 
 
-def test_a_cell_too_long_for_any_part_is_cut_and_said_to_be(tmp_path):
+def test_a_cell_too_long_for_any_part_is_written_under_its_table(tmp_path):
     data = json.loads(GOOD.read_text())
     data["environment"]["gpu"]["name"] = "A GPU " + "with a very long name " * 4 + "X" * 10  # 104 characters > 100
-    data["environment"]["gpu"]["name"] = data["environment"]["gpu"]["name"][:100].strip()
+    data["environment"]["gpu"]["name"] = name = data["environment"]["gpu"]["name"][:100].strip()
     (tmp_path / "long.json").write_text(json.dumps(data))
     text = _run(["report", "--scans", str(tmp_path)]).stdout
-    assert _too_wide(text) == [] and "..." in text and textwidth.CUT_NOTE in text
+    assert _too_wide(text) == [] and "..." not in text
+    rows = [line for line in text.splitlines() if line.startswith("|") and "[1]" in line]
+    assert rows and name not in "".join(rows)  # the cell names its note ...
+    assert f"[1] {name}" in text.splitlines()  # ... written whole under the table
     wide = _run(["report", "--scans", "--wide", str(tmp_path)]).stdout
-    assert data["environment"]["gpu"]["name"] in wide and textwidth.CUT_NOTE not in wide
+    assert name in wide and "[1]" not in wide
+
+
+def test_no_cell_of_report_or_guide_is_cut():
+    for argv in [a for a in COMMANDS if a[0] in ("report", "guide")]:
+        text = _run(argv).stdout
+        cut = [line for line in text.splitlines() if line.startswith("|") and re.search(r"\.\.\.\s*\|", line)]
+        assert cut == [], (argv, cut[:3])
 
 
 @pytest.mark.parametrize("fmt", ["csv", "json"])

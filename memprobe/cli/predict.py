@@ -24,7 +24,7 @@ def _predict_and_print(job: PredictJob, compare: str | None) -> list:
 
     with paused(keep=True):  # torch's import: see collector.py
         from memprobe.predict.torch_internals import TorchInternalsError, untested_torch_note
-        from memprobe.workloads.torchvision_guard import ensure_loadable, standin_reason
+        from memprobe.workloads.torchvision_guard import ensure_loadable, first_notice, notice_marker, standin_reason
 
         try:
             from memprobe.predict import summary  # noqa: F401  (job.predict's, imported here under paused())
@@ -37,10 +37,12 @@ def _predict_and_print(job: PredictJob, compare: str | None) -> list:
     if torch_note:
         click.echo(f"note: {torch_note}", err=True)
     ensure_loadable()  # before the first workload imports timm or transformers, so the note below is true
-    if standin_reason():
+    reason = standin_reason()
+    if reason and first_notice(reason):  # once per environment, not on every command
         click.echo(
-            f"note: {standin_reason()}; a stand-in that raises on use takes its place (no workload calls "
-            "torchvision; `pip uninstall torchvision`, or one built for this torch, ends this note)",
+            f"note: {reason}; a stand-in that raises on use takes its place (no workload calls torchvision; "
+            "`pip uninstall torchvision`, or one built for this torch, fixes it). Said once for this environment "
+            f"(remembered in {notice_marker(reason)}).",
             err=True,
         )
     try:

@@ -76,6 +76,14 @@ from memprobe.core import option_bounds as bounds
     help="With --breakdown or --charts: a file of predicted breakdowns (predict --breakdown-out) to set "
     "beside the measured ones at the same batch.",
 )
+@click.option(
+    "--model",
+    "-m",
+    "model",
+    help="Print one workload's answer instead (a workload name as the tables show it): every card with a figure "
+    "ranked by throughput at its best batch b*, with its max batch, throughput relative to the reference card and per "
+    "1000 USD; one precision (fp16 first) unless --precision names others.",
+)
 @wide_option
 def report_cmd(
     paths: tuple[str, ...],
@@ -91,36 +99,24 @@ def report_cmd(
     breakdown: bool = False,
     html_file: str | None = None,
     predicted_file: str | None = None,
+    model: str | None = None,
 ) -> None:
     """Compare result files from any number of machines.
 
     PATHS are result files or folders (searched for *.json; other JSON files there are skipped with a
-    warning). Prints max batch, throughput with MFU, throughput relative to a reference GPU (OOM = 0),
-    the mixed-precision gain over fp32 and utilization. Cells memprobe did not measure are marked.
+    warning). Prints max batch, throughput at each card's best batch b* with MFU, throughput relative to a
+    reference GPU (OOM = 0), the mixed-precision gain over fp32 and utilization. Cells memprobe did not measure
+    are marked.
     """
-    from memprobe.compare.comparison import ReportError
-    from memprobe.compare.report import comparison_report
-    from memprobe.compare.scaling import scaling_table, split_by_world_size
-    from memprobe.compare.scan_table import scan_table
-
-    checks.report_checks(click.get_current_context(), scans, llm, breakdown, bool(charts_dir or html_file))
+    ctx = click.get_current_context()
+    checks.report_checks(ctx, scans, llm, breakdown, bool(charts_dir or html_file))
     if reference is not None and not reference.strip():
         raise click.BadParameter('give a GPU name (e.g. "H100 SXM")', param_hint="--reference")
+    if model is not None:
+        _model_checks(ctx, scans or llm or breakdown or frontier)
+    options = {"reference": reference, "precisions": precision, "at_batch": at_batch, "with_published": with_published}
     if html_file:
-        if scans or llm or breakdown or frontier:
-            raise click.UsageError(
-                "--html writes every section: give it without --scans, --llm, --breakdown, --frontier"
-            )
-        checks.refuse(checks.given(click.get_current_context(), "fmt"), "with --html (the page is HTML)")
-        html_page(
-            html_file,
-            paths,
-            reference=reference,
-            precisions=precision,
-            at_batch=at_batch,
-            with_published=with_published,
-            predicted=_predicted(predicted_file),
-        )
+        _html_report(ctx, html_file, paths, scans or llm or breakdown or frontier, options, predicted_file)
         if not charts_dir:
             return
     if charts_dir:  # before the report prints: a folder that cannot be written is one line, not a late traceback
@@ -129,54 +125,103 @@ def report_cmd(
         if scans or llm or breakdown:
             raise click.UsageError("give one of --frontier, --scans, --llm and --breakdown")
         checks.refuse(
-            checks.given(click.get_current_context(), "reference", "at_batch", "with_published"),
+            checks.given(ctx, "reference", "at_batch", "with_published"),
             "with --frontier (they shape the comparison report)",
         )
         _frontier_report(_load_results(paths), fmt, charts_dir)
         return
-    loaded, multi = split_by_world_size(_load_results(paths))
-    predicted = _predicted(predicted_file)
-    if breakdown:
-        from memprobe.compare.breakdown import breakdown_report
-        from memprobe.compare.breakdown_chart import write_breakdown_charts
+    from memprobe.compare.scaling import split_by_world_size
 
-        click.echo(breakdown_report([result for _path, result in loaded], predicted))
-        if charts_dir:
-            _wrote(lambda: write_breakdown_charts(loaded, charts_dir, predicted))
-        return
-    if llm:
+    loaded, multi = split_by_world_size(_load_results(paths))
+    if breakdown:
+        _breakdown_report(loaded, _predicted(predicted_file), charts_dir)
+    elif llm:
         from memprobe.compare.llm import llm_table
 
         click.echo(llm_table([result for _path, result in loaded], fmt))
-        return
+    elif model is not None:
+        _model_report(loaded, paths, model, fmt, options)
+    elif not _scaling_report(multi, loaded, fmt, with_published):
+        if scans:
+            _scans_report(loaded, paths, fmt, precision)
+        else:
+            _comparison_report(loaded, paths, fmt, options, charts_dir, _predicted(predicted_file))
+
+
+def _model_checks(ctx: click.Context, other_mode: bool) -> None:
+    """--model prints one workload's answer: not beside another mode, a page or charts."""
+    if other_mode:
+        raise click.UsageError(
+            "--model prints one workload's answer: give it without --scans, --llm, --breakdown, --frontier"
+        )
+    checks.refuse(
+        checks.given(ctx, "html_file", "charts_dir"), "with --model (the page and charts show every workload)"
+    )
+
+
+def _html_report(
+    ctx: click.Context,
+    html_file: str,
+    paths: tuple[str, ...],
+    other_mode: bool,
+    options: dict,
+    predicted_file: str | None,
+) -> None:
+    """report --html: the page of every section, refused beside the options that print one table."""
+    if other_mode:
+        raise click.UsageError("--html writes every section: give it without --scans, --llm, --breakdown, --frontier")
+    checks.refuse(checks.given(ctx, "fmt"), "with --html (the page is HTML)")
+    html_page(html_file, paths, predicted=_predicted(predicted_file), **options)
+
+
+def _breakdown_report(loaded: list, predicted: list | None, charts_dir: str | None) -> None:
+    """report --breakdown: the memory at B by category (and its charts)."""
+    from memprobe.compare.breakdown import breakdown_report
+    from memprobe.compare.breakdown_chart import write_breakdown_charts
+
+    click.echo(breakdown_report([result for _path, result in loaded], predicted))
+    if charts_dir:
+        _wrote(lambda: write_breakdown_charts(loaded, charts_dir, predicted))
+
+
+def _scaling_report(multi: list, loaded: list, fmt: str, with_published: bool) -> bool:
+    """Multi-GPU files get the scaling table (and the published one); True when nothing else is left to print."""
     if multi and (loaded or with_published) and fmt == "json":
         raise click.UsageError("--format json makes one document: report multi-GPU and single-GPU files separately")
-    if multi:  # multi-GPU files get the scaling table, not the single-GPU tables
-        click.echo(scaling_table([r for _p, r in multi], [r for _p, r in loaded], fmt), nl=False)
-        if with_published:
-            from memprobe.compare.published_scaling import published_scaling_rows, published_scaling_table
+    if not multi:
+        return False
+    from memprobe.compare.scaling import scaling_table
 
-            names = sorted({str(r.workload.name) for _p, r in multi})
-            if published_scaling_rows(names):
-                click.echo(published_scaling_table(names, fmt), nl=False)
-        if not loaded and not with_published:
-            return
-    if scans:
-        if not loaded:
-            raise click.ClickException(f"no memprobe result files in {', '.join(paths)}")
-        click.echo(scan_table([result for _path, result in loaded], fmt, newest_only=True, precisions=precision))
-        return
-    if not loaded and not with_published:
+    click.echo(scaling_table([r for _p, r in multi], [r for _p, r in loaded], fmt), nl=False)
+    if with_published:
+        from memprobe.compare.published_scaling import published_scaling_rows, published_scaling_table
+
+        names = sorted({str(r.workload.name) for _p, r in multi})
+        if published_scaling_rows(names):
+            click.echo(published_scaling_table(names, fmt), nl=False)
+    return not loaded and not with_published
+
+
+def _scans_report(loaded: list, paths: tuple[str, ...], fmt: str, precision: list[str] | None) -> None:
+    """report --scans: one row per GPU, workload and precision, from the newest file that finished it."""
+    from memprobe.compare.scan_table import scan_table
+
+    if not loaded:
+        raise click.ClickException(f"no memprobe result files in {', '.join(paths)}")
+    click.echo(scan_table([result for _path, result in loaded], fmt, newest_only=True, precisions=precision))
+
+
+def _comparison_report(
+    loaded: list, paths: tuple[str, ...], fmt: str, options: dict, charts_dir: str | None, predicted: list | None
+) -> None:
+    """The comparison report (and its charts): max batch, throughput at b*, relative throughput, gains."""
+    from memprobe.compare.comparison import ReportError
+    from memprobe.compare.report import comparison_report
+
+    if not loaded and not options["with_published"]:
         raise click.ClickException(f"no memprobe result files in {', '.join(paths)}")
     try:
-        text, comparison, relative = comparison_report(
-            loaded,
-            reference=reference,
-            precisions=precision,
-            fmt=fmt,
-            with_published=with_published,
-            at_batch=at_batch,
-        )
+        text, comparison, relative = comparison_report(loaded, fmt=fmt, **options)
     except ReportError as exc:
         raise click.ClickException(str(exc)) from None
     click.echo(text, nl=False)
@@ -184,6 +229,25 @@ def report_cmd(
         from memprobe.compare.charts import write_charts
 
         _wrote(lambda: write_charts(comparison, relative, loaded, charts_dir, predicted=predicted))
+
+
+def _model_report(loaded: list, paths: tuple[str, ...], model: str, fmt: str, options: dict) -> None:
+    """report --model NAME: one workload's cards with a figure, ranked (compare/view_text.py)."""
+    from memprobe.compare.comparison import ReportError, build_comparison
+    from memprobe.compare.curves import like_for_like
+    from memprobe.compare.relative import resolve_reference
+    from memprobe.compare.view_text import model_text, model_views
+
+    if not loaded and not options["with_published"]:
+        raise click.ClickException(f"no memprobe result files in {', '.join(paths)}")
+    try:
+        comparison = build_comparison(loaded, with_published=options["with_published"])
+        reference = resolve_reference(comparison, options["reference"]) if options["reference"] else None
+        basis = like_for_like(comparison, options["at_batch"])
+        views = model_views(loaded, basis.comparison, basis.label, reference=reference)
+        click.echo(model_text(views, model, options["precisions"], fmt, "report"), nl=False)
+    except ReportError as exc:
+        raise click.ClickException(str(exc)) from None
 
 
 def html_page(path: str, paths: tuple[str, ...], **options) -> None:
@@ -198,21 +262,28 @@ def html_page(path: str, paths: tuple[str, ...], **options) -> None:
         loaded = _load_results(paths) if paths else []
         if paths and not loaded:
             raise click.ClickException(f"no memprobe result files in {', '.join(paths)}")
-        write_page(path, build_page(loaded, PageOptions(**options)))
+        write_page(path, build_page(loaded, PageOptions(**options), given=paths))
     except (OutputError, ReportError) as exc:
         raise click.ClickException(str(exc)) from None
     click.echo(f"wrote {path}", err=True)
 
 
 def _wrote(write) -> None:
-    """Run a chart writer and say each file it wrote; a file that cannot be written is one line."""
+    """Run a chart writer and say each file it wrote; a file that cannot be written is one line, and what the chart
+    library warns of is one note line each (never its raw warning)."""
+    import warnings
+
     from memprobe.core.outputs import OutputError
 
-    try:
-        for written in write():
-            click.echo(f"wrote {written}", err=True)
-    except OutputError as exc:
-        raise click.ClickException(str(exc)) from None
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            for written in write():
+                click.echo(f"wrote {written}", err=True)
+        except OutputError as exc:
+            raise click.ClickException(str(exc)) from None
+    for message in dict.fromkeys(str(w.message).splitlines()[0] for w in caught):
+        click.echo(f"note: the chart library said: {message}", err=True)
 
 
 def _frontier_report(loaded: list, fmt: str, charts_dir: str | None) -> None:
@@ -252,9 +323,23 @@ def _charts_folder(path: str) -> None:
     type=checks.Path(dir_okay=False),
     help="Write the report page (memprobe report --html) with this guide instead of printing.",
 )
+@click.option(
+    "--model",
+    "-m",
+    "model",
+    help="Print one workload's answer instead: every catalog card (and every scanned one) ranked by throughput at "
+    "its best batch b* where known, then by max batch (measured, else predicted), with throughput per 1000 USD.",
+)
+@precision_option("With --model: the precisions to show (default: one, fp16 first).")
 @wide_option
 def guide_cmd(
-    paths: tuple[str, ...], budget: float | None, gpus: str | None, fmt: str, html_file: str | None = None
+    paths: tuple[str, ...],
+    budget: float | None,
+    gpus: str | None,
+    fmt: str,
+    html_file: str | None = None,
+    model: str | None = None,
+    precision: list[str] | None = None,
 ) -> None:
     """GPU purchase guidance from result files: the max batch predicted on every catalog card.
 
@@ -267,16 +352,37 @@ def guide_cmd(
     from memprobe.compare.guide import guide_report
     from memprobe.compare.scaling import split_by_world_size
 
+    ctx = click.get_current_context()
+    if model is None:
+        checks.refuse(checks.given(ctx, "precision"), "without --model (the guide shows every precision)")
+    else:
+        checks.refuse(checks.given(ctx, "html_file"), "with --model (the page shows every workload)")
     if html_file:
-        checks.refuse(checks.given(click.get_current_context(), "fmt"), "with --html (the page is HTML)")
+        checks.refuse(checks.given(ctx, "fmt"), "with --html (the page is HTML)")
         html_page(html_file, paths, budget=budget, only=card_names(gpus))
         return
     # Per-card predictions come from the single-GPU files; multi-GPU files add the scaling table.
     loaded, multi = split_by_world_size(_load_results(paths))
     if paths and not loaded and not multi:
         raise click.ClickException(f"no memprobe result files in {', '.join(paths)}")
+    if model is not None:
+        _guide_model(loaded, model, precision, fmt, budget, card_names(gpus))
+        return
     shown = guide_report(loaded, budget=budget, fmt=fmt, only=card_names(gpus), multi=[r for _p, r in multi])
     click.echo(shown, nl=False)
+
+
+def _guide_model(
+    loaded: list, model: str, precision: list[str] | None, fmt: str, budget: float | None, only: list[str] | None
+) -> None:
+    """guide --model NAME: every card for one workload, ranked (compare/view_text.py)."""
+    from memprobe.compare.comparison import ReportError
+    from memprobe.compare.view_text import guide_model_text
+
+    try:
+        click.echo(guide_model_text(loaded, model, precision, fmt, budget, only), nl=False)
+    except ReportError as exc:
+        raise click.ClickException(str(exc)) from None
 
 
 def _predicted(predicted_file: str | None) -> list | None:

@@ -22,7 +22,6 @@ from memprobe.compare.chart_layout import (
     figure_size,
     grid_shape,
     save,
-    tip,
 )
 from memprobe.compare.comparison import PRECISION_ORDER
 from memprobe.compare.legend import marker_handle, title_legend
@@ -134,17 +133,15 @@ def _gib_text(value: float) -> str:
     return f"{value:.1f}" if abs(value) >= 10 else f"{value:.2f}"
 
 
-def _stack(ax, x: float, width: float, record: Breakdown, hatch: str, limit: float, what: str = "") -> None:
+def _stack(ax, x: float, width: float, record: Breakdown, hatch: str, limit: float) -> None:
     """One stacked bar: positive categories upward from 0, negative ones (a tracker that counted more than the
-    allocator) downward; each segment's GiB written on it when tall enough, the peak reserved above. `what`
-    names the bar in its segments' hover texts (the HTML page)."""
+    allocator) downward; each segment's GiB written on it when tall enough, the peak reserved above."""
     up = down = 0.0
     for name in CATEGORIES:
         value = record.categories.get(name, 0) / GIB
         if value == 0:
             continue
         bottom = up if value > 0 else down
-        tip(ax, x, bottom + value / 2, f"{what}: {LABELS[name]} {_gib_text(value)} GiB")
         ax.bar(
             x, value, width, bottom=bottom, color=CATEGORY_COLORS[name], edgecolor="#555555", linewidth=0.4, hatch=hatch
         )
@@ -185,43 +182,7 @@ def bars_figure(found: Sequence[Entry]):
     )
     axes = fig.subplots(len(gpus), 1, squeeze=False)[:, 0]
     for ax, gpu in zip(axes, gpus):
-        mine = [e for e in found if e.gpu == gpu]
-        records = [r for e in mine for r in (e.measured, e.predicted) if r is not None]
-        top = max(max(r.peak_reserved, sum(max(v, 0) for v in r.categories.values())) for r in records) / GIB
-        bottom = min(sum(min(v, 0) for v in r.categories.values()) for r in records) / GIB
-        for x, e in enumerate(mine):
-            width = 0.38 if e.predicted is not None else 0.6
-            left = x - 0.2 if e.predicted is not None else x
-            what = f"{e.workload} {e.precision} on {gpu} at batch {e.measured.batch}"
-            _stack(ax, left, width, e.measured, "", top - bottom, f"{what}, measured")
-            if e.predicted is not None:
-                _stack(ax, x + 0.2, width, e.predicted, "///", top - bottom, f"{what}, predicted (emulated)")
-            if e.result.capacity_bytes:
-                ax.hlines(
-                    e.result.capacity_bytes / GIB, x - 0.45, x + 0.45, colors="black", linestyles="--", linewidth=1.2
-                )
-                top = max(top, e.result.capacity_bytes / GIB)
-        ax.set_xticks(range(len(mine)))
-        ax.set_xticklabels([f"{e.precision}\nB={e.measured.batch}" for e in mine], fontsize=7.5)
-        for workload in dict.fromkeys(e.workload for e in mine):  # the workload's name under its precisions
-            xs = [x for x, e in enumerate(mine) if e.workload == workload]
-            ax.annotate(
-                "\n".join(textwrap.wrap(workload, 14 * len(xs))),
-                ((xs[0] + xs[-1]) / 2, 0),
-                xycoords=("data", "axes fraction"),
-                xytext=(0, -30),
-                textcoords="offset points",
-                ha="center",
-                va="top",
-                fontsize=8.5,
-                fontweight="bold",
-            )
-        ax.set_xlim(-0.6, len(mine) - 0.4)
-        ax.set_ylim(min(0.0, bottom * 1.1), top * 1.1)
-        ax.set_ylabel("GiB at the peak of a step at B", fontsize=8.5)
-        ax.set_title(gpu, fontsize=10)
-        ax.tick_params(axis="y", labelsize=8)
-        ax.grid(axis="y", alpha=0.3)
+        _bars_panel(ax, gpu, [e for e in found if e.gpu == gpu])
     shown = [
         n
         for n in CATEGORIES
@@ -247,12 +208,47 @@ def bars_figure(found: Sequence[Entry]):
     return fig
 
 
+def _bars_panel(ax, gpu: str, mine: Sequence[Entry]) -> None:
+    """One panel of bars_figure: the card's stacked bars, each with its capacity, named by precision and workload."""
+    records = [r for e in mine for r in (e.measured, e.predicted) if r is not None]
+    top = max(max(r.peak_reserved, sum(max(v, 0) for v in r.categories.values())) for r in records) / GIB
+    bottom = min(sum(min(v, 0) for v in r.categories.values()) for r in records) / GIB
+    for x, e in enumerate(mine):
+        width = 0.38 if e.predicted is not None else 0.6
+        left = x - 0.2 if e.predicted is not None else x
+        _stack(ax, left, width, e.measured, "", top - bottom)
+        if e.predicted is not None:
+            _stack(ax, x + 0.2, width, e.predicted, "///", top - bottom)
+        if e.result.capacity_bytes:
+            ax.hlines(e.result.capacity_bytes / GIB, x - 0.45, x + 0.45, colors="black", linestyles="--", linewidth=1.2)
+            top = max(top, e.result.capacity_bytes / GIB)
+    ax.set_xticks(range(len(mine)))
+    ax.set_xticklabels([f"{e.precision}\nB={e.measured.batch}" for e in mine], fontsize=7.5)
+    for workload in dict.fromkeys(e.workload for e in mine):  # the workload's name under its precisions
+        xs = [x for x, e in enumerate(mine) if e.workload == workload]
+        ax.annotate(
+            "\n".join(textwrap.wrap(workload, 14 * len(xs))),
+            ((xs[0] + xs[-1]) / 2, 0),
+            xycoords=("data", "axes fraction"),
+            xytext=(0, -30),
+            textcoords="offset points",
+            ha="center",
+            va="top",
+            fontsize=8.5,
+            fontweight="bold",
+        )
+    ax.set_xlim(-0.6, len(mine) - 0.4)
+    ax.set_ylim(min(0.0, bottom * 1.1), top * 1.1)
+    ax.set_ylabel("GiB at the peak of a step at B", fontsize=8.5)
+    ax.set_title(gpu, fontsize=10)
+    ax.tick_params(axis="y", labelsize=8)
+    ax.grid(axis="y", alpha=0.3)
+
+
 def lines_figure(found: Sequence[Entry]):
     """A panel per workload, precision and card: memory against batch, as a matplotlib Figure (not laid out
     yet). Raises ValueError when no entry has a per-sample line."""
     from matplotlib.figure import Figure
-    from matplotlib.lines import Line2D
-    from matplotlib.patches import Patch
 
     lined = [(e, line) for e in found for line in [per_sample_line(e)] if line is not None]
     if not lined:
@@ -263,69 +259,76 @@ def lines_figure(found: Sequence[Entry]):
     sources = set()
     for ax, (e, (static, slope, source)) in zip(axes.flat, lined):
         sources.add(source)
-        record, capacity, best = e.measured, e.result.capacity_bytes, e.result.best_batch
-        edge = (capacity - static) / slope if capacity else 0.0
-        xmax = 1.1 * max(record.batch, best or 0, edge, 1)
-        color = PRECISION_COLORS.get(e.precision, "#777777")
-        ax.fill_between([0, xmax], 0, static / GIB, color="#d9d9d9")
-        ax.text(xmax * 0.02, static / GIB / 2, f"static {static / GIB:.1f} GiB", fontsize=7.5, va="center")
-        ax.plot([0, xmax], [static / GIB, (static + slope * xmax) / GIB], color=color, linewidth=1.8)
-        ax.annotate(
-            f"+{slope / GIB * 1024:.1f} MiB per sample",
-            (xmax * 0.5, (static + slope * xmax * 0.5) / GIB),
-            textcoords="offset points",
-            xytext=(0, 8),
-            ha="right",
-            fontsize=7.5,
-            color=color,
-        )
-        if capacity:
-            ax.axhline(capacity / GIB, color="black", linestyle="--", linewidth=1.2)
-        ax.axvline(record.batch, color="#b2182b", linewidth=1.2)
-        tip(
-            ax,
-            record.batch,
-            record.peak_reserved / GIB,
-            f"{e.workload} {e.precision} on {e.gpu}: peak reserved {_gib_text(record.peak_reserved / GIB)} GiB at "
-            f"B={record.batch} - measured",
-        )
-        ax.plot(
-            record.batch,
-            record.peak_reserved / GIB,
-            "*",
-            color=color,
-            markersize=12,
-            markeredgecolor="black",
-            markeredgewidth=0.6,
-            zorder=5,
-        )
-        marks = [(record.batch, f"B={record.batch}", "#b2182b")]
-        if best == record.batch:  # one label where they meet, not two drawn over each other
-            marks = [(record.batch, f"B=b*={best}", "#b2182b")]
-        elif best:
-            ax.axvline(best, color="#1a7837", linestyle="-.", linewidth=1.2)
-            marks.append((best, f"b*={best}", "#1a7837"))
-        for x, text, ink in marks:  # B and b* named at the top, inside the panel
-            ax.annotate(
-                text,
-                (x, 1),
-                xycoords=("data", "axes fraction"),
-                xytext=(3, -3),
-                textcoords="offset points",
-                ha="left",
-                va="top",
-                fontsize=7.5,
-                color=ink,
-            )
-        ax.set_xlim(0, xmax)
-        ax.set_ylim(0, 1.08 * max(capacity or 0, static + slope * xmax, record.peak_reserved) / GIB)
-        ax.set_title(f"{e.workload} {e.precision} on {e.gpu}", fontsize=9)
-        ax.set_xlabel("batch", fontsize=8.5)
-        ax.set_ylabel("GiB", fontsize=8.5)
-        ax.tick_params(labelsize=8)
-        ax.grid(alpha=0.3)
+        _memory_panel(ax, e, static, slope)
     for ax in list(axes.flat)[len(lined) :]:
         ax.set_visible(False)
+    _lines_legend(fig, lined, sources)
+    return fig
+
+
+def _memory_panel(ax, e: Entry, static: float, slope: float) -> None:
+    """One panel of lines_figure: the static part, the per-sample line, the capacity, B and b*, the peak at B."""
+    record, capacity, best = e.measured, e.result.capacity_bytes, e.result.best_batch
+    edge = (capacity - static) / slope if capacity else 0.0
+    xmax = 1.1 * max(record.batch, best or 0, edge, 1)
+    color = PRECISION_COLORS.get(e.precision, "#777777")
+    ax.fill_between([0, xmax], 0, static / GIB, color="#d9d9d9")
+    ax.text(xmax * 0.02, static / GIB / 2, f"static {static / GIB:.1f} GiB", fontsize=7.5, va="center")
+    ax.plot([0, xmax], [static / GIB, (static + slope * xmax) / GIB], color=color, linewidth=1.8)
+    ax.annotate(
+        f"+{slope / GIB * 1024:.1f} MiB per sample",
+        (xmax * 0.5, (static + slope * xmax * 0.5) / GIB),
+        textcoords="offset points",
+        xytext=(0, 8),
+        ha="right",
+        fontsize=7.5,
+        color=color,
+    )
+    if capacity:
+        ax.axhline(capacity / GIB, color="black", linestyle="--", linewidth=1.2)
+    ax.axvline(record.batch, color="#b2182b", linewidth=1.2)
+    ax.plot(
+        record.batch,
+        record.peak_reserved / GIB,
+        "*",
+        color=color,
+        markersize=12,
+        markeredgecolor="black",
+        markeredgewidth=0.6,
+        zorder=5,
+    )
+    marks = [(record.batch, f"B={record.batch}", "#b2182b")]
+    if best == record.batch:  # one label where they meet, not two drawn over each other
+        marks = [(record.batch, f"B=b*={best}", "#b2182b")]
+    elif best:
+        ax.axvline(best, color="#1a7837", linestyle="-.", linewidth=1.2)
+        marks.append((best, f"b*={best}", "#1a7837"))
+    for x, text, ink in marks:  # B and b* named at the top, inside the panel
+        ax.annotate(
+            text,
+            (x, 1),
+            xycoords=("data", "axes fraction"),
+            xytext=(3, -3),
+            textcoords="offset points",
+            ha="left",
+            va="top",
+            fontsize=7.5,
+            color=ink,
+        )
+    ax.set_xlim(0, xmax)
+    ax.set_ylim(0, 1.08 * max(capacity or 0, static + slope * xmax, record.peak_reserved) / GIB)
+    ax.set_title(f"{e.workload} {e.precision} on {e.gpu}", fontsize=9)
+    ax.set_xlabel("batch", fontsize=8.5)
+    ax.set_ylabel("GiB", fontsize=8.5)
+    ax.tick_params(labelsize=8)
+    ax.grid(alpha=0.3)
+
+
+def _lines_legend(fig, lined: Sequence[tuple[Entry, Any]], sources: set[str]) -> None:
+    """lines_figure's one legend and footer."""
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
     precisions = list(dict.fromkeys(e.precision for e, _ in lined))
     handles: list[Any] = [Patch(facecolor="#d9d9d9", label="static part (batch-independent)")]
     handles += [
@@ -353,4 +356,3 @@ def lines_figure(found: Sequence[Entry]):
         color="#444444",
         wrap=True,
     )
-    return fig

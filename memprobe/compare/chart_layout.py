@@ -8,10 +8,8 @@ no smaller than 7.5 pt. Each is written as PNG and SVG.
 from __future__ import annotations
 
 import math
-from contextlib import contextmanager
-from contextvars import ContextVar
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from memprobe.core.outputs import prepare_dir, save_figure
 
@@ -22,46 +20,6 @@ MAX_COLUMNS = 4
 FORMATS = ("png", "svg")
 PRECISION_COLORS = {"fp32": "#4c4c4c", "tf32": "#8c6bb1", "fp16": "#e6550d", "bf16": "#1f5fa8"}
 PRECISION_LINESTYLES: dict[str, Any] = {"fp32": ":", "tf32": "-.", "fp16": "-", "bf16": "--"}
-TIP_ID = "memprobe-tip-"  # the SVG id of a hover target is this and its index in the list of tips
-_TIPS: ContextVar[list[str] | None] = ContextVar("memprobe_chart_tips", default=None)
-
-
-@contextmanager
-def collecting_tips() -> Iterator[list[str]]:
-    """While open, tip() gives the charts drawn hover targets; yields the list their texts go into, in the order
-    of their ids (the HTML page shows them on hover)."""
-    tips: list[str] = []
-    token = _TIPS.set(tips)
-    try:
-        yield tips
-    finally:
-        _TIPS.reset(token)
-
-
-def tip(ax: Any, x: float, y: float, text: str) -> None:
-    """A hover target at (x, y), in data coordinates, saying `text`, while tips are collected (collecting_tips);
-    nothing otherwise, so the PNG and SVG files of --charts stay as they are."""
-    tips = _TIPS.get()
-    if tips is None:
-        return
-    # An invisible square over the point, drawn last (on top) so the pointer finds it, and left out of the layout;
-    # one color for all, so the SVG defines its marker once.
-    (marker,) = ax.plot(
-        [x],
-        [y],
-        marker="s",
-        markersize=9,
-        color="black",
-        alpha=0.0,
-        linestyle="none",
-        gid=f"{TIP_ID}{len(tips)}",
-        scalex=False,
-        scaley=False,
-        zorder=100,
-        clip_on=False,
-    )
-    marker.set_in_layout(False)
-    tips.append(text)
 
 
 def grid_shape(panels: int, max_columns: int = MAX_COLUMNS) -> tuple[int, int]:

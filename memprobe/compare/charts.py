@@ -67,6 +67,7 @@ def relative_heat(relative: Relative) -> Heat:
         columns + mean_header,
         [(_row_label(r.gpu, r.origin), r.origin) for r in relative.rows],
         colorbar=f"throughput / {_short(relative.reference)} (log scale)",
+        cards=[r.gpu for r in relative.rows],
     )
     for i, row in enumerate(relative.rows):
         for j, col in enumerate(relative.columns):
@@ -112,6 +113,7 @@ def value_heat(comparison: Comparison, catalog: Catalog) -> tuple[Heat, dict[str
         [(_row_label(gpu, origin), origin) for gpu, origin in rows],
         scale="share",
         colorbar="share of the column's best",
+        cards=[gpu for gpu, _origin in rows],
     )
     for i, key in enumerate(rows):
         for j, col in enumerate(columns):

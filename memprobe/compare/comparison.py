@@ -16,11 +16,13 @@ from typing import Any, Iterable, Mapping, Sequence
 from memprobe.compare.published import Figure, default_published
 from memprobe.core.catalog import PRECISIONS, Catalog, default_catalog
 from memprobe.core.environment import WorkloadRecord
+from memprobe.core.memcap import is_emulated
 from memprobe.core.records import Timed
 from memprobe.core.results import PrecisionResult, ScanResult
 from memprobe.core.variants import axis_name
 
 MEASURED, PUBLISHED, PREDICTED = "measured", "published", "predicted"
+EMULATED = "emulated"  # measured on a larger card capped to a smaller one's memory (scan --memory-cap)
 
 
 MARKS = {MEASURED: "", PUBLISHED: " (pub)", PREDICTED: " (pred)"}
@@ -111,6 +113,15 @@ class Comparison:
             if (p.gpu, p.workload, p.precision, p.origin) == (gpu, workload, precision, origin):
                 return p
         return None
+
+
+def file_kind(result: ScanResult) -> str:
+    """What a result file holds: measured on a real card, emulated (scan --memory-cap) or predicted (memprobe
+    predict); the page and the workload views label every figure with it."""
+    gpu = result.environment.gpu
+    if gpu is not None and gpu.predicted:
+        return PREDICTED
+    return EMULATED if is_emulated(result.gpu_name()) else MEASURED
 
 
 def definition_key(workload: WorkloadRecord) -> str:

@@ -80,7 +80,9 @@ def like_for_like(comparison: Comparison, at_batch: str = "best") -> Basis:
                 figure = curve_at(p, common[(p.workload, p.precision)])
             if figure is None:
                 fallback.append(p)
-        points.append(p if figure is None else replace(p, throughput=figure, at=at))
+        # MFU scales with the throughput it is taken at (the same FLOPs per sample, the same peak)
+        mfu = p.mfu * figure / p.throughput if figure is not None and p.mfu is not None and p.throughput else p.mfu
+        points.append(p if figure is None else replace(p, throughput=figure, at=at, mfu=mfu))
     basis.comparison = replace(comparison, points=points)
     if not any(p.throughput for p in comparison.points if p not in fallback):
         basis.label = f"{LABELS['max']}: no throughput curve in these inputs"

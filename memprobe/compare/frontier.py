@@ -103,7 +103,7 @@ def frontier_figure(entries: dict[tuple[str, str, str], dict[str, Frontier]]):
     """The frontier panels as a matplotlib Figure (not laid out yet). Raises ValueError without entries."""
     from matplotlib.figure import Figure
 
-    from memprobe.compare.chart_layout import figure_size, grid_shape, tip
+    from memprobe.compare.chart_layout import figure_size, grid_shape
 
     if not entries:
         raise ValueError("a frontier chart needs at least one frontier")
@@ -121,8 +121,6 @@ def frontier_figure(entries: dict[tuple[str, str, str], dict[str, Frontier]]):
             )
             if pairs:
                 ax.plot([p[0] for p in pairs], [p[1] for p in pairs], style, label=source)
-            for seq, batch in (pair for pair in pairs if min(pair) > 0):  # log axes: a 0 is not drawn
-                tip(ax, seq, batch, f"{workload} {precision} on {card}, {source}: batch {batch} at length {seq}")
         ax.set_xscale("log", base=2)
         ax.set_yscale("log", base=2)
         ax.set_xlabel("sequence length")

@@ -20,6 +20,11 @@ def price_text(card: Card) -> str:
     return "-" if price is None else f"{price.usd:,.0f} ({price.date}, {price.source})"
 
 
+def per_1000_usd(throughput: float, card: Card) -> float | None:
+    """Throughput per 1000 USD of the card's catalog price (None without a price)."""
+    return throughput / card.price.usd * 1000 if card.price else None
+
+
 def catalog_table(cards: Sequence[Card]) -> Table:
     """The catalog rows shown (datasheet values and sourced prices; nothing here is measured)."""
     columns = [
@@ -184,7 +189,8 @@ def value_table(comparison: Comparison | None, cards: Sequence[Card], workloads:
         throughput = p.throughput or 0.0  # points holds only those with a throughput
         mark = "" if p.origin == MEASURED else " (pub)"
         price = card.price.usd if card.price else None
-        per_usd = Cell(f"{throughput / price * 1000:.2f}{mark}", throughput / price * 1000, p.origin) if price else "-"
+        value = per_1000_usd(throughput, card)
+        per_usd = Cell(f"{value:.2f}{mark}", value, p.origin) if value is not None else "-"
         per_w = Cell(f"{throughput / card.tdp_w:.3f}{mark}", throughput / card.tdp_w, p.origin) if card.tdp_w else "-"
         power = ((p.utilization or {}).get("power_w") or {}).get("mean")
         per_power = Cell(f"{throughput / power:.3f}", throughput / power, MEASURED) if power else "-"
@@ -221,26 +227,35 @@ def value_table(comparison: Comparison | None, cards: Sequence[Card], workloads:
 
 
 def verdict_table(verdicts_: Sequence[Verdict]) -> Table:
-    """One line per card: the verdict and the best batch per workload it rests on."""
+    """A row per card: the verdict, how many workloads train (roomily), and a column per workload with the best
+    batch it rests on (its precision, and whether it is predicted)."""
+    workloads = list(dict.fromkeys(w for v in verdicts_ for w in v.best))
     rows = []
     for v in verdicts_:
-        basis = "; ".join(
-            f"{w} {b} ({pr}{', pred' if origin == PREDICTED else ''})" for w, (b, pr, origin) in v.best.items()
-        )
-        rows.append(
-            [
-                v.card.name,
-                fmt_number(v.card.memory_bytes / 2**30),
-                price_text(v.card),
-                v.verdict,
-                f"{v.trains}/{v.total} train, {v.roomy}/{v.total} roomy",
-                basis or "-",
-            ]
-        )
+        row: list[Any] = [
+            v.card.name,
+            fmt_number(v.card.memory_bytes / 2**30),
+            f"{v.card.price.usd:,.0f}" if v.card.price else "-",
+            v.verdict,
+            f"{v.trains}/{v.total} train, {v.roomy}/{v.total} roomy",
+        ]
+        for w in workloads:
+            if w not in v.best:
+                row.append("-")
+                continue
+            batch, precision, origin = v.best[w]
+            row.append(Cell(f"{batch} ({precision}{', pred' if origin == PREDICTED else ''})", float(batch), origin))
+        rows.append(row)
+    notes = [
+        VERDICT_RULE,
+        "A workload's column: the card's largest batch over the precisions it supports (which one, "
+        "and 'pred' where predicted); prices as in the catalog table.",
+    ]
     return Table(
         "verdicts",
-        "Verdicts",
-        ["card", "memory GiB", "price USD", "verdict", "count", "best batch per workload"],
+        "Verdicts, and the best batch per workload they rest on",
+        ["card", "memory GiB", "price USD", "verdict", "count", *workloads],
         rows,
-        [VERDICT_RULE],
+        notes,
+        keep=1,
     )

@@ -45,6 +45,9 @@ class Heat:
     cells: dict[tuple[int, int], HeatCell] = field(default_factory=dict)
     scale: str = "ratio"  # "ratio": log scale centred on 1; "share": 0 to 1
     colorbar: str = ""
+    cards: list[str] = field(
+        default_factory=list
+    )  # the card of each row, as the comparison names it (the page's filter)
 
     def groups(self) -> list[tuple[str, int, int]]:
         """(group, first column, last column) of each run of columns with the same group."""
@@ -172,17 +175,57 @@ def header(*parts: str, width: int = 16) -> str:
     return "\n".join(line for part in parts if part for line in textwrap.wrap(part, width, break_on_hyphens=False))
 
 
+# matplotlib's "RdBu" (ratio) and "Greens" (share) colormaps, the ColorBrewer colors the charts use, and the 256 steps
+# matplotlib interpolates between them: the page colors its tables alike without importing matplotlib.
+_BREWER = {
+    "ratio": ("#67001f", "#b2182b", "#d6604d", "#f4a582", "#fddbc7", "#f7f7f7", "#d1e5f0", "#92c5de", "#4393c3",
+              "#2166ac", "#053061"),
+    "share": ("#f7fcf5", "#e5f5e0", "#c7e9c0", "#a1d99b", "#74c476", "#41ab5d", "#238b45", "#006d2c", "#00441b"),
+}  # fmt: skip
+LUT_SIZE = 256
+
+
+def _lut(scale: str) -> list[tuple[float, float, float]]:
+    """The colormap as matplotlib tabulates it: LUT_SIZE colors, linear between the anchors, ends included."""
+    anchors = [(int(h[1:3], 16) / 255, int(h[3:5], 16) / 255, int(h[5:7], 16) / 255) for h in _BREWER[scale]]
+    steps = len(anchors) - 1
+    out = []
+    for i in range(LUT_SIZE):
+        x = i / (LUT_SIZE - 1) * steps
+        k = min(int(x), steps - 1)
+        (r0, g0, b0), (r1, g1, b1) = anchors[k], anchors[k + 1]
+        f = x - k
+        out.append((r0 + (r1 - r0) * f, g0 + (g1 - g0) * f, b0 + (b1 - b0) * f))
+    return out
+
+
+def _norm(heat: Heat):
+    """A cell's value on 0..1 as the chart's norm puts it: log2 of the ratio, centred on 1 (TwoSlopeNorm), or the
+    share itself; None for a value with no color (not above 0 on the log scale)."""
+    if heat.scale == "ratio":
+        spread = max([abs(math.log2(c.value)) for c in heat.cells.values() if c.value > 0] + [1.0])
+
+        def ratio(value: float) -> float | None:
+            if value <= 0:
+                return None
+            x = math.log2(value)
+            return 0.5 / spread * (x + spread) if x < 0 else 0.5 / spread * x + 0.5
+
+        return ratio
+    return lambda value: value
+
+
 def heat_colors(heat: Heat) -> dict[tuple[int, int], tuple[str, str]]:
     """Each cell's fill and text color as CSS hex colors, on the scale the chart draws (OOM cells grey): the HTML
-    page colors its tables with them."""
-    from matplotlib.colors import to_hex
-
-    cmap, norm, transform = _colors(heat)
+    page colors its tables with them (the same colors as matplotlib's, tests/test_charts.py checks)."""
+    lut, norm = _lut(heat.scale), _norm(heat)
     out = {}
     for key, cell in heat.cells.items():
-        shown = None if cell.oom else transform(cell.value)
+        shown = None if cell.oom else norm(cell.value)
         if shown is None:
             out[key] = (OOM_FILL, "black")
-        else:
-            out[key] = (to_hex(cmap(norm(shown))), _ink(cmap, norm, shown))
+            continue
+        r, g, b = lut[min(max(int(shown * LUT_SIZE), 0), LUT_SIZE - 1)]
+        fill = "#" + "".join(format(round(v * 255), "02x") for v in (r, g, b))
+        out[key] = (fill, "white" if 0.299 * r + 0.587 * g + 0.114 * b < 0.5 else "black")
     return out

@@ -18,7 +18,6 @@ from memprobe.compare.chart_layout import (
     figure_size,
     grid_shape,
     save,
-    tip,
 )
 from memprobe.compare.comparison import MEASURED, PRECISION_ORDER, PREDICTED, PUBLISHED, Comparison
 from memprobe.compare.legend import marker_handle, title_legend
@@ -115,65 +114,7 @@ def max_batch_figure(panels: Sequence[BatchPanel], footer: str):
     shown: dict[str, bool] = {}
     precisions: list[str] = []
     for ax, panel in zip(axes.flat, panels):
-        ticks = sorted({round(p.memory_gib, 1) for p in panel.points})
-        for precision in panel.precisions():
-            if precision not in precisions:
-                precisions.append(precision)
-            color = PRECISION_COLORS.get(precision, "#777777")
-            mine = [p for p in panel.points if p.precision == precision]
-            for p in mine:
-                tip(
-                    ax,
-                    p.memory_gib,
-                    p.batch,
-                    f"{panel.workload} {precision} on {p.card} ({p.memory_gib:g} GiB): "
-                    + (f"max batch {'>=' if p.lower_bound else ''}{p.batch:g} {panel.unit}" if p.batch else "OOM")
-                    + f" - {p.origin}",
-                )
-            line = sorted((p.memory_gib, p.batch) for p in mine if p.origin == PREDICTED)
-            if line:  # precisions with equal batches overlap: their line styles tell them apart
-                ax.plot(
-                    *zip(*line),
-                    PRECISION_LINESTYLES.get(precision, "-"),
-                    marker="o",
-                    color=color,
-                    markersize=3,
-                    linewidth=1.6,
-                )
-                shown[PREDICTED] = True
-            for p in mine:
-                if p.origin == MEASURED:
-                    ax.plot(
-                        p.memory_gib,
-                        p.batch,
-                        "*",
-                        color=color,
-                        markersize=13,
-                        markeredgecolor="black",
-                        markeredgewidth=0.7,
-                        zorder=5,
-                    )
-                elif p.origin == PUBLISHED:
-                    ax.plot(
-                        p.memory_gib,
-                        p.batch,
-                        "^",
-                        markerfacecolor="none",
-                        markeredgecolor=color,
-                        markersize=8,
-                        markeredgewidth=1.4,
-                        zorder=4,
-                    )
-                shown[p.origin] = True
-        ax.set_xscale("log", base=2)
-        ax.set_xticks(ticks)
-        ax.set_xticklabels([f"{t:g}" for t in ticks], fontsize=7.5, rotation=90 if len(ticks) > 9 else 0)
-        ax.minorticks_off()
-        ax.set_ylim(bottom=0)
-        ax.set_title(panel.workload, fontsize=10)
-        ax.set_ylabel(f"max batch ({panel.unit} per step)", fontsize=8.5)
-        ax.tick_params(axis="y", labelsize=8)
-        ax.grid(alpha=0.3)
+        _batch_panel(ax, panel, shown, precisions)
     for ax in list(axes.flat)[len(panels) :]:
         ax.set_visible(False)
     handles = [
@@ -196,3 +137,58 @@ def max_batch_figure(panels: Sequence[BatchPanel], footer: str):
     title_legend(fig, handles, "Max training batch by card memory", len(handles))
     fig.supxlabel("card memory (GiB, log scale). " + footer, fontsize=7.5, color="#444444", wrap=True)
     return fig
+
+
+def _batch_panel(ax, panel: BatchPanel, shown: dict[str, bool], precisions: list[str]) -> None:
+    """One panel of max_batch_figure: a line of predicted dots per precision, measured stars, published triangles;
+    the origins drawn are added to `shown`, the precisions to `precisions`."""
+    ticks = sorted({round(p.memory_gib, 1) for p in panel.points})
+    for precision in panel.precisions():
+        if precision not in precisions:
+            precisions.append(precision)
+        color = PRECISION_COLORS.get(precision, "#777777")
+        mine = [p for p in panel.points if p.precision == precision]
+        line = sorted((p.memory_gib, p.batch) for p in mine if p.origin == PREDICTED)
+        if line:  # precisions with equal batches overlap: their line styles tell them apart
+            ax.plot(
+                *zip(*line),
+                PRECISION_LINESTYLES.get(precision, "-"),
+                marker="o",
+                color=color,
+                markersize=3,
+                linewidth=1.6,
+            )
+            shown[PREDICTED] = True
+        for p in mine:
+            if p.origin == MEASURED:
+                ax.plot(
+                    p.memory_gib,
+                    p.batch,
+                    "*",
+                    color=color,
+                    markersize=13,
+                    markeredgecolor="black",
+                    markeredgewidth=0.7,
+                    zorder=5,
+                )
+            elif p.origin == PUBLISHED:
+                ax.plot(
+                    p.memory_gib,
+                    p.batch,
+                    "^",
+                    markerfacecolor="none",
+                    markeredgecolor=color,
+                    markersize=8,
+                    markeredgewidth=1.4,
+                    zorder=4,
+                )
+            shown[p.origin] = True
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(ticks)
+    ax.set_xticklabels([f"{t:g}" for t in ticks], fontsize=7.5, rotation=90 if len(ticks) > 9 else 0)
+    ax.minorticks_off()
+    ax.set_ylim(bottom=0)
+    ax.set_title(panel.workload, fontsize=10)
+    ax.set_ylabel(f"max batch ({panel.unit} per step)", fontsize=8.5)
+    ax.tick_params(axis="y", labelsize=8)
+    ax.grid(alpha=0.3)

@@ -1,41 +1,28 @@
-"""The HTML pieces of the report page: tables that sort and filter, inline SVG charts with hover texts, sources.
+"""The HTML pieces of the report page: tables that sort and filter, heatmap tables, and the list of sources.
 
-No torch. Everything is inline (no network when the page is opened): charts are matplotlib's SVG written into
-the page, each chart's ids made its own so several can share one document. Every number comes from a compare
-Table or Heat as the text reports show it; a measured cell links to the result file that measured it.
+No torch. Every number comes from a compare Table or Heat as the text reports show it; a measured cell links to the
+result file that measured it, listed under a name relative to the folder given (`shown_names`: never the writing
+machine's absolute path). Rows, columns and cells carry the workload, precision and card they are about
+(data-workload, data-precision, data-card), which the page's filters read.
 """
 
 from __future__ import annotations
 
-import io
-import re
 from html import escape
-from pathlib import Path
-from typing import Any, Iterable, Sequence
+from pathlib import Path, PurePath
+from typing import Any, Collection, Iterable, Mapping, Sequence
 
-from memprobe.compare.chart_layout import TIP_ID
-from memprobe.compare.comparison import MEASURED
+from memprobe.compare.comparison import file_kind, workload_labels
 from memprobe.compare.heatmap import Heat
+from memprobe.compare.published import SOURCES
 from memprobe.compare.tables import Cell, Table
-from memprobe.core.catalog import PRECISIONS
-from memprobe.core.memcap import is_emulated
+from memprobe.core.catalog import PRECISIONS, default_catalog
 from memprobe.core.results import ScanResult
-
-PREDICTED_FILE, EMULATED = "predicted", "emulated"
 
 
 def esc(value: Any) -> str:
     """Text for HTML, quotes too (it also goes into attributes)."""
     return escape(str(value), quote=True)
-
-
-def file_kind(result: ScanResult) -> str:
-    """What a result file holds: measured on a real card, emulated (scan --memory-cap) or predicted (memprobe
-    predict); the page labels every figure with it."""
-    gpu = result.environment.gpu
-    if gpu is not None and gpu.predicted:
-        return PREDICTED_FILE
-    return EMULATED if is_emulated(result.gpu_name()) else MEASURED
 
 
 def environment_text(result: ScanResult) -> str:
@@ -48,49 +35,106 @@ def environment_text(result: ScanResult) -> str:
     return ", ".join(parts)
 
 
-class Sources:
-    """The result files on the page, numbered in the order given: cells link to #src-N, and the page lists them."""
+def shown_names(files: Sequence[str | Path], given: Sequence[str | Path]) -> dict[str, str]:
+    """The name each file is shown under: relative to the folder it was found in, after that folder's own name
+    ("h100/x.json" for a file of `report /home/me/reports/h100`), or its name alone where it was given itself; never
+    an absolute path. Where two files would share a name, each takes more of its folder's path until they differ."""
+    roots = [Path(g).resolve() for g in given]
+    parts: dict[str, tuple[str, ...]] = {}
+    for f in files:
+        real = Path(f).resolve()
+        found = next((r for r in roots if real == r or r in real.parents), None)
+        if found is None or found == real:
+            parts[str(f)] = (real.name,)
+        else:
+            parts[str(f)] = ((found.name,) if found.name else ()) + real.relative_to(found).parts
+    names = {f: PurePath(*p).as_posix() for f, p in parts.items()}
+    for _ in range(64):  # widen clashing names one folder at a time (a path has fewer folders than this)
+        count: dict[str, int] = {}
+        for name in names.values():
+            count[name] = count.get(name, 0) + 1
+        clashing = [f for f, name in names.items() if count[name] > 1]
+        if not clashing:
+            break
+        for f in clashing:
+            real = Path(f).resolve()
+            shown = len(parts[f])
+            above = real.parts[1:-shown] if len(real.parts) > shown + 1 else ()
+            if above:
+                parts[f] = (above[-1],) + parts[f]
+                names[f] = PurePath(*parts[f]).as_posix()
+    return names
 
-    def __init__(self, loaded: Sequence[tuple[Path, ScanResult]]) -> None:
+
+class Sources:
+    """The result files on the page, numbered in the order given: cells link to #src-N, and the page lists them
+    under their shown names (shown_names), with the published sources the page's figures cite."""
+
+    def __init__(self, loaded: Sequence[tuple[Path, ScanResult]], given: Sequence[str | Path] = ()) -> None:
         self.loaded = list(loaded)
         self.number = {str(path): i + 1 for i, (path, _result) in enumerate(self.loaded)}
         self.results = {str(path): result for path, result in self.loaded}
+        self.names = shown_names([p for p, _r in self.loaded], given or [Path(p).parent for p, _r in self.loaded])
+        self._by_result = {id(result): str(path) for path, result in self.loaded}
 
     def of(self, result: ScanResult) -> str:
         """The path a result was read from ("" when it is not among the files)."""
-        return next((str(path) for path, r in self.loaded if r is result), "")
+        return self._by_result.get(id(result), "")
+
+    def name(self, source: str) -> str:
+        """The name a file is shown under (its own name when it is not among the files)."""
+        return self.names.get(source, Path(source).name)
 
     def tip(self, source: str) -> str:
-        """What hovering a linked figure says: what the file holds, its name and its environment."""
+        """What hovering a linked figure says: what the file holds, its shown name and its environment."""
         result = self.results.get(source)
         if result is None:
-            return f"from {source}"
-        return f"{file_kind(result)} in {Path(source).name} ({environment_text(result)})"
+            return f"from {Path(source).name}"
+        return f"{file_kind(result)} in {self.name(source)} ({environment_text(result)})"
 
     def link(self, source: str, inner: str) -> str:
-        """`inner` (HTML) linked to the source's entry in the list of result files; unlinked when unknown."""
+        """`inner` (HTML) linked to the source's entry in the list of files (which holds the hover text): a result
+        file's number, or a published source's key; unlinked when unknown."""
         n = self.number.get(source)
-        if n is None:
-            return inner
-        return f'<a class="src" href="#src-{n}" data-n="{n}" data-tip="{esc(self.tip(source))}">{inner}</a>'
+        if n is not None:
+            return f'<a class="src" href="#src-{n}" data-n="{n}">{inner}</a>'
+        if source in SOURCES:
+            return f'<a class="src" href="#pub-{esc(source)}" data-n="{esc(source)}">{inner}</a>'
+        return inner
 
     def list_html(self) -> str:
-        """The numbered list of result files with what each holds and its environment."""
+        """The numbered list of result files with what each holds and its environment, each tagged with its
+        workload and card for the filters."""
+        labels, _notes = workload_labels([r for _p, r in self.loaded])
+        catalog = default_catalog()
         items = []
-        for i, (path, result) in enumerate(self.loaded, 1):
+        for i, ((path, result), label) in enumerate(zip(self.loaded, labels), 1):
             precisions = ", ".join(f"{n} {p.status}" for n, p in result.precisions.items()) or "no precision"
+            kind = file_kind(result)
+            card = catalog.canonical(result.gpu_name())
             items.append(
-                f'<li id="src-{i}" value="{i}"><code>{esc(path)}</code> <span class="kind kind-{file_kind(result)}">'
-                f"{file_kind(result)}</span><br>{esc(result.workload.name)} "
-                f"({esc(result.mode)}; {esc(precisions)}), {esc(result.created)}; "
-                f"{esc(environment_text(result))}</li>"
+                f'<li id="src-{i}" value="{i}" data-workload="{esc(label)}" data-card="{esc(card)}" '
+                f'data-tip="{esc(self.tip(str(path)))}"><code>{esc(self.name(str(path)))}</code> '
+                f'<span class="kind kind-{kind}">{kind}</span><br>{esc(result.workload.name)} '
+                f"({esc(result.mode)}; {esc(precisions)}), {esc(result.created)}; {esc(environment_text(result))}</li>"
             )
         return '<ol class="sources">' + "".join(items) + "</ol>"
 
 
-def column_meta(name: str) -> tuple[str, str]:
-    """(precision, workload) a column is about, from its name: "fp16", "fp16 MFU", "resnet50 fp16"; ("", "")
-    for a column about neither (the page's filters hide columns by these)."""
+def published_html(keys: Iterable[str]) -> str:
+    """The published sources a page cites, each with its anchor (#pub-KEY) and citation."""
+    items = [
+        f'<li id="pub-{esc(k)}" data-tip="{esc(SOURCES.get(k, k))}"><code>{esc(k)}</code>: {esc(SOURCES.get(k, k))}</li>'
+        for k in sorted(set(keys))
+    ]
+    return f'<ul class="sources">{"".join(items)}</ul>' if items else ""
+
+
+def column_meta(name: str, workloads: Collection[str] = ()) -> tuple[str, str]:
+    """(precision, workload) a column is about, from its name: "fp16", "fp16 MFU", "resnet50 fp16", or a workload's
+    own name (one of `workloads`); ("", "") for a column about neither (the page's filters hide columns by these)."""
+    if name in workloads:
+        return "", name
     words = name.split(" ")
     if words[0] in PRECISIONS:
         return words[0], ""
@@ -99,16 +143,27 @@ def column_meta(name: str) -> tuple[str, str]:
     return "", ""
 
 
-ROW_KEYS = {"workload": "workload", "model": "workload", "precision": "precision"}
+LONG = 48  # characters: a cell longer than this wraps on the page, shorter ones stay on one line
+
+# A row's workload, precision and card come from its own columns of these names.
+ROW_KEYS = {
+    "workload": "workload",
+    "model": "workload",
+    "precision": "precision",
+    "GPU": "card",
+    "gpu": "card",
+    "card": "card",
+}
 
 
-def _cell_html(cell: Any, sources: Sources, color: tuple[str, str] | None) -> str:
+def _cell_html(cell: Any, sources: Sources, color: tuple[str, str] | None, attrs: str = "") -> str:
     """One <td>: its text, and for a Cell its number (data-value, for sorting), origin (class) and file (link)."""
-    attrs = ""
     text = esc(cell).replace("\n", "<br>")
+    if len(str(cell)) > LONG:
+        attrs += ' class="long"' if not isinstance(cell, Cell) else ""
     if isinstance(cell, Cell):
         if cell.value is not None:
-            attrs += f' data-value="{cell.value:.10g}"'
+            attrs += f' data-value="{cell.value:.7g}"'
         attrs += f' class="o-{esc(cell.origin)}"'
         if cell.source:
             text = sources.link(cell.source, text)
@@ -120,36 +175,31 @@ def _cell_html(cell: Any, sources: Sources, color: tuple[str, str] | None) -> st
 def table_html(
     table: Table,
     sources: Sources,
-    colors: dict[tuple[int, int], tuple[str, str]] | None = None,
+    colors: Mapping[tuple[int, int], tuple[str, str]] | None = None,
     caption: bool = True,
+    workloads: Collection[str] = (),
 ) -> str:
-    """A Table as a sortable HTML table with its notes: columns and rows carry the precision and workload they are
-    about (data-precision, data-workload) for the page's filters; a measured cell links to its result file, and
-    a table whose rows are files (Table.sources) gets a column linking each row's. `colors` paints cells
-    (row, column) as a heatmap."""
-    metas = [column_meta(c) for c in table.columns]
+    """A Table as a sortable HTML table with its notes: columns and rows carry the precision, workload and card they
+    are about (data-precision, data-workload, data-card) for the page's filters; a measured cell links to its result
+    file, and a table whose rows are files (Table.sources) gets a column linking each row's. `colors` paints cells
+    (row, column) as a heatmap; `workloads` are the labels a column may be named after."""
+    metas = [column_meta(c, workloads) for c in table.columns]
     row_keys = {i: ROW_KEYS[c] for i, c in enumerate(table.columns) if c in ROW_KEYS}
-    head = []
-    for column, (precision, workload) in zip(table.columns, metas):
-        head.append(
-            f"<th{_data('precision', precision)}{_data('workload', workload)}>"
-            f'<button type="button" class="sort">{esc(column)}</button></th>'
-        )
+    head = [
+        f"<th{_data('precision', precision)}{_data('workload', workload)}>{esc(column)}</th>"
+        for column, (precision, workload) in zip(table.columns, metas)
+    ]
     if table.sources:
-        head.append('<th><button type="button" class="sort">result file</button></th>')
+        head.append("<th>result file</th>")
     body = []
     for r, row in enumerate(table.rows):
-        # a row's precision and workload come from its own columns ("precision", "workload" or "model")
         meta = {key: str(row[i]) for i, key in row_keys.items() if i < len(row)}
         cells = [_cell_html(cell, sources, (colors or {}).get((r, c))) for c, cell in enumerate(row)]
         if table.sources:
             source = table.sources[r] if r < len(table.sources) else ""
             cells.append(f"<td>{sources.link(source, '[' + str(sources.number.get(source, '-')) + ']')}</td>")
-        body.append(
-            f"<tr{_data('precision', meta.get('precision', ''))}{_data('workload', meta.get('workload', ''))}>"
-            + "".join(cells)
-            + "</tr>"
-        )
+        tags = "".join(_data(k, meta.get(k, "")) for k in ("precision", "workload", "card"))
+        body.append(f"<tr{tags}>" + "".join(cells) + "</tr>")
     title = f"<caption>{esc(table.title)}</caption>" if caption else ""
     rows_html = "".join(body) if body else f'<tr><td colspan="{len(head)}">(no rows)</td></tr>'
     return (
@@ -168,67 +218,42 @@ def notes_html(notes: Iterable[str]) -> str:
     return f'<ul class="notes">{"".join(items)}</ul>' if items else ""
 
 
-def heat_html(heat: Heat, colors: dict[tuple[int, int], tuple[str, str]], key: str, caption: str) -> str:
-    """A Heat (compare.heatmap) as a colored HTML table: workload groups above their precision columns, a row
-    per card, each cell its number, colored as the chart colors it; hovering a cell says what it is."""
-    groups = "".join(f'<th colspan="{last - first + 1}">{esc(group)}</th>' for group, first, last in heat.groups())
-    labels = "".join(f"<th>{esc(label).replace(chr(10), '<br>')}</th>" for _group, label in heat.columns)
+def heat_html(
+    heat: Heat,
+    colors: Mapping[tuple[int, int], tuple[str, str]],
+    key: str,
+    caption: str,
+    cards: Sequence[str] = (),
+) -> str:
+    """A Heat (compare.heatmap) as a colored HTML table: workload groups above their precision columns, a row per
+    card (tagged with `cards`, one per row, for the filters), each cell its number, colored as the chart colors it
+    (the page's script says, on hover, the row, column and origin it is)."""
+    groups = "".join(
+        f'<th colspan="{last - first + 1}" data-workload="{esc(group)}">{esc(group)}</th>'
+        for group, first, last in heat.groups()
+    )
+    labels = "".join(
+        f'<th data-workload="{esc(group)}"{_data("precision", label.splitlines()[0])}>'
+        f"{esc(label).replace(chr(10), '<br>')}</th>"
+        for group, label in heat.columns
+    )
     body = []
     for r, (label, origin) in enumerate(heat.rows):
         cells = [f'<th class="o-{esc(origin)}">{esc(label)}</th>']
-        for c, (group, column) in enumerate(heat.columns):
+        for c in range(len(heat.columns)):
             cell = heat.cells.get((r, c))
             if cell is None:
                 cells.append("<td>-</td>")
                 continue
             fill, ink = colors.get((r, c), ("#ffffff", "black"))
-            what = f"{label}, {group} {column.splitlines()[0]}: {cell.text} ({cell.origin})"
             cells.append(
                 f'<td class="o-{esc(cell.origin)}" style="background:{fill};color:{ink}" '
-                f'data-value="{cell.value:.10g}" data-tip="{esc(what)}">{esc(cell.text)}</td>'
+                f'data-value="{cell.value:.6g}">{esc(cell.text)}</td>'
             )
-        body.append("<tr>" + "".join(cells) + "</tr>")
+        card = _data("card", cards[r]) if r < len(cards) else ""
+        body.append(f"<tr{card}>" + "".join(cells) + "</tr>")
     return (
         f'<div class="table-wrap"><table class="heat" data-table="{esc(key)}"><caption>{esc(caption)}</caption>'
         f"<thead><tr><th></th>{groups}</tr><tr><th></th>{labels}</tr></thead><tbody>{''.join(body)}</tbody>"
         "</table></div>"
     )
-
-
-_ID = re.compile(r'\bid="([^"]+)"')
-_REF = re.compile(r'(href="#|url\(#)([^")]+)')
-
-
-def svg_html(fig: Any, tips: Sequence[str], name: str, caption: str) -> str:
-    """A matplotlib Figure as an inline <figure>: its SVG (text kept as text), ids prefixed with `name` so charts
-    do not share ids, hover targets (chart_layout.tip) given their texts, and sized to the page's width."""
-    from matplotlib import rc_context
-
-    fig.draw_without_rendering()
-    fig.set_layout_engine("none")
-    out = io.StringIO()
-    with rc_context({"svg.fonttype": "none", "svg.hashsalt": "memprobe"}):
-        fig.savefig(out, format="svg", metadata={"Date": None})
-    svg = out.getvalue()
-    svg = svg[svg.index("<svg") :]
-    svg = re.sub(r"<metadata>.*?</metadata>\s*", "", svg, flags=re.S)
-    svg = re.sub(r"\n[ \t]+", "\n", svg)  # matplotlib's indentation: a sixth of a chart, and never read
-
-    def named(match: re.Match[str]) -> str:
-        ident = match.group(1)
-        if ident.startswith(TIP_ID):
-            text = tips[int(ident[len(TIP_ID) :])]
-            return f'id="{name}-{ident}" class="tip" data-tip="{esc(text)}"'
-        return f'id="{name}-{ident}"'
-
-    svg = _ID.sub(named, svg)
-    svg = _REF.sub(lambda m: f"{m.group(1)}{name}-{m.group(2)}", svg)
-    width = re.search(r'<svg[^>]*\bwidth="([\d.]+)pt"', svg)
-    natural = f"max-width:{float(width.group(1)) * 4 / 3:.0f}px" if width else ""
-    svg = re.sub(
-        r'<svg([^>]*?) width="[\d.]+pt" height="[\d.]+pt"',
-        lambda m: f'<svg{m.group(1)} width="100%" style="{natural}" role="img" aria-label="{esc(caption)}"',
-        svg,
-        count=1,
-    )
-    return f'<figure class="chart" id="chart-{esc(name)}">{svg}<figcaption>{esc(caption)}</figcaption></figure>'

@@ -102,11 +102,16 @@ def relative_throughput(
         if p.throughput is not None and (p.workload, p.precision) not in candidates:
             candidates.append((p.workload, p.precision))
     order = {pr: i for i, pr in enumerate(PRECISION_ORDER)}
-    candidates.sort(key=lambda c: (comparison.workloads().index(c[0]), order.get(c[1], 99)))
+    workloads = {w: i for i, w in enumerate(comparison.workloads())}
+    candidates.sort(key=lambda c: (workloads[c[0]], order.get(c[1], 99)))
+    found: dict[tuple[str, str, str], Point] = {}  # the reference's first point per column and origin (as find)
+    for p in comparison.points:
+        if p.gpu == ref:
+            found.setdefault((p.workload, p.precision, p.origin), p)
     columns, ref_values, skipped = [], {}, []
     ref_throughput: dict[tuple[str, str], float] = {}  # each column's reference samples/s (never 0 or None)
     for col in candidates:
-        ref_point = comparison.find(ref, col[0], col[1], MEASURED) or comparison.find(ref, col[0], col[1], PUBLISHED)
+        ref_point = found.get((col[0], col[1], MEASURED)) or found.get((col[0], col[1], PUBLISHED))
         if ref_point is None or not ref_point.throughput:
             skipped.append(
                 f"{col[0]} {col[1]}" + (" (reference OOM)" if ref_point is not None and ref_point.oom else "")

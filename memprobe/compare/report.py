@@ -28,13 +28,15 @@ from memprobe.core.results import ScanResult
 from memprobe.core.versions import LIBRARIES, release
 
 
-def report_tables(comparison: Comparison, relative: Relative) -> list[Table]:
-    """All the comparison tables, in the order `memprobe report` prints them."""
+def report_tables(comparison: Comparison, relative: Relative, basis: Any = None) -> list[Table]:
+    """All the comparison tables, in the order `memprobe report` prints them; throughput and gains like for like
+    where a `basis` (compare.curves.Basis) is given, else at B."""
+    like, label = (basis.comparison, basis.label) if basis is not None else (comparison, "")
     tables = [
         max_batch_table(comparison),
-        throughput_table(comparison),
+        throughput_table(like, label),
         relative_table(relative),
-        gains_table(comparison),
+        gains_table(like, label),
     ]
     util = utilization_table(comparison)
     if util.rows:
@@ -120,13 +122,14 @@ def comparison_report(
     with_published: bool = False,
     at_batch: str = "best",
 ) -> tuple[str, Comparison, Relative]:
-    """Build and render `memprobe report`: returns the text and the data behind it (for charts).
+    """Build and render `memprobe report`: returns the text and the data behind it (for charts): the comparison
+    like for like (its throughputs at b* by default, as the tables') and the relative throughput.
 
     `at_batch` picks the like-for-like figure normalized (compare.curves: best, common or max).
     Raises ReportError (nothing to report, unknown reference or at_batch) and ValueError (unknown format).
     """
     built = build_report(loaded, reference, precisions, with_published, at_batch)
-    return render(built.tables, fmt, built.title, built.notes), built.comparison, built.relative
+    return render(built.tables, fmt, built.title, built.notes), built.basis.comparison, built.relative
 
 
 @dataclass
@@ -181,7 +184,7 @@ def build_report(
     relative.basis = basis.label
     notes = [LEGEND] + comparison.notes + source_notes(comparison) + library_notes([r for _p, r in loaded])
     title = f"memprobe report: {len(loaded)} result file(s)" + (" + published figures" if with_published else "")
-    tables = with_basis(report_tables(comparison, relative), basis, comparison)
+    tables = with_basis(report_tables(comparison, relative, basis), basis, comparison)
     generated = generation_rows(loaded)
     if generated:  # scans of --mode generate: the KV cache, the capacity and the tokens/s at B
         columns = list(generated[0])

@@ -131,8 +131,10 @@ def max_batch_table(comparison: Comparison) -> Table:
     )
 
 
-def throughput_table(comparison: Comparison) -> Table:
-    """Throughput at the max batch per workload x GPU x precision, with its unit and MFU (measured rows only)."""
+def throughput_table(comparison: Comparison, basis: str = "") -> Table:
+    """Throughput per workload x GPU x precision, with its unit and MFU (measured rows only): at the max batch B, or
+    what `basis` says (compare.curves.like_for_like: each card's best batch b* by default), a measured cell taken at B
+    where others are not marked (at B)."""
     precisions = comparison.precisions()
     mfu_precisions = [
         pr for pr in precisions if any(p.precision == pr and p.origin == MEASURED for p in comparison.points)
@@ -143,12 +145,24 @@ def throughput_table(comparison: Comparison) -> Table:
         if pr in mfu_precisions:
             columns.append(f"{pr} MFU")
     rows = []
+    mixed = any(p.at != "B" for p in comparison.points if p.origin == MEASURED)
     for workload, gpu, source, points in _row_groups(comparison):
         by = _by_precision(points)
         unit = next((p.unit for p in points if p.unit), "")
         row: list[Any] = [workload, gpu, source, unit]
         for pr in precisions:
-            row.append(throughput_cell(by.get(pr)))
+            p = by.get(pr)
+            cell = throughput_cell(p)
+            if (
+                mixed
+                and p is not None
+                and p.origin == MEASURED
+                and p.at == "B"
+                and isinstance(cell, Cell)
+                and p.throughput
+            ):
+                cell = Cell(cell.text + " (at B)", cell.value, cell.origin, cell.source)
+            row.append(cell)
             if pr in mfu_precisions:
                 p = by.get(pr)
                 row.append(
@@ -169,11 +183,17 @@ def throughput_table(comparison: Comparison) -> Table:
             "tf32 published cells are the 2023-2025 catalog's 'FP32' column on Ampere and newer cards, where "
             "TF32 tensor cores were on; compare them with memprobe tf32 results, not fp32."
         )
-    return Table("throughput", "Training throughput at the max batch", columns, rows, notes, keep=3)
+    if mixed:
+        notes.append("(at B) = at the card's max batch B: its file has no throughput curve, so no best batch b*.")
+    if basis and basis != "throughput at each card's max batch":
+        notes.append("MFU at the same batch as the throughput beside it.")
+    title = f"Training throughput: {basis}" if basis else "Training throughput at the max batch"
+    return Table("throughput", title, columns, rows, notes, keep=3)
 
 
-def gains_table(comparison: Comparison) -> Table:
-    """Mixed-precision gain per workload and card: fp16 and bf16 over fp32, for max batch and throughput."""
+def gains_table(comparison: Comparison, basis: str = "") -> Table:
+    """Mixed-precision gain per workload and card: fp16 and bf16 over fp32, for max batch and throughput (the
+    throughput `basis` says: like_for_like's; at B without one)."""
     columns = [
         "workload",
         "GPU",
@@ -206,6 +226,7 @@ def gains_table(comparison: Comparison) -> Table:
     notes = [
         "Ratios of the same card and source: fp16 = autocast float16 + GradScaler, bf16 = autocast bfloat16, "
         "fp32 = true FP32 (TF32 off). Published rows whose 'FP32' is TF32 have no fp32 baseline and are left out."
+        + (f" Throughput: {basis}." if basis else "")
     ]
     if any(r[2] != "measured" for r in rows):
         notes.append("Published batch ratios compare hand-picked batches, not maxima.")

@@ -86,12 +86,19 @@ class Catalog:
     cards: tuple[Card, ...]
     sources: dict[str, str]
     preferred: tuple[str, ...] = ()
+    # name -> what find answered: a report asks about the same few names thousands of times
+    _found: dict[str, Card | None] = field(default_factory=dict, compare=False, repr=False)
 
     def find(self, name: str) -> Card | None:
         """The card a device, catalog or published name refers to, or None. Exact names win over patterns.
 
         An emulated card (scan --memory-cap) is no catalog card, whatever chip it ran on.
         """
+        if name not in self._found:
+            self._found[name] = self._search(name)
+        return self._found[name]
+
+    def _search(self, name: str) -> Card | None:
         if is_emulated(name):
             return None
         folded = name.strip().casefold()

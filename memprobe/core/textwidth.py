@@ -1,10 +1,11 @@
-"""Tables and notes that fit a terminal: 120 columns by default, a table split by columns (or its longest cells cut)
-and a note wrapped; `--wide` lifts the limit and the machine formats (csv, json) never have one. No torch.
+"""Tables and notes that fit a terminal: 120 columns by default, a table split by columns (its longest cells moved
+under it when even a part is too wide) and a note wrapped; `--wide` lifts the limit and the machine formats (csv, json)
+never have one. No torch.
 
 A command sets the limit for what it prints (`limit(WIDTH)`, or none under --wide); every renderer (compare/report.py's
 render, compare/tables.py's rows_text, predict's and plan's tables) asks `width()`. A table too wide is printed as
-several tables, each repeating its first `keep` columns (what names a row); a part still too wide has its longest
-cells cut, ending in '...', and says so.
+several tables, each repeating its first `keep` columns (what names a row); where a part is still too wide, its longest
+cells are written in full under it, each as a numbered note ("[1] ...") that the cell names: nothing is cut.
 """
 
 from __future__ import annotations
@@ -21,8 +22,7 @@ WIDTH = 120  # columns: what a laptop terminal shows beside nothing else, and wh
 # No limit unless a command sets one (cli/width.py: every command that prints a table, WIDTH unless --wide): text
 # made through the Python API stays whole.
 _LIMIT: ContextVar[int | None] = ContextVar("memprobe_width", default=None)
-CUT = "..."
-CUT_NOTE = "cells ending in '...' are cut to fit 120 columns: --wide (or --format csv/json) shows them whole"
+MOVED = "[{n}]"  # what a cell too long for the width shows; its text is under the table, after the same mark
 
 
 def width() -> int | None:
@@ -77,29 +77,42 @@ def _pick(items: Sequence[Any], indexes: Sequence[int]) -> list[Any]:
     return [items[i] for i in indexes]
 
 
-def _cut(text: str, most: int) -> str:
-    return text if len(text) <= most else text[: max(most - len(CUT), 1)] + CUT
+def _moved(cell: str, most: int, moved: dict[int, str]) -> str:
+    """A cell as a part shows it: itself when at most `most` long and not moved before, else the mark of its note
+    (a new note in `moved` for a text not seen before)."""
+    for n, text in moved.items():
+        if text == cell:
+            return MOVED.format(n=n)
+    if len(cell) <= most:
+        return cell
+    moved[len(moved) + 1] = cell
+    return MOVED.format(n=len(moved))
 
 
-def _fitted(headers: list[str], rows: list[list[str]], fmt: str, columns: int) -> tuple[str, bool]:
-    """The table with its longest cells cut until it fits `columns` (or no cell can be cut shorter); whether any was."""
-    text, cut = _render(headers, rows, fmt), False
+def _fitted(headers: list[str], rows: list[list[str]], fmt: str, columns: int) -> tuple[str, list[str]]:
+    """The table with its longest cells moved under it, until it fits `columns` (or no cell is long enough to move):
+    each moved text becomes a mark ("[1]", the same for the same text) and a note "[1] text". Returns the table and
+    the notes."""
+    text, moved = _render(headers, rows, fmt), dict[int, str]()
     while widest(text) > columns:
         sizes = [max([len(headers[i])] + [len(r[i]) for r in rows]) for i in range(len(headers))]
         col = max(range(len(sizes)), key=lambda i: sizes[i])
-        most = max(sizes[col] - (widest(text) - columns), 2 * len(CUT))
+        most = max(sizes[col] - (widest(text) - columns), len(MOVED.format(n=len(moved) + 1)) + 1)
         if most >= sizes[col]:
             break
-        headers = [_cut(h, most) if i == col else h for i, h in enumerate(headers)]
-        rows = [[_cut(c, most) if i == col else c for i, c in enumerate(r)] for r in rows]
-        text, cut = _render(headers, rows, fmt), True
-    return text, cut
+        headers = [_moved(h, most, moved) if i == col else h for i, h in enumerate(headers)]
+        rows = [[_moved(c, most, moved) if i == col else c for i, c in enumerate(r)] for r in rows]
+        text = _render(headers, rows, fmt)
+    notes = [
+        wrap(cell, MOVED.format(n=n) + " ", " " * (len(MOVED.format(n=n)) + 1), columns) for n, cell in moved.items()
+    ]
+    return text, notes
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], fmt: str = "github", keep: int = 1) -> str:
     """A tabulate table (github, plain, ...) that fits width(): as tabulate makes it where it fits; else without the
     room tabulate leaves beside each header; else split by columns into tables that each repeat the first `keep`
-    columns, and where one part is still too wide its longest cells cut (CUT_NOTE says so under it)."""
+    columns, and where one part is still too wide its longest cells written in full under it (_fitted)."""
     headers = [str(h) for h in headers]
     text_rows = [[str(c) for c in r] for r in rows]
     whole = _render(headers, text_rows, fmt, compact=False)
@@ -120,13 +133,12 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], fmt: str = "git
             current = []
         current.append(i)
     parts.append(current)
-    shown, cut = [], False
+    shown = []
     for part in parts:
         chosen = key + part
-        text, was_cut = _fitted(_pick(headers, chosen), [_pick(r, chosen) for r in text_rows], fmt, columns)
-        shown.append(text)
-        cut = cut or was_cut
-    return "\n\n".join(shown) + (f"\n\n({CUT_NOTE})" if cut else "")
+        text, moved = _fitted(_pick(headers, chosen), [_pick(r, chosen) for r in text_rows], fmt, columns)
+        shown.append("\n\n".join([text, "\n".join(moved)]) if moved else text)
+    return "\n\n".join(shown)
 
 
 def _compacted(lines: list[str]) -> list[str]:

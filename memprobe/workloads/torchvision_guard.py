@@ -7,16 +7,20 @@ BERT. No memprobe workload calls torchvision (timm imports it at package load; t
 so where an installed torchvision fails to import, `ensure_loadable()` puts a stand-in package in its
 place: every torchvision name exists and any use of one raises, so work that completes with it provably
 ran no torchvision code. A missing torchvision is left missing (timm then says so), and a working one is
-used as it is.
+used as it is. The command that says so says it once per environment (`first_notice`): a marker in the user's cache
+folder remembers it was said, so not every later command repeats it.
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib.abc
 import importlib.machinery
 import importlib.util
+import os
 import sys
 import types
+from pathlib import Path
 
 STANDIN_VERSION = "0+memprobe-stand-in"
 _state: dict[str, str | None] = {"reason": None}
@@ -111,3 +115,26 @@ def ensure_loadable() -> str | None:
 def standin_reason() -> str | None:
     """Why the stand-in is active, or None when it is not."""
     return _state["reason"] if any(isinstance(f, StandInFinder) for f in sys.meta_path) else None
+
+
+def notice_marker(reason: str) -> Path:
+    """Where `first_notice` remembers that `reason` was said in this environment (this Python's prefix): a file in
+    the user's cache folder ($XDG_CACHE_HOME/memprobe, else ~/.cache/memprobe)."""
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    key = hashlib.sha1(f"{sys.prefix}\n{reason}".encode()).hexdigest()[:16]
+    return Path(cache) / "memprobe" / f"torchvision-note-{key}"
+
+
+def first_notice(reason: str) -> bool:
+    """Whether the note about the stand-in is new here: True the first time `reason` is asked about in this
+    environment (the marker is then written), False after. True when the marker cannot be written or read: a note
+    said every time is better than one never said."""
+    marker = notice_marker(reason)
+    try:
+        if marker.exists():
+            return False
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.write_text(reason + "\n", encoding="utf-8")
+    except OSError:
+        return True
+    return True
