@@ -57,7 +57,7 @@ CASES = [
     ("b*-above-B", _edit("precisions.fp16.best_batch", 50000), "best_batch (50000) must be at most the max batch B"),
     ("fp8", _renamed("fp16", "fp8"), "a key of precisions must be one of fp32, tf32, fp16, bf16, got 'fp8'"),
     ("zero3", _edit("settings.strategy", "zero3"), "settings.strategy must be one of ddp, fsdp or null, got 'zero3'"),
-    ("finetune", _edit("settings.mode", "finetune"), "settings.mode must be one of train, infer or null"),
+    ("finetune", _edit("settings.mode", "finetune"), "settings.mode must be one of train, infer, generate or null"),
     ("null-B-done", _edit("precisions.fp16.max_batch", None), "fp16.max_batch is null, but the precision's status"),
     ("null-B-proof", _error_with_a_proof(), "fp16.max_batch (None) is not the proof's fitting batch (proof.fits 1870)"),
     ("pipe-gpu", _edit("environment.gpu.name", "H100 | fast"), "environment.gpu.name must be a name of 1 to 100"),

@@ -44,7 +44,7 @@ def timed_steps_within(steps: int, budget_s: float | None, step_s: float | None)
     `step_s`: all of them without a budget or an estimate, else as many as fit, at least MIN_TIMED_STEPS."""
     if not budget_s or not step_s or step_s * steps <= budget_s:
         return steps
-    return max(MIN_TIMED_STEPS, min(steps, int(budget_s / step_s)))
+    return min(steps, max(MIN_TIMED_STEPS, int(budget_s / step_s)))  # never more than asked (a generation: 1)
 
 
 @dataclass
