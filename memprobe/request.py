@@ -196,6 +196,7 @@ class ScanRequest:
     max_trials: int = 40
     throughput: bool = True
     soak: int = 0
+    repeat: int = bounds.REPEAT
     curve: bool = True
     curve_batches: Sequence[int] = ()  # empty: the default ladder
     curve_budget: float | None = None
@@ -264,6 +265,7 @@ def scan_job(request: ScanRequest) -> ScanJob:
             memory_cap_bytes=cap,
             compile=request.compile,
             soak=request.soak,
+            repeat=request.repeat,
             curve=request.curve,
             predicted_start=request.predicted_start,
             curve_batches=list(request.curve_batches),
@@ -282,6 +284,7 @@ def _scan_bounds(request: ScanRequest) -> None:
     given: list[tuple[bounds.Bound, Any]] = [(bounds.SCAN_STEPS, request.steps), (bounds.WARMUP, request.warmup)]
     given += [(bounds.TIMED_STEPS, request.timed_steps), (bounds.MAX_BATCH_OPTION, request.max_batch)]
     given += [(bounds.MAX_TRIALS_OPTION, request.max_trials), (bounds.SOAK, request.soak)]
+    given += [(bounds.REPEAT_OPTION, request.repeat)]
     given += [(bounds.SCAN_BATCH, b) for b in request.batches]
     given += [(bounds.CURVE_BATCH, b) for b in request.curve_batches]
     given += [(bounds.CURVE_BUDGET, request.curve_budget), (bounds.FRONTIER_BUDGET, request.frontier_budget)]

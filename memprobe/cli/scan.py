@@ -71,6 +71,12 @@ from memprobe.request import COMMON_CARD_SIZES, RequestError, ScanJob, ScanReque
 )
 @click.option("--no-throughput", is_flag=True, help="Only find the max batch; skip timing.")
 @number_option(
+    bounds.REPEAT_OPTION,
+    "B must complete the trial and the steps after it in this many consecutive fresh processes; batches that "
+    "fitted once and failed once are reported as the flaky band.",
+    default=bounds.REPEAT,
+)
+@number_option(
     bounds.SOAK,
     "After the proof, train the max batch this many more steps in a fresh process and lower it "
     "until that passes (recorded as proof.soak); 0 = off.",
@@ -258,6 +264,7 @@ def scan_request(params: dict[str, Any]) -> ScanRequest:
         max_trials=params["max_trials"],
         throughput=not params["no_throughput"],
         soak=params["soak"],
+        repeat=params["repeat"],
         curve=not params["no_curve"],
         curve_batches=[] if curve == "auto" else curve,
         curve_budget=params["curve_budget"],

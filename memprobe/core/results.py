@@ -47,7 +47,9 @@ SCHEMA = "memprobe.scan"
 # 3: every section read and written by a typed record (core/records.py); search trials and fresh checks record
 # `trial_fit` (whether the trial's steps completed, also when the timed run after them failed), which older files
 # say only in the check's message. Versions 1 and 2 still load.
-SCHEMA_VERSION = 3
+# 4: the repeat rule: B fitted in K fresh runs (proof.repeat, runs_at_b, fits_at_b), the flaky band (proof.band) and
+# how the fresh walk ended (proof.ended_by). Versions 1-3 still load: K = 1 (Proof.repeats), no band.
+SCHEMA_VERSION = 4
 
 
 class ResultFileError(ValueError):
