@@ -296,7 +296,7 @@ def predict_one(job_name: str, result_path: Path, card: str) -> dict[str, Any]:
     from memprobe.predict.summary import MemorySize, run_capacity
 
     asked = read_sizes(None, card)
-    sizes = memory_sizes(asked.labels, asked.cards)
+    sizes = memory_sizes(asked.labels, asked.cards, group=kind == "gpus2")
     scanned_precision = scanned.precisions.get("bf16" if kind == "gpus2" else precision)
     at_scan = run_capacity(scanned_precision) if scanned_precision is not None else None
     if at_scan:  # the scan's own capacity (less the run overhead), as `--compare` replays it, without its rows

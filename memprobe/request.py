@@ -342,12 +342,13 @@ class PredictJob:
     lora_rank: int | None
 
     def memory_sizes(self) -> list:
-        """predict.summary.MemorySize per size asked: the allocator capacity of each (imports torch). Raises
-        RequestError for a size not larger than the overhead."""
+        """predict.summary.MemorySize per size asked: the allocator capacity of each, on a rank of a data-parallel
+        group where the job predicts for several GPUs (imports torch). Raises RequestError for a size not larger than
+        the overhead."""
         from memprobe.predict.summary import memory_sizes
 
         try:
-            return memory_sizes(self.asked.labels, self.asked.cards, self.override)
+            return memory_sizes(self.asked.labels, self.asked.cards, self.override, group=self.worlds is not None)
         except ValueError as exc:
             raise RequestError(str(exc), "--gpu" if self.asked.cards else "--memory") from None
 
