@@ -100,3 +100,41 @@ def test_a_traced_ddp_trial_holds_the_rebuild_and_keeps_its_last_step_repeatable
 def _ids_of(trace, sizes: list[int]) -> set[int]:
     """The ids of the build's allocations of these sizes (the first bucket, renumbered by the trace)."""
     return {e[1] for e in trace.events[: trace.step_at[0]] if e[0] == ALLOC and e[2] in sizes}
+
+
+# --- the held-out table (benchmarks/multi_heldout.py) ------------------------------------------------------------
+
+
+def _heldout_module():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "multi_heldout.py"
+    spec = importlib.util.spec_from_file_location("multi_heldout", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("safe, says", [(989, "above the measured per-GPU B: 0 of 1"), (991, "1 of 1 (toy ddp)")])
+def test_the_held_out_table_sets_each_scan_beside_the_batch_predict_tells(tmp_path, safe, says):
+    import json
+
+    from conftest import RecordingProgress
+    from fakes import TOY, FakeGroup, fake_group_opts
+    from memprobe.probe.distributed.scan import scan_distributed
+
+    job = tmp_path / "h200" / "results" / "toy__gpus2__ddp"
+    _result, path = scan_distributed(TOY, fake_group_opts(curve=False), 2, "ddp", job, RecordingProgress(), FakeGroup())
+    predicted = {"predicted": 991, "predicted_safe": safe, "predicted_at_capacity": 990}
+    (tmp_path / "predictions").mkdir()
+    (tmp_path / "predictions" / "laptop.json").write_text(
+        json.dumps({"predictions": {"H200/toy__gpus2__ddp": predicted}})
+    )
+    heldout = _heldout_module()
+    heldout.ROOT = tmp_path  # links relative to the folder here
+    heldout.main(["--folder", str(tmp_path), "--no-predict"])
+    text = (tmp_path / "accuracy.md").read_text()
+    row = next(line for line in text.splitlines() if line.startswith("| h200 | toy | ddp |"))
+    assert "990](" in row and "(2 of 2)" in row and "991 (+0.1%) **over**" in row
+    assert says in text and json.loads((tmp_path / "accuracy.json").read_text())[0]["max_batch"] == 990
