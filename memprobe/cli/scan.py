@@ -169,7 +169,8 @@ def scan_cmd(**params: Any) -> None:
 
     For each precision: a memory-guided search (small batches in one trial process, trials near
     the edge each in a fresh process forked from a pre-imported server), the final pair (B fits, B+1 does
-    not) proven in fresh processes (a fresh search trial counts; B is re-run with the timed steps),
+    not) proven in fresh processes (a fresh search trial counts; B is re-run with the timed steps until it
+    trained in --repeat of them in a row),
     then timed steps at B with utilization sampled, then the throughput curve (--no-curve skips it).
     One result file per model is written (atomically, after every precision) under --out.
     """
