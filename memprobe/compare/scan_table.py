@@ -131,8 +131,9 @@ def scan_rows(
         util = (t.utilization if t else None) or {}
         gpu_util = (util.get("gpu_util_pct") or {}).get("mean")
         power = (util.get("power_w") or {}).get("mean")
-        reused = set(p.proof.reused_from_search) if p.proof else set()
-        rechecks = [c for c in p.checks if c.batch not in reused]
+        # each reused search trial is one check; the others (B's repeats too) ran as checks of their own
+        reused = len(p.proof.reused_from_search) if p.proof else 0
+        rechecks = range(max(0, len(p.checks) - reused))
         fresh = sum(bool(a.fresh) for a in p.attempts) + len(rechecks)
         mfu = t.mfu if t else None
         max_batch: Any = p.max_batch
