@@ -289,3 +289,11 @@ def test_scan_takes_repeat_and_says_what_it_is():
     assert "--repeat" in shown and "flaky band" in shown
     refused = CliRunner().invoke(main, ["scan", "-m", "toy", "--device", "cpu", "--repeat", "0"])
     assert refused.exit_code == 2 and "--repeat" in refused.output and "Traceback" not in refused.output
+
+
+def test_a_parallel_scan_gives_its_children_the_repeat_asked():
+    from memprobe.probe.options import ScanOptions
+    from memprobe.probe.parallel import scan_args
+
+    args = scan_args(ScanOptions(precisions=["bf16"], repeat=3), None)
+    assert args[args.index("--repeat") + 1] == "3"

@@ -76,6 +76,8 @@ def scan_args(opts: ScanOptions, models_file: str | None) -> list[str]:
         str(opts.max_batch),
         "--max-trials",
         str(opts.max_trials),
+        "--repeat",
+        str(opts.repeat),
         "--device",
         opts.device,
     ]
