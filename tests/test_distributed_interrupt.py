@@ -64,6 +64,7 @@ def test_stopped_in_the_proof_the_file_keeps_the_search_and_the_checks_so_far(tm
     assert p.status == "interrupted" and p.settings.interrupted_at == "proof"
     assert p.max_batch is None and p.proof is not None and not p.proof.verified
     assert [(c.batch, c.outcome) for c in p.proof.checks] == [(991, "oom")]
+    assert p.proof.ended_by == "interrupted" and p.proof.repeat == 2
     assert p.proof.found.fits == 990 and len(p.attempts) > 2
 
 

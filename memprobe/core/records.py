@@ -33,9 +33,9 @@ from memprobe.core.outcomes import FIT
 from memprobe.core.schema import hints_of, plain, read_value
 
 R = TypeVar("R", bound="OpenRecord")
-# How the proof's fresh walk ended (probe/edge_walk.py): at a proven pair, at the batch cap, out of checks, or out of
-# time near a flaky edge.
-ENDINGS = ("edge", "cap", "check-limit", "budget")
+# How the proof's fresh walk ended (probe/edge_walk.py): at a proven pair, at the batch cap, out of checks, out of
+# time near a flaky edge, or stopped (Ctrl-C, a signal: probe/pipeline.py keeps the checks so far).
+ENDINGS = ("edge", "cap", "check-limit", "budget", "interrupted")
 S = TypeVar("S", bound="Section")
 
 

@@ -189,6 +189,7 @@ def run_precision(
                 edge = EdgeCheck(
                     found.max_batch, None, None, False, False, list(checks), list(stage["reused"]), opts.repeat
                 )
+                edge.ended_by = "interrupted"
                 result.proof = proof_record(edge, found)
                 result.proof.fit_check = backend.fit_check()
             raise _interrupted(result, stage["at"], None, started, opts.measure) from None
