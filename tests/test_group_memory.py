@@ -138,3 +138,37 @@ def test_the_held_out_table_sets_each_scan_beside_the_batch_predict_tells(tmp_pa
     row = next(line for line in text.splitlines() if line.startswith("| h200 | toy | ddp |"))
     assert "990](" in row and "(2 of 2)" in row and "991 (+0.1%) **over**" in row
     assert says in text and json.loads((tmp_path / "accuracy.json").read_text())[0]["max_batch"] == 990
+
+
+# --- every committed multi-GPU scan against the safe batch predict tells ---------------------------------------
+
+
+def test_no_committed_multi_gpu_scan_trained_fewer_than_the_safe_batch_predict_tells():
+    """reports/calibration_multi_gpu.json (benchmarks/calibration.py) predicts each multi-GPU workload, precision,
+    strategy and world size at the usable memory `predict --gpus N --gpu CARD` takes; every committed scan of it, in
+    every folder, must have trained at least that safe batch per GPU."""
+    import json
+    from pathlib import Path
+
+    from memprobe.compare.scaling import strategy, world_size
+    from memprobe.core.results import load_results
+
+    repo = Path(__file__).resolve().parents[1]
+    rows = json.loads((repo / "reports" / "calibration_multi_gpu.json").read_text())["rows"]
+    multi = [r for r in rows if r.get("world_size", 1) > 1]
+    safe = {(r["gpu"], r["workload"], r["precision"], r["strategy"], r["world_size"]): r["safe"] for r in multi}
+    for r in multi:  # made at the usable memory predict takes now (overhead.yaml's group figures)
+        card = default_catalog().find(r["gpu"])
+        assert r["capacity_gib"] == round(
+            usable_memory(card.name, card_size(card)[0], card, group=True).capacity_bytes / GIB, 2
+        )
+    checked = 0
+    for path, result in load_results([repo / "reports"], strict_files=False):
+        n = world_size(result)
+        for name, p in result.precisions.items():
+            key = (result.gpu_name(), str(result.workload.name), name, strategy(result), n)
+            if n < 2 or p.status != "done" or p.max_batch is None or key not in safe:
+                continue
+            assert safe[key] <= p.max_batch, f"{path}: safe {safe[key]} above the measured {p.max_batch}"
+            checked += 1
+    assert checked >= 30
