@@ -105,14 +105,14 @@ PASSED_ON = ("gpu", "world_size", "strategy", "efficiency", "scaling_batch")  # 
 
 def group_capacity(entry: dict) -> int:
     """The usable memory `predict --gpus N --gpu CARD` takes on a rank of a group of the scan's card (the rank's
-    recorded capacity less the group run overhead, where the catalog does not know the card)."""
+    recorded capacity where the catalog does not know the card: nothing was measured of it)."""
     from memprobe.core.cardsize import card_size
     from memprobe.core.catalog import default_catalog
-    from memprobe.core.overhead import default_overhead_table, usable_memory
+    from memprobe.core.overhead import usable_memory
 
     card = default_catalog().find(entry["gpu"])
     if card is None:
-        return entry["capacity_bytes"] - default_overhead_table().group_run_overhead_bytes
+        return entry["capacity_bytes"]
     return usable_memory(card.name, card_size(card)[0], card, group=True).capacity_bytes
 
 
@@ -261,17 +261,22 @@ def multi_gpu_table(rows: list[dict]) -> str:
     unsafe = [r for r in multi if r["predicted"] > r["measured"]]
     unsafe_safe = [r for r in multi if r.get("safe") is not None and r["safe"] > r["measured"]]
     margins = ", ".join(sorted({f"{r['strategy']} {r['safe_margin']:.0%}" for r in multi if "safe_margin" in r}))
+    capacities = sorted({f"{r['gpu']} {r['capacity_gib']} GiB" for r in multi if "capacity_gib" in r})
     lines += [
         "",
         f"Per GPU: {len(multi)} multi-GPU comparisons; exact: {sum(1 for r in multi if r['predicted'] == r['measured'])}"
         f"; unsafe (predicted above the measured per-GPU B): {len(unsafe)}"
         + (f", by at most {max(r['predicted'] - r['measured'] for r in unsafe)} batch" if unsafe else "")
         + f"; safe batch above the measured per-GPU B: {len(unsafe_safe)} (margin of the usable memory left: "
-        f"{margins or '-'}).",
+        f"{margins or '-'})."
+        + (
+            " Predicted and safe per GPU at the usable memory `predict --gpus N --gpu CARD` takes for a rank of a "
+            f"group: {', '.join(capacities)} (the smallest capacity a rank recorded, less what NCCL took outside the "
+            "allocator; core/overhead.py)."
+            if capacities
+            else ""
+        ),
         "Efficiency: throughput of N GPUs / (N x throughput of 1 GPU) at the per-GPU batch (at B unless said).",
-        "Predicted and safe per GPU at the usable memory `predict --gpus N --gpu CARD` takes for a rank of a group: "
-        + ", ".join(sorted({f"{r['gpu']} {r['capacity_gib']} GiB" for r in multi}))
-        + " (the smallest capacity a rank recorded, less what NCCL took outside the allocator; core/overhead.py).",
     ]
     return "\n".join(lines)
 

@@ -186,6 +186,9 @@ def run(args: argparse.Namespace) -> int:
     session = worker.Session()
     ready = session.setup(SetupRequest(workload.to_dict(), args.precision, "train", "cuda", None, {}))
     lap("setup_s")
+    if not hasattr(ready, "capacity_bytes"):  # a Failure: the build did not come through
+        print(f"{args.tag}: setup failed: {ready}", file=sys.stderr)
+        return 1
     out: dict[str, Any] = {
         "model": args.model,
         "precision": args.precision,
