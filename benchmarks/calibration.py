@@ -10,9 +10,11 @@ question. Prints a markdown table (one column group per card) and writes every r
     python benchmarks/calibration.py reports/h100 reports/emulated_h100 --json reports/calibration_h100.json
 
 Multi-GPU result files (`scan --gpus N --strategy ...`) are predicted per GPU for the same world size and
-strategy (`predict --gpus N`, data_parallel.py) at the smallest capacity a rank recorded, every file's newest
-finished scan per card, world size and strategy, and get a table of their own: per-GPU B measured and predicted,
-the 1-GPU B of the same card where a single-GPU file is given, and the scaling efficiency the scan measured.
+strategy (`predict --gpus N`, data_parallel.py) at the usable memory `predict --gpus N --gpu CARD` takes for a rank
+of a group on that card (core/overhead.py: the smallest capacity a rank recorded less what NCCL took outside the
+allocator), every file's newest finished scan per card, world size and strategy, and get a table of their own:
+per-GPU B measured, predicted and safe (the batch predict tells a user to run), the 1-GPU B of the same card where a
+single-GPU file is given, and the scaling efficiency the scan measured.
 
     python benchmarks/calibration.py reports/2x_h200 reports/h200 --json reports/calibration_multi_gpu.json \
         --md reports/calibration_multi_gpu.md
@@ -101,6 +103,19 @@ def collect(paths: list[str], models: list[str] | None) -> dict[tuple, dict[str,
 PASSED_ON = ("gpu", "world_size", "strategy", "efficiency", "scaling_batch")  # from a scan's entry to its row
 
 
+def group_capacity(entry: dict) -> int:
+    """The usable memory `predict --gpus N --gpu CARD` takes on a rank of a group of the scan's card (the rank's
+    recorded capacity where the catalog does not know the card: nothing was measured of it)."""
+    from memprobe.core.cardsize import card_size
+    from memprobe.core.catalog import default_catalog
+    from memprobe.core.overhead import usable_memory
+
+    card = default_catalog().find(entry["gpu"])
+    if card is None:
+        return entry["capacity_bytes"]
+    return usable_memory(card.name, card_size(card)[0], card, group=True).capacity_bytes
+
+
 def predict_rows(name: str, per_precision: dict[str, list[dict]], world: tuple[int, str] | None = None) -> list[dict]:
     """Trace `name` (as rank 0 of `world` when given) and predict the max batch at every recorded capacity."""
     from memprobe.core.catalog import PRECISIONS
@@ -123,7 +138,7 @@ def predict_rows(name: str, per_precision: dict[str, list[dict]], world: tuple[i
                     raise SystemExit(
                         f"{entry['file']}: {name} was scanned with other parameters than models.yaml has now"
                     )
-                capacity = entry["capacity_bytes"]
+                capacity = group_capacity(entry) if world else entry["capacity_bytes"]
                 predicted, _ = traces.max_batch(capacity)
                 safe = safe_max_batch(traces, capacity, margin, predicted)
                 measured = entry["measured"]
@@ -246,13 +261,21 @@ def multi_gpu_table(rows: list[dict]) -> str:
     unsafe = [r for r in multi if r["predicted"] > r["measured"]]
     unsafe_safe = [r for r in multi if r.get("safe") is not None and r["safe"] > r["measured"]]
     margins = ", ".join(sorted({f"{r['strategy']} {r['safe_margin']:.0%}" for r in multi if "safe_margin" in r}))
+    capacities = sorted({f"{r['gpu']} {r['capacity_gib']} GiB" for r in multi if "capacity_gib" in r})
     lines += [
         "",
         f"Per GPU: {len(multi)} multi-GPU comparisons; exact: {sum(1 for r in multi if r['predicted'] == r['measured'])}"
         f"; unsafe (predicted above the measured per-GPU B): {len(unsafe)}"
         + (f", by at most {max(r['predicted'] - r['measured'] for r in unsafe)} batch" if unsafe else "")
         + f"; safe batch above the measured per-GPU B: {len(unsafe_safe)} (margin of the usable memory left: "
-        f"{margins or '-'}).",
+        f"{margins or '-'})."
+        + (
+            " Predicted and safe per GPU at the usable memory `predict --gpus N --gpu CARD` takes for a rank of a "
+            f"group: {', '.join(capacities)} (the smallest capacity a rank recorded, less what NCCL took outside the "
+            "allocator; core/overhead.py)."
+            if capacities
+            else ""
+        ),
         "Efficiency: throughput of N GPUs / (N x throughput of 1 GPU) at the per-GPU batch (at B unless said).",
     ]
     return "\n".join(lines)

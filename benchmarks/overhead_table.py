@@ -34,6 +34,12 @@ HEADER = """\
 # How predict and guide use it (memprobe/core/overhead.py): a scanned card gets its capacity; any other card or size gets
 # its memory minus the largest overhead_bytes here, carried over and labelled so; from either, the largest
 # run_overhead_bytes is subtracted too.
+# group_capacity_bytes and group_run_overhead_bytes: the same two figures on a rank of a data-parallel group (scan
+# --gpus N, DDP or FSDP2): the capacity a rank read once its model was built (its process group already made), and
+# the memory outside the allocator a rank took after it (NCCL's buffers and channels, set up at the first collectives
+# of the wrap and the steps), at the groups' out-of-memory errors. `predict --gpus N` takes them: a scanned card its
+# group capacity less the largest group run overhead; any other card what it takes on one GPU less the most any
+# scanned card lost in a group (group_extra_bytes = capacity - group capacity + group run overhead - run overhead).
 """
 # The reserved bytes PyTorch's message states (allocated + reserved but unallocated, each rounded to 0.01 GiB) and the
 # peak the trial recorded must agree this closely for the peak to be the reserved memory at the error.
@@ -58,31 +64,31 @@ def run_overhead(p) -> int | None:
     return max(seen) if seen else None
 
 
-def rows(paths: list[str]) -> list[dict]:
-    """One row per scanned catalog card, in catalog order."""
+def _found(paths: list[str]) -> dict[tuple[str, bool], dict]:
+    """(card, group) -> the smallest capacity, the largest run overhead, counts and sources of the catalog card's real
+    scans under `paths`: one GPU (group False) and ranks of a data-parallel group (group True)."""
     from memprobe.compare.scaling import world_size
     from memprobe.core.catalog import default_catalog
     from memprobe.core.memcap import is_emulated
     from memprobe.core.results import load_results
 
     catalog = default_catalog()
-    found: dict[str, dict] = {}
+    found: dict[tuple[str, bool], dict] = {}
     for path, result in load_results(paths, strict_files=False):
         gpu = result.environment.gpu
         name = result.gpu_name(unknown="")
         card = catalog.find(name)
         emulated = gpu is not None and gpu.emulated_total_bytes
-        if card is None or is_emulated(name) or emulated or world_size(result) != 1:
+        if card is None or is_emulated(name) or emulated:
             continue
         for p in result.precisions.values():
             if not p.capacity_bytes:
                 continue
             row = found.setdefault(
-                card.name,
+                (card.name, world_size(result) > 1),
                 {
-                    "card": card.name,
                     "capacity_bytes": p.capacity_bytes,
-                    "run_overhead_bytes": 0,
+                    "run": 0,
                     "errors": 0,
                     "scans": 0,
                     "devices": set(),
@@ -91,29 +97,47 @@ def rows(paths: list[str]) -> list[dict]:
             )
             grew = run_overhead(p)
             if grew is not None:
-                row["run_overhead_bytes"] = max(row["run_overhead_bytes"], grew)
+                row["run"] = max(row["run"], grew)
                 row["errors"] += 1
             row["capacity_bytes"] = min(row["capacity_bytes"], int(p.capacity_bytes))
             row["scans"] += 1
             row["devices"].add(name)
             folder = Path(path).resolve().parent
             row["sources"].add(folder.relative_to(REPO).as_posix() if folder.is_relative_to(REPO) else str(folder))
+    return found
+
+
+def rows(paths: list[str]) -> list[dict]:
+    """One row per scanned catalog card (one GPU), in catalog order, with its group figures where a data-parallel
+    scan of it is there."""
+    from memprobe.core.catalog import default_catalog
+
+    found = _found(paths)
     out = []
-    for card in catalog.cards:
-        if card.name in found:
-            row = found[card.name]
-            out.append(
-                {
-                    "card": card.name,
-                    "capacity_bytes": row["capacity_bytes"],
-                    "overhead_bytes": card.memory_bytes - row["capacity_bytes"],
-                    "run_overhead_bytes": row["run_overhead_bytes"],
-                    "scans": row["scans"],
-                    "scans_with_errors": row["errors"],
-                    "devices": sorted(row["devices"]),
-                    "sources": sorted(row["sources"]),
-                }
+    for card in default_catalog().cards:
+        row = found.get((card.name, False))
+        if row is None:
+            continue
+        entry = {
+            "card": card.name,
+            "capacity_bytes": row["capacity_bytes"],
+            "overhead_bytes": card.memory_bytes - row["capacity_bytes"],
+            "run_overhead_bytes": row["run"],
+            "scans": row["scans"],
+            "scans_with_errors": row["errors"],
+            "devices": sorted(row["devices"]),
+            "sources": sorted(row["sources"]),
+        }
+        group = found.get((card.name, True))
+        if group is not None and group["errors"]:
+            entry.update(
+                group_capacity_bytes=group["capacity_bytes"],
+                group_run_overhead_bytes=group["run"],
+                group_scans=group["scans"],
+                group_scans_with_errors=group["errors"],
+                group_sources=sorted(group["sources"]),
             )
+        out.append(entry)
     return out
 
 
@@ -128,6 +152,13 @@ def render(paths: list[str]) -> str:
         f"# {r['card']}: capacity {r['capacity_bytes'] / 2**20:.1f} MiB, overhead "
         f"{r['overhead_bytes'] / 2**20:.1f} MiB ({r['scans']} precision results), run overhead "
         f"{r['run_overhead_bytes'] / 2**20:.1f} MiB ({r['scans_with_errors']} with out-of-memory figures)\n"
+        + (
+            f"#   in a data-parallel group: capacity {r['group_capacity_bytes'] / 2**20:.1f} MiB, run overhead "
+            f"{r['group_run_overhead_bytes'] / 2**20:.1f} MiB ({r['group_scans']} precision results, "
+            f"{r['group_scans_with_errors']} with out-of-memory figures)\n"
+            if "group_capacity_bytes" in r
+            else ""
+        )
         for r in data["cards"]
     )
     return HEADER + notes + body

@@ -12,7 +12,8 @@ sent SIGTERM, so the scan keeps what it finished (marked partial). Jobs whose fo
 result are skipped, so a zoo spans several device calls. `predict` predicts each scanned job with the installed
 memprobe on this machine's torch (GPUs hidden) and writes OUT/predictions/<host>.json with the library versions;
 `table` writes the accuracy table from every scan and prediction file found. The models are listed in
-benchmarks/zoo_models/zoo.yaml.
+benchmarks/zoo_models/zoo.yaml; `--zoo-file FILE` (before the command) takes another list of the same shape, e.g.
+benchmarks/zoo_models/multi_heldout.yaml, the held-out set of the multi-GPU check (benchmarks/gpu/multi_heldout.sh).
 """
 
 from __future__ import annotations
@@ -84,8 +85,9 @@ class Job:
         return [*cmd, "-p", self.precision, "--mode", "infer" if self.kind == "infer" else "train"]
 
 
-def load_zoo(path: Path = ZOO_FILE) -> list[Entry]:
-    data = yaml.safe_load(path.read_text())
+def load_zoo(path: Path | None = None) -> list[Entry]:
+    """The zoo's entries, from `path` (default: the file --zoo-file named, else zoo.yaml)."""
+    data = yaml.safe_load((path or ZOO_FILE).read_text())
     entries = []
     for key, spec in data.items():
         entries.append(
@@ -161,10 +163,18 @@ class ScanLog:
         self.lines.append(line)
 
 
-def scan(out: Path, jobs: list[Job], deadline_s: float, gpus: list[str], join: tuple[str, Path] | None = None) -> int:
+def scan(
+    out: Path,
+    jobs: list[Job],
+    deadline_s: float,
+    gpus: list[str],
+    join: tuple[str, Path] | None = None,
+    job_limit_s: float | None = None,
+) -> int:
     """Run `jobs` over `gpus`, one scan per GPU, until done or `deadline_s` seconds have passed. `join` = (gpu,
-    flag file): that GPU joins the pool once the file exists (a GPU busy with something else first). Returns how
-    many jobs did not finish complete (skipped ones count as done)."""
+    flag file): that GPU joins the pool once the file exists (a GPU busy with something else first); `job_limit_s`:
+    each job's time limit (default JOB_LIMIT_S by kind). Returns how many jobs did not finish complete (skipped ones
+    count as done)."""
     started = time.monotonic()
     log = ScanLog()
     path = os.environ.get("PYTHONPATH")
@@ -207,7 +217,7 @@ def scan(out: Path, jobs: list[Job], deadline_s: float, gpus: list[str], join: t
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
-            limit = min(JOB_LIMIT_S[job.kind], deadline_s - now)
+            limit = min(job_limit_s or JOB_LIMIT_S[job.kind], deadline_s - now)
             running.append(_Running(job, proc, taken, time.monotonic(), limit, handle))
             todo.remove(job)
             log.say(f"{job.name}: started on GPU {','.join(taken)} (limit {limit:.0f} s)")
@@ -296,7 +306,7 @@ def predict_one(job_name: str, result_path: Path, card: str) -> dict[str, Any]:
     from memprobe.predict.summary import MemorySize, run_capacity
 
     asked = read_sizes(None, card)
-    sizes = memory_sizes(asked.labels, asked.cards)
+    sizes = memory_sizes(asked.labels, asked.cards, group=kind == "gpus2")
     scanned_precision = scanned.precisions.get("bf16" if kind == "gpus2" else precision)
     at_scan = run_capacity(scanned_precision) if scanned_precision is not None else None
     if at_scan:  # the scan's own capacity (less the run overhead), as `--compare` replays it, without its rows
@@ -365,7 +375,7 @@ def predict_all(results: Path, card: str, host: str, only: list[str], out_path: 
             mine = free_sets.pop()
         try:
             proc = subprocess.run(
-                [sys.executable, __file__, "predict-one", job_name, str(path), card],
+                [sys.executable, __file__, "--zoo-file", str(ZOO_FILE), "predict-one", job_name, str(path), card],
                 capture_output=True,
                 text=True,
                 env=env,
@@ -397,7 +407,9 @@ def predict_all(results: Path, card: str, host: str, only: list[str], out_path: 
 
 
 def main(argv: list[str] | None = None) -> int:
+    global ZOO_FILE  # --zoo-file: every later load_zoo() reads that list
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--zoo-file", type=Path, default=ZOO_FILE, help="the list of models (default zoo.yaml)")
     sub = parser.add_subparsers(dest="cmd", required=True)
     sub.add_parser("list")
     s = sub.add_parser("scan")
@@ -407,6 +419,7 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--only", default="", help="comma-separated zoo ids")
     s.add_argument("--gpus", default="", help="GPU indices to use (default: all visible)")
     s.add_argument("--join", default="", help="GPU:FILE: that GPU joins once FILE exists")
+    s.add_argument("--job-limit", type=float, default=None, help="seconds each job may take (default by kind)")
     p = sub.add_parser("predict")
     p.add_argument("--results", type=Path, required=True)
     p.add_argument("--card", required=True)
@@ -423,6 +436,7 @@ def main(argv: list[str] | None = None) -> int:
     t = sub.add_parser("table")
     t.add_argument("--zoo", type=Path, default=ROOT / "reports" / "zoo")
     args = parser.parse_args(argv)
+    ZOO_FILE = args.zoo_file.resolve()
     if args.cmd == "list":
         entries = load_zoo()
         for e in entries:
@@ -444,7 +458,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.join:
             gpu, flag = args.join.split(":", 1)
             join = (gpu, Path(flag))
-        return min(1, scan(args.out, jobs_of(entries, args.kinds.split(",")), args.deadline, gpus, join))
+        jobs = jobs_of(entries, args.kinds.split(","))
+        return min(1, scan(args.out, jobs, args.deadline, gpus, join, args.job_limit))
     if args.cmd == "args":
         import shlex
 

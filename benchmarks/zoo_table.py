@@ -13,6 +13,9 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from memprobe.core.edge_text import band_text, runs_text
+from memprobe.core.records import Proof
+
 CARDS = {"h200": "H200", "h100": "H100"}
 
 
@@ -36,6 +39,7 @@ def _measured(zoo: Path) -> dict[str, dict[str, Any]]:
                 # B from the search, never run in a fresh process: every fresh check above it failed, the check
                 # limit ran out before one at B (the scan's note says so)
                 "verified": (p.get("proof") or {}).get("verified", True),
+                "fresh_runs": fresh_runs(p.get("proof") or {}, p.get("max_batch")),
                 "status": data.get("status"),
                 "stop": p.get("stop"),
                 "error": (p.get("error") or "")[:120],
@@ -43,6 +47,20 @@ def _measured(zoo: Path) -> dict[str, dict[str, Any]]:
                 "versions": {k: env.get(k) for k in ("torch", "transformers", "timm")},
             }
     return out
+
+
+def fresh_runs(proof: dict[str, Any], max_batch: int | None) -> str:
+    """The repeat rule's column: B's fresh runs and K, and the flaky band's span, "2 of 2 (K 2); 7094-7100 flaky". A
+    file from before the rule (schema 3 and older) did not count them: its fresh checks at B are counted, K = 1."""
+    record = Proof.from_dict(proof)
+    if max_batch is None or not proof:
+        return "-"
+    runs = runs_text(record, short=True)
+    if not runs:
+        at_b = [c for c in record.checks if c.batch == max_batch]
+        runs = f"{sum(c.fits for c in at_b)} of {len(at_b)}"
+    band = band_text(record, counts=False)
+    return f"{runs} (K {record.repeats})" + (f"; {band}" if band else "")
 
 
 def _predictions(zoo: Path) -> dict[str, dict[str, Any]]:
@@ -114,6 +132,7 @@ def build(zoo: Path, entries: list[Any]) -> dict[str, Any]:
             "precision": precision,
             "measured": m["max_batch"],
             "verified": m["verified"],
+            "fresh_runs": m["fresh_runs"],
             "status": m["status"],
             "file": m["file"],
             "scan_error": m["error"] if m["max_batch"] is None else "",
@@ -206,8 +225,8 @@ def render(data: dict[str, Any]) -> str:
         "## Every scan",
         "",
     ]
-    header = "| card | model | group | scan | measured B |"
-    rule = "|---|---|---|---|---|"
+    header = "| card | model | group | scan | measured B | fresh runs at B (K); flaky |"
+    rule = "|---|---|---|---|---|---|"
     timed = hosts[:1]  # seconds of the first host only: see the note under the table
     for h in hosts:
         header += f" {h}: predicted (error) | safe (error) |" + (" s |" if h in timed else "")
@@ -218,6 +237,7 @@ def render(data: dict[str, Any]) -> str:
         if r["measured"] is not None and not r.get("verified", True):
             measured = f"{measured}\\*"
         cells = [r["card"], r["model"], r["group"], f"{r['kind']} {r['precision']}", f"[{measured}](../../{r['file']})"]
+        cells.append(r.get("fresh_runs", "-"))
         for h in hosts:
             p = r.get(h)
             blank = ["", ""] + ([""] if h in timed else [])
@@ -240,6 +260,11 @@ def render(data: dict[str, Any]) -> str:
         "\\*: B not verified in a fresh process: the search's trial process fit it and fresh processes failed at "
         "every batch checked above it, but the check limit ran out before a fresh run at B itself (the result "
         "file's proof note). The real edge is at most this B.",
+        "",
+        "`fresh runs at B (K)`: how many fresh processes trained B (the trial and the timed steps after it) of those "
+        "run at B; K is how many in a row B needed (`scan --repeat K`, 2 by default since result schema 5; files "
+        "written before count one). `flaky`: the batches from the lowest one that failed in a fresh process to the "
+        "highest that trained in one above it (the result file's proof.band has each batch's fits and failures).",
         "",
         f"`s`: seconds the {timed[0] if timed else ''} prediction took (`memprobe predict`'s own timer: build, "
         "traces and replays) on this repository's 2-core CI-class machine, which short test runs shared at times. "

@@ -185,8 +185,8 @@ def find_max_batch(
     name as `memprobe scan --model` takes. `precision`: one or more of fp32, tf32, fp16, bf16. `device`: a GPU
     index, or 'cpu' with `cpu_memory_budget` (e.g. '64MiB': the CPU's fake allocator, for tests). `out`: folder
     for the result file (default: none kept). Other options as `memprobe scan` takes them (steps, warmup,
-    timed_steps, max_batch, max_trials, batches, soak, curve, curve_batches, mode, search="seq-len", checkpointing,
-    lora, ...), checked as the command checks them (numbers within the bounds of core/option_bounds.py); one GPU
+    timed_steps, max_batch, max_trials, batches, soak, repeat (the fresh runs in a row B must train in, 2), curve,
+    curve_batches, mode, search="seq-len", checkpointing, lora, ...), checked as the command checks them (numbers within the bounds of core/option_bounds.py); one GPU
     only: `gpus` other than 1 and `parallel` are refused; other ScanOptions fields (curve_budget_s, ...) pass through.
     Returns the ScanResult: `.max_batch`, `.throughput`, `.to_json()`, `.precisions[p]` for each precision.
 

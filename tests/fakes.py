@@ -360,6 +360,7 @@ class FakeFactory:
 def run_scan(world: World, forks: bool = False, start=None, **options):
     """scan_precision of the toy workload in fp32 against the World's fake processes: (result, progress, envs)."""
     options.setdefault("curve", False)  # the search and proof tests; the curve has its own (test_curve.py)
+    options.setdefault("repeat", 1)  # one fresh fit proves B here; the repeat rule has its own tests (test_repeat.py)
     opts = ScanOptions(precisions=["fp32"], device="cpu", cpu_budget_bytes=world.capacity, **options)
     progress = RecordingProgress()
     envs = []

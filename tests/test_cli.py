@@ -216,7 +216,7 @@ def test_full_cpu_scan(run, tmp_path, packaged_models):
     assert len(rows) == 3, table  # header, rule, one row
     cells = [c.strip() for c in rows[2].split("|")]
     assert "toy" in cells and "fp32" in cells and str(p.max_batch) in cells
-    assert f"{p.max_batch} fits, {p.max_batch + 1} oom" in table
+    assert f"{p.max_batch} fits (2 of 2), {p.max_batch + 1} oom" in table  # B fitted in both of its fresh runs
     assert f"wrote {files[0]}" in result.stderr
     assert "trial 1 (search): batch 1" in result.stderr
     assert "(fresh process)" in result.stderr

@@ -116,7 +116,18 @@ NOT_THE_CHILDS = {"gpus", "strategies", "parallel", "predict_if_no_gpu", "fronti
 MODELS = ["--models", str(default_registry_path())]
 SCANS = [  # each a scan that runs as it is on one GPU, all of them together giving every option of a scan
     ["-m", "toy-llama", "-p", "fp16,bf16", "--batch", "4,8", "--steps", "4", "--warmup", "2", "--timed-steps", "5"]
-    + ["--max-batch", "512", "--max-trials", "12", "--soak", "7", "--no-predicted-start", "--breakdown"]
+    + [
+        "--max-batch",
+        "512",
+        "--max-trials",
+        "12",
+        "--soak",
+        "7",
+        "--repeat",
+        "3",
+        "--no-predicted-start",
+        "--breakdown",
+    ]
     + ["--curve", "2,4", "--curve-budget", "9.5", "--cudnn-benchmark", "--compile", "--memory-cap", "8GiB"]
     + ["--checkpointing", "--lora", "8", "--seq-len", "16", *MODELS],
     ["-m", "timm:resnet18", "--input-size", "3,64,64", "--optimizer", "adam", "-p", "fp16", "--no-throughput"]

@@ -73,7 +73,7 @@ def test_report_puts_multi_gpu_files_in_the_scaling_table_and_keeps_them_out_of_
     single, multi = split_by_world_size(loaded)
     assert single == [] and [world_size(r) for _p, r in multi] == [2]
     (row,) = scaling_rows([r for _p, r in multi])
-    assert row[:7] == ["cpu", "toy", "fp32", "fsdp", 2, 990, "990 fits, 991 oom"]
+    assert row[:7] == ["cpu", "toy", "fp32", "fsdp", 2, 990, "990 fits (2 of 2), 991 oom"]
     assert row[12] == f"{100 * 0.5 / 0.55:.1f}%"
     result = run("report", str(path))
     assert result.exit_code == 0, result.output

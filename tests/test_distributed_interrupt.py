@@ -59,11 +59,12 @@ def test_stopped_in_the_proof_the_file_keeps_the_search_and_the_checks_so_far(tm
     # the search took launches 1-8 here; the proof checks 991 (launch 9), then 990 is stopped (launch 10)
     group = FakeGroup()
     scan_distributed(TOY, fake_group_opts(curve=False), 2, "ddp", tmp_path / "full", RecordingProgress(), group)
-    search = sum(1 for r in group.requests if r.world_size == 2) - 2  # the proof's 991 and 990 are the last two
+    search = sum(1 for r in group.requests if r.world_size == 2) - 3  # the proof's 991, 990 and 990 again are last
     p, _ = _interrupted_file(tmp_path / "stopped", stop_at=search + 2)
     assert p.status == "interrupted" and p.settings.interrupted_at == "proof"
     assert p.max_batch is None and p.proof is not None and not p.proof.verified
     assert [(c.batch, c.outcome) for c in p.proof.checks] == [(991, "oom")]
+    assert p.proof.ended_by == "interrupted" and p.proof.repeat == 2
     assert p.proof.found.fits == 990 and len(p.attempts) > 2
 
 

@@ -48,7 +48,7 @@ def test_guide_shows_the_scaling_table_of_multi_gpu_files_beside_the_single_gpu_
     assert result.exit_code == 0, result.output
     assert "Scaling: per-GPU max batch" in result.output and "memprobe guide: 2 result file(s)" in result.output
     row = next(line for line in result.output.splitlines() if line.startswith("| NVIDIA H200 | toy "))
-    assert "| ddp " in row and "| 990 " in row and "990 fits, 991 oom" in row and "90.9%" in row
+    assert "| ddp " in row and "| 990 " in row and "990 fits (2 of 2), 991 oom" in row and "90.9%" in row
     assert "Predicted max batch" in result.output or "predicted" in result.output.lower()  # the card guide stays
     alone = run("guide", multi)  # only a multi-GPU file: the catalog and the scaling table, no error
     assert alone.exit_code == 0 and "Scaling: per-GPU max batch" in alone.output

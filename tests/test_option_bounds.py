@@ -58,6 +58,8 @@ CASES = [
     (bounds.MAX_TRIALS_OPTION, "1001", 1001, SCAN, _scan(max_trials=1001)),
     (bounds.SOAK, "-1", -1, SCAN, _scan(soak=-1)),
     (bounds.SOAK, "100001", 100001, SCAN, _scan(soak=100001)),
+    (bounds.REPEAT_OPTION, "0", 0, SCAN, _scan(repeat=0)),
+    (bounds.REPEAT_OPTION, "11", 11, SCAN, _scan(repeat=11)),
     (bounds.SCAN_BATCH, "0", 0, SCAN, _scan(batches=[0])),
     (bounds.SCAN_BATCH, str(BIG), BIG, SCAN, _scan(batches=[BIG])),
     (bounds.CURVE_BATCH, "0", 0, SCAN, _scan(curve_batches=[0])),
@@ -146,7 +148,7 @@ def test_the_range_in_help_is_the_bound_of_the_table():
 def test_scan_and_find_max_batch_take_the_edges_of_every_range(scans_seen, tmp_path):
     edges = ["--steps", "100", "--warmup", "1000", "--timed-steps", "10000", "--max-batch", str(bounds.MAX_BATCH)]
     edges += ["--max-trials", "2", "--soak", "100000", "--curve-budget", "0.5", "--batch", f"1,{bounds.MAX_BATCH}"]
-    edges += ["--curve", f"1,{bounds.MAX_BATCH}"]
+    edges += ["--curve", f"1,{bounds.MAX_BATCH}", "--repeat", "10"]
     result = CliRunner().invoke(main, [*SCAN, *edges, "--out", str(tmp_path)])
     assert result.exit_code == 0, result.output
     api.find_max_batch(
@@ -161,10 +163,11 @@ def test_scan_and_find_max_batch_take_the_edges_of_every_range(scans_seen, tmp_p
         curve_budget=0.5,
         batches=[1, bounds.MAX_BATCH],
         curve_batches=[1, bounds.MAX_BATCH],
+        repeat=10,
     )
     assert len(scans_seen) == 2 and scans_seen[0] == scans_seen[1]
     settings = scans_seen[0][1]
-    assert (settings["steps"], settings["soak"], settings["max_trials"]) == (100, 100000, 2)
+    assert (settings["steps"], settings["soak"], settings["max_trials"], settings["repeat"]) == (100, 100000, 2, 10)
 
 
 def test_find_max_batch_refuses_the_gpus_it_would_not_use(scans_seen):

@@ -49,7 +49,12 @@ COMMITTED = committed_results()
 
 def test_reports_hold_result_files_of_every_older_schema_version():
     versions = {json.loads(p.read_text(encoding="utf-8"))["schema_version"] for p, _ in COMMITTED}
-    assert len(COMMITTED) >= 40 and {1, 2, 3} <= versions and SCHEMA_VERSION == 4
+    assert len(COMMITTED) >= 40 and {1, 2, 3, 4} <= versions and SCHEMA_VERSION == 5
+
+
+def test_a_file_from_before_the_repeat_rule_reads_as_one_fresh_run_and_no_band():
+    old = [p.proof for _path, r in COMMITTED if r.schema_version < 5 for p in r.precisions.values() if p.proof]
+    assert old and all(proof.repeats == 1 and proof.band is None and proof.runs_at_b is None for proof in old)
 
 
 @pytest.mark.parametrize("path,result", COMMITTED, ids=[str(p.relative_to(REPORTS)) for p, _ in COMMITTED])

@@ -64,10 +64,11 @@ def test_a_served_search_finds_the_fresh_edge_in_one_group_and_proves_it_in_two_
     failed = [i for i, a in enumerate(attempts) if a.outcome == OOM]
     assert failed and any(attempts[i + 1].fits for i in failed if i + 1 < len(attempts))
     launches = result.settings.launches
-    assert (launches["process_groups"], launches["search_process_groups"], launches["served_search"]) == (3, 1, True)
-    # where each launch's time went: the served group's start, then the proof's two fresh groups
+    assert (launches["process_groups"], launches["search_process_groups"], launches["served_search"]) == (4, 1, True)
+    # where each launch's time went: the served group's start, then the proof's fresh groups: B+1, and B twice (K = 2)
     marks = launches["timelines"]
-    assert [m["for"] for m in marks] == ["search", f"check at {result.max_batch + 1}", f"check at {result.max_batch}"]
+    b = result.max_batch
+    assert [m["for"] for m in marks] == ["search", f"check at {b + 1}", f"check at {b}", f"check at {b}"]
     assert all(m["to_rank_s"] >= 0 and m["imports_s"] > 0 and m["join_s"] >= 0 and m["build_s"] >= 0 for m in marks)
     assert all(m["wall_s"] >= m["to_rank_s"] + m["imports_s"] for m in marks)
     assert len(attempts) >= 8  # each would have been a launch of its own (MEMPROBE_SERVED_GROUPS=0)

@@ -412,14 +412,16 @@ def test_scan_precision_is_done_and_proved(scanned):
     assert proof.fail_outcome == "oom"
     assert (proof.search.fits, proof.search.fails) == (p.max_batch, p.max_batch + 1)
     checks = proof.checks
-    assert [c.batch for c in checks] == [p.max_batch + 1, p.max_batch]
-    assert [c.outcome for c in checks] == ["oom", "fit"]
+    # B+1 fails, B fits, and B fits again in one more fresh process: the repeat rule's K = 2 (the default)
+    assert [c.batch for c in checks] == [p.max_batch + 1, p.max_batch, p.max_batch]
+    assert [c.outcome for c in checks] == ["oom", "fit", "fit"]
+    assert (proof.repeat, proof.runs_at_b, proof.fits_at_b, proof.band) == (2, 2, 2, None)
     assert all(c.fresh for c in checks)
     # forked trial processes: B+1 failed fresh in the search and stands; B is taken from the search when its
     # fresh trial went on to the timed run (the search took it for B), else re-run for its timed run
     searched_b = next(a for a in p.attempts if a.batch == p.max_batch)
     assert proof.reused_from_search == ([p.max_batch + 1, p.max_batch] if searched_b.timed_steps else [p.max_batch + 1])
-    assert checks[1].timed_steps and p.throughput.batch == p.max_batch
+    assert checks[1].timed_steps and checks[2].timed_steps and p.throughput.batch == p.max_batch
     assert 10 < p.max_batch < 100_000
 
 
@@ -470,7 +472,12 @@ def test_scan_reports_progress(scanned):
     p = scanned.result.precisions["fp32"]
     progress = scanned.progress
     assert progress.precisions == [("toy", "fp32")]
-    rechecks = [c.batch for c in p.proof.checks if c.batch not in p.proof.reused_from_search]
+    reused, rechecks = list(p.proof.reused_from_search), []
+    for c in p.proof.checks:  # a reused search trial is a check once: B's repeat after it ran fresh
+        if c.batch in reused:
+            reused.remove(c.batch)
+        else:
+            rechecks.append(c.batch)
     n_search, n_fresh = len(p.attempts), len(rechecks)
     assert [i for i, _, _ in progress.starts] == list(range(1, n_search + n_fresh + 1))
     assert [fresh for _, _, fresh in progress.starts] == [a.fresh for a in p.attempts] + [True] * n_fresh

@@ -363,6 +363,17 @@ def test_timm_flops_on_meta(timm_ready):
     assert flops_per_sample(nasnet, 1) == pytest.approx(3 * forward, rel=0.01)
 
 
+def test_flops_are_counted_alike_under_every_precision(timm_ready):
+    # the count runs under the scan's own autocast (its cuDNN plans are the next trial's); the formulas count shapes
+    from memprobe.training.flops import flops_per_sample
+
+    resnet = build("toy-resnet", CPU)
+    fp32 = flops_per_sample(resnet, 2)
+    assert fp32 > 0 and flops_per_sample(resnet, 2, precision="bf16") == fp32
+    assert flops_per_sample(resnet, 2, "infer", precision="bf16") == flops_per_sample(resnet, 2, "infer")
+    assert flops_per_sample(build("resnet50", META), 1, precision="bf16") > 0  # no autocast on the meta device
+
+
 def test_sgd_is_never_fused_even_on_cuda():
     # fused SGD advances its momentum on the steps an fp16 GradScaler skips (seen on the H100: every
     # resnet50 fp16 update skipped); Adam and AdamW stay fused on CUDA

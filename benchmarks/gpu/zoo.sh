@@ -8,7 +8,9 @@
 # finished; each scan is sent SIGTERM at its own limit or the deadline and writes what it finished (partial).
 #
 # Env: FOLDER (h200, h100, ...: default from the GPU name), DEADLINE_S (seconds from the start after which no scan
-# runs, default 520), KINDS (train,fp32,infer,gpus2), ONLY (zoo ids), TRACES (id[:precision[:batch[:mode]]], recorded by
+# runs, default 520), KINDS (train,fp32,infer,gpus2), ONLY (zoo ids), JOB_LIMIT_S (each scan's limit; default by kind,
+# 540 s for a --gpus 2 scan: JOB_LIMIT_S=300 lets each GPU pair of a 4-GPU machine run two or three in one call),
+# TRACES (id[:precision[:batch[:mode]]], recorded by
 # `trace_diff.py record` at batch 2 in bf16 on GPU 0 while the others scan; it joins them after), PREDICT_HOST (when set, also predict every
 # scanned job on this machine's CPUs with the GPUs hidden, as host PREDICT_HOST, after the scans).
 set -u
@@ -71,7 +73,7 @@ else
     join=
 fi
 python3 benchmarks/zoo.py scan --out "$Z" --deadline "$DEADLINE_S" --gpus "$rest" --kinds "$KINDS" $join \
-    ${ONLY:+--only "$ONLY"} >>"$Z/logs/zoo_scan.out" 2>&1
+    ${ONLY:+--only "$ONLY"} ${JOB_LIMIT_S:+--job-limit "$JOB_LIMIT_S"} >>"$Z/logs/zoo_scan.out" 2>&1
 [ -n "$tracer" ] && wait "$tracer"
 rm -f "$flag"
 echo "scan phase done after $(( $(date +%s) - start )) s" >>"$Z/logs/zoo_scan.out"

@@ -8,6 +8,7 @@ from typing import Any, Callable, Sequence, TypeVar
 from memprobe.compare.report import render
 from memprobe.compare.tables import Table, fmt_number
 from memprobe.core.catalog import PRECISIONS
+from memprobe.core.edge_text import band_text, runs_text
 from memprobe.core.results import PrecisionResult, ScanResult
 from memprobe.core.settings import Scaling
 
@@ -54,12 +55,15 @@ def _single_gpu_edges(results: Sequence[ScanResult]) -> dict[tuple[str, str, str
 
 
 def _proof_cell(p: PrecisionResult) -> str:
-    """The proof column: the fresh groups' pair, B marked unverified, or why there is no B (interrupted, error)."""
+    """The proof column: the fresh groups' pair with B's fresh runs and the flaky band, B marked unverified, or why
+    there is no B (interrupted, error)."""
     proof = p.proof
+    band = f"; {band_text(proof, counts=False)}" if band_text(proof, counts=False) else ""
     if proof is not None and proof.verified:
-        return f"{proof.fits} fits, {proof.fails} {proof.fail_outcome or 'fails'}"
+        runs = f" ({runs_text(proof, short=True)})" if runs_text(proof) else ""
+        return f"{proof.fits} fits{runs}, {proof.fails} {proof.fail_outcome or 'fails'}{band}"
     if p.max_batch is not None:
-        return f"{p.max_batch} (unverified)"
+        return f"{p.max_batch} (unverified){band}"
     return p.status if p.status != "done" else "-"
 
 
@@ -153,7 +157,9 @@ def scaling_rows_table(
         [
             "efficiency = throughput of N GPUs / (N x throughput of 1 GPU), both at the per-GPU batch shown "
             "(1 GPU: plain training, no wrapper)",
-            "per-GPU max batch: B trains on every rank of a fresh process group, B+1 fails on at least one",
+            "per-GPU max batch: B trains on every rank of K fresh process groups in a row (K and the runs in the "
+            "proof column), B+1 fails on at least one; flaky: batches that trained in one fresh group and failed in "
+            "another",
             "1-GPU max batch: from the single-GPU scan of the same GPU model, where given",
         ],
         [source_of(result) for _row, result in entries] if source_of else [],

@@ -12,20 +12,30 @@ from memprobe.compare.scaling import strategy, world_size
 from memprobe.compare.tables import rows_text
 from memprobe.core import textwidth
 from memprobe.core.catalog import PRECISIONS
+from memprobe.core.edge_text import band_text, edge_text, runs_text
 from memprobe.core.records import Proof
 from memprobe.core.results import PrecisionResult, ScanResult
 from memprobe.core.units import gib
 from memprobe.core.variants import axis_name
 
 
-def _proof_text(p: PrecisionResult) -> str:
+def proof_text(p: PrecisionResult) -> str:
+    """The proof column: "75 fits (2 of 2), 76 oom" (2 of B's 2 fresh runs fitted), with the flaky band's span, "(unverified)" where the
+    pair was not proven; the fresh runs are said for files that record them (the repeat rule, schema 5)."""
     proof = p.proof or Proof()
     if p.max_batch == 0:
         return "1 fails" if proof.verified else "1 fails (search only)"
     if proof.fits is None:
         return "-"
     fails = proof.fails
-    text = f"{proof.fits} fits, {fails} {proof.fail_outcome or 'fails'}" if fails else f"{proof.fits} fits (cap)"
+    runs = f" ({runs_text(proof, short=True)})" if runs_text(proof) else ""
+    text = (
+        f"{proof.fits} fits{runs}, {fails} {proof.fail_outcome or 'fails'}"
+        if fails
+        else f"{proof.fits} fits{runs} (cap)"
+    )
+    if band_text(proof, counts=False):
+        text += f"; {band_text(proof, counts=False)}"
     return text if proof.verified else text + " (unverified)"
 
 
@@ -93,13 +103,17 @@ def scan_entries(
 def scan_notes(
     results: Iterable[ScanResult], newest_only: bool = False, precisions: Sequence[str] | None = None
 ) -> list[str]:
-    """One line per precision of the table whose edge was not monotone (proof.non_monotone): which sizes fit,
-    which failed, and the B reported."""
+    """One line per precision of the table whose fresh runs did not agree on one edge: the flaky band with every
+    batch's fresh fits and failures (the repeat rule), or where the edge was not monotone (proof.non_monotone): which
+    sizes fit, which failed, and the B reported."""
     lines = []
     for result, name, p in scan_entries(results, newest_only, precisions):
+        where = f"{result.gpu_name()} {result.workload.name} {name}"
+        if p.proof is not None and p.proof.band is not None:
+            lines.append(f"{where}: {edge_text(p.max_batch, p.proof)}")
         note = (p.proof.non_monotone or {}).get("note") if p.proof is not None else None
         if note:
-            lines.append(f"{result.gpu_name()} {result.workload.name} {name}: {note}")
+            lines.append(f"{where}: {note}")
     return lines
 
 
@@ -117,8 +131,9 @@ def scan_rows(
         util = (t.utilization if t else None) or {}
         gpu_util = (util.get("gpu_util_pct") or {}).get("mean")
         power = (util.get("power_w") or {}).get("mean")
-        reused = set(p.proof.reused_from_search) if p.proof else set()
-        rechecks = [c for c in p.checks if c.batch not in reused]
+        # each reused search trial is one check; the others (B's repeats too) ran as checks of their own
+        reused = len(p.proof.reused_from_search) if p.proof else 0
+        rechecks = range(max(0, len(p.checks) - reused))
         fresh = sum(bool(a.fresh) for a in p.attempts) + len(rechecks)
         mfu = t.mfu if t else None
         max_batch: Any = p.max_batch
@@ -134,7 +149,7 @@ def scan_rows(
                 else f"{p.status}: {p.error.splitlines()[0][:60]}"
                 if p.error
                 else p.status,
-                "proof (fresh processes)": _proof_text(p),
+                "proof (fresh processes)": proof_text(p),
                 "agreed": _agreed_text(p),
                 "trials (fresh)": f"{len(p.attempts) + len(rechecks)} ({fresh})",
                 "search s": p.search_seconds if p.search_seconds is not None else "-",

@@ -67,6 +67,8 @@ MAX_WARMUP = 1000
 MAX_TIMED_STEPS = 10000
 MAX_TRIALS = 1000
 MAX_SOAK = 100000
+MAX_REPEAT = 10  # fresh runs at B: each one is a process, a build and the trial with its timed steps (8-60 s)
+REPEAT = 2  # the default K: one more fresh run at B than the proof's pair needs
 MAX_GPUS = 1024  # per-GPU prediction for a data-parallel world (rank 0 of N)
 MAX_PLAN_GPUS = 4096  # a plan's group of cards: measured rows come from scans of N GPUs, predicted ones per GPU
 SECONDS = "a number of seconds"
@@ -78,6 +80,7 @@ TIMED_STEPS = Bound("--timed-steps", 1, MAX_TIMED_STEPS)
 MAX_BATCH_OPTION = Bound("--max-batch", 1, MAX_BATCH)
 MAX_TRIALS_OPTION = Bound("--max-trials", 2, MAX_TRIALS)  # a search needs a fit and a failure at the least
 SOAK = Bound("--soak", 0, MAX_SOAK)  # 0: off
+REPEAT_OPTION = Bound("--repeat", 1, MAX_REPEAT)  # 1: one fresh fit proves B (the rule before schema 5)
 SCAN_BATCH = Bound("--batch", 1, MAX_BATCH, subject="batch sizes")  # each item of the list
 CURVE_BATCH = Bound("--curve", 1, MAX_BATCH, subject="batch sizes")  # each item of the list
 CURVE_BUDGET = Bound("--curve-budget", 0, above=True, kind=float, what=SECONDS, optional=True)

@@ -12,6 +12,10 @@ the committed result files. The rule (usable_memory):
 - from a scanned or carried capacity, the memory a trial takes outside the allocator after the capacity was read is
   subtracted as well (run_overhead_bytes: kernel modules loaded on first use, library handles; at most 0.15 GiB at
   the out-of-memory errors of the H100 and H200 scans): the allocator can use only what is left of it.
+- on a rank of a data-parallel group (predict --gpus N): a card scanned in a group gets the smallest capacity its ranks
+  recorded, less the most memory NCCL, kernels and libraries took outside the allocator in a group afterwards (0.62
+  GiB at the groups' out-of-memory errors on the H100 and H200, against 0.15-0.23 GiB alone); any other card or size
+  what it gets alone, less the most a rank lost against one GPU on a scanned card (group_extra_bytes).
 """
 
 from __future__ import annotations
@@ -101,6 +105,19 @@ class ScannedCard:
     # The most memory outside the allocator a trial took after the capacity was read (kernel modules loaded on first
     # use, library handles), seen at its scans' out-of-memory errors: capacity - (reserved + free) there.
     run_overhead_bytes: int = 0
+    # The same two figures on a rank of a data-parallel group (scan --gpus N): its capacity (its process group made
+    # before it was read) and what NCCL took outside the allocator afterwards; 0 where no group of this card was
+    # scanned.
+    group_capacity_bytes: int = 0
+    group_run_overhead_bytes: int = 0
+
+    @property
+    def group_extra_bytes(self) -> int:
+        """How much less a rank of a data-parallel group could use than one GPU alone, on this card (0: not scanned in
+        a group)."""
+        if not self.group_capacity_bytes:
+            return 0
+        return self.capacity_bytes - self.group_capacity_bytes + self.group_run_overhead_bytes - self.run_overhead_bytes
 
 
 @dataclass(frozen=True)
@@ -119,6 +136,17 @@ class OverheadTable:
         """The most memory a trial took outside the allocator after setup, on any scanned card: subtracted from every
         capacity (it is the kernels' and libraries', which a model on another card loads as well)."""
         return max((c.run_overhead_bytes for c in self.cards.values()), default=0)
+
+    @property
+    def group_run_overhead_bytes(self) -> int:
+        """The most memory a rank of a data-parallel group took outside the allocator after setup, on any card."""
+        return max((c.group_run_overhead_bytes for c in self.cards.values()), default=0)
+
+    @property
+    def group_extra_bytes(self) -> int:
+        """The most a rank of a data-parallel group lost against one GPU alone, on any card scanned in a group:
+        carried to every card or size not scanned in one."""
+        return max((c.group_extra_bytes for c in self.cards.values()), default=0)
 
 
 def default_overhead_path() -> Path:
@@ -146,10 +174,14 @@ def load_overhead_table(path: str | Path | None = None) -> OverheadTable:
                 tuple(map(str, row["devices"])),
                 tuple(map(str, row["sources"])),
                 int(row.get("run_overhead_bytes", 0)),
+                int(row.get("group_capacity_bytes", 0)),
+                int(row.get("group_run_overhead_bytes", 0)),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise OverheadError(f"{path}: card #{i + 1} is malformed ({type(exc).__name__}: {exc})") from None
-        if entry.capacity_bytes <= 0 or entry.overhead_bytes < 0 or entry.run_overhead_bytes < 0:
+        negative = min(entry.overhead_bytes, entry.run_overhead_bytes, entry.group_capacity_bytes)
+        negative = min(negative, entry.group_run_overhead_bytes)
+        if entry.capacity_bytes <= 0 or negative < 0:
             raise OverheadError(f"{path}: card #{i + 1} ({entry.card}) has a capacity <= 0 or an overhead < 0")
         cards[entry.card] = entry
     return OverheadTable(cards, str(data.get("made_by", "")))
@@ -184,11 +216,44 @@ def usable_memory(
     card: "Card | None" = None,
     override: Override | None = None,
     table: OverheadTable | None = None,
+    group: bool = False,
 ) -> Usable:
     """The allocator capacity of `memory_bytes` (the memory of `card`, or a size given in bytes when None), by the
-    module's rule. Raises OverheadError when nothing is left once the overhead is subtracted."""
+    module's rule; `group`: on a rank of a data-parallel group (predict --gpus N): a card scanned in one gets the
+    capacity its ranks recorded less the most NCCL took outside the allocator in a group, any other card or size what
+    it gets alone less the most a rank of a group lost against one GPU on a scanned card (an override is taken as
+    given). Raises OverheadError when nothing is left once the overhead is subtracted."""
     table = table or default_overhead_table()
     scanned = table.cards.get(card.name) if card is not None else None
+    in_group = group and override is None
+    if in_group and scanned is not None and scanned.group_capacity_bytes:
+        capacity = scanned.group_capacity_bytes - table.group_run_overhead_bytes
+        how = (
+            f"the allocator capacity memprobe measured on a rank of a data-parallel group of {scanned.card}s (the "
+            f"smallest; memprobe/data/overhead.yaml), less {gib(table.group_run_overhead_bytes, 2)} GiB that NCCL, "
+            "kernels and libraries took during the run (the most seen at a group's out-of-memory error)"
+        )
+    else:
+        usable = _alone(memory_bytes, card, override, table, scanned)
+        capacity, how = usable.capacity_bytes, usable.how
+        if in_group and table.group_extra_bytes:
+            capacity -= table.group_extra_bytes
+            how += (
+                f", less {gib(table.group_extra_bytes, 2)} GiB that a rank of a data-parallel group could not use "
+                "(its process group and NCCL's buffers; the most measured on a scanned card)"
+            )
+    if capacity <= 0:
+        raise OverheadError(
+            f"{label} is not larger than the {gib(memory_bytes - capacity, 2)} GiB the allocator "
+            "cannot use (CUDA context, driver)"
+        )
+    return Usable(memory_bytes, capacity, how)
+
+
+def _alone(
+    memory_bytes: int, card: "Card | None", override: Override | None, table: OverheadTable, scanned: ScannedCard | None
+) -> Usable:
+    """usable_memory on one GPU (the capacity may be 0 or less: the caller says so)."""
     if override is not None:
         capacity = memory_bytes - override.bytes
         how = f"{gib(override.bytes, 2)} GiB not allocatable, {override.source}"
@@ -216,11 +281,6 @@ def usable_memory(
         how += (
             f", less {gib(table.run_overhead_bytes, 2)} GiB that kernels and libraries took during the run (the most "
             "seen at a scan's out-of-memory error)"
-        )
-    if capacity <= 0:
-        raise OverheadError(
-            f"{label} is not larger than the {gib(memory_bytes - capacity, 2)} GiB the allocator "
-            "cannot use (CUDA context, driver)"
         )
     return Usable(memory_bytes, capacity, how)
 

@@ -26,12 +26,16 @@ from memprobe.core.fieldtypes import (
     Seconds,
     Tflops,
     Unit,
+    Words,
 )
 from memprobe.core.memory_model import Attempt
 from memprobe.core.outcomes import FIT
 from memprobe.core.schema import hints_of, plain, read_value
 
 R = TypeVar("R", bound="OpenRecord")
+# How the proof's fresh walk ended (probe/edge_walk.py): at a proven pair, at the batch cap, out of checks, out of
+# time near a flaky edge, or stopped (Ctrl-C, a signal: probe/pipeline.py keeps the checks so far).
+ENDINGS = ("edge", "cap", "check-limit", "budget", "interrupted")
 S = TypeVar("S", bound="Section")
 
 
@@ -266,8 +270,38 @@ class Pair(OpenRecord):
 
 
 @dataclass
+class BandRun(OpenRecord):
+    """One batch of the flaky band: how many of its fresh runs fitted and how many failed."""
+
+    batch: Batch1
+    fits: Count = 0
+    fails: Count = 0
+
+
+@dataclass
+class Band(OpenRecord):
+    """The flaky band: from the lowest batch that failed in a fresh run (`low`) to the highest that fitted in one
+    above it (`high`), with the fresh fits and failures of every batch run in it (probe/proof.band_record)."""
+
+    low: Batch1
+    high: Batch1
+    runs: list[BandRun] = field(default_factory=list)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Band":
+        band = super().from_dict(data)
+        band.runs = [BandRun.from_dict(r) if isinstance(r, dict) else r for r in band.runs]
+        return band
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**super().to_dict(), "runs": [r.to_dict() for r in self.runs]}
+
+
+@dataclass
 class Proof(OpenRecord):
-    """The fresh-process proof of a precision's max batch: the search's pair, the fresh pair, every check."""
+    """The fresh-process proof of a precision's max batch: the search's pair, the fresh pair, every check; since
+    schema 5 the repeat rule (B fitted in `fits_at_b` of `runs_at_b` fresh runs, at least `repeat` = K) and the
+    flaky band."""
 
     fits: Batch | None = None
     fails: Batch | None = None
@@ -282,6 +316,16 @@ class Proof(OpenRecord):
     seconds: Seconds | None = None
     soak: dict[str, Any] | None = None  # scan --soak's record (probe/soak.py)
     non_monotone: dict[str, Any] | None = None  # where fresh checks contradicted one edge (probe/proof.py)
+    repeat: Count | None = None  # K, the fresh runs B must fit in (None: a file from before the rule, K = 1)
+    runs_at_b: Count | None = None  # fresh runs at B (None: before the rule)
+    fits_at_b: Count | None = None
+    band: Band | None = None  # the flaky band (None: none seen, or a file from before the rule)
+    ended_by: Annotated[str, Words(ENDINGS)] | None = None  # how the fresh walk ended (probe/edge_walk.py)
+
+    @property
+    def repeats(self) -> int:
+        """K: the fresh runs B had to fit in (1 for files from before the repeat rule)."""
+        return self.repeat or 1
 
     @property
     def found(self) -> Pair:
@@ -294,12 +338,13 @@ class Proof(OpenRecord):
         proof.checks = [Check.from_dict(c) for c in data.get("checks") or []]
         proof.search = Pair.from_dict(proof.search) if isinstance(proof.search, dict) else None
         proof.in_process = Pair.from_dict(proof.in_process) if isinstance(proof.in_process, dict) else None
+        proof.band = Band.from_dict(proof.band) if isinstance(proof.band, dict) else None
         return proof
 
     def to_dict(self) -> dict[str, Any]:
         data = super().to_dict()
         data["checks"] = [c.to_dict() for c in self.checks]
-        for key in ("search", "in_process"):
+        for key in ("search", "in_process", "band"):
             if key in data:
                 data[key] = getattr(self, key).to_dict()
         return data

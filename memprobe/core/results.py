@@ -50,7 +50,9 @@ SCHEMA = "memprobe.scan"
 # say only in the check's message. Versions 1 and 2 still load.
 # 4: `--mode generate` scans (settings.mode "generate"): each precision's `generation` record (core/generation.py),
 # and the timed runs' and curve points' prefill and decode figures. Versions 1 to 3 still load.
-SCHEMA_VERSION = 4
+# 5: the repeat rule: B fitted in K fresh runs (proof.repeat, runs_at_b, fits_at_b), the flaky band (proof.band) and
+# how the fresh walk ended (proof.ended_by). Versions 1-4 still load: K = 1 (Proof.repeats), no band.
+SCHEMA_VERSION = 5
 
 
 class ResultFileError(ValueError):

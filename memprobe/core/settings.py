@@ -44,6 +44,8 @@ class ScanSettings(Section):
     max_batch: Batch1 | None = ABSENT
     max_trials: Count | None = ABSENT
     fresh_checks: Count | None = ABSENT
+    repeat: Count | None = ABSENT  # K: the fresh runs B must fit in (absent before the repeat rule: 1)
+    edge_budget_s: Seconds | None = ABSENT  # the fresh walk's seconds near a flaky edge (probe/edge_walk.py)
     measure: bool | None = ABSENT
     device: str | None = ABSENT
     cpu_budget_bytes: Bytes | None = ABSENT

@@ -41,7 +41,7 @@ def predicted(
     from memprobe.predict.summary import memory_sizes, predict
 
     nbytes, _how = card_size(card)
-    sizes = memory_sizes([(card.name, nbytes)], {card.name: card})
+    sizes = memory_sizes([(card.name, nbytes)], {card.name: card}, group=gpus > 1)
     by_variant: dict[str, list[Setting]] = {}
     for s in settings:
         by_variant.setdefault(s.workload.name + repr(s.workload.optimizer), []).append(s)

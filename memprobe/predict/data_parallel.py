@@ -6,7 +6,8 @@ the trace holds what that wrapper allocates on a rank: DDP's gradient buckets (a
 gradients, `gradient_as_bucket_view=False`), FSDP2's parameter, gradient and optimizer-state shards, the
 parameters it gathers block by block and the full gradients it reduce-scatters. What the trace cannot hold
 is memory NCCL takes outside PyTorch's caching allocator (its communicator buffers): that is measured on
-the GPUs, not predicted.
+the GPUs and taken off the usable memory (core/overhead.py, group figures), not traced. DDP's bucket rebuild after
+the first step, which the fake process group cannot run, is put into each trial's events (ddp_rebuild.py).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any, Iterator
 import torch
 import torch.distributed as dist
 
+from memprobe.predict.ddp_rebuild import BucketRebuild
 from memprobe.predict.torch_internals import internal, require_internals
 from memprobe.training.wrap import STRATEGIES, StrategyError, wrap_model
 
@@ -75,7 +77,8 @@ class _ReducerKeepingBuckets:
 
     After the first backward DDP rebuilds its buckets in the order gradients became ready; the rebuild
     broadcasts the new order in a tensor it reads, which a fake tensor cannot give. The rebuilt buckets
-    have the same total size (the old ones are freed first), so only their split into blocks differs.
+    have the same total size (the old ones are freed first), but another split into blocks: ddp_rebuild.py puts
+    the rebuild into each traced trial's events instead.
     """
 
     def __init__(self, reducer: Any) -> None:
@@ -121,6 +124,7 @@ def wrap_for_trace(task: Any, world: World, precision: str, mesh: Any) -> dict[s
         ddp = wrapped["module"]
         ddp.register_comm_hook(world.size, _average_in_place)
         ddp.reducer = _ReducerKeepingBuckets(ddp.reducer)
+        task.trial_edit = BucketRebuild.of(ddp)  # the rebuild the reducer skips, put into each trial's events
     else:
         wrapped = wrap_model(task.model, world.strategy, precision, device, mesh=mesh)
     task.model = wrapped["module"]
@@ -133,12 +137,13 @@ def notes(world: World) -> list[str]:
     out = [
         f"per GPU: rank 0 of {world.size} GPUs under {world.strategy}, wrapped by the scan's own code in a fake "
         "process group (collectives move no data). NCCL's own buffers, allocated outside PyTorch's caching "
-        "allocator, are not in the trace: measure them with a multi-GPU scan and give it to --overhead-from."
+        "allocator, are not in the trace: they are taken off the usable memory, as memprobe's multi-GPU scans "
+        "measured them (memprobe/data/overhead.yaml)."
     ]
     if world.strategy == "ddp":
         out.append(
-            "ddp: the gradient buckets are in the trace; their rebuild in gradient-ready order after the "
-            "first step is not (same total size, another split into blocks)."
+            "ddp: the gradient buckets are in the trace, with their rebuild before the second step (the first "
+            "bucket of every gradient freed, buckets of 1 and 25 MiB in reversed parameter order allocated)."
         )
     else:
         out.append(

@@ -16,8 +16,8 @@ from memprobe.predict.batch_model import PrecisionTraces
 # convolution workspaces are not emulated, by up to 2.2%). 5% is the smallest round margin under which no training
 # scan's safe batch was above its measured B, on the H200 and on the H100.
 SAFE_MARGIN = 0.05
-# Under FSDP2 the per-GPU prediction was above the measured B by up to 6.7% on 2 and 4 H200s (transformer-big bf16:
-# 1296 and 1304 predicted, 1220 and 1222 measured; reports/calibration_multi_gpu.md): FSDP2 all-gathers and
+# Under FSDP2 the per-GPU prediction was above the measured B by up to 6.2% on 2 and 4 H200s (transformer-big bf16:
+# 1296 and 1292 predicted, 1220 and 1222 measured; reports/calibration_multi_gpu.md): FSDP2 all-gathers and
 # reduce-scatters on streams of their own, the caching allocator keeps each stream's blocks apart, and the allocator
 # model has one pool. 10% leaves every measured FSDP2 safe batch below B with room; DDP keeps SAFE_MARGIN (its
 # buckets are on the compute stream).

@@ -201,12 +201,15 @@ def version_note(mine: dict[str, str], scan_environment: Environment) -> str:
 
 def run_capacity(p) -> int | None:
     """What a scan's allocator could use during its trials: the capacity it recorded at setup, less the memory that
-    kernels and libraries take outside the allocator afterwards (core/overhead.py's run overhead)."""
+    kernels and libraries take outside the allocator afterwards (core/overhead.py's run overhead; on a rank of a
+    data-parallel group, the group's, NCCL's buffers included)."""
     from memprobe.core.overhead import default_overhead_table
 
     if not p.capacity_bytes:
         return None
-    return p.capacity_bytes - default_overhead_table().run_overhead_bytes
+    table = default_overhead_table()
+    group = (p.settings.world_size or 1) > 1
+    return p.capacity_bytes - (table.group_run_overhead_bytes if group else table.run_overhead_bytes)
 
 
 def _compare(traces: PrecisionTraces, p) -> tuple[list[ComparisonRow], MaxBatchComparison | None]:
@@ -400,10 +403,11 @@ def predict(
 
 
 def memory_sizes(
-    labels: Sequence[tuple[str, int]], cards: dict[str, Any] | None = None, override: Any = None
+    labels: Sequence[tuple[str, int]], cards: dict[str, Any] | None = None, override: Any = None, group: bool = False
 ) -> list[MemorySize]:
     """Memory sizes with the capacity the allocator gets of each (overhead.usable_memory: the packaged per-card data,
-    or `override`, an overhead.Override). `cards` maps a label to its catalog Card (sizes given by card name).
+    or `override`, an overhead.Override; `group`: on a rank of a data-parallel group). `cards` maps a label to its
+    catalog Card (sizes given by card name).
 
     Raises overhead.OverheadError (a ValueError) for a size not larger than the overhead.
     """
@@ -412,7 +416,7 @@ def memory_sizes(
     out = []
     for label, nbytes in labels:
         card = (cards or {}).get(label)
-        usable = usable_memory(label, nbytes, card, override)
+        usable = usable_memory(label, nbytes, card, override, group=group)
         cannot = tuple(p for p in PRECISIONS if card is not None and not card.supports(p))
         out.append(MemorySize(label, nbytes, usable.capacity_bytes, usable.how, cannot))
     return out

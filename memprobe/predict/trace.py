@@ -224,6 +224,7 @@ class TraceSession:
         self.seconds = 0.0
         self.build_seconds = 0.0
         self._stack: list = []
+        self.trial_edit: Any = None
 
     def __enter__(self) -> "TraceSession":
         started = time.perf_counter()
@@ -243,7 +244,13 @@ class TraceSession:
                 for t in [*self.task.model.parameters(), *self.task.model.buffers()]:
                     self.recorder.track(t)
                 if self.wrap is not None:
+                    wrapped_from = len(self.recorder.events)
                     self.wrap(self.task)
+                    # What a wrapper does to each trial that the trace cannot run (data_parallel: DDP's bucket
+                    # rebuild), given the allocations the wrap made.
+                    self.trial_edit = getattr(self.task, "trial_edit", None)
+                    if self.trial_edit is not None and not self.trial_edit.adopt(self.recorder.events[wrapped_from:]):
+                        self.trial_edit = None
             gc.collect()
             self.recorder.sweep()
         except TimeLimitExceeded as late:
@@ -328,6 +335,8 @@ class TraceSession:
             failure = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
         inputs = amp = None  # noqa: F841
         trial = rec.events[start + 1 : self.end_trial(collect=False)]
+        if self.trial_edit is not None and failure is None:
+            trial = self.trial_edit(trial, STEP_MARK)
         repeated = repeat_last_step(trial) if repeat and failure is None else None
         if not self.last_in_process or (repeat and failure is None and repeated is None):
             self.collect()  # for the next trace here (in a forked child that is the full trace done below)

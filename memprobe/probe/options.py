@@ -11,6 +11,7 @@ from typing import Any
 
 from memprobe.core.catalog import PRECISIONS
 from memprobe.core.fieldtypes import MODES
+from memprobe.core.option_bounds import REPEAT
 from memprobe.core.records import Timed
 from memprobe.core.run_length import (  # noqa: F401 - INFER_* and MIN_TIMED_STEPS re-exported for probe
     GENERATE_TIMED_STEPS,
@@ -24,6 +25,7 @@ from memprobe.core.run_length import (  # noqa: F401 - INFER_* and MIN_TIMED_STE
     WARMUP_STEPS,
 )
 from memprobe.probe.curve import DEFAULT_BUDGET_S, DEFAULT_POINTS, ladder
+from memprobe.probe.edge_walk import EDGE_BUDGET_S
 from memprobe.probe.runner import Worker
 
 # Inference curves get less time than training ones (DEFAULT_BUDGET_S, 45 s): forwards at the huge batches
@@ -60,6 +62,11 @@ class ScanOptions:
     max_batch: int = 65536
     max_trials: int = 40
     fresh_checks: int = 6
+    # B is the largest batch that completes the trial and the steps after it in this many consecutive fresh runs
+    # (probe/edge_walk.py): a batch that fitted once near the edge can fail in the next fresh process.
+    repeat: int = REPEAT
+    # Near a flaky edge the fresh walk tries no new batch past this many seconds of its own runs (None: no limit).
+    edge_budget_s: float | None = EDGE_BUDGET_S
     measure: bool = True
     device: str = "cuda"
     cpu_budget_bytes: int | None = None
@@ -98,6 +105,8 @@ class ScanOptions:
             raise ValueError(f"unknown precision {', '.join(unknown) or '(none)'}; choose from {', '.join(PRECISIONS)}")
         if self.mode not in MODES:
             raise ValueError(f"unknown mode '{self.mode}'; choose {', '.join(MODES)}")
+        if self.repeat < 1:
+            raise ValueError("--repeat must be at least 1 (the fresh runs B must fit in)")
         if self.soak < 0:
             raise ValueError("--soak must be 0 (off) or a number of steps")
         if self.memory_cap_bytes is not None and self.device != "cuda":

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from memprobe.core.catalog import peak_tflops
+from memprobe.core.edge_text import edge_text
 from memprobe.core.generation import generation_record, settings_of
 from memprobe.core.memcap import emulated_name
 from memprobe.core.memory_model import Attempt, MemoryModel, edge_model, fit_memory_model
@@ -29,7 +30,7 @@ from memprobe.probe.curve_run import add_curve
 from memprobe.probe.hint import PrecisionHint, PredictedStart
 from memprobe.probe.nothing_fits import explain_precision
 from memprobe.probe.options import ScanOptions
-from memprobe.probe.proof import EdgeCheck, confirm_edge, proof_record, reusable_checks
+from memprobe.probe.proof import EdgeCheck, confirm_edge, proof_record, reusable_checks, unverified_reason
 from memprobe.probe.search import HintUse, find_max_batch
 from memprobe.probe.soak import soak_max_batch
 
@@ -186,7 +187,10 @@ def run_precision(
         except KeyboardInterrupt:
             if stage["at"] == "proof":
                 checks = stage["checks"]
-                edge = EdgeCheck(found.max_batch, None, None, False, False, list(checks), list(stage["reused"]))
+                edge = EdgeCheck(
+                    found.max_batch, None, None, False, False, list(checks), list(stage["reused"]), opts.repeat
+                )
+                edge.ended_by = "interrupted"
                 result.proof = proof_record(edge, found)
                 result.proof.fit_check = backend.fit_check()
             raise _interrupted(result, stage["at"], None, started, opts.measure) from None
@@ -244,7 +248,15 @@ def _proven(
     # 100 fitted fresh in the search, the served group then fitted up to 104, and the walk down from 105 went on
     # to 97 before it bisected back up to 100).
     fresh_fits = [a.batch for a in found.attempts if a.fresh and a.fits]
-    edge = confirm_edge(check, found, opts.fresh_checks, opts.max_batch, fresh_fits=fresh_fits)
+    edge = confirm_edge(
+        check,
+        found,
+        opts.fresh_checks,
+        opts.max_batch,
+        fresh_fits=fresh_fits,
+        repeat=opts.repeat,
+        budget_s=opts.edge_budget_s,
+    )
     edge.reused = list(reused)
     result.max_batch = edge.max_batch
     result.proof = proof_record(edge, found, known)
@@ -253,10 +265,12 @@ def _proven(
     if not edge.agreed:
         progress.note(
             f"fresh-process check moved the edge: search {found.max_batch}, fresh {edge.max_batch}"
-            + ("" if edge.verified else " (not verified within the check limit)")
+            + ("" if edge.verified else f" (not verified: {unverified_reason(edge)})")
         )
     if result.proof.non_monotone:
         progress.note(result.proof.non_monotone["note"])
+    if edge.repeat > 1 or result.proof.band is not None:
+        progress.note(f"fresh runs: {edge_text(edge.max_batch, result.proof)}")
     if opts.soak and edge.max_batch > 0:
         stage["at"] = "soak"
         result.max_batch = soak_max_batch(result.proof, result.max_batch, opts.soak, backend.soak, progress.note)

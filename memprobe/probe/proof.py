@@ -1,120 +1,24 @@
-"""The fresh-process proof of a search's answer: B fits and B+1 fails, each in a process that ran nothing else.
+"""The fresh-process proof of a search's answer: B fits in K fresh runs and B+1 fails, each run in a process that ran
+nothing else.
 
-Pure arithmetic over an abstract `check(n) -> Attempt`, no torch (the checks run in trial processes), so it
-is tested against fake checks. Also builds the proof's record for the result file, including where the
-edge was not monotone (a fresh fit above a fresh failure, or the search's own trials fitting at or above a
-fresh failure) and the figures of every failed fresh check's out-of-memory message.
+Pure arithmetic over an abstract `check(n) -> Attempt`, no torch (the checks run in trial processes), so it is tested
+against fake checks; the walk itself is probe/edge_walk.py (confirm_edge). This module builds the proof's record for
+the result file: the fresh runs at B, the flaky band with every batch's fresh fits and failures, where the edge was not
+monotone (a fresh fit above a fresh failure, or the search's own trials fitting at or above a fresh failure) and the
+figures of every failed fresh check's out-of-memory message.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Callable, Collection, Mapping
+from typing import Any, Collection, Mapping
 
 from memprobe.core.memory_model import Attempt
-from memprobe.core.outcomes import STOPPING, oom_numbers
-from memprobe.core.records import Check, Pair, Proof
+from memprobe.core.outcomes import oom_numbers
+from memprobe.core.records import Band, BandRun, Check, Pair, Proof
+from memprobe.probe.edge_walk import EdgeCheck as EdgeCheck
+from memprobe.probe.edge_walk import Tally
+from memprobe.probe.edge_walk import confirm_edge as confirm_edge
 from memprobe.probe.search import SearchResult
-
-# Closing a bracket that the walk found within the check limit may take up to this many times the limit
-# in all: a limit that runs out one check before B+1 is seen would leave the pair unverified.
-CHECK_CAP_FACTOR = 2
-
-
-@dataclass
-class EdgeCheck:
-    """The proof pair re-checked in fresh processes: `fits` fits and `fails` does not."""
-
-    max_batch: int
-    fits: int | None
-    fails: int | None
-    agreed: bool  # True when the fresh checks confirmed the search's answer unchanged
-    verified: bool  # True when both halves of the pair were seen in fresh processes
-    checks: list[Attempt] = field(default_factory=list)
-    reused: list[int] = field(default_factory=list)  # batches whose fresh search trial served as the check
-
-
-def confirm_edge(
-    check: Callable[[int], Attempt],
-    found: SearchResult,
-    max_checks: int = 6,
-    max_batch: int = 65536,
-    known: Mapping[int, Attempt] | None = None,
-    fresh_fits: Collection[int] = (),
-) -> EdgeCheck:
-    """Re-check the search's answer in fresh processes and move it if the fresh edge differs.
-
-    `check(n)` must run batch n in a process that ran nothing else. `known` holds search trials that
-    already ran in fresh processes by the same definition: a batch found there is taken as its check
-    instead of being run again (listed in `reused`; it still counts as a check).
-    The pair is checked failure-side first (B+1), then B, so that the last fresh process is the one
-    that proved B fits (the caller can measure throughput in it). If the edge moved, walk in the
-    direction the checks say (steps 1, 1, 2, 4, ...) and bisect once bracketed. Walking down, it never steps
-    below the highest of `fresh_fits` under the lowest fresh failure: batches that trained in a fresh process
-    during the search but are not checks (their timed run did not run), so the edge is known to be at or above
-    it. The walk stops after
-    `max_checks` checks; a bracket it found is closed even past that, up to CHECK_CAP_FACTOR x max_checks
-    checks in all. When no fresh check fits, `max_batch` is the bound below the lowest fresh failure
-    and `verified` is False.
-    """
-    checks: list[Attempt] = []
-    reused: list[int] = []
-    known = dict(known or {})
-
-    def run(batch: int) -> Attempt:
-        if batch in known:
-            attempt = known.pop(batch)
-            reused.append(batch)
-        else:
-            attempt = check(batch)
-        attempt.fresh = True
-        checks.append(attempt)
-        return attempt
-
-    claimed = found.max_batch
-    if found.stop in STOPPING:
-        return EdgeCheck(claimed, None, None, False, False, checks, reused)
-    if claimed >= max_batch:  # everything fit up to the cap: only B can be checked
-        ok = run(claimed).fits
-        return EdgeCheck(claimed, claimed if ok else None, None, ok, ok, checks, reused)
-
-    # Walk from the claimed pair towards the fresh edge with steps 1, 1, 2, 4, ... and bisect once
-    # a fresh fit and a fresh failure bracket it: an edge that moved by one costs one extra check.
-    fit_at: int | None = None
-    fail_at: int | None = None
-    walked = 0
-    batch = claimed + 1
-    while len(checks) < (CHECK_CAP_FACTOR * max_checks if fit_at is not None and fail_at is not None else max_checks):
-        if run(batch).fits:
-            fit_at = batch if fit_at is None else max(fit_at, batch)
-        else:
-            fail_at = batch if fail_at is None else min(fail_at, batch)
-        if fit_at is not None and fail_at is not None:
-            if fail_at - fit_at == 1:
-                break
-            batch = (fit_at + fail_at) // 2
-            continue
-        step = 1 if walked < 2 else 2 ** (walked - 1)
-        walked += 1
-        if fail_at is None:  # everything checked so far fits: walk up
-            batch = min(fit_at + step, max_batch)
-            if batch == fit_at:
-                break  # the cap itself fits
-        else:  # everything checked so far fails: walk down
-            if fail_at == 1:
-                fit_at = 0  # batch 1 does not train in a fresh process either
-                break
-            floor = max((b for b in fresh_fits if b < fail_at), default=1)
-            batch = max(1, floor, fail_at - step)
-    verified = fit_at is not None and fail_at is not None and fail_at == fit_at + 1
-    agreed = verified and fit_at == claimed
-    if fit_at is not None:
-        best = fit_at
-    else:
-        # No fresh process fitted within the check limit: all that is known is that nothing from
-        # `fail_at` up trains, so report the bound below it, unverified.
-        best = fail_at - 1
-    return EdgeCheck(best, fit_at, fail_at, agreed, verified, checks, reused)
 
 
 def reusable_checks(attempts: list[Attempt], timed: Collection[int] | None) -> dict[int, Attempt]:
@@ -126,6 +30,19 @@ def reusable_checks(attempts: list[Attempt], timed: Collection[int] | None) -> d
 
 def _listed(batches: list[int]) -> str:
     return ", ".join(map(str, batches))
+
+
+def _runs(edge: EdgeCheck) -> str:
+    return f" in {edge.fits_at_b} of {edge.runs_at_b} runs" if edge.repeat > 1 else ""
+
+
+def unverified_reason(edge: EdgeCheck) -> str:
+    """Why a walk's B is not verified, in words: no fresh fit next to a fresh failure, or fewer fresh fits at B than
+    the repeat rule asks, within the check limit or the time near a flaky edge."""
+    limit = "the time the walk had near a flaky edge" if edge.ended_by == "budget" else "the check limit"
+    if edge.fits is None or edge.fits_at_b == 0 or edge.fails != edge.fits + 1:
+        return f"no fresh fit next to a fresh failure within {limit}"
+    return f"it fitted in {edge.fits_at_b} fresh runs, not the {edge.repeat} asked, within {limit}"
 
 
 def non_monotone(
@@ -155,18 +72,34 @@ def non_monotone(
         said.append(f"{_listed(shared)} fitted in the search's own trials (not fresh checks), at or above it")
     b = edge.max_batch
     proven = (
-        f"B = {b} fits fresh and {b + 1} fails fresh"
+        f"B = {b} fits fresh{_runs(edge)} and {b + 1} fails fresh"
         if edge.verified
-        else f"B = {b} is not verified (no fresh fit next to a fresh failure within the check limit)"
+        else f"B = {b} is not verified ({unverified_reason(edge)})"
     )
     note = f"edge not monotone: {'; '.join(said)} (fresh failures at {_listed(fails)}); {proven}"
     return {"fits": fits, "search_fits": shared, "fails": fails, "note": note}
 
 
+def band_record(edge: EdgeCheck, known: Mapping[int, Attempt] | None = None) -> Band | None:
+    """The flaky band of the fresh runs (the proof's checks and the search's fresh trials it could take as checks,
+    `known`): from the lowest batch that failed in a fresh run to the highest that fitted in one above it, with the
+    fresh fits and failures of every batch run there; None when every fresh fit lies below every fresh failure."""
+    tally = Tally()
+    for attempt in {id(a): a for a in [*edge.checks, *(known or {}).values()]}.values():
+        tally.add(attempt)
+    span = tally.band()
+    if span is None:
+        return None
+    low, high = span
+    batches = sorted(b for b in {*tally.fits, *tally.fails} if low <= b <= high)
+    return Band(low, high, [BandRun(b, tally.fits[b], tally.fails[b]) for b in batches])
+
+
 def proof_record(edge: EdgeCheck, found: SearchResult, known: Mapping[int, Attempt] | None = None) -> Proof:
-    """The proof as the result file keeps it: the search's pair, the fresh pair, every check (a failed one with
-    its out-of-memory message's figures under "oom"), the batches reused from the search, and "non_monotone"
-    where the edge is not (see non_monotone; `known` as confirm_edge got it)."""
+    """The proof as the result file keeps it: the search's pair, the fresh pair, K and the fresh runs at B, every
+    check (a failed one with its out-of-memory message's figures under "oom"), the batches reused from the search,
+    the flaky band (band_record) and "non_monotone" where the edge is not (see non_monotone; `known` as confirm_edge
+    got it)."""
     checks = [
         Check(**vars(attempt), oom=(oom_numbers(attempt.message) or None) if not attempt.fits else None)
         for attempt in edge.checks
@@ -181,4 +114,9 @@ def proof_record(edge: EdgeCheck, found: SearchResult, known: Mapping[int, Attem
         checks=checks,
         reused_from_search=list(edge.reused),
         non_monotone=non_monotone(found, edge, known),
+        repeat=edge.repeat,
+        runs_at_b=edge.runs_at_b,
+        fits_at_b=edge.fits_at_b,
+        band=band_record(edge, known),
+        ended_by=edge.ended_by,
     )

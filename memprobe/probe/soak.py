@@ -58,6 +58,7 @@ def apply_soak(proof: Proof, record: dict[str, Any]) -> int | None:
     proof.fails = failed["batch"]
     proof.fail_outcome = failed["outcome"]
     proof.agreed = False
+    proof.runs_at_b = proof.fits_at_b = None  # the fresh runs were the proof's B's; the soak's runs are in proof.soak
     return record["max_batch"]
 
 

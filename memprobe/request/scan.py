@@ -88,6 +88,13 @@ class ScanRequest:
         help="After the proof, train the max batch this many more steps in a fresh process and lower it until that "
         "passes (recorded as proof.soak); 0 = off.",
     )
+    repeat: int = option(
+        bounds.REPEAT,
+        bound=bounds.REPEAT_OPTION,
+        setting="repeat",
+        help="B must complete the trial and the steps after it in this many consecutive fresh processes; batches "
+        "that fitted once and failed once are reported as the flaky band.",
+    )
     predicted_start: bool | None = option(
         None,
         "--predicted-start/--no-predicted-start",

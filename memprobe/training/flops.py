@@ -65,11 +65,12 @@ def _counter() -> FlopCounterMode:
     return FlopCounterMode(display=False, custom_mapping={torch.ops.aten.convolution_backward: _conv_backward_flop})
 
 
-def flops_per_sample(task: TrainTask, batch: int = 2, mode: str = "train") -> float:
+def flops_per_sample(task: TrainTask, batch: int = 2, mode: str = "train", precision: str = "fp32") -> float:
     """FLOPs of one sample's training step (forward + backward) or forward pass.
 
     A task that offers a twin for counting (`flops_twin()`, a context manager giving e.g. a meta-device copy) is
-    counted on the twin; otherwise see count_step_flops. Raises ValueError for a batch below 1 or an unknown mode.
+    counted on the twin; otherwise see count_step_flops (`precision`: the autocast it counts under; the count is
+    the same in every precision). Raises ValueError for a batch below 1 or an unknown mode.
     """
     if batch < 1:
         raise ValueError(f"batch must be at least 1, got {batch}")
@@ -79,16 +80,20 @@ def flops_per_sample(task: TrainTask, batch: int = 2, mode: str = "train") -> fl
     if twin is not None:
         with twin() as counted:
             return count_step_flops(counted, batch, mode)
-    return count_step_flops(task, batch, mode)
+    return count_step_flops(task, batch, mode, precision)
 
 
-def count_step_flops(task: TrainTask, batch: int = 2, mode: str = "train") -> float:
+def count_step_flops(task: TrainTask, batch: int = 2, mode: str = "train", precision: str = "fp32") -> float:
     """FLOPs per sample of the task's step at `batch`, counted by running it under FlopCounterMode.
 
     A task whose step is not "loss, backward" (a GAN with two optimizers) provides
     `forward_backward(batch, amp)`, which runs its forward and backward passes without stepping; the
-    others are counted as `task.loss(batch).backward()`. Gradients are cleared afterwards and the
-    weights are not changed. Raises ValueError for a batch below 1 or an unknown mode.
+    others are counted as `task.loss(batch).backward()`, under `precision`'s autocast (no loss scaling: nothing
+    steps). The formulas count shapes, so the precision does not change the count; counting in the scan's own
+    precision makes the convolutions choose the cuDNN plans (cached by shape and dtype) that its next trial at the
+    same batch uses, instead of fp32 ones it never runs (a bf16 batch-1 trial of a small CNN on an H200 then repeated
+    3-8 s of set-up that an fp32 one, after an fp32 count, did not: reports/zoo/h200/results). Gradients are cleared
+    afterwards and the weights are not changed. Raises ValueError for a batch below 1 or an unknown mode.
     """
     if batch < 1:
         raise ValueError(f"batch must be at least 1, got {batch}")
@@ -98,6 +103,7 @@ def count_step_flops(task: TrainTask, batch: int = 2, mode: str = "train") -> fl
     was_training = model.training
     inputs = task.make_batch(batch)
     counter = _counter()
+    amp = Amp(precision if task.device.type in ("cuda", "cpu") else "fp32", task.device)  # no autocast on meta
     try:
         with sdpa_kernel(SDPBackend.MATH):
             if mode == "train":
@@ -105,12 +111,14 @@ def count_step_flops(task: TrainTask, batch: int = 2, mode: str = "train") -> fl
                 with counter:
                     forward_backward = getattr(task, "forward_backward", None)
                     if forward_backward is not None:
-                        forward_backward(inputs, Amp("fp32", task.device))
+                        forward_backward(inputs, Amp(precision, task.device))
                     else:
-                        task.loss(inputs).backward()
+                        with amp.autocast():
+                            loss = task.loss(inputs)
+                        loss.backward()
             else:
                 model.eval()
-                with torch.no_grad(), counter:
+                with torch.no_grad(), counter, amp.autocast():
                     task.infer(inputs)
     finally:
         for p in model.parameters():

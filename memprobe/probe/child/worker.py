@@ -245,7 +245,7 @@ class Session:
         try:
             # Counted on the eager step: the FLOPs are the model's, however the step is compiled.
             with torch.compiler.set_stance("force_eager"):
-                value = flops_per_sample(self.task, int(req.batch), self.mode)
+                value = flops_per_sample(self.task, int(req.batch), self.mode, self.precision)
         except Exception as exc:  # noqa: BLE001 - MFU is optional; say why it is missing
             return Flops(None, f"{type(exc).__name__}: {exc}"[:300])
         finally:
