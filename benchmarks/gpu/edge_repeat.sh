@@ -10,7 +10,8 @@
 # $OUT/edge_repeat.tgz after every run; at the end benchmarks/edge_repeat.py summarize writes $OUT/w/edge_repeat.md.
 # Env: MODELS (default "mobilenetv2_100 mobilenetv3_large_100 inception_v3"; levit_256 is the fourth flaky one),
 # REPEATS (runs per batch, default 3), RUN_LIMIT_S (each run's limit, default 120), DEADLINE_S (no run starts after
-# it, default 480), CUDNN_LOG (1: keep cudnn_frontend's plan lines, default 1).
+# it, default 480), CUDNN_LOG (1: keep cudnn_frontend's plan lines, default 1), GPUS (the GPU indices to use, space-
+# separated; default every GPU).
 set -u
 : "${OUT:?set OUT to the folder whose files come back}"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -68,7 +69,7 @@ model_runs() {  # gpu model: the first run, then REPEATS runs at B and at B+1, a
     done
 }
 
-read -r -a gpus <<<"$(nvidia-smi --query-gpu=index --format=csv,noheader | paste -sd' ' -)"
+read -r -a gpus <<<"${GPUS:-$(nvidia-smi --query-gpu=index --format=csv,noheader | paste -sd' ' -)}"
 read -r -a models <<<"$MODELS"
 pids=()
 if [ "${#gpus[@]}" -ge "${#models[@]}" ]; then

@@ -9,6 +9,7 @@
 #   PART=a  GPU0 llama-1b 2048/64 | GPU1 llama-1b 8192/64 | GPU2 llama-1b 512/512 | GPU3 qwen2-1.5b 2048/64, then
 #           the llama-1b frontier for the time left
 #   PART=b  GPU0 llama-8b 2048/64 | GPU1 llama-8b 8192/64 | GPU2 llama-8b 512/512 | GPU3 the llama-8b frontier
+#   PART=c  one GPU (QUEUES="3", say): qwen2-1.5b 2048/64, then llama-1b 8192/64 with --prefill-chunk 512
 #   PART=all  both in one call, as far as DEADLINE_S lets them: GPU0 llama-1b 2048/64, 512/512, qwen2-1.5b | GPU1
 #           llama-1b 8192/64, its frontier | GPU2 llama-8b 2048/64, 512/512 | GPU3 llama-8b 8192/64, its frontier
 # On fewer GPUs, QUEUES picks the queues to run (e.g. QUEUES="0 1" on 2 GPUs, then QUEUES="2 3" in a second call).
@@ -35,10 +36,12 @@ until_end() { echo $(( END_S - ($(date +%s) - start) )); }
     python3 -m pip list 2>/dev/null | grep -iE '^(torch|transformers|timm|numpy) '
 } >"$W/env.log" 2>&1
 
-# scan JOB MODEL PROMPT NEW: one generation scan of MODEL, then its prediction with --compare
+# scan JOB MODEL PROMPT NEW [OPTION...]: one generation scan of MODEL, then its prediction with --compare
 scan() {
     local job=$1 model=$2 prompt=$3 new=$4 extra=() limit
-    [ "$model" = "$QWEN" ] && extra=(--task causal-lm)
+    shift 4
+    extra=("$@")  # more scan and predict options (--prefill-chunk C)
+    [ "$model" = "$QWEN" ] && extra+=(--task causal-lm)
     limit=$(left); [ "$limit" -gt "$SCAN_S" ] && limit=$SCAN_S
     if [ "$limit" -lt 60 ]; then echo "$job: not started ($limit s left)" >>"$W/generate.log"; return; fi
     mkdir -p "$W/$job"
@@ -91,6 +94,9 @@ queue() {  # the jobs of GPU $1 in PART
         all1) SCAN_S=200 scan llama-1b-p8192-n64 llama-1b 8192 64; frontier llama-1b-frontier llama-1b 240 ;;
         all2) scan llama-8b-p2048-n64 llama-8b 2048 64; scan llama-8b-p512-n512 llama-8b 512 512 ;;
         all3) SCAN_S=240 scan llama-8b-p8192-n64 llama-8b 8192 64; frontier llama-8b-frontier llama-8b 240 ;;
+        # PART=c: one GPU: the grouped-query decoder, then llama-1b's 8192-token prompts prefilled 512 at a time
+        c*) SCAN_S=220 scan qwen2-1.5b-p2048-n64 "$QWEN" 2048 64
+            SCAN_S=220 scan llama-1b-p8192-n64-c512 llama-1b 8192 64 --prefill-chunk 512 ;;
         *) echo "no queue $1 in part $PART" >>"$W/generate.log" ;;
     esac
 }
