@@ -30,11 +30,12 @@ def _per_sample(nbytes: float) -> str:
 
 
 def _cell(found: int, capped: bool, safe: int | None = None) -> str:
-    """A predicted max batch, and the safe one beside it where it is smaller; one the search stopped at (its cap)
+    """A predicted max batch and the safe one beside it, even where the two are equal (a run whose memory steps
+    with the allocator's segments can fit the same batch with the margin left); one the search stopped at (its cap)
     says so: the real one is that or more."""
     if capped:
         return f"{found}+ (cap)"
-    return f"{found} (safe {safe})" if safe is not None and safe < found else str(found)
+    return f"{found} (safe {safe})" if safe is not None and found > 0 else str(found)
 
 
 def _no_edge_lines(pred: Prediction, cannot_train: dict[str, list[str]], n: str) -> list[str]:
@@ -117,7 +118,7 @@ def render(pred: Prediction) -> str:
         f"{s.label}: predicted max {'length (tokens)' if lengths else 'batch'}" for s in pred.sizes
     ]
     any_safe = any(
-        p.safe_max_batch.get(s.label, p.max_batch[s.label]) < p.max_batch[s.label]
+        s.label in p.safe_max_batch and p.max_batch[s.label] > 0 and s.label not in p.capped
         for p in pred.precisions.values()
         for s in pred.sizes
     )

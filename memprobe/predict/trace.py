@@ -23,7 +23,7 @@ from memprobe.predict.fakecuda import H100, Target, cuda_optimizers
 from memprobe.predict.recorder import Recorder
 from memprobe.predict.session import fake_session
 from memprobe.training.step import run_step, run_until_state
-from memprobe.workloads.base import Amp, UserModelError
+from memprobe.workloads.base import Amp, UserModelError, cuda_stand_in
 from memprobe.workloads.families import family_builder
 
 TRIAL_MARK = "trial"  # where run_trial called reset_peak_memory_stats (after empty_cache)
@@ -189,7 +189,8 @@ class TraceSession:
         self.recorder = Recorder(self.target)
         self.recorder.__enter__()
         try:
-            with time_limit(self.limit), BuildValues():  # a build reads true tensor values (fake_mode.BuildValues)
+            # A build reads true tensor values (fake_mode.BuildValues) and makes the layouts it makes on CUDA
+            with time_limit(self.limit), BuildValues(), cuda_stand_in():
                 self.task = build(self.workload.params, self.workload.optimizer, torch.device("cpu"))
                 # Adopt the weights: Parameter(...) and swap_tensors made them without an op.
                 for t in [*self.task.model.parameters(), *self.task.model.buffers()]:
