@@ -9,7 +9,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from memprobe.predict.allocator import ALLOC, FREE, MARK, replay  # noqa: E402
-from memprobe.predict.batch_model import PROBE_DEPTH, max_batch_for  # noqa: E402
+from memprobe.predict.edge_search import PROBE_DEPTH, max_batch_for  # noqa: E402
 from memprobe.predict.fakecuda import H100  # noqa: E402
 from memprobe.predict.recorder import Recorder  # noqa: E402
 from memprobe.predict.session import fake_session  # noqa: E402

@@ -7,7 +7,7 @@ import math
 import textwrap
 
 from memprobe.core.units import gib
-from memprobe.predict.batch_model import MAX_SEARCH_BATCH
+from memprobe.predict.edge_search import MAX_SEARCH_BATCH
 from memprobe.predict.safe import SAFE_MARGIN
 from memprobe.predict.summary import Prediction
 

@@ -18,8 +18,9 @@ from memprobe.core.outcomes import FIT, LIMIT, OOM
 from memprobe.core.records import Proof
 from memprobe.core.registry import Workload
 from memprobe.core.versions import LIBRARIES, release
-from memprobe.predict.batch_model import MAX_SEARCH_BATCH, PrecisionTraces
+from memprobe.predict.batch_model import PrecisionTraces
 from memprobe.predict.collector import paused
+from memprobe.predict.edge_search import MAX_SEARCH_BATCH
 from memprobe.predict.fakecuda import H100, Target
 from memprobe.predict.parallel import forked_map
 from memprobe.predict.progress import TraceProgress, silent
