@@ -158,3 +158,46 @@ def test_every_inference_prediction_shows_its_safe_batch(safe):
     text = " ".join(render(pred).split())
     assert f"7480 (safe {safe})" in text
     assert "leaves 5% of the usable memory unused" in text
+
+
+def test_avg_pool_outputs_are_counted_for_the_kernel_limit():
+    from memprobe.predict.fakecuda import INT32_COUNT_OPS
+
+    assert set(INT32_COUNT_OPS.values()) == {"avg_pool2d"}
+    with fake_session():
+        rec = Recorder(H100)
+        rec.__enter__()
+        try:
+            with torch.inference_mode():
+                torch.nn.functional.avg_pool2d(torch.randn(3, 64, 8, 8), 2)
+        finally:
+            rec.__exit__(None, None, None)
+    assert rec.int32_counts == {"avg_pool2d": 3 * 64 * 4 * 4}
+
+
+def test_the_max_batch_stops_where_a_kernel_counts_past_2_31_elements():
+    # coatnet_0_rw_224 bf16 inference on an H200: batch 10699 ran, 10700 raised "integer out of range" at 30 of 139
+    # GiB: its (batch, 64, 56, 56) average pool passes 2^31 - 1 elements there. Memory alone said 14562.
+    from types import SimpleNamespace
+
+    from memprobe.predict.batch_model import PrecisionTraces
+    from memprobe.predict.trace import TRIAL_MARK, Trace
+
+    per_sample = 64 * 56 * 56
+
+    def tracer(batches):
+        return {
+            b: Trace(
+                b,
+                [(MARK, TRIAL_MARK), (ALLOC, 1, 1000 * b, "x"), (FREE, 1)],
+                3,
+                int32_counts=(("avg_pool2d", per_sample * b),),
+            )
+            for b in batches
+        }
+
+    traces = PrecisionTraces(SimpleNamespace(mode="infer", steps=3), "bf16", tracer=tracer)
+    found, fail = traces.max_batch(10**12)
+    assert found == 10699
+    assert fail is not None and not fail.fits and "avg_pool2d" in fail.limit and fail.oom is None
+    assert traces.kernel_limit(10699) == ""

@@ -21,6 +21,7 @@ from typing import Callable, Sequence
 from memprobe.core.run_length import steps_at_fit
 from memprobe.predict.allocator import ALLOC, FREE, ReplayResult, replay
 from memprobe.predict.edge_search import FIRST_GUESS, max_batch_for
+from memprobe.predict.fakecuda import INT32_MAX
 from memprobe.predict.trace import TRIAL_MARK, PredictError, Trace, TraceSession
 from memprobe.predict.workspaces import Workspace
 
@@ -343,11 +344,31 @@ class PrecisionTraces:
 
     def max_batch(self, capacity: int) -> tuple[int, ReplayResult | None]:
         """max_batch_for at `capacity` bytes, walking from the line's guess where the traces extrapolate
-        (from batch 2 where every batch is traced). Raises PredictError if a trace it needs fails."""
+        (from batch 2 where every batch is traced); a batch past a kernel limit (kernel_limit) does not run,
+        whatever the memory. Raises PredictError if a trace it needs fails."""
         if capacity not in self._found:
             guess = self.linear_guess(capacity) if self.model is not None else MODEL_BATCHES[0]
-            self._found[capacity] = max_batch_for(self.replay_at, capacity, guess)
+            self._found[capacity] = max_batch_for(self._run_at, capacity, guess)
         return self._found[capacity]
+
+    def _run_at(self, batch: int, capacity: int) -> ReplayResult:
+        limit = self.kernel_limit(batch)
+        return ReplayResult(0, 0, limit=limit) if limit else self.replay_at(batch, capacity)
+
+    def kernel_limit(self, batch: int) -> str:
+        """Why a CUDA kernel of the run at `batch` would refuse it whatever the memory (an op of INT32_COUNT_OPS
+        past 2^31 - 1 output elements: "integer out of range"), or "". From the trace of `batch`, or scaled with
+        the batch from the model's largest trace (such an output grows in proportion to it)."""
+        if self.model is not None and batch >= MODEL_BATCHES[0] and batch not in self._traced:
+            source = max(self.model.traces, key=lambda t: t.batch)
+            counts = [(op, n * batch // source.batch) for op, n in source.int32_counts]
+        else:
+            counts = list(self._get([batch])[batch].int32_counts)
+        over = [(op, n) for op, n in counts if n > INT32_MAX]
+        if not over:
+            return ""
+        op, n = over[0]
+        return f"{op}'s output of {n:,} elements passes 2^31 - 1, which its CUDA kernel counts in 32 bits"
 
     def linear_guess(self, capacity: int) -> int:
         """Where a line through the peaks reserved at two batches puts the edge (a starting point only)."""

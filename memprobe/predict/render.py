@@ -57,6 +57,11 @@ def _no_edge_lines(pred: Prediction, cannot_train: dict[str, list[str]], n: str)
                 f"{name}: the trial's memory does not grow with the batch (0 bytes per sample): does the model's "
                 "make_batch(n) make n samples?"
             )
+        for label, why in p.kernel_limit.items():
+            lines.append(
+                f"{name}, {label}: {n} {p.max_batch[label] + 1} would stop at a CUDA kernel's limit, not at memory: "
+                f"{why} (integer out of range); the max {n} is the one below it."
+            )
         nothing = [s for s in sizes if p.max_batch[s.label] == 0]
         if nothing and 1 in p.needs:
             lines.append(

@@ -43,6 +43,8 @@ class Trace:
     steps: int
     repeated: bool = False  # the last step is the one before it repeated, not traced (repeat_last_step)
     step_at: tuple[int, ...] = ()  # index in events where each step starts, and where the last one ends
+    # (op, its largest output in elements) for the ops whose CUDA kernel counts them in 32 bits (INT32_COUNT_OPS)
+    int32_counts: tuple[tuple[str, int], ...] = ()
 
     @property
     def traced(self) -> int:
@@ -256,6 +258,7 @@ class TraceSession:
         rec = self.recorder
         started = time.perf_counter()
         rec.cublas_allocated = False  # each traced trial stands for a fresh process
+        rec.int32_counts = {}
         start = rec.mark(TRIAL_MARK)
         task = self.task
         ran = None
@@ -289,13 +292,14 @@ class TraceSession:
                 f"{self.workload.name} {precision} batch {batch}: the step failed on fake tensors: {failure}"
             )
         step_at: list[int] = []
+        counts = tuple(sorted(rec.int32_counts.items()))
         if repeat:
             if repeated is None:
                 self._repeats = False
                 return self.trace(precision, batch)
             events = _canonical(self.build_events, repeated, step_at)
-            return Trace(batch, events, ran + 1, repeated=True, step_at=tuple(step_at))
-        return Trace(batch, _canonical(self.build_events, trial, step_at), ran, step_at=tuple(step_at))
+            return Trace(batch, events, ran + 1, True, tuple(step_at), counts)
+        return Trace(batch, _canonical(self.build_events, trial, step_at), ran, False, tuple(step_at), counts)
 
     def end_trial(self, collect: bool = True) -> int:
         """Close a traced trial (trace, and predict/breakdown.py's tracked one): mark its end and (`collect`)
