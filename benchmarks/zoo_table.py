@@ -212,7 +212,10 @@ def render(data: dict[str, Any]) -> str:
         "",
         "Hosts (where each prediction ran, and its libraries). Both are this repository's 2-core CPU machine (no "
         "GPU): `laptop` with the CPU build of torch a laptop installs, `gpu-machine-torch` with the GPU machines' "
-        "own torch build (CUDA 13.0, no GPU present), so that a difference between the torch builds would show.",
+        "own torch build (CUDA 13.0, no GPU present), so that a difference between the torch builds would show. "
+        "A host's rows can come from several runs (`zoo.py predict --only` predicts some scans again with newer "
+        "memprobe code): each host's line says how many scans each memprobe commit predicted, and a summary row above "
+        "mixes them where its host's line lists more than one.",
         "",
     ]
     for h, info in data["hosts"].items():
@@ -267,7 +270,9 @@ def render(data: dict[str, Any]) -> str:
         "file's proof note). The real edge is at most this B.",
         "",
         f"`s`: seconds the {timed[0] if timed else ''} prediction took (`memprobe predict`'s own timer: build, "
-        "traces and replays) on this repository's 2-core CI-class machine, which short test runs shared at times. "
+        "traces and replays) on this repository's 2-core CI-class machine, which short test runs shared at times; "
+        "the rows of the later runs (the commits on the host's line) ran beside other long jobs on those 2 cores, "
+        "at several times the seconds they take alone. "
         "The other hosts' predictions ran on the same 2 cores beside longer work, so their seconds are not shown.",
     ]
     return "\n".join(lines) + "\n"
