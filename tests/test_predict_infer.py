@@ -201,3 +201,25 @@ def test_the_max_batch_stops_where_a_kernel_counts_past_2_31_elements():
     assert found == 10699
     assert fail is not None and not fail.fits and "avg_pool2d" in fail.limit and fail.oom is None
     assert traces.kernel_limit(10699) == ""
+
+
+def test_predict_says_when_a_kernel_limit_and_not_memory_sets_the_max_batch():
+    from memprobe.predict.render import render
+
+    size = MemorySize("H200", 141 * GB, 139 * 2**30)
+    why = "avg_pool2d's output of 2,147,532,800 elements passes 2^31 - 1, which its CUDA kernel counts in 32 bits"
+    p = PrecisionPrediction(
+        "bf16",
+        None,
+        None,
+        {"H200": 10699},
+        {"H200": 10699},
+        {},
+        "checked",
+        safe_max_batch={"H200": 10699},
+        kernel_limit={"H200": why},
+    )
+    pred = Prediction("timm:coatnet_0_rw_224", "H100", 3, 1.0, 0.1, [size], 0, "", {"bf16": p}, [], mode="infer")
+    text = " ".join(render(pred).split())
+    assert "10699 (safe 10699)" in text
+    assert f"batch 10700 would stop at a CUDA kernel's limit, not at memory: {why}" in text
