@@ -223,3 +223,11 @@ def test_predict_says_when_a_kernel_limit_and_not_memory_sets_the_max_batch():
     text = " ".join(render(pred).split())
     assert "10699 (safe 10699)" in text
     assert f"batch 10700 would stop at a CUDA kernel's limit, not at memory: {why}" in text
+
+
+def test_the_first_gemm_under_inference_mode_allocates_the_cublas_workspace():
+    # linear reached the recorder whole under inference_mode, never as the addmm that allocates the workspace
+    def step():
+        torch.nn.functional.linear(torch.randn(4, 8), torch.randn(16, 8), torch.randn(16))
+
+    assert (H100.cublas_workspace_bytes, "cuBLAS workspace") in _allocations(step)
