@@ -309,7 +309,7 @@ def _answered(job: Job, data: bytes, status: int) -> Trace | PredictError:
         answer["steps"],
         answer["repeated"],
         answer["step_at"],
-        answer["int32_counts"],
+        int32_counts=answer["int32_counts"],
     )
 
 

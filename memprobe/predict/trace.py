@@ -298,8 +298,9 @@ class TraceSession:
                 self._repeats = False
                 return self.trace(precision, batch)
             events = _canonical(self.build_events, repeated, step_at)
-            return Trace(batch, events, ran + 1, True, tuple(step_at), counts)
-        return Trace(batch, _canonical(self.build_events, trial, step_at), ran, False, tuple(step_at), counts)
+            return Trace(batch, events, ran + 1, repeated=True, step_at=tuple(step_at), int32_counts=counts)
+        events = _canonical(self.build_events, trial, step_at)
+        return Trace(batch, events, ran, step_at=tuple(step_at), int32_counts=counts)
 
     def end_trial(self, collect: bool = True) -> int:
         """Close a traced trial (trace, and predict/breakdown.py's tracked one): mark its end and (`collect`)
