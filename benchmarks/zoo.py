@@ -273,6 +273,20 @@ def versions() -> dict[str, str]:
     }
 
 
+def memprobe_code() -> str:
+    """The memprobe commit predictions run with (`+changes` when the work tree differs from it), or "unknown"."""
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--", "memprobe"], cwd=ROOT, capture_output=True, text=True
+        )
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return commit + ("+changes" if dirty.stdout.strip() else "")
+
+
 def _entry_by_id(entries: list[Entry]) -> dict[str, Entry]:
     return {e.id: e for e in entries}
 
@@ -359,6 +373,7 @@ def predict_all(results: Path, card: str, host: str, only: list[str], out_path: 
     data["host"] = host
     data["versions"] = versions()
     data["jobs_at_once"] = jobs
+    code = memprobe_code()
     table = data.setdefault("predictions", {})
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", **SAFETY_ENV}
     cores = sorted(os.sched_getaffinity(0))
@@ -389,6 +404,7 @@ def predict_all(results: Path, card: str, host: str, only: list[str], out_path: 
             row = json.loads(proc.stdout.strip().splitlines()[-1])
         except (ValueError, IndexError):
             row = {"job": job_name, "card": card, "error": f"exit {proc.returncode}: {proc.stderr.strip()[-300:]}"}
+        row["code"] = code  # which memprobe predicted it: a file gathers rows from several runs
         with lock:
             table[f"{card}/{job_name}"] = row
             print(

@@ -104,14 +104,26 @@ def _kind(row: dict[str, Any]) -> str:
 
 
 def same_on_hosts(rows: list[dict[str, Any]], hosts: list[str]) -> dict[str, Any]:
-    """Whether every host predicted the same max batch and safe batch for each scan all of them predicted."""
-    both = [r for r in rows if all(h in r and r[h].get("predicted") is not None for h in hosts)]
+    """Whether every host predicted the same max batch and safe batch for each scan all of them predicted with the
+    same memprobe code (`other_code`: how many scans they predicted with different code, not compared)."""
+    every = [r for r in rows if all(h in r and r[h].get("predicted") is not None for h in hosts)]
+    both = [r for r in every if len({r[h].get("code") for h in hosts}) == 1]
     differ = [
         r["card"] + "/" + r["job"]
         for r in both
         if len({(r[h]["predicted"], r[h]["predicted_safe"]) for h in hosts}) > 1
     ]
-    return {"compared": len(both), "differ": differ}
+    return {"compared": len(both), "differ": differ, "other_code": len(every) - len(both)}
+
+
+def code_runs(rows: list[dict[str, Any]], host: str) -> dict[str, int]:
+    """The memprobe code each of `host`'s predictions ran with (zoo.py predict records it) -> how many scans."""
+    runs: dict[str, int] = {}
+    for r in rows:
+        if host in r:
+            code = r[host].get("code") or ""
+            runs[code] = runs.get(code, 0) + 1
+    return runs
 
 
 def build(zoo: Path, entries: list[Any]) -> dict[str, Any]:
@@ -145,6 +157,7 @@ def build(zoo: Path, entries: list[Any]) -> dict[str, Any]:
                 "predicted": got.get("predicted"),
                 "predicted_safe": got.get("predicted_safe"),
                 "seconds": got.get("seconds"),
+                "code": got.get("code"),
                 "error": got.get("error"),
                 "predicted_error": _error(got.get("predicted"), m["max_batch"]),
                 "predicted_safe_error": _error(got.get("predicted_safe"), m["max_batch"]),
@@ -152,7 +165,10 @@ def build(zoo: Path, entries: list[Any]) -> dict[str, Any]:
         rows.append(row)
     return {
         "rows": rows,
-        "hosts": {h: {"versions": d.get("versions"), "host": d.get("host")} for h, d in hosts.items()},
+        "hosts": {
+            h: {"versions": d.get("versions"), "host": d.get("host"), "code": code_runs(rows, h)}
+            for h, d in hosts.items()
+        },
         "summary": {
             h: {
                 f"{label} {kind}": summarize(rows, h, key, kind)
@@ -203,19 +219,31 @@ def render(data: dict[str, Any]) -> str:
         differ = ", ".join(same["differ"]) or "none"
         lines += [
             "",
-            f"**The same answer on every host**: of {same['compared']} scans predicted on each host, the predicted "
-            f"max batch and safe batch differ in: {differ}.",
+            f"**The same answer on every host**: of {same['compared']} scans predicted on each host with the same "
+            f"memprobe code, the predicted max batch and safe batch differ in: {differ}.",
         ]
+        if same.get("other_code"):
+            lines.append(
+                f"{same['other_code']} more scans were predicted on the hosts by different memprobe code (listed "
+                "per host below): their figures are from different runs and are not compared."
+            )
     lines += [
         "",
         "Hosts (where each prediction ran, and its libraries). Both are this repository's 2-core CPU machine (no "
         "GPU): `laptop` with the CPU build of torch a laptop installs, `gpu-machine-torch` with the GPU machines' "
-        "own torch build (CUDA 13.0, no GPU present), so that a difference between the torch builds would show.",
+        "own torch build (CUDA 13.0, no GPU present), so that a difference between the torch builds would show. "
+        "A host's rows can come from several runs (`zoo.py predict --only` predicts some scans again with newer "
+        "memprobe code): each host's line says how many scans each memprobe commit predicted, and a summary row above "
+        "mixes them where its host's line lists more than one.",
         "",
     ]
     for h, info in data["hosts"].items():
         v = info.get("versions") or {}
-        lines.append(f"- **{h}**: " + ", ".join(f"{k} {val}" for k, val in v.items()))
+        runs = "; ".join(
+            f"{n} scans by memprobe {code}" if code else f"{n} scans by an earlier run that recorded no commit"
+            for code, n in sorted((info.get("code") or {}).items(), key=lambda kv: -kv[1])
+        )
+        lines.append(f"- **{h}**: " + ", ".join(f"{k} {val}" for k, val in v.items()) + (f" ({runs})" if runs else ""))
     lines += [
         "",
         "The scans ran torch 2.11.0+cu130, transformers 5.17.0 and timm 1.0.29 (each result file's environment); "
@@ -267,7 +295,9 @@ def render(data: dict[str, Any]) -> str:
         "highest that trained in one above it (the result file's proof.band has each batch's fits and failures).",
         "",
         f"`s`: seconds the {timed[0] if timed else ''} prediction took (`memprobe predict`'s own timer: build, "
-        "traces and replays) on this repository's 2-core CI-class machine, which short test runs shared at times. "
+        "traces and replays) on this repository's 2-core CI-class machine, which short test runs shared at times; "
+        "the rows of the later runs (the commits on the host's line) ran beside other long jobs on those 2 cores, "
+        "at several times the seconds they take alone. "
         "The other hosts' predictions ran on the same 2 cores beside longer work, so their seconds are not shown.",
     ]
     return "\n".join(lines) + "\n"

@@ -18,7 +18,8 @@ from conftest import has_nvidia_gpu  # noqa: E402
 from memprobe.core.overhead import OverheadError, overhead_from_files  # noqa: E402
 from memprobe.core.registry import load_registry  # noqa: E402
 from memprobe.predict.allocator import ALLOC, FREE, MARK  # noqa: E402
-from memprobe.predict.batch_model import PrecisionTraces, _replay, max_batch_for  # noqa: E402
+from memprobe.predict.batch_model import PrecisionTraces, _replay  # noqa: E402
+from memprobe.predict.edge_search import max_batch_for  # noqa: E402
 from memprobe.predict.fake_mode import FakeCudaMode  # noqa: E402
 from memprobe.predict.session import fake_session  # noqa: E402
 from memprobe.predict.summary import MemorySize, predict  # noqa: E402

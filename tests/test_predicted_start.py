@@ -137,10 +137,11 @@ def test_a_distributed_scan_starts_from_the_predicted_per_gpu_edge_and_still_pro
 
 def test_an_inference_scan_gets_a_prediction_of_forward_passes():
     toy = load_registry()["toy"]
+    # 256 MiB, not less: the first GEMM's 32 MiB cuBLAS workspace is held in inference too
     with PredictedStart(toy, ["bf16"], steps=2, mode="infer") as start:
-        infer = start.ask("bf16", 48 << 20).poll(60)
+        infer = start.ask("bf16", 256 << 20).poll(60)
     with PredictedStart(toy, ["bf16"]) as start:
-        train = start.ask("bf16", 48 << 20).poll(60)
+        train = start.ask("bf16", 256 << 20).poll(60)
     assert infer["max_batch"] > train["max_batch"] > 0  # no gradients, activations freed as the forward goes
 
 

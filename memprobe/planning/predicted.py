@@ -15,7 +15,7 @@ from memprobe.predict.progress import TraceProgress, silent
 def _no_edge_note(p, label: str, capacity: int) -> str:
     """What a predicted B that is not an edge must say: the search's cap (the real B is that or more), or, where
     batch 1 does not fit, the memory its trial needs; "" for an edge."""
-    from memprobe.predict.batch_model import MAX_SEARCH_BATCH
+    from memprobe.predict.edge_search import MAX_SEARCH_BATCH
 
     if label in p.capped:
         return f"B {MAX_SEARCH_BATCH} is where predict's search stops: every batch up to it fits, so B is that or more"

@@ -274,10 +274,11 @@ class ReplayResult:
     oom: SimulatedOutOfMemory | None = None
     oom_at: int | None = None  # index of the event that failed
     stats: AllocatorStats = field(default_factory=AllocatorStats)
+    limit: str = ""  # a kernel limit the run meets whatever the memory (batch_model.kernel_limit), not replayed
 
     @property
     def fits(self) -> bool:
-        return self.oom is None
+        return self.oom is None and not self.limit
 
 
 def replay(

@@ -20,14 +20,18 @@ from typing import Callable, Sequence
 
 from memprobe.core.run_length import steps_at_fit
 from memprobe.predict.allocator import ALLOC, FREE, ReplayResult, replay
+from memprobe.predict.edge_search import FIRST_GUESS, max_batch_for
+from memprobe.predict.fakecuda import INT32_MAX
 from memprobe.predict.trace import TRIAL_MARK, PredictError, Trace, TraceSession
 from memprobe.predict.workspaces import Workspace
 
-MODEL_BATCHES = (2, 3)  # traced and extrapolated from; batch 1 can take other paths (size-1 dims broadcast)
+MODEL_BATCHES = (
+    FIRST_GUESS,
+    FIRST_GUESS + 1,
+)  # traced and extrapolated from; batch 1 can take other paths (size-1 dims broadcast)
 CHECK_BATCH = 4  # traced to check the extrapolation byte for byte
 LENGTH_BATCHES = (2, 3, 4)  # along the sequence length: sizes up to quadratic in it
 FIT_BATCHES = (2, 4, 8, 16, 32, 64, 128, 256, 512)  # replayed for the reported linear fit (up to the edge)
-MAX_SEARCH_BATCH = 1 << 16
 
 Tracer = Callable[[Sequence[int]], dict[int, "Trace | PredictError"]]
 
@@ -159,52 +163,6 @@ def traced_part_fits(trace: Trace, capacity: int) -> bool:
     """Whether the traced part of `trace` (all of it, or the steps before a repeated one) fits in `capacity`
     bytes. When it does not, no trace of that batch does: every step's trace begins with the same events."""
     return _replay(trace.events[: trace.traced], capacity).fits
-
-
-def max_batch_for(
-    replay_at: Callable[[int, int], ReplayResult], capacity: int, guess: int = 2, limit: int = MAX_SEARCH_BATCH
-) -> tuple[int, ReplayResult | None]:
-    """The largest batch whose replayed run, `replay_at(batch, capacity)`, fits in `capacity` bytes (0 when batch
-    1 does not), and the replay that failed at max + 1 (None when everything up to `limit` fits).
-
-    Walks from `guess` (e.g. a linear estimate) with steps 1, 2, 4, ... until the edge is bracketed,
-    then bisects; assumes fitting is monotone in the batch. Batch 1 is only replayed when 2 does not fit.
-    """
-    cache: dict[int, ReplayResult] = {}
-
-    def fits(b: int) -> bool:
-        if b not in cache:
-            cache[b] = replay_at(b, capacity)
-        return cache[b].fits
-
-    lo, hi = 0, limit + 1  # lo fits (0: nothing known), hi does not (limit + 1: unknown)
-    b = min(max(guess, MODEL_BATCHES[0]), limit)
-    step = 1
-    if fits(b):
-        lo = b
-        while hi == limit + 1 and lo < limit:
-            b = min(lo + step, limit)
-            if fits(b):
-                lo = b
-            else:
-                hi = b
-            step *= 2
-    else:
-        hi = b
-        while lo == 0 and hi > 1:
-            b = max(hi - step, MODEL_BATCHES[0]) if hi > MODEL_BATCHES[0] else 1
-            if fits(b):
-                lo = b
-            else:
-                hi = b
-            step *= 2
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if fits(mid):
-            lo = mid
-        else:
-            hi = mid
-    return lo, cache.get(hi)
 
 
 def trace_each(session: TraceSession, precision: str) -> Tracer:
@@ -388,11 +346,31 @@ class PrecisionTraces:
 
     def max_batch(self, capacity: int) -> tuple[int, ReplayResult | None]:
         """max_batch_for at `capacity` bytes, walking from the line's guess where the traces extrapolate
-        (from batch 2 where every batch is traced). Raises PredictError if a trace it needs fails."""
+        (from batch 2 where every batch is traced); a batch past a kernel limit (kernel_limit) does not run,
+        whatever the memory. Raises PredictError if a trace it needs fails."""
         if capacity not in self._found:
             guess = self.linear_guess(capacity) if self.model is not None else MODEL_BATCHES[0]
-            self._found[capacity] = max_batch_for(self.replay_at, capacity, guess)
+            self._found[capacity] = max_batch_for(self._run_at, capacity, guess)
         return self._found[capacity]
+
+    def _run_at(self, batch: int, capacity: int) -> ReplayResult:
+        limit = self.kernel_limit(batch)
+        return ReplayResult(0, 0, limit=limit) if limit else self.replay_at(batch, capacity)
+
+    def kernel_limit(self, batch: int) -> str:
+        """Why a CUDA kernel of the run at `batch` would refuse it whatever the memory (an op of INT32_COUNT_OPS
+        past 2^31 - 1 output elements: "integer out of range"), or "". From the trace of `batch`, or scaled with
+        the batch from the model's largest trace (such an output grows in proportion to it)."""
+        if self.model is not None and batch >= MODEL_BATCHES[0] and batch not in self._traced:
+            source = max(self.model.traces, key=lambda t: t.batch)
+            counts = [(op, n * batch // source.batch) for op, n in source.int32_counts]
+        else:
+            counts = list(self._get([batch])[batch].int32_counts)
+        over = [(op, n) for op, n in counts if n > INT32_MAX]
+        if not over:
+            return ""
+        op, n = over[0]
+        return f"{op}'s output of {n:,} elements passes 2^31 - 1, which its CUDA kernel counts in 32 bits"
 
     def linear_guess(self, capacity: int) -> int:
         """Where a line through the peaks reserved at two batches puts the edge (a starting point only)."""

@@ -237,6 +237,13 @@ class FakeCudaMode(_RealValues):
             t, mask = args
             self.answers[("masked_select", "all selected")] += 1
             out = torch.empty(torch.broadcast_shapes(t.shape, mask.shape).numel(), dtype=t.dtype, device=t.device)
+        elif _composite(func):
+            # Under inference_mode no autograd key decomposes a composite op before it reaches this mode (in
+            # training it never arrives whole): run its composite kernel here, as CUDA's dispatch does for an op
+            # with no CUDA kernel of its own, so that what it allocates inside (max_pool2d's int64 indices, the
+            # math attention's score matrix) is seen op by op.
+            with self:
+                return func._op_dk(_COMPOSITE, *args, **kwargs)
         else:
             try:
                 out = func(*args, **kwargs)
@@ -259,6 +266,24 @@ class FakeCudaMode(_RealValues):
 # trace into the mode. Nothing is compiled under these modes, and the wrapper, run for every op, took a twentieth
 # of a trace: the plain function is called.
 FakeCudaMode.__torch_dispatch__ = inspect.unwrap(FakeCudaMode.__dict__["__torch_dispatch__"])  # type: ignore[method-assign]
+
+
+_COMPOSITE = torch._C.DispatchKey.CompositeImplicitAutograd
+# Composite ops that have a CUDA kernel of their own (native_functions.yaml: CompositeImplicitAutograd beside a CUDA
+# dispatch entry); on a GPU they run whole, so they reach the fake tensors whole here too.
+_CUDA_KERNEL = frozenset({"aten::_fused_rms_norm", "aten::mish_backward"})
+_composites: dict[Any, bool] = {}
+
+
+def _composite(func) -> bool:
+    """Whether `func` is an op that CUDA's dispatch runs through its CompositeImplicitAutograd kernel."""
+    known = _composites.get(func)
+    if known is None:
+        known = isinstance(func, torch._ops.OpOverload) and func.name() not in _CUDA_KERNEL
+        known = _composites[func] = known and torch._C._dispatch_has_kernel_for_dispatch_key(
+            func.name(), "CompositeImplicitAutograd"
+        )
+    return known
 
 
 def _tensors(value: Any) -> list:

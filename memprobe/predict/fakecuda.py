@@ -103,6 +103,14 @@ CUBLAS_OPS = frozenset(
     }
 )
 
+# Ops whose CUDA kernel counts its output's elements in a 32-bit int (ATen/native/Pool.h safe_downcast): past
+# 2^31 - 1 elements the op raises "integer out of range", whatever the memory. AveragePool2d.cu: `const int32_t count
+# = safe_downcast<int32_t, int64_t>(output.numel())`. Seen on an H200: coatnet_0_rw_224 bf16 inference ran batch
+# 10699 and stopped at 10700, where its (batch, 64, 56, 56) average-pooled shortcut passes 2^31 elements (at 30 of
+# 139 GiB). max_pool2d has no such count on its channels_last path (vgg16 pooled 5.6e9 elements at batch 7000).
+INT32_COUNT_OPS = {aten.avg_pool2d.default: "avg_pool2d"}
+INT32_MAX = 2**31 - 1
+
 _AUTOCAST_CPU = torch._C.DispatchKeySet(torch._C.DispatchKey.AutocastCPU)
 
 

@@ -166,6 +166,7 @@ def _child_answer(job: Job) -> bytes:
                 "steps": trace.steps,
                 "repeated": trace.repeated,
                 "step_at": trace.step_at,
+                "int32_counts": trace.int32_counts,
             }
         except PredictError as exc:
             answer = {"error": str(exc)}
@@ -302,7 +303,14 @@ def _answered(job: Job, data: bytes, status: int) -> Trace | PredictError:
             warnings.warn_explicit(message, category, filename, lineno)
     if "error" in answer:
         return PredictError(answer["error"])
-    return Trace(answer["batch"], _resolve(answer["events"]), answer["steps"], answer["repeated"], answer["step_at"])
+    return Trace(
+        answer["batch"],
+        _resolve(answer["events"]),
+        answer["steps"],
+        answer["repeated"],
+        answer["step_at"],
+        int32_counts=answer["int32_counts"],
+    )
 
 
 # --- replays ----------------------------------------------------------------------------------------

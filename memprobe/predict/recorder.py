@@ -13,7 +13,7 @@ from torch.utils._pytree import tree_flatten
 
 from memprobe.predict.allocator import ALLOC, FREE, MARK
 from memprobe.predict.fake_mode import FakeCudaMode
-from memprobe.predict.fakecuda import CUBLAS_OPS, Target
+from memprobe.predict.fakecuda import CUBLAS_OPS, INT32_COUNT_OPS, Target
 from memprobe.predict.workspaces import kernel_workspaces
 
 
@@ -38,6 +38,8 @@ class Recorder(FakeCudaMode):
         self._ops = 0
         self.cublas_allocated = False
         self.recording = True
+        # op -> the most output elements one call of it made (INT32_COUNT_OPS), since the trial began
+        self.int32_counts: dict[str, int] = {}
 
     # events
     def _alloc(self, nbytes: int, label: Any = "") -> int:
@@ -151,6 +153,9 @@ class Recorder(FakeCudaMode):
             for item in tree_flatten(out)[0]:
                 if isinstance(item, torch.Tensor):
                     self.track(item, func)
+        if func in INT32_COUNT_OPS and isinstance(out, torch.Tensor):
+            name = INT32_COUNT_OPS[func]
+            self.int32_counts[name] = max(self.int32_counts.get(name, 0), out.numel())
         if func in CUBLAS_OPS and not self.cublas_allocated:
             # The cuBLAS workspace comes from the caching allocator at the first GEMM and stays.
             self.cublas_allocated = True

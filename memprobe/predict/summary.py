@@ -18,8 +18,9 @@ from memprobe.core.outcomes import FIT, LIMIT, OOM
 from memprobe.core.records import Proof
 from memprobe.core.registry import Workload
 from memprobe.core.versions import LIBRARIES, release
-from memprobe.predict.batch_model import MAX_SEARCH_BATCH, PrecisionTraces
+from memprobe.predict.batch_model import PrecisionTraces
 from memprobe.predict.collector import paused
+from memprobe.predict.edge_search import MAX_SEARCH_BATCH
 from memprobe.predict.fakecuda import H100, Target
 from memprobe.predict.parallel import forked_map
 from memprobe.predict.progress import TraceProgress, silent
@@ -54,6 +55,8 @@ class PrecisionPrediction:
     safe_max_batch: dict[str, int] = field(default_factory=dict)
     # memory label -> the max batch is the search's cap (every batch up to MAX_SEARCH_BATCH fits): "N or more"
     capped: list[str] = field(default_factory=list)
+    # memory label -> the kernel limit the max batch + 1 meets whatever the memory (batch_model.kernel_limit)
+    kernel_limit: dict[str, str] = field(default_factory=dict)
     # batch -> the peak reserved bytes its trial needs (no capacity limit), for the batches a capped (the cap) or
     # impossible (1) answer stands on: what the memory would have to hold
     needs: dict[int, int] = field(default_factory=dict)
@@ -118,6 +121,7 @@ def _predict_precision(traces: PrecisionTraces, sizes: Sequence[MemorySize], mar
     max_batch: dict[str, int] = {}
     safe: dict[str, int] = {}
     oom: dict[str, int] = {}
+    limits: dict[str, str] = {}
     capped: list[str] = []
     for size in sizes:
         if traces.precision in size.cannot_train:  # no answer for a card that cannot run the precision
@@ -128,6 +132,8 @@ def _predict_precision(traces: PrecisionTraces, sizes: Sequence[MemorySize], mar
         safe[size.label] = safe_max_batch(traces, size.capacity_bytes, margin, found)
         if fail is not None and fail.oom is not None:
             oom[size.label] = fail.oom.requested
+        if fail is not None and fail.limit:
+            limits[size.label] = fail.limit
         if fail is None:  # nothing failed up to the search's cap: the answer is the cap, not an edge
             capped.append(size.label)
     # What an answer with no edge stands on: the trial at the cap, or batch 1 where nothing fits.
@@ -155,6 +161,7 @@ def _predict_precision(traces: PrecisionTraces, sizes: Sequence[MemorySize], mar
         safe_max_batch=safe,
         capped=capped,
         needs=needs,
+        kernel_limit=limits,
     )
 
 

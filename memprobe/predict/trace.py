@@ -25,7 +25,7 @@ from memprobe.predict.fakecuda import H100, Target, cuda_optimizers
 from memprobe.predict.recorder import Recorder
 from memprobe.predict.session import fake_session
 from memprobe.training.step import run_step, run_until_state
-from memprobe.workloads.base import Amp, UserModelError
+from memprobe.workloads.base import Amp, UserModelError, cuda_stand_in
 from memprobe.workloads.families import family_builder
 
 TRIAL_MARK = "trial"  # where run_trial called reset_peak_memory_stats (after empty_cache)
@@ -74,6 +74,9 @@ class Trace:
             if before is None or not _same_step(self.events[before:start], self.events[start:end]):
                 return False
         return True
+
+    # (op, its largest output in elements) for the ops whose CUDA kernel counts them in 32 bits (INT32_COUNT_OPS)
+    int32_counts: tuple[tuple[str, int], ...] = ()
 
     @property
     def traced(self) -> int:
@@ -236,7 +239,8 @@ class TraceSession:
         self.recorder = Recorder(self.target)
         self.recorder.__enter__()
         try:
-            with time_limit(self.limit), BuildValues():  # a build reads true tensor values (fake_mode.BuildValues)
+            # A build reads true tensor values (fake_mode.BuildValues) and makes the layouts it makes on CUDA
+            with time_limit(self.limit), BuildValues(), cuda_stand_in():
                 takes = self.precision is not None and "precision" in inspect.signature(build).parameters
                 extra = {"precision": self.precision} if takes else {}
                 self.task = build(self.workload.params, self.workload.optimizer, torch.device("cpu"), **extra)
@@ -310,6 +314,7 @@ class TraceSession:
         rec = self.recorder
         started = time.perf_counter()
         rec.cublas_allocated = False  # each traced trial stands for a fresh process
+        rec.int32_counts = {}
         start = rec.mark(TRIAL_MARK)
         task = self.task
         ran, decode_more = None, 0
@@ -346,15 +351,24 @@ class TraceSession:
                 f"{self.workload.name} {precision} batch {batch}: the step failed on fake tensors: {failure}"
             )
         step_at: list[int] = []
+        counts = tuple(sorted(rec.int32_counts.items()))
         if repeat:
             if repeated is None:
                 self._repeats = False
                 return self.trace(precision, batch)
             events = _canonical(self.build_events, repeated, step_at)
-            return Trace(batch, events, ran + 1, repeated=True, step_at=tuple(step_at))
+            return Trace(batch, events, ran + 1, repeated=True, step_at=tuple(step_at), int32_counts=counts)
         decode_at: list[tuple[str, int]] = []
         events = _canonical(self.build_events, trial, step_at, decode_at)
-        made = Trace(batch, events, ran, step_at=tuple(step_at), decode_at=tuple(decode_at), decode_more=decode_more)
+        made = Trace(
+            batch,
+            events,
+            ran,
+            step_at=tuple(step_at),
+            decode_at=tuple(decode_at),
+            decode_more=decode_more,
+            int32_counts=counts,
+        )
         if decode_more and not made.decode_repeats():  # the decode forwards differ: trace every one of them
             self._short_decode = False
             return self.trace(precision, batch)

@@ -26,7 +26,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from .base import Amp, TrainTask, make_optimizer
+from .base import Amp, TrainTask, make_optimizer, on_cuda
 from .pix2pixhd_nets import Generator, Pix2PixHD, init_weights
 
 DEFAULTS: dict[str, Any] = {
@@ -105,7 +105,7 @@ class Pix2PixHDTask(TrainTask):
         with device:
             model = Pix2PixHD(p)
             init_weights(model)
-        self.channels_last = p["channels_last"] and device.type == "cuda"
+        self.channels_last = p["channels_last"] and on_cuda(device)
         if self.channels_last:
             model = model.to(memory_format=torch.channels_last)
         super().__init__(model, optimizer, device)

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from .base import TrainTask, UserModelError, model_error, one_line
+from .base import TrainTask, UserModelError, model_error, on_cuda, one_line
 from .vision import ClassifierTask, load_timm
 
 DEFAULT_CLASSES = 1000  # the head given to a model whose timm config has no classifier (ImageNet's classes)
@@ -61,7 +61,7 @@ class TimmTask(ClassifierTask):
         self.classes = int(getattr(model, "num_classes", 0) or 0)
         if self.classes < 1:
             self.head = "no classifier: the loss is the mean square of the model's output features"
-        self.channels_last = bool(params.get("channels_last", True)) and device.type == "cuda"
+        self.channels_last = bool(params.get("channels_last", True)) and on_cuda(device)
         if self.channels_last:
             model = model.to(memory_format=torch.channels_last)
         TrainTask.__init__(self, model, optimizer, device)  # not ClassifierTask's: the model is built above

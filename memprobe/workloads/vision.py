@@ -16,7 +16,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from .base import TrainTask
+from .base import TrainTask, on_cuda
 from .torchvision_guard import ensure_loadable
 
 ensure_loadable()  # before timm imports torchvision (see torchvision_guard.py)
@@ -58,7 +58,7 @@ class ClassifierTask(TrainTask):
         # on the meta device, for parameter and FLOP counts).
         with device:
             model = timm.create_model(self.arch, pretrained=False, num_classes=self.classes, **kwargs)
-        self.channels_last = bool(params.get("channels_last", True)) and device.type == "cuda"
+        self.channels_last = bool(params.get("channels_last", True)) and on_cuda(device)
         if self.channels_last:
             model = model.to(memory_format=torch.channels_last)
         super().__init__(model, optimizer, device)
