@@ -9,6 +9,7 @@ import click
 from memprobe.cli import checks
 from memprobe.cli.app import main
 from memprobe.cli.helpers import progress_lines, traces_without_gpus, writable
+from memprobe.cli.model_code import model_code
 from memprobe.cli.models import model_options as _model_options
 from memprobe.cli.models import model_request
 from memprobe.cli.options import (
@@ -80,7 +81,7 @@ def _predict_and_print(job: PredictJob, compare: str | None) -> list:
             where = f" as rank 0 of {world.label}" if world else ""
             click.echo(f"[{workload.name}] tracing on fake tensors{where} (no GPU used) ...", err=True)
             try:
-                with progress_lines() as progress:
+                with progress_lines() as progress, model_code():
                     same = compare_with and compare_with[1].workload.name == workload.name
                     prediction = job.predict(workload, sizes, world, progress, compare_with if same else None)
             except (PredictError, TorchInternalsError, RuntimeError) as exc:
@@ -213,7 +214,7 @@ def predict_cmd(**params: Any) -> None:
             "--breakdown predicts one GPU's training step (no --gpus, --mode train); --breakdown-out needs --breakdown"
         )
     if breakdown_out:  # its folder now, not after minutes of predicting
-        checks.output_file(breakdown_out, "--breakdown-out")
+        checks.output_file(breakdown_out, "--breakdown-out", "breakdowns.json", checks.files_read(params))
     predictions = _predict_and_print(job, compare)
     if breakdown:
         from memprobe.cli.breakdown import predicted_breakdowns

@@ -120,6 +120,7 @@ def report_cmd(
             at_batch=at_batch,
             with_published=with_published,
             predicted=_predicted(predicted_file),
+            reads=(predicted_file,) if predicted_file else (),
         )
         if not charts_dir:
             return
@@ -186,22 +187,30 @@ def report_cmd(
         _wrote(lambda: write_charts(comparison, relative, loaded, charts_dir, predicted=predicted))
 
 
-def html_page(path: str, paths: tuple[str, ...], **options) -> None:
-    """Write the HTML page of `paths` (compare/page.py) atomically; any problem is one Error line, with no page
-    written: the path is checked before the files are read."""
+def html_page(path: str, paths: tuple[str, ...], reads: tuple[str, ...] = (), **options) -> None:
+    """Write the HTML page of `paths` (compare/page.py) atomically (`-`: to standard output); any problem is one
+    Error line, with no page written: the path is checked before the files are read, and is none of them nor of
+    `reads` (the command's other inputs), nor any result file."""
     from memprobe.compare.comparison import ReportError
     from memprobe.compare.page import PageOptions, build_page, check_page_path, write_page
-    from memprobe.core.outputs import OutputError
+    from memprobe.core.output_guard import check_output_name, refuse_clobber
+    from memprobe.core.outputs import STDOUT, OutputError
 
     try:
-        check_page_path(path)
+        check_output_name(path, "page.html", stdout_ok=True)
+        refuse_clobber(path, (*paths, *reads))
+    except OutputError as exc:
+        raise click.BadParameter(str(exc), param_hint="--html") from None
+    try:
+        if path != STDOUT:
+            check_page_path(path)
         loaded = _load_results(paths) if paths else []
         if paths and not loaded:
             raise click.ClickException(f"no memprobe result files in {', '.join(paths)}")
         write_page(path, build_page(loaded, PageOptions(**options)))
     except (OutputError, ReportError) as exc:
         raise click.ClickException(str(exc)) from None
-    click.echo(f"wrote {path}", err=True)
+    click.echo("wrote the page to standard output" if path == STDOUT else f"wrote {path}", err=True)
 
 
 def _wrote(write) -> None:
@@ -236,6 +245,8 @@ def _charts_folder(path: str) -> None:
     try:
         prepare_dir(path)
     except OutputError as exc:
+        if path == "-":  # a name that is no folder's: a bad option value, as a file there is
+            raise click.BadParameter(str(exc), param_hint="--charts") from None
         raise click.ClickException(str(exc)) from None
 
 
