@@ -7,6 +7,7 @@ import click
 from memprobe.cli import checks
 from memprobe.cli.app import main
 from memprobe.cli.helpers import card_name_error, progress_lines, traces_without_gpus
+from memprobe.cli.model_code import model_code
 from memprobe.cli.options import (
     CommaList,
     format_option,
@@ -112,7 +113,7 @@ def plan_cmd(
         raise request_error(exc) from None
     chosen = optimizers or []
     try:
-        with progress_lines() as progress:
+        with progress_lines() as progress, model_code():
             plan = build_plan(
                 workloads[0],
                 card,
