@@ -8,6 +8,7 @@ import click
 
 from memprobe.cli import checks
 from memprobe.cli.app import main
+from memprobe.cli.compare_scan import comparison_gaps, variant_hint
 from memprobe.cli.helpers import progress_lines, traces_without_gpus, writable
 from memprobe.cli.model_code import model_code
 from memprobe.cli.models import model_options as _model_options
@@ -68,13 +69,16 @@ def _predict_and_print(job: PredictJob, compare: str | None) -> list:
         except ResultFileError as exc:
             raise click.ClickException(str(exc)) from None
         if compare_with[1].workload.name not in {w.name for w in workloads}:
+            names = [w.name for w in workloads]
             raise click.ClickException(
-                f"{compare} is a scan of {compare_with[1].workload.name}, not of {', '.join(w.name for w in workloads)}"
+                f"{compare} is a scan of {compare_with[1].workload.name}, not of {', '.join(names)}"
+                + variant_hint(str(compare_with[1].workload.name), names)
             )
         _check_same_world(compare, compare_with[1], worlds)
         scanned_mode = compare_with[1].mode
         if scanned_mode != mode:
             raise click.ClickException(f"{compare} is a --mode {scanned_mode} scan; this prediction is --mode {mode}")
+        _say_gaps(compare, compare_with[1], job.precisions)
     made = []
     for workload in workloads:
         for world in worlds or [None]:
@@ -89,6 +93,17 @@ def _predict_and_print(job: PredictJob, compare: str | None) -> list:
             click.echo(textwidth.fit_text(render(prediction)))
             made.append((workload, prediction))
     return made
+
+
+def _say_gaps(path: str, result, precisions: list[str]) -> None:
+    """--compare: a note for each precision asked that the scan cannot be compared in; an error when none can."""
+    gaps = comparison_gaps(result, precisions)
+    if len(gaps) == len(precisions):
+        raise click.ClickException(
+            f"--compare: nothing in {path} to compare with: {'; '.join(gaps)}; give -p with a precision it measured"
+        )
+    for gap in gaps:
+        click.echo(f"note: --compare: no comparison for one precision asked: {path}: {gap}", err=True)
 
 
 def _check_same_world(path: str, result, worlds: list | None) -> None:
