@@ -15,6 +15,7 @@ from typing import Any, Callable
 import torch
 
 from memprobe.core.deadline import TimeLimitError, TimeLimitExceeded, how_to_extend, limit_s, time_limit
+from memprobe.core.outcomes import described
 from memprobe.core.registry import Workload
 from memprobe.predict.allocator import ALLOC, FREE, MARK
 from memprobe.predict.collector import paused
@@ -213,8 +214,7 @@ class TraceSession:
                 said = said.replace(target, self.workload.name) if target and target in said else None
                 raise PredictError(said or f"{self.workload.name}: {str(exc).splitlines()[0]}") from exc
             raise PredictError(
-                f"{self.workload.name}: cannot build it on fake tensors: "
-                f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+                f"{self.workload.name}: cannot build it on fake tensors: {described(exc).splitlines()[0]}"
             ) from exc
         self.build_events = list(self.recorder.events)
         built = time.perf_counter() - started
@@ -276,7 +276,7 @@ class TraceSession:
         except TimeLimitExceeded as late:  # make_batch or the step waits for something that never comes
             failure = f"{late}; {how_to_extend(late.seconds)}"
         except Exception as exc:  # noqa: BLE001 - reported as a PredictError below, outside the except block
-            failure = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            failure = described(exc).splitlines()[0]
         inputs = amp = None  # noqa: F841
         trial = rec.events[start + 1 : self.end_trial(collect=False)]
         repeated = repeat_last_step(trial) if repeat and failure is None else None
