@@ -126,3 +126,16 @@ def files_read(params: dict) -> list[str]:
     for key in ("overhead_from", "results"):
         found += list(params.get(key) or ())
     return found
+
+
+def reference_name(reference: str | None) -> None:
+    """report --reference: a card name memprobe cannot read (empty, a memory size) is bad input, exit 1, as a bad
+    --gpu name is in predict, guide and plan (README's exit codes); one not among the results says so later."""
+    from memprobe.core.cardnames import is_memory_size
+
+    if reference is not None and not reference.strip():
+        raise click.ClickException('--reference: no card name given (e.g. "H100 SXM")')
+    if reference is not None and is_memory_size(reference):
+        raise click.ClickException(
+            f"--reference: '{reference.strip()}' is a memory size, not a card name: give a GPU among the results"
+        )

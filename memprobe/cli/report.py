@@ -104,8 +104,7 @@ def report_cmd(
     from memprobe.compare.scan_table import scan_table
 
     checks.report_checks(click.get_current_context(), scans, llm, breakdown, bool(charts_dir or html_file))
-    if reference is not None and not reference.strip():
-        raise click.BadParameter('give a GPU name (e.g. "H100 SXM")', param_hint="--reference")
+    checks.reference_name(reference)
     if html_file:
         if scans or llm or breakdown or frontier:
             raise click.UsageError(
