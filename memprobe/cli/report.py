@@ -193,7 +193,7 @@ def html_page(path: str, paths: tuple[str, ...], reads: tuple[str, ...] = (), **
     from memprobe.compare.comparison import ReportError
     from memprobe.compare.page import PageOptions, build_page, check_page_path, write_page
     from memprobe.core.output_guard import check_output_name, refuse_clobber
-    from memprobe.core.outputs import STDOUT, OutputError
+    from memprobe.core.outputs import STDOUT, OutputError, check_output_file
 
     try:
         check_output_name(path, "page.html", stdout_ok=True)
@@ -202,6 +202,7 @@ def html_page(path: str, paths: tuple[str, ...], reads: tuple[str, ...] = (), **
         raise click.BadParameter(str(exc), param_hint="--html") from None
     try:
         if path != STDOUT:
+            check_output_file(path)  # a link loop or a folder that cannot be made: said before the page is built
             check_page_path(path)
         loaded = _load_results(paths) if paths else []
         if paths and not loaded:
