@@ -3,9 +3,13 @@ never a traceback, not even one torch logs (harness: tests/bad_input.py)."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
-from bad_input import check, workdir  # noqa: F401  (workdir is a fixture)
+from bad_input import H100_SCAN, REPO, check, fill, workdir  # noqa: F401  (workdir is a fixture)
+
+_SCAN = json.loads(H100_SCAN.read_text())
 
 P = ["predict", "--model", "toy"]
 LLAMA = ["predict", "--model", "llama-1b", "-p", "bf16"]
@@ -194,7 +198,37 @@ OWN_FILES = {
     "layers_negative.yaml": "t:\n  family: toy-mlp\n  params: {features: 8, hidden: 8, classes: 2, layers: -1}\n"
     + _ENTRY,
     "flag_a_string.yaml": "t:\n  family: transformer-translation\n  params: {pre_norm: 'yes'}\n" + _ENTRY,
+    # issue 51
+    "type_number.json": '{"model_type": 7, "num_hidden_layers": 2}',
+    "llava.json": json.dumps(
+        {
+            "model_type": "llava",
+            "text_config": {
+                "model_type": "llama",
+                "hidden_size": 64,
+                "num_hidden_layers": 2,
+                "num_attention_heads": 4,
+                "intermediate_size": 128,
+                "vocab_size": 100,
+            },
+            "vision_config": {
+                "model_type": "clip_vision_model",
+                "hidden_size": 32,
+                "num_hidden_layers": 2,
+                "num_attention_heads": 4,
+                "intermediate_size": 64,
+                "image_size": 32,
+                "patch_size": 8,
+            },
+        }
+    ),  # fmt: skip
+    "bert_tiny.json": '{"model_type": "bert", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4}',
+    "only_fp16.json": json.dumps({**_SCAN, "precisions": {"fp16": _SCAN["precisions"]["fp16"]}}),
+    "failed_fp16.json": json.dumps(
+        {**_SCAN, "precisions": {"fp16": {"precision": "fp16", "status": "error", "stop": "error", "error": "boom"}}}
+    ),
 }
+CKPT_SCAN = REPO / "reports" / "h100_llm" / "nvidia-h100-80gb-hbm3_llama-8b-ckpt_train_20261123-123956.json"
 LIMIT = "MEMPROBE_TIME_LIMIT"
 M = ["--memory", "8GiB", "-p", "fp32"]
 
@@ -344,6 +378,53 @@ OWN_CASES = [
         {},
     ),
     ("gpu-unknown-exits-1", ["--model", "toy", "--gpu", "H900"], "--gpu: unknown GPU 'H900'", 1, {}),
+    # issue 51: the reason, not a wrong one or a page of class names
+    ("hf-config-model-type-a-number", ["--model", "hf-config:{type_number.json}"], "'model_type' is 7, not a", 1, {}),
+    (
+        "hf-config-multimodal",
+        ["--model", "hf-config:{llava.json}"],
+        "LlavaConfig has no causal-lm head in transformers",
+        1,
+        {},
+    ),
+    (
+        "hf-config-task-it-lacks",
+        ["--model", "hf-config:{bert_tiny.json}", "--task", "seq2seq"],
+        "it has causal-lm, masked-lm, seq-cls, qa: give --task causal-lm",
+        1,
+        {},
+    ),
+    (
+        "timm-hf-hub",
+        ["--model", "timm:hf-hub:timm/vit_base_patch16_224.augreg_in21k"],
+        "which memprobe does not (it builds the architecture with random weights, offline): give the architecture, "
+        "e.g. timm:vit_base_patch16_224",
+        1,
+        {},
+    ),
+    ("timm-unknown", ["--model", "timm:qwertyuiop_zz"], "list_models('*qwertyuiop*'))\"` lists names like it", 1, {}),
+    # predict --compare: why no comparison would be shown
+    (
+        "compare-no-row-for-the-precision",
+        ["--model", "resnet50", "--compare", "{only_fp16.json}"],
+        "--compare: nothing in {only_fp16.json} to compare with: it has no fp32 result (it holds fp16)",
+        1,
+        {},
+    ),
+    (
+        "compare-its-only-precision-failed",
+        ["--model", "resnet50", "--compare", "{failed_fp16.json}", "--memory", "8GiB", "-p", "fp16"],
+        "its fp16 ended before any trial to compare with (boom)",
+        1,
+        {},
+    ),
+    (
+        "compare-a-checkpointing-scan",
+        ["--model", "llama-8b", "-p", "bf16", "--memory", "80GiB", "--compare", str(CKPT_SCAN)],
+        "is a scan of llama-8b+ckpt, not of llama-8b; to predict what it measured, add --checkpointing",
+        1,
+        {},
+    ),
 ]
 
 
@@ -359,7 +440,7 @@ def test_own_model_mistakes_are_one_line_with_the_fix(own_files, monkeypatch, ca
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     args = argv if any(a in argv for a in ("--memory", "--gpu")) else argv + M
-    check(own_files, ["predict", *args], fragment, capfd, code=code)
+    check(own_files, ["predict", *args], fill(fragment, own_files), capfd, code=code)
 
 
 # --- a capped or impossible answer is labelled, with the memory it would need ---------------------------------------
