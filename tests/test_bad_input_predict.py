@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from bad_input import H100_SCAN, REPO, check, fill, workdir  # noqa: F401  (workdir is a fixture)
+from bad_input import H100_SCAN, REPO, TASK, check, fill, workdir  # noqa: F401  (workdir is a fixture)
 
 _SCAN = json.loads(H100_SCAN.read_text())
 
@@ -147,42 +147,28 @@ def test_bad_input_is_one_line_and_a_non_zero_exit(workdir, argv, fragment, capf
 
 # --- your own model: every mistake one line that names it and the fix, exit 1 (a bad model), never exit 0 ---------
 
-_TASK = """import torch
-from torch import nn
-from memprobe.workloads.base import TrainTask
-
-
-class Task(TrainTask):
-    def make_batch(self, n):
-        return torch.randn(n, 8, device=self.device), torch.randint(0, 2, (n,), device=self.device)
-
-    def loss(self, batch):
-        return nn.functional.cross_entropy(self.model(batch[0]), batch[1])
-
-
-"""
 _MODEL = "Task(nn.Linear(8, 2).to(device), {'name': 'adamw'}, device)"
 _ENTRY = "  unit: samples\n  optimizer: {name: sgd}\n"
 OWN_FILES = {
     "hangs.py": "import time\n\ndef build(device, precision):\n    while True:\n        time.sleep(0.1)\n",
-    "hangs_in_batch.py": _TASK + "class Slow(Task):\n    def make_batch(self, n):\n        while True:\n"
+    "hangs_in_batch.py": TASK + "class Slow(Task):\n    def make_batch(self, n):\n        while True:\n"
     "            try:\n                import time; time.sleep(0.1)\n            except Exception:\n                pass\n\n"
     "def build(device, precision):\n    return Slow(nn.Linear(8, 2).to(device), {'name': 'adamw'}, device)\n",
     "hard_exit.py": "import os\n\ndef build(device, precision):\n    os._exit(0)\n",
-    "hard_exit_in_loss.py": _TASK + "class Bye(Task):\n    def loss(self, batch):\n        import os; os._exit(0)\n\n"
+    "hard_exit_in_loss.py": TASK + "class Bye(Task):\n    def loss(self, batch):\n        import os; os._exit(0)\n\n"
     "def build(device, precision):\n    return Bye(nn.Linear(8, 2).to(device), {'name': 'adamw'}, device)\n",
-    "a_class.py": _TASK + "class build(Task):\n    def __init__(self, device, precision):\n"
+    "a_class.py": TASK + "class build(Task):\n    def __init__(self, device, precision):\n"
     "        super().__init__(nn.Linear(8, 2).to(device), {'name': 'adamw'}, device)\n",
-    "no_arguments.py": _TASK + "def build():\n    return None\n",
-    "optimizer_string.py": _TASK + "def build(device, precision):\n"
+    "no_arguments.py": TASK + "def build():\n    return None\n",
+    "optimizer_string.py": TASK + "def build(device, precision):\n"
     "    return Task(nn.Linear(8, 2).to(device), 'adamw', device)\n",
     "no_make_batch.py": "from torch import nn\nfrom memprobe.workloads.base import TrainTask\n\n"
     "def build(device, precision):\n    return TrainTask(nn.Linear(8, 2).to(device), {'name': 'adamw'}, device)\n",
     "interrupts_itself.py": "def build(device, precision):\n    raise KeyboardInterrupt\n",
-    "interrupts_in_batch.py": _TASK
+    "interrupts_in_batch.py": TASK
     + "class Stop(Task):\n    def make_batch(self, n):\n        raise KeyboardInterrupt\n\n"
     "def build(device, precision):\n    return Stop(nn.Linear(8, 2).to(device), {'name': 'adamw'}, device)\n",
-    "model.txt": _TASK + f"def build(device, precision):\n    return {_MODEL}\n",
+    "model.txt": TASK + f"def build(device, precision):\n    return {_MODEL}\n",
     "layers_fraction.json": '{"model_type": "gpt2", "n_layer": 2.5, "n_embd": 64, "n_head": 4, "vocab_size": 100}',
     "layers_quoted.json": '{"model_type": "gpt2", "n_layer": "2", "n_embd": 64, "n_head": 4, "vocab_size": 100}',
     "layers_zero.json": '{"model_type": "gpt2", "n_layer": 0, "n_embd": 64, "n_head": 4, "vocab_size": 100}',
@@ -492,7 +478,7 @@ def test_a_batch_that_ignores_n_is_pointed_out(own_files):
     from memprobe.cli import main
 
     (own_files / "ignores_n.py").write_text(
-        _TASK + "class Fixed(Task):\n    def make_batch(self, n):\n        return super().make_batch(4)\n\n"
+        TASK + "class Fixed(Task):\n    def make_batch(self, n):\n        return super().make_batch(4)\n\n"
         "def build(device, precision):\n    return Fixed(nn.Linear(8, 2).to(device), {'name': 'adamw'}, device)\n"
     )
     result = CliRunner().invoke(main, ["predict", "--model", "ignores_n.py:build", *M])

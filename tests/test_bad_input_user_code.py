@@ -15,7 +15,7 @@ from types import SimpleNamespace
 import pytest
 from click.testing import CliRunner
 
-from bad_input import check, workdir  # noqa: F401  (workdir is a fixture)
+from bad_input import TASK, check, workdir  # noqa: F401  (workdir is a fixture)
 from memprobe.cli import main
 
 REPO = Path(__file__).resolve().parents[1]
@@ -23,20 +23,6 @@ LIMIT = "MEMPROBE_TIME_LIMIT"
 M = ["--memory", "8GiB", "-p", "fp32"]
 CPU_SCAN = ["-p", "fp32", "--device", "cpu", "--cpu-memory-budget", "64MiB", "--no-throughput", "--no-breakdown"]
 
-_TASK = """import torch
-from torch import nn
-from memprobe.workloads.base import TrainTask
-
-
-class Task(TrainTask):
-    def make_batch(self, n):
-        return torch.randn(n, 8, device=self.device), torch.randint(0, 2, (n,), device=self.device)
-
-    def loss(self, batch):
-        return nn.functional.cross_entropy(self.model(batch[0]), batch[1])
-
-
-"""
 _BUILD = "def build(device, precision):\n{body}    return Task(nn.Linear(8, 2){to}, {{'name': 'adamw'}}, device)\n"
 _WEIRD = "class Weird(Exception):\n    def __str__(self):\n        raise RuntimeError('no message')\n\n\n"
 FILES = {
@@ -46,18 +32,18 @@ FILES = {
     "    signal.setitimer(signal.ITIMER_REAL, 0)\n    while True:\n        time.sleep(0.05)\n",
     "never_returns.py": "import time\n\ndef build(device, precision):\n    while True:\n        time.sleep(0.05)\n",
     "weird_build.py": _WEIRD + "def build(device, precision):\n    raise Weird()\n",
-    "weird_loss.py": _TASK + _WEIRD + "class W(Task):\n    def loss(self, batch):\n        raise Weird()\n\n\n"
+    "weird_loss.py": TASK + _WEIRD + "class W(Task):\n    def loss(self, batch):\n        raise Weird()\n\n\n"
     "def build(device, precision):\n    return W(nn.Linear(8, 2).to(device), {'name': 'adamw'}, device)\n",
     "noisy.py": "import os\n"
-    + _TASK
+    + TASK
     + _BUILD.format(
         body="    print('hello from build')\n    os.system('echo hello from a subprocess')\n"
         "    os.makedirs('elsewhere', exist_ok=True)\n    os.chdir('elsewhere')\n",
         to=".to(device)",
     ),
-    "on_cpu.py": _TASK + _BUILD.format(body="", to=""),
+    "on_cpu.py": TASK + _BUILD.format(body="", to=""),
     "threads.py": "import threading, time\n"
-    + _TASK
+    + TASK
     + _BUILD.format(
         body="    threading.Thread(target=time.sleep, args=(3600,), name='loader').start()\n", to=".to(device)"
     ),
