@@ -120,7 +120,7 @@ def files_read(params: dict) -> list[str]:
     --results): what an output of the command must not replace."""
     from memprobe.core.output_guard import model_files
 
-    found = model_files(params.get("model") or [])
+    found = model_files(params.get("models") or params.get("model") or [])  # the request's name, or click's
     for key in ("compare", "models_file"):
         found += [params[key]] if params.get(key) else []
     for key in ("overhead_from", "results"):

@@ -63,10 +63,12 @@ def _is_result_file(path: str | Path) -> bool:
     return isinstance(data, dict) and data.get("schema") == SCHEMA
 
 
-def model_files(names: Iterable[str]) -> list[str]:
+def model_files(names: Iterable[object]) -> list[str]:
     """The files a --model names (`FILE.py:FUNC`, `hf-config:PATH`): inputs an output must not replace."""
     found = []
     for name in names:
+        if not isinstance(name, str):  # a build function given to the API
+            continue
         if name.startswith("hf-config:"):
             found.append(name[len("hf-config:") :])
         elif ".py:" in name:
