@@ -1,5 +1,4 @@
-"""How the `memprobe` process starts and ends around a command: standard streams that are closed, threads left by a
-model's code.
+"""How the `memprobe` process starts and ends around a command: closed standard streams, threads a model leaves.
 
 `memprobe list >&-` starts with no standard output: Python sets sys.stdout to None, so the first print raised an
 AttributeError, and the next file opened would take descriptor 1. It is one Error line (on stderr, where there is
