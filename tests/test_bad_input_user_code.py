@@ -182,3 +182,26 @@ def test_a_scan_stopped_by_its_cap_and_a_size_given_twice_are_said(own):
     assert result.exit_code == 0, result.output
     assert "note: --memory 8GiB is given twice: predicted once" in result.stderr
     assert "note: --memory 8192MiB is 8GiB again (8,589,934,592 bytes): predicted once" in result.stderr
+
+
+def test_a_time_limit_lost_in_a_finalizer_is_not_printed(monkeypatch):
+    """The limit's exception raised inside a weak-reference callback cannot propagate ("Exception ignored", with a
+    traceback): it is dropped, as core/deadline raises it again within a second."""
+    import weakref
+
+    from memprobe.core import interrupts
+    from memprobe.core.deadline import TimeLimitExceeded
+
+    seen: list = []
+    monkeypatch.setattr(sys, "unraisablehook", seen.append)
+
+    class Dies:
+        pass
+
+    def expired(_ref) -> None:
+        raise TimeLimitExceeded(1.0)
+
+    with interrupts.stop_on_signals():
+        weakref.ref(Dies(), expired)  # dies at once: the callback raises where Python cannot
+        weakref.ref(Dies(), lambda _ref: 1 / 0)  # anything else still goes to the hook that was there
+    assert [type(u.exc_value) for u in seen] == [ZeroDivisionError]

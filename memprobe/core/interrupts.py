@@ -23,6 +23,8 @@ import threading
 from contextlib import contextmanager
 from typing import Any, Iterator
 
+from memprobe.core.deadline import TimeLimitExceeded
+
 BACKSTOP_S = 10.0  # a scan's own clean-up after Ctrl-C (ending trial processes, writing the partial file) takes ~1 s
 # A scan's clean-up after a signal waits up to 60 s for each killed trial process to free the GPU (core/child.py:
 # KILL_WAIT_S), then writes the finished precisions: the backstop gives it that and more.
@@ -81,11 +83,14 @@ def _backstop(received: list[int], started: float) -> None:
 
 def _redeliver_lost(unraisable: Any, previous: Any) -> None:
     """sys.unraisablehook: a KeyboardInterrupt lost in a finalizer or callback after a signal is sent again (from
-    a thread, so that it lands outside the finalizer); everything else goes to the hook that was there before."""
+    a thread, so that it lands outside the finalizer), and a time limit's exception lost there is dropped silently
+    (core/deadline raises it again until it lands); everything else goes to the hook that was there before."""
     lost = isinstance(unraisable.exc_value, KeyboardInterrupt) or unraisable.exc_type is KeyboardInterrupt
     received = _state["received"]
     if lost and received:
         _resend(received)
+        return
+    if isinstance(unraisable.exc_value, TimeLimitExceeded):  # the time limit raises again within a second: no trace
         return
     previous(unraisable)
 
