@@ -30,6 +30,22 @@ def _scan_with(field: str, value) -> str:
     return json.dumps(data)
 
 
+# The head of a user's model file (FILE.py:build) the own-model rows write: a TrainTask of a tiny linear model
+TASK = """import torch
+from torch import nn
+from memprobe.workloads.base import TrainTask
+
+
+class Task(TrainTask):
+    def make_batch(self, n):
+        return torch.randn(n, 8, device=self.device), torch.randint(0, 2, (n,), device=self.device)
+
+    def loss(self, batch):
+        return nn.functional.cross_entropy(self.model(batch[0]), batch[1])
+
+
+"""
+
 # Files the rows name as {placeholders}: written into the test's temporary folder (None: an empty folder).
 FILES = {
     "empty_dir": None,

@@ -40,7 +40,7 @@ CASES = [
     ("list-models-dev-zero", ["list", "--models", "/dev/zero"], "cannot read registry (not a regular file"),
     ("report-scans-empty-folder", ["report", "--scans", "{empty_dir}"], "no memprobe result files in"),
     ("report-unknown-reference", ["report", "{H100}", "--reference", "Voodoo 2"], "reference GPU 'Voodoo 2'"),
-    ("report-empty-reference", ["report", "{H100}", "--reference", " "], "give a GPU name"),
+    ("report-empty-reference", ["report", "{H100}", "--reference", " "], "--reference: no card name given"),
     ("report-unicode-reference", ["report", "{H100}", "--reference", "H100 \N{SNOWMAN}"], "is not among the results"),
     ("guide-empty-folder", ["guide", "{empty_dir}"], "no memprobe result files in"),
     ("guide-future-schema", ["guide", "{future.json}"], "is newer than this memprobe reads"),
@@ -116,6 +116,11 @@ CODED = [
     ("guide-gpu-a-size", ["guide", "--gpu", "80GB"], "'80GB' is a memory size, not a card name", 1),
     ("guide-gpu-a-size-binary", ["guide", "--gpu", "24 GiB"], "'24 GiB' is a memory size", 1),
     ("guide-gpu-empty", ["guide", "--gpu", ""], "--gpu: no card name given", 1),
+    # report's --reference reads a card name too: the same exit code as --gpu (issue 51)
+    ("report-reference-empty", ["report", "{H100}", "--reference", " "], "--reference: no card name given", 1),
+    ("report-reference-a-size", ["report", "{H100}", "--reference", "80GB"], "'80GB' is a memory size", 1),
+    ("report-reference-unknown", ["report", "{H100}", "--reference", "H900"], "reference GPU 'H900' is not among", 1),
+    ("page-reference-empty", ["report", "{H100}", "--html", "{tmp}/p.html", "--reference", ""], "no card name", 1),
 ]
 
 

@@ -3,6 +3,7 @@ traceback (harness: tests/bad_input.py)."""
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -131,3 +132,28 @@ def test_plan_names_the_files_it_skips(workdir, tmp_path):  # noqa: F811
     assert result.exit_code == 0, result.output
     assert "warning: skipped" in result.output and "notes.json" in result.output  # as report and guide name them
     assert re.search(r"\| fp16 +\| measured", result.stdout)  # (tabulate's padding goes where 120 columns need it)
+
+
+def test_a_plan_hits_the_global_batch_asked_for_and_wraps_its_notes(workdir):  # noqa: F811
+    """Issue 51: 171 x 2 GPUs x 3 steps = 1026 was recommended for 1024, though 128 x 2 x 4 fits under the cap of 208;
+    and the note explaining a split was cut at 120 columns."""
+    from click.testing import CliRunner
+
+    from bad_input import REPO
+    from memprobe.cli import main
+
+    fsdp = REPO / "reports" / "h200_2gpu_host" / "2x-nvidia-h200_bert-large-fsdp_train_20261127-204943.json"
+    argv = ["plan", "-m", "bert-large", "--gpu", "H200", "--gpus", "2", "--strategy", "fsdp", "-p", "bf16"]
+    argv += ["--results", str(fsdp)]
+    result = CliRunner().invoke(main, [*argv, "--global-batch", "1024", "--format", "json"])
+    assert result.exit_code == 0, result.output
+    (row,) = json.loads(result.stdout)["rows"]
+    assert (row["cap"], row["micro_batch"], row["accumulation_steps"], row["global_batch"]) == (208, 128, 4, 1024)
+    result = CliRunner().invoke(main, [*argv, "--global-batch", "1025"])
+    assert result.exit_code == 0, result.output
+    assert max(len(line) for line in result.stdout.splitlines()) <= 120 and "are cut to fit" not in result.stdout
+    text = " ".join(result.stdout.split())
+    assert (
+        "bf16: no micro-batch up to the cap 208 splits 1025 over 2 GPUs exactly (it is not a multiple of 2): the "
+        "effective global batch is 1026 = 2 GPUs x 171 x 3 steps" in text
+    )

@@ -3,9 +3,13 @@ never a traceback, not even one torch logs (harness: tests/bad_input.py)."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
-from bad_input import check, workdir  # noqa: F401  (workdir is a fixture)
+from bad_input import H100_SCAN, REPO, TASK, check, fill, workdir  # noqa: F401  (workdir is a fixture)
+
+_SCAN = json.loads(H100_SCAN.read_text())
 
 P = ["predict", "--model", "toy"]
 LLAMA = ["predict", "--model", "llama-1b", "-p", "bf16"]
@@ -143,42 +147,28 @@ def test_bad_input_is_one_line_and_a_non_zero_exit(workdir, argv, fragment, capf
 
 # --- your own model: every mistake one line that names it and the fix, exit 1 (a bad model), never exit 0 ---------
 
-_TASK = """import torch
-from torch import nn
-from memprobe.workloads.base import TrainTask
-
-
-class Task(TrainTask):
-    def make_batch(self, n):
-        return torch.randn(n, 8, device=self.device), torch.randint(0, 2, (n,), device=self.device)
-
-    def loss(self, batch):
-        return nn.functional.cross_entropy(self.model(batch[0]), batch[1])
-
-
-"""
 _MODEL = "Task(nn.Linear(8, 2).to(device), {'name': 'adamw'}, device)"
 _ENTRY = "  unit: samples\n  optimizer: {name: sgd}\n"
 OWN_FILES = {
     "hangs.py": "import time\n\ndef build(device, precision):\n    while True:\n        time.sleep(0.1)\n",
-    "hangs_in_batch.py": _TASK + "class Slow(Task):\n    def make_batch(self, n):\n        while True:\n"
+    "hangs_in_batch.py": TASK + "class Slow(Task):\n    def make_batch(self, n):\n        while True:\n"
     "            try:\n                import time; time.sleep(0.1)\n            except Exception:\n                pass\n\n"
     "def build(device, precision):\n    return Slow(nn.Linear(8, 2).to(device), {'name': 'adamw'}, device)\n",
     "hard_exit.py": "import os\n\ndef build(device, precision):\n    os._exit(0)\n",
-    "hard_exit_in_loss.py": _TASK + "class Bye(Task):\n    def loss(self, batch):\n        import os; os._exit(0)\n\n"
+    "hard_exit_in_loss.py": TASK + "class Bye(Task):\n    def loss(self, batch):\n        import os; os._exit(0)\n\n"
     "def build(device, precision):\n    return Bye(nn.Linear(8, 2).to(device), {'name': 'adamw'}, device)\n",
-    "a_class.py": _TASK + "class build(Task):\n    def __init__(self, device, precision):\n"
+    "a_class.py": TASK + "class build(Task):\n    def __init__(self, device, precision):\n"
     "        super().__init__(nn.Linear(8, 2).to(device), {'name': 'adamw'}, device)\n",
-    "no_arguments.py": _TASK + "def build():\n    return None\n",
-    "optimizer_string.py": _TASK + "def build(device, precision):\n"
+    "no_arguments.py": TASK + "def build():\n    return None\n",
+    "optimizer_string.py": TASK + "def build(device, precision):\n"
     "    return Task(nn.Linear(8, 2).to(device), 'adamw', device)\n",
     "no_make_batch.py": "from torch import nn\nfrom memprobe.workloads.base import TrainTask\n\n"
     "def build(device, precision):\n    return TrainTask(nn.Linear(8, 2).to(device), {'name': 'adamw'}, device)\n",
     "interrupts_itself.py": "def build(device, precision):\n    raise KeyboardInterrupt\n",
-    "interrupts_in_batch.py": _TASK
+    "interrupts_in_batch.py": TASK
     + "class Stop(Task):\n    def make_batch(self, n):\n        raise KeyboardInterrupt\n\n"
     "def build(device, precision):\n    return Stop(nn.Linear(8, 2).to(device), {'name': 'adamw'}, device)\n",
-    "model.txt": _TASK + f"def build(device, precision):\n    return {_MODEL}\n",
+    "model.txt": TASK + f"def build(device, precision):\n    return {_MODEL}\n",
     "layers_fraction.json": '{"model_type": "gpt2", "n_layer": 2.5, "n_embd": 64, "n_head": 4, "vocab_size": 100}',
     "layers_quoted.json": '{"model_type": "gpt2", "n_layer": "2", "n_embd": 64, "n_head": 4, "vocab_size": 100}',
     "layers_zero.json": '{"model_type": "gpt2", "n_layer": 0, "n_embd": 64, "n_head": 4, "vocab_size": 100}',
@@ -194,7 +184,37 @@ OWN_FILES = {
     "layers_negative.yaml": "t:\n  family: toy-mlp\n  params: {features: 8, hidden: 8, classes: 2, layers: -1}\n"
     + _ENTRY,
     "flag_a_string.yaml": "t:\n  family: transformer-translation\n  params: {pre_norm: 'yes'}\n" + _ENTRY,
+    # issue 51
+    "type_number.json": '{"model_type": 7, "num_hidden_layers": 2}',
+    "llava.json": json.dumps(
+        {
+            "model_type": "llava",
+            "text_config": {
+                "model_type": "llama",
+                "hidden_size": 64,
+                "num_hidden_layers": 2,
+                "num_attention_heads": 4,
+                "intermediate_size": 128,
+                "vocab_size": 100,
+            },
+            "vision_config": {
+                "model_type": "clip_vision_model",
+                "hidden_size": 32,
+                "num_hidden_layers": 2,
+                "num_attention_heads": 4,
+                "intermediate_size": 64,
+                "image_size": 32,
+                "patch_size": 8,
+            },
+        }
+    ),  # fmt: skip
+    "bert_tiny.json": '{"model_type": "bert", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4}',
+    "only_fp16.json": json.dumps({**_SCAN, "precisions": {"fp16": _SCAN["precisions"]["fp16"]}}),
+    "failed_fp16.json": json.dumps(
+        {**_SCAN, "precisions": {"fp16": {"precision": "fp16", "status": "error", "stop": "error", "error": "boom"}}}
+    ),
 }
+CKPT_SCAN = REPO / "reports" / "h100_llm" / "nvidia-h100-80gb-hbm3_llama-8b-ckpt_train_20261123-123956.json"
 LIMIT = "MEMPROBE_TIME_LIMIT"
 M = ["--memory", "8GiB", "-p", "fp32"]
 
@@ -344,6 +364,53 @@ OWN_CASES = [
         {},
     ),
     ("gpu-unknown-exits-1", ["--model", "toy", "--gpu", "H900"], "--gpu: unknown GPU 'H900'", 1, {}),
+    # issue 51: the reason, not a wrong one or a page of class names
+    ("hf-config-model-type-a-number", ["--model", "hf-config:{type_number.json}"], "'model_type' is 7, not a", 1, {}),
+    (
+        "hf-config-multimodal",
+        ["--model", "hf-config:{llava.json}"],
+        "LlavaConfig has no causal-lm head in transformers",
+        1,
+        {},
+    ),
+    (
+        "hf-config-task-it-lacks",
+        ["--model", "hf-config:{bert_tiny.json}", "--task", "seq2seq"],
+        "it has causal-lm, masked-lm, seq-cls, qa: give --task causal-lm",
+        1,
+        {},
+    ),
+    (
+        "timm-hf-hub",
+        ["--model", "timm:hf-hub:timm/vit_base_patch16_224.augreg_in21k"],
+        "which memprobe does not (it builds the architecture with random weights, offline): give the architecture, "
+        "e.g. timm:vit_base_patch16_224",
+        1,
+        {},
+    ),
+    ("timm-unknown", ["--model", "timm:qwertyuiop_zz"], "list_models('*qwertyuiop*'))\"` lists names like it", 1, {}),
+    # predict --compare: why no comparison would be shown
+    (
+        "compare-no-row-for-the-precision",
+        ["--model", "resnet50", "--compare", "{only_fp16.json}"],
+        "--compare: nothing in {only_fp16.json} to compare with: it has no fp32 result (it holds fp16)",
+        1,
+        {},
+    ),
+    (
+        "compare-its-only-precision-failed",
+        ["--model", "resnet50", "--compare", "{failed_fp16.json}", "--memory", "8GiB", "-p", "fp16"],
+        "its fp16 ended before any trial to compare with (boom)",
+        1,
+        {},
+    ),
+    (
+        "compare-a-checkpointing-scan",
+        ["--model", "llama-8b", "-p", "bf16", "--memory", "80GiB", "--compare", str(CKPT_SCAN)],
+        "is a scan of llama-8b+ckpt, not of llama-8b; to predict what it measured, add --checkpointing",
+        1,
+        {},
+    ),
 ]
 
 
@@ -359,7 +426,7 @@ def test_own_model_mistakes_are_one_line_with_the_fix(own_files, monkeypatch, ca
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     args = argv if any(a in argv for a in ("--memory", "--gpu")) else argv + M
-    check(own_files, ["predict", *args], fragment, capfd, code=code)
+    check(own_files, ["predict", *args], fill(fragment, own_files), capfd, code=code)
 
 
 # --- a capped or impossible answer is labelled, with the memory it would need ---------------------------------------
@@ -411,7 +478,7 @@ def test_a_batch_that_ignores_n_is_pointed_out(own_files):
     from memprobe.cli import main
 
     (own_files / "ignores_n.py").write_text(
-        _TASK + "class Fixed(Task):\n    def make_batch(self, n):\n        return super().make_batch(4)\n\n"
+        TASK + "class Fixed(Task):\n    def make_batch(self, n):\n        return super().make_batch(4)\n\n"
         "def build(device, precision):\n    return Fixed(nn.Linear(8, 2).to(device), {'name': 'adamw'}, device)\n"
     )
     result = CliRunner().invoke(main, ["predict", "--model", "ignores_n.py:build", *M])

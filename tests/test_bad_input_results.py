@@ -76,6 +76,20 @@ CASES = [
     ("curve-above-B", _edit("precisions.fp16.curve.0.batch", 5000), "curve[0].batch (5000) must be at most the max"),
     ("knee-order", _edit("precisions.fp32.knee_after_batch", 900), "knee_after_batch (900) must follow knee_batch"),
     ("proof-order", _edit("precisions.fp16.proof.fails", 1870), "proof.fails (1870) must be above proof.fits (1870)"),
+    # issue 51: figures no scan writes, taken as good before
+    (
+        "per-sample-zero",
+        _edit("precisions.fp16.memory_model.peak_reserved.per_sample_bytes", 0),
+        "precisions.fp16.memory_model.peak_reserved.per_sample_bytes must be a number > 0, got 0",
+    ),
+    (
+        "per-sample-negative",
+        _edit("precisions.fp32.memory_model.peak_allocated.per_sample_bytes", -4e7),
+        "peak_allocated.per_sample_bytes must be a number > 0, got -40000000.0",
+    ),
+    ("no-precisions", _edit("precisions", {}), "precisions is empty: the file holds no result of any precision"),
+    ("future-date", _edit("created", "2999-01-01T00:00:00+00:00"), "created is '2999-01-01T00:00:00+00:00', a date"),
+    ("ancient-date", _edit("created", "1970-01-01T00:00:00"), "created is '1970-01-01T00:00:00', before 2020"),
 ]
 COMMANDS = [["report"], ["report", "--scans"], ["report", "--format", "json"], ["report", "--llm"], ["guide"]]
 

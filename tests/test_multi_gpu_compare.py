@@ -79,7 +79,10 @@ def test_plan_for_two_gpus_takes_the_measured_per_gpu_max_batch_and_the_groups_t
     assert any("2 GPUs, ddp: the max micro-batch and micro-batch are per GPU" in n for n in plan.notes)
     uneven = build_plan(TOY, "H200", 2001, ["fp32"], results=[multi], gpus=2, strategy="ddp").rows[0]
     assert (uneven.accumulation_steps, uneven.micro_batch, uneven.global_batch) == (2, 501, 2004)
-    assert uneven.note.startswith("2001 is not a multiple of 2 x 501: the effective global batch is 2004")
+    assert uneven.note.startswith(
+        "no micro-batch up to the cap 990 splits 2001 over 2 GPUs exactly (it is not a multiple of 2): the effective "
+        "global batch is 2004 = 2 GPUs x 501 x 2 steps"
+    )
 
 
 def test_plan_for_two_gpus_ignores_other_world_sizes_and_strategies_and_predicts_per_gpu(multi, monkeypatch):

@@ -34,18 +34,32 @@ def cap(**kw) -> Capacity:
 
 
 @pytest.mark.parametrize(
-    "n, cap_, expected",
+    "n, cap_, gpus, expected",
     [
-        (8192, 2644, (4, 2048, 8192)),  # even split reaches N exactly
-        (8192, 1534, (6, 1366, 8196)),  # not a multiple: the effective global batch is said
-        (10, 64, (1, 10, 10)),  # N below the cap: one step of N
-        (64, 64, (1, 64, 64)),
-        (65, 64, (2, 33, 66)),
-        (1, 1, (1, 1, 1)),
+        (8192, 2644, 1, (4, 2048, 8192)),  # even split reaches N exactly
+        (8192, 1534, 1, (8, 1024, 8192)),  # the largest micro-batch that splits N: 1024 x 8, not 1366 x 6 = 8196
+        (10, 64, 1, (1, 10, 10)),  # N below the cap: one step of N
+        (64, 64, 1, (1, 64, 64)),
+        (65, 64, 1, (5, 13, 65)),  # 13 x 5, not 33 x 2 = 66
+        (1, 1, 1, (1, 1, 1)),
+        (1024, 208, 2, (4, 128, 1024)),  # issue 51: not 171 x 2 x 3 = 1026
+        (1025, 208, 2, (3, 171, 1026)),  # an odd N over 2 GPUs has no exact split: the fewest steps, said so
+        (1021, 208, 1, (1021, 1, 1021)),  # a prime: exact only at micro-batch 1 (the row names the alternative)
     ],
 )
-def test_accumulation_steps(n, cap_, expected):
-    assert accumulate(n, cap_) == expected
+def test_accumulation_steps(n, cap_, gpus, expected):
+    steps, micro, effective = accumulate(n, cap_, gpus)
+    assert (steps, micro, effective) == expected and micro <= cap_ and effective == steps * micro * gpus
+
+
+def test_a_split_that_is_not_exact_or_costs_many_steps_says_so_in_the_row():
+    row = plan_row(cap(max_batch=208), 1025, gpus=2)
+    assert (row.micro_batch, row.accumulation_steps, row.global_batch) == (171, 3, 1026)
+    assert "no micro-batch up to the cap 208 splits 1025 over 2 GPUs exactly" in row.note
+    assert "the effective global batch is 1026 = 2 GPUs x 171 x 3 steps" in row.note
+    row = plan_row(cap(max_batch=208), 1021)
+    assert "1021 splits exactly only as 1 x 1021 steps; --global-batch 1025 would run 205 x 5 steps" in row.note
+    assert "split" not in plan_row(cap(max_batch=208), 1024, gpus=2).note
 
 
 @pytest.mark.parametrize("n", [0, -3])
@@ -95,8 +109,9 @@ def test_headroom_from_the_peak_at_that_batch_or_the_fitted_line():
 
 def test_a_huge_global_batch_is_split_in_integers():
     n = 10**29
-    steps, micro, effective = accumulate(n, 108)
-    assert (steps, micro) == (-(-n // 108), -(-n // steps)) and effective == steps * micro and effective >= n
+    assert accumulate(n, 108) == (10**27, 100, n)
+    steps, micro, effective = accumulate(n + 1, 108, gpus=2)  # odd: no exact split over 2 GPUs
+    assert (steps, micro) == (-(-(n + 1) // 216), -(-(n + 1) // (steps * 2))) and effective == steps * micro * 2 > n
 
 
 def test_rows_sorted_by_time_per_global_batch_unknown_last():

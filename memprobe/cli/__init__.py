@@ -28,7 +28,7 @@ def _exit_now(code: int) -> NoReturn:
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
-        except (OSError, ValueError):  # a closed pipe or stream: nothing more can reach it
+        except (AttributeError, OSError, ValueError):  # a closed pipe or stream (None when closed at start)
             pass
     os._exit(code)
 
@@ -41,11 +41,17 @@ def run() -> None:
     Frozen first, they are not walked (0.25 s). Only garbage in reference cycles is then left to the operating
     system; memprobe's commands close their files and end their processes before they return.
     """
+    from memprobe.cli.process_end import closed_streams, status_of, stray_threads
+
+    if closed_streams():  # `memprobe list >&-`: nothing could be printed, and a file opened now would take fd 1
+        _exit_now(1)
     try:
         main()
     except SystemExit as end:
         if end.code in INTERRUPTED:
             _exit_now(int(end.code))
+        if stray_threads():  # a model's own thread would keep the process alive after the command: it ends now
+            _exit_now(status_of(end.code))
         raise
     finally:
         # The command has ended (its exit status is set): a Ctrl-C now would only make Python's exit print a

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from memprobe.cli.model_code import model_code
 from memprobe.compare.breakdown import breakdown_table
 from memprobe.core.breakdown import Breakdown
 from memprobe.predict.progress import TraceProgress, silent
@@ -35,7 +36,8 @@ def predicted_breakdowns(made: list, steps: int, out: str | None, progress: Trac
                 f"{number[key]} of {len(number)})"
             )
             try:
-                done[key] = predict_breakdown(workload, precision, batch, steps, capacity=capacity)
+                with model_code():
+                    done[key] = predict_breakdown(workload, precision, batch, steps, capacity=capacity)
             except PredictError as exc:
                 raise click.ClickException(str(exc).splitlines()[0]) from None
         record = done[key]

@@ -4,6 +4,7 @@ core/option_bounds.py, for the command and the API alike."""
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Iterable
 
 import click
@@ -19,6 +20,11 @@ class Path(click.Path):
     def convert(self, value, param, ctx):
         if isinstance(value, str) and not value.strip():
             self.fail("an empty path (give a file or folder name)", param, ctx)
+        if self.exists and isinstance(value, str) and os.path.islink(value) and not os.path.exists(value):
+            try:
+                os.stat(value)
+            except OSError as exc:  # a loop, or a link to nothing: not "does not exist" when the link does
+                self.fail(f"{value} is a symbolic link that cannot be followed ({exc.strerror})", param, ctx)
         return super().convert(value, param, ctx)
 
 
@@ -93,12 +99,43 @@ def report_checks(ctx: click.Context, scans: bool, llm: bool, breakdown: bool = 
         )
 
 
-def output_file(path: str, option: str) -> None:
+def output_file(path: str, option: str, example: str = "out.json", reads: Iterable[str] = ()) -> None:
     """An output file option (`--breakdown-out`) can be written: its folder exists or can be made and takes a file,
-    or it is a pipe or device that can be written (core/outputs.check_output_file). One-line error otherwise."""
+    or it is a pipe or device that can be written (core/outputs.check_output_file); it names no folder ('dir/') nor
+    standard output ('-', which carries the tables), and is none of the files the command `reads` and no result file
+    (core/output_guard). One-line error otherwise."""
+    from memprobe.core.output_guard import check_output_name, refuse_clobber
     from memprobe.core.outputs import OutputError, check_output_file
 
     try:
+        check_output_name(path, example)
+        refuse_clobber(path, reads)
         check_output_file(path)
     except OutputError as exc:
         raise click.BadParameter(str(exc), param_hint=option) from None
+
+
+def files_read(params: dict) -> list[str]:
+    """The files a predict or plan command reads (its --model files, --compare, --models, --overhead-from,
+    --results): what an output of the command must not replace."""
+    from memprobe.core.output_guard import model_files
+
+    found = model_files(params.get("models") or params.get("model") or [])  # the request's name, or click's
+    for key in ("compare", "models_file"):
+        found += [params[key]] if params.get(key) else []
+    for key in ("overhead_from", "results"):
+        found += list(params.get(key) or ())
+    return found
+
+
+def reference_name(reference: str | None) -> None:
+    """report --reference: a card name memprobe cannot read (empty, a memory size) is bad input, exit 1, as a bad
+    --gpu name is in predict, guide and plan (README's exit codes); one not among the results says so later."""
+    from memprobe.core.cardnames import is_memory_size
+
+    if reference is not None and not reference.strip():
+        raise click.ClickException('--reference: no card name given (e.g. "H100 SXM")')
+    if reference is not None and is_memory_size(reference):
+        raise click.ClickException(
+            f"--reference: '{reference.strip()}' is a memory size, not a card name: give a GPU among the results"
+        )

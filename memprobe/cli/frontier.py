@@ -6,6 +6,7 @@ import sys
 
 import click
 
+from memprobe.cli.model_code import model_code
 from memprobe.core.registry import Workload
 
 
@@ -65,10 +66,11 @@ def predict_frontiers(
     loaded = []
     for workload in workloads:
         try:
-            frontiers = {
-                p: predict_frontier(workload, p, size, budget, checkpointing, lora, steps, cores(), progress)
-                for p in precisions
-            }
+            with model_code():
+                frontiers = {
+                    p: predict_frontier(workload, p, size, budget, checkpointing, lora, steps, cores(), progress)
+                    for p in precisions
+                }
         except FrontierError as exc:
             raise click.UsageError(str(exc)) from None
         name = frontier_name(workload, checkpointing, lora)

@@ -9,6 +9,7 @@ import click
 from memprobe.cli.app import main
 from memprobe.cli.declared import request_options
 from memprobe.cli.helpers import progress_lines, traces_without_gpus
+from memprobe.cli.model_code import model_code
 from memprobe.cli.options import format_option, request_error
 from memprobe.cli.width import wide_option
 from memprobe.core.registry import RegistryError
@@ -42,7 +43,7 @@ def plan_cmd(fmt: str, **params: Any) -> None:
     except RegistryError as exc:
         raise click.ClickException(str(exc)) from None
     try:
-        with progress_lines() as progress:
+        with progress_lines() as progress, model_code():
             # a result file skipped is said as report and guide say it
             plan = job.plan(cores(), progress, on_skip=lambda exc: click.echo(f"warning: skipped {exc}", err=True))
     except PlanError as exc:

@@ -8,8 +8,10 @@ import click
 
 from memprobe.cli import checks
 from memprobe.cli.app import main
+from memprobe.cli.compare_scan import comparison_gaps, variant_hint
 from memprobe.cli.declared import request_options
 from memprobe.cli.helpers import progress_lines, traces_without_gpus, writable
+from memprobe.cli.model_code import model_code
 from memprobe.cli.options import request_error
 from memprobe.cli.width import wide_option
 from memprobe.core import textwidth
@@ -59,20 +61,23 @@ def _predict_and_print(job: PredictJob, compare: str | None) -> list:
         except ResultFileError as exc:
             raise click.ClickException(str(exc)) from None
         if compare_with[1].workload.name not in {w.name for w in workloads}:
+            names = [w.name for w in workloads]
             raise click.ClickException(
-                f"{compare} is a scan of {compare_with[1].workload.name}, not of {', '.join(w.name for w in workloads)}"
+                f"{compare} is a scan of {compare_with[1].workload.name}, not of {', '.join(names)}"
+                + variant_hint(str(compare_with[1].workload.name), names)
             )
         _check_same_world(compare, compare_with[1], worlds)
         scanned_mode = compare_with[1].mode
         if scanned_mode != mode:
             raise click.ClickException(f"{compare} is a --mode {scanned_mode} scan; this prediction is --mode {mode}")
+        _say_gaps(compare, compare_with[1], job.precisions)
     made = []
     for workload in workloads:
         for world in worlds or [None]:
             where = f" as rank 0 of {world.label}" if world else ""
             click.echo(f"[{workload.name}] tracing on fake tensors{where} (no GPU used) ...", err=True)
             try:
-                with progress_lines() as progress:
+                with progress_lines() as progress, model_code():
                     same = compare_with and compare_with[1].workload.name == workload.name
                     prediction = job.predict(workload, sizes, world, progress, compare_with if same else None)
             except (PredictError, TorchInternalsError, RuntimeError) as exc:
@@ -80,6 +85,17 @@ def _predict_and_print(job: PredictJob, compare: str | None) -> list:
             click.echo(textwidth.fit_text(render(prediction)))
             made.append((workload, prediction))
     return made
+
+
+def _say_gaps(path: str, result, precisions: list[str]) -> None:
+    """--compare: a note for each precision asked that the scan cannot be compared in; an error when none can."""
+    gaps = comparison_gaps(result, precisions)
+    if len(gaps) == len(precisions):
+        raise click.ClickException(
+            f"--compare: nothing in {path} to compare with: {'; '.join(gaps)}; give -p with a precision it measured"
+        )
+    for gap in gaps:
+        click.echo(f"note: --compare: no comparison for one precision asked: {path}: {gap}", err=True)
 
 
 def _check_same_world(path: str, result, worlds: list | None) -> None:
@@ -160,7 +176,7 @@ def predict_cmd(**params: Any) -> None:
             "--breakdown predicts one GPU's training step (no --gpus, --mode train); --breakdown-out needs --breakdown"
         )
     if breakdown_out:  # its folder now, not after minutes of predicting
-        checks.output_file(breakdown_out, "--breakdown-out")
+        checks.output_file(breakdown_out, "--breakdown-out", "breakdowns.json", checks.files_read(params))
     predictions = _predict_and_print(job, compare)
     if breakdown:
         from memprobe.cli.breakdown import predicted_breakdowns

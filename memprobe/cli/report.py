@@ -110,8 +110,7 @@ def report_cmd(
     """
     ctx = click.get_current_context()
     checks.report_checks(ctx, scans, llm, breakdown, bool(charts_dir or html_file))
-    if reference is not None and not reference.strip():
-        raise click.BadParameter('give a GPU name (e.g. "H100 SXM")', param_hint="--reference")
+    checks.reference_name(reference)
     if model is not None:
         _model_checks(ctx, scans or llm or breakdown or frontier)
     options = {"reference": reference, "precisions": precision, "at_batch": at_batch, "with_published": with_published}
@@ -171,7 +170,8 @@ def _html_report(
     if other_mode:
         raise click.UsageError("--html writes every section: give it without --scans, --llm, --breakdown, --frontier")
     checks.refuse(checks.given(ctx, "fmt"), "with --html (the page is HTML)")
-    html_page(html_file, paths, predicted=_predicted(predicted_file), **options)
+    reads = (predicted_file,) if predicted_file else ()
+    html_page(html_file, paths, predicted=_predicted(predicted_file), reads=reads, **options)
 
 
 def _breakdown_report(loaded: list, predicted: list | None, charts_dir: str | None) -> None:
@@ -250,22 +250,31 @@ def _model_report(loaded: list, paths: tuple[str, ...], model: str, fmt: str, op
         raise click.ClickException(str(exc)) from None
 
 
-def html_page(path: str, paths: tuple[str, ...], **options) -> None:
-    """Write the HTML page of `paths` (compare/page.py) atomically; any problem is one Error line, with no page
-    written: the path is checked before the files are read."""
+def html_page(path: str, paths: tuple[str, ...], reads: tuple[str, ...] = (), **options) -> None:
+    """Write the HTML page of `paths` (compare/page.py) atomically (`-`: to standard output); any problem is one
+    Error line, with no page written: the path is checked before the files are read, and is none of them nor of
+    `reads` (the command's other inputs), nor any result file."""
     from memprobe.compare.comparison import ReportError
     from memprobe.compare.page import PageOptions, build_page, check_page_path, write_page
-    from memprobe.core.outputs import OutputError
+    from memprobe.core.output_guard import check_output_name, refuse_clobber
+    from memprobe.core.outputs import STDOUT, OutputError, check_output_file
 
     try:
-        check_page_path(path)
+        check_output_name(path, "page.html", stdout_ok=True)
+        refuse_clobber(path, (*paths, *reads))
+    except OutputError as exc:
+        raise click.BadParameter(str(exc), param_hint="--html") from None
+    try:
+        if path != STDOUT:
+            check_output_file(path)  # a link loop or a folder that cannot be made: said before the page is built
+            check_page_path(path)
         loaded = _load_results(paths) if paths else []
         if paths and not loaded:
             raise click.ClickException(f"no memprobe result files in {', '.join(paths)}")
         write_page(path, build_page(loaded, PageOptions(**options), given=paths))
     except (OutputError, ReportError) as exc:
         raise click.ClickException(str(exc)) from None
-    click.echo(f"wrote {path}", err=True)
+    click.echo("wrote the page to standard output" if path == STDOUT else f"wrote {path}", err=True)
 
 
 def _wrote(write) -> None:
@@ -307,6 +316,8 @@ def _charts_folder(path: str) -> None:
     try:
         prepare_dir(path)
     except OutputError as exc:
+        if path == "-":  # a name that is no folder's: a bad option value, as a file there is
+            raise click.BadParameter(str(exc), param_hint="--charts") from None
         raise click.ClickException(str(exc)) from None
 
 

@@ -19,6 +19,13 @@ def after_scan(result, path, workload: Workload) -> list[str]:
 
     for line in described(result, workload):  # what the scan recorded where nothing trains at 1
         click.echo(line, err=True)
+    for p in result.precisions.values():
+        if p.stop == "cap" and p.max_batch:  # B is the search's cap, not an edge: the table's figure is a floor
+            click.echo(
+                f"note: {workload.name} {p.precision}: every batch up to the search's cap trained, {p.max_batch} "
+                f"included: the max batch is {p.max_batch} or more; raise --max-batch to find the edge",
+                err=True,
+            )
     return [
         f"{workload.name} {p.precision}: {p.error.splitlines()[0]} "
         f"({'traceback' if len(p.error.splitlines()) > 1 else 'details'} in {path})"

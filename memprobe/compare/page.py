@@ -53,11 +53,16 @@ def check_page_path(path: str | Path) -> Path:
 def write_page(path: str | Path, html: str) -> Path:
     """Write the page atomically (a temporary file renamed over `path`: never half a page). Raises OutputError."""
 
+    # A file name that is not UTF-8 (os.fsdecode keeps its bytes as lone surrogates) is shown with U+FFFD for them
+    html = html.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
     def fill(handle: IO[str]) -> None:
         handle.write(html)
 
     try:
         return atomic_write(path, fill)
+    except OutputError:
+        raise  # names the file and the reason already (a full disk, a link loop)
     except OSError as exc:
         raise OutputError(f"cannot write {path} ({exc.strerror or type(exc).__name__})") from None
 

@@ -82,6 +82,11 @@ def closest_names(name: str, catalog: Catalog, n: int = 3) -> list[str]:
     return out
 
 
+def is_memory_size(name: str) -> bool:
+    """Whether `name` is a memory size alone ("80GB", "24 GiB"), not a card's name."""
+    return bool(_SIZE.match(name.strip()))
+
+
 def resolve_card(name: str, catalog: Catalog | None = None) -> ResolvedCard:
     """The catalog card `name` refers to, by the module's rule. Raises CardNameError (one line)."""
     catalog = catalog or default_catalog()
@@ -93,7 +98,7 @@ def resolve_card(name: str, catalog: Catalog | None = None) -> ResolvedCard:
             f"'{_shown(text)}' is not a card name (letters, digits, spaces and - _ . ( ) / "
             "only); `memprobe guide` lists the catalog"
         )
-    if _SIZE.match(text):  # "80GB" fits every 80 GB card: taken as one of them, the size would be lost
+    if is_memory_size(text):  # "80GB" fits every 80 GB card: taken as one of them, the size would be lost
         raise CardNameError(
             f"'{text}' is a memory size, not a card name: `memprobe predict --memory {text.replace(' ', '')}` "
             'predicts for a size; --gpu takes a card (H100, "A100 80GB", 4090)'
@@ -126,8 +131,8 @@ def resolve_card(name: str, catalog: Catalog | None = None) -> ResolvedCard:
 
 
 def resolve_cards(names: str | None, catalog: Catalog | None = None) -> list[ResolvedCard]:
-    """Each card of a comma-separated list, in order (duplicates kept once). Raises CardNameError for a bad
-    name or an empty list."""
+    """Each card of a comma-separated list, in order (duplicates kept once, the first saying so in its note). Raises
+    CardNameError for a bad name or an empty list."""
     if names is None:
         return []
     items = [t.strip() for t in names.split(",")]
@@ -138,6 +143,10 @@ def resolve_cards(names: str | None, catalog: Catalog | None = None) -> list[Res
         if not item:
             continue
         found = resolve_card(item, catalog)
-        if all(r.card.name != found.card.name for r in out):
+        first = next((i for i, r in enumerate(out) if r.card.name == found.card.name), None)
+        if first is None:
             out.append(found)
+            continue
+        again = f"'{item}' is the {found.card.name} again: taken once"
+        out[first] = ResolvedCard(out[first].card, f"{out[first].note}; {again}" if out[first].note else again)
     return out

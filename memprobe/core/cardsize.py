@@ -84,7 +84,10 @@ def read_sizes(memory: str | None, gpus: str | None, catalog: Catalog | None = N
             raise SizeError(f"memory size '{item}' must be larger than 0 (e.g. 24GiB)")
         if nbytes > MAX_MEMORY_BYTES:
             raise SizeError(f"memory size '{item}' is more than any GPU has (at most {MAX_MEMORY_BYTES // 2**40}TiB)")
-        if any(nbytes == known for _label, known in sizes.labels):  # "24GiB,24GiB": one prediction, not two alike
+        same = next((label for label, known in sizes.labels if known == nbytes), None)
+        if same is not None:  # "24GiB,24GiB": one prediction, not two alike, and said so
+            twice = "given twice" if item == same else f"{same} again ({nbytes:,} bytes)"
+            sizes.notes.append(f"--memory {item} is {twice}: predicted once")
             continue
         sizes.labels.append((item, nbytes))
         if not hints:

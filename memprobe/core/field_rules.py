@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any, Callable, Iterator, Sequence
 
 SHOWN = 40  # characters of a bad value quoted in a message
@@ -60,22 +60,24 @@ class Simple(Rule):
 
 @dataclass(frozen=True)
 class Bounded(Rule):
-    """An integer (or, with `real`, a finite number) from `low` up to `high` (None: no bound that side)."""
+    """An integer (or, with `real`, a finite number) from `low` up to `high` (None: no bound that side); `above`:
+    greater than `low`."""
 
     low: float | None = 0
     high: float | None = None
     null: bool = True
     real: bool = False
+    above: bool = False
 
     def problem(self, value: Any, where: str) -> str | None:
         if value is None and self.null:
             return None
         kind = "a number" if self.real else "an integer"
-        low = "" if self.low is None else f" >= {_bound(self.low)}"
+        low = "" if self.low is None else f" {'>' if self.above else '>='} {_bound(self.low)}"
         wrong = f"{where} must be {kind}{low}{' or null' if self.null else ''}, got {shown(value)}"
         if not (_is_num(value) if self.real else _is_int(value)):
             return wrong
-        if self.low is not None and value < self.low:
+        if self.low is not None and (value <= self.low if self.above else value < self.low):
             return wrong
         if self.high is not None and value > self.high:
             return f"{where} must be at most {_bound(self.high)}, got {shown(value)}"
@@ -125,15 +127,31 @@ def parse_date(text: str) -> datetime:
     return when if when.tzinfo is not None else when.replace(tzinfo=timezone.utc)
 
 
-def _is_date(v: Any) -> bool:
-    try:
-        parse_date(v)
-    except (TypeError, ValueError):
-        return False
-    return True
+# No result can be older than this (memprobe needs torch 2.11, of 2026; any date before 2020 is an edited file), nor
+# newer than the reading machine's clock, give or take a day of clocks set wrong and time zones.
+EARLIEST = datetime(2020, 1, 1, tzinfo=timezone.utc)
+CLOCK_SLACK = timedelta(days=1)
 
 
-DATE = Simple("a date and time (ISO 8601, e.g. 2026-11-24T00:42:16+00:00)", _is_date, null=False)
+@dataclass(frozen=True)
+class Date(Rule):
+    """An ISO 8601 date and time at which a file can have been written: from EARLIEST to now (CLOCK_SLACK)."""
+
+    null: bool = False
+    what: str = "a date and time (ISO 8601, e.g. 2026-11-24T00:42:16+00:00)"
+
+    def problem(self, value: Any, where: str) -> str | None:
+        if value is None and self.null:
+            return None
+        try:
+            when = parse_date(value)
+        except (TypeError, ValueError):
+            return f"{where} must be {self.what}{' or null' if self.null else ''}, got {shown(value)}"
+        if when > datetime.now(timezone.utc) + CLOCK_SLACK:
+            return f"{where} is {shown(value)}, a date still to come: no file was written then"
+        if when < EARLIEST:
+            return f"{where} is {shown(value)}, before {EARLIEST.year}: no memprobe file was written then"
+        return None
 
 
 @dataclass(frozen=True)

@@ -18,10 +18,11 @@ from memprobe.core.strategies import STRATEGIES
 
 @dataclass(frozen=True)
 class Range:
-    """A number from `low` up to `high` (None: no bound that side)."""
+    """A number from `low` up to `high` (None: no bound that side); `above`: greater than `low`, not equal."""
 
     low: float | None = 0
     high: float | None = None
+    above: bool = False
 
 
 @dataclass(frozen=True)
@@ -65,7 +66,10 @@ Batch1 = Annotated[int, Range(1, BATCH_MAX)]
 Bytes = Annotated[int, Range(0, BYTES_MAX)]
 Bytes1 = Annotated[int, Range(1, BYTES_MAX)]
 SignedBytes = Annotated[int, Range(-BYTES_MAX, BYTES_MAX)]
-RealBytes = Annotated[float, Range(-BYTES_MAX, BYTES_MAX)]  # a fitted line's intercept or slope
+RealBytes = Annotated[float, Range(-BYTES_MAX, BYTES_MAX)]  # a fitted line's intercept
+# A fitted line's bytes per sample: a scan fits none that does not rise with the batch (memory_model.fit_memory_model),
+# and a card's max batch is divided by it
+PerSampleBytes = Annotated[float, Range(0, BYTES_MAX, above=True)]
 Rate = Annotated[float, Range(0, RATE_MAX)]
 Seconds = Annotated[float, Range(0, SECONDS_MAX)]
 Count = Annotated[int, Range(0, COUNT_MAX)]

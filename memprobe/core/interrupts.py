@@ -3,8 +3,9 @@
 While a command runs (stop_on_signals), SIGINT, SIGTERM and SIGHUP each record themselves and raise
 KeyboardInterrupt, so a command's clean-up runs once whatever stopped it. Two ways such an interrupt could be lost:
 - raised inside a finalizer or a weak-reference callback (a traced tensor's death runs Python code), Python prints
-  "Exception ignored" and goes on. The unraisable hook here sees that and sends the signal again, until it lands
-  in ordinary code;
+  "Exception ignored" and goes on. The unraisable hook here sees that and sends the signal again, one at a time,
+  until it lands in ordinary code; one that arrives while that hook runs is sent again the same way, not raised
+  there (an exception in the hook is printed as a traceback and dropped);
 - swallowed by code that catches everything and carries on. A command still running BACKSTOP_S seconds after a
   signal (a scan: SCAN_CLEAN_UP_S, allow_clean_up) ends at once with 128 + the signal (its trial and trace
   processes die with it: core/lifeline.py).
@@ -14,12 +15,15 @@ Ctrl-C: user_raised() tells them apart. No torch here.
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import sys
 import threading
 from contextlib import contextmanager
 from typing import Any, Iterator
+
+from memprobe.core.deadline import TimeLimitExceeded
 
 BACKSTOP_S = 10.0  # a scan's own clean-up after Ctrl-C (ending trial processes, writing the partial file) takes ~1 s
 # A scan's clean-up after a signal waits up to 60 s for each killed trial process to free the GPU (core/child.py:
@@ -28,7 +32,13 @@ SCAN_CLEAN_UP_S = 90.0
 MAX_REDELIVERIES = 100  # an interrupt lost this often in finalizers is left to the backstop
 _NAMES: dict[int, str] = {int(signal.SIGINT): "Ctrl-C", int(signal.SIGTERM): "SIGTERM", int(signal.SIGHUP): "SIGHUP"}
 
-_state: dict[str, Any] = {"watching": False, "received": [], "redelivered": 0, "backstop_s": BACKSTOP_S}
+_state: dict[str, Any] = {
+    "watching": False,
+    "received": [],
+    "redelivered": 0,
+    "resending": False,  # a signal sent again (_resend) has not arrived yet
+    "backstop_s": BACKSTOP_S,
+}
 
 
 def signal_name(signum: int) -> str:
@@ -73,20 +83,45 @@ def _backstop(received: list[int], started: float) -> None:
 
 def _redeliver_lost(unraisable: Any, previous: Any) -> None:
     """sys.unraisablehook: a KeyboardInterrupt lost in a finalizer or callback after a signal is sent again (from
-    a thread, so that it lands outside the finalizer); everything else goes to the hook that was there before."""
+    a thread, so that it lands outside the finalizer), and a time limit's exception lost there is dropped silently
+    (core/deadline raises it again until it lands); everything else goes to the hook that was there before."""
     lost = isinstance(unraisable.exc_value, KeyboardInterrupt) or unraisable.exc_type is KeyboardInterrupt
     received = _state["received"]
-    if lost and received and _state["redelivered"] < MAX_REDELIVERIES:
-        _state["redelivered"] += 1
-        threading.Timer(0.01, _send_again, (received,)).start()
+    if lost and received:
+        _resend(received)
+        return
+    if isinstance(unraisable.exc_value, TimeLimitExceeded):  # the time limit raises again within a second: no trace
         return
     previous(unraisable)
+
+
+def _resend(received: list[int]) -> None:
+    """Send the last signal of `received` again soon (from a thread), unless a resent one is on its way already:
+    one at a time, so none is left to arrive after the command has ended and put back the handlers before it."""
+    if _state["resending"] or _state["redelivered"] >= MAX_REDELIVERIES:
+        return
+    _state["redelivered"] += 1
+    _state["resending"] = True
+    threading.Timer(0.01, _send_again, (received,)).start()
 
 
 def _send_again(received: list[int]) -> None:
     """The last signal of `received` once more, to this process, while the command that got it still runs."""
     if _state["received"] is received:
         os.kill(os.getpid(), received[-1])
+
+
+def _in_the_hook(frame: Any) -> bool:
+    """Whether `frame` (where a signal handler was called) runs inside _redeliver_lost: an exception raised there is
+    the hook's own, which Python prints as a traceback ("Exception ignored in sys.unraisablehook") and drops."""
+    while frame is not None:
+        if frame.f_code in _HOOK_CODES:
+            return True
+        frame = frame.f_back
+    return False
+
+
+_HOOK_CODES = {_redeliver_lost.__code__, _resend.__code__}
 
 
 @contextmanager
@@ -101,10 +136,14 @@ def stop_on_signals() -> Iterator[list[int]]:
         return
     import time
 
-    def stop(signum: int, _frame: Any) -> None:
+    def stop(signum: int, frame: Any) -> None:
         if not received:
             threading.Thread(target=_backstop, args=(received, time.monotonic()), daemon=True).start()
         received.append(signum)
+        _state["resending"] = False  # a signal sent again has arrived, if one was on its way
+        if _in_the_hook(frame):  # raised there, it would be printed and lost: sent again, to land after the hook
+            _resend(received)
+            return
         raise KeyboardInterrupt
 
     # SIGHUP ignored when the command started stays ignored: `nohup memprobe scan ...` goes on when the terminal
@@ -114,9 +153,9 @@ def stop_on_signals() -> Iterator[list[int]]:
     )
     before = {sig: signal.signal(sig, stop) for sig in sigs}
     hook = sys.unraisablehook
-    sys.unraisablehook = lambda unraisable: _redeliver_lost(unraisable, hook)
+    sys.unraisablehook = functools.partial(_redeliver_lost, previous=hook)  # no Python frame but the hook's own
     saved = dict(_state)
-    _state.update(watching=True, received=received, redelivered=0, backstop_s=BACKSTOP_S)
+    _state.update(watching=True, received=received, redelivered=0, resending=False, backstop_s=BACKSTOP_S)
     try:
         yield received
     finally:

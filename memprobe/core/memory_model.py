@@ -11,7 +11,18 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Annotated, Iterable, Sequence, TypeVar
 
-from memprobe.core.fieldtypes import BYTES_MAX, Batch, Bytes, Count, Name, Outcome, Range, RealBytes, Seconds
+from memprobe.core.fieldtypes import (
+    BYTES_MAX,
+    Batch,
+    Bytes,
+    Count,
+    Name,
+    Outcome,
+    PerSampleBytes,
+    Range,
+    RealBytes,
+    Seconds,
+)
 from memprobe.core.outcomes import FIT, oom_numbers
 
 A = TypeVar("A", bound="Attempt")
@@ -83,7 +94,7 @@ class MemoryModel:
     """Linear model of peak memory: peak(b) = static_bytes + per_sample_bytes * b."""
 
     static_bytes: RealBytes
-    per_sample_bytes: RealBytes
+    per_sample_bytes: PerSampleBytes
     basis: Name  # which measured peak it was fitted to: "peak_reserved" or "peak_allocated"
     points: Count  # number of distinct batch sizes it was fitted on
     max_residual_bytes: Annotated[float, Range(0, BYTES_MAX)] = 0.0

@@ -140,3 +140,19 @@ def oom_numbers(message: str) -> dict[str, int]:
         if found:
             numbers[name] = round(float(found.group(1)) * _UNITS[found.group(2)])
     return numbers
+
+
+def message_of(exc: BaseException) -> str:
+    """str(exc); where that raises itself (an exception class whose __str__ is broken, in a model's code), a line
+    saying so. Never raises: the message of a failure must not become a failure of its own."""
+    try:
+        return str(exc)
+    except Exception as inner:  # noqa: BLE001 - whatever a broken __str__ raises
+        return f"(its message could not be read: its __str__ raised {type(inner).__name__})"
+
+
+def described(exc: BaseException) -> str:
+    """'TypeName: message' (message_of: the type name is kept whatever its message does); the type name alone for
+    an empty message."""
+    text = message_of(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

@@ -4,21 +4,26 @@ written atomically.
 No torch. A folder that cannot be made or written (`report --charts /proc/x`), or a folder standing where a chart
 file goes, is one OutputError line before the report prints; a file is written to a temporary file in its folder
 and renamed over, so Ctrl-C or a full disk never leaves half a PNG. A symbolic link is followed, not replaced; a
-named pipe, a terminal or /dev/stdout is written to in place.
+named pipe, a terminal or /dev/stdout is written to in place, and `-` is standard output.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import IO, Any, Callable, Iterable
 
 
 class OutputError(OSError):
     """An output folder or file that cannot be written; the message is one line naming it."""
+
+
+STDOUT = "-"  # an output file named so is this process's standard output (`report --html -`), never a file
 
 
 def _reason(exc: OSError) -> str:
@@ -28,6 +33,8 @@ def _reason(exc: OSError) -> str:
 def prepare_dir(path: str | Path, suffixes: Iterable[str] = (".png", ".svg")) -> Path:
     """Make `path` (and its parents) and check a file can be written there and that no folder stands where a file
     ending in one of `suffixes` goes. Raises OutputError."""
+    if str(path) == STDOUT:
+        raise OutputError("- is standard output, not a folder: give a folder name (./- for a folder named '-')")
     path = Path(path)
     try:
         path.mkdir(parents=True, exist_ok=True)
@@ -105,12 +112,40 @@ def _in_place(target: Path, binary: bool) -> IO[Any]:
         if found is not None and (info.st_dev, info.st_ino) == (found.st_dev, found.st_ino):
             stream.flush()
             return os.fdopen(os.dup(fd), mode.replace("a", "w"), encoding=encoding)  # fdopen never truncates
+    if found is not None and stat.S_ISFIFO(found.st_mode):
+        return os.fdopen(_open_pipe(target), mode.replace("a", "w"), encoding=encoding)
     return open(target, mode, encoding=encoding)
+
+
+READER_WAIT_S = 10.0  # how long a named pipe nobody reads yet is given for its reader to come
+
+
+def _open_pipe(target: Path) -> int:
+    """A descriptor writing into the named pipe `target`, opened without blocking: a plain open() waits for ever
+    for a reader that never comes. Waits up to READER_WAIT_S for one; raises OSError (ENXIO) saying so."""
+    end = time.monotonic() + READER_WAIT_S
+    while True:
+        try:
+            fd = os.open(target, os.O_WRONLY | os.O_NONBLOCK)
+        except OSError as exc:
+            if exc.errno != errno.ENXIO or time.monotonic() > end:
+                if exc.errno == errno.ENXIO:
+                    raise OSError(
+                        errno.ENXIO,
+                        f"a named pipe no process reads: start its reader first, e.g. `cat {target} &`",
+                    ) from None
+                raise
+            time.sleep(0.1)
+            continue
+        os.set_blocking(fd, True)  # the reader is there: the writes wait for it as a pipe's do
+        return fd
 
 
 def check_output_file(path: str | Path) -> Path:
     """Before work starts: an output file can be written (its folder exists or can be made and takes a file; a pipe
     or device is writable). Returns where it will go. Raises OutputError."""
+    if str(path) == STDOUT:
+        return Path(STDOUT)
     target, atomic = output_target(path)
     if not atomic:
         if not os.access(target, os.W_OK):
@@ -125,7 +160,9 @@ def atomic_write(path: str | Path, fill: Callable[[IO[Any]], None], binary: bool
     given the umask's permissions (mkstemp makes 0600; an output is meant to be shared) and renamed over `path`.
     Whatever stops it (an error, Ctrl-C, a full disk) removes the temporary file, so nothing half-written is left.
     A symbolic link is followed (its target is replaced; the link stays); a named pipe, a terminal or /dev/stdout
-    is written in place (output_target). Raises OutputError naming the file."""
+    is written in place (output_target); `-` is this process's standard output. Raises OutputError naming the file."""
+    if str(path) == STDOUT:
+        return _to_stdout(fill, binary)
     target, atomic = output_target(path)
     if not atomic:
         try:
@@ -155,6 +192,17 @@ def atomic_write(path: str | Path, fill: Callable[[IO[Any]], None], binary: bool
         Path(tmp).unlink(missing_ok=True)
         raise
     return Path(path)
+
+
+def _to_stdout(fill: Callable[[IO[Any]], None], binary: bool) -> Path:
+    """fill(standard output) and flush it (atomic_write's `-`). Raises OutputError."""
+    stream = sys.stdout.buffer if binary else sys.stdout
+    try:
+        fill(stream)
+        stream.flush()
+    except OSError as exc:
+        raise OutputError(f"cannot write the standard output ({_reason(exc)})") from None
+    return Path(STDOUT)
 
 
 def save_figure(fig: Any, path: str | Path, **savefig: Any) -> Path:

@@ -3,10 +3,11 @@
 A plan row is one lever setting (precision; checkpointing and LoRA for LLMs; the optimizer of a model given by
 name) on one card. Its max micro-batch B is measured (a result file for that card and setting) or predicted
 (labelled). The micro-batch it recommends never goes past the knee: the cap is b* (the curve's best batch) or the
-knee where a measured curve has one, whichever is smaller; B otherwise. The global batch N is reached with the
-fewest accumulation steps that cap allows, the micro-batch spread evenly over them (ceil(N / steps)), so the
-effective global batch is N or the nearest multiple above it. Throughput and time per global batch come only
-from a timed run at that exact micro-batch; anything else is "not measured".
+knee where a measured curve has one, whichever is smaller; B otherwise. The global batch N is reached exactly:
+micro-batch x GPUs x accumulation steps = N, with the largest micro-batch under the cap that splits it so. Only
+where no split does (N not a multiple of the GPUs) is it the fewest steps the cap allows, the micro-batch spread
+evenly over them, and the effective global batch the nearest above N, said so in the row. Throughput and time per
+global batch come only from a timed run at that exact micro-batch; anything else is "not measured".
 """
 
 from __future__ import annotations
@@ -143,16 +144,45 @@ def micro_cap(c: Capacity) -> tuple[int, str]:
     return c.max_batch, "B (predicted; no curve)"
 
 
-def accumulate(global_batch: int, cap: int) -> tuple[int, int, int]:
-    """(accumulation steps, micro-batch, effective global batch) reaching `global_batch` with micro-batches of at
-    most `cap`: the fewest steps, ceil(N / cap), with the micro-batch spread evenly, ceil(N / steps).
-    Raises PlanError for a global batch or cap below 1 (any larger global batch is exact: integers throughout)."""
+def accumulate(global_batch: int, cap: int, gpus: int = 1) -> tuple[int, int, int]:
+    """(accumulation steps, micro-batch, effective global batch) reaching `global_batch` over `gpus` GPUs with
+    micro-batches of at most `cap`: exactly where a split exists (micro-batch x gpus x steps = N, the largest such
+    micro-batch), else the fewest steps, ceil(N / (cap x gpus)), with the micro-batch spread evenly and the
+    effective global batch the nearest multiple above N. Raises PlanError for a global batch, cap or GPU count below
+    1 (any larger global batch is exact: integers throughout)."""
     check_global_batch(global_batch, most=None)
-    if cap < 1:
-        raise PlanError(f"a micro-batch cap must be at least 1, got {cap}")
-    steps = -(-global_batch // cap)  # integer ceilings: a float quotient is wrong past 2**53
-    micro = -(-global_batch // steps)
-    return steps, micro, steps * micro
+    if cap < 1 or gpus < 1:
+        raise PlanError(f"a micro-batch cap and a GPU count must be at least 1, got {cap} and {gpus}")
+    if global_batch % gpus == 0:
+        share = global_batch // gpus
+        micro = next(m for m in range(min(cap, share), 0, -1) if share % m == 0)  # 1 always divides
+        return share // micro, micro, global_batch
+    return _fewest_steps(global_batch, cap, gpus)
+
+
+def _fewest_steps(global_batch: int, cap: int, gpus: int) -> tuple[int, int, int]:
+    """(steps, micro-batch, effective global batch): the fewest steps under the cap, the micro-batch spread evenly."""
+    steps = -(-global_batch // (cap * gpus))  # integer ceilings: a float quotient is wrong past 2**53
+    micro = -(-global_batch // (steps * gpus))
+    return steps, micro, steps * micro * gpus
+
+
+def split_note(global_batch: int, cap: int, gpus: int, steps: int, micro: int, effective: int) -> str:
+    """What a row must say of its split of `global_batch`: that none is exact (and what runs instead), or that the
+    exact one takes more than twice the steps of the nearest inexact one (and which global batch that is); ""."""
+    per = f"{gpus} GPUs x {micro} x {steps} steps" if gpus > 1 else f"{micro} x {steps} steps"
+    if effective != global_batch:
+        return (
+            f"no micro-batch up to the cap {cap} splits {global_batch} over {gpus} GPUs exactly (it is not a "
+            f"multiple of {gpus}): the effective global batch is {effective} = {per}"
+        )
+    fewer, bigger, other = _fewest_steps(global_batch, cap, gpus)
+    if steps > 2 * fewer:
+        return (
+            f"{global_batch} splits exactly only as {per}; --global-batch {other} would run {bigger} x {fewer} steps"
+            + (f" on each of {gpus} GPUs" if gpus > 1 else "")
+        )
+    return ""
 
 
 def headroom(c: Capacity, micro: int) -> tuple[int | None, str]:
@@ -177,8 +207,9 @@ def headroom(c: Capacity, micro: int) -> tuple[int | None, str]:
     return room, how
 
 
-def plan_row(c: Capacity, global_batch: int | None) -> PlanRow:
-    """The plan for one setting. Without a global batch the micro-batch is the cap and there is no accumulation."""
+def plan_row(c: Capacity, global_batch: int | None, gpus: int = 1) -> PlanRow:
+    """The plan for one setting on `gpus` GPUs (the micro-batch and max micro-batch per GPU). Without a global batch
+    the micro-batch is the cap and there is no accumulation."""
     if c.max_batch < 1:
         return PlanRow(
             c.levers.label(),
@@ -198,15 +229,15 @@ def plan_row(c: Capacity, global_batch: int | None) -> PlanRow:
         )
     cap, reason = micro_cap(c)
     if global_batch is None:
-        steps, micro, effective = 1, cap, cap
+        steps, micro, effective = 1, cap, cap * gpus
     else:
-        steps, micro, effective = accumulate(global_batch, cap)
+        steps, micro, effective = accumulate(global_batch, cap, gpus)
     room, how = headroom(c, micro)
     speed = c.timed.get(micro) if c.source == MEASURED else None
     seconds = steps * micro / speed if speed else None
     notes = [c.note] if c.note else []
-    if global_batch is not None and effective != global_batch:
-        notes.append(f"{global_batch} is not a multiple of {micro}: the effective global batch is {effective}")
+    split = split_note(global_batch, cap, gpus, steps, micro, effective) if global_batch is not None else ""
+    notes += [split] if split else []
     if speed is None:
         notes.append(
             "throughput not measured at this micro-batch"
@@ -247,9 +278,15 @@ def sort_rows(rows: list[PlanRow]) -> list[PlanRow]:
 
 
 def make_plan(
-    model: str, card: str, capacities: list[Capacity], global_batch: int | None, notes: list[str] | None = None
+    model: str,
+    card: str,
+    capacities: list[Capacity],
+    global_batch: int | None,
+    notes: list[str] | None = None,
+    gpus: int = 1,
 ) -> Plan:
-    """The plan of `capacities` for `global_batch`, rows sorted (sort_rows). Raises PlanError for a bad global batch."""
+    """The plan of `capacities` for `global_batch` on `gpus` GPUs, rows sorted (sort_rows). Raises PlanError for a
+    bad global batch."""
     check_global_batch(global_batch)
-    rows = sort_rows([plan_row(c, global_batch) for c in capacities])
+    rows = sort_rows([plan_row(c, global_batch, gpus) for c in capacities])
     return Plan(model, card, global_batch, rows, list(notes or []))

@@ -47,6 +47,8 @@ def problem(data: dict, record: type) -> str | None:
     wrong = next((name for name, p in precisions.items() if not isinstance(p, dict)), None)
     if wrong is not None:
         return f"precision {shown(wrong)} is not a mapping"
+    if not precisions and not data.get("frontier"):  # a scan writes its file once a precision has a result
+        return "precisions is empty: the file holds no result of any precision"
     found = shape_problem(data) or rule_of(record).problem(data, "")
     if found:
         return found

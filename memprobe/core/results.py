@@ -7,6 +7,7 @@ the same folder, fsync, rename) so a crash or Ctrl-C never leaves half a file be
 from __future__ import annotations
 
 import json
+import os
 import re
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -396,7 +397,10 @@ def load_results(
     seen: set[Path] = set()
     for arg in map(Path, paths):
         for path in find_result_files([arg]):
-            real = path.resolve()
+            try:
+                real = path.resolve()
+            except (OSError, RuntimeError):  # a symbolic link loop (RuntimeError before Python 3.13): read() says so
+                real = Path(os.path.abspath(path))
             if real in seen:
                 continue
             seen.add(real)

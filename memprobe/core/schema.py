@@ -14,7 +14,8 @@ import functools
 import types
 from typing import Annotated, Any, Union, get_args, get_origin, get_type_hints, is_typeddict
 
-from memprobe.core.field_rules import BOOL, DATE, LABEL, TEXT, Bounded, List, Map, OneOf, Rule, Simple
+from memprobe.core.field_rules import BOOL, LABEL, TEXT, Bounded, List, Map, OneOf, Rule
+from memprobe.core.field_rules import Date as DateRule
 from memprobe.core.fieldtypes import Date, Label, LabelKeys, Range, Words
 
 
@@ -78,7 +79,7 @@ def _text(marks: list[Any], null: bool) -> Rule:
         if isinstance(mark, Label):
             return LABEL(null)
         if isinstance(mark, Date):
-            return Simple(DATE.what, DATE.ok, null)
+            return DateRule(null)
     return TEXT(null)
 
 
@@ -97,7 +98,7 @@ def rule_of(tp: Any) -> Rule:
     if base is bool:
         return BOOL(null)
     if base in (int, float):
-        return Bounded(bounds.low, bounds.high, null, real=base is float)
+        return Bounded(bounds.low, bounds.high, null, real=base is float, above=bounds.above)
     if base is str:
         return _text(marks, null)
     origin, args = get_origin(base), get_args(base)

@@ -7,7 +7,7 @@ from typing import Callable, Sequence
 
 from memprobe.core.cardnames import CardNameError, resolve_card
 from memprobe.core.catalog import default_catalog
-from memprobe.core.plan import PREDICTED, Plan, PlanError, PlanRow, check_global_batch, make_plan
+from memprobe.core.plan import PREDICTED, Plan, PlanError, check_global_batch, make_plan
 from memprobe.core.registry import Workload
 from memprobe.core.results import ResultFileError, ScanResult, load_results
 from memprobe.planning.levers import settings as lever_settings
@@ -127,8 +127,9 @@ def build_plan(
             "they recommend B itself, as no throughput curve exists for them"
         )
     notes.append(
-        "micro-batch: the fewest accumulation steps whose micro-batch stays at or below the cap (b* or the "
-        "knee, whichever is smaller, where a measured curve exists; else B), spread evenly"
+        "micro-batch: the largest at or below the cap (b* or the knee, whichever is smaller, where a measured curve "
+        "exists; else B) for which micro-batch x GPUs x accumulation steps is the global batch exactly; where none "
+        "is, the fewest steps, the micro-batch spread evenly, and the row says so"
     )
     notes.append("samples/s and time per global batch only where a timed run at that exact micro-batch was measured")
     for c in capacities:
@@ -141,27 +142,8 @@ def build_plan(
         f"{gpus} --strategy {strategy}` on this card, else predicted per GPU); a global step is {gpus} x the "
         f"micro-batch x the accumulation steps; samples/s are the {gpus} GPUs' together"
     )
-    # The arithmetic of one GPU, over each GPU's share of the global batch (ceil(N / gpus)): the same accumulation
-    # steps and micro-batch as spreading N over gpus x micro-batches; then the rows are scaled back to the group.
-    share = None if global_batch is None else -(-global_batch // gpus)
-    plan = make_plan(workload.name, f"{gpus}x {card.name} ({strategy})", capacities, share, notes)
-    plan.global_batch = global_batch
-    for row in plan.rows:
-        _whole_group(row, gpus, global_batch)
+    plan = make_plan(workload.name, f"{gpus}x {card.name} ({strategy})", capacities, global_batch, notes, gpus)
+    for row in plan.rows:  # timed per GPU: the group runs gpus times the samples in the same time
+        if row.samples_per_s is not None:
+            row.samples_per_s *= gpus
     return plan
-
-
-def _whole_group(row: PlanRow, gpus: int, global_batch: int | None) -> None:
-    """A row planned per GPU, as the group of `gpus` GPUs runs it: its global batch, samples/s and note."""
-    if row.global_batch is not None:
-        row.global_batch *= gpus
-    if row.samples_per_s is not None:
-        row.samples_per_s *= gpus
-    notes = [n for n in row.note.split("; ") if n and "is not a multiple of" not in n]
-    if global_batch is not None and row.global_batch is not None and row.global_batch != global_batch:
-        notes.insert(
-            0,
-            f"{global_batch} is not a multiple of {gpus} x {row.micro_batch}: the effective global batch is "
-            f"{row.global_batch}",
-        )
-    row.note = "; ".join(notes)

@@ -34,7 +34,6 @@ def _shown(row: PlanRow) -> dict[str, Any]:
         "s per global batch": NOT_MEASURED
         if row.seconds_per_global_batch is None
         else f"{row.seconds_per_global_batch:.3f}",
-        "note": row.note,
     }
 
 
@@ -50,10 +49,13 @@ def render_plan(plan: Plan, fmt: str = "github") -> str:
     target = f"global batch {plan.global_batch}" if plan.global_batch else "one micro-batch per optimizer step"
     head = f"plan for {plan.model} on the {plan.card}, {target}"
     bullet = "- " if fmt == "github" else "  "
+    # Each row's note (the split of the global batch, what was not measured) is a note under the table, wrapped at
+    # 120 columns: in a table cell it was cut mid-sentence
+    notes = [f"{r.setting}: {r.note}" for r in plan.rows if r.note] + plan.notes
     return "\n\n".join(
         [
             head,
             rows_text([_shown(r) for r in plan.rows], fmt, empty="(no settings)"),
-            textwidth.notes_text(plan.notes, bullet, "  " if fmt == "github" else "    "),
+            textwidth.notes_text(notes, bullet, "  " if fmt == "github" else "    "),
         ]
     )

@@ -15,6 +15,7 @@ import time
 from typing import Any
 
 from memprobe.core.lifeline import die_with_parent, expected_parent
+from memprobe.core.outcomes import described
 from memprobe.core.protocol import HintAnswer, HintRequest, HintSetup, message_line, read_message
 
 
@@ -128,7 +129,7 @@ def serve() -> int:
 
 
 def _text(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300]
+    return described(exc).splitlines()[0][:300]
 
 
 if __name__ == "__main__":

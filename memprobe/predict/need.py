@@ -10,6 +10,7 @@ from __future__ import annotations
 import sys
 
 from memprobe.core.lifeline import die_with_parent, expected_parent
+from memprobe.core.outcomes import described
 from memprobe.core.protocol import NeedAnswer, NeedRequest, message_line, read_message
 from memprobe.core.registry import Workload
 from memprobe.predict.allocator import replay
@@ -34,7 +35,7 @@ def main() -> int:
         request = read_message(sys.stdin.readline(), NeedRequest)
         answer = NeedAnswer(need_bytes=trial_need_bytes(Workload.from_dict(request.workload), request.precision))
     except Exception as exc:  # noqa: BLE001 - any failure is the answer, reported by the parent
-        answer = NeedAnswer(error=f"{type(exc).__name__}: {exc}"[:400])
+        answer = NeedAnswer(error=described(exc)[:400])
     sys.stdout.write(message_line(answer))
     sys.stdout.flush()
     return 0

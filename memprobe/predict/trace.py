@@ -16,6 +16,7 @@ from typing import Any, Callable
 import torch
 
 from memprobe.core.deadline import TimeLimitError, TimeLimitExceeded, how_to_extend, limit_s, time_limit
+from memprobe.core.outcomes import described
 from memprobe.core.registry import Workload
 from memprobe.core.run_length import steps_at_fit
 from memprobe.predict.allocator import ALLOC, FREE, MARK
@@ -272,8 +273,7 @@ class TraceSession:
                 said = said.replace(target, self.workload.name) if target and target in said else None
                 raise PredictError(said or f"{self.workload.name}: {str(exc).splitlines()[0]}") from exc
             raise PredictError(
-                f"{self.workload.name}: cannot build it on fake tensors: "
-                f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+                f"{self.workload.name}: cannot build it on fake tensors: {described(exc).splitlines()[0]}"
             ) from exc
         self.build_events = list(self.recorder.events)
         built = time.perf_counter() - started
@@ -337,7 +337,7 @@ class TraceSession:
         except TimeLimitExceeded as late:  # make_batch or the step waits for something that never comes
             failure = f"{late}; {how_to_extend(late.seconds)}"
         except Exception as exc:  # noqa: BLE001 - reported as a PredictError below, outside the except block
-            failure = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            failure = described(exc).splitlines()[0]
         inputs = amp = None  # noqa: F841
         trial = rec.events[start + 1 : self.end_trial(collect=False)]
         if self.trial_edit is not None and failure is None:

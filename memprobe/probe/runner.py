@@ -19,8 +19,9 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from memprobe.core.child import Child, ForkServer, ForkServerError
+from memprobe.core.deadline import TimeLimitError, how_to_extend, limit_s
 from memprobe.core.memory_model import Attempt
-from memprobe.core.outcomes import CRASH, ERROR, OOM, TIMEOUT, classify_error
+from memprobe.core.outcomes import CRASH, ERROR, OOM, TIMEOUT, USER_ERROR, classify_error
 from memprobe.core.protocol import (
     Answer,
     ExitRequest,
@@ -72,6 +73,22 @@ class WorkerSpec:
         return SetupRequest(
             self.workload.to_dict(), self.precision, self.mode, self.device, self.cpu_budget_bytes, self.settings
         )
+
+
+# The families whose build runs the user's code (workloads/custom.py): a build of theirs that never returns is theirs
+# to fix (user-error), as any other error of that code.
+USER_FAMILIES = ("module", "timm", "hf")
+
+
+def build_limit(spec: WorkerSpec) -> float:
+    """How long a trial process may take to build the workload: the time limit predict gives a build
+    (MEMPROBE_TIME_LIMIT, core/deadline.py), at most the trial's own. Raises WorkerError for a limit that is not a
+    number of seconds."""
+    try:
+        limit = limit_s()
+    except TimeLimitError as exc:
+        raise WorkerError(ERROR, str(exc)) from None
+    return spec.timeout_s if limit is None else min(limit, spec.timeout_s)
 
 
 LOG_PREFIX = "memprobe-worker-"  # a trial process's log: its stderr, whose tail goes into crash messages
@@ -150,9 +167,18 @@ class Worker:
         return None
 
     def setup(self, spec: WorkerSpec) -> Ready:
-        """Build the workload in the process. Raises WorkerError when that fails."""
+        """Build the workload in the process, within the build's time limit (MEMPROBE_TIME_LIMIT, as predict's).
+        Raises WorkerError when that fails or takes longer."""
         self.spec = spec
-        answer = self.request(spec.setup_request(), spec.timeout_s)
+        limit = build_limit(spec)
+        answer = self.request(spec.setup_request(), limit)
+        if isinstance(answer, Lost) and answer.timed_out and limit < spec.timeout_s:
+            raise WorkerError(
+                USER_ERROR if spec.workload.family in USER_FAMILIES else TIMEOUT,
+                f"building {spec.workload.name} in the trial process did not finish within {limit:g} s (a build that "
+                f"waits for input, a lock or the network never returns); {how_to_extend(limit)}",
+                "build",
+            )
         if isinstance(answer, Failure):
             raise WorkerError(answer.kind, answer.message, answer.stage)
         lost = self._lost(answer, Ready)

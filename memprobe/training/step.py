@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 import torch
 
-from memprobe.core.outcomes import CRASH, ERROR, FIT, USER_ERROR, classify_error, with_memory_state
+from memprobe.core.outcomes import CRASH, ERROR, FIT, USER_ERROR, classify_error, message_of, with_memory_state
 from memprobe.training.cpu_memory import LiveBytes
 from memprobe.workloads.base import Amp, TrainTask
 
@@ -139,9 +139,9 @@ def run_trial(
         memory.synchronize()
         settled = amp.loss_scale
     except Exception as exc:  # noqa: BLE001 - every failure is classified, none is a fit
-        failure = (type(exc).__name__, str(exc))
+        failure = (type(exc).__name__, message_of(exc))
         outcome = classify_error(*failure)
-        message = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:500]
+        message = f"{type(exc).__name__}: {failure[1].splitlines()[0] if failure[1] else ''}"[:500]
         user_traceback = _traceback_tail() if getattr(task, "user_code", False) else ""
         # Keep nothing from the exception: its traceback holds the step's tensors.
         del exc

@@ -151,8 +151,13 @@ def load_hf_config(source: str, is_path: bool | None = None) -> tuple[dict[str, 
         raise CustomModelError(f"{path}: cannot read the config ({exc.strerror or exc})") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise CustomModelError(f"{path}: not a JSON config ({exc})") from None
-    if not isinstance(config, dict) or not isinstance(config.get("model_type"), str):
+    if not isinstance(config, dict) or "model_type" not in config:
         raise CustomModelError(f"{path}: not a transformers config (no 'model_type')")
+    if not isinstance(config["model_type"], str):
+        raise CustomModelError(
+            f"{path}: 'model_type' is {repr(config['model_type'])[:40]}, not a string: give the transformers model "
+            'type in quotes (e.g. "model_type": "bert")'
+        )
     problem = _config_problem(config)
     if problem:
         raise CustomModelError(f"{path}: {problem}")

@@ -105,11 +105,23 @@ def _build_error(config, task: str, exc: Exception) -> UserModelError:
     its traceback in `details`."""
     said = one_line(exc)
     name, version = type(config).__name__, transformers.__version__
-    if "Unrecognized configuration class" in str(exc):
-        return UserModelError(f"{name} has no {task} head in transformers {version}: {said}")
+    if "Unrecognized configuration class" in said:  # its message lists every class that has the head: not shown
+        return UserModelError(f"{name} has no {task} head in transformers {version}; {_tasks_hint(config)}")
     return UserModelError(
         f"transformers {version} cannot build {name} with a {task} head: {type(exc).__name__}: {said}",
         traceback.format_exc(),
+    )
+
+
+def _tasks_hint(config) -> str:
+    """The --task values whose head the config's architecture has, as a hint; or that it has none of them."""
+    fits = [task for task, auto in _AUTO.items() if type(config) in auto._model_mapping]
+    if fits:
+        return f"it has {', '.join(fits)}: give --task {fits[0]}" + (" (or another of those)" if len(fits) > 1 else "")
+    kind = getattr(config, "model_type", "?")
+    return (
+        f"'{kind}' has none of the heads --task builds ({', '.join(_AUTO)}): a multimodal or other model needs a build "
+        "of its own (--model FILE.py:build)"
     )
 
 

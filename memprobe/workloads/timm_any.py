@@ -12,6 +12,7 @@ is trained on a loss on its features (the mean square of what it returns). descr
 from __future__ import annotations
 
 import difflib
+import re
 import traceback
 from typing import Any
 
@@ -24,14 +25,24 @@ DEFAULT_CLASSES = 1000  # the head given to a model whose timm config has no cla
 
 
 def check_name(timm, name: str) -> None:
-    """Raise UserModelError when timm has no model called `name`, naming the closest ones."""
+    """Raise UserModelError when timm has no model called `name`, naming the closest ones. A pretrained source
+    (hf-hub:, local-dir:) is refused as such: memprobe builds an architecture with random weights, offline."""
     if timm.is_model(name):
         return
+    source, colon, rest = name.partition(":")
+    if colon and source.replace("_", "-") in ("hf-hub", "local-dir"):
+        arch = rest.rpartition("/")[2].partition(".")[0]
+        use = f": give the architecture, e.g. timm:{arch}" if arch and timm.is_model(arch) else ": give a timm name"
+        raise UserModelError(
+            f"'{name}' is where timm loads pretrained weights from ({source}:), which memprobe does not (it builds "
+            f"the architecture with random weights, offline){use}"
+        )
     close = difflib.get_close_matches(name, timm.list_models(), n=4, cutoff=0.6)
+    stem = re.split(r"[^A-Za-z0-9]", name)[0] or name
     hint = (
         f"; close: {', '.join(close)}"
         if close
-        else "; `python -c \"import timm; print(timm.list_models('*vit*'))\"` lists names"
+        else f"; `python -c \"import timm; print(timm.list_models('*{stem}*'))\"` lists names like it"
     )
     raise UserModelError(f"timm {timm.__version__} has no model '{name}'{hint}")
 

@@ -9,10 +9,12 @@ sys.exit() in it is such an error too, not memprobe's own exit.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib
 import importlib.util
 import inspect
+import logging
 import os
 import sys
 import threading
@@ -22,8 +24,10 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, NoReturn
 
 import torch
+from torch.overrides import TorchFunctionMode
 
 from memprobe.core.interrupts import user_raised
+from memprobe.core.outcomes import described
 from memprobe.core.registry import OPTIMIZERS
 
 from .base import TrainTask, UserModelError, model_error
@@ -105,7 +109,7 @@ def load_target(target: str) -> Callable[..., Any]:
     except UserExit as exc:  # sys.exit() or os._exit() at import, or a KeyboardInterrupt of its own (user_code)
         raise UserModelError(str(exc), user_traceback()) from None
     except Exception as exc:  # noqa: BLE001 - the user's module failed to import: they need its traceback
-        raise UserModelError(f"importing {module_name} raised {type(exc).__name__}: {exc}", user_traceback()) from exc
+        raise UserModelError(f"importing {module_name} raised {described(exc)}", user_traceback()) from exc
     found: Any = module
     for part in qualname.split("."):
         found = getattr(found, part, None)
@@ -218,20 +222,65 @@ def build(
     build serves several precisions (predict). Raises UserModelError with the traceback."""
     target = params["target"]
     function = load_target(target)
+    placement = _Placement(device)
     try:
-        with user_code(target):
+        with user_code(target), placement.watching():
             made = function(device, precision)
     except UserExit as exc:
         raise UserModelError(str(exc), user_traceback()) from None
     except Exception as exc:  # noqa: BLE001 - whatever the user's build raises, they need its traceback
         if not model_error(exc):
             raise  # out of memory (the model alone does not fit) or a crash: not the user's bug
-        raise UserModelError(f"{target} raised {type(exc).__name__}: {exc}", user_traceback()) from exc
+        raise UserModelError(f"{target} raised {described(exc)}", user_traceback()) from exc
     task = as_task(made, optimizer, device, target)
+    placement.check(task, target)
     task.user_code = True
     for name in ("make_batch", "loss", "train_step", "infer"):
         setattr(task, name, _guarded(getattr(task, name), f"{target}'s {name}"))
     return task
+
+
+class _Placement(TorchFunctionMode):
+    """Whether a build placed anything on the device it was given (an op given that device: `model.to(device)`,
+    `device=device`, `with device:`). On a GPU, as_task refuses a model left elsewhere; on the CPU (predict's fake
+    tensors, `scan --device cpu`) a model that ignores `device` is where it would be anyway, so only this can tell:
+    check() logs a warning, as predict's answer is then for a model the scan on a GPU would refuse."""
+
+    def __init__(self, device: torch.device) -> None:
+        super().__init__()
+        self.device, self.placed = device, False
+
+    def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        kwargs = kwargs or {}
+        if not self.placed:
+            self.placed = any(_names_device(v, self.device) for v in (*args, *kwargs.values()))
+        return func(*args, **kwargs)
+
+    def watching(self) -> Any:
+        """The context to run the build in: this mode on the CPU; nothing on a GPU, where as_task checks the
+        parameters themselves."""
+        return self if self.device.type == "cpu" else contextlib.nullcontext()
+
+    def check(self, task: TrainTask, target: str) -> None:
+        if self.device.type != "cpu" or self.placed or target in _WARNED:
+            return
+        if not any(True for _ in task.model.parameters()):
+            return
+        _WARNED.add(target)
+        logging.getLogger(__name__).warning(
+            f"{target}: build(device, precision) never put the model on the device it was given (no "
+            "model.to(device), device=device or `with device:`): on a GPU its weights would stay in CPU memory and "
+            "the scan refuses it; this prediction counts them as if on the GPU"
+        )
+
+
+_WARNED: set[str] = set()  # targets warned of once in this process (predict builds a model once per session)
+
+
+def _names_device(value: Any, device: torch.device) -> bool:
+    if isinstance(value, torch.device):
+        return value.type == device.type
+    return isinstance(value, str) and value.split(":")[0] == device.type
 
 
 def _guarded(method: Callable[..., Any], what: str) -> Callable[..., Any]:

@@ -27,6 +27,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from memprobe.core.outcomes import described, message_of
 from memprobe.core.rank_record import RankFailure, RankRecord
 
 FAILED_EXIT = 3
@@ -110,7 +111,7 @@ class Rank:
         try:
             self.commit(timeout_s, device)
         except Exception as exc:  # noqa: BLE001 - whatever the collective raised, the group cannot go on
-            self.fail_and_exit(stage, CRASH, f"{type(exc).__name__}: {exc}", batch, **extra)
+            self.fail_and_exit(stage, CRASH, described(exc), batch, **extra)
 
 
 def watch_steps(task, rank: Rank, where: dict[str, Any]) -> None:
@@ -124,9 +125,11 @@ def watch_steps(task, rank: Rank, where: dict[str, Any]) -> None:
         try:
             return step(batch, amp)
         except Exception as exc:
-            text = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            text = described(exc).splitlines()[0]
             extra = {"command": where["command"]} if "command" in where else {}
-            rank.failed(where["stage"], classify_error(type(exc).__name__, str(exc)), text, where["batch"], **extra)
+            rank.failed(
+                where["stage"], classify_error(type(exc).__name__, message_of(exc)), text, where["batch"], **extra
+            )
             raise
 
     task.train_step = watched
@@ -207,7 +210,7 @@ def start(req: dict[str, Any]) -> tuple[Rank, Any, Any, float]:
             mesh = init_device_mesh(device.type, (world,))
         rank.record.timeline["joined"] = time.time()
     except Exception as exc:  # noqa: BLE001 - a rank that cannot join fits no batch
-        rank.fail_and_exit("setup", classify_error(type(exc).__name__, str(exc)), f"{type(exc).__name__}: {exc}", None)
+        rank.fail_and_exit("setup", classify_error(type(exc).__name__, message_of(exc)), described(exc), None)
     return rank, device, mesh, timeout_s
 
 
@@ -229,8 +232,8 @@ def run(req: dict[str, Any]) -> int:
         rank.commit(timeout_s, device)
         rank.save()
     except Exception as exc:  # noqa: BLE001 - a rank that cannot start fits no batch
-        text = f"{type(exc).__name__}: {exc}"
-        rank.fail_and_exit("setup", classify_error(type(exc).__name__, str(exc)), text, None)
+        text = described(exc)
+        rank.fail_and_exit("setup", classify_error(type(exc).__name__, message_of(exc)), text, None)
 
     watch_steps(session.task, rank, where)
     batches = [int(b) for b in req["batches"]]

@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from memprobe.core.outcomes import described, message_of
 from memprobe.core.rank_record import Command, Vote, read_command, read_vote, write_vote
 from memprobe.probe.child.rank import FAILED_EXIT, MESSAGE_CHARS, Rank, build, watch_steps
 
@@ -125,7 +126,7 @@ def serve(req: dict[str, Any], rank: Rank, device: Any, mesh: Any, timeout_s: fl
         session, rank.record.setup = build(req, rank, device, mesh)
         rank.commit(timeout_s, device)
     except Exception as exc:  # noqa: BLE001 - a rank that cannot start fits no batch
-        rank.fail_and_exit("setup", classify_error(type(exc).__name__, str(exc)), f"{type(exc).__name__}: {exc}", None)
+        rank.fail_and_exit("setup", classify_error(type(exc).__name__, message_of(exc)), described(exc), None)
     rank.save()
     watch_steps(session.task, rank, where)
     loss_scale = None
@@ -247,5 +248,5 @@ def _rebuild(
         session, setup = build(req, rank, device, mesh)
         rank.commit(timeout_s, device)
     except Exception as exc:  # noqa: BLE001 - a rank that cannot build again ends the group
-        rank.fail_and_exit("setup", classify_error(type(exc).__name__, str(exc)), f"{type(exc).__name__}: {exc}", None)
+        rank.fail_and_exit("setup", classify_error(type(exc).__name__, message_of(exc)), described(exc), None)
     return session, setup

@@ -33,7 +33,7 @@ import torch
 from memprobe.core import lifeline
 from memprobe.core.memcap import CapPlan, MemoryCapError, plan_cap
 from memprobe.core.memory_model import Attempt
-from memprobe.core.outcomes import CRASH, USER_ERROR, classify_error, with_memory_state
+from memprobe.core.outcomes import CRASH, USER_ERROR, classify_error, described, message_of, with_memory_state
 from memprobe.core.protocol import (
     Answer,
     Failure,
@@ -137,8 +137,8 @@ class Session:
                 torch.cuda.init()
                 torch.empty(1, device=device)  # creates the context now, so its cost is timed apart
             except Exception as exc:  # noqa: BLE001 - e.g. AcceleratorError "CUDA error: out of memory"
-                kind = classify_error(type(exc).__name__, str(exc))
-                return Failure(kind, f"creating the CUDA context: {type(exc).__name__}: {exc}"[:500], "cuda-context")
+                kind = classify_error(type(exc).__name__, message_of(exc))
+                return Failure(kind, f"creating the CUDA context: {described(exc)}"[:500], "cuda-context")
         cuda_init_seconds = time.perf_counter() - started
         started = time.perf_counter()
         torch.manual_seed(0)
@@ -149,8 +149,8 @@ class Session:
         except UserModelError as exc:  # the user must change their model or its name: say how, with their traceback
             return Failure(USER_ERROR, f"{exc}\n{exc.details}" if exc.details else str(exc))
         except Exception as exc:  # noqa: BLE001 - a model that cannot be built fits no batch
-            kind = classify_error(type(exc).__name__, str(exc))
-            return Failure(kind, f"building {workload['name']}: {type(exc).__name__}: {exc}"[:500], "build")
+            kind = classify_error(type(exc).__name__, message_of(exc))
+            return Failure(kind, f"building {workload['name']}: {described(exc)}"[:500], "build")
         if settings.get("compile"):
             self.task.compile()  # compiles lazily, at each trial's first step
         self.memory.synchronize()
@@ -247,7 +247,7 @@ class Session:
             with torch.compiler.set_stance("force_eager"):
                 value = flops_per_sample(self.task, int(req.batch), self.mode, self.precision)
         except Exception as exc:  # noqa: BLE001 - MFU is optional; say why it is missing
-            return Flops(None, f"{type(exc).__name__}: {exc}"[:300])
+            return Flops(None, described(exc)[:300])
         finally:
             self.task.stop()
             self.memory.reset()
@@ -327,8 +327,8 @@ class Session:
             finally:
                 utilization = sampler.stop()
         except Exception as exc:  # noqa: BLE001
-            raised = (type(exc).__name__, str(exc))
-            failure = (classify_error(*raised), f"{type(exc).__name__}: {exc}"[:500])
+            raised = (type(exc).__name__, message_of(exc))
+            failure = (classify_error(*raised), described(exc)[:500])
             del exc
         inputs = amp = step = None  # noqa: F841 - free the batch before reading peaks and cleaning up
         result["peak_allocated"], result["peak_reserved"] = memory.peaks()
