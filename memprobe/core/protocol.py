@@ -171,7 +171,9 @@ class SetupRequest(Request):
 
 @dataclass
 class TrialRequest(Request):
-    """One trial at `batch` of `steps` steps; `keep`: a fit leaves its state for a measure with `cont`."""
+    """One trial at `batch` of `steps` steps; `keep`: a fit leaves its state for a measure with `cont`;
+    `decode_steps`: in generate mode, each generation stops after the prefill and this many decode forwards (None:
+    whole generations; core/run_length.GENERATE_SEARCH_DECODE)."""
 
     op: ClassVar[str] = "trial"
     answer: ClassVar[type] = Attempt
@@ -179,6 +181,7 @@ class TrialRequest(Request):
     steps: int = 3
     loss_scale: float | None = None
     keep: bool = False
+    decode_steps: int | None = None
 
 
 @dataclass
