@@ -307,10 +307,12 @@ class HintAnswer:
 @dataclass
 class NeedRequest:
     """The one line to the nothing-fits child (probe/nothing_fits.py, predict/need.py): the memory a trial of
-    `workload` (Workload.to_dict()) at batch 1 in `precision` needs."""
+    `workload` (Workload.to_dict()) at batch 1 in `precision` needs, in `mode` (a training step, or in "generate"
+    the generations of a fit)."""
 
     workload: dict[str, Any]
     precision: str
+    mode: str = "train"
 
 
 @dataclass
