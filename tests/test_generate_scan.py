@@ -213,6 +213,13 @@ def test_report_shows_the_generation_record(run, tmp_path):
     assert got.exit_code == 0, got.output
     assert "Generation with a static KV cache" in got.output and "8192 / 64" in got.output
     assert f"{gen.kv_capacity_tokens:,} ({gen.kv_capacity_sequences})" in got.output and "8,512" in got.output
+    # a generation is not training: its throughput is named for what it is, its batch counts sequences
+    assert "Training throughput" not in got.output and "Generation throughput (new tokens/s" in got.output
+    assert "concurrent sequences" in got.output and "decode tok/s" in got.output
+    page = tmp_path / "page.html"
+    assert run("report", tmp_path / "fake_llama-1b_generate.json", "--html", page).exit_code == 0
+    html = page.read_text()
+    assert "Training throughput" not in html and "decode tok/s" in html and "prefill tok/s" in html
 
 
 def test_a_generation_where_nothing_fits_says_so_and_what_it_would_need():
