@@ -14,9 +14,9 @@ from memprobe.core.fieldtypes import MODES
 from memprobe.core.option_bounds import REPEAT
 from memprobe.core.records import Timed
 from memprobe.core.run_length import (  # noqa: F401 - INFER_* and MIN_TIMED_STEPS re-exported for probe
+    GENERATE_SEARCH_DECODE,
     GENERATE_TIMED_STEPS,
     GENERATE_TRIAL_STEPS,
-    GENERATE_SEARCH_DECODE,
     GENERATE_WARMUP,
     INFER_TRIAL_STEPS,
     INFER_WARMUP,
