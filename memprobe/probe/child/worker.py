@@ -26,6 +26,7 @@ import os
 import signal
 import sys
 import time
+from contextlib import nullcontext
 from typing import Any
 
 import torch
@@ -215,8 +216,8 @@ class Session:
         """Run one trial; with `keep`, a trial that fits leaves its state for a measure request with `cont`."""
         self._drop_kept()
         self.kept = {} if req.keep else None
-        cut = self._cut_decode(req.decode_steps)
-        try:
+        cut = getattr(self.task, "cut_decode", None) if self.mode == "generate" else None
+        with cut(req.decode_steps) if cut is not None else nullcontext():
             attempt = run_trial(
                 self.task,
                 self.precision,
@@ -229,23 +230,9 @@ class Session:
                 loss_scale=req.loss_scale,
                 keep=self.kept,
             )
-        finally:
-            if cut:
-                self.task.decode_steps = None  # a timed run, or the next trial, runs whole unless asked
         if not self.kept:
             self.kept = None
         return Attempt.from_dict(attempt)
-
-    def _cut_decode(self, decode_steps: int | None) -> bool:
-        """Have the task's generations stop after the prefill and `decode_steps` decode forwards, where it generates
-        and every decode forward has the same shapes (core/run_length.GENERATE_SEARCH_DECODE); whether it did."""
-        task = self.task
-        if decode_steps is None or self.mode != "generate" or not hasattr(task, "decode_shapes_repeat"):
-            return False
-        if not task.decode_shapes_repeat():
-            return False  # a sliding window starts rolling along the way: the whole generation is the trial
-        task.decode_steps = int(decode_steps)
-        return True
 
     def flops(self, req: FlopsRequest) -> Flops:
         """FLOPs per sample of one step (forward + backward, or forward in infer mode), counted once."""
