@@ -437,6 +437,7 @@ def _explain(
     """Where nothing trains at n = 1, trace the need (no GPU used; the child gets `env`, ScanOptions.env) and record
     it in the precision's settings."""
     p = result.precisions[precision]
-    if p.status == "done" and p.max_batch == 0 and result.mode != "generate":  # the need is traced for training
-        progress.note("nothing trains at 1: tracing what it would need (no GPU used) ...")
+    if p.status == "done" and p.max_batch == 0:
+        what = "generates" if result.mode == "generate" else "trains"
+        progress.note(f"nothing {what} at 1: tracing what it would need (no GPU used) ...")
         explain_precision(result, precision, workload, env=env)

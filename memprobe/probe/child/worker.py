@@ -26,6 +26,7 @@ import os
 import signal
 import sys
 import time
+from contextlib import nullcontext
 from typing import Any
 
 import torch
@@ -215,18 +216,20 @@ class Session:
         """Run one trial; with `keep`, a trial that fits leaves its state for a measure request with `cont`."""
         self._drop_kept()
         self.kept = {} if req.keep else None
-        attempt = run_trial(
-            self.task,
-            self.precision,
-            self.mode,
-            int(req.batch),
-            int(req.steps),
-            self.memory,
-            before=self.apply_cap,
-            capacity_bytes=self.capacity_bytes,
-            loss_scale=req.loss_scale,
-            keep=self.kept,
-        )
+        cut = getattr(self.task, "cut_decode", None) if self.mode == "generate" else None
+        with cut(req.decode_steps) if cut is not None else nullcontext():
+            attempt = run_trial(
+                self.task,
+                self.precision,
+                self.mode,
+                int(req.batch),
+                int(req.steps),
+                self.memory,
+                before=self.apply_cap,
+                capacity_bytes=self.capacity_bytes,
+                loss_scale=req.loss_scale,
+                keep=self.kept,
+            )
         if not self.kept:
             self.kept = None
         return Attempt.from_dict(attempt)
