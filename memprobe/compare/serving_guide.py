@@ -17,7 +17,7 @@ from memprobe.core.catalog import Card, Catalog, default_catalog
 from memprobe.core.results import ScanResult
 from memprobe.core.serving import PREDICTED, ServingPlan, ServingRow
 
-NOTE = (
+NOTES = (
     "measured: B of `memprobe scan --mode generate` on the card it ran on (the most concurrent sequences that "
     "complete the generation, proven in fresh processes) with its decode and prefill tokens/s; predicted: the other "
     "cards, from that scan's fitted peak-reserved line at the card's usable memory (not measured; `memprobe plan "
@@ -97,7 +97,7 @@ def serving_guide(
                 row or ServingRow(pred.card.name, label, pred.precision, PREDICTED, pred.batch, origin=pred.source)
             )
         if rows:
-            plans.append(ServingPlan(label, f"{len({r.card for r in rows})} catalog card(s)", rows, [NOTE]))
+            plans.append(ServingPlan(label, f"{len({r.card for r in rows})} catalog card(s)", rows, list(NOTES)))
     if not plans:
         said = "; ".join(notes[:3])
         raise ReportError(

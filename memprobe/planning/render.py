@@ -82,7 +82,7 @@ def serving_cells(row: ServingRow) -> dict[str, Any]:
         "concurrent sequences": fits,
         "decode tok/s": rate(row.decode_tokens_per_s),
         "prefill tok/s": rate(row.prefill_tokens_per_s),
-        "KV capacity (contexts)": "-" if row.kv_capacity_sequences is None else row.kv_capacity_sequences,
+        "KV capacity": "-" if row.kv_capacity_sequences is None else row.kv_capacity_sequences,
     }
 
 

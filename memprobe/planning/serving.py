@@ -20,7 +20,8 @@ from memprobe.predict.progress import TraceProgress, silent
 MEASURED_NOTE = (
     "measured rows: B from `memprobe scan --mode generate` on this card (the most concurrent sequences that complete "
     "the generation, proven in fresh processes), with the prefill and decode tokens/s timed at B and the KV capacity "
-    "beside the weights and the activation measured there"
+    "(whole P + N contexts) beside the weights and the activation measured there; above B where the prefill's "
+    "activation, not the cache, binds"
 )
 PREDICTED_NOTE = (
     "predicted rows: `memprobe predict --mode generate` for this card (fake tensors, no GPU; not measured); safe: "
