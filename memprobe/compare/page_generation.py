@@ -15,6 +15,7 @@ from memprobe.compare.page_html import table_html
 from memprobe.compare.page_sections import Context, Section, rows_table
 from memprobe.compare.svg_plot import Axis, Mark, Panel, Series, legend_html
 from memprobe.core.outcomes import FIT
+from memprobe.core.records import CurvePoint, Timed
 from memprobe.core.results import ScanResult
 
 CAPTION = (
@@ -27,7 +28,8 @@ def decode_points(result: ScanResult, precision: str) -> list[tuple[float, float
     """(concurrent sequences, decode tokens/s) of each timed generation of one precision that fit, by batch."""
     p = result.precisions[precision]
     found: dict[int, float] = {}
-    for run in [*p.curve, *([p.throughput] if p.throughput else [])]:
+    runs: list[CurvePoint | Timed] = [*p.curve, *([p.throughput] if p.throughput else [])]
+    for run in runs:
         rate = getattr(run, "decode_tokens_per_s", None)
         if (run.outcome or FIT) == FIT and rate and run.batch is not None:
             found.setdefault(int(run.batch), float(rate))

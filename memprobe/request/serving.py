@@ -7,7 +7,7 @@ No torch here.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Mapping
 
 from memprobe.core import option_bounds as bounds
 from memprobe.request.checks import RequestError
@@ -80,7 +80,7 @@ class ServingRequest:
         """The generation settings asked, by option."""
         return {"--prompt-len": self.prompt_len, "--new-tokens": self.new_tokens, "--prefill-chunk": self.prefill_chunk}
 
-    def matches(self, settings: dict[str, Any] | None) -> bool:
+    def matches(self, settings: Mapping[str, Any] | None) -> bool:
         """Whether a generation's settings (a result's workload params `generate`) are the ones asked (None: any)."""
         if settings is None:
             return False
