@@ -12,8 +12,11 @@ import pytest
 from click.testing import CliRunner
 
 from memprobe.cli import main
-from test_page import Tables, body_texts, needs_browser
+from page_parse import Tables, body_texts
+from webdriver import Browser, find_browser
 
+CHROMIUM, DRIVER, NO_BROWSER = find_browser()
+needs_browser = pytest.mark.skipif(bool(NO_BROWSER), reason=NO_BROWSER)
 REPORTS = Path(__file__).resolve().parents[1] / "reports"
 LLAMA_8B = next((REPORTS / "h200_generate" / "llama-8b-p2048-n64").glob("*.json"))
 LLAMA_1B = next((REPORTS / "h200_generate" / "llama-1b-p8192-n64").glob("*.json"))
@@ -78,9 +81,6 @@ def test_a_generate_workload_is_its_own_view_and_never_training_throughput(page)
 
 @needs_browser
 def test_the_generation_section_works_in_a_headless_browser(page):
-    from test_page import CHROMIUM, DRIVER
-    from webdriver import Browser
-
     with Browser(str(CHROMIUM), str(DRIVER)) as browser:
         browser.open(page.as_uri())
         state = browser.run(

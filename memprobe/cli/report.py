@@ -11,6 +11,7 @@ from memprobe.cli.app import _FORMATS, _load_results, main
 from memprobe.cli.declared import request_options
 from memprobe.cli.helpers import card_names
 from memprobe.cli.options import format_option, number_option, precision_option
+from memprobe.cli.serving import checked, guide_serving
 from memprobe.cli.width import wide_option
 from memprobe.core import option_bounds as bounds
 from memprobe.request.serving import ServingRequest
@@ -374,11 +375,11 @@ def guide_cmd(
     from memprobe.compare.scaling import split_by_world_size
 
     ctx = click.get_current_context()
-    asked = _serving(ServingRequest(**serving))
+    asked = checked(ServingRequest(**serving))
     if asked.mode == "generate":
         checks.refuse(checks.given(ctx, "html_file"), "with --mode generate (the page has its generation section)")
         checks.refuse(checks.given(ctx, "precision"), "with --mode generate (the guide shows every precision)")
-        _guide_serving(paths, asked, model, fmt, budget, card_names(gpus))
+        guide_serving(paths, asked, model, fmt, budget, card_names(gpus))
         return
     if model is None:
         checks.refuse(checks.given(ctx, "precision"), "without --model (the guide shows every precision)")
@@ -397,44 +398,6 @@ def guide_cmd(
         return
     shown = guide_report(loaded, budget=budget, fmt=fmt, only=card_names(gpus), multi=[r for _p, r in multi])
     click.echo(shown, nl=False)
-
-
-def _serving(asked: ServingRequest) -> ServingRequest:
-    """guide's serving options, checked (request/serving.py)."""
-    from memprobe.cli.options import request_error
-    from memprobe.request import RequestError
-
-    try:
-        asked.check()
-    except RequestError as exc:
-        raise request_error(exc) from None
-    return asked
-
-
-def _guide_serving(
-    paths: tuple[str, ...], asked: ServingRequest, model: str | None, fmt: str, budget: float | None, only: list | None
-) -> None:
-    """guide --mode generate: every shown card per generation in the files (compare/serving_guide.py)."""
-    from memprobe.compare.comparison import ReportError
-    from memprobe.compare.scaling import split_by_world_size
-    from memprobe.compare.serving_guide import generations, serving_guide
-    from memprobe.planning.render import render_serving
-
-    if not paths:
-        raise click.UsageError("--mode generate reads `scan --mode generate` result files: give PATHS")
-    loaded, _multi = split_by_world_size(_load_results(paths))
-    chosen = generations(loaded, asked.matches, model)
-    settings = " ".join(f"{k} {v}" for k, v in asked.asked().items() if v is not None)
-    try:
-        if not chosen:
-            what = " ".join(x for x in (model and f"of {model}", settings and f"at {settings}") if x)
-            raise ReportError(f"no `scan --mode generate` result {what} in {', '.join(paths)}".replace("  ", " "))
-        plans = serving_guide(chosen, budget, only)
-    except ReportError as exc:
-        raise click.ClickException(str(exc)) from None
-    click.echo(
-        "\n\n".join(render_serving(p, fmt if fmt in ("github", "plain", "json", "csv") else "github") for p in plans)
-    )
 
 
 def _guide_model(
