@@ -26,13 +26,16 @@ def test_the_table_compares_each_scan_and_labels_the_partial_ones(monkeypatch, t
     assert "llama-8b+p8192+n64" in names and not any("frontier" in n for n in names)
     rows = {}
     for path, result in entries:
-        b, _shown = script.measured(result, "bf16")
+        b, _shown, _failed = script.measured(result, "bf16")
         rows[f"{path}:bf16"] = {"max": (b or 100) + 1, "safe": (b or 100) - 1}
     text = script.table(entries, {"versions": {"torch": "t", "transformers": "x"}, "rows": rows})
     row = next(line for line in text.splitlines() if line.startswith("| llama-8b bf16 | 8192 / 64 |"))
     assert "| 45 (" in row and "| 46 | +2.2% | 44 | yes |" in row
     partial = next(line for line in text.splitlines() if "| 8192 / 64 | 512 |" in line)
-    assert "partial (interrupted), fitted 128, failed 418" in partial and "| - |" in partial
+    assert (
+        "partial (interrupted), fitted 128, failed 418" in partial
+        and "| 101 | - | 99 | yes (< failed 418) |" in partial
+    )
     doc = tmp_path / "doc.md"
     doc.write_text(f"head\n{script.START}\nold\n{script.END}\ntail\n")
     monkeypatch.setattr(script, "table", lambda _e, _p: "NEW")
