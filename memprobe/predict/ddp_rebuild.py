@@ -2,22 +2,22 @@
 
 With find_unused_parameters off (the scan's DDP), torch's DDP starts with one gradient bucket per dtype holding every
 parameter's gradient, and at the next forward rebuilds its buckets in the order the gradients became ready: a first
-bucket of 1 MiB, then buckets of 25 MiB (each closed once it reaches its cap), the old bucket freed first
-(reducer.cpp: rebuild_buckets, compute_bucket_assignment_by_size, initialize_buckets). The fake process group cannot
+bucket of 1 MiB, then buckets of 25 MiB (each closed once it reaches its cap), dropping its reference to the old
+bucket (reducer.cpp: rebuild_buckets, compute_bucket_assignment_by_size, initialize_buckets). The fake process group cannot
 run the rebuild (it broadcasts the new order in a tensor it reads), so the traced reducer keeps its first bucket. This
 module puts the rebuild into every traced trial where it happens on a GPU, before the second step: the rebuilt buckets
 allocated and kept, for the allocator model to place among the blocks the first step left, and the first bucket freed
 only when the second step ends. The ready order is taken as the parameters' order reversed (the order DDP itself
 assumes before it has seen one).
 
-Why the first bucket lives through the second step: on every committed DDP scan (2 and 4 H200s and H100s, from a
-ResNet-50 to 1.4B-parameter decoders at 2048 tokens) the peak allocated memory of the trial in a fresh process group
-was above the peak of the timed steps that followed it in the same processes, and above the search's trials in a
-group that had already stepped, by one whole gradient bucket (0.98-1.01 times the parameters' fp32 bytes: 5.66 GB for
-Pythia-1.4B at 20 and 21 per GPU, 6.25 GB for Qwen2-1.5B at 9, 4.94 GB for llama-1b at 14). So the old bucket is still
-held at the second step's activation peak; the steps after it do not hold it. Which reference keeps it (the last
-all-reduce's work, the reducer) the result files do not say; the model keeps it to the second step's end, the longest
-the measurements allow, so a prediction is never below that peak.
+Why the first bucket lives through the second step: in 25 of the 30 fresh fits at B of the committed DDP scans (2
+and 4 H200s, 4 H100s; ResNet-50 to 1.4B-parameter decoders at 2048 tokens) the trial of a fresh process group peaked
+above the timed steps that followed it in the same processes by 0.92-1.00 times the parameters' fp32 bytes, one whole
+bucket (5.66 GB for Pythia-1.4B at 20 and 21 per GPU, 6.25 GB for Qwen2-1.5B at 9, 4.94 GB for llama-1b at 14); in
+the other 5 by under 0.02 times, and two fresh groups of one scan did both (bert-large fp16 on 4 H100s). So the old
+bucket can still be held at the second step's activation peak, and the steps after it do not hold it. Which reference
+keeps it the result files do not say; the model keeps it to the second step's end, the longer case, so a prediction is
+not below the peak a fresh group can reach (docs/edge.md).
 """
 
 from __future__ import annotations
