@@ -13,7 +13,7 @@ assumes before it has seen one).
 Why the first bucket lives through the second step: in 25 of the 30 fresh fits at B of the committed DDP scans (2
 and 4 H200s, 4 H100s; ResNet-50 to 1.4B-parameter decoders at 2048 tokens) the trial of a fresh process group peaked
 above the timed steps that followed it in the same processes by 0.92-1.00 times the parameters' fp32 bytes, one whole
-bucket (5.66 GB for Pythia-1.4B at 20 and 21 per GPU, 6.25 GB for Qwen2-1.5B at 9, 4.94 GB for llama-1b at 14); in
+bucket (5.66 GB for Pythia-1.4B at 20 and 21 per GPU, 6.19 GB for Qwen2-1.5B at 9, 4.94 GB for llama-1b at 14); in
 the other 5 by under 0.02 times, and two fresh groups of one scan did both (bert-large fp16 on 4 H100s). So the old
 bucket can still be held at the second step's activation peak, and the steps after it do not hold it. Which reference
 keeps it the result files do not say; the model keeps it to the second step's end, the longer case, so a prediction is
