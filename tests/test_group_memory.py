@@ -180,3 +180,16 @@ def test_no_committed_multi_gpu_scan_trained_fewer_than_the_safe_batch_predict_t
             assert safe[key] <= p.max_batch, f"{path}: safe {safe[key]} above the measured {p.max_batch}"
             checked += 1
     assert checked >= 30
+
+
+def test_no_committed_held_out_multi_gpu_scan_trained_fewer_than_its_safe_batch():
+    """reports/multi_heldout/accuracy.json (benchmarks/multi_heldout.py): each held-out 2-GPU scan beside the safe batch
+    `predict --gpus 2 --strategy S --gpu CARD` tells; none may be above the measured per-GPU B."""
+    import json
+    from pathlib import Path
+
+    rows = json.loads((Path(__file__).resolve().parents[1] / "reports" / "multi_heldout" / "accuracy.json").read_text())
+    scanned = [r for r in rows if r["max_batch"] and r["safe"]]
+    assert len(scanned) >= 3
+    for r in scanned:
+        assert r["safe"] <= r["max_batch"], f"{r['file']}: safe {r['safe']} above the measured {r['max_batch']}"
