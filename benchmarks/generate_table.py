@@ -5,9 +5,9 @@
 
 FOLDER: where the result files are (default reports/h200_generate). The predictions are made through the request
 path `memprobe predict --mode generate --gpu CARD -m MODEL -p PRECISION --prompt-len P --new-tokens N
-[--prefill-chunk C]` takes (memprobe.request.predict_job), one per result file, and kept in --predictions (default
-reports/h200_generate/table_predictions.json) with the versions of the libraries that made them; --reuse reads that
-file instead of tracing again. The table goes to stdout, or with --write between the markers GENERATE_TABLE_START and
+[--prefill-chunk C]` takes (memprobe.request.predict_job), one per workload, card and precision, and kept in --predictions (default
+reports/h200_generate/table_predictions.json) with the versions of the libraries that made them; --reuse takes that
+file's and traces only the result files it lacks (with the same libraries, or it stops). The table goes to stdout, or with --write between the markers GENERATE_TABLE_START and
 GENERATE_TABLE_END of that file. Run from the repository root (an hf-config: model's path is relative to it).
 
 Measured B: the result's proven edge (status done). A scan that did not finish is labelled partial, with its largest
@@ -75,6 +75,12 @@ def predict_one(result: Any, precision: str) -> dict[str, Any]:
     }
 
 
+def key(result: Any, precision: str) -> str:
+    """What a prediction is of: the workload (its name says P, N and C), the card and the precision; two scans of
+    the same setting share one."""
+    return f"{result.workload.name} on {card_of(result)} {precision}"
+
+
 def measured(result: Any, precision: str) -> tuple[int | None, str, int | None]:
     """(B, how it reads, smallest failure): B of a finished scan, else None, what the partial scan found and its
     smallest failed batch (None: none failed)."""
@@ -114,7 +120,7 @@ def table(entries: list[tuple[Path, Any]], predicted: dict[str, Any]) -> str:
         g = result.workload.params["generate"]
         for precision in result.precisions:
             b, shown, failed = measured(result, precision)
-            pred = predicted["rows"].get(f"{path}:{precision}", {})
+            pred = predicted["rows"].get(key(result, precision), {})
             top, safe = pred.get("max"), pred.get("safe")
             error = f"{(top - b) / b:+.1%}" if b and top is not None else "-"
             if b is None and failed is not None and top is not None and top >= failed:
@@ -144,18 +150,22 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("folders", nargs="*", type=Path, default=[Path("reports/h200_generate")])
     parser.add_argument("--predictions", type=Path, default=Path("reports/h200_generate/table_predictions.json"))
-    parser.add_argument("--reuse", action="store_true", help="read --predictions instead of tracing again")
+    parser.add_argument(
+        "--reuse", action="store_true", help="take the predictions in --predictions, tracing only the files it lacks"
+    )
     parser.add_argument("--write", type=Path, help="replace the table between the markers of this file")
     args = parser.parse_args(argv)
     entries = scans(args.folders)
-    if args.reuse:
-        predicted = json.loads(args.predictions.read_text())
-    else:
-        predicted = {"versions": versions(), "rows": {}}
-        for path, result in entries:
-            for precision in result.precisions:
-                print(f"predicting {path.name} {precision} ...", file=sys.stderr)
-                predicted["rows"][f"{path}:{precision}"] = predict_one(result, precision)
+    kept = json.loads(args.predictions.read_text()) if args.reuse and args.predictions.exists() else None
+    predicted = kept or {"versions": versions(), "rows": {}}
+    missing = {key(r, n): (r, n) for _p, r in entries for n in r.precisions if key(r, n) not in predicted["rows"]}
+    if missing and kept and kept.get("versions") != versions():  # one table, one predictor's libraries
+        print(f"error: {args.predictions} was made with {kept.get('versions')}: drop --reuse", file=sys.stderr)
+        return 1
+    for name, (result, precision) in missing.items():
+        print(f"predicting {name} ...", file=sys.stderr)
+        predicted["rows"][name] = predict_one(result, precision)
+    if missing:
         args.predictions.write_text(json.dumps(predicted, indent=1) + "\n")
     text = table(entries, predicted)
     if args.write:

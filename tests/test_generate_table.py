@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -25,9 +26,9 @@ def test_the_table_compares_each_scan_and_labels_the_partial_ones(monkeypatch, t
     names = [str(r.workload.name) for _p, r in entries]
     assert "llama-8b+p8192+n64" in names and not any("frontier" in n for n in names)
     rows = {}
-    for path, result in entries:
+    for _path, result in entries:
         b, _shown, _failed = script.measured(result, "bf16")
-        rows[f"{path}:bf16"] = {"max": (b or 100) + 1, "safe": (b or 100) - 1}
+        rows[script.key(result, "bf16")] = {"max": (b or 100) + 1, "safe": (b or 100) - 1}
     text = script.table(entries, {"versions": {"torch": "t", "transformers": "x"}, "rows": rows})
     row = next(line for line in text.splitlines() if line.startswith("| llama-8b bf16 | 8192 / 64 |"))
     assert "| 45 (" in row and "| 46 | +2.2% | 44 | yes |" in row
@@ -40,6 +41,9 @@ def test_the_table_compares_each_scan_and_labels_the_partial_ones(monkeypatch, t
     doc.write_text(f"head\n{script.START}\nold\n{script.END}\ntail\n")
     monkeypatch.setattr(script, "table", lambda _e, _p: "NEW")
     predictions = tmp_path / "p.json"
-    predictions.write_text('{"rows": {}}')
+    predictions.write_text(json.dumps({"versions": {"torch": "t"}, "rows": rows}))
     assert script.main([str(FOLDER), "--reuse", "--predictions", str(predictions), "--write", str(doc)]) == 0
     assert doc.read_text() == f"head\n{script.START}\nNEW\n{script.END}\ntail\n"
+    del rows[next(iter(rows))]  # a prediction missing, made with other libraries: not mixed into one table
+    predictions.write_text(json.dumps({"versions": {"torch": "t"}, "rows": rows}))
+    assert script.main([str(FOLDER), "--reuse", "--predictions", str(predictions), "--write", str(doc)]) == 1
