@@ -346,7 +346,7 @@ def test_timed_steps_stop_at_the_budget_but_never_below_three(toy):
     from memprobe.probe.child.worker import MIN_TIMED_STEPS, Session
 
     s = Session()
-    info = s.setup(SetupRequest(toy.to_dict(), "fp32", "train", "cpu", TOY_CPU_BUDGET, {}))
+    info = s.setup(SetupRequest(toy, "fp32", "train", "cpu", TOY_CPU_BUDGET))
     assert isinstance(info, Ready), info
     try:
         roomy = s.measure(MeasureRequest(8, 1, 6, budget_s=1000.0))

@@ -44,9 +44,7 @@ def test_oom_creating_the_context_is_reported_as_oom_at_that_stage(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     monkeypatch.setattr(torch.cuda, "init", no_memory)
-    answer = Session().setup(
-        SetupRequest(device="cuda", precision="fp32", workload=toy_workload().to_dict(), settings={})
-    )
+    answer = Session().setup(SetupRequest(device="cuda", precision="fp32", workload=toy_workload()))
     assert isinstance(answer, Failure) and answer.kind == OOM and answer.stage == "cuda-context"
     assert "creating the CUDA context" in answer.message and "out of memory" in answer.message
 

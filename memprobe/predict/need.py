@@ -33,7 +33,7 @@ def main() -> int:
     die_with_parent(expected_parent())
     try:
         request = read_message(sys.stdin.readline(), NeedRequest)
-        answer = NeedAnswer(need_bytes=trial_need_bytes(Workload.from_dict(request.workload), request.precision))
+        answer = NeedAnswer(need_bytes=trial_need_bytes(request.workload, request.precision))
     except Exception as exc:  # noqa: BLE001 - any failure is the answer, reported by the parent
         answer = NeedAnswer(error=described(exc)[:400])
     sys.stdout.write(message_line(answer))

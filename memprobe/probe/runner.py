@@ -16,7 +16,7 @@ import socket
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Mapping
 
 from memprobe.core.child import Child, ForkServer, ForkServerError
 from memprobe.core.deadline import TimeLimitError, how_to_extend, limit_s
@@ -36,6 +36,7 @@ from memprobe.core.protocol import (
     Request,
     SetupRequest,
     TrialRequest,
+    TrialSettings,
 )
 from memprobe.core.records import Timed
 from memprobe.core.registry import Workload
@@ -61,7 +62,7 @@ class WorkerSpec:
     mode: str = "train"
     device: str = "cuda"
     cpu_budget_bytes: int | None = None
-    settings: dict[str, Any] = field(default_factory=dict)
+    settings: TrialSettings = field(default_factory=TrialSettings)
     timeout_s: float = 1800.0
     # fp16: the loss scale the last fitting trial ended at. Every process built from this spec starts
     # its trials and timed runs there instead of re-learning it by skipping updates (on the H100,
@@ -70,9 +71,7 @@ class WorkerSpec:
     loss_scale: float | None = None
 
     def setup_request(self) -> SetupRequest:
-        return SetupRequest(
-            self.workload.to_dict(), self.precision, self.mode, self.device, self.cpu_budget_bytes, self.settings
-        )
+        return SetupRequest(self.workload, self.precision, self.mode, self.device, self.cpu_budget_bytes, self.settings)
 
 
 # The families whose build runs the user's code (workloads/custom.py): a build of theirs that never returns is theirs

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from memprobe.core.outcomes import described, message_of
-from memprobe.core.rank_record import Command, Vote, read_command, read_vote, write_vote
+from memprobe.core.rank_record import Command, RankRequest, Vote, read_command, read_vote, write_vote
 from memprobe.probe.child.rank import FAILED_EXIT, MESSAGE_CHARS, Rank, build, watch_steps
 
 POLL_S = 0.02
@@ -113,14 +113,14 @@ def wait_votes(run_dir: Path, index: int, world: int, wait_s: float) -> list[Vot
         time.sleep(POLL_S)
 
 
-def serve(req: dict[str, Any], rank: Rank, device: Any, mesh: Any, timeout_s: float) -> int:
+def serve(req: RankRequest, rank: Rank, device: Any, mesh: Any, timeout_s: float) -> int:
     """Serve commands until a stop command (exit 0) or a failure the group cannot go on from (the rank exits
     with FAILED_EXIT, its failure recorded). Returns the exit code."""
     from memprobe.core.outcomes import CRASH, FIT, TIMEOUT, classify_error
     from memprobe.core.protocol import TrialRequest
 
-    run_dir = Path(req["run_dir"])
-    parent = req.get("parent_pid")
+    run_dir = Path(req.run_dir)
+    parent = req.parent_pid
     where: dict[str, Any] = {"stage": "setup", "batch": None}
     try:
         session, rank.record.setup = build(req, rank, device, mesh)
@@ -137,7 +137,7 @@ def serve(req: dict[str, Any], rank: Rank, device: Any, mesh: Any, timeout_s: fl
             break
         batch = int(command.batch)
         where.update(stage="trial", batch=batch, command=index)
-        attempt = session.trial(TrialRequest(batch, int(req.get("steps", 3)), loss_scale=loss_scale))
+        attempt = session.trial(TrialRequest(batch, req.launch.steps, loss_scale=loss_scale))
         entry = {**attempt.to_dict(), "command": index, "at": time.time()}
         failed_in_collective = attempt.outcome != FIT and raised_by_collective(attempt.message)
         vote = Vote(attempt.outcome, collective_counts(), batch, failed_in_collective)
@@ -229,7 +229,7 @@ def _peaks(attempt: Any) -> dict[str, Any]:
 
 
 def _rebuild(
-    session: Any, req: dict[str, Any], rank: Rank, device: Any, mesh: Any, timeout_s: float
+    session: Any, req: RankRequest, rank: Rank, device: Any, mesh: Any, timeout_s: float
 ) -> tuple[Any, dict[str, Any]]:
     """Drop this rank's model, optimizer and wrapper and build them again in the same process group: (the new
     session, its setup record). The allocator's cache is emptied between, so the new model starts from the

@@ -123,14 +123,14 @@ class Session:
             device = torch.device("cuda", torch.cuda.current_device())
         settings = req.settings
         self.precision, self.mode = req.precision, req.mode
-        applied = apply_precision_flags(self.precision, bool(settings.get("cudnn_benchmark", False)))
+        applied = apply_precision_flags(self.precision, settings.cudnn_benchmark)
         tracker = None
         if device.type == "cpu":
             tracker = LiveBytes(req.cpu_budget_bytes)
             tracker.__enter__()  # stays active for the life of this process
         self.memory = Memory(device, tracker)
         workload = req.workload
-        builder = family_builder(workload["family"])
+        builder = family_builder(workload.family)
         started = time.perf_counter()
         if device.type == "cuda":
             try:
@@ -145,13 +145,13 @@ class Session:
         # Builders that take the precision (the user's build(device, precision)) are given it.
         extra = {"precision": self.precision} if "precision" in inspect.signature(builder).parameters else {}
         try:
-            self.task = builder(workload["params"], workload["optimizer"], device, **extra)
+            self.task = builder(workload.params, workload.optimizer, device, **extra)
         except UserModelError as exc:  # the user must change their model or its name: say how, with their traceback
             return Failure(USER_ERROR, f"{exc}\n{exc.details}" if exc.details else str(exc))
         except Exception as exc:  # noqa: BLE001 - a model that cannot be built fits no batch
             kind = classify_error(type(exc).__name__, message_of(exc))
-            return Failure(kind, f"building {workload['name']}: {described(exc)}"[:500], "build")
-        if settings.get("compile"):
+            return Failure(kind, f"building {workload.name}: {described(exc)}"[:500], "build")
+        if settings.compile:
             self.task.compile()  # compiles lazily, at each trial's first step
         self.memory.synchronize()
         # The model lives as long as the process too; collect what building it left, freeze the rest.
@@ -163,9 +163,8 @@ class Session:
             free, _total = torch.cuda.mem_get_info(device)
             capacity = free + torch.cuda.memory_reserved(device)
             weights = torch.cuda.memory_allocated(device)
-            cap = settings.get("memory_cap_bytes")
-            if cap:
-                self.cap_bytes = int(cap)
+            if settings.memory_cap_bytes:
+                self.cap_bytes = settings.memory_cap_bytes
                 try:
                     plan = self.apply_cap()
                 except MemoryCapError as exc:

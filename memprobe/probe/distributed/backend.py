@@ -19,7 +19,8 @@ from typing import Any, Callable
 
 from memprobe.core.memory_model import Attempt, MemoryModel
 from memprobe.core.outcomes import ERROR, FIT, OOM
-from memprobe.core.protocol import Flops
+from memprobe.core.protocol import Flops, TrialSettings
+from memprobe.core.rank_record import TimedSteps
 from memprobe.core.records import CurvePoint, Timed
 from memprobe.core.registry import Workload
 from memprobe.core.results import PrecisionResult
@@ -68,15 +69,15 @@ class Launches:
     def request(
         self,
         batches: list[int],
-        measure: dict[str, Any] | None = None,
+        measure: TimedSteps | None = None,
         world_size: int | None = None,
         strategy: str | None = None,
         steps: int | None = None,
     ) -> LaunchRequest:
         """The request of a launch of `batches` (`steps` steps each, default the trial's), then the timed run
-        `measure` ({"warmup", "steps"}) of the last one when given."""
+        `measure` of the last one when given."""
         return LaunchRequest(
-            self.workload.to_dict(),
+            self.workload,
             self.precision,
             strategy or self.strategy,
             world_size or self.world_size,
@@ -85,7 +86,7 @@ class Launches:
             measure,
             self.opts.device,
             self.opts.cpu_budget_bytes,
-            settings={"cudnn_benchmark": self.opts.cudnn_benchmark},
+            settings=TrialSettings(cudnn_benchmark=self.opts.cudnn_benchmark),
             pg_timeout_s=self.pg_timeout_s,
             timeout_s=self.opts.timeout_s,
         )
@@ -117,7 +118,7 @@ class Launches:
     def run(
         self,
         batches: list[int],
-        measure: dict[str, Any] | None = None,
+        measure: TimedSteps | None = None,
         search: bool = False,
         what: str = "",
         **shape: Any,
@@ -138,10 +139,10 @@ class Launches:
         return result
 
     @property
-    def timed(self) -> dict[str, Any]:
+    def timed(self) -> TimedSteps:
         """The timed run at B (and at requested batches): the scan's warm-up and timed steps. No time budget cuts
         them: each rank would cut by its own clock, and a rank that runs one step more waits in a collective."""
-        return {"warmup": self.opts.warmup, "steps": self.opts.timed_steps}
+        return TimedSteps(self.opts.warmup, self.opts.timed_steps)
 
 
 class SearchLaunches(SearchTrials):
@@ -178,7 +179,7 @@ class LaunchTimer:
     def time(self, batch: int) -> CurvePoint:
         warmup, steps, _budget = self.launches.opts.curve_steps  # no step budget across ranks (Launches.timed)
         started = time.perf_counter()
-        result = self.launches.run([batch], {"warmup": warmup, "steps": steps}, what="curve")
+        result = self.launches.run([batch], TimedSteps(warmup, steps), what="curve")
         attempt = result.attempts[0]
         point = curve_point(result.measure or _unmeasured(batch, attempt), fresh=True)
         point.wall_seconds = round(time.perf_counter() - started, 3)
