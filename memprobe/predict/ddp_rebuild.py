@@ -77,6 +77,6 @@ class BucketRebuild:
         if len(marks) < 2 or len(self.ids) != len(self.initial):
             return trial
         at = marks[1]
-        rebuild = [(FREE, i) for i in self.ids]
+        rebuild: list[tuple] = [(FREE, i) for i in self.ids]
         rebuild += [(ALLOC, -(_ID_BASE + k), nbytes, "DDP bucket (rebuilt)") for k, nbytes in enumerate(self.rebuilt)]
         return trial[:at] + rebuild + trial[at:]

@@ -22,7 +22,7 @@ import warnings
 from collections import Counter
 from contextlib import closing
 from dataclasses import dataclass, replace
-from typing import Callable, Generic, Iterator, Sequence, TypeVar
+from typing import Any, Callable, Generator, Sequence, TypeVar
 
 import torch
 
@@ -261,7 +261,7 @@ def _end(pid: int, fd: int) -> None:
 
 def _forked(
     waiting: list[T], start: Callable[[T], tuple[int, int]], workers: int, beat: Callable[[], None] | None = None
-) -> Iterator[tuple[T, bytes, int]]:
+) -> Generator[tuple[T, bytes, int], None, None]:
     """Run a forked child per item of `waiting` (`start(item)` forks it: _fork's (read fd, pid)), `workers` at a
     time, taking them from the front of the list, and yield (item, what its child wrote, its wait status) as each
     ends; items the caller appends meanwhile are run too. `beat` is called about once a second while they run.
@@ -359,7 +359,7 @@ def forked_map(fn: Callable[[T], R], items: Sequence[T], workers: int = 1) -> li
     here; an item whose child ended without an answer is computed here."""
     if workers <= 1 or len(items) <= 1 or not can_fork():
         return [fn(item) for item in items]
-    answers: dict[int, MapAnswer[R] | None] = {}
+    answers: dict[int, MapAnswer | None] = {}
 
     def start(index: int) -> tuple[int, int]:
         return _fork(lambda: _map_answer(fn, items[index]))
@@ -377,17 +377,17 @@ def forked_map(fn: Callable[[T], R], items: Sequence[T], workers: int = 1) -> li
 
 
 @dataclass(frozen=True)
-class MapAnswer(Generic[R]):
+class MapAnswer:
     """What a forked_map child sends back, pickled: fn(item)'s value, or the exception fn raised."""
 
-    value: R | None = None
+    value: Any = None
     raised: Exception | None = None
 
 
 def _map_answer(fn: Callable[[T], R], item: T) -> bytes:
     """In a forked child: the pickled MapAnswer; b"" when it does not pickle (the parent computes the item again)."""
     try:
-        answer: MapAnswer[R] = MapAnswer(value=fn(item))
+        answer = MapAnswer(value=fn(item))
     except Exception as exc:  # noqa: BLE001 - raised again in the parent
         answer = MapAnswer(raised=exc)
     try:

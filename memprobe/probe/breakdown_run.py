@@ -70,7 +70,7 @@ def measure_at_max(
     try:
         with fresh_worker(factory, spec) as worker:
             answer = worker.request(request, spec.timeout_s)
-            lost = worker._lost(answer, BreakdownAnswer)
+            lost = None if isinstance(answer, BreakdownAnswer) else worker._lost(answer)
     except WorkerError as exc:
         answer, lost = None, (exc.kind, str(exc))
     if lost is not None or not isinstance(answer, BreakdownAnswer) or answer.breakdown is None:

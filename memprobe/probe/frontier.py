@@ -59,8 +59,9 @@ def scan_frontier(
         workload=record,
         environment=host_environment(),
         settings={**opts.to_dict(), "search": "frontier", "frontier_budget_s": budget_s},
-        frontier={},
     )
+    frontiers: dict[str, Frontier] = {}
+    result.frontier = frontiers  # filled in as each precision's points are measured
     points_dir = Path(out_dir) / "frontier-points"
     state: dict[str, Any] = {"path": None}
 
@@ -100,7 +101,7 @@ def scan_frontier(
                 else FrontierPoint(kind, fixed, ERROR, file=str(path), note=(p.error or p.stop).splitlines()[0][:200])
             )
             frontier.points.append(as_context(point, added))
-            result.frontier[precision] = frontier
+            frontiers[precision] = frontier
             save()
             return point
 
@@ -108,9 +109,9 @@ def scan_frontier(
         frontier.points, frontier.notes = points, notes + ([GENERATION_NOTE] if added else [])
         if workload.family == "hf" and not added:
             frontier.notes.append("hf: models have no sequence-length search: only the max batch at each length")
-        result.frontier[precision] = frontier
+        frontiers[precision] = frontier
         save()
-    found_any = any(p.status == MEASURED for f in result.frontier.values() for p in f.points)
+    found_any = any(p.status == MEASURED for f in frontiers.values() for p in f.points)
     result.status = "complete" if found_any else "failed"
     save()
     return result, state["path"]

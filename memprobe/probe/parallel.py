@@ -188,10 +188,11 @@ def run_parallel(
                 running.append(job)
                 on_event(f"started {job.workload.name} {job.precision} on GPU {job.slot}")
             time.sleep(POLL_S)
-            for job in [j for j in running if j.child is not None and not j.child.alive()]:
-                job.returncode, job.seconds = job.child.returncode, round(time.perf_counter() - job.started, 2)
+            for job, child in [(j, j.child) for j in running if j.child is not None and not j.child.alive()]:
+                job.returncode, job.seconds = child.returncode, round(time.perf_counter() - job.started, 2)
                 running.remove(job)
-                free.append(job.slot)
+                if job.slot is not None:
+                    free.append(job.slot)
                 on_event(
                     f"finished {job.workload.name} {job.precision} on GPU {job.slot} in {job.seconds:.0f} s "
                     f"(exit {job.returncode})"
@@ -226,8 +227,8 @@ def run_parallel(
         folder,
     )
     with open(folder / "summary.jsonl", "w", encoding="utf-8") as handle:
-        for job in summary.jobs:
-            handle.write(json.dumps(job) + "\n")
+        for line in summary.jobs:
+            handle.write(json.dumps(line) + "\n")
         handle.write(
             json.dumps(
                 {
@@ -249,14 +250,15 @@ def _merge_all(
     written = []
     for workload in workloads:
         parts: dict[str, tuple[Path | None, Job]] = {}
-        for job in (j for j in jobs if j.workload.name == workload.name and j.part_dir is not None):
-            files = sorted(job.part_dir.glob("*.json")) if job.part_dir.is_dir() else []
+        for job, part_dir in [(j, j.part_dir) for j in jobs if j.workload.name == workload.name and j.part_dir]:
+            files = sorted(part_dir.glob("*.json")) if part_dir.is_dir() else []
             parts[job.precision] = (files[-1] if files else None, job)
         merged = merge_parts(workload, opts.precisions, parts, out_dir, opts.mode)
         if merged is not None:
             written.append(merged)
             for _path, job in parts.values():
-                shutil.rmtree(job.part_dir, ignore_errors=True)
+                if job.part_dir is not None:
+                    shutil.rmtree(job.part_dir, ignore_errors=True)
     for job in jobs[:1]:
         if job.part_dir is not None:
             try:

@@ -338,7 +338,7 @@ def _timed_runs(
 ) -> None:
     """The throughput at B, the requested batches (--batch), their MFU, then what the back-end adds (scaling;
     `stage` says so, for an interruption)."""
-    if opts.measure and result.max_batch > 0:
+    if opts.measure and result.max_batch:
         measured = backend.measurements.get(result.max_batch)
         if measured is None:  # not proven fresh (check limit, batch cap, soak): time it now
             measured = backend.measure(result.max_batch)

@@ -68,7 +68,7 @@ class PhaseClock:
         """(prefill seconds, decode seconds or None without a decode forward) of each generation timed; call after
         the device was synchronised. The prefill ends where the first decode forward starts (it includes choosing
         the first new token)."""
-        out = []
+        out: list[tuple[float, float | None]] = []
         for start, decode, end in self.runs:
             if end is None:
                 continue
@@ -210,7 +210,7 @@ class UtilizationSampler:
         summary: dict[str, Any] = {"samples": len(self.samples), "interval_s": self.interval}
         keys = ("host_cpu_pct", "host_rss_bytes") + (_NVML_FIELDS if self._handle is not None else ())
         for key in keys:
-            values = [s[key] for s in self.samples if s.get(key) is not None]
+            values = [float(v) for s in self.samples if (v := s.get(key)) is not None]
             summary[key] = {"mean": statistics.fmean(values), "max": max(values)} if values else None
         if self.nvml_error:
             summary["nvml_error"] = self.nvml_error

@@ -24,7 +24,7 @@ import time
 from dataclasses import fields
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from memprobe.core.outcomes import described, message_of
 from memprobe.core.rank_record import GO_FILE, RankFailure, RankRecord, RankRequest, StandbyRequest, read_rank_request
@@ -83,7 +83,7 @@ class Rank:
                 self.record.failure.extra[key] = value
         self.save()
 
-    def fail_and_exit(self, stage: str, outcome: str, message: str, batch: int | None, **extra: Any) -> None:
+    def fail_and_exit(self, stage: str, outcome: str, message: str, batch: int | None, **extra: Any) -> NoReturn:
         """Record the failure and end this rank at once with FAILED_EXIT (never returns): no clean-up
         that could wait on a collective the other ranks are stuck in."""
         self.failed(stage, outcome, message, batch, **extra)
@@ -155,9 +155,10 @@ def build(req: RankRequest, rank: Rank, device: Any, mesh: Any = None) -> tuple[
     )
     if isinstance(info, Failure):
         rank.fail_and_exit("setup", info.kind or ERROR, info.message, None)
-    wrapped = wrap_model(session.task.model, launch.strategy, launch.precision, device, mesh)
-    session.task.model = wrapped["module"]
-    session.task.scaler_class = wrapped.get("scaler_class")
+    task, _memory = session.built()
+    wrapped = wrap_model(task.model, launch.strategy, launch.precision, device, mesh)
+    task.model = wrapped["module"]
+    task.scaler_class = wrapped.get("scaler_class")
     environment = info.environment
     if cuda:
         version = torch.cuda.nccl.version()
@@ -314,9 +315,8 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write("usage: torchrun ... -m memprobe.probe.child.rank REQUEST.json\n")
         return 2
     try:
-        req = read_rank_request(Path(args[0]))
-        if isinstance(req, StandbyRequest):
-            req = standby(req)
+        read = read_rank_request(Path(args[0]))
+        req = standby(read) if isinstance(read, StandbyRequest) else read
     except (OSError, MessageError) as exc:
         sys.stderr.write(f"rank: cannot run the launch's request: {exc}\n")
         return 2

@@ -26,7 +26,8 @@ import os
 import signal
 import sys
 import time
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Callable
 
 import torch
 
@@ -59,7 +60,7 @@ from memprobe.probe.device import torch_environment
 from memprobe.probe.options import MIN_TIMED_STEPS, timed_steps_within  # noqa: F401 - MIN_TIMED_STEPS re-exported
 from memprobe.training.cpu_memory import LiveBytes
 from memprobe.training.step import Memory, run_step, run_trial, run_until_state
-from memprobe.workloads.base import Amp, UserModelError
+from memprobe.workloads.base import Amp, TrainTask, UserModelError
 from memprobe.workloads.families import family_builder
 
 EXIT_AFTER_CRASH = 3
@@ -93,7 +94,7 @@ class Session:
     """State of one worker: the built task, its device and memory bookkeeping."""
 
     def __init__(self) -> None:
-        self.task = None
+        self.task: TrainTask | None = None
         self.precision = ""
         self.mode = "train"
         self.memory: Memory | None = None
@@ -102,14 +103,22 @@ class Session:
         # A fitting trial's batch and mixed-precision state, kept for timed steps that go on from it (see measure).
         self.kept: dict[str, Any] | None = None
 
+    def built(self) -> tuple[TrainTask, Memory]:
+        """The task and the memory bookkeeping the setup built. Raises RuntimeError before a setup that built one."""
+        if self.task is None or self.memory is None:
+            raise RuntimeError("no workload is set up in this process")
+        return self.task, self.memory
+
     def apply_cap(self) -> CapPlan | None:
         """With --memory-cap, re-cap the allocator for the memory now held outside it (kernels load
         lazily). Called after memory.reset(), so only live tensors are in PyTorch's reserved bytes."""
-        if self.cap_bytes is None:
-            return None
-        device = self.task.device
+        return None if self.cap_bytes is None else self._cap(self.cap_bytes)
+
+    def _cap(self, cap_bytes: int) -> CapPlan:
+        """Cap the allocator to emulate a card of `cap_bytes`. Raises MemoryCapError where it cannot (plan_cap)."""
+        device = self.built()[0].device
         free, total = torch.cuda.mem_get_info(device)
-        plan = plan_cap(self.cap_bytes, total, free, torch.cuda.memory_reserved(device))
+        plan = plan_cap(cap_bytes, total, free, torch.cuda.memory_reserved(device))
         torch.cuda.set_per_process_memory_fraction(plan.fraction, device)
         return plan
 
@@ -145,20 +154,22 @@ class Session:
         # Builders that take the precision (the user's build(device, precision)) are given it.
         extra = {"precision": self.precision} if "precision" in inspect.signature(builder).parameters else {}
         try:
-            self.task = builder(workload.params, workload.optimizer, device, **extra)
+            task = self.task = builder(workload.params, workload.optimizer, device, **extra)
         except UserModelError as exc:  # the user must change their model or its name: say how, with their traceback
             return Failure(USER_ERROR, f"{exc}\n{exc.details}" if exc.details else str(exc))
         except Exception as exc:  # noqa: BLE001 - a model that cannot be built fits no batch
             kind = classify_error(type(exc).__name__, message_of(exc))
             return Failure(kind, f"building {workload.name}: {described(exc)}"[:500], "build")
         if settings.compile:
-            self.task.compile()  # compiles lazily, at each trial's first step
+            task.compile()  # compiles lazily, at each trial's first step
         self.memory.synchronize()
         # The model lives as long as the process too; collect what building it left, freeze the rest.
         gc.collect()
         gc.freeze()
         build_seconds = time.perf_counter() - started
         emulation = None
+        capacity: int | None
+        weights: int | None
         if device.type == "cuda":
             free, _total = torch.cuda.mem_get_info(device)
             capacity = free + torch.cuda.memory_reserved(device)
@@ -166,7 +177,7 @@ class Session:
             if settings.memory_cap_bytes:
                 self.cap_bytes = settings.memory_cap_bytes
                 try:
-                    plan = self.apply_cap()
+                    plan = self._cap(settings.memory_cap_bytes)
                 except MemoryCapError as exc:
                     return Failure("error", str(exc))
                 emulation = {
@@ -185,8 +196,8 @@ class Session:
             weights,
             round(build_seconds, 3),
             round(cuda_init_seconds, 3),
-            self.task.describe(),
-            self.task.unit,
+            task.describe(),
+            task.unit,
             emulation,
         )
 
@@ -207,20 +218,22 @@ class Session:
         """Release a kept trial's state (optimizer state, gradients, batch) that no timed run went on from."""
         if self.kept is not None:
             self.kept = None
-            self.task.stop()
-            self.memory.reset()
+            task, memory = self.built()
+            task.stop()
+            memory.reset()
 
     def trial(self, req: TrialRequest) -> Attempt:
         """Run one trial; with `keep`, a trial that fits leaves its state for a measure request with `cont`."""
         self._drop_kept()
         self.kept = {} if req.keep else None
+        task, memory = self.built()
         attempt = run_trial(
-            self.task,
+            task,
             self.precision,
             self.mode,
             int(req.batch),
             int(req.steps),
-            self.memory,
+            memory,
             before=self.apply_cap,
             capacity_bytes=self.capacity_bytes,
             loss_scale=req.loss_scale,
@@ -239,17 +252,18 @@ class Session:
             return Flops(
                 None, "FLOPs are not counted for generation: its speed is given as prefill and decode tokens/s"
             )
-        if getattr(self.task, "flops_vary_with_n", False):
+        task, memory = self.built()
+        if getattr(task, "flops_vary_with_n", False):
             return Flops(None, "FLOPs per unit vary with n (the sequence length): counted at each timed n instead")
         try:
             # Counted on the eager step: the FLOPs are the model's, however the step is compiled.
             with torch.compiler.set_stance("force_eager"):
-                value = flops_per_sample(self.task, int(req.batch), self.mode, self.precision)
+                value = flops_per_sample(task, int(req.batch), self.mode, self.precision)
         except Exception as exc:  # noqa: BLE001 - MFU is optional; say why it is missing
             return Flops(None, described(exc)[:300])
         finally:
-            self.task.stop()
-            self.memory.reset()
+            task.stop()
+            memory.reset()
         return Flops(value)
 
     @staticmethod
@@ -265,31 +279,57 @@ class Session:
             result["timed_steps_cut_from"] = steps
         return n
 
+    def _kept_for(self, cont: bool, n: int) -> dict[str, Any] | None:
+        """The kept trial's state where a timed run at `n` goes on from it (`cont`), else None (any kept state
+        dropped)."""
+        kept, self.kept = self.kept, None
+        if kept is not None and not (cont and kept.get("batch") == n):
+            self.kept = kept
+            self._drop_kept()
+            kept = None
+        return kept
+
     def measure(self, req: MeasureRequest) -> Timed:
         """Warm up, then time steps with utilization sampling. Errors are classified, not raised;
         `failed_at_step` says which step (1-based, warm-up included) failed."""
-        n, warmup, steps = int(req.batch), int(req.warmup), int(req.steps)
-        task, memory = self.task, self.memory
+        n = int(req.batch)
+        task, memory = self.built()
         # `cont`: the steps go on from the trial just run at this batch (its optimizer state, batch and
         # allocator state), as one training run would; no reset between them. Rebuilding the optimizer state
         # and the batch after a trial is what real training never does, and at the edge it failed where the
         # continuous run does not (resnet50 fp32 on an H200: 1698-1705 trained 3 steps, then ran out of memory
         # at the first step after the rebuild).
-        kept, self.kept = self.kept, None
-        if kept is not None and not (req.cont and kept.get("batch") == n):
-            self.kept = kept
-            self._drop_kept()
-            kept = None
+        kept = self._kept_for(req.cont, n)
         if kept is None:
             memory.reset()
             self.apply_cap()
-        result: dict[str, Any] = {"batch": n, "warmup_steps": warmup, "continued_from_trial": kept is not None}
-        done = {"steps": 0}
-        failure = None
+        result: dict[str, Any] = {"batch": n, "warmup_steps": int(req.warmup), "continued_from_trial": kept is not None}
+        # The batch and the step live in _time_steps' frame alone: freed before the peaks are read.
+        ran = self._time_steps(req, task, memory, kept, result)
+        result["peak_allocated"], result["peak_reserved"] = memory.peaks()
+        if ran.failure is not None:
+            outcome, note = with_memory_state(ran.failure[0], *ran.raised, result["peak_reserved"], self.capacity_bytes)
+            # Steps run asynchronously on CUDA: the failing one is at most the last one started.
+            result.update(outcome=outcome, error=ran.failure[1] + note, failed_at_step=ran.steps)
+            if outcome != CRASH:
+                task.stop()
+                memory.reset()
+            return Timed.from_dict(result)
+        task.stop()
+        memory.reset()
+        result.update(self._figures(task, n, ran, result.get("first_step_seconds")))
+        return Timed.from_dict(result)
+
+    def _time_steps(
+        self, req: MeasureRequest, task: TrainTask, memory: Memory, kept: dict[str, Any] | None, result: dict[str, Any]
+    ) -> _TimedRun:
+        """Warm up (until optimizer state exists), then time the steps that fit the budget; what the warm-up showed
+        goes into `result`. A step's error is classified into the answer, not raised."""
+        n, run = int(req.batch), _TimedRun()
         try:
             if kept is not None:
                 amp, inputs = kept["amp"], kept["inputs"]
-                kept = None
+                kept.clear()  # the caller's reference to it keeps nothing alive
             else:
                 if self.mode == "train":
                     task.start()
@@ -297,69 +337,77 @@ class Session:
                 inputs = task.make_batch(n)
 
             def step() -> None:
-                done["steps"] += 1
-                if done["steps"] > 1:
+                run.steps += 1
+                if run.steps > 1:
                     run_step(task, amp, inputs, self.mode)
                     return
                 # The first step alone, synchronized: with --compile it carries the compilation.
                 first = time.perf_counter()
                 run_step(task, amp, inputs, self.mode)
                 memory.synchronize()
-                done["first_end"] = time.perf_counter()
-                result["first_step_seconds"] = round(done["first_end"] - first, 4)
+                run.first_end = time.perf_counter()
+                result["first_step_seconds"] = round(run.first_end - first, 4)
 
             # Warm-up also runs until optimizer state exists (fp16 loss scaling may skip updates). A generation
             # going on from its trial needs none: the trial's generations were its warm-up (core/run_length.py).
+            warmup = int(req.warmup)
             warm = warmup if self.mode == "generate" and result["continued_from_trial"] else max(warmup, 1)
             result["warmup_steps"] = run_until_state(step, amp, warm, self.mode)
             memory.synchronize()
             if result["warmup_steps"] > 1:  # the warm-up steps after the first: a step without set-up
                 result["warmup_step_seconds"] = round(
-                    (time.perf_counter() - done["first_end"]) / (result["warmup_steps"] - 1), 4
+                    (time.perf_counter() - run.first_end) / (result["warmup_steps"] - 1), 4
                 )
-            steps = self._steps_within(steps, req.budget_s, result)
+            steps = self._steps_within(int(req.steps), req.budget_s, result)
             sampler = UtilizationSampler(task.device, float(req.sample_interval))
             sampler.start()
-            clock = timing.timed_phases(task, self.mode)  # generation: the prefill and the decode timed apart
+            run.phases = timing.timed_phases(task, self.mode)  # generation: the prefill and the decode timed apart
             try:
-                times = time_steps(step, steps, task.device)
+                run.times = time_steps(step, steps, task.device)
             finally:
-                utilization = sampler.stop()
+                run.utilization = sampler.stop()
         except Exception as exc:  # noqa: BLE001
-            raised = (type(exc).__name__, message_of(exc))
-            failure = (classify_error(*raised), described(exc)[:500])
+            run.raised = (type(exc).__name__, message_of(exc))
+            run.failure = (classify_error(*run.raised), described(exc)[:500])
             del exc
-        inputs = amp = step = None  # noqa: F841 - free the batch before reading peaks and cleaning up
-        result["peak_allocated"], result["peak_reserved"] = memory.peaks()
-        if failure is not None:
-            outcome, note = with_memory_state(failure[0], *raised, result["peak_reserved"], self.capacity_bytes)
-            # Steps run asynchronously on CUDA: the failing one is at most the last one started.
-            result.update(outcome=outcome, error=failure[1] + note, failed_at_step=done["steps"])
-            if outcome != CRASH:
-                task.stop()
-                memory.reset()
-            return Timed.from_dict(result)
-        task.stop()
-        memory.reset()
-        stats = summarize_times(times)
+        return run
+
+    def _figures(self, task: TrainTask, n: int, run: _TimedRun, first_step_s: float | None) -> dict[str, Any]:
+        """A fitting timed run's figures: step time, throughput, utilization, generation's phases, FLOPs where
+        they vary with n, and the compile time."""
+        stats = summarize_times(run.times)
         units = task.units_at(n) if hasattr(task, "units_at") else n * task.units_per_sample
-        result.update(
+        out: dict[str, Any] = dict(
             outcome="fit",
             step_time=stats,
             unit=task.unit,
             units_per_step=units,
             samples_per_s=n / stats["median_s"],
             units_per_s=units / stats["median_s"],
-            utilization=utilization,
+            utilization=run.utilization,
         )
-        if clock is not None:
-            result.update(timing.generation_figures(task, n, clock))
+        if run.phases is not None:
+            out.update(timing.generation_figures(task, n, run.phases))
         if getattr(task, "flops_vary_with_n", False):
-            result["flops_per_sample"] = _flops_at(task, n, self.mode)
-        if task.compiled and "first_step_seconds" in result:
+            out["flops_per_sample"] = _flops_at(task, n, self.mode)
+        if task.compiled and first_step_s is not None:
             # Reported apart from the step time: the first step's excess over a timed one.
-            result["compile_seconds"] = round(max(0.0, result["first_step_seconds"] - stats["median_s"]), 4)
-        return Timed.from_dict(result)
+            out["compile_seconds"] = round(max(0.0, first_step_s - stats["median_s"]), 4)
+        return out
+
+
+@dataclass
+class _TimedRun:
+    """What a timed run's steps left: how many ran (warm-up included), when the first ended, the step times,
+    utilization and generation's phase clock; or the failure (outcome, message) and what raised it."""
+
+    steps: int = 0
+    first_end: float = 0.0
+    times: list[float] = field(default_factory=list)
+    utilization: Any = None
+    phases: Any = None
+    failure: tuple[str, str] | None = None
+    raised: tuple[str, str] = ("", "")
 
 
 def _flops_at(task, n: int, mode: str) -> float | None:
@@ -383,7 +431,7 @@ def _ping(_req: PingRequest) -> Pong:
 def _serve(protocol) -> int:
     session = Session()
     # One handler per request kind (core/protocol.REQUESTS); "exit" has none: it ends the loop.
-    handlers = {
+    handlers: dict[str, Callable[[Any], Answer]] = {
         "setup": session.setup,
         "trial": session.trial,
         "measure": session.measure,

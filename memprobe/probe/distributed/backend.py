@@ -29,7 +29,7 @@ from memprobe.core.strategies import NONE
 from memprobe.probe.backend import ScanProgress
 from memprobe.probe.curve import curve_point
 from memprobe.probe.distributed.efficiency import scaling_record
-from memprobe.probe.distributed.group import SearchTrials, ServedGroup, ServedSearch, served_groups_on
+from memprobe.probe.distributed.group import Group, SearchTrials, ServedGroup, ServedSearch, served_groups_on
 from memprobe.probe.distributed.launch import LaunchRequest, LaunchResult, launch
 from memprobe.probe.options import ScanOptions
 
@@ -212,12 +212,14 @@ class RanksBackend:
         `result` an error, when no rank got as far as building the model and not for lack of memory: the launch
         itself failed (an import, the launcher, NCCL)."""
         # The real launcher serves groups (group.ServedGroup); a test's fake launcher may offer its own `serve`.
-        factory = ServedGroup if self.launcher is launch else getattr(self.launcher, "serve", None)
+        factory: Callable[[LaunchRequest], Group] | None = (
+            ServedGroup if self.launcher is launch else getattr(self.launcher, "serve", None)
+        )
         served = factory is not None and served_groups_on()
         self.launches.counts["served_search"] = served
         trials = self.trials = (
             ServedSearch(self.launches, self.opts.max_batch, factory)
-            if served
+            if factory is not None and served
             else SearchLaunches(self.launches, self.opts.max_batch)
         )
         setup = self.setup = trials.setup
@@ -296,7 +298,7 @@ class RanksBackend:
 
     def finish(self, result: PrecisionResult) -> None:
         """The 1-GPU baseline at B and the scaling efficiency, under settings.scaling."""
-        if self.opts.measure and (result.max_batch or 0) > 0:
+        if self.opts.measure and result.max_batch:
             result.settings.scaling = Scaling.from_dict(self._baseline(result.max_batch, result.throughput))
 
     def _baseline(self, batch: int, group: Timed | None) -> dict[str, Any]:

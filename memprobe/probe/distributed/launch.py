@@ -253,16 +253,17 @@ def aggregate(
     attempts: list[Attempt] = []
     for batch in req.batches:
         done = [next((b for b in r.batches if b["batch"] == batch), None) if r else None for r in records]
-        if all(d is not None and d["outcome"] == FIT for d in done):
+        fitted = [d for d in done if d is not None and d["outcome"] == FIT]
+        if len(fitted) == len(done):  # every rank committed the batch
             attempts.append(
                 Attempt(
                     batch,
                     FIT,
-                    max(d["peak_allocated"] or 0 for d in done) or None,
-                    max(d["peak_reserved"] or 0 for d in done) or None,
-                    max(d["seconds"] for d in done),
-                    steps=max(d["steps"] or 0 for d in done),
-                    loss_scale=done[0].get("loss_scale"),
+                    max(d["peak_allocated"] or 0 for d in fitted) or None,
+                    max(d["peak_reserved"] or 0 for d in fitted) or None,
+                    max(d["seconds"] for d in fitted),
+                    steps=max(d["steps"] or 0 for d in fitted),
+                    loss_scale=fitted[0].get("loss_scale"),
                     fresh=not attempts,
                 )
             )
@@ -312,7 +313,8 @@ def group_measurement(measures: list[Timed], world_size: int, batch: int) -> Tim
     own figures under `per_rank`, with the group's size, in `extra`)."""
 
     def median(m: Timed) -> float:
-        return (m.step_time or {})["median_s"]
+        # Only fitting runs are aggregated here, and every one of them has its step times.
+        return m.step_time["median_s"] if m.step_time else 0.0
 
     slowest = max(measures, key=median)
     units_per_sample = (slowest.units_per_s or 0.0) / slowest.samples_per_s if slowest.samples_per_s else 1.0
