@@ -26,7 +26,6 @@ import os
 import signal
 import sys
 import time
-from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import torch
@@ -55,12 +54,11 @@ from memprobe.core.records import Timed
 from memprobe.probe import breakdown_run
 from memprobe.probe.child import measure as timing
 from memprobe.probe.child import zygote
-from memprobe.probe.child.measure import UtilizationSampler, summarize_times, time_steps
 from memprobe.probe.device import torch_environment
-from memprobe.probe.options import MIN_TIMED_STEPS, timed_steps_within  # noqa: F401 - MIN_TIMED_STEPS re-exported
+from memprobe.probe.options import MIN_TIMED_STEPS  # noqa: F401 - re-exported
 from memprobe.training.cpu_memory import LiveBytes
-from memprobe.training.step import Memory, run_step, run_trial, run_until_state
-from memprobe.workloads.base import Amp, TrainTask, UserModelError
+from memprobe.training.step import Memory, run_trial
+from memprobe.workloads.base import TrainTask, UserModelError
 from memprobe.workloads.families import family_builder
 
 EXIT_AFTER_CRASH = 3
@@ -266,18 +264,7 @@ class Session:
             memory.reset()
         return Flops(value)
 
-    @staticmethod
-    def _steps_within(steps: int, budget_s: float | None, result: dict[str, Any]) -> int:
-        """How many timed steps fit in `budget_s`: at most `steps`, at least MIN_TIMED_STEPS.
-
-        A step's time is estimated from the warm-up steps after the first (`warmup_step_seconds`), or
-        with one warm-up step from that step, an upper bound: it carries whatever a new batch size sets
-        up (NasNet-Large: ~14 s on the H100; with --compile, the compilation). Costs no extra step.
-        Records `timed_steps_cut_from` when it cuts."""
-        n = timed_steps_within(steps, budget_s, result.get("warmup_step_seconds") or result.get("first_step_seconds"))
-        if n < steps:
-            result["timed_steps_cut_from"] = steps
-        return n
+    _steps_within = staticmethod(timing.steps_within)  # (tests call it here)
 
     def _kept_for(self, cont: bool, n: int) -> dict[str, Any] | None:
         """The kept trial's state where a timed run at `n` goes on from it (`cont`), else None (any kept state
@@ -304,8 +291,8 @@ class Session:
             memory.reset()
             self.apply_cap()
         result: dict[str, Any] = {"batch": n, "warmup_steps": int(req.warmup), "continued_from_trial": kept is not None}
-        # The batch and the step live in _time_steps' frame alone: freed before the peaks are read.
-        ran = self._time_steps(req, task, memory, kept, result)
+        # The batch and the step live in run_timed's frame alone: freed before the peaks are read.
+        ran = timing.run_timed(req, task, memory, kept, result, self.precision, self.mode)
         result["peak_allocated"], result["peak_reserved"] = memory.peaks()
         if ran.failure is not None:
             outcome, note = with_memory_state(ran.failure[0], *ran.raised, result["peak_reserved"], self.capacity_bytes)
@@ -317,108 +304,8 @@ class Session:
             return Timed.from_dict(result)
         task.stop()
         memory.reset()
-        result.update(self._figures(task, n, ran, result.get("first_step_seconds")))
+        result.update(timing.fit_figures(task, n, ran, result.get("first_step_seconds"), self.mode))
         return Timed.from_dict(result)
-
-    def _time_steps(
-        self, req: MeasureRequest, task: TrainTask, memory: Memory, kept: dict[str, Any] | None, result: dict[str, Any]
-    ) -> _TimedRun:
-        """Warm up (until optimizer state exists), then time the steps that fit the budget; what the warm-up showed
-        goes into `result`. A step's error is classified into the answer, not raised."""
-        n, run = int(req.batch), _TimedRun()
-        try:
-            if kept is not None:
-                amp, inputs = kept["amp"], kept["inputs"]
-                kept.clear()  # the caller's reference to it keeps nothing alive
-            else:
-                if self.mode == "train":
-                    task.start()
-                amp = Amp.for_task(task, self.precision, req.loss_scale)
-                inputs = task.make_batch(n)
-
-            def step() -> None:
-                run.steps += 1
-                if run.steps > 1:
-                    run_step(task, amp, inputs, self.mode)
-                    return
-                # The first step alone, synchronized: with --compile it carries the compilation.
-                first = time.perf_counter()
-                run_step(task, amp, inputs, self.mode)
-                memory.synchronize()
-                run.first_end = time.perf_counter()
-                result["first_step_seconds"] = round(run.first_end - first, 4)
-
-            # Warm-up also runs until optimizer state exists (fp16 loss scaling may skip updates). A generation
-            # going on from its trial needs none: the trial's generations were its warm-up (core/run_length.py).
-            warmup = int(req.warmup)
-            warm = warmup if self.mode == "generate" and result["continued_from_trial"] else max(warmup, 1)
-            result["warmup_steps"] = run_until_state(step, amp, warm, self.mode)
-            memory.synchronize()
-            if result["warmup_steps"] > 1:  # the warm-up steps after the first: a step without set-up
-                result["warmup_step_seconds"] = round(
-                    (time.perf_counter() - run.first_end) / (result["warmup_steps"] - 1), 4
-                )
-            steps = self._steps_within(int(req.steps), req.budget_s, result)
-            sampler = UtilizationSampler(task.device, float(req.sample_interval))
-            sampler.start()
-            run.phases = timing.timed_phases(task, self.mode)  # generation: the prefill and the decode timed apart
-            try:
-                run.times = time_steps(step, steps, task.device)
-            finally:
-                run.utilization = sampler.stop()
-        except Exception as exc:  # noqa: BLE001
-            run.raised = (type(exc).__name__, message_of(exc))
-            run.failure = (classify_error(*run.raised), described(exc)[:500])
-            del exc
-        return run
-
-    def _figures(self, task: TrainTask, n: int, run: _TimedRun, first_step_s: float | None) -> dict[str, Any]:
-        """A fitting timed run's figures: step time, throughput, utilization, generation's phases, FLOPs where
-        they vary with n, and the compile time."""
-        stats = summarize_times(run.times)
-        units = task.units_at(n) if hasattr(task, "units_at") else n * task.units_per_sample
-        out: dict[str, Any] = dict(
-            outcome="fit",
-            step_time=stats,
-            unit=task.unit,
-            units_per_step=units,
-            samples_per_s=n / stats["median_s"],
-            units_per_s=units / stats["median_s"],
-            utilization=run.utilization,
-        )
-        if run.phases is not None:
-            out.update(timing.generation_figures(task, n, run.phases))
-        if getattr(task, "flops_vary_with_n", False):
-            out["flops_per_sample"] = _flops_at(task, n, self.mode)
-        if task.compiled and first_step_s is not None:
-            # Reported apart from the step time: the first step's excess over a timed one.
-            out["compile_seconds"] = round(max(0.0, first_step_s - stats["median_s"]), 4)
-        return out
-
-
-@dataclass
-class _TimedRun:
-    """What a timed run's steps left: how many ran (warm-up included), when the first ended, the step times,
-    utilization and generation's phase clock; or the failure (outcome, message) and what raised it."""
-
-    steps: int = 0
-    first_end: float = 0.0
-    times: list[float] = field(default_factory=list)
-    utilization: Any = None
-    phases: Any = None
-    failure: tuple[str, str] | None = None
-    raised: tuple[str, str] = ("", "")
-
-
-def _flops_at(task, n: int, mode: str) -> float | None:
-    """FLOPs per unit of n at this n, for tasks whose count depends on it (None if it cannot be counted)."""
-    from memprobe.training.flops import flops_per_sample
-
-    try:
-        with torch.compiler.set_stance("force_eager"):
-            return flops_per_sample(task, n, mode)
-    except Exception:  # noqa: BLE001 - MFU is optional
-        return None
 
 
 def _ping(_req: PingRequest) -> Pong:
