@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 ZOO_FILE = ROOT / "benchmarks" / "zoo_models" / "multi_heldout.yaml"
 FOLDER = ROOT / "reports" / "multi_heldout"
-EDGE_GOAL_S = 90.0  # issue 48: the per-GPU edge of a held-out model within 90 s per strategy
+EDGE_GOAL_S = 90.0  # the per-GPU edge of a held-out model within 90 s per strategy
 
 
 def measured(result_path: Path) -> dict[str, Any]:

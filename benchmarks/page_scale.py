@@ -43,7 +43,7 @@ DEVICES = [
     ("NVIDIA H200", 150109880320),
     ("NVIDIA B200", 191466323968),
 ]
-LIMIT_S, LIMIT_BYTES = 10.0, 10_000_000  # what the page must stay within at 300 files (issue 49)
+LIMIT_S, LIMIT_BYTES = 10.0, 10_000_000  # what the page must stay within at 300 files
 
 
 def templates() -> list[dict]:
@@ -157,7 +157,7 @@ def report(rows: list[dict]) -> str:
         f"{os.getloadavg()[0]:.1f} at the end: the wall clock counts the waits for a core, the CPU seconds do not), "
         f"Python {platform.python_version()}; memprobe at commit {commit.stdout.strip() or '?'}; "
         f"{datetime.now(timezone.utc):%Y-%m-%d}.",
-        f"Limits (issue 49): a page from 300 files in at most {LIMIT_S:g} s and {LIMIT_BYTES / 1e6:g} MB, no "
+        f"Limits: a page from 300 files in at most {LIMIT_S:g} s and {LIMIT_BYTES / 1e6:g} MB, no "
         "library warning on stderr.",
         "",
         "| case | result files | page CPU s | page wall s | page MB | text report CPU s | exit | library lines on stderr |",

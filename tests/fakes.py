@@ -274,6 +274,7 @@ class World:
         self.capacity = STATIC + PER_SAMPLE * inproc_edge if capacity == "exact" else capacity
         self.workers: list[FakeWorker] = []
         self.log: list[tuple] = []
+        self.decode_cuts: list[tuple] = []  # (process, batch, decode_steps) of every trial: where generations were cut
 
 
 class FakeWorker:
@@ -300,11 +301,12 @@ class FakeWorker:
     def alive(self) -> bool:
         return not self.closed
 
-    def trial(self, batch: int, steps: int, keep: bool = False) -> Attempt:
+    def trial(self, batch: int, steps: int, keep: bool = False, decode_steps: int | None = None) -> Attempt:
         assert not self.closed
         edge = self.world.fresh_edge if self.ran == 0 else self.world.inproc_edge
         self.ran += 1
         self.world.log.append(("trial", self.number, batch))
+        self.world.decode_cuts.append((self.number, batch, decode_steps))
         if self.ran > 1 and batch in self.world.outcomes:
             return Attempt(batch, self.world.outcomes[batch], message=f"forced {self.world.outcomes[batch]}")
         if batch > edge:

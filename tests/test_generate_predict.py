@@ -124,3 +124,30 @@ def test_predict_command_says_concurrent_sequences(run):
     assert got.exit_code == 0, got.output
     assert "PREDICTED" in got.output and "predicted max concurrent sequences" in got.output
     assert "of generation (3 whole" in got.output
+
+
+@pytest.mark.slow
+def test_chunks_after_the_first_attend_over_the_whole_cache_with_a_mask(monkeypatch):
+    """As on the GPU (transformers 5.17 to 5.24, an H200's out-of-memory requests at llama-1b 8192/64 in chunks of
+    512): the first chunk of a chunked prefill runs causal attention over itself alone; every later one attends over
+    the whole static cache (P + N keys) with a boolean mask, which SDPA turns into an additive bias of the full
+    (B, 1, C, P + N) size."""
+    import memprobe.predict.fakecuda as fakecuda
+
+    prompt, new, chunk, batch = 64, 4, 16, 2
+    calls = []
+    sdpa = fakecuda.CudaBehaviour._sdpa
+
+    def spy(self, query, key, value, attn_mask=None, *args, **kwargs):
+        if attn_mask is None or attn_mask.size(-2) > 1:  # the prefill's chunks (a decode forward's mask has 1 row)
+            calls.append((key.size(2), None if attn_mask is None else tuple(attn_mask.shape)))
+        return sdpa(self, query, key, value, attn_mask, *args, **kwargs)
+
+    monkeypatch.setattr(fakecuda.CudaBehaviour, "_sdpa", spy)
+    workload = generation_variant(load_registry()["toy-llama"], GenerationRequest(prompt, new, chunk))
+    with TraceSession(workload, steps=3, mode="generate", precision="bf16") as session:
+        session.trace("bf16", batch)
+    layers, generations = 2, 3
+    first = [(chunk, None)] * layers
+    later = [(prompt + new, (batch, 1, chunk, prompt + new))] * layers * (prompt // chunk - 1)
+    assert calls == (first + later) * generations

@@ -139,6 +139,48 @@ def test_generation_frontier_walks_contexts_and_reports_them(tmp_path, monkeypat
     assert read_result(path).frontier["bf16"].points == frontier.points and read_result(path).mode == "generate"
 
 
+def test_a_generation_frontier_stopped_before_its_first_point_writes_nothing(tmp_path, monkeypatch):
+    from memprobe.probe import frontier as probe_frontier
+    from memprobe.probe.options import ScanOptions
+    from memprobe.probe.scan import ScanInterrupted
+
+    notes = []
+
+    def interrupted(variant, opts, out_dir, progress):
+        raise ScanInterrupted(tmp_path / "point.json")
+
+    monkeypatch.setattr(probe_frontier, "scan_workload", interrupted)
+    opts = ScanOptions(precisions=["bf16"], mode="generate", max_batch=1 << 20)
+    progress = type("P", (), {"note": staticmethod(notes.append)})()
+    with pytest.raises(ScanInterrupted) as stop:
+        probe_frontier.scan_frontier(generation_workloads_frontier(64), opts, tmp_path, progress, None)
+    assert stop.value.path is None and not list(tmp_path.rglob("*.json"))
+    assert notes and "point.json" in notes[0]
+
+
+def test_generation_frontier_points_over_the_batch_start_from_the_prediction(tmp_path, monkeypatch):
+    from memprobe.core.frontier import BATCH_AT_SEQ, SEQ_AT_BATCH
+    from memprobe.core.records import Proof
+    from memprobe.core.results import PrecisionResult, ScanResult
+    from memprobe.probe import frontier as probe_frontier
+    from memprobe.probe.options import ScanOptions
+
+    asked = {}
+
+    def fake_scan(variant, opts, out_dir, progress):
+        kind = SEQ_AT_BATCH if variant.params.get("axis") == "seq_len" else BATCH_AT_SEQ
+        asked.setdefault(kind, set()).add(opts.uses_predicted_start)
+        scanned = ScanResult(workload=variant.to_dict(), environment={"gpu": {"name": "Fake GPU"}}, settings={})
+        scanned.precisions["bf16"] = PrecisionResult("bf16", "done", 0, proof=Proof(fits=0, fails=1))
+        return scanned, tmp_path / f"{variant.name}.json"
+
+    monkeypatch.setattr(probe_frontier, "scan_workload", fake_scan)
+    opts = ScanOptions(precisions=["bf16"], mode="generate", max_batch=1 << 20)  # CUDA: the predicted start is on
+    result, path = probe_frontier.scan_frontier(generation_workloads_frontier(64), opts, tmp_path, None, None)
+    assert asked == {BATCH_AT_SEQ: {True}, SEQ_AT_BATCH: {False}}
+    assert path is not None and read_result(path).gpu_name() == "Fake GPU" and result.frontier["bf16"].points
+
+
 def generation_workloads_frontier(new: int):
     from types import SimpleNamespace
 
@@ -171,3 +213,45 @@ def test_report_shows_the_generation_record(run, tmp_path):
     assert got.exit_code == 0, got.output
     assert "Generation with a static KV cache" in got.output and "8192 / 64" in got.output
     assert f"{gen.kv_capacity_tokens:,} ({gen.kv_capacity_sequences})" in got.output and "8,512" in got.output
+    # a generation is not training: its throughput is named for what it is, its batch counts sequences
+    assert "Training throughput" not in got.output and "Generation throughput (new tokens/s" in got.output
+    assert "concurrent sequences" in got.output and "decode tok/s" in got.output
+    page = tmp_path / "page.html"
+    assert run("report", tmp_path / "fake_llama-1b_generate.json", "--html", page).exit_code == 0
+    html = page.read_text()
+    assert "Training throughput" not in html and "decode tok/s" in html and "prefill tok/s" in html
+
+
+def test_a_generation_where_nothing_fits_says_so_and_what_it_would_need():
+    """As in training: batch 1 failed, so the scan traces what one sequence's generation would need and says it;
+    no training alternative (checkpointing, LoRA) is offered for a generation."""
+    from memprobe.core.results import PrecisionResult, ScanResult
+    from memprobe.probe.nothing_fits import described, explain_precision
+
+    workload = generation_variant(REGISTRY["llama-8b"], GenerationRequest(2048, 64))
+    result = ScanResult(
+        workload=workload.to_dict(), environment={"gpu": {"name": "Small GPU"}}, settings={"mode": "generate"}
+    )
+    result.precisions["bf16"] = PrecisionResult("bf16", "done", 0, capacity_bytes=8 << 30)
+    asked = []
+
+    def need(variant, precision):
+        asked.append(variant.name)
+        return 17 << 30
+
+    text = explain_precision(result, "bf16", workload, need)
+    assert asked == [workload.name]  # the generation itself, no training variant
+    assert "nothing generates on Small GPU" in text and "1 sequence would need about 17" in text
+    assert "--prefill-chunk" in text and "trains" not in text and "fsdp" not in text
+    assert result.precisions["bf16"].settings.nothing_fits.need_bytes == 17 << 30
+    assert described(result, workload) == [text]
+
+
+@pytest.mark.slow
+def test_the_need_of_a_generation_is_traced_in_generate_mode():
+    pytest.importorskip("torch")
+    from memprobe.predict.need import trial_need_bytes
+
+    workload = generation_variant(REGISTRY["toy-llama"], GenerationRequest(64, 4))
+    small, large = (trial_need_bytes(workload, "bf16", n, mode="generate") for n in (1, 512))
+    assert 0 < small < large

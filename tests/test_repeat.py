@@ -141,6 +141,25 @@ def test_near_a_flaky_edge_no_new_batch_is_tried_past_the_budget_only_the_repeat
     assert "not the" not in proof_record(edge, claimed(3438)).non_monotone["note"]
 
 
+def test_search_fits_that_a_check_contradicts_are_no_floor_and_the_walk_settles_within_the_budget():
+    # inception_v3 on an H200: 2728-2772 fitted in fresh search trials (the trial only), then 2777-2763 each failed in
+    # the steps after the trial; the walk stepped from one search fit to the next and ended after 7 checks with no
+    # fit, B 2762 unverified (its timed run then failed). Here the batches train (trial and steps) up to 2700.
+    search_fits = [2273, 2728, 2729, 2731, 2735, 2743, 2748, 2757, 2760, 2763, 2766, 2772]
+    check = Flaky(2700, seconds=4.5)
+    edge = confirm_edge(check, SearchResult(2772, 2777, "edge"), 6, fresh_fits=search_fits, repeat=2)
+    assert (edge.max_batch, edge.verified, edge.fits_at_b, edge.fails) == (2700, True, 2, 2701)
+    assert walked_seconds(check) <= EDGE_BUDGET_S
+    assert check.calls[:6] == [2773, 2772, 2771, 2769, 2765, 2757]  # steps double past the search's fits
+
+
+def test_search_fits_below_every_failure_still_bound_the_walk_down():
+    # the walk from 105 never steps below 100, the search's fresh fit, while no check contradicts it
+    check = Flaky(100)
+    edge = confirm_edge(check, SearchResult(104, 105, "edge"), 6, fresh_fits=[100], repeat=1)
+    assert min(check.calls) == 100 and edge.max_batch == 100
+
+
 @pytest.mark.parametrize("seed", range(60))
 @pytest.mark.parametrize("repeat", [1, 2, 3])
 def test_whatever_a_flaky_edge_does_b_is_below_every_fresh_failure_and_holds_when_verified(seed, repeat):

@@ -61,3 +61,16 @@ def test_functions_a_library_scripts_run_as_python_inside_a_session():
         assert not isinstance(scripted, torch.jit.ScriptFunction)
         assert scripted(torch.arange(4)).shape == (4,)
     assert isinstance(torch.jit.script(_bucket), torch.jit.ScriptFunction)  # on again after the session
+
+
+def test_a_constant_made_under_the_mode_keeps_its_value_through_in_place_adds():
+    """transformers' StaticCache counts its tokens in `torch.tensor(0)` and adds each forward's length in place; the
+    chunks of a chunked prefill ask `count == 0` to decide whether they may skip the mask. Read as an answer (True),
+    every chunk looked like the first one."""
+    with fake_session(), FakeCudaMode() as mode:
+        count = torch.tensor(0, dtype=torch.long)
+        assert bool(count == 0)
+        count.add_(16)
+        assert not bool(count == 0) and int(count) == 16
+        assert count.to("cpu").item() == 16
+    assert not any(key == "value" for key, _ in mode.answers)

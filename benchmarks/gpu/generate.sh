@@ -10,6 +10,9 @@
 #           the llama-1b frontier for the time left
 #   PART=b  GPU0 llama-8b 2048/64 | GPU1 llama-8b 8192/64 | GPU2 llama-8b 512/512 | GPU3 the llama-8b frontier
 #   PART=c  one GPU (QUEUES="3", say): qwen2-1.5b 2048/64, then llama-1b 8192/64 with --prefill-chunk 512
+#   PART=d  GPU0 llama-1b 512/512 | GPU1 llama-8b 512/512 | GPU2 llama-1b 8192/64 --prefill-chunk 512 | GPU3 the
+#           llama-1b frontier (the search's trials cut after 3 decode forwards; the chunked prefill's prediction);
+#           scans of up to 540 s (DEADLINE_S 560, END_S 590 unless given)
 #   PART=all  both in one call, as far as DEADLINE_S lets them: GPU0 llama-1b 2048/64, 512/512, qwen2-1.5b | GPU1
 #           llama-1b 8192/64, its frontier | GPU2 llama-8b 2048/64, 512/512 | GPU3 llama-8b 8192/64, its frontier
 # On fewer GPUs, QUEUES picks the queues to run (e.g. QUEUES="0 1" on 2 GPUs, then QUEUES="2 3" in a second call).
@@ -22,8 +25,11 @@ set -u
 : "${OUT:?set OUT to the folder whose files come back}"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
-PART="${PART:-a}"; QUEUES="${QUEUES:-0 1 2 3}"; DEADLINE_S="${DEADLINE_S:-480}"; SCAN_S="${SCAN_S:-420}"
-END_S="${END_S:-580}"
+PART="${PART:-a}"; QUEUES="${QUEUES:-0 1 2 3}"
+if [ "$PART" = d ]; then  # one scan per GPU, each as long as the call allows: its predictions can be made on a CPU
+    DEADLINE_S="${DEADLINE_S:-560}"; SCAN_S="${SCAN_S:-540}"; END_S="${END_S:-590}"
+fi
+DEADLINE_S="${DEADLINE_S:-480}"; SCAN_S="${SCAN_S:-420}"; END_S="${END_S:-580}"
 PRECISION="${PRECISION:-bf16}"
 QWEN="hf-config:benchmarks/zoo_models/configs/qwen2-1.5b.json"
 W="$OUT/w"; mkdir -p "$W"
@@ -97,6 +103,13 @@ queue() {  # the jobs of GPU $1 in PART
         # PART=c: one GPU: the grouped-query decoder, then llama-1b's 8192-token prompts prefilled 512 at a time
         c*) SCAN_S=220 scan qwen2-1.5b-p2048-n64 "$QWEN" 2048 64
             SCAN_S=220 scan llama-1b-p8192-n64-c512 llama-1b 8192 64 --prefill-chunk 512 ;;
+        # PART=d: the cut search trials (prefill + 3 decode forwards; whole generations only in the fresh runs that
+        # prove a fit) at 512/512, the chunked prefill predicted with its full-cache attention, the frontier's points
+        # started from their prediction. One GPU each: QUEUES="0 1" on 2 GPUs, "0 1 2 3" on 4.
+        d0) scan llama-1b-p512-n512 llama-1b 512 512 ;;
+        d1) scan llama-8b-p512-n512 llama-8b 512 512 ;;
+        d2) scan llama-1b-p8192-n64-c512 llama-1b 8192 64 --prefill-chunk 512 ;;
+        d3) frontier llama-1b-frontier llama-1b "${FRONTIER_S:-420}" ;;
         *) echo "no queue $1 in part $PART" >>"$W/generate.log" ;;
     esac
 }

@@ -35,6 +35,9 @@ def scan_frontiers(
                 err=True,
             )
             sys.exit(interrupted_status())
+        if path is None:
+            click.echo(f"Error: no frontier point of {workload.name} finished: nothing written", err=True)
+            sys.exit(1)
         click.echo(f"wrote {path}", err=True)
         loaded.append((path, result))
     click.echo(rows_text(frontier_rows(loaded), keep=4))

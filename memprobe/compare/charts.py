@@ -177,7 +177,7 @@ def chart_figures(
             "relative_throughput",
             heat_figure(
                 heat,
-                f"Training throughput relative to {_short(relative.reference)} (= 1.0), {relative.basis}",
+                f"{comparison.throughput_noun()} relative to {_short(relative.reference)} (= 1.0), {relative.basis}",
                 footer + (published if any(o == PUBLISHED for _, o in heat.rows) else ""),
             ),
         )
@@ -200,7 +200,7 @@ def chart_figures(
     value, units = value_heat(comparison, catalog)
     if value.cells and wanted("throughput_per_1000usd"):
         footer = (
-            "Training throughput per 1000 USD of the card's price ("
+            f"{comparison.throughput_noun()} per 1000 USD of the card's price ("
             + "; ".join(f"{w}: {u}" for w, u in units.items())
             + " per 1000 USD); card prices from "
             "memprobe/data/gpus.yaml (published list prices, 2020 or 2023-2025); host not included."
@@ -209,7 +209,7 @@ def chart_figures(
             "throughput_per_1000usd",
             heat_figure(
                 value,
-                "Training throughput per 1000 USD of card price",
+                f"{comparison.throughput_noun()} per 1000 USD of card price",
                 footer + (published if any(o == PUBLISHED for _, o in value.rows) else ""),
             ),
         )

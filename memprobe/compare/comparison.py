@@ -49,6 +49,15 @@ class ReportError(ValueError):
     """A report cannot be made as asked (unknown reference GPU, nothing to compare). One line, for the CLI."""
 
 
+THROUGHPUT_NOUNS = {
+    "train": "Training throughput",
+    "infer": "Inference throughput",
+    # A generation's speed is two figures, the prefill's and the decode's tokens/s (the generation table has both);
+    # the one throughput of a point is the new tokens over the whole generation's time.
+    "generate": "Generation throughput (new tokens/s over whole generations: prefill + decode)",
+}
+
+
 @dataclass
 class Point:
     """One card x workload x precision, from one origin (a result file, or one published source).
@@ -82,6 +91,7 @@ class Point:
     knee_after_batch: float | None = None  # the first batch timed after that fall
     knee_drop: float | None = None  # throughput at knee_after_batch over that at knee_batch, minus 1
     at: str = "B"  # where `throughput` was taken: "B", "b*" or "common N" (compare.curves.like_for_like)
+    mode: str = "train"  # the scan's mode (train, infer, generate); published figures are training's
 
     @property
     def oom(self) -> bool:
@@ -100,6 +110,15 @@ class Comparison:
     def precisions(self) -> list[str]:
         present = {p.precision for p in self.points}
         return [p for p in PRECISION_ORDER if p in present] + sorted(present - set(PRECISION_ORDER))
+
+    def throughput_noun(self) -> str:
+        """What the throughput figures are, by the modes of the points: "Training throughput", "Inference
+        throughput", "Generation throughput (new tokens/s over whole generations: prefill + decode)", or
+        "Throughput" where modes are mixed."""
+        modes = {p.mode for p in self.points} or {"train"}
+        if len(modes) > 1:
+            return "Throughput"
+        return THROUGHPUT_NOUNS.get(modes.pop(), "Throughput")
 
     def workloads(self) -> list[str]:
         seen: list[str] = []
@@ -214,6 +233,8 @@ def batch_unit(result: ScanResult, p: PrecisionResult) -> str:
     params = result.workload.params or {}
     if axis_name(params) != "batch":  # a sequence-length search: n is a length, at a fixed batch
         return f"{axis_name(params)} at batch {params.get('batch', 1)}"
+    if result.mode == "generate":  # n counts concurrent sequences, each making N new tokens
+        return "concurrent sequences"
     unit = str(result.workload.unit or "samples")
     per = p.settings.task.units_per_sample if p.settings.task is not None else None
     return unit if not per or float(per) == 1.0 else f"samples of {float(per):g} {unit}"
@@ -245,8 +266,9 @@ def _measured_points(loaded: Sequence[tuple[Path, ScanResult]], labels: list[str
                     batch_unit=batch_unit(result, p),
                     batch_lower_bound=False,
                     throughput=throughput,
-                    unit=f"{t.unit or unit}/s",
+                    unit=("new " if result.mode == "generate" else "") + f"{t.unit or unit}/s",
                     status=p.status,
+                    mode=result.mode,
                     mfu=mfu,
                     mfu_why=why,
                     utilization=t.utilization or {},

@@ -131,7 +131,8 @@ def report_sections(ctx: Context) -> list[Section]:
         Section(
             "throughput",
             "Throughput at each card's best batch b*",
-            shown("throughput", "best_batch", "ranking") + speed_chart + shown("gains", "utilization"),
+            # a generation's prefill and decode tokens/s are the generation table's
+            shown("throughput", "generation", "best_batch", "ranking") + speed_chart + shown("gains", "utilization"),
         ),
         Section("relative", "Relative throughput", _relative_views(ctx, report)),
     ]
@@ -278,7 +279,7 @@ def guide_section(ctx: Context) -> Section | None:
         comparison = like_for_like(build_comparison(ctx.single, with_published=True)).comparison
         heat, _units = value_heat(comparison, ctx.catalog)
         if heat.cells:
-            caption = "Training throughput per 1000 USD of card price, at each card's best batch b*"
+            caption = f"{comparison.throughput_noun()} per 1000 USD of card price, at each card's best batch b*"
             body += heat_html(heat, heat_colors(heat), "value_heat", caption, heat.cards)
     except ReportError:
         pass  # nothing measured or published to price

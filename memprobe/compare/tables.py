@@ -187,7 +187,10 @@ def throughput_table(comparison: Comparison, basis: str = "") -> Table:
         notes.append("(at B) = at the card's max batch B: its file has no throughput curve, so no best batch b*.")
     if basis and basis != "throughput at each card's max batch":
         notes.append("MFU at the same batch as the throughput beside it.")
-    title = f"Training throughput: {basis}" if basis else "Training throughput at the max batch"
+    noun = comparison.throughput_noun()
+    if any(p.mode == "generate" for p in comparison.points):
+        notes.append("Generation: prefill and decode tokens/s apart are in the generation table.")
+    title = f"{noun}: {basis}" if basis else f"{noun} at the max batch"
     return Table("throughput", title, columns, rows, notes, keep=3)
 
 

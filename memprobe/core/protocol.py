@@ -174,7 +174,9 @@ class SetupRequest(Request):
 
 @dataclass
 class TrialRequest(Request):
-    """One trial at `batch` of `steps` steps; `keep`: a fit leaves its state for a measure with `cont`."""
+    """One trial at `batch` of `steps` steps; `keep`: a fit leaves its state for a measure with `cont`;
+    `decode_steps`: in generate mode, each generation stops after the prefill and this many decode forwards (None:
+    whole generations; core/run_length.GENERATE_SEARCH_DECODE)."""
 
     op: ClassVar[str] = "trial"
     answer: ClassVar[type] = Attempt
@@ -182,6 +184,7 @@ class TrialRequest(Request):
     steps: int = 3
     loss_scale: float | None = None
     keep: bool = False
+    decode_steps: int | None = None
 
 
 @dataclass
@@ -308,10 +311,12 @@ class HintAnswer:
 @dataclass
 class NeedRequest:
     """The one line to the nothing-fits child (probe/nothing_fits.py, predict/need.py): the memory a trial of
-    `workload` at batch 1 in `precision` needs."""
+    `workload` at batch 1 in `precision` needs, in `mode` (a training step, or in "generate" the generations of a
+    fit)."""
 
     workload: Workload
     precision: str
+    mode: str = "train"
 
 
 @dataclass

@@ -27,6 +27,15 @@ INFER_WARMUP = 1
 GENERATE_TRIAL_STEPS = 2
 GENERATE_WARMUP = 0
 GENERATE_TIMED_STEPS = 1
+# A search trial's generations stop after the prefill and this many decode forwards. With the static cache every
+# decode forward runs the same ops on the same shapes (the cache is P + N long from the first token to the last),
+# so the memory of one does not depend on its position: the first shows the peak of the decode, the next ones
+# that the allocator's cache repeats it (predict/trace.py traces as many and checks the last two byte for byte).
+# The timed generation, and every fresh run that proves a batch fits, runs all N - 1: B keeps its definition (the
+# most sequences that complete exactly N new tokens) at the cost of one whole generation per fresh run instead of
+# three. A model whose decode changes shape along the way (a sliding-window cache that starts rolling) runs its
+# trials whole (workloads/generation.py GenerateTask.decode_shapes_repeat).
+GENERATE_SEARCH_DECODE = 3
 
 
 def steps_at_fit(mode: str, trial_steps: int = TRIAL_STEPS) -> int:

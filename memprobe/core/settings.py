@@ -61,6 +61,8 @@ class ScanSettings(Section):
     soak: Count | None = ABSENT
     predicted_start: bool | None = ABSENT
     breakdown: bool | None = ABSENT
+    # generate: the decode forwards a search trial's generations stop after (absent before trials were cut: whole)
+    search_decode_steps: Count | None = ABSENT
     precisions: list[Precision] | None = ABSENT
     interrupted: bool | None = ABSENT
     world_size: Ranks | None = ABSENT

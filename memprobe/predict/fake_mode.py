@@ -72,6 +72,7 @@ def _unique_worst_case(func, args, kwargs) -> tuple:
 
 _SCALAR = "_memprobe_scalar"  # the attribute of a 0-dim fake tensor that holds its real value (FakeCudaMode's)
 _UNIFORM_DRAWS = frozenset({aten.rand.default, aten.rand.generator, aten.rand_like.default})
+_LIFTS = frozenset({aten.lift_fresh.default, aten.lift_fresh_copy.default})  # torch.tensor(...) under a fake mode
 
 
 def _written_arguments(func) -> tuple[tuple[int, str], ...]:
@@ -172,6 +173,13 @@ class FakeCudaMode(_RealValues):
                 # skip, is False for every p < 1: no layer skipped, the most memory, the same trace every time
                 with _DisableTorchDispatch():
                     real = torch.full((), 1.0 - torch.finfo(out.dtype).eps / 2, dtype=out.dtype)
+            elif func in _LIFTS and isinstance(args[0], torch.Tensor) and not isinstance(args[0], FakeTensor):
+                # torch.tensor(0) made under the mode: a constant whose value is known, kept as it is. transformers'
+                # StaticCache counts its tokens in such a scalar (`cumulative_length`, added to per forward): read
+                # as an answer, every chunk of a chunked prefill looked like the first (`q_offset == 0`), so the
+                # trace skipped the mask and the full-cache attention that chunks after the first run.
+                with _DisableTorchDispatch():
+                    real = args[0].clone()
             elif _tensors(args) and self._known(args) and self._known(kwargs.values()):
                 try:
                     with _DisableTorchDispatch():

@@ -319,9 +319,7 @@ class CudaBehaviour:
         backend = self.sdpa_backend(query, key, value, attn_mask, dropout_p, is_causal, enable_gqa)
         self.sdpa_choices[(backend, str(query.dtype).removeprefix("torch."))] += 1
         if backend == "cudnn":
-            bias = attn_mask
-            if bias is not None and bias.dtype == torch.bool:  # convert_boolean_attn_mask_cudnn
-                bias = torch.where(bias, 0.0, torch.scalar_tensor(float("-inf"), dtype=query.dtype, device=bias.device))
+            bias = _additive_bias(attn_mask, query.dtype, -65504.0)  # convert_boolean_attn_mask_cudnn
             compute_lse = torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value))
             return aten._scaled_dot_product_cudnn_attention.default(
                 query, key, value, bias, compute_lse, dropout_p, is_causal, False, scale=scale
@@ -337,12 +335,8 @@ class CudaBehaviour:
             )[0]
             return out[..., :head] if pad else out
         if backend == "efficient":
-            bias = attn_mask
+            bias = _additive_bias(attn_mask, query.dtype, float("-inf"))  # convert_boolean_attn_mask
             if bias is not None:
-                if bias.dtype == torch.bool:  # convert_boolean_attn_mask: where(mask, 0, -inf) in the query's dtype
-                    bias = torch.where(
-                        bias, 0.0, torch.scalar_tensor(float("-inf"), dtype=query.dtype, device=bias.device)
-                    )
                 # preprocess_mask (attention.cpp): pad_bias<8> unless the bias is aligned, then expand to 4-D.
                 aligned = all(bias.stride(i) % 8 == 0 for i in range(bias.dim() - 1)) and bias.stride(-1) == 1
                 if not aligned:
@@ -353,9 +347,23 @@ class CudaBehaviour:
             return aten._scaled_dot_product_efficient_attention.default(
                 query, key, value, bias, compute_lse, dropout_p, is_causal, scale=scale
             )[0]
+        bias = _additive_bias(attn_mask, query.dtype, float("-inf"))  # convert_boolean_attn_mask, before the switch
         return aten._scaled_dot_product_attention_math.default(
-            query, key, value, attn_mask, dropout_p, is_causal, None, scale=scale, enable_gqa=enable_gqa
+            query, key, value, bias, dropout_p, is_causal, None, scale=scale, enable_gqa=enable_gqa
         )[0]
+
+
+def _additive_bias(mask, dtype: torch.dtype, masked_out: float):
+    """The additive bias SDPA makes of a boolean mask before a fused kernel (attention.cpp convert_boolean_attn_mask
+    and its cuDNN twin): `where(mask.logical_not(), masked_out, scalar_tensor(0, dtype))`. Both tensors are as large
+    as the mask's broadcast shape, however it was expanded: a mask expanded over the batch (transformers' causal
+    mask, (1, 1, q, kv) expanded to (B, 1, q, kv)) becomes a (B, 1, q, kv) bool inversion and a (B, 1, q, kv) bias in
+    the query's dtype, both alive while the bias is made. A chunk of a chunked prefill on an H200 (llama-1b, P 8192,
+    chunks of 512) ran out of memory asking for the bias, 2 bytes x B x 512 x 8256, with the inversion held. A mask
+    that is not boolean is the bias as given; None stays None."""
+    if mask is None or mask.dtype != torch.bool:
+        return mask
+    return torch.where(mask.logical_not(), masked_out, torch.scalar_tensor(0.0, dtype=dtype, device=mask.device))
 
 
 GROUPED_MM_DTYPES = (torch.float32, torch.bfloat16, torch.float16)

@@ -17,13 +17,16 @@ from memprobe.predict.allocator import replay
 from memprobe.predict.trace import TRIAL_MARK, TraceSession
 
 
-def trial_need_bytes(workload: Workload, precision: str, n: int = 1, steps: int = 3) -> int:
-    """Peak reserved bytes of a trial (1 warm-up + K steps, optimizer state included) at n, as the
-    CUDA caching allocator of an H100 would reserve them with no capacity limit.
+def trial_need_bytes(workload: Workload, precision: str, n: int = 1, steps: int = 3, mode: str = "train") -> int:
+    """Peak reserved bytes of a trial (1 warm-up + K steps, optimizer state included; in "generate" mode the
+    generations of a fit) at n, as the CUDA caching allocator of an H100 would reserve them with no capacity limit.
 
     Raises PredictError when the workload cannot be built or stepped on fake tensors.
     """
-    with TraceSession(workload, steps) as session:
+    generate = mode == "generate"  # a generation is traced in its mode and precision; a training step as built
+    with TraceSession(
+        workload, steps, mode=mode if generate else "train", precision=precision if generate else None
+    ) as session:
         trace = session.trace(precision, n)
     return replay(trace.events, capacity=None, measure_from=TRIAL_MARK).peak_reserved
 
@@ -33,7 +36,7 @@ def main() -> int:
     die_with_parent(expected_parent())
     try:
         request = read_message(sys.stdin.readline(), NeedRequest)
-        answer = NeedAnswer(need_bytes=trial_need_bytes(request.workload, request.precision))
+        answer = NeedAnswer(need_bytes=trial_need_bytes(request.workload, request.precision, mode=request.mode))
     except Exception as exc:  # noqa: BLE001 - any failure is the answer, reported by the parent
         answer = NeedAnswer(error=described(exc)[:400])
     sys.stdout.write(message_line(answer))

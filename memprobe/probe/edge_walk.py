@@ -8,7 +8,9 @@ batch that failed in one; the batches from the lowest fresh failure up to the hi
 flaky band. Once the edge is seen to be flaky (a batch fitted at or above one that failed), the walk changes: a
 candidate for B is repeated before the walk moves from it, the walk down jumps by the band's width (doubling) instead
 of stepping by one, and no new batch is tried once the walk's own runs have taken `budget_s` seconds; only the
-repeats that make the best candidate hold go on, within the check cap.
+repeats that make the best candidate hold go on, within the check cap. The search's own fresh fits bound the walk
+down until a check fails at or below one of them; from then on they are no floor and the budget, not the check cap,
+bounds the walk.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ CHECK_CAP_FACTOR = 2
 # takes 8-24 s on an H200 (a process, the build, the trial and the timed steps): 90 s is 4 to 10 runs, enough to
 # repeat a candidate and halve the band's lower end two or three times, against 17 runs in 160 s stepping by one.
 EDGE_BUDGET_S = 90.0
+# Where the budget bounds the walk, the count of checks may reach this many times its usual cap.
+BACKSTOP_FACTOR = 4
 
 
 @dataclass
@@ -158,13 +162,19 @@ def _next(
     """The next batch to run (None: the walk ends), how the walk ends if it does, and the step counters after it."""
     lo, hi = walk.pair()
     flaky = walk.tally.band() is not None
+    untrusted = _search_fits_failed(walk, fresh_fits)
     at_cap = hi is None and lo is not None and lo >= max_batch
     if hi == 1 and lo is None:
         return None, "edge", walked, flaky_steps  # batch 1 does not train in a fresh process
     # A candidate for B is repeated at the pair, at the cap, and anywhere once the edge is flaky (so that the walk
     # only moves from a batch that holds).
+    # Once the search's fits proved nothing, the budget bounds the walk's time rather than the count of checks
+    # (4.5 s runs: 12 checks ended inception_v3's walk with no fit at all, 54 s into its 90 s); BACKSTOP_FACTOR x
+    # the cap still ends a walk whose checks take no time.
+    timed = untrusted and budget_s is not None
+    cap = BACKSTOP_FACTOR * walk.hard_cap if timed else walk.hard_cap
     if lo is not None and not walk.holds(lo) and (hi == lo + 1 or at_cap or flaky):
-        if len(walk.checks) < walk.hard_cap:
+        if len(walk.checks) < cap:
             return lo, "edge", walked, flaky_steps
         return None, "check-limit", walked, flaky_steps
     if lo is not None and hi == lo + 1:
@@ -172,9 +182,10 @@ def _next(
     if at_cap:
         return None, "cap", walked, flaky_steps
     bracketed = lo is not None and hi is not None
-    if len(walk.checks) >= (CHECK_CAP_FACTOR * walk.explore_cap if bracketed else walk.explore_cap):
+    explore = CHECK_CAP_FACTOR * walk.explore_cap if bracketed else walk.explore_cap
+    if len(walk.checks) >= (BACKSTOP_FACTOR * CHECK_CAP_FACTOR * walk.explore_cap if timed else explore):
         return None, "check-limit", walked, flaky_steps
-    if flaky and budget_s is not None and walk.spent_s >= budget_s:
+    if (flaky or untrusted) and budget_s is not None and walk.spent_s >= budget_s:
         return None, "budget", walked, flaky_steps
     if lo is not None and hi is not None:
         return (lo + hi) // 2, "edge", walked, flaky_steps  # bisect
@@ -190,8 +201,16 @@ def _next(
         width = band[1] - band[0] + 1
         jump = width * 2**flaky_steps
         return max(1, hi - jump), "edge", walked, flaky_steps + 1
-    floor = max((b for b in fresh_fits if b < hi), default=1)
+    floor = 1 if untrusted else max((b for b in fresh_fits if b < hi), default=1)
     return max(1, floor, hi - step), "edge", walked, flaky_steps
+
+
+def _search_fits_failed(walk: _Walk, fresh_fits: Collection[int]) -> bool:
+    """Whether a check failed at or below a batch that fitted fresh in the search. Those fits ran the trial but not
+    the steps after it (inception_v3 on an H200: 2763-2772 fitted in the search, then each failed in the steps after
+    the trial), so once one is contradicted none of them is a floor for the walk down."""
+    low = walk.tally.lowest_failure()
+    return low is not None and any(b >= low for b in fresh_fits)
 
 
 def _answer(walk: _Walk, claimed: int, max_batch: int, ended: str) -> EdgeCheck:

@@ -43,10 +43,12 @@ def scan_frontier(
     budget_s: float | None,
     checkpointing: bool = False,
     lora: int | None = None,
-) -> tuple[ScanResult, Path]:
+) -> tuple[ScanResult, Path | None]:
     """Measure the frontier of `workload` in each precision of `opts`, each within `budget_s` seconds (None: no
-    limit). Returns the frontier result and its path. Raises FrontierError for a workload without one; on Ctrl-C
-    the file keeps the points finished (partial) and ScanInterrupted is raised."""
+    limit). Returns the frontier result and its path (None, and no file written, when no point finished). A point
+    over the batch starts from `memprobe predict`'s figure where the scan's options ask for it (predicted_start).
+    Raises FrontierError for a workload without one; on Ctrl-C the file keeps the points finished (partial; no file
+    before the first) and ScanInterrupted is raised."""
     kinds = frontier_kinds(workload)
     start, seq_cap, added = ladder_of(workload, opts.max_batch)
     name = frontier_name(workload, checkpointing, lora)
@@ -63,9 +65,13 @@ def scan_frontier(
     frontiers: dict[str, Frontier] = {}
     result.frontier = frontiers  # filled in as each precision's points are measured
     points_dir = Path(out_dir) / "frontier-points"
-    state: dict[str, Any] = {"path": None}
+    state: dict[str, Any] = {"path": None, "finished": 0}
 
     def save() -> None:
+        # Nothing before the first point finishes: no GPU seen, no point to keep (a file would be empty and named
+        # after the device type, not the GPU).
+        if not state["finished"]:
+            return
         if state["path"] is None:
             gpu = result.gpu_name(unknown=opts.device)
             state["path"] = Path(out_dir) / result_filename(gpu, name, opts.mode)
@@ -73,7 +79,7 @@ def scan_frontier(
 
     for precision in opts.precisions:
         frontier = Frontier(precision, MEASURED, budget_s)
-        point_opts = replace(opts, precisions=[precision], measure=False, curve=False, predicted_start=False)
+        point_opts = replace(opts, precisions=[precision], measure=False, curve=False)
 
         def measure(
             kind: str,
@@ -83,16 +89,23 @@ def scan_frontier(
             point_opts: ScanOptions = point_opts,
         ) -> FrontierPoint:
             variant = point_workload(workload, kind, fixed, checkpointing, lora)
-            if added and kind == SEQ_AT_BATCH:  # a generation's prompt stops where the model's positions do
-                point_opts = replace(point_opts, max_batch=min(point_opts.max_batch, seq_cap - added))
+            if kind == SEQ_AT_BATCH:
+                # The predicted start predicts a max batch: a point over the length starts from the memory model.
+                point_opts = replace(point_opts, predicted_start=False)
+                if added:  # a generation's prompt stops where the model's positions do
+                    point_opts = replace(point_opts, max_batch=min(point_opts.max_batch, seq_cap - added))
             try:
                 scanned, path = scan_workload(variant, point_opts, points_dir, progress)
-            except ScanInterrupted:
+            except ScanInterrupted as stop:
                 result.settings.interrupted = True
                 save()
+                note = getattr(progress, "note", None)
+                if not state["finished"] and stop.path and note is not None:
+                    note(f"the point interrupted is in {stop.path} (marked partial)")
                 raise ScanInterrupted(state["path"]) from None
             if not result.gpu_name(unknown=""):
                 result.environment.merge(scanned.environment.to_dict())
+            state["finished"] += 1
             p = scanned.precisions[precision]
             proof = p.proof or Proof()
             point = (
@@ -114,4 +127,4 @@ def scan_frontier(
     found_any = any(p.status == MEASURED for f in frontiers.values() for p in f.points)
     result.status = "complete" if found_any else "failed"
     save()
-    return result, state["path"]
+    return result, state["path"]  # None when no point finished (nothing written)

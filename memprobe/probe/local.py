@@ -132,8 +132,13 @@ class LocalBackend:
     def fit_check(self) -> str:
         opts = self.opts
         if opts.mode == "generate":
-            timed = f", then in the same run {opts.timed_count} timed generation(s)" if opts.measure else ""
-            return f"{opts.trial_steps} whole generations" + timed
+            cut = opts.trial_decode(fresh=True)
+            if cut is None:
+                return f"{opts.trial_steps} whole generations"
+            return (
+                f"{opts.trial_steps} generations cut after the prefill and {cut} decode forwards, then in the same"
+                f" run {opts.timed_count} whole timed generation(s)"
+            )
         return f"{opts.trial_steps} steps (1 warm-up + {opts.trial_steps - 1})" + (
             f", then in the same run 1 more warm-up + {opts.timed_steps} timed steps"
             + (f" (fewer past {opts.timed_budget_s:g} s)" if opts.timed_budget_s else "")

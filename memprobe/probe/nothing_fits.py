@@ -1,4 +1,4 @@
-"""When even n = 1 does not train: the memory a step would need (traced) and which settings would fit.
+"""When even n = 1 does not train (or generate): the memory a step would need (traced) and which settings would fit.
 
 No torch here: the trace runs in a child process (predict/need.py) when a scan found nothing that fits. The
 answer is stored in the precision's settings under "nothing_fits" and said in one plain paragraph.
@@ -52,9 +52,11 @@ class Shortfall:
     def to_dict(self) -> dict:
         return asdict(self)
 
-    def describe(self, workload: str, gpu: str, n_name: str) -> str:
-        """One paragraph for the user."""
+    def describe(self, workload: str, gpu: str, n_name: str, mode: str = "train") -> str:
+        """One paragraph for the user (`mode` "generate": a generation's, else a training step's)."""
         room = f" ({gib(self.capacity_bytes)} GiB usable)" if self.capacity_bytes else ""
+        if mode == "generate":
+            return self._describe_generation(workload, gpu, room)
         text = f"{workload} {self.precision}: nothing trains on {gpu}{room}, not even {n_name} 1."
         if self.need_bytes is not None:
             text += (
@@ -77,6 +79,21 @@ class Shortfall:
         )
         return text
 
+    def _describe_generation(self, workload: str, gpu: str, room: str) -> str:
+        text = f"{workload} {self.precision}: nothing generates on {gpu}{room}, not even 1 sequence."
+        if self.need_bytes is not None:
+            text += (
+                f" A generation of 1 sequence would need about {gib(self.need_bytes)} GiB (the weights, its static KV"
+                " cache and the prefill; predicted from a fake-tensor trace, not measured)."
+            )
+        elif self.error:
+            text += f" (Its need could not be traced: {self.error})"
+        return text + (
+            " A shorter context (--prompt-len, --new-tokens: the KV cache and the prefill grow with it) or a chunked"
+            " prefill (--prefill-chunk C) needs less; `memprobe predict --mode generate --gpu NAME` says which card"
+            " holds it."
+        )
+
 
 NEED_TIMEOUT_S = 600.0  # a trace of the largest LLMs at n = 1 takes about a minute on a laptop
 
@@ -89,7 +106,11 @@ NEED_COMMAND = (sys.executable, "-m", "memprobe.predict.need")
 
 
 def _default_need(
-    workload: Workload, precision: str, env: Mapping[str, str] | None = None, command: Sequence[str] = NEED_COMMAND
+    workload: Workload,
+    precision: str,
+    env: Mapping[str, str] | None = None,
+    command: Sequence[str] = NEED_COMMAND,
+    mode: str = "train",
 ) -> int:
     """Trace the need in a child (`command`: `python -m memprobe.predict.need`, CUDA hidden): probe does not import
     predict, and the trace's memory and imports stay out of the scan's process. `env`: variables the child gets on top
@@ -101,7 +122,7 @@ def _default_need(
         log_prefix="memprobe-need-",
     ) as child:
         try:
-            said = child.communicate(NeedRequest(workload, precision), NEED_TIMEOUT_S)
+            said = child.communicate(NeedRequest(workload, precision, mode), NEED_TIMEOUT_S)
         except TimeoutError:
             raise NeedError(f"the trace took more than {NEED_TIMEOUT_S:.0f} s") from None
         lines = [line for line in said if line.strip()]  # the answer is the last: a user's build may print
@@ -161,14 +182,15 @@ def explain_precision(
     p = result.precisions[precision]
     if p.status != "done" or p.max_batch != 0:
         return None
-    need = need or partial(_default_need, env=env)
+    need = need or partial(_default_need, env=env, mode=result.mode)
     try:
         shortfall = Shortfall(precision, p.capacity_bytes, need(workload, precision))
     except Exception as exc:  # noqa: BLE001
         shortfall = Shortfall(precision, p.capacity_bytes, None, f"{type(exc).__name__}: {exc}"[:200])
-    shortfall.alternatives = _alternatives(workload, precision, p.capacity_bytes, need)
+    if result.mode != "generate":  # the alternatives (checkpointing, LoRA) are training settings
+        shortfall.alternatives = _alternatives(workload, precision, p.capacity_bytes, need)
     p.settings.nothing_fits = NothingFits.from_dict(shortfall.to_dict())
-    return shortfall.describe(workload.name, _gpu(result), _n_name(workload))
+    return shortfall.describe(workload.name, _gpu(result), _n_name(workload), result.mode)
 
 
 def explain_nothing_fits(result: ScanResult, workload: Workload, need: NeedFn | None = None) -> list[str]:
@@ -187,5 +209,5 @@ def described(result: ScanResult, workload: Workload) -> list[str]:
             shortfall = Shortfall(
                 **{**stored.to_dict(), "alternatives": [Alternative(**a) for a in stored.alternatives or []]}
             )
-            lines.append(shortfall.describe(workload.name, _gpu(result), _n_name(workload)))
+            lines.append(shortfall.describe(workload.name, _gpu(result), _n_name(workload), result.mode))
     return lines

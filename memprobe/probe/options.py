@@ -14,6 +14,7 @@ from memprobe.core.fieldtypes import MODES
 from memprobe.core.option_bounds import REPEAT
 from memprobe.core.records import Timed
 from memprobe.core.run_length import (  # noqa: F401 - INFER_* and MIN_TIMED_STEPS re-exported for probe
+    GENERATE_SEARCH_DECODE,
     GENERATE_TIMED_STEPS,
     GENERATE_TRIAL_STEPS,
     GENERATE_WARMUP,
@@ -96,6 +97,9 @@ class ScanOptions:
     # GPU it was asked for and its caller's import path here instead of changing os.environ. Not a setting: not
     # recorded (the environment the trials saw is, under `environment`). Multi-GPU launches do not take it.
     env: dict[str, str] = field(default_factory=dict)
+    # Generation: the search's trials stop each generation after the prefill and this many decode forwards (None:
+    # whole); the timed generation and the fresh runs that prove a fit run all of it (core/run_length.py).
+    search_decode_steps: int | None = GENERATE_SEARCH_DECODE
 
     def __post_init__(self) -> None:
         if self.steps < 3:
@@ -135,6 +139,15 @@ class ScanOptions:
         if self.mode == "generate":
             return min(self.steps, GENERATE_TRIAL_STEPS)
         return self.steps if self.mode == "train" else min(self.steps, INFER_TRIAL_STEPS)
+
+    def trial_decode(self, fresh: bool) -> int | None:
+        """The decode forwards a trial's generations stop after (None: whole generations, and outside generate
+        mode). A search trial in the shared process is cut (search_decode_steps); a fresh run is cut only where a
+        whole timed generation follows it in the same process (throughput on), so that every fresh fit, which the
+        proof may take as a check, completed N new tokens at least once."""
+        if self.mode != "generate" or (fresh and not self.measure):
+            return None
+        return self.search_decode_steps
 
     @property
     def warmup_steps(self) -> int:

@@ -342,7 +342,7 @@ def _timed_runs(
     opts: ScanOptions,
     progress: ScanProgress,
     gpu: str,
-    stage: Stage | None = None,
+    stage: Stage,
 ) -> None:
     """The throughput at B, the requested batches (--batch), their MFU, then what the back-end adds (scaling;
     `stage` says so, for an interruption)."""
@@ -361,8 +361,7 @@ def _timed_runs(
     if backend.counts_flops:
         for measured in [result.throughput, *result.extra_batches]:
             add_mfu(measured, result.settings.flops_per_sample, gpu, result.precision)
-    if stage is not None:
-        stage.at = "scaling"
+    stage.at = "scaling"
     backend.finish(result)
 
 
@@ -445,6 +444,7 @@ def _explain(
     """Where nothing trains at n = 1, trace the need (no GPU used; the child gets `env`, ScanOptions.env) and record
     it in the precision's settings."""
     p = result.precisions[precision]
-    if p.status == "done" and p.max_batch == 0 and result.mode != "generate":  # the need is traced for training
-        progress.note("nothing trains at 1: tracing what it would need (no GPU used) ...")
+    if p.status == "done" and p.max_batch == 0:
+        what = "generates" if result.mode == "generate" else "trains"
+        progress.note(f"nothing {what} at 1: tracing what it would need (no GPU used) ...")
         explain_precision(result, precision, workload, env=env)

@@ -194,11 +194,13 @@ class Worker:
         self.info = answer
         return answer
 
-    def trial(self, batch: int, steps: int, keep: bool = False) -> Attempt:
+    def trial(self, batch: int, steps: int, keep: bool = False, decode_steps: int | None = None) -> Attempt:
         """Run one trial; a dead or hung process becomes a CRASH or TIMEOUT attempt. `keep`: a fit leaves its
-        training state in the process, for a timed run that goes on from it (measure(..., cont=True))."""
+        training state in the process, for a timed run that goes on from it (measure(..., cont=True)).
+        `decode_steps`: generations cut after the prefill and that many decode forwards (None: whole)."""
         started = time.perf_counter()
-        answer = self.request(TrialRequest(batch, steps, self.spec.loss_scale, keep), self.spec.timeout_s)
+        request = TrialRequest(batch, steps, self.spec.loss_scale, keep, decode_steps)
+        answer = self.request(request, self.spec.timeout_s)
         if not isinstance(answer, Attempt):
             lost = self._lost(answer)
             outcome = OOM if lost[0] == CRASH and classify_error("", lost[1]) == OOM else lost[0]

@@ -96,7 +96,9 @@ class FreshRuns:
 
     def _run(self, worker: Worker, batch: int, time_it: Callable[[Attempt], bool] | None) -> Attempt:
         # With throughput on, a fit keeps its training state, so the timed steps go on from the trial as one run.
-        attempt = worker.trial(batch, self.opts.trial_steps, keep=self.opts.measure)
+        attempt = worker.trial(
+            batch, self.opts.trial_steps, keep=self.opts.measure, decode_steps=self.opts.trial_decode(fresh=True)
+        )
         attempt.trial_fit = attempt.fits
         if not (attempt.fits and self.opts.measure and (time_it is None or time_it(attempt))):
             return attempt
@@ -178,7 +180,8 @@ class SearchTrials:
                 self.worker = self.fresh.factory.fresh(self.fresh.spec)
             except WorkerError as exc:
                 return self.fresh.report(Attempt(batch, ERROR, message=f"could not restart the trial process: {exc}"))
-        attempt = self.worker.trial(batch, self.fresh.opts.trial_steps)
+        opts = self.fresh.opts
+        attempt = self.worker.trial(batch, opts.trial_steps, decode_steps=opts.trial_decode(fresh=False))
         if attempt.outcome in (CRASH, TIMEOUT) or not self.worker.alive:
             self.close()  # the context is unusable; the next trial gets a new process
         return self.fresh.report(attempt)

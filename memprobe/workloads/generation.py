@@ -23,8 +23,9 @@ tokens, as min_new_tokens = max_new_tokens = N asks). Chunked prefill feeds the 
 from __future__ import annotations
 
 import inspect
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 import torch
 
@@ -232,6 +233,20 @@ class GenerateTask(TrainTask):
         config = model_config(self.model).get_text_config(decoder=True)
         layers = StaticCache(config=config, max_cache_len=2).layers
         return not any(getattr(layer, "is_sliding", False) for layer in layers)
+
+    @contextmanager
+    def cut_decode(self, decode_steps: int | None) -> Iterator[bool]:
+        """Within: each generation stops after the prefill and `decode_steps` decode forwards (a search trial,
+        core/run_length.GENERATE_SEARCH_DECODE), where every decode forward has the same shapes; whole generations
+        where the cache slides, or with None. Yields whether it cuts; whole generations again after."""
+        cut = decode_steps is not None and self.decode_shapes_repeat()
+        if decode_steps is not None and cut:
+            self.decode_steps = int(decode_steps)
+        try:
+            yield cut
+        finally:
+            if cut:
+                self.decode_steps = None
 
     def make_batch(self, n: int) -> torch.Tensor:
         """Random prompts (sequences, P) of token ids: every position a real token, no padding."""

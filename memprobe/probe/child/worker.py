@@ -26,6 +26,7 @@ import os
 import signal
 import sys
 import time
+from contextlib import nullcontext
 from typing import Any, Callable
 
 import torch
@@ -225,18 +226,20 @@ class Session:
         self._drop_kept()
         self.kept = {} if req.keep else None
         task, memory = self.built()
-        attempt = run_trial(
-            task,
-            self.precision,
-            self.mode,
-            int(req.batch),
-            int(req.steps),
-            memory,
-            before=self.apply_cap,
-            capacity_bytes=self.capacity_bytes,
-            loss_scale=req.loss_scale,
-            keep=self.kept,
-        )
+        cut = getattr(task, "cut_decode", None) if self.mode == "generate" else None
+        with cut(req.decode_steps) if cut is not None else nullcontext():
+            attempt = run_trial(
+                task,
+                self.precision,
+                self.mode,
+                int(req.batch),
+                int(req.steps),
+                memory,
+                before=self.apply_cap,
+                capacity_bytes=self.capacity_bytes,
+                loss_scale=req.loss_scale,
+                keep=self.kept,
+            )
         if not self.kept:
             self.kept = None
         return Attempt.from_dict(attempt)
