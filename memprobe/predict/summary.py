@@ -288,26 +288,8 @@ def predict(
     when the workload cannot be built, wrapped or stepped on fake tensors, ValueError for a precision other than
     fp32/tf32/fp16/bf16.
     """
-    for p in precisions:
-        if p not in PRECISIONS:
-            raise ValueError(f"unknown precision '{p}'")
-    if world is not None:
-        from memprobe.core.strategies import StrategyError, check_workload
-
-        try:
-            check_workload(workload)  # what a multi-GPU scan refuses is not predicted either
-        except StrategyError as exc:
-            raise PredictError(str(exc)) from None
-    notes: list[str] = []
-    results: dict[str, PrecisionPrediction] = {}
-    rows: list[ComparisonRow] = []
-    edges: list[MaxBatchComparison] = []
+    _check(workload, precisions, world, mode)
     started = time.perf_counter()
-    sdpa: dict = {}
-    answers: dict = {}
-    behaviour_notes: list[str] = []
-    if world is not None and mode != "train":
-        raise ValueError("a data-parallel prediction is of training (--mode train)")
     progress = progress or silent()
     scanned = compare_with[1].precisions if compare_with is not None else {}
     margin = safe_margin(world)
@@ -339,41 +321,16 @@ def predict(
                 traces_for(precision)
                 progress.phase(f"replaying {precision} through the allocator model")
                 done.append(replays(precision))
-        for precision, (result, got_rows, edge) in zip(precisions, done):
-            results[precision] = result
-            rows += got_rows
-            if edge is not None:
-                edges.append(edge)
-        for session in traced.sessions:  # counted before the sessions close
-            for key, n in session.behaviour.sdpa_choices.items():
-                sdpa[key] = sdpa.get(key, 0) + n
-            for key, n in session.recorder.answers.items():
-                answers[key] = answers.get(key, 0) + n
-            behaviour_notes += [n for n in session.behaviour.notes if n not in behaviour_notes]
-    for precision, result in results.items():
-        if precision in traced.shared or result.how != "traced":
-            continue
-        if traced.traces[precision].small:
-            notes.append(
-                f"{precision}: batch 2 does not fit the largest memory here, so batches 1 and 2 were traced and "
-                "no batch model was made; the line is through those two."
-            )
-        else:
-            notes.append(
-                f"{precision}: the traces at small batches do not extrapolate (the op sequence or a size "
-                "changes with the batch), so every batch needed was traced."
-            )
-    if traced.shared:
-        notes.append("tf32: fp32's traces (TF32 changes the math, not the tensors).")
-    elif "tf32" in precisions:
-        notes.append("tf32: traced like fp32 (TF32 changes the math, not the tensors).")
-    choices = ", ".join(f"{backend} ({dtype}) x{n}" for (backend, dtype), n in sorted(sdpa.items()))
-    if choices:
-        notes.append(f"scaled-dot-product attention calls, emulated as on {target.name}: {choices}.")
-    answered = ", ".join(f"{op} -> {value} x{n}" for (op, value), n in sorted(answers.items(), key=str))
-    if answered:
-        notes.append(f"data-dependent values answered on fake tensors: {answered}.")
-    notes += behaviour_notes
+        session_notes = _session_notes(traced.sessions, target)  # counted before the sessions close
+    results: dict[str, PrecisionPrediction] = {}
+    rows: list[ComparisonRow] = []
+    edges: list[MaxBatchComparison] = []
+    for precision, (result, got_rows, edge) in zip(precisions, done):
+        results[precision] = result
+        rows += got_rows
+        if edge is not None:
+            edges.append(edge)
+    notes = _trace_notes(results, traced, precisions) + session_notes
     if world is not None:
         from memprobe.predict.data_parallel import notes as world_notes
 
@@ -407,6 +364,68 @@ def predict(
         mismatch,
         margin,
     )
+
+
+def _check(workload: Workload, precisions: Sequence[str], world: Any, mode: str) -> None:
+    """Raises ValueError for a precision other than fp32/tf32/fp16/bf16 or a data-parallel prediction of anything
+    but training, PredictError for a workload a multi-GPU scan refuses."""
+    for p in precisions:
+        if p not in PRECISIONS:
+            raise ValueError(f"unknown precision '{p}'")
+    if world is not None:
+        from memprobe.core.strategies import StrategyError, check_workload
+
+        try:
+            check_workload(workload)  # what a multi-GPU scan refuses is not predicted either
+        except StrategyError as exc:
+            raise PredictError(str(exc)) from None
+    if world is not None and mode != "train":
+        raise ValueError("a data-parallel prediction is of training (--mode train)")
+
+
+def _trace_notes(results: dict[str, PrecisionPrediction], traced: Any, precisions: Sequence[str]) -> list[str]:
+    """How each precision was traced where it was not the usual way (no batch model; tf32 as fp32)."""
+    notes = []
+    for precision, result in results.items():
+        if precision in traced.shared or result.how != "traced":
+            continue
+        if traced.traces[precision].small:
+            notes.append(
+                f"{precision}: batch 2 does not fit the largest memory here, so batches 1 and 2 were traced and "
+                "no batch model was made; the line is through those two."
+            )
+        else:
+            notes.append(
+                f"{precision}: the traces at small batches do not extrapolate (the op sequence or a size "
+                "changes with the batch), so every batch needed was traced."
+            )
+    if traced.shared:
+        notes.append("tf32: fp32's traces (TF32 changes the math, not the tensors).")
+    elif "tf32" in precisions:
+        notes.append("tf32: traced like fp32 (TF32 changes the math, not the tensors).")
+    return notes
+
+
+def _session_notes(sessions: Sequence[Any], target: Target) -> list[str]:
+    """What the trace sessions counted: the attention back-ends emulated, the data-dependent values answered,
+    and their own notes."""
+    sdpa: dict = {}
+    answers: dict = {}
+    behaviour_notes: list[str] = []
+    for session in sessions:
+        for key, n in session.behaviour.sdpa_choices.items():
+            sdpa[key] = sdpa.get(key, 0) + n
+        for key, n in session.recorder.answers.items():
+            answers[key] = answers.get(key, 0) + n
+        behaviour_notes += [n for n in session.behaviour.notes if n not in behaviour_notes]
+    notes = []
+    choices = ", ".join(f"{backend} ({dtype}) x{n}" for (backend, dtype), n in sorted(sdpa.items()))
+    if choices:
+        notes.append(f"scaled-dot-product attention calls, emulated as on {target.name}: {choices}.")
+    answered = ", ".join(f"{op} -> {value} x{n}" for (op, value), n in sorted(answers.items(), key=str))
+    if answered:
+        notes.append(f"data-dependent values answered on fake tensors: {answered}.")
+    return notes + behaviour_notes
 
 
 def memory_sizes(
