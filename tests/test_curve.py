@@ -281,9 +281,9 @@ def test_inference_scan_passes_the_short_trial_and_warmup_to_the_processes(monke
     seen = {"trial": set(), "warmup": set(), "budget": set()}
     trial, measure = FakeWorker.trial, FakeWorker.measure
 
-    def spy_trial(self, batch, steps, keep=False):
+    def spy_trial(self, batch, steps, keep=False, decode_steps=None):
         seen["trial"].add(steps)
-        return trial(self, batch, steps, keep)
+        return trial(self, batch, steps, keep, decode_steps)
 
     def spy_measure(self, batch, warmup, steps, budget_s=None, cont=False):
         seen["warmup"].add(warmup)

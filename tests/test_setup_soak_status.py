@@ -134,7 +134,7 @@ def soaking_world(monkeypatch, soak_edge: int) -> World:
     """A World whose long trials (soak runs, > 3 steps) fit only up to soak_edge."""
     trial = FakeWorker.trial
 
-    def with_soak(self, batch, steps, keep=False):
+    def with_soak(self, batch, steps, keep=False, decode_steps=None):
         if steps > 3 and batch > soak_edge:
             self.world.log.append(("soak", self.number, batch))
             self.ran += 1
@@ -213,7 +213,7 @@ def test_sigterm_and_sighup_stop_a_scan_like_ctrl_c(run, monkeypatch, tmp_path, 
     monkeypatch.setattr(memprobe.probe.scan, "WorkerFactory", lambda workload, env=None: FakeFactory(world))
     trial = FakeWorker.trial
 
-    def signalled_in_bf16(self, batch, steps, keep=False):
+    def signalled_in_bf16(self, batch, steps, keep=False, decode_steps=None):
         if len(world.workers) > 3 and batch == 16:  # fp32 has finished: the signal comes during bf16
             os.kill(os.getpid(), getattr(signal, sig))
         return trial(self, batch, steps)

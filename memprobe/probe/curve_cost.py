@@ -24,8 +24,8 @@ from typing import Any, Sequence
 from memprobe.core.memory_model import Attempt
 from memprobe.core.outcomes import FIT
 from memprobe.core.records import CurvePoint, Timed
+from memprobe.core.run_length import timed_steps_within
 from memprobe.core.settings import PrecisionSettings
-from memprobe.probe.options import timed_steps_within
 
 # Step times vary by a few percent, a new size's set-up by more (NasNet-Large: 16-28 s between sizes), so an
 # estimate is scaled by this before it is held against the curve's budget.

@@ -19,7 +19,7 @@ import torch
 
 from memprobe.core.outcomes import classify_error, described, message_of
 from memprobe.core.protocol import MeasureRequest
-from memprobe.probe.options import timed_steps_within
+from memprobe.core.run_length import timed_steps_within
 from memprobe.training.step import Memory, run_step, run_until_state
 from memprobe.workloads.base import Amp, TrainTask
 

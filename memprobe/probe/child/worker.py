@@ -52,11 +52,10 @@ from memprobe.core.protocol import (
     encode_answer,
 )
 from memprobe.core.records import Timed
-from memprobe.probe import breakdown_run
+from memprobe.core.run_length import MIN_TIMED_STEPS  # noqa: F401 - re-exported
+from memprobe.probe.child import breakdown, zygote
 from memprobe.probe.child import measure as timing
-from memprobe.probe.child import zygote
-from memprobe.probe.device import torch_environment
-from memprobe.probe.options import MIN_TIMED_STEPS  # noqa: F401 - re-exported
+from memprobe.probe.child.environment import torch_environment
 from memprobe.training.cpu_memory import LiveBytes
 from memprobe.training.step import Memory, run_trial
 from memprobe.workloads.base import TrainTask, UserModelError
@@ -327,7 +326,7 @@ def _serve(protocol) -> int:
         "measure": session.measure,
         "flops": session.flops,
         "ping": _ping,
-        "breakdown": lambda r: breakdown_run.serve(session, r),
+        "breakdown": lambda r: breakdown.serve(session, r),
     }
     for line in sys.stdin:
         if not line.strip():
