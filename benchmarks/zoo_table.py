@@ -17,6 +17,25 @@ from memprobe.core.edge_text import band_text, runs_text
 from memprobe.core.records import Proof
 
 CARDS = {"h200": "H200", "h100": "H100"}
+REPEAT_SCHEMA = 5  # the result schema that brought the repeat rule (B in K fresh runs); older files read as K = 1
+
+
+def reruns(folder: Path) -> dict[str, dict[int, list[int]]]:
+    """card/model/precision -> batch -> [fresh runs that trained, fresh runs] from the edge_repeat runs committed
+    under `folder` (benchmarks/gpu/edge_repeat.sh: reports/benchmarks/edge_repeat_<card>/run_<tag>.json, each one
+    fresh training run at one batch), the batch-1 first runs left out."""
+    out: dict[str, dict[int, list[int]]] = {}
+    for runs in sorted(folder.glob("edge_repeat_*")):
+        card = CARDS.get(runs.name.removeprefix("edge_repeat_"))
+        for path in sorted(runs.glob("run_*.json")) if card else []:
+            run = json.loads(path.read_text())
+            if str(run.get("tag", "")).endswith("_first") or run.get("outcome") not in ("fit", "oom"):
+                continue
+            model = str(run["model"]).split(":", 1)[-1]
+            counts = out.setdefault(f"{card}/{model}/{run['precision']}", {}).setdefault(int(run["batch"]), [0, 0])
+            counts[0] += run["outcome"] == "fit"
+            counts[1] += 1
+    return out
 
 
 def _measured(zoo: Path) -> dict[str, dict[str, Any]]:
@@ -39,7 +58,8 @@ def _measured(zoo: Path) -> dict[str, dict[str, Any]]:
                 # B from the search, never run in a fresh process: every fresh check above it failed, the check
                 # limit ran out before one at B (the scan's note says so)
                 "verified": (p.get("proof") or {}).get("verified", True),
-                "fresh_runs": fresh_runs(p.get("proof") or {}, p.get("max_batch")),
+                "fresh_runs": fresh_runs(p.get("proof") or {}, p.get("max_batch"), data.get("schema_version")),
+                "schema": data.get("schema_version"),
                 "status": data.get("status"),
                 "stop": p.get("stop"),
                 "error": (p.get("error") or "")[:120],
@@ -49,9 +69,10 @@ def _measured(zoo: Path) -> dict[str, dict[str, Any]]:
     return out
 
 
-def fresh_runs(proof: dict[str, Any], max_batch: int | None) -> str:
+def fresh_runs(proof: dict[str, Any], max_batch: int | None, schema: int | None = None) -> str:
     """The repeat rule's column: B's fresh runs and K, and the flaky band's span, "2 of 2 (K 2); 7094-7100 flaky". A
-    file from before the rule (schema 3 and older) did not count them: its fresh checks at B are counted, K = 1."""
+    file from before the rule (`schema` below REPEAT_SCHEMA) did not count them: its fresh checks at B are counted,
+    K = 1, and the cell names its schema."""
     record = Proof.from_dict(proof)
     if max_batch is None or not proof:
         return "-"
@@ -60,7 +81,17 @@ def fresh_runs(proof: dict[str, Any], max_batch: int | None) -> str:
         at_b = [c for c in record.checks if c.batch == max_batch]
         runs = f"{sum(c.fits for c in at_b)} of {len(at_b)}"
     band = band_text(record, counts=False)
-    return f"{runs} (K {record.repeats})" + (f"; {band}" if band else "")
+    k = f"K {record.repeats}" + (f", schema {schema}" if schema is not None and schema < REPEAT_SCHEMA else "")
+    return f"{runs} ({k})" + (f"; {band}" if band else "")
+
+
+def not_repeatable(row: dict[str, Any], found: dict[str, dict[int, list[int]]]) -> str:
+    """How many later fresh runs at the row's measured B (`found`, reruns()) trained it, "0 of 2", where not all did;
+    else the empty string."""
+    if row["kind"] != "train" or row["measured"] is None:
+        return ""
+    fits, runs = found.get(f"{row['card']}/{row['model']}/{row['precision']}", {}).get(row["measured"], [0, 0])
+    return f"{fits} of {runs}" if runs and fits < runs else ""
 
 
 def _predictions(zoo: Path) -> dict[str, dict[str, Any]]:
@@ -130,6 +161,7 @@ def build(zoo: Path, entries: list[Any]) -> dict[str, Any]:
     """The table's data: one row per scanned job, with each host's prediction and error."""
     measured = _measured(zoo)
     hosts = _predictions(zoo)
+    later = reruns(zoo.parent / "benchmarks")
     groups = {e.id: e.group for e in entries}
     rows = []
     for key, m in sorted(measured.items()):
@@ -146,6 +178,7 @@ def build(zoo: Path, entries: list[Any]) -> dict[str, Any]:
             "verified": m["verified"],
             "fresh_runs": m["fresh_runs"],
             "status": m["status"],
+            "schema": m["schema"],
             "file": m["file"],
             "scan_error": m["error"] if m["max_batch"] is None else "",
         }
@@ -162,6 +195,7 @@ def build(zoo: Path, entries: list[Any]) -> dict[str, Any]:
                 "predicted_error": _error(got.get("predicted"), m["max_batch"]),
                 "predicted_safe_error": _error(got.get("predicted_safe"), m["max_batch"]),
             }
+        row["reruns_at_b"] = not_repeatable(row, later)
         rows.append(row)
     return {
         "rows": rows,
@@ -214,6 +248,13 @@ def render(data: dict[str, Any]) -> str:
                 f"| {h} | {s['count']} {kind} | {name} | {100 * s['median_abs_error']:.2f}% | "
                 f"{100 * s['worst_over']:+.2f}% | {s['unsafe']} | {s['within_3pct']} |"
             )
+    marked = sum(1 for r in data["rows"] if r.get("reruns_at_b"))
+    if marked:
+        lines += [
+            "",
+            f"**B not repeatable** in {marked} training scans (marked †): later fresh runs at their B failed. Their "
+            "safe batch must be at or below the B that trains repeatably, not measured yet (notes under the table).",
+        ]
     same = data.get("same_on_hosts")
     if same:
         differ = ", ".join(same["differ"]) or "none"
@@ -264,8 +305,10 @@ def render(data: dict[str, Any]) -> str:
         measured = r["measured"] if r["measured"] is not None else f"- ({r['scan_error'] or r['status']})"
         if r["measured"] is not None and not r.get("verified", True):
             measured = f"{measured}\\*"
+        measured = f"{measured}†" if r.get("reruns_at_b") else measured
         cells = [r["card"], r["model"], r["group"], f"{r['kind']} {r['precision']}", f"[{measured}](../../{r['file']})"]
-        cells.append(r.get("fresh_runs", "-"))
+        later = f"; **not repeatable**: later fresh runs at B {r['reruns_at_b']}" if r.get("reruns_at_b") else ""
+        cells.append(r.get("fresh_runs", "-") + later)
         for h in hosts:
             p = r.get(h)
             blank = ["", ""] + ([""] if h in timed else [])
@@ -283,6 +326,7 @@ def render(data: dict[str, Any]) -> str:
             if h in timed:
                 cells.append(f"{p['seconds']:.0f}" if p.get("seconds") is not None else "")
         lines.append("| " + " | ".join(str(c) for c in cells) + " |")
+    lines += repeat_notes(data["rows"])
     lines += [
         "",
         "\\*: B not verified in a fresh process: the search's trial process fit it and fresh processes failed at "
@@ -301,6 +345,32 @@ def render(data: dict[str, Any]) -> str:
         "The other hosts' predictions ran on the same 2 cores beside longer work, so their seconds are not shown.",
     ]
     return "\n".join(lines) + "\n"
+
+
+def repeat_notes(rows: list[dict[str, Any]]) -> list[str]:
+    """The lines under the table on B's repeatability: the rows marked † (later fresh runs at B failed) and what their
+    safe batch must be, and how many scans predate the repeat rule (K = 1)."""
+    marked = [r for r in rows if r.get("reruns_at_b")]
+    old = [r for r in rows if r["measured"] is not None and (r.get("schema") or 0) < REPEAT_SCHEMA]
+    lines = [""]
+    if marked:
+        names = ", ".join(f"{r['card']} {r['model']} {r['kind']} {r['precision']} ({r['reruns_at_b']})" for r in marked)
+        lines += [
+            f"†: B not repeatable: fresh runs at it made after the scan did not all train it ({names}; "
+            "benchmarks/gpu/edge_repeat.sh, reports/benchmarks/edge_repeat_h200/ and docs/edge.md). The batch that trains "
+            "in K fresh runs in a row is below that B and not measured yet: for these rows the predicted safe batch "
+            "must be at or below that repeatable B, which the table cannot show (their errors are against a B that "
+            "does not hold), and the summary's counts compare them with it all the same.",
+            "",
+        ]
+    if old:
+        schemas = sorted({r.get("schema") for r in old}, key=lambda v: v or 0)
+        lines.append(
+            f"{len(old)} of {sum(r['measured'] is not None for r in rows)} scans were written before result schema "
+            f"{REPEAT_SCHEMA} (schema {', '.join(str(v) for v in schemas)}; the cell says so): their B was shown by at "
+            "most one fresh run and counts as K = 1, not as a B that held in K = 2 fresh runs in a row."
+        )
+    return lines
 
 
 def write_table(zoo: Path, entries: list[Any]) -> None:

@@ -314,6 +314,10 @@ def plan(
     verbose: bool = False,
     gpus: int = 1,
     strategy: str | None = None,
+    mode: str = "train",
+    prompt_len: int | None = None,
+    new_tokens: int | None = None,
+    prefill_chunk: int | None = None,
 ):
     """The micro-batch and accumulation to run `model` on the card `gpu`, per memory lever, as `memprobe plan`
     (on `gpus` such cards under `strategy`, as `plan --gpus N --strategy S`: the micro-batch is per GPU; no strategy:
@@ -325,11 +329,14 @@ def plan(
     scan of that card and setting, else predicted (labelled); the micro-batch (at most b*, never past the knee of a
     measured curve); the accumulation steps to reach `global_batch`; headroom; samples/s and seconds per global
     batch only where measured. Returns memprobe.core.plan.Plan (`.rows`: PlanRow records, sorted by time per global
-    batch, unknown last; `.to_dict()`).
+    batch, unknown last; `.to_dict()`). With `mode` "generate" (`prompt_len`, `new_tokens`, `prefill_chunk` as
+    `plan --mode generate` takes them): memprobe.core.serving.ServingPlan, per precision the concurrent sequences
+    that fit on the card, measured where `results` holds that generation's scan on the card, else predicted.
 
     Raises RequestError (a ValueError, worded as `memprobe plan` words it) for a global batch, `seq_len` or `gpus`
     out of bounds (core/option_bounds.py), a card name that names no card or several, a strategy with one GPU, a
-    model name that names several workloads or a bad `lora` rank; memprobe.core.plan.PlanError (a ValueError) for
+    model name that names several workloads, a bad `lora` rank, or under mode "generate" a model that is not a causal
+    LM or a training lever; memprobe.core.plan.PlanError (a ValueError) for
     a lever the workload lacks, an unreadable result file or `results` with no scan of this model on this card;
     CustomModelError / RegistryError for a model that cannot be resolved;
     memprobe.predict.trace.PredictError when a setting cannot be predicted.
@@ -348,6 +355,10 @@ def plan(
         models_file=models_file,
         gpus=gpus,
         strategy=strategy,
+        mode=mode,
+        prompt_len=prompt_len,
+        new_tokens=new_tokens,
+        prefill_chunk=prefill_chunk,
     )
     return plan_job(request).plan(cores(), _progress(verbose))
 

@@ -16,6 +16,7 @@ import memprobe.api as api
 from memprobe.cli import main
 from memprobe.cli.plan import plan_cmd
 from memprobe.cli.predict import predict_cmd
+from memprobe.cli.report import guide_cmd
 from memprobe.cli.scan import scan_cmd
 from memprobe.core.registry import default_registry_path
 from memprobe.core.settings import ScanSettings
@@ -23,15 +24,22 @@ from memprobe.probe.options import ScanOptions
 from memprobe.request import ModelRequest, PlanRequest, PredictRequest, ScanRequest
 from memprobe.request.model import modelled
 from memprobe.request.option import command_line, declared, option_names
+from memprobe.request.serving import ServingRequest
 
 # What each command takes besides its request: what it prints or writes (the API returns it instead).
 COMMAND_ONLY = {
     "scan": {"wide"},
     "predict": {"compare", "breakdown", "breakdown_out", "out_dir", "wide"},
     "plan": {"fmt", "wide"},
+    "guide": {"paths", "budget", "gpus", "fmt", "html_file", "model", "precision", "wide"},
 }
-REQUESTS = {"scan": (ScanRequest, ModelRequest), "predict": (PredictRequest, ModelRequest), "plan": (PlanRequest,)}
-COMMANDS = {"scan": scan_cmd, "predict": predict_cmd, "plan": plan_cmd}
+REQUESTS = {
+    "scan": (ScanRequest, ModelRequest),
+    "predict": (PredictRequest, ModelRequest),
+    "plan": (PlanRequest,),
+    "guide": (ServingRequest,),
+}
+COMMANDS = {"scan": scan_cmd, "predict": predict_cmd, "plan": plan_cmd, "guide": guide_cmd}
 
 
 @pytest.mark.parametrize("name", sorted(COMMANDS))
@@ -101,6 +109,9 @@ def _argv(request) -> list[str]:
         ("predict", ["-m", "toy", "--gpu", "H100", "--gpus", "2", "--strategy", "fsdp", "--overhead-from", "."]),
         ("predict", ["-m", "toy-llama", "--search", "seq-len", "--batch", "2", "--checkpointing", "--steps", "4"]),
         ("plan", ["-m", "toy", "--gpu", "H100", "--global-batch", "64", "--results", ".", "--results", "tests"]),
+        ("plan", ["-m", "toy-llama", "--gpu", "H200", "--mode", "generate", "--prompt-len", "64", "--new-tokens", "8"]),
+        ("plan", ["-m", "toy-llama", "--gpu", "H200", "--mode", "generate", "--prefill-chunk", "16"]),
+        ("guide", ["--mode", "generate", "--prompt-len", "2048", "--new-tokens", "64", "--prefill-chunk", "512"]),
     ],
 )
 def test_a_request_written_as_a_command_line_reads_back_as_the_same_request(name, argv):

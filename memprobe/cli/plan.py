@@ -30,6 +30,11 @@ def plan_cmd(fmt: str, **params: Any) -> None:
     throughput curve), the accumulation steps to reach --global-batch, the memory headroom, and the throughput and
     time per global batch where measured ("not measured" otherwise). Rows are sorted by time per global batch.
     With --gpus N the micro-batch is per GPU and a global step is N micro-batches.
+
+    With --mode generate (--prompt-len P, --new-tokens N, --prefill-chunk C): per precision, the concurrent
+    sequences of that generation that fit on the card (measured where --results holds a `scan --mode generate` of
+    that model, P, N, C and precision on the card, else predicted with a safe figure, labelled), with the decode and
+    prefill tokens/s and the KV capacity where measured.
     """
     from memprobe.core.plan import PlanError
     from memprobe.planning.render import render_plan

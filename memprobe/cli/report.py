@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from memprobe.cli import checks
 from memprobe.cli.app import _FORMATS, _load_results, main
+from memprobe.cli.declared import request_options
 from memprobe.cli.helpers import card_names
 from memprobe.cli.options import format_option, number_option, precision_option
+from memprobe.cli.serving import checked, guide_serving
 from memprobe.cli.width import wide_option
 from memprobe.core import option_bounds as bounds
+from memprobe.request.serving import ServingRequest
 
 
 @main.command("report")
@@ -342,6 +347,7 @@ def _charts_folder(path: str) -> None:
     "its best batch b* where known, then by max batch (measured, else predicted), with throughput per 1000 USD.",
 )
 @precision_option("With --model: the precisions to show (default: one, fp16 first).")
+@request_options(ServingRequest)
 @wide_option
 def guide_cmd(
     paths: tuple[str, ...],
@@ -351,6 +357,7 @@ def guide_cmd(
     html_file: str | None = None,
     model: str | None = None,
     precision: list[str] | None = None,
+    **serving: Any,
 ) -> None:
     """GPU purchase guidance from result files: the max batch predicted on every catalog card.
 
@@ -359,11 +366,21 @@ def guide_cmd(
     one-line verdict per card. Multi-GPU files (scan --gpus N) add the scaling table: per-GPU max batch and
     efficiency on N GPUs, beside the published multi-GPU figures. Without PATHS it shows the catalog and the
     published figures only.
+
+    With --mode generate (optionally --prompt-len, --new-tokens, --prefill-chunk: only those generations): per
+    `scan --mode generate` result and card, the concurrent sequences that fit (measured on the scanned card,
+    predicted elsewhere from its memory line, labelled) and the decode and prefill tokens/s where measured.
     """
     from memprobe.compare.guide import guide_report
     from memprobe.compare.scaling import split_by_world_size
 
     ctx = click.get_current_context()
+    asked = checked(ServingRequest(**serving))
+    if asked.mode == "generate":
+        checks.refuse(checks.given(ctx, "html_file"), "with --mode generate (the page has its generation section)")
+        checks.refuse(checks.given(ctx, "precision"), "with --mode generate (the guide shows every precision)")
+        guide_serving(paths, asked, model, fmt, budget, card_names(gpus))
+        return
     if model is None:
         checks.refuse(checks.given(ctx, "precision"), "without --model (the guide shows every precision)")
     else:

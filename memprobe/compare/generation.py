@@ -27,6 +27,11 @@ def _rate(value: float | None) -> str:
 
 def generation_rows(loaded: Sequence[tuple[Path | None, ScanResult]]) -> list[dict[str, Any]]:
     """One row per precision of each generation result that recorded a `generation` record, in the files' order."""
+    return [row for row, _result in generation_entries(loaded)]
+
+
+def generation_entries(loaded: Sequence[tuple[Path | None, ScanResult]]) -> list[tuple[dict[str, Any], ScanResult]]:
+    """generation_rows' rows, each with the result it comes from (the page links each row to its file)."""
     rows = []
     for _path, result in loaded:
         if result.mode != "generate":
@@ -37,22 +42,27 @@ def generation_rows(loaded: Sequence[tuple[Path | None, ScanResult]]) -> list[di
                 continue
             tokens = f"{g.kv_capacity_tokens:,}" if g.kv_capacity_tokens is not None else "-"
             rows.append(
-                {
-                    "workload": result.workload.name,
-                    "gpu": result.gpu_name(),
-                    "precision": name,
-                    "P / N": f"{g.prompt_len} / {g.new_tokens}"
-                    + (f" (chunk {g.prefill_chunk})" if g.prefill_chunk else ""),
-                    "B (sequences)": g.sequences,
-                    "weights GiB": gib(g.weights_bytes, 2),
-                    "KV cache GiB": gib(g.kv_cache_bytes, 2),
-                    "activations GiB": gib(g.activation_bytes, 2),
-                    "slack GiB": gib(g.slack_bytes, 2),
-                    "KV KiB/token": "-" if g.kv_bytes_per_token is None else f"{g.kv_bytes_per_token / 1024:g}",
-                    "KV capacity tokens (contexts)": f"{tokens} ({g.kv_capacity_sequences if g.kv_capacity_sequences is not None else '-'})",
-                    "vLLM formula tokens": "-" if g.vllm_formula_tokens is None else f"{g.vllm_formula_tokens:,}",
-                    "prefill tok/s": _rate(g.prefill_tokens_per_s),
-                    "decode tok/s": _rate(g.decode_tokens_per_s),
-                }
+                (
+                    {
+                        "workload": result.workload.name,
+                        "gpu": result.gpu_name(),
+                        "precision": name,
+                        "P / N": f"{g.prompt_len} / {g.new_tokens}"
+                        + (f" (chunk {g.prefill_chunk})" if g.prefill_chunk else ""),
+                        "B (sequences)": g.sequences,
+                        "weights GiB": gib(g.weights_bytes, 2),
+                        "KV cache GiB": gib(g.kv_cache_bytes, 2),
+                        "activations GiB": gib(g.activation_bytes, 2),
+                        "slack GiB": gib(g.slack_bytes, 2),
+                        "KV KiB/token": "-" if g.kv_bytes_per_token is None else f"{g.kv_bytes_per_token / 1024:g}",
+                        "KV capacity tokens (contexts)": f"{tokens} ({g.kv_capacity_sequences if g.kv_capacity_sequences is not None else '-'})",
+                        "vLLM formula tokens (a formula)": "-"
+                        if g.vllm_formula_tokens is None
+                        else f"{g.vllm_formula_tokens:,}",
+                        "prefill tok/s": _rate(g.prefill_tokens_per_s),
+                        "decode tok/s": _rate(g.decode_tokens_per_s),
+                    },
+                    result,
+                )
             )
     return rows

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import IO, Sequence
 
 from memprobe.compare.comparison import workload_labels
+from memprobe.compare.page_generation import generation_section
 from memprobe.compare.page_html import Sources, esc, notes_html, published_html
 from memprobe.compare.page_sections import (
     Context,
@@ -85,7 +86,8 @@ def build_page(
     if single or options.with_published:
         report = report_sections(ctx)  # first: it raises for an unknown reference card before any other work
         sections += [s for s in (view_section(ctx),) if s] + report
-    sections += [s for s in (breakdown_section(ctx), llm_section(ctx), frontier_section(ctx, loaded)) if s]
+    sections += [s for s in (generation_section(ctx), breakdown_section(ctx), llm_section(ctx)) if s]
+    sections += [s for s in (frontier_section(ctx, loaded),) if s]
     sections += [s for s in (scaling_section(ctx, multi), scans_section(ctx), guide_section(ctx)) if s]
     sources = _sources_intro() + ctx.sources.list_html()
     if ctx.cited:

@@ -131,8 +131,8 @@ def report_sections(ctx: Context) -> list[Section]:
         Section(
             "throughput",
             "Throughput at each card's best batch b*",
-            # a generation's prefill and decode tokens/s are the generation table's
-            shown("throughput", "generation", "best_batch", "ranking") + speed_chart + shown("gains", "utilization"),
+            # a generation's prefill and decode tokens/s are the generation section's (page_generation.py)
+            shown("throughput", "best_batch", "ranking") + speed_chart + shown("gains", "utilization"),
         ),
         Section("relative", "Relative throughput", _relative_views(ctx, report)),
     ]

@@ -30,6 +30,28 @@ def _held(loaded: Sequence[tuple[Path, ScanResult]], most: int = 4) -> str:
     return ", ".join(held[:most]) + more
 
 
+def load_plan_results(
+    results: Sequence[str | Path], on_skip: Callable[[ResultFileError], None] | None = None
+) -> list[tuple[Path, ScanResult]]:
+    """The result files among `results` (files or folders; none: an empty list), a file in a folder that is not a
+    result file given to `on_skip`. Raises PlanError for a result file named that cannot be read, or `results` that
+    hold none."""
+    if not results:
+        return []
+    skipped: list[ResultFileError] = []
+    try:
+        loaded = load_results(list(results), on_skip=skipped.append, strict_files=True)
+    except ResultFileError as exc:
+        raise PlanError(str(exc)) from None
+    for one in skipped:
+        if on_skip is not None:
+            on_skip(one)
+    if not loaded:
+        left = f" ({len(skipped)} skipped)" if skipped else ""
+        raise PlanError(f"--results: no memprobe result files in {', '.join(map(str, results))}{left}")
+    return loaded
+
+
 def build_plan(
     workload: Workload,
     card_name: str,
@@ -73,7 +95,7 @@ def build_plan(
             f"the {card.name} cannot train in {', '.join(unsupported)} (compute capability "
             f"{card.compute_capability}): left out"
         )
-    loaded = _load(results, on_skip)
+    loaded = load_plan_results(results, on_skip)
     if not results:
         notes.append(NO_RESULTS_NOTE)
     found = {id(s): measured(s, loaded, card, catalog, gpus, strategy) for s in chosen}
@@ -142,27 +164,6 @@ def _check_group(workload: Workload, gpus: int, strategy: str) -> None:
             check_workload(workload)
         except StrategyError as exc:
             raise PlanError(str(exc)) from None
-
-
-def _load(
-    results: Sequence[str | Path], on_skip: Callable[[ResultFileError], None] | None
-) -> list[tuple[Path, ScanResult]]:
-    """The result files in `results` (files or folders; none given: none), a file in a folder that is not one
-    given to `on_skip`. Raises PlanError for a file named that cannot be read, or results that hold none."""
-    if not results:
-        return []
-    skipped: list[ResultFileError] = []
-    try:
-        loaded = load_results(list(results), on_skip=skipped.append, strict_files=True)
-    except ResultFileError as exc:
-        raise PlanError(str(exc)) from None
-    for one in skipped:
-        if on_skip is not None:
-            on_skip(one)
-    if not loaded:
-        left = f" ({len(skipped)} skipped)" if skipped else ""
-        raise PlanError(f"--results: no memprobe result files in {', '.join(map(str, results))}{left}")
-    return loaded
 
 
 def _unused_results(

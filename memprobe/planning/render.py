@@ -8,6 +8,7 @@ from typing import Any
 from memprobe.compare.tables import rows_text
 from memprobe.core import textwidth
 from memprobe.core.plan import Plan, PlanRow
+from memprobe.core.serving import ServingPlan, ServingRow
 from memprobe.core.units import gib
 
 FORMATS = ("github", "plain", "json", "csv")
@@ -37,11 +38,13 @@ def _shown(row: PlanRow) -> dict[str, Any]:
     }
 
 
-def render_plan(plan: Plan, fmt: str = "github") -> str:
+def render_plan(plan: Plan | ServingPlan, fmt: str = "github") -> str:
     """The plan in `fmt` (FORMATS). json is the Plan's to_dict (raw numbers); csv has the raw fields too.
     Raises ValueError for an unknown format."""
     if fmt not in FORMATS:
         raise ValueError(f"unknown format '{fmt}' (choose from {', '.join(FORMATS)})")
+    if isinstance(plan, ServingPlan):
+        return render_serving(plan, fmt)
     if fmt == "json":
         return json.dumps(plan.to_dict(), indent=1)
     if fmt == "csv":
@@ -56,6 +59,46 @@ def render_plan(plan: Plan, fmt: str = "github") -> str:
         [
             head,
             rows_text([_shown(r) for r in plan.rows], fmt, empty="(no settings)"),
+            textwidth.notes_text(notes, bullet, "  " if fmt == "github" else "    "),
+        ]
+    )
+
+
+def serving_cells(row: ServingRow) -> dict[str, Any]:
+    """A serving row as a table shows it: the sequences with where they come from, tokens/s where measured."""
+    if row.sequences is None:
+        fits = "-"
+    else:
+        safe = f" (safe {row.safe_sequences})" if row.safe_sequences is not None else ""
+        fits = f"{row.sequences}{safe}"
+
+    def rate(value: float | None) -> str:
+        return NOT_MEASURED if value is None else f"{value:,.0f}"
+
+    return {
+        "card": row.card,
+        "precision": row.precision,
+        "source": row.source,
+        "concurrent sequences": fits,
+        "decode tok/s": rate(row.decode_tokens_per_s),
+        "prefill tok/s": rate(row.prefill_tokens_per_s),
+        "KV capacity": "-" if row.kv_capacity_sequences is None else row.kv_capacity_sequences,
+    }
+
+
+def render_serving(plan: ServingPlan, fmt: str = "github") -> str:
+    """A serving plan (plan or guide --mode generate) in `fmt` (FORMATS)."""
+    if fmt == "json":
+        return json.dumps(plan.to_dict(), indent=1)
+    if fmt == "csv":
+        return rows_text([vars(r) for r in plan.rows], "csv")
+    head = f"serving {plan.workload} on the {plan.card}: concurrent sequences that fit"
+    bullet = "- " if fmt == "github" else "  "
+    notes = [f"{r.precision} on the {r.card}: {r.note}" for r in plan.rows if r.note] + plan.notes
+    return "\n\n".join(
+        [
+            head,
+            rows_text([serving_cells(r) for r in plan.rows], fmt, empty="(no rows)"),
             textwidth.notes_text(notes, bullet, "  " if fmt == "github" else "    "),
         ]
     )

@@ -77,8 +77,8 @@ class _ReducerKeepingBuckets:
 
     After the first backward DDP rebuilds its buckets in the order gradients became ready; the rebuild
     broadcasts the new order in a tensor it reads, which a fake tensor cannot give. The rebuilt buckets
-    have the same total size (the old ones are freed first), but another split into blocks: ddp_rebuild.py puts
-    the rebuild into each traced trial's events instead.
+    have the same total size, in another split into blocks, and the old one is held through the second step (on
+    the GPUs): ddp_rebuild.py puts the rebuild into each traced trial's events instead.
     """
 
     def __init__(self, reducer: Any) -> None:
@@ -142,8 +142,9 @@ def notes(world: World) -> list[str]:
     ]
     if world.strategy == "ddp":
         out.append(
-            "ddp: the gradient buckets are in the trace, with their rebuild before the second step (the first "
-            "bucket of every gradient freed, buckets of 1 and 25 MiB in reversed parameter order allocated)."
+            "ddp: the gradient buckets are in the trace, with their rebuild before the second step (buckets of 1 "
+            "and 25 MiB in reversed parameter order allocated; the first bucket, of every gradient, held to the "
+            "second step's end, as the trials of fresh process groups on the GPUs showed)."
         )
     else:
         out.append(

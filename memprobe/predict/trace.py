@@ -328,9 +328,10 @@ class TraceSession:
         except Exception as exc:  # noqa: BLE001 - reported as a PredictError below, outside the except block
             failure = described(exc).splitlines()[0]
         trial = rec.events[start + 1 : self.end_trial(collect=False)]
-        if self.trial_edit is not None and failure is None:
-            trial = self.trial_edit(trial, STEP_MARK)
         repeated = repeat_last_step(trial) if repeat and failure is None else None
+        if self.trial_edit is not None and failure is None:  # after the repeat: an edit may span the steps
+            trial = self.trial_edit(trial, STEP_MARK)
+            repeated = self.trial_edit(repeated, STEP_MARK) if repeated is not None else None
         if not self.last_in_process or (repeat and failure is None and repeated is None):
             self.collect()  # for the next trace here (in a forked child that is the full trace done below)
         self.seconds += time.perf_counter() - started

@@ -16,6 +16,7 @@ from memprobe.core.textlists import comma_items
 from memprobe.core.variants import VariantError, VariantRequest, apply_variant
 from memprobe.request.checks import RequestError, lora_rank
 from memprobe.request.option import REQUIRED, check_bounds, option, take
+from memprobe.request.serving import new_tokens_option, prefill_chunk_option, prompt_len_option
 from memprobe.workloads.custom import HF_TASKS
 
 Model = Union[str, Callable[..., Any]]  # a name as `--model` takes it, or a build function (the API)
@@ -77,20 +78,9 @@ class ModelRequest:
         None, "--lora", help="LLM workloads: LoRA adapters of this rank (16 or r=16) on a frozen bf16 base (peft)."
     )
     # --mode generate: P, N and the prefill chunk (core/generation.py checks them together)
-    prompt_len: int | None = option(
-        None,
-        bound=bounds.PROMPT_LEN,
-        help="--mode generate: tokens in each random prompt (default 2048, or what the model's positions leave).",
-    )
-    new_tokens: int | None = option(
-        None, bound=bounds.NEW_TOKENS, help="--mode generate: new tokens each sequence generates (default 128)."
-    )
-    prefill_chunk: int | None = option(
-        None,
-        bound=bounds.PREFILL_CHUNK,
-        help="--mode generate: prefill the prompt this many tokens at a time through the KV cache, as serving engines "
-        "do (default: the whole prompt in one forward).",
-    )
+    prompt_len: int | None = prompt_len_option()
+    new_tokens: int | None = new_tokens_option()
+    prefill_chunk: int | None = prefill_chunk_option()
 
     @property
     def lora_rank(self) -> int | None:

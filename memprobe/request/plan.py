@@ -13,8 +13,15 @@ from typing import Any, Callable, Sequence
 from memprobe.core import option_bounds as bounds
 from memprobe.core.registry import Workload
 from memprobe.request.checks import RequestError, lora_rank, precision_list
-from memprobe.request.model import Model, ModelRequest, workloads_of
+from memprobe.request.model import Model, ModelRequest, generating, workloads_of
 from memprobe.request.option import REQUIRED, check_bounds, option
+from memprobe.request.serving import (
+    ServingRequest,
+    new_tokens_option,
+    prefill_chunk_option,
+    prompt_len_option,
+    serving_mode_option,
+)
 
 STRATEGIES = ("ddp", "fsdp")
 
@@ -75,6 +82,10 @@ class PlanRequest:
     strategy: str | None = option(
         None, "--strategy", choices=STRATEGIES, help="With --gpus N > 1: ddp (default) or fsdp."
     )
+    mode: str = serving_mode_option()
+    prompt_len: int | None = prompt_len_option()
+    new_tokens: int | None = new_tokens_option()
+    prefill_chunk: int | None = prefill_chunk_option()
 
 
 @dataclass
@@ -88,11 +99,18 @@ class PlanJob:
     lora_rank: int | None
 
     def plan(self, workers: int, progress: Any = None, on_skip: Callable[[Exception], None] | None = None) -> Any:
-        """The plan (memprobe.core.plan.Plan), tracing the predicted rows on `workers` cores: the one call the
-        command and the API make. Raises as memprobe.planning.build.build_plan does."""
+        """The plan (memprobe.core.plan.Plan; with --mode generate memprobe.core.serving.ServingPlan), tracing the
+        predicted rows on `workers` cores: the one call the command and the API make. Raises as
+        memprobe.planning.build.build_plan (build_serving) does."""
         from memprobe.planning.build import build_plan
 
         request = self.request
+        if request.mode == "generate":
+            from memprobe.planning.serving import build_serving
+
+            return build_serving(
+                self.workload, request.card, self.precisions, list(request.results), workers, progress, on_skip
+            )
         return build_plan(
             self.workload,
             request.card,
@@ -127,6 +145,8 @@ def plan_job(request: PlanRequest) -> PlanJob:
     if request.strategy is not None and request.gpus == 1:
         raise RequestError("--strategy applies with --gpus N > 1")
     precisions = precision_list(request.precisions)
+    if _serving(request).mode == "generate":
+        return _generate_job(request, precisions)
     named = any(callable(m) or is_custom_name(str(m)) for m in request.models)
     model = ModelRequest(request.models, request.models_file, seq_len=request.seq_len if named else None)
     workloads = workloads_of(model, precisions)
@@ -135,3 +155,42 @@ def plan_job(request: PlanRequest) -> PlanJob:
         raise RequestError(f"--model '{shown}' names {len(workloads)} workloads; plan one at a time")
     rank = lora_rank(request.lora)
     return PlanJob(request, workloads[0], precisions, None if named else request.seq_len, rank)
+
+
+def _serving(request: PlanRequest) -> ServingRequest:
+    """The plan's serving options, checked: a mode plan takes, generation options only with --mode generate.
+    Raises RequestError."""
+    serving = ServingRequest(request.mode, request.prompt_len, request.new_tokens, request.prefill_chunk)
+    serving.check()
+    return serving
+
+
+def _generate_job(request: PlanRequest, precisions: list[str]) -> PlanJob:
+    """The plan job of `plan --mode generate`: the model's generation variant (P, N and C asked), refusing the
+    training levers. Raises RequestError for a lever of training, a model that is not a causal LM or settings past
+    its positions."""
+    given = [
+        flag
+        for flag, on in (
+            ("--global-batch", request.global_batch is not None),
+            ("--optimizer", bool(request.optimizers)),
+            ("--gpus", request.gpus != 1),
+        )
+        if on
+    ]
+    if given:
+        raise RequestError(f"{' and '.join(given)}: training settings; --mode generate plans one card's serving")
+    model = ModelRequest(
+        request.models,
+        request.models_file,
+        seq_len=request.seq_len,
+        lora=request.lora,
+        prompt_len=request.prompt_len,
+        new_tokens=request.new_tokens,
+        prefill_chunk=request.prefill_chunk,
+    )
+    workloads = generating(workloads_of(model, precisions, variants=False), model, "generate", False)
+    if len(workloads) != 1:
+        shown = ",".join(str(m) for m in request.models)
+        raise RequestError(f"--model '{shown}' names {len(workloads)} workloads; plan one at a time")
+    return PlanJob(request, workloads[0], precisions, None, None)
