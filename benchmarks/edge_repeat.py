@@ -184,7 +184,7 @@ def run(args: argparse.Namespace) -> int:
     torch._C._cuda_attach_out_of_memory_observer(recorder.observer)
     step.run_step = worker.run_step = recorder.wrap(step.run_step)
     session = worker.Session()
-    ready = session.setup(SetupRequest(workload.to_dict(), args.precision, "train", "cuda", None, {}))
+    ready = session.setup(SetupRequest(workload, args.precision, "train", "cuda", None))
     lap("setup_s")
     if not hasattr(ready, "capacity_bytes"):  # a Failure: the build did not come through
         print(f"{args.tag}: setup failed: {ready}", file=sys.stderr)

@@ -147,6 +147,7 @@ def run_plain(model: str, precision: str, batch: int, warmup: int, steps: int, d
 def run_memprobe(
     model: str, precision: str, batch: int, warmup: int, steps: int, device: str, compile_step: bool = False
 ) -> dict:
+    from memprobe.core.protocol import TrialSettings
     from memprobe.core.registry import load_registry
     from memprobe.probe.runner import Worker, WorkerSpec
     from memprobe.workloads.families import family_module
@@ -154,7 +155,7 @@ def run_memprobe(
     workload = load_registry()[model]
     worker = Worker(family_module(workload.family))
     try:
-        worker.setup(WorkerSpec(workload, precision, device=device, settings={"compile": compile_step}))
+        worker.setup(WorkerSpec(workload, precision, device=device, settings=TrialSettings(compile=compile_step)))
         measured = worker.measure(batch, warmup, steps)
     finally:
         worker.close()

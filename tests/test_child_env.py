@@ -121,9 +121,9 @@ def _start_site(site: str, given: dict[str, str], folder: Path) -> None:
     elif site == "nothing fits":
         nothing_fits._default_need(TOY, "fp32", env=given)
     elif site == "torchrun launch":
-        start_launch(LaunchRequest(TOY.to_dict(), "fp32", "ddp", 2, [1], device="cpu"))
+        start_launch(LaunchRequest(TOY, "fp32", "ddp", 2, [1], device="cpu"))
     elif site == "standby":
-        Standby(2, "cpu", TOY.to_dict())
+        Standby(2, "cpu", TOY)
     elif site == "--parallel scan":
         run_parallel([TOY], ScanOptions(["fp32"], device="cpu"), ["0"], folder)
 

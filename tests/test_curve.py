@@ -281,9 +281,9 @@ def test_inference_scan_passes_the_short_trial_and_warmup_to_the_processes(monke
     seen = {"trial": set(), "warmup": set(), "budget": set()}
     trial, measure = FakeWorker.trial, FakeWorker.measure
 
-    def spy_trial(self, batch, steps, keep=False):
+    def spy_trial(self, batch, steps, keep=False, decode_steps=None):
         seen["trial"].add(steps)
-        return trial(self, batch, steps, keep)
+        return trial(self, batch, steps, keep, decode_steps)
 
     def spy_measure(self, batch, warmup, steps, budget_s=None, cont=False):
         seen["warmup"].add(warmup)
@@ -346,7 +346,7 @@ def test_timed_steps_stop_at_the_budget_but_never_below_three(toy):
     from memprobe.probe.child.worker import MIN_TIMED_STEPS, Session
 
     s = Session()
-    info = s.setup(SetupRequest(toy.to_dict(), "fp32", "train", "cpu", TOY_CPU_BUDGET, {}))
+    info = s.setup(SetupRequest(toy, "fp32", "train", "cpu", TOY_CPU_BUDGET))
     assert isinstance(info, Ready), info
     try:
         roomy = s.measure(MeasureRequest(8, 1, 6, budget_s=1000.0))

@@ -16,8 +16,8 @@ from conftest import RecordingProgress
 from fakes import TOY, FakeGroup, fake_group_opts, process_alive
 from memprobe.core.memory_model import Attempt
 from memprobe.core.outcomes import CRASH, ERROR, FIT, OOM, TIMEOUT
-from memprobe.core.rank_record import RankRecord
-from memprobe.core.registry import load_registry
+from memprobe.core.rank_record import RankRecord, TimedSteps
+from memprobe.core.registry import Workload, load_registry
 from memprobe.core.results import read_result
 from memprobe.probe.child.rank import collective_outcome
 from memprobe.probe.distributed.efficiency import scaling_efficiency, scaling_record
@@ -43,7 +43,7 @@ def test_a_fake_oom_on_one_rank_makes_the_trial_an_oom_and_both_ranks_exit():
     started = time.monotonic()
     result = launch(
         LaunchRequest(
-            TOY.to_dict(),
+            TOY,
             "fp32",
             "ddp",
             2,
@@ -63,13 +63,13 @@ def test_a_fake_oom_on_one_rank_makes_the_trial_an_oom_and_both_ranks_exit():
     assert time.monotonic() - started < 60
 
 
-def _hanging() -> dict:
+def _hanging() -> Workload:
     """The toy model whose rank $HANG_RANK sleeps when it makes its first batch (tests/hanging_rank.py)."""
     from pathlib import Path
 
     from memprobe.workloads.custom import resolve
 
-    return resolve(f"{Path(__file__).parent / 'hanging_rank.py'}:build").to_dict()
+    return resolve(f"{Path(__file__).parent / 'hanging_rank.py'}:build")
 
 
 @pytest.mark.slow
@@ -105,14 +105,14 @@ def test_ranks_that_all_hang_are_killed_by_the_launcher_timeout(monkeypatch):
 def test_a_batch_fits_only_when_every_rank_committed_it_and_the_group_is_timed():
     result = launch(
         LaunchRequest(
-            TOY.to_dict(),
+            TOY,
             "bf16",
             "fsdp",
             2,
             [1, 3],
             device="cpu",
             cpu_budget_bytes=ROOMY,
-            measure={"warmup": 1, "steps": 2},
+            measure=TimedSteps(1, 2),
             pg_timeout_s=30,
             timeout_s=120,
         )
@@ -152,7 +152,7 @@ def _record(rank, batches=(), failure=None, done=False):
 
 
 def _request(batches):
-    return LaunchRequest({}, "fp32", "ddp", 2, list(batches), device="cpu")
+    return LaunchRequest(TOY, "fp32", "ddp", 2, list(batches), device="cpu")
 
 
 def test_the_earliest_recorded_failure_is_the_outcome():

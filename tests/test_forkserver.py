@@ -18,7 +18,7 @@ BUDGET = 8 << 20
 
 @pytest.fixture(scope="module")
 def toy_spec():
-    return WorkerSpec(load_registry()["toy"], "fp32", "train", "cpu", BUDGET, {}, timeout_s=120)
+    return WorkerSpec(load_registry()["toy"], "fp32", "train", "cpu", BUDGET, timeout_s=120)
 
 
 @pytest.fixture(scope="module")

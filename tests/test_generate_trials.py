@@ -62,7 +62,7 @@ def test_the_trial_process_runs_the_decode_forwards_it_was_asked_for():
     workload = generation_variant(load_registry()["toy-llama"], GenerationRequest(8, new))
     session = Session()
     try:
-        ready = session.setup(SetupRequest(workload.to_dict(), "fp32", "generate", "cpu", 1 << 24, {}))
+        ready = session.setup(SetupRequest(workload, "fp32", "generate", "cpu", 1 << 24))
         assert isinstance(ready, Ready), ready
         model = session.task.model
         calls = []

@@ -12,8 +12,9 @@ A child process started by module name (`python -m memprobe.predict.need`) is no
 uses predict's trace without depending on it.
 
 Within probe, only probe/child/ (what runs in a trial process or a torchrun rank) imports torch: the scan's own
-process never does, so it starts fast and holds no GPU memory. Two functions outside it run in the trial process and
-are named in CHILD_FUNCTIONS.
+process never does, so it starts fast and holds no GPU memory. And probe/child/ imports nothing of probe outside it:
+a trial process or a rank needs only what lies below probe (core, workloads, training) and the child folder, and the
+messages between both sides are core's (core/protocol.py, core/rank_record.py).
 
 The tests have a rule of their own: no file in tests/ imports a test module (test_*). The fakes and helpers that
 several test modules share live in tests/fakes.py, the fixtures in tests/conftest.py.
@@ -187,43 +188,59 @@ def test_the_check_catches_an_import_of_a_test_module(tmp_path, source, expected
     assert imports_of_test_modules(tmp_path) == expected
 
 
-# Functions outside probe/child/ that run in the trial process (and so may import torch), and why they live there.
-CHILD_FUNCTIONS = {
-    ("probe/breakdown_run.py", "serve"),  # the trial process's half of the breakdown request, beside the scan's half
-    ("probe/device.py", "torch_environment"),  # torch's view of the device, beside NVML's (the scan's side)
-}
+def _probe_imports(package: Path, child: bool) -> list[tuple[str, int, str]]:
+    """(module, line, name imported) of every import (at any depth) in probe/child/ (`child`) or in the rest of
+    probe/."""
+    out = []
+    for path in sorted((package / "probe").rglob("*.py")):
+        rel = path.relative_to(package).as_posix()
+        if rel.startswith("probe/child/") != child:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                out += [(rel, node.lineno, a.name) for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                names = [f"{node.module}.{a.name}" for a in node.names] if node.module == "memprobe.probe" else []
+                out += [(rel, node.lineno, n) for n in names or [("." * node.level) + (node.module or "")]]
+    return out
 
 
 def torch_imports(package: Path = PACKAGE) -> list[str]:
     """Where a module of probe/ outside probe/child/ imports torch or probe/child/ (at any depth; a child is started
-    by module name, not imported), other than in CHILD_FUNCTIONS."""
-    out = []
-    for path in sorted((package / "probe").rglob("*.py")):
-        rel = path.relative_to(package).as_posix()
-        if rel.startswith("probe/child/"):
-            continue
-        tree = ast.parse(path.read_text())
-        allowed = {
-            id(inner)
-            for node in ast.walk(tree)
-            if isinstance(node, ast.FunctionDef) and (rel, node.name) in CHILD_FUNCTIONS
-            for inner in ast.walk(node)
-        }
-        for node in ast.walk(tree):
-            if id(node) in allowed:
-                continue
-            if isinstance(node, ast.Import):
-                names = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom) and not node.level:
-                names = [node.module or ""]
-            else:
-                continue
-            out += [
-                f"{rel}:{node.lineno}: imports {n}"
-                for n in names
-                if n.split(".")[0] == "torch" or n.startswith("memprobe.probe.child")
-            ]
-    return out
+    by module name, not imported)."""
+    return [
+        f"{rel}:{line}: imports {n}"
+        for rel, line, n in _probe_imports(package, child=False)
+        if n.split(".")[0] == "torch" or n.startswith("memprobe.probe.child")
+    ]
+
+
+def parent_imports(package: Path = PACKAGE) -> list[str]:
+    """Where a module of probe/child/ imports a module of probe outside probe/child/ (at any depth; relative
+    imports count as the parent's too, they cannot be told apart cheaply)."""
+    return [
+        f"{rel}:{line}: imports {n}"
+        for rel, line, n in _probe_imports(package, child=True)
+        if n.startswith(".") or (n.startswith("memprobe.probe.") and not n.startswith("memprobe.probe.child"))
+    ]
+
+
+def test_the_child_side_imports_nothing_of_the_parent_side():
+    assert parent_imports() == []
+
+
+def test_the_child_check_catches_an_import_of_the_parent_side(tmp_path):
+    (tmp_path / "probe" / "child").mkdir(parents=True)
+    (tmp_path / "probe" / "child" / "worker.py").write_text(
+        "from memprobe.probe.child import measure\nfrom memprobe.core import protocol\n"
+        "def f():\n    from memprobe.probe.options import ScanOptions\n"
+    )
+    (tmp_path / "probe" / "child" / "rank.py").write_text("from memprobe.probe import runner\n")
+    (tmp_path / "probe" / "scan.py").write_text("from memprobe.probe.options import ScanOptions\n")
+    assert parent_imports(tmp_path) == [
+        "probe/child/rank.py:1: imports memprobe.probe.runner",
+        "probe/child/worker.py:4: imports memprobe.probe.options",
+    ]
 
 
 def test_only_probe_child_imports_torch():
@@ -237,6 +254,7 @@ def test_the_torch_check_catches_an_import_outside_the_child_folder(tmp_path):
     (tmp_path / "probe" / "scan.py").write_text("def f():\n    from torch.cuda import memory\n")
     (tmp_path / "probe" / "group.py").write_text("from memprobe.probe.child.served_rank import decide\n")
     assert torch_imports(tmp_path) == [
+        "probe/device.py:2: imports torch",
         "probe/group.py:1: imports memprobe.probe.child.served_rank",
         "probe/scan.py:2: imports torch.cuda",
     ]

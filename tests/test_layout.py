@@ -1,4 +1,5 @@
-"""The layout's promises: pure modules import without torch, and modules stay small and say their job."""
+"""The layout's promises: pure modules import without torch, modules stay small and say their job, functions stay
+short."""
 
 from __future__ import annotations
 
@@ -35,6 +36,7 @@ PURE = sorted(
     }
 )
 MAX_LINES = 450
+MAX_FUNCTION_LINES = 80  # a function longer than this does more than one job: split it by job
 
 
 def test_pure_modules_import_with_torch_blocked():
@@ -57,6 +59,27 @@ def test_module_is_small_and_says_its_job(path: Path):
     assert len(text.splitlines()) <= MAX_LINES, f"{path.name} has {len(text.splitlines())} lines"
     doc = ast.get_docstring(ast.parse(text))
     assert doc and doc.strip().splitlines()[0].strip(), f"{path.name} has no one-line docstring saying its job"
+
+
+def _long_functions(text: str) -> list[str]:
+    """The functions (methods and nested ones too) in `text` longer than MAX_FUNCTION_LINES, with their length."""
+    return [
+        f"{node.name} ({node.end_lineno - node.lineno + 1} lines, from line {node.lineno})"
+        for node in ast.walk(ast.parse(text))
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+        and (node.end_lineno or node.lineno) - node.lineno + 1 > MAX_FUNCTION_LINES
+    ]
+
+
+def test_no_function_is_longer_than_80_lines():
+    long = {str(p.relative_to(PACKAGE)): found for p in _modules() if (found := _long_functions(p.read_text()))}
+    assert long == {}, f"split these by job (at most {MAX_FUNCTION_LINES} lines a function): {long}"
+
+
+def test_the_function_length_check_sees_long_functions():
+    body = "\n".join(f"    x{i} = {i}" for i in range(MAX_FUNCTION_LINES))
+    assert _long_functions(f"def long():\n{body}\n") == [f"long ({MAX_FUNCTION_LINES + 1} lines, from line 1)"]
+    assert _long_functions("class C:\n    def short(self):\n        return 1\n") == []
 
 
 def test_subsystems_are_folders():

@@ -53,7 +53,7 @@ def session_for(workload, precision="bf16", budget=BUDGET):
     from memprobe.probe.child.worker import Session
 
     s = Session()
-    info = s.setup(SetupRequest(workload.to_dict(), precision, "train", "cpu", budget, {}))
+    info = s.setup(SetupRequest(workload, precision, "train", "cpu", budget))
     assert isinstance(info, Ready), info
     s.info = info
     return s

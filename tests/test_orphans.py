@@ -36,7 +36,7 @@ PARENT = textwrap.dedent("""
 
     toy = load_registry()["toy"]
     hint = PredictedStart(toy, ["fp32"]).__enter__()  # the search's predict child, tracing beside the trials
-    spec = WorkerSpec(toy, "fp32", "train", "cpu", 8 << 20, {}, timeout_s=600)
+    spec = WorkerSpec(toy, "fp32", "train", "cpu", 8 << 20, timeout_s=600)
     factory = WorkerFactory(toy, forkserver=True)
     forked = factory.fresh(spec)
     execd = Worker(factory.preload)

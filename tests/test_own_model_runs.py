@@ -195,7 +195,7 @@ def test_unknown_timm_name_is_a_user_error_naming_close_ones(timm_standin):
 
     workload = resolve_model("timm:vit_larg_patch16_224")
     try:
-        answer = session.setup(SetupRequest(workload.to_dict(), "fp32", "train", "cpu", 1 << 30, {}))
+        answer = session.setup(SetupRequest(workload, "fp32", "train", "cpu", 1 << 30))
     finally:  # Session.setup enters the fake allocator for the life of the process: leave it
         session.close()
     assert isinstance(answer, Failure) and answer.kind == USER_ERROR

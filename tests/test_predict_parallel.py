@@ -100,6 +100,22 @@ def test_a_child_that_dies_or_fails_is_a_predict_error():
     assert failing.behaviour.notes == ["a note from the child"]  # what the child counted comes back
 
 
+def test_a_trace_answer_crosses_whole_and_anything_else_is_refused_saying_so():
+    import pickle
+
+    from memprobe.predict.parallel import Counts, TraceAnswer, Warned, read_trace_answer
+
+    trace = Trace(2, [("alloc", 1, 512, "x")], 3, step_at=(0, 1), decode_at=(("decode", 0),), decode_more=4)
+    counts = Counts(Counter({"a": 1}), Counter(), ["a note"])
+    answer = TraceAnswer(trace, None, counts, [Warned("careful", UserWarning, "x.py", 3)], b"")
+    assert read_trace_answer(pickle.dumps(answer)) == answer  # every field of the trace, decode marks too
+    assert read_trace_answer(b"") is None
+    with pytest.raises(ValueError, match="not a trace answer: a dict"):
+        read_trace_answer(pickle.dumps({"batch": 2}))
+    with pytest.raises(ValueError, match="not a trace answer: UnpicklingError"):
+        read_trace_answer(b"garbage")
+
+
 @forks
 @pytest.mark.parametrize(
     "name, search, precisions", [("toy-bert-squad", "batch", ["fp32", "bf16"]), ("toy-llama", "seq-len", ["bf16"])]

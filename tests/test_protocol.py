@@ -24,6 +24,7 @@ from memprobe.core.protocol import (
     Ready,
     SetupRequest,
     TrialRequest,
+    TrialSettings,
     crashed,
     decode_answer,
     decode_request,
@@ -31,9 +32,11 @@ from memprobe.core.protocol import (
     encode_request,
 )
 from memprobe.core.records import Timed
+from memprobe.core.registry import Workload
 
+TOY = Workload("toy", "toy-mlp", "a toy", "samples", {"hidden": 8}, {"name": "sgd", "lr": 0.1})
 REQUESTS_SENT = [
-    SetupRequest({"name": "toy", "family": "toy"}, "bf16", "train", "cpu", 1 << 20, {"compile": True}),
+    SetupRequest(TOY, "bf16", "train", "cpu", 1 << 20, TrialSettings(cudnn_benchmark=True, memory_cap_bytes=1 << 30)),
     TrialRequest(64, 3, 4096.0, keep=True),
     MeasureRequest(64, 1, 10, budget_s=5.0, loss_scale=None, cont=True),
     FlopsRequest(1),
@@ -54,7 +57,7 @@ def test_every_kind_is_listed_once():
 
 
 ANSWERS = [
-    (SetupRequest(), Ready({"gpu": {"name": "cpu"}}, 1 << 20, 1000, 0.5, 0.0, {"parameters": 3}, "tokens", None)),
+    (SetupRequest(TOY), Ready({"gpu": {"name": "cpu"}}, 1 << 20, 1000, 0.5, 0.0, {"parameters": 3}, "tokens", None)),
     (TrialRequest(8), Attempt(8, "fit", 10, 12, 0.25, "", steps=3, loss_scale=2.0**15)),
     (
         MeasureRequest(8),
@@ -81,7 +84,7 @@ def test_every_answer_reads_back_as_sent(request_, answer):
 
 def test_a_refusal_reads_as_a_failure_whatever_was_asked():
     refusal = encode_answer(Failure("no_cuda", "torch sees no CUDA device"))
-    for request_ in (SetupRequest(), TrialRequest(4), MeasureRequest(4)):
+    for request_ in (SetupRequest(TOY), TrialRequest(4), MeasureRequest(4)):
         assert decode_answer(request_, refusal) == Failure("no_cuda", "torch sees no CUDA device", "setup")
     # a failed ping is a Pong saying so, not a refusal
     assert decode_answer(PingRequest(), encode_answer(Pong(False, 7))) == Pong(False, 7)
@@ -94,6 +97,22 @@ def test_unknown_and_broken_requests_are_refused():
         decode_request("{not json")
     with pytest.raises(ProtocolError):
         decode_answer(TrialRequest(4), "garbage")
+
+
+@pytest.mark.parametrize(
+    "fields, says",
+    [
+        ({"precision": "fp32"}, "not a SetupRequest: no 'workload'"),
+        ({"workload": {"family": "toy-mlp"}}, "'workload'"),  # a workload without its name
+        ({"workload": TOY.to_dict(), "settings": {"compile": "yes"}}, "'settings'.*'compile': expected bool"),
+        ({"workload": TOY.to_dict(), "cpu_budget_bytes": "1 GiB"}, "'cpu_budget_bytes': expected int, got str"),
+    ],
+)
+def test_a_request_with_a_field_missing_or_of_another_type_is_refused_naming_it(fields, says):
+    with pytest.raises(ProtocolError, match=says):
+        decode_request(json.dumps({"op": "setup", **fields}))
+    with pytest.raises(ProtocolError, match="'batch': expected int, got float"):
+        decode_request(json.dumps({"op": "trial", "batch": 2.5}))
 
 
 def test_a_crash_ends_the_process_after_its_answer():
@@ -120,7 +139,7 @@ def test_the_predicting_childrens_messages_survive_the_wire_and_a_bad_line_is_re
         read_message,
     )
 
-    setup = HintSetup({"name": "toy"}, ["fp32", "bf16"], 2, "infer", [2, "fsdp"])
+    setup = HintSetup(TOY, ["fp32", "bf16"], 2, "infer", [2, "fsdp"])
     request = HintRequest("bf16", 1 << 30, 7)
     answer = HintAnswer(7, "bf16", 1000.5, max_batch=985, seconds=3.25, how="checked")
     for message in (setup, request, answer):
@@ -133,7 +152,7 @@ def test_the_predicting_childrens_messages_survive_the_wire_and_a_bad_line_is_re
     assert failed.record() == {"precision": "fp32", "at": 1001.0, "error": "TypeError: no"}
     with pytest.raises(ProtocolError, match="not a HintSetup"):
         read_message('{"precisions": ["fp32"]}', HintSetup)  # no workload
-    need = NeedRequest({"name": "toy"}, "bf16")
+    need = NeedRequest(TOY, "bf16")
     assert read_message(message_line(need), NeedRequest) == need
     assert read_message(message_line(NeedAnswer(need_bytes=5)), NeedAnswer) == NeedAnswer(need_bytes=5)
     for bad in ("not json", '{"precision": "fp32"}', "[1, 2]"):

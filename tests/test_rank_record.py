@@ -1,11 +1,73 @@
-"""A multi-GPU rank's record (rank<R>.json) read back typed: unknown keys kept, half a record or none is None."""
+"""The files between a multi-GPU scan and its ranks: the launch's request read back typed, a bad one refused naming
+its field; a rank's record (rank<R>.json) read back typed: unknown keys kept, half a record or none is None."""
 
 from __future__ import annotations
 
 import json
 
+import pytest
+
 from memprobe.core.outcomes import OOM
-from memprobe.core.rank_record import RankFailure, RankRecord, rank_record_path, read_rank_record, read_rank_records
+from memprobe.core.protocol import TrialSettings
+from memprobe.core.rank_record import (
+    LaunchRequest,
+    RankFailure,
+    RankRecord,
+    RankRequest,
+    StandbyRequest,
+    TimedSteps,
+    rank_record_path,
+    read_rank_record,
+    read_rank_records,
+    read_rank_request,
+    write_rank_request,
+)
+from memprobe.core.registry import Workload
+from memprobe.core.wire import MessageError, to_wire
+
+TOY = Workload("toy", "toy-mlp", "a toy", "samples", {"hidden": 8}, {"name": "adam"})
+LAUNCH = LaunchRequest(
+    TOY,
+    "bf16",
+    "fsdp",
+    2,
+    [1, 3],
+    measure=TimedSteps(1, 2),
+    device="cpu",
+    cpu_budget_bytes=1000,
+    rank_cpu_budget_bytes={"1": 500},
+    settings=TrialSettings(cudnn_benchmark=True),
+    serve=True,
+)
+
+
+@pytest.mark.parametrize(
+    "request_",
+    [RankRequest(LAUNCH, "/tmp/launch", 42, prestarted=True), StandbyRequest("toy-mlp", "cpu", "/tmp/launch", 42)],
+    ids=lambda r: type(r).__name__,
+)
+def test_a_launch_request_reads_back_as_written(tmp_path, request_):
+    write_rank_request(tmp_path / "request.json", request_)
+    assert read_rank_request(tmp_path / "request.json") == request_
+    assert LAUNCH.cpu_budget(1) == 500 and LAUNCH.cpu_budget(0) == 1000
+
+
+@pytest.mark.parametrize(
+    "change, says",
+    [
+        ({"kind": "dance"}, "not a launch request: kind 'dance'"),
+        ({"run_dir": None}, "not a RankRequest: 'run_dir': expected str, got null"),
+        ({"launch": {"precision": "fp32"}}, "'launch': .*no 'workload'"),
+        ({"launch": {**to_wire(LAUNCH), "batches": [1, "2"]}}, "'batches': expected int"),
+        ({"launch": {**to_wire(LAUNCH), "measure": {"warmup": 1}}}, "'measure'.*no 'steps'"),
+    ],
+)
+def test_a_bad_launch_request_is_refused_naming_the_field(tmp_path, change, says):
+    path = tmp_path / "request.json"
+    write_rank_request(path, RankRequest(LAUNCH, "/tmp/launch", 42))
+    path.write_text(json.dumps({**json.loads(path.read_text()), **change}))
+    with pytest.raises(MessageError, match=says):
+        read_rank_request(path)
 
 
 def test_a_record_goes_to_disk_and_back_with_its_failure_and_the_keys_this_version_does_not_know(tmp_path):

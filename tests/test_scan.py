@@ -147,10 +147,10 @@ def ctrl_c_at_trial(monkeypatch, at: int) -> None:
     """Make the fake workers' trial at batch `at` raise KeyboardInterrupt, as a Ctrl-C during it would."""
     original = FakeWorker.trial
 
-    def interrupted(self, batch, steps, keep=False):
+    def interrupted(self, batch, steps, keep=False, decode_steps=None):
         if batch == at:
             raise KeyboardInterrupt
-        return original(self, batch, steps, keep)
+        return original(self, batch, steps, keep, decode_steps)
 
     monkeypatch.setattr(FakeWorker, "trial", interrupted)
 

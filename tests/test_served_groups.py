@@ -79,7 +79,7 @@ def test_a_served_search_finds_the_fresh_edge_in_one_group_and_proves_it_in_two_
 def test_a_failure_on_one_rank_ends_the_group_and_the_next_trial_starts_a_fresh_one(tmp_path, monkeypatch):
     monkeypatch.setenv("TMPDIR", str(tmp_path))
     req = LaunchRequest(
-        TOY.to_dict(),
+        TOY,
         "fp32",
         "ddp",
         2,
@@ -132,7 +132,7 @@ def _stuck_group(tmp_path, monkeypatch, votes: list[int], timeout_s: float = 60.
     write_json(run_dir / "rank1.json", {"batches": [], "answered": -1, "committed": committed, "failure": None})
     for r in votes:
         write_json(vote_path(run_dir, 0, r), {"outcome": OOM, "collectives": [3]})
-    req = LaunchRequest(TOY.to_dict(), "fp32", "ddp", 2, [1], device="cpu", timeout_s=timeout_s)
+    req = LaunchRequest(TOY, "fp32", "ddp", 2, [1], device="cpu", timeout_s=timeout_s)
     launch = _SleepingLaunch(run_dir)
     return ServedGroup(req, standby=launch), launch
 
@@ -352,7 +352,7 @@ def test_prestarted_launches_take_standbys_started_ahead_and_end_the_unused_ones
 
     def request(world, strategy, batches):
         return LaunchRequest(
-            TOY.to_dict(), "fp32", strategy, world, batches, device="cpu", cpu_budget_bytes=BUDGET, timeout_s=120
+            TOY, "fp32", strategy, world, batches, device="cpu", cpu_budget_bytes=BUDGET, timeout_s=120
         )
 
     launcher = Prestarted()

@@ -44,9 +44,7 @@ def test_oom_creating_the_context_is_reported_as_oom_at_that_stage(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     monkeypatch.setattr(torch.cuda, "init", no_memory)
-    answer = Session().setup(
-        SetupRequest(device="cuda", precision="fp32", workload=toy_workload().to_dict(), settings={})
-    )
+    answer = Session().setup(SetupRequest(device="cuda", precision="fp32", workload=toy_workload()))
     assert isinstance(answer, Failure) and answer.kind == OOM and answer.stage == "cuda-context"
     assert "creating the CUDA context" in answer.message and "out of memory" in answer.message
 
@@ -136,7 +134,7 @@ def soaking_world(monkeypatch, soak_edge: int) -> World:
     """A World whose long trials (soak runs, > 3 steps) fit only up to soak_edge."""
     trial = FakeWorker.trial
 
-    def with_soak(self, batch, steps, keep=False):
+    def with_soak(self, batch, steps, keep=False, decode_steps=None):
         if steps > 3 and batch > soak_edge:
             self.world.log.append(("soak", self.number, batch))
             self.ran += 1
@@ -215,7 +213,7 @@ def test_sigterm_and_sighup_stop_a_scan_like_ctrl_c(run, monkeypatch, tmp_path, 
     monkeypatch.setattr(memprobe.probe.scan, "WorkerFactory", lambda workload, env=None: FakeFactory(world))
     trial = FakeWorker.trial
 
-    def signalled_in_bf16(self, batch, steps, keep=False):
+    def signalled_in_bf16(self, batch, steps, keep=False, decode_steps=None):
         if len(world.workers) > 3 and batch == 16:  # fp32 has finished: the signal comes during bf16
             os.kill(os.getpid(), getattr(signal, sig))
         return trial(self, batch, steps)

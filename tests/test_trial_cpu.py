@@ -22,7 +22,16 @@ torch = pytest.importorskip("torch")
 
 from conftest import RecordingProgress  # noqa: E402
 from fakes import TOY_CPU_BUDGET  # noqa: E402
-from memprobe.core.protocol import Failure, FlopsRequest, MeasureRequest, Ready, Request, SetupRequest, TrialRequest  # noqa: E402
+from memprobe.core.protocol import (  # noqa: E402
+    Failure,
+    FlopsRequest,
+    MeasureRequest,
+    Ready,
+    Request,
+    SetupRequest,
+    TrialRequest,
+    TrialSettings,
+)
 from memprobe.core.results import read_result  # noqa: E402
 from memprobe.probe.child.worker import Session  # noqa: E402
 from memprobe.probe.runner import Worker, WorkerError, WorkerSpec  # noqa: E402
@@ -61,7 +70,7 @@ def worker_logs() -> set[str]:
 @pytest.fixture
 def session(toy):
     s = Session()
-    info = s.setup(SetupRequest(toy.to_dict(), "fp32", "train", "cpu", TOY_CPU_BUDGET, {}))
+    info = s.setup(SetupRequest(toy, "fp32", "train", "cpu", TOY_CPU_BUDGET))
     assert isinstance(info, Ready), info
     s.info = info
     yield s
@@ -199,7 +208,7 @@ def test_setup_freezes_the_built_model_and_trials_still_free_everything(toy):
     # is frozen once at setup, and what a trial makes must still be freed when it ends.
     gc.unfreeze()
     s = Session()
-    info = s.setup(SetupRequest(toy.to_dict(), "fp32", "train", "cpu", TOY_CPU_BUDGET, {}))
+    info = s.setup(SetupRequest(toy, "fp32", "train", "cpu", TOY_CPU_BUDGET))
     try:
         assert isinstance(info, Ready), info
         frozen = gc.get_freeze_count()
@@ -218,7 +227,7 @@ def test_close_leaves_the_fake_allocator_and_can_be_called_twice(toy):
     before = len(_get_current_dispatch_mode_stack())
     s = Session()
     s.close()  # before setup: nothing to leave
-    assert isinstance(s.setup(SetupRequest(toy.to_dict(), "fp32", "train", "cpu", TOY_CPU_BUDGET, {})), Ready)
+    assert isinstance(s.setup(SetupRequest(toy, "fp32", "train", "cpu", TOY_CPU_BUDGET)), Ready)
     assert s.trial(TrialRequest(batch=8, steps=3, keep=True)).outcome == "fit"
     assert len(_get_current_dispatch_mode_stack()) == before + 1
     s.close()
@@ -229,7 +238,7 @@ def test_close_leaves_the_fake_allocator_and_can_be_called_twice(toy):
 
 def test_compile_setting_compiles_and_reports_compile_time(toy):
     s = Session()
-    info = s.setup(SetupRequest(toy.to_dict(), "fp32", "train", "cpu", TOY_CPU_BUDGET, {"compile": True}))
+    info = s.setup(SetupRequest(toy, "fp32", "train", "cpu", TOY_CPU_BUDGET, TrialSettings(compile=True)))
     try:
         assert isinstance(info, Ready), info
         assert info.task["compiled"] == [type(s.task.model).__name__]
@@ -275,7 +284,7 @@ def test_live_bytes_raises_oom_above_budget():
 
 @pytest.fixture(scope="module")
 def toy_spec(toy):
-    return WorkerSpec(toy, "fp32", "train", "cpu", TOY_CPU_BUDGET, {}, timeout_s=120)
+    return WorkerSpec(toy, "fp32", "train", "cpu", TOY_CPU_BUDGET, timeout_s=120)
 
 
 @pytest.fixture(scope="module")
@@ -343,7 +352,7 @@ def test_dead_and_hung_workers_become_crash_and_timeout(toy_spec):
 
     slow = Worker(TOY_MODULE)
     try:
-        slow.setup(WorkerSpec(toy_spec.workload, "fp32", "train", "cpu", None, {}, timeout_s=120))
+        slow.setup(WorkerSpec(toy_spec.workload, "fp32", "train", "cpu", None, timeout_s=120))
         slow.spec.timeout_s = 0.05  # far below one trial at this batch
         attempt = slow.trial(20_000, 3)
         assert attempt.outcome == "timeout"
@@ -533,7 +542,7 @@ def _fp16_spec(name: str, **params) -> WorkerSpec:
 
     workload = load_registry()[name]
     workload = replace(workload, params={**workload.params, **params})
-    return WorkerSpec(workload, "fp16", "train", "cpu", None, {}, timeout_s=120)
+    return WorkerSpec(workload, "fp16", "train", "cpu", None, timeout_s=120)
 
 
 # toy-pix2pixhd at 32x16 with one discriminator scale, no local enhancer and 10x the feature-matching weight: its

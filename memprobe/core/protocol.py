@@ -11,25 +11,18 @@ handler in probe/child/worker.py.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, ClassVar, TypeVar, Union
 
 from memprobe.core.memory_model import Attempt
 from memprobe.core.outcomes import CRASH, TIMEOUT
 from memprobe.core.records import Timed
+from memprobe.core.registry import Workload
+from memprobe.core.wire import MessageError, from_json, from_wire, to_json, to_wire
 
-T = TypeVar("T")
-
-
-class ProtocolError(ValueError):
-    """A line that is not a request of a known kind (or not a request at all)."""
-
-
-def _from_fields(kind: type[T], data: dict[str, Any]) -> T:
-    """A message of type `kind` from the fields of `data` that it has (others ignored, so a newer sender's extra
-    fields do not break an older reader). Raises TypeError where a field without a default is missing."""
-    # `kind` is always a dataclass; typing says so only through typeshed's private DataclassInstance protocol
-    return kind(**{f.name: data[f.name] for f in fields(kind) if f.name in data})  # type: ignore[arg-type]
+# A line that is not a message of the kind expected (not JSON, an unknown request, a field missing or of another
+# type): core/wire.py's error, under the name the trial protocol's readers catch.
+ProtocolError = MessageError
 
 
 # --- answers -----------------------------------------------------------------------------------------------------
@@ -109,7 +102,7 @@ _WRITE: dict[type, Callable[[Any], dict[str, Any]]] = {
     Timed: lambda a: a.to_dict(),
 }
 _READ: dict[type, Callable[[dict[str, Any]], Any]] = {
-    Ready: lambda d: _from_fields(Ready, d),
+    Ready: lambda d: from_wire(Ready, d),
     Failure: lambda d: Failure(d.get("kind", "error"), d.get("message", "setup failed"), d.get("stage", "setup")),
     Flops: lambda d: Flops(d.get("flops_per_sample"), d.get("error")),
     Pong: lambda d: Pong(bool(d.get("ok")), int(d.get("pid", 0))),
@@ -155,18 +148,28 @@ class Request:
     answer: ClassVar[type] = Failure
 
 
+@dataclass(frozen=True)
+class TrialSettings:
+    """How a trial process sets torch up beyond the precision: cuDNN's benchmark mode, the allocator cap that
+    emulates a smaller card (--memory-cap), and torch.compile."""
+
+    cudnn_benchmark: bool = False
+    memory_cap_bytes: int | None = None
+    compile: bool = False
+
+
 @dataclass
 class SetupRequest(Request):
-    """Build the workload (Workload.to_dict()) in one precision on `device`, with the scan's settings."""
+    """Build `workload` in one precision on `device`, with the scan's settings."""
 
     op: ClassVar[str] = "setup"
     answer: ClassVar[type] = Ready
-    workload: dict[str, Any] = field(default_factory=dict)
+    workload: Workload
     precision: str = "fp32"
     mode: str = "train"
     device: str = "cuda"
     cpu_budget_bytes: int | None = None
-    settings: dict[str, Any] = field(default_factory=dict)
+    settings: TrialSettings = field(default_factory=TrialSettings)
 
 
 @dataclass
@@ -243,11 +246,12 @@ REQUESTS: dict[str, type[Request]] = {
 
 def encode_request(request: Request) -> str:
     """One request as its wire line (newline included)."""
-    return json.dumps({"op": request.op, **asdict(request)}) + "\n"
+    return json.dumps({"op": request.op, **to_wire(request)}) + "\n"
 
 
 def decode_request(line: str) -> Request:
-    """The request on a wire line. Raises ProtocolError for an unknown kind or a line that is not a request."""
+    """The request on a wire line. Raises ProtocolError for an unknown kind or a line that is not a request (a field
+    missing that has no default, or of another type)."""
     try:
         data = json.loads(line)
     except ValueError as exc:
@@ -256,7 +260,7 @@ def decode_request(line: str) -> Request:
     kind = REQUESTS.get(op) if isinstance(op, str) else None
     if kind is None:
         raise ProtocolError(f"unknown op {op!r}")
-    return _from_fields(kind, data)  # every field has a default
+    return from_wire(kind, data)
 
 
 # --- the predicting children: the predicted start (probe/hint.py, predict/hint_worker.py) and nothing fits ---------
@@ -267,10 +271,10 @@ def decode_request(line: str) -> Request:
 
 @dataclass
 class HintSetup:
-    """The first line to the predicted-start child: the workload (Workload.to_dict()), the precisions to trace in
-    order, the trial's steps, its mode ("train" or "infer") and the world ([N, "ddp"|"fsdp"], per GPU) or None."""
+    """The first line to the predicted-start child: the workload, the precisions to trace in order, the trial's
+    steps, its mode ("train" or "infer") and the world ([N, "ddp"|"fsdp"], per GPU) or None."""
 
-    workload: dict[str, Any]
+    workload: Workload
     precisions: list[str]
     steps: int = 3
     mode: str = "train"
@@ -307,10 +311,10 @@ class HintAnswer:
 @dataclass
 class NeedRequest:
     """The one line to the nothing-fits child (probe/nothing_fits.py, predict/need.py): the memory a trial of
-    `workload` (Workload.to_dict()) at batch 1 in `precision` needs, in `mode` (a training step, or in "generate"
-    the generations of a fit)."""
+    `workload` at batch 1 in `precision` needs, in `mode` (a training step, or in "generate" the generations of a
+    fit)."""
 
-    workload: dict[str, Any]
+    workload: Workload
     precision: str
     mode: str = "train"
 
@@ -330,13 +334,10 @@ M = TypeVar("M", HintSetup, HintRequest, HintAnswer, NeedRequest, NeedAnswer)
 def message_line(message: ChildMessage) -> str:
     """One message to or from a predicting child (the predicted start, nothing fits) as its line (newline
     included)."""
-    return json.dumps(asdict(message)) + "\n"
+    return to_json(message) + "\n"
 
 
 def read_message(line: str | bytes, kind: type[M]) -> M:
     """The message of type `kind` (one of ChildMessage) on a line. Raises ProtocolError for a line that is not one
-    (not JSON, a field missing that has no default)."""
-    try:
-        return _from_fields(kind, json.loads(line))
-    except (ValueError, TypeError) as exc:
-        raise ProtocolError(f"not a {kind.__name__}: {line[:200]!r}") from exc
+    (not JSON, a field missing that has no default, or of another type)."""
+    return from_json(kind, line)

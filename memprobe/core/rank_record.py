@@ -1,6 +1,8 @@
-"""The files between a multi-GPU scan and its ranks: each rank's record, typed, and a served group's commands and votes.
+"""The files between a multi-GPU scan and its ranks: the launch's request, each rank's record, typed, and a served
+group's commands and votes.
 
-No torch. A rank (probe/child/rank.py, served_rank.py) keeps a RankRecord and writes it whole, atomically, after
+No torch. Every rank reads the launch's request (`request.json`, or a launch started ahead: a StandbyRequest there,
+the RankRequest later in `go.json`) with `read_rank_request`, which checks every field (core/wire.py). A rank (probe/child/rank.py, served_rank.py) keeps a RankRecord and writes it whole, atomically, after
 every step of its protocol; the parent (launch.py, group.py) reads it back with `read_rank_record`, which never
 raises: a record not yet written, or half of one, reads as None. Keys this version does not know are kept in
 `extra` and written back, so an older parent reads a newer rank's record and the reverse.
@@ -12,7 +14,11 @@ import json
 import os
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, TypeVar, Union
+
+from memprobe.core.protocol import TrialSettings
+from memprobe.core.registry import Workload
+from memprobe.core.wire import MessageError, from_json, to_wire
 
 T = TypeVar("T")
 
@@ -32,6 +38,90 @@ def write_json(path: Path, data: dict[str, Any]) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(data))
     os.replace(tmp, path)
+
+
+@dataclass(frozen=True)
+class TimedSteps:
+    """The timed run that ends a launch: `warmup` steps, then `steps` timed ones, at its last batch."""
+
+    warmup: int
+    steps: int
+
+
+@dataclass(frozen=True)
+class LaunchRequest:
+    """One launch: a fresh group of `world_size` ranks runs `batches` in order, then (with `measure`) times the
+    last one. `strategy`: ddp, fsdp or none (1 rank)."""
+
+    workload: Workload
+    precision: str
+    strategy: str
+    world_size: int
+    batches: list[int]
+    steps: int = 3
+    measure: TimedSteps | None = None
+    device: str = "cuda"
+    cpu_budget_bytes: int | None = None
+    rank_cpu_budget_bytes: dict[str, int] = field(default_factory=dict)  # tests: a smaller budget on one rank
+    settings: TrialSettings = field(default_factory=TrialSettings)
+    pg_timeout_s: float = 120.0
+    timeout_s: float = 900.0
+    serve: bool = False  # a served group (child/served_rank.py): the ranks take trial after trial from command files
+
+    def cpu_budget(self, rank: int) -> int | None:
+        """The CPU memory budget of rank `rank` (its own where one is given, else the launch's)."""
+        return self.rank_cpu_budget_bytes.get(str(rank), self.cpu_budget_bytes)
+
+
+@dataclass(frozen=True)
+class RankRequest:
+    """What every rank of a launch runs: the launch, the folder the ranks write to, the pid of the scan that started
+    it (a rank whose scan is gone exits) and whether the launch was started ahead (a standby's)."""
+
+    launch: LaunchRequest
+    run_dir: str
+    parent_pid: int | None = None
+    prestarted: bool = False
+
+
+@dataclass(frozen=True)
+class StandbyRequest:
+    """A launch started ahead (probe/distributed/standby.py): its ranks import the workload `family`'s code, then
+    wait in `run_dir` for their RankRequest (GO_FILE) while the scan at `parent_pid` lives."""
+
+    family: str
+    device: str
+    run_dir: str
+    parent_pid: int | None = None
+
+
+@dataclass(frozen=True)
+class _Kind:
+    """The head of a launch's request: which kind it is."""
+
+    kind: str
+
+
+REQUEST_FILE = "request.json"
+GO_FILE = "go.json"
+_RANK_REQUESTS: dict[str, type[RankRequest] | type[StandbyRequest]] = {"launch": RankRequest, "standby": StandbyRequest}
+
+
+def write_rank_request(path: Path, request: RankRequest | StandbyRequest) -> None:
+    """Write a launch's request (which kind, under "kind", then its fields), atomically."""
+    kind = next(k for k, v in _RANK_REQUESTS.items() if isinstance(request, v))
+    write_json(path, {"kind": kind, **to_wire(request)})
+
+
+def read_rank_request(path: Path) -> Union[RankRequest, StandbyRequest]:
+    """The request in `path`. Raises OSError where it cannot be read, MessageError where it is not a request of a
+    known kind (its fields checked: one missing, or of another type)."""
+    text = path.read_text()
+    head = from_json(_Kind, text)
+    kind = _RANK_REQUESTS.get(head.kind)
+    if kind is None:
+        raise MessageError(f"{path}: not a launch request: kind {head.kind!r}")
+    return from_json(kind, text)
 
 
 @dataclass

@@ -48,3 +48,11 @@ def steps_at_fit(mode: str, trial_steps: int = TRIAL_STEPS) -> int:
     if mode == "generate":
         return min(trial_steps, GENERATE_TRIAL_STEPS) + GENERATE_WARMUP + GENERATE_TIMED_STEPS
     raise ValueError(f"unknown mode '{mode}'")
+
+
+def timed_steps_within(steps: int, budget_s: float | None, step_s: float | None) -> int:
+    """How many of `steps` timed steps a timed run keeps within `budget_s` seconds when a step takes about
+    `step_s`: all of them without a budget or an estimate, else as many as fit, at least MIN_TIMED_STEPS."""
+    if not budget_s or not step_s or step_s * steps <= budget_s:
+        return steps
+    return min(steps, max(MIN_TIMED_STEPS, int(budget_s / step_s)))  # never more than asked (a generation: 1)

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from memprobe.core.cardnames import CardNameError, resolve_card
-from memprobe.core.catalog import default_catalog
+from memprobe.core.catalog import Card, Catalog, default_catalog
 from memprobe.core.plan import PREDICTED, Plan, PlanError, check_global_batch, make_plan
 from memprobe.core.registry import Workload
 from memprobe.core.results import ResultFileError, ScanResult, load_results
@@ -79,17 +79,7 @@ def build_plan(
     change nothing); memprobe.predict.trace.PredictError when a setting cannot be predicted.
     """
     check_global_batch(global_batch)
-    if isinstance(gpus, bool) or gpus < 1:
-        raise PlanError(f"--gpus must be at least 1, got {gpus}")
-    if gpus > 1:
-        from memprobe.core.strategies import STRATEGIES, StrategyError, check_workload
-
-        if strategy not in STRATEGIES:
-            raise PlanError(f"unknown strategy '{strategy}'; choose from {', '.join(STRATEGIES)}")
-        try:
-            check_workload(workload)
-        except StrategyError as exc:
-            raise PlanError(str(exc)) from None
+    _check_group(workload, gpus, strategy)
     catalog = default_catalog()
     try:
         resolved = resolve_card(card_name, catalog)
@@ -110,20 +100,7 @@ def build_plan(
         notes.append(NO_RESULTS_NOTE)
     found = {id(s): measured(s, loaded, card, catalog, gpus, strategy) for s in chosen}
     if loaded and not any(found.values()):  # --results would change nothing: every row predicted
-        if not any(
-            same_definition(r, workload) and of_card(r, card, catalog) and set(precisions) & set(r.precisions)
-            for _p, r in loaded
-        ):
-            raise PlanError(
-                f"--results: no scan there measured {workload.name} ({', '.join(precisions)}) on the {card.name} "
-                f"as memprobe defines it now; they hold {_held(loaded)}. Give scans of this model and card, or drop "
-                "--results to predict every row"
-            )
-        # scans of this model, card and precision, on another number of GPUs, strategy or mode: say so
-        notes.append(
-            f"--results: the scans of {workload.name} on the {card.name} there ({_held(loaded)}) ran another number "
-            "of GPUs, strategy or mode than this plan's, so every row is predicted"
-        )
+        notes.append(_unused_results(loaded, workload, card, catalog, precisions))
     missing = [s for s in chosen if found[id(s)] is None]
     capacities = [c for c in found.values() if c is not None]
     if missing:
@@ -147,13 +124,68 @@ def build_plan(
             notes.append(f"{c.levers.label()}: measured in {c.origin}")
     if gpus == 1:
         return make_plan(workload.name, card.name, capacities, global_batch, notes)
+    return _group_plan(workload, card.name, capacities, global_batch, notes, gpus, strategy)
+
+
+def _group_plan(
+    workload: Workload,
+    card_name: str,
+    capacities: list,
+    global_batch: int | None,
+    notes: list[str],
+    gpus: int,
+    strategy: str,
+) -> Plan:
+    """The plan of `gpus` cards training data-parallel under `strategy`: per-GPU micro-batches, the group's
+    samples/s."""
     notes.append(
         f"{gpus} GPUs, {strategy}: the max micro-batch and micro-batch are per GPU (measured by `scan --gpus "
         f"{gpus} --strategy {strategy}` on this card, else predicted per GPU); a global step is {gpus} x the "
         f"micro-batch x the accumulation steps; samples/s are the {gpus} GPUs' together"
     )
-    plan = make_plan(workload.name, f"{gpus}x {card.name} ({strategy})", capacities, global_batch, notes, gpus)
+    plan = make_plan(workload.name, f"{gpus}x {card_name} ({strategy})", capacities, global_batch, notes, gpus)
     for row in plan.rows:  # timed per GPU: the group runs gpus times the samples in the same time
         if row.samples_per_s is not None:
             row.samples_per_s *= gpus
     return plan
+
+
+def _check_group(workload: Workload, gpus: int, strategy: str) -> None:
+    """Raises PlanError for fewer than 1 GPU, an unknown strategy, or (on several GPUs) a workload a multi-GPU scan
+    refuses."""
+    if isinstance(gpus, bool) or gpus < 1:
+        raise PlanError(f"--gpus must be at least 1, got {gpus}")
+    if gpus > 1:
+        from memprobe.core.strategies import STRATEGIES, StrategyError, check_workload
+
+        if strategy not in STRATEGIES:
+            raise PlanError(f"unknown strategy '{strategy}'; choose from {', '.join(STRATEGIES)}")
+        try:
+            check_workload(workload)
+        except StrategyError as exc:
+            raise PlanError(str(exc)) from None
+
+
+def _unused_results(
+    loaded: Sequence[tuple[Path, ScanResult]],
+    workload: Workload,
+    card: Card,
+    catalog: Catalog,
+    precisions: Sequence[str],
+) -> str:
+    """The note for result files that measured none of the plan's settings: scans of this model, card and precision
+    on another number of GPUs, strategy or mode. Raises PlanError where they hold no scan of this model and card
+    (they would change nothing)."""
+    if not any(
+        same_definition(r, workload) and of_card(r, card, catalog) and set(precisions) & set(r.precisions)
+        for _p, r in loaded
+    ):
+        raise PlanError(
+            f"--results: no scan there measured {workload.name} ({', '.join(precisions)}) on the {card.name} "
+            f"as memprobe defines it now; they hold {_held(loaded)}. Give scans of this model and card, or drop "
+            "--results to predict every row"
+        )
+    return (
+        f"--results: the scans of {workload.name} on the {card.name} there ({_held(loaded)}) ran another number "
+        "of GPUs, strategy or mode than this plan's, so every row is predicted"
+    )

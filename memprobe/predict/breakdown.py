@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 import warnings
+from typing import Any
 
 from memprobe.core.breakdown import Breakdown, assemble, top_modules
 from memprobe.core.registry import Workload
@@ -20,29 +21,34 @@ from memprobe.training.breakdown import INSTRUMENT, StepTracker
 from memprobe.training.step import run_step, run_until_state
 
 
+def _tracked_steps(session: TraceSession, task: Any, precision: str, batch: int) -> tuple[dict[str, int], dict]:
+    """The trial's steps, the last under the tracker: (categories at the tracker's peak, activation bytes by
+    module). Raises what a step raises."""
+    task.start()
+    cuda_optimizers(task)
+    amp = _EmulatedAmp(precision, session.behaviour)
+    inputs = task.make_batch(batch)
+    run_until_state(lambda: run_step(task, amp, inputs, "train"), amp, max(session.steps - 1, 2), "train")
+    tracker = StepTracker()
+    tracker.track_external(task.model, *task.optimizers, inputs)
+    with tracker, warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Module is None")
+        run_step(task, amp, inputs, "train")
+    device = next(iter(task.model.parameters())).device
+    return tracker.categories_at_peak(device, task.optimizers), tracker.activations_by_module(device)
+
+
 def _tracked_trial(session: TraceSession, precision: str, batch: int) -> tuple[dict[str, int], dict[str, int], list]:
     """Run the trial's steps on fake tensors, the last under the tracker: (categories at the tracker's peak,
     activation bytes by module, the trial's allocation events). Raises PredictError when a step fails."""
     rec, task = session.recorder, session.task
     start = rec.mark(TRIAL_MARK)
     try:
-        task.start()
-        cuda_optimizers(task)
-        amp = _EmulatedAmp(precision, session.behaviour)
-        inputs = task.make_batch(batch)
-        run_until_state(lambda: run_step(task, amp, inputs, "train"), amp, max(session.steps - 1, 2), "train")
-        tracker = StepTracker()
-        tracker.track_external(task.model, *task.optimizers, inputs)
-        with tracker, warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message="Module is None")
-            run_step(task, amp, inputs, "train")
-        device = next(iter(task.model.parameters())).device
-        tracked = tracker.categories_at_peak(device, task.optimizers)
-        modules = tracker.activations_by_module(device)
+        # The batch, the mixed-precision state and the tracker live in _tracked_steps' frame alone.
+        tracked, modules = _tracked_steps(session, task, precision, batch)
         failure = None
     except Exception as exc:  # noqa: BLE001 - reported below, outside the except block
         failure = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-    inputs = amp = tracker = None  # noqa: F841
     end = session.end_trial()
     if failure is not None:
         raise PredictError(

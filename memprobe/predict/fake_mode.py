@@ -11,7 +11,7 @@ from __future__ import annotations
 import inspect
 import weakref
 from collections import Counter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -19,7 +19,10 @@ from memprobe.predict.fakecuda import EmulationError
 from memprobe.predict.torch_internals import internal
 
 aten = torch.ops.aten
-TorchDispatchMode = internal("torch.utils._python_dispatch.TorchDispatchMode")
+if TYPE_CHECKING:  # the class itself for the type checker; at run time through the list of internals
+    from torch.utils._python_dispatch import TorchDispatchMode
+else:
+    TorchDispatchMode = internal("torch.utils._python_dispatch.TorchDispatchMode")
 DynamicOutputShapeException = internal("torch._subclasses.fake_tensor.DynamicOutputShapeException")
 FakeTensor = internal("torch._subclasses.fake_tensor.FakeTensor")
 _DisableTorchDispatch = internal("torch._C._DisableTorchDispatch")
@@ -202,6 +205,7 @@ class FakeCudaMode(_RealValues):
                 return real.item()  # computed from scalars alone: the true value, not an answer
         made = self._made_by.get(id(t))
         producer = made[1] if made is not None and made[0]() is t else None
+        value: bool | float
         if t.dtype == torch.bool:
             value = producer != "any"
         elif t.is_floating_point():

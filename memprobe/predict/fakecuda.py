@@ -38,7 +38,7 @@ import math
 import weakref
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -125,7 +125,7 @@ class CudaBehaviour:
         self.target = target
         self.notes: list[str] = []
         self._cache: dict[int, tuple[weakref.ref, torch.Tensor]] = {}
-        self._clear_native_cache = None
+        self._clear_native_cache: Callable[[], None] | None = None
         self.sdpa_choices: Counter = Counter()
         self._lib: torch.library.Library | None = None
 
@@ -151,10 +151,10 @@ class CudaBehaviour:
         # torch.autocast itself. Clearing only at the end of our own region kept the copies made while
         # recomputing alive into the next step: more memory than CUDA holds, and a trace whose first step
         # differs from the others.
-        self._clear_native_cache = torch.clear_autocast_cache
+        native = self._clear_native_cache = torch.clear_autocast_cache
 
         def clear_autocast_cache() -> None:
-            self._clear_native_cache()
+            native()
             self._cache.clear()
 
         torch.clear_autocast_cache = clear_autocast_cache
@@ -177,6 +177,9 @@ class CudaBehaviour:
     # -- autocast -----------------------------------------------------------------------------
     def _register_autocast(self) -> None:
         table = policies()
+        lib = self._lib
+        if lib is None:
+            raise RuntimeError("the CUDA autocast kernels are registered only while the emulation is entered")
         cuda_ops = {
             n.removeprefix("aten::")
             for n in torch._C._dispatch_get_registrations_for_dispatch_key("AutocastCUDA")
@@ -192,10 +195,10 @@ class CudaBehaviour:
             self.notes.append("CUDA autocast kernels with no known policy (left as on the CPU): " + ", ".join(unknown))
         for name in sorted(cpu_ops | set(table)):
             if name in cuda_ops and name in table:
-                self._lib.impl(name, self._autocast_kernel(op_overload(name), table[name]), "AutocastCPU")
+                lib.impl(name, self._autocast_kernel(op_overload(name), table[name]), "AutocastCPU")
             elif name in cpu_ops and name not in cuda_ops:
                 # CPU-only autocast entries (cross_entropy_loss, cat, stack, ...): not autocast on CUDA.
-                self._lib.impl(name, torch.library.fallthrough_kernel, "AutocastCPU")
+                lib.impl(name, torch.library.fallthrough_kernel, "AutocastCPU")
 
     def _cached_cast(self, to_type: torch.dtype, arg: Any) -> Any:
         # cached_cast in autocast_mode.cpp: cache lower-precision copies of fp32 leaf weights.

@@ -32,13 +32,16 @@ from __future__ import annotations
 
 import functools
 import inspect
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from memprobe.predict.torch_internals import internal
 
-FakeTensorMode = internal("torch._subclasses.fake_tensor.FakeTensorMode")
+if TYPE_CHECKING:  # the class itself for the type checker; at run time through the list of internals
+    from torch._subclasses.fake_tensor import FakeTensorMode
+else:
+    FakeTensorMode = internal("torch._subclasses.fake_tensor.FakeTensorMode")
 FakeTensor = internal("torch._subclasses.fake_tensor.FakeTensor")
 FakeTensorConfig = internal("torch._subclasses.fake_tensor.FakeTensorConfig")
 _DisableTorchDispatch = internal("torch._C._DisableTorchDispatch")
@@ -78,12 +81,14 @@ class FastFakeTensorMode(FakeTensorMode):
 
     def _make_cache_entry(self, state: Any, key: Any, func: Any, args: Any, kwargs: Any, output: Any) -> Any:
         if type(output) is list and _returns_new_tensors(func):  # cached as the tuple it could have been
-            return super()._make_cache_entry(state, key, func, args, kwargs, tuple(output))
+            # torch's private signature says one tensor; its cache stores tuples of them too
+            return super()._make_cache_entry(state, key, func, args, kwargs, tuple(output))  # type: ignore[arg-type]
         return super()._make_cache_entry(state, key, func, args, kwargs, output)
 
     def _output_from_cache_entry(self, state: Any, entry: Any, key: Any, func: Any, args: Any) -> Any:
         out = super()._output_from_cache_entry(state, entry, key, func, args)
-        return list(out) if entry.is_output_tuple and _returns_new_tensors(func) else out
+        # a tuple output (is_output_tuple), whatever torch's private annotation says
+        return list(out) if entry.is_output_tuple and _returns_new_tensors(func) else out  # type: ignore[arg-type]
 
     def _get_output_tensor_from_cache_entry(self, state: Any, entry: Any, key: Any, func: Any, args: Any) -> Any:
         metadata = entry.metadata
@@ -175,4 +180,7 @@ class FastFakeTensorMode(FakeTensorMode):
 
 # FakeTensorMode's __torch_dispatch__ is wrapped in torch._disable_dynamo (see fake_mode.py) and in a call counter
 # for torch's statistics; the plain function is called here.
-FastFakeTensorMode.__torch_dispatch__ = inspect.unwrap(FakeTensorMode.__dict__["__torch_dispatch__"])  # type: ignore[method-assign]
+# (replacing a method on purpose: mypy's method-assign)
+FastFakeTensorMode.__torch_dispatch__ = inspect.unwrap(  # type: ignore[method-assign]
+    FakeTensorMode.__dict__["__torch_dispatch__"]
+)

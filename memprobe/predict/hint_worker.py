@@ -67,11 +67,10 @@ def serve() -> int:
     import torch
 
     torch.set_num_threads(1)
-    from memprobe.core.registry import Workload
     from memprobe.predict.batch_model import PrecisionTraces
     from memprobe.predict.sessions import trace_sessions
 
-    workload = Workload.from_dict(setup.workload)
+    workload = setup.workload
     traced: dict[str, Any] = {}
     failed: dict[str, str] = {}
     started = time.perf_counter()

@@ -23,8 +23,10 @@ def trial_need_bytes(workload: Workload, precision: str, n: int = 1, steps: int 
 
     Raises PredictError when the workload cannot be built or stepped on fake tensors.
     """
-    kwargs = {"mode": mode, "precision": precision} if mode == "generate" else {}
-    with TraceSession(workload, steps, **kwargs) as session:
+    generate = mode == "generate"  # a generation is traced in its mode and precision; a training step as built
+    with TraceSession(
+        workload, steps, mode=mode if generate else "train", precision=precision if generate else None
+    ) as session:
         trace = session.trace(precision, n)
     return replay(trace.events, capacity=None, measure_from=TRIAL_MARK).peak_reserved
 
@@ -34,8 +36,7 @@ def main() -> int:
     die_with_parent(expected_parent())
     try:
         request = read_message(sys.stdin.readline(), NeedRequest)
-        workload = Workload.from_dict(request.workload)
-        answer = NeedAnswer(need_bytes=trial_need_bytes(workload, request.precision, mode=request.mode))
+        answer = NeedAnswer(need_bytes=trial_need_bytes(request.workload, request.precision, mode=request.mode))
     except Exception as exc:  # noqa: BLE001 - any failure is the answer, reported by the parent
         answer = NeedAnswer(error=described(exc)[:400])
     sys.stdout.write(message_line(answer))

@@ -21,8 +21,8 @@ import sys
 import warnings
 from collections import Counter
 from contextlib import closing
-from dataclasses import dataclass
-from typing import Callable, Iterator, Sequence, TypeVar
+from dataclasses import dataclass, replace
+from typing import Any, Callable, Generator, Sequence, TypeVar
 
 import torch
 
@@ -146,35 +146,80 @@ def _resolve(events: list[tuple]) -> list[tuple]:
     return [(e[0], e[1], e[2], op(e[3][1])) if e[0] == ALLOC and isinstance(e[3], tuple) else e for e in events]
 
 
-def _counts(session: TraceSession) -> tuple[Counter, Counter, list[str]]:
-    return Counter(session.recorder.answers), Counter(session.behaviour.sdpa_choices), list(session.behaviour.notes)
+@dataclass(frozen=True)
+class Counts:
+    """What a session counted and noted while tracing: the recorder's answers, the SDPA back-ends chosen, notes."""
+
+    answers: Counter
+    sdpa_choices: Counter
+    notes: list[str]
+
+    @classmethod
+    def of(cls, session: TraceSession) -> Counts:
+        """A copy of what `session` has counted and noted so far."""
+        return cls(
+            Counter(session.recorder.answers), Counter(session.behaviour.sdpa_choices), list(session.behaviour.notes)
+        )
+
+    def since(self, before: Counts) -> Counts:
+        """What was counted and noted after `before`."""
+        notes = [n for n in self.notes if n not in before.notes]
+        return Counts(self.answers - before.answers, self.sdpa_choices - before.sdpa_choices, notes)
+
+
+@dataclass(frozen=True)
+class Warned:
+    """A warning a child caught, to be shown here (warnings.warn_explicit's arguments)."""
+
+    message: str
+    category: type[Warning]
+    filename: str
+    lineno: int
+
+
+@dataclass(frozen=True)
+class TraceAnswer:
+    """What a forked tracing child sends back, pickled: its Trace (op labels portable, _portable) or the text of
+    the PredictError it raised, what it counted, noted and warned, and its dispatch-cache entries
+    (dispatch_cache.added_since)."""
+
+    trace: Trace | None
+    error: str | None
+    counts: Counts
+    warned: list[Warned]
+    cache: bytes
 
 
 def _child_answer(job: Job) -> bytes:
-    """In a forked child: trace the job; the pickled answer (the trace or its PredictError, and what the child
-    counted, noted and warned)."""
-    answers, choices, notes = _counts(job.session)
+    """In a forked child: trace the job; the pickled TraceAnswer."""
+    before = Counts.of(job.session)
     cache = dispatch_cache.mark()
+    trace, error = None, None
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")  # the parent's filters decide what is shown, once
         try:
             job.session.last_in_process = True
-            trace = job.session.trace(job.precision, job.batch, job.repeat_last)
-            answer: dict = {
-                "batch": trace.batch,
-                "events": _portable(trace.events),
-                "steps": trace.steps,
-                "repeated": trace.repeated,
-                "step_at": trace.step_at,
-                "int32_counts": trace.int32_counts,
-            }
+            traced = job.session.trace(job.precision, job.batch, job.repeat_last)
+            trace = replace(traced, events=_portable(traced.events))
         except PredictError as exc:
-            answer = {"error": str(exc)}
-    now = _counts(job.session)
-    answer["counts"] = (now[0] - answers, now[1] - choices, [n for n in now[2] if n not in notes])
-    answer["warnings"] = [(str(w.message), w.category, w.filename, w.lineno) for w in caught]
-    answer["cache"] = dispatch_cache.added_since(cache)
+            error = str(exc)
+    warned = [Warned(str(w.message), w.category, w.filename, w.lineno) for w in caught]
+    answer = TraceAnswer(trace, error, Counts.of(job.session).since(before), warned, dispatch_cache.added_since(cache))
     return pickle.dumps(answer, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def read_trace_answer(data: bytes) -> TraceAnswer | None:
+    """The TraceAnswer a child wrote, or None where it wrote nothing. Raises ValueError where it wrote something
+    else (not a pickle, or not a TraceAnswer)."""
+    if not data:
+        return None
+    try:
+        answer = pickle.loads(data)
+    except (pickle.UnpicklingError, EOFError, AttributeError, ImportError) as exc:
+        raise ValueError(f"not a trace answer: {type(exc).__name__}: {exc}") from exc
+    if not isinstance(answer, TraceAnswer):
+        raise ValueError(f"not a trace answer: a {type(answer).__name__}")
+    return answer
 
 
 def _fork(answer: Callable[[], bytes]) -> tuple[int, int]:
@@ -216,7 +261,7 @@ def _end(pid: int, fd: int) -> None:
 
 def _forked(
     waiting: list[T], start: Callable[[T], tuple[int, int]], workers: int, beat: Callable[[], None] | None = None
-) -> Iterator[tuple[T, bytes, int]]:
+) -> Generator[tuple[T, bytes, int], None, None]:
     """Run a forked child per item of `waiting` (`start(item)` forks it: _fork's (read fd, pid)), `workers` at a
     time, taking them from the front of the list, and yield (item, what its child wrote, its wait status) as each
     ends; items the caller appends meanwhile are run too. `beat` is called about once a second while they run.
@@ -246,7 +291,7 @@ def _forked(
             _end(pid, fd)
 
 
-_SHOWN: set[tuple] = set()  # the children's warnings shown here
+_SHOWN: set[Warned] = set()  # the children's warnings shown here
 
 
 def _trace_in_children(
@@ -283,34 +328,25 @@ def _trace_in_children(
 def _answered(job: Job, data: bytes, status: int) -> Trace | PredictError:
     """The Trace (or PredictError) a child wrote for `job`; what it counted, noted and warned is taken over here."""
     try:
-        answer = pickle.loads(data) if data else None
-    except (pickle.UnpicklingError, EOFError, ValueError):
-        answer = None
+        answer = read_trace_answer(data)
+    except ValueError as exc:
+        return PredictError(f"{job.what}: the tracing process's answer cannot be read ({exc})")
     if answer is None:
         how = f"signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status) else f"exit code {os.WEXITSTATUS(status)}"
         return PredictError(f"{job.what}: the tracing process ended without an answer ({how})")
-    if "error" in answer and _FORK_BROKEN in answer["error"]:
-        return PredictError(answer["error"])  # traced again here: what the child counted before it failed is not kept
-    dispatch_cache.merge(answer["cache"])  # the children forked from now on start with it
-    answers, choices, notes = answer["counts"]
-    job.session.recorder.answers.update(answers)
-    job.session.behaviour.sdpa_choices.update(choices)
-    job.session.behaviour.notes += [n for n in notes if n not in job.session.behaviour.notes]
-    for message, category, filename, lineno in answer["warnings"]:
-        key = (message, category, filename, lineno)
-        if key not in _SHOWN:  # once per process, as Python's default filter shows a warning once per place
-            _SHOWN.add(key)
-            warnings.warn_explicit(message, category, filename, lineno)
-    if "error" in answer:
-        return PredictError(answer["error"])
-    return Trace(
-        answer["batch"],
-        _resolve(answer["events"]),
-        answer["steps"],
-        answer["repeated"],
-        answer["step_at"],
-        int32_counts=answer["int32_counts"],
-    )
+    if answer.error is not None and _FORK_BROKEN in answer.error:
+        return PredictError(answer.error)  # traced again here: what the child counted before it failed is not kept
+    dispatch_cache.merge(answer.cache)  # the children forked from now on start with it
+    job.session.recorder.answers.update(answer.counts.answers)
+    job.session.behaviour.sdpa_choices.update(answer.counts.sdpa_choices)
+    job.session.behaviour.notes += [n for n in answer.counts.notes if n not in job.session.behaviour.notes]
+    for warned in answer.warned:
+        if warned not in _SHOWN:  # once per process, as Python's default filter shows a warning once per place
+            _SHOWN.add(warned)
+            warnings.warn_explicit(warned.message, warned.category, warned.filename, warned.lineno)
+    if answer.trace is None:
+        return PredictError(answer.error or f"{job.what}: the tracing process sent neither a trace nor an error")
+    return replace(answer.trace, events=_resolve(answer.trace.events))
 
 
 # --- replays ----------------------------------------------------------------------------------------
@@ -323,34 +359,47 @@ def forked_map(fn: Callable[[T], R], items: Sequence[T], workers: int = 1) -> li
     here; an item whose child ended without an answer is computed here."""
     if workers <= 1 or len(items) <= 1 or not can_fork():
         return [fn(item) for item in items]
-    answers: dict[int, tuple] = {}
+    answers: dict[int, MapAnswer | None] = {}
 
     def start(index: int) -> tuple[int, int]:
         return _fork(lambda: _map_answer(fn, items[index]))
 
     with closing(_forked(list(range(len(items))), start, workers)) as ended:
         for index, data, _status in ended:
-            try:
-                answers[index] = pickle.loads(data) if data else ("lost", None)
-            except (pickle.UnpicklingError, EOFError, ValueError, AttributeError):
-                answers[index] = ("lost", None)
+            answers[index] = _read_map_answer(data)
     out = []
     for index, item in enumerate(items):
-        kind, value = answers[index]
-        if kind == "raised":
-            raise value
-        out.append(value if kind == "done" else fn(item))
+        answer = answers[index]
+        if answer is not None and answer.raised is not None:
+            raise answer.raised
+        out.append(answer.value if answer is not None else fn(item))
     return out
 
 
-def _map_answer(fn: Callable, item: object) -> bytes:
-    """In a forked child: pickled ("done", fn(item)) or ("raised", the exception); b"" when that does not pickle
-    (the parent computes the item again)."""
+@dataclass(frozen=True)
+class MapAnswer:
+    """What a forked_map child sends back, pickled: fn(item)'s value, or the exception fn raised."""
+
+    value: Any = None
+    raised: Exception | None = None
+
+
+def _map_answer(fn: Callable[[T], R], item: T) -> bytes:
+    """In a forked child: the pickled MapAnswer; b"" when it does not pickle (the parent computes the item again)."""
     try:
-        answer: tuple = ("done", fn(item))
+        answer = MapAnswer(value=fn(item))
     except Exception as exc:  # noqa: BLE001 - raised again in the parent
-        answer = ("raised", exc)
+        answer = MapAnswer(raised=exc)
     try:
         return pickle.dumps(answer, protocol=pickle.HIGHEST_PROTOCOL)
     except Exception:  # noqa: BLE001 - see the docstring
         return b""
+
+
+def _read_map_answer(data: bytes) -> MapAnswer | None:
+    """The MapAnswer a child wrote, or None where it wrote none that reads as one (the item is computed here)."""
+    try:
+        answer = pickle.loads(data) if data else None
+    except (pickle.UnpicklingError, EOFError, ValueError, AttributeError, ImportError):
+        return None
+    return answer if isinstance(answer, MapAnswer) else None

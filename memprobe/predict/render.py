@@ -80,10 +80,25 @@ def render(pred: Prediction) -> str:
     then (with a comparison) predicted vs measured. Every figure is labelled predicted. A precision a card cannot
     train in (Prediction.cannot_train: tf32 and bf16 before compute capability 8.0) shows "-" and a line says why,
     as `plan` and `guide` leave such settings out."""
-    from tabulate import tabulate
-
     cannot_train = pred.cannot_train
+    lengths = pred.axis == "seq_len"
+    n = "length" if lengths else "batch"
+    lines = _header(pred) + _table(pred, cannot_train, lengths) + _safe_and_mode_notes(pred, n)
+    lines += _no_edge_lines(pred, cannot_train, n)
+    lines += [
+        f"{label}: cannot train in {', '.join(names)} (they need compute capability 8.0 or newer): no max batch is given."
+        for label, names in cannot_train.items()
+        if any(n in pred.precisions for n in names)
+    ]
+    lines += _line_note(pred, lengths)
+    if pred.comparison:
+        lines += _comparison(pred, n)
+    lines += [""] + [f"note: {n}" for n in pred.notes]
+    return "\n".join(lines) + "\n"
 
+
+def _header(pred: Prediction) -> list[str]:
+    """What was predicted and how, the usable memory of each size, and the libraries' versions."""
     where = f" per GPU on {pred.world}" if pred.world else ""
     trial = {
         "train": f"(1 warm-up + {pred.steps - 1} steps, optimizer state included)",
@@ -112,8 +127,13 @@ def render(pred: Prediction) -> str:
         )
     if pred.version_note:
         lines.append(f"note: {pred.version_note}.")
-    lengths = pred.axis == "seq_len"
-    n = "length" if lengths else "batch"
+    return lines
+
+
+def _table(pred: Prediction, cannot_train: dict[str, list[str]], lengths: bool) -> list[str]:
+    """The table: per precision the fitted line and the predicted max batch (or length) per memory size."""
+    from tabulate import tabulate
+
     per = "MiB/token" if lengths else "GiB/sample"
     what = "length (tokens)" if lengths else "batch"
     if pred.mode == "generate":
@@ -121,11 +141,6 @@ def render(pred: Prediction) -> str:
     headers = ["precision", "predicted static GiB", f"predicted {per}"] + [
         f"{s.label}: predicted max {what}" for s in pred.sizes
     ]
-    any_safe = any(
-        s.label in p.safe_max_batch and p.max_batch[s.label] > 0 and s.label not in p.capped
-        for p in pred.precisions.values()
-        for s in pred.sizes
-    )
     rows = []
     for name, p in pred.precisions.items():
         m = p.model_reserved
@@ -139,8 +154,19 @@ def render(pred: Prediction) -> str:
         rows.append([name, gib(m.static_bytes, 2) if m else "-", slope] + cells)
     # the slope as written (tabulate would print 0.0000021 as 2.1e-06), the others right-aligned as numbers are
     align = ["left"] + ["right"] * (len(headers) - 1)
-    if rows:  # tabulate cannot take per-column options for a table without rows
-        lines += ["", tabulate(rows, headers=headers, tablefmt="github", disable_numparse=[2], colalign=align), ""]
+    if not rows:  # tabulate cannot take per-column options for a table without rows
+        return []
+    return ["", tabulate(rows, headers=headers, tablefmt="github", disable_numparse=[2], colalign=align), ""]
+
+
+def _safe_and_mode_notes(pred: Prediction, n: str) -> list[str]:
+    """What the safe batch is (where one is given), and what is known of the accuracy in infer and generate mode."""
+    lines: list[str] = []
+    any_safe = any(
+        s.label in p.safe_max_batch and p.max_batch[s.label] > 0 and s.label not in p.capped
+        for p in pred.precisions.values()
+        for s in pred.sizes
+    )
     if any_safe:
         lines.append(
             f"safe: the largest {n} that leaves {pred.safe_margin:.0%} of the usable memory unused, the one to run. "
@@ -166,106 +192,112 @@ def render(pred: Prediction) -> str:
             "prefill's transients of the whole batch; they are not yet checked against scans on a GPU "
             "(benchmarks/gpu/generate.sh): scan on the card before relying on one."
         )
-    lines += _no_edge_lines(pred, cannot_train, n)
-    lines += [
-        f"{label}: cannot train in {', '.join(names)} (they need compute capability 8.0 or newer): no max batch is given."
-        for label, names in cannot_train.items()
-        if any(n in pred.precisions for n in names)
-    ]
+    return lines
+
+
+def _line_note(pred: Prediction, lengths: bool) -> list[str]:
+    """How the table's line and max were found."""
     if lengths:
-        lines.append(
+        return [
             "static / per token: least-squares line through the predicted peak reserved bytes at lengths "
             "2, 4, 8, ... up to the longest edge; max length: the longest sequence whose trial fits the "
             "usable memory in the allocator model (not the line)."
-        )
-    else:
-        # where batch 2 does not fit (PrecisionTraces.small) the line is through the two batches traced
-        small = [name for name, p in pred.precisions.items() if sorted(p.peaks) == [1, 2]]
-        at = "2, 4, 8, ... up to the largest edge"
-        if small:
-            at = "1 and 2" if len(small) == len(pred.precisions) else f"{at} ({', '.join(small)}: 1 and 2)"
-        lines.append(
-            f"static / per sample: least-squares line through the predicted peak reserved bytes at batches {at}; "
-            "max batch: the largest batch whose trial fits the usable memory in the allocator model (not the line)."
-        )
-    if pred.comparison:
-        lines += [
-            "",
-            f"Predicted vs measured ({pred.compared_with}); predictions replayed with the scan's allocator capacity:",
-            "",
         ]
-        crow = []
-        for r in pred.comparison:
-            measured_ok = r.measured_outcome == "fit"
-            measured = r.measured_outcome
-            if not measured_ok and r.measured_trial_fit:
-                measured = "trial fit; timed run oom"  # a fresh check goes on to the timed steps after the trial
-            crow.append(
-                [
-                    r.precision,
-                    r.batch,
-                    r.where,
-                    measured,
-                    "fit" if r.predicted_fits else f"oom ({gib(r.predicted_request, 2)} GiB request)",
-                    gib(r.measured_allocated, 2),
-                    gib(r.predicted_allocated, 2),
-                    _pct(r.predicted_allocated, r.measured_allocated) if measured_ok else "(oom: partial)",
-                    gib(r.measured_reserved, 2),
-                    gib(r.predicted_reserved, 2),
-                    _pct(r.predicted_reserved, r.measured_reserved) if measured_ok else "(oom: partial)",
-                ]
-            )
-        lines.append(
-            tabulate(
-                crow,
-                headers=[
-                    "precision",
-                    n,
-                    "trial",
-                    "measured",
-                    "predicted",
-                    "peak alloc GiB measured",
-                    "predicted",
-                    "error",
-                    "peak reserved GiB measured",
-                    "predicted",
-                    "error",
-                ],
-                tablefmt="github",
-            )
+    # where batch 2 does not fit (PrecisionTraces.small) the line is through the two batches traced
+    small = [name for name, p in pred.precisions.items() if sorted(p.peaks) == [1, 2]]
+    at = "2, 4, 8, ... up to the largest edge"
+    if small:
+        at = "1 and 2" if len(small) == len(pred.precisions) else f"{at} ({', '.join(small)}: 1 and 2)"
+    return [
+        f"static / per sample: least-squares line through the predicted peak reserved bytes at batches {at}; "
+        "max batch: the largest batch whose trial fits the usable memory in the allocator model (not the line)."
+    ]
+
+
+def _comparison(pred: Prediction, n: str) -> list[str]:
+    """Predicted vs measured: each compared trial, then the max batch against the scan's."""
+    from tabulate import tabulate
+
+    lines = [
+        "",
+        f"Predicted vs measured ({pred.compared_with}); predictions replayed with the scan's allocator capacity:",
+        "",
+    ]
+    crow = []
+    for r in pred.comparison:
+        measured_ok = r.measured_outcome == "fit"
+        measured = r.measured_outcome
+        if not measured_ok and r.measured_trial_fit:
+            measured = "trial fit; timed run oom"  # a fresh check goes on to the timed steps after the trial
+        crow.append(
+            [
+                r.precision,
+                r.batch,
+                r.where,
+                measured,
+                "fit" if r.predicted_fits else f"oom ({gib(r.predicted_request, 2)} GiB request)",
+                gib(r.measured_allocated, 2),
+                gib(r.predicted_allocated, 2),
+                _pct(r.predicted_allocated, r.measured_allocated) if measured_ok else "(oom: partial)",
+                gib(r.measured_reserved, 2),
+                gib(r.predicted_reserved, 2),
+                _pct(r.predicted_reserved, r.measured_reserved) if measured_ok else "(oom: partial)",
+            ]
         )
-        if pred.max_batch_comparison:
-            lines.append("")
-            erow = []
-            for e in pred.max_batch_comparison:
-                err = f"{(e.predicted / e.measured - 1) * 100:+.1f}%" if e.measured else "-"
-                erow.append(
-                    [
-                        e.precision,
-                        gib(e.capacity_bytes, 2),
-                        e.predicted,
-                        e.measured,
-                        err,
-                        f"{e.search[0]}/{e.search[1]}",
-                        f"{e.fresh[0]}/{e.fresh[1]}",
-                        ", ".join(map(str, e.trial_fits_fresh)) or "-",
-                    ]
-                )
-            lines.append(
-                tabulate(
-                    erow,
-                    headers=[
-                        "precision",
-                        "capacity GiB",
-                        f"predicted max {n}",
-                        f"measured max {n}",
-                        "error",
-                        "search fits/fails",
-                        "fresh fits/fails",
-                        "3-step trial fit in a fresh process at",
-                    ],
-                    tablefmt="github",
-                )
-            )
-    lines += [""] + [f"note: {n}" for n in pred.notes]
-    return "\n".join(lines) + "\n"
+    lines.append(
+        tabulate(
+            crow,
+            headers=[
+                "precision",
+                n,
+                "trial",
+                "measured",
+                "predicted",
+                "peak alloc GiB measured",
+                "predicted",
+                "error",
+                "peak reserved GiB measured",
+                "predicted",
+                "error",
+            ],
+            tablefmt="github",
+        )
+    )
+    if pred.max_batch_comparison:
+        lines += ["", _max_batch_table(pred, n)]
+    return lines
+
+
+def _max_batch_table(pred: Prediction, n: str) -> str:
+    """The predicted max batch against the scan's measured one, per precision, with how the scan found it."""
+    from tabulate import tabulate
+
+    erow = []
+    for e in pred.max_batch_comparison:
+        err = f"{(e.predicted / e.measured - 1) * 100:+.1f}%" if e.measured else "-"
+        erow.append(
+            [
+                e.precision,
+                gib(e.capacity_bytes, 2),
+                e.predicted,
+                e.measured,
+                err,
+                f"{e.search[0]}/{e.search[1]}",
+                f"{e.fresh[0]}/{e.fresh[1]}",
+                ", ".join(map(str, e.trial_fits_fresh)) or "-",
+            ]
+        )
+    return tabulate(
+        erow,
+        headers=[
+            "precision",
+            "capacity GiB",
+            f"predicted max {n}",
+            f"measured max {n}",
+            "error",
+            "search fits/fails",
+            "fresh fits/fails",
+            "3-step trial fit in a fresh process at",
+        ],
+        tablefmt="github",
+    )

@@ -113,6 +113,7 @@ def _treat_fakes_as_eager() -> list[tuple[Any, str, Any]]:
     if utils is not None:
         # A transformers without is_fake_tensor may still treat fake tensors as traced: refuse, naming it.
         require_internals(("transformers",))
+        # is_fake_tensor: in the transformers releases require_internals accepts, not in every one typed here
         restore.append((utils, "is_fake_tensor", utils.is_fake_tensor))
-        utils.is_fake_tensor = lambda x: False
+        utils.is_fake_tensor = lambda x: False  # type: ignore[attr-defined]
     return restore

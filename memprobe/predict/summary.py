@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence, TypeVar
 
 from memprobe.core.catalog import PRECISIONS
 from memprobe.core.environment import Environment
@@ -23,10 +23,13 @@ from memprobe.predict.collector import paused
 from memprobe.predict.edge_search import MAX_SEARCH_BATCH
 from memprobe.predict.fakecuda import H100, Target
 from memprobe.predict.parallel import forked_map
+from memprobe.predict.prediction_notes import sessions_notes, time_note, trace_notes
 from memprobe.predict.progress import TraceProgress, silent
 from memprobe.predict.safe import SAFE_MARGIN, safe_capacity, safe_margin, safe_max_batch
 from memprobe.predict.trace import PredictError
 from memprobe.predict.tracing import axis_of, traced_precisions
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -288,26 +291,8 @@ def predict(
     when the workload cannot be built, wrapped or stepped on fake tensors, ValueError for a precision other than
     fp32/tf32/fp16/bf16.
     """
-    for p in precisions:
-        if p not in PRECISIONS:
-            raise ValueError(f"unknown precision '{p}'")
-    if world is not None:
-        from memprobe.core.strategies import StrategyError, check_workload
-
-        try:
-            check_workload(workload)  # what a multi-GPU scan refuses is not predicted either
-        except StrategyError as exc:
-            raise PredictError(str(exc)) from None
-    notes: list[str] = []
-    results: dict[str, PrecisionPrediction] = {}
-    rows: list[ComparisonRow] = []
-    edges: list[MaxBatchComparison] = []
+    _check(workload, precisions, world, mode)
     started = time.perf_counter()
-    sdpa: dict = {}
-    answers: dict = {}
-    behaviour_notes: list[str] = []
-    if world is not None and mode != "train":
-        raise ValueError("a data-parallel prediction is of training (--mode train)")
     progress = progress or silent()
     scanned = compare_with[1].precisions if compare_with is not None else {}
     margin = safe_margin(world)
@@ -324,67 +309,21 @@ def predict(
                 got_rows, edge = _compare(traces, scanned[precision]) if precision in scanned else ([], None)
                 return _predict_precision(traces, sizes, margin), got_rows, edge
 
-        if world is None and mode != "generate":
-            # One session traced every precision at its first call; their replays only read the traces, so
-            # they run side by side in forked children where there are cores.
-            for precision in precisions:
-                traces_for(precision)
-            progress.phase(f"replaying {', '.join(precisions)} through the allocator model")
-            # All at once where there are cores to share: three precisions on two cores end together, not
-            # two and then one alone.
-            done = forked_map(replays, list(precisions), max(workers, len(precisions)) if workers > 1 else 1)
-        else:
-            done = []
-            for precision in precisions:
-                traces_for(precision)
-                progress.phase(f"replaying {precision} through the allocator model")
-                done.append(replays(precision))
-        for precision, (result, got_rows, edge) in zip(precisions, done):
-            results[precision] = result
-            rows += got_rows
-            if edge is not None:
-                edges.append(edge)
-        for session in traced.sessions:  # counted before the sessions close
-            for key, n in session.behaviour.sdpa_choices.items():
-                sdpa[key] = sdpa.get(key, 0) + n
-            for key, n in session.recorder.answers.items():
-                answers[key] = answers.get(key, 0) + n
-            behaviour_notes += [n for n in session.behaviour.notes if n not in behaviour_notes]
-    for precision, result in results.items():
-        if precision in traced.shared or result.how != "traced":
-            continue
-        if traced.traces[precision].small:
-            notes.append(
-                f"{precision}: batch 2 does not fit the largest memory here, so batches 1 and 2 were traced and "
-                "no batch model was made; the line is through those two."
-            )
-        else:
-            notes.append(
-                f"{precision}: the traces at small batches do not extrapolate (the op sequence or a size "
-                "changes with the batch), so every batch needed was traced."
-            )
-    if traced.shared:
-        notes.append("tf32: fp32's traces (TF32 changes the math, not the tensors).")
-    elif "tf32" in precisions:
-        notes.append("tf32: traced like fp32 (TF32 changes the math, not the tensors).")
-    choices = ", ".join(f"{backend} ({dtype}) x{n}" for (backend, dtype), n in sorted(sdpa.items()))
-    if choices:
-        notes.append(f"scaled-dot-product attention calls, emulated as on {target.name}: {choices}.")
-    answered = ", ".join(f"{op} -> {value} x{n}" for (op, value), n in sorted(answers.items(), key=str))
-    if answered:
-        notes.append(f"data-dependent values answered on fake tensors: {answered}.")
-    notes += behaviour_notes
+        # One session traced every precision at its first call where the traces are shared: their replays only read
+        # them, so they run side by side in forked children where there are cores.
+        shared = world is None and mode != "generate"
+        done = _replay_all(replays, traces_for, precisions, shared, workers, progress)
+        session_notes = sessions_notes(traced.sessions, target)  # counted before the sessions close
+    results = {precision: result for precision, (result, _rows, _edge) in zip(precisions, done)}
+    rows = [row for _result, got_rows, _edge in done for row in got_rows]
+    edges = [edge for _result, _rows, edge in done if edge is not None]
+    notes = trace_notes(results, traced, precisions) + session_notes
     if world is not None:
         from memprobe.predict.data_parallel import notes as world_notes
 
         notes += world_notes(world)
-    build_seconds, trace_seconds = traced.build_seconds, traced.trace_seconds
-    at_once = f" ({workers} at a time)" if workers > 1 else ""
-    notes.append(
-        f"time: {build_seconds:.1f} s to import and build the model, {trace_seconds:.1f} s tracing trials"
-        f"{at_once}, {time.perf_counter() - started - build_seconds - trace_seconds:.1f} s replaying them "
-        "through the allocator model."
-    )
+    notes.append(time_note(traced, workers, time.perf_counter() - started))
+    build_seconds = traced.build_seconds
     seconds = time.perf_counter() - started
     versions = library_versions()
     mismatch = version_note(versions, compare_with[1].environment) if compare_with is not None else ""
@@ -407,6 +346,48 @@ def predict(
         mismatch,
         margin,
     )
+
+
+def _replay_all(
+    replays: Callable[[str], T],
+    traces_for: Callable[[str], Any],
+    precisions: Sequence[str],
+    shared: bool,
+    workers: int,
+    progress: TraceProgress,
+) -> list[T]:
+    """Each precision's replays, in order: with `shared` traces, every precision traced first and the replays run
+    all at once in forked children; else each traced and replayed in turn."""
+    if not shared:
+        done = []
+        for precision in precisions:
+            traces_for(precision)
+            progress.phase(f"replaying {precision} through the allocator model")
+            done.append(replays(precision))
+        return done
+    for precision in precisions:
+        traces_for(precision)
+    progress.phase(f"replaying {', '.join(precisions)} through the allocator model")
+    # All at once where there are cores to share: three precisions on two cores end together, not
+    # two and then one alone.
+    return forked_map(replays, list(precisions), max(workers, len(precisions)) if workers > 1 else 1)
+
+
+def _check(workload: Workload, precisions: Sequence[str], world: Any, mode: str) -> None:
+    """Raises ValueError for a precision other than fp32/tf32/fp16/bf16 or a data-parallel prediction of anything
+    but training, PredictError for a workload a multi-GPU scan refuses."""
+    for p in precisions:
+        if p not in PRECISIONS:
+            raise ValueError(f"unknown precision '{p}'")
+    if world is not None:
+        from memprobe.core.strategies import StrategyError, check_workload
+
+        try:
+            check_workload(workload)  # what a multi-GPU scan refuses is not predicted either
+        except StrategyError as exc:
+            raise PredictError(str(exc)) from None
+    if world is not None and mode != "train":
+        raise ValueError("a data-parallel prediction is of training (--mode train)")
 
 
 def memory_sizes(

@@ -270,8 +270,8 @@ class TraceSession:
                 raise
             if isinstance(exc, UserModelError):  # says what to change already: the class name adds nothing
                 said, target = str(exc).splitlines()[0], str(self.workload.params.get("target") or "")
-                said = said.replace(target, self.workload.name) if target and target in said else None
-                raise PredictError(said or f"{self.workload.name}: {str(exc).splitlines()[0]}") from exc
+                named = said.replace(target, self.workload.name) if target and target in said else None
+                raise PredictError(named or f"{self.workload.name}: {said}") from exc
             raise PredictError(
                 f"{self.workload.name}: cannot build it on fake tensors: {described(exc).splitlines()[0]}"
             ) from exc
@@ -285,7 +285,7 @@ class TraceSession:
         recorder = getattr(self, "recorder", None)
         if recorder is not None:
             recorder.__exit__(None, None, None)
-            self.recorder = None
+            del self.recorder  # a closed session has none (trace refuses to run)
         while self._stack:
             self._stack.pop().__exit__(None, None, None)
 
@@ -306,7 +306,7 @@ class TraceSession:
         are checked against a trace of every step. Raises PredictError when the step fails on fake tensors.
         """
         repeat = repeat_last and self._repeats
-        if self.recorder is None:
+        if getattr(self, "recorder", None) is None:
             raise PredictError(f"{self.workload.name}: the trace session is closed")
         if self.fresh and self._traced:
             self._rebuild()
@@ -317,28 +317,16 @@ class TraceSession:
         rec.int32_counts = {}
         start = rec.mark(TRIAL_MARK)
         task = self.task
-        ran, decode_more = None, 0
+        ran, decode_more = 0, 0
         try:
             with time_limit(self.limit):
-                if self.mode == "train":
-                    task.start()
-                    cuda_optimizers(task)
-                amp = _EmulatedAmp(precision, self.behaviour, getattr(task, "scaler_class", None))
-                inputs = task.make_batch(batch)
-                decode_more = self._generating(task, rec)
-
-                def step() -> None:
-                    rec.boundary(STEP_MARK)
-                    run_step(task, amp, inputs, self.mode)
-
-                ran = run_until_state(step, amp, self.steps - 1 if repeat else self.steps, self.mode)
-            rec.boundary(STEP_MARK)
+                # The batch and the mixed-precision state live in _steps' frame alone: gone when it returns.
+                ran, decode_more = self._steps(task, rec, precision, batch, self.steps - 1 if repeat else self.steps)
             failure = None
         except TimeLimitExceeded as late:  # make_batch or the step waits for something that never comes
             failure = f"{late}; {how_to_extend(late.seconds)}"
         except Exception as exc:  # noqa: BLE001 - reported as a PredictError below, outside the except block
             failure = described(exc).splitlines()[0]
-        inputs = amp = None  # noqa: F841
         trial = rec.events[start + 1 : self.end_trial(collect=False)]
         repeated = repeat_last_step(trial) if repeat and failure is None else None
         if self.trial_edit is not None and failure is None:  # after the repeat: an edit may span the steps
@@ -374,6 +362,24 @@ class TraceSession:
             self._short_decode = False
             return self.trace(precision, batch)
         return made
+
+    def _steps(self, task: Any, rec: Recorder, precision: str, batch: int, steps: int) -> tuple[int, int]:
+        """A traced trial's steps (trace), each after a STEP_MARK, and the mark that ends the last: (steps run, how
+        many more decode forwards each generation runs than were traced). Raises what a step raises."""
+        if self.mode == "train":
+            task.start()
+            cuda_optimizers(task)
+        amp = _EmulatedAmp(precision, self.behaviour, getattr(task, "scaler_class", None))
+        inputs = task.make_batch(batch)
+        decode_more = self._generating(task, rec)
+
+        def step() -> None:
+            rec.boundary(STEP_MARK)
+            run_step(task, amp, inputs, self.mode)
+
+        ran = run_until_state(step, amp, steps, self.mode)
+        rec.boundary(STEP_MARK)  # where the last step ends: before the batch and the state are freed, on return
+        return ran, decode_more
 
     def _generating(self, task: Any, rec: Recorder) -> int:
         """In generate mode, have the task's generations mark their decode forwards in the trace and run

@@ -77,10 +77,11 @@ def curve_point(measured: Timed, fresh: bool) -> CurvePoint:
     their error."""
     point = CurvePoint(measured.batch, measured.outcome, fresh)  # type: ignore[arg-type]
     if measured.outcome == FIT:
-        times = measured.step_time or {}
+        times = measured.step_time
         point.samples_per_s, point.units_per_s = measured.samples_per_s, measured.units_per_s
-        point.step_median_s, point.step_p10_s = times.get("median_s"), times.get("p10_s")
-        point.step_p90_s, point.timed_steps = times.get("p90_s"), times.get("steps")
+        if times is not None:
+            point.step_median_s, point.step_p10_s = times.get("median_s"), times.get("p10_s")
+            point.step_p90_s, point.timed_steps = times.get("p90_s"), times.get("steps")
         point.first_step_s, point.warmup_step_s = measured.first_step_seconds, measured.warmup_step_seconds
         point.prefill_tokens_per_s, point.decode_tokens_per_s = (
             measured.prefill_tokens_per_s,

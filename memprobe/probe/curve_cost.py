@@ -19,13 +19,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from itertools import pairwise
-from typing import Any
+from typing import Any, Sequence
 
 from memprobe.core.memory_model import Attempt
 from memprobe.core.outcomes import FIT
 from memprobe.core.records import CurvePoint, Timed
+from memprobe.core.run_length import timed_steps_within
 from memprobe.core.settings import PrecisionSettings
-from memprobe.probe.options import timed_steps_within
 
 # Step times vary by a few percent, a new size's set-up by more (NasNet-Large: 16-28 s between sizes), so an
 # estimate is scaled by this before it is held against the curve's budget.
@@ -99,8 +99,8 @@ def _excess(entry: Attempt, cost: PointCost, trial_steps: int) -> float:
 
 
 def from_precision(
-    attempts: list[Attempt],
-    checks: list[Attempt],
+    attempts: Sequence[Attempt],
+    checks: Sequence[Attempt],
     at_max: Timed | None,
     settings: PrecisionSettings,
     trial_steps: int,
@@ -112,8 +112,9 @@ def from_precision(
     (`at_max`), its `settings` (first_process_ready_seconds) and the curve point's steps (`trial_steps` is what a
     trial ran when an attempt does not say)."""
     cost = PointCost(0.0, 0.0, warmup, timed, timed_budget_s)
-    if at_max and at_max.outcome == FIT and (at_max.step_time or {}).get("median_s"):
-        cost.steps[int(at_max.batch)] = float(at_max.step_time["median_s"])  # type: ignore[arg-type,index]
+    median = at_max.step_time.get("median_s") if at_max and at_max.outcome == FIT and at_max.step_time else None
+    if at_max and at_max.batch is not None and median:
+        cost.steps[int(at_max.batch)] = float(median)
     starts = [
         float(a.wall_seconds) - float(a.seconds or 0.0)
         for a in [*attempts, *(c for c in checks if c.outcome != FIT)]

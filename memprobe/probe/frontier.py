@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from memprobe.core.frontier import (
     ERROR,
@@ -49,81 +48,114 @@ def scan_frontier(
     over the batch starts from `memprobe predict`'s figure where the scan's options ask for it (predicted_start).
     Raises FrontierError for a workload without one; on Ctrl-C the file keeps the points finished (partial; no file
     before the first) and ScanInterrupted is raised."""
-    kinds = frontier_kinds(workload)
-    start, seq_cap, added = ladder_of(workload, opts.max_batch)
-    name = frontier_name(workload, checkpointing, lora)
-    record = {
-        **workload.to_dict(),
-        "name": name,
-        "params": {**workload.params, "checkpointing": checkpointing, "lora": lora},
-    }
-    result = ScanResult(
-        workload=record,
-        environment=host_environment(),
-        settings={**opts.to_dict(), "search": "frontier", "frontier_budget_s": budget_s},
-        frontier={},
-    )
-    points_dir = Path(out_dir) / "frontier-points"
-    state: dict[str, Any] = {"path": None, "finished": 0}
+    scan = _FrontierScan(workload, opts, Path(out_dir), progress, budget_s, checkpointing, lora)
+    for precision in opts.precisions:
+        scan.precision(precision)
+    found_any = any(p.status == MEASURED for f in scan.frontiers.values() for p in f.points)
+    scan.result.status = "complete" if found_any else "failed"
+    scan.save()
+    return scan.result, scan.path  # None when no point finished (nothing written)
 
-    def save() -> None:
+
+class _FrontierScan:
+    """One frontier scan: its result (the frontier of each precision so far), where it is written (`path`, once
+    the first point finished) and how many points finished."""
+
+    def __init__(
+        self,
+        workload: Workload,
+        opts: ScanOptions,
+        out_dir: Path,
+        progress: ScanProgress,
+        budget_s: float | None,
+        checkpointing: bool,
+        lora: int | None,
+    ) -> None:
+        self.workload, self.opts, self.out_dir, self.progress, self.budget_s = (
+            workload,
+            opts,
+            out_dir,
+            progress,
+            budget_s,
+        )
+        self.checkpointing, self.lora = checkpointing, lora
+        self.kinds = frontier_kinds(workload)
+        self.start, self.seq_cap, self.added = ladder_of(workload, opts.max_batch)
+        self.name = frontier_name(workload, checkpointing, lora)
+        record = {
+            **workload.to_dict(),
+            "name": self.name,
+            "params": {**workload.params, "checkpointing": checkpointing, "lora": lora},
+        }
+        self.result = ScanResult(
+            workload=record,
+            environment=host_environment(),
+            settings={**opts.to_dict(), "search": "frontier", "frontier_budget_s": budget_s},
+        )
+        self.frontiers: dict[str, Frontier] = {}
+        self.result.frontier = self.frontiers  # filled in as each precision's points are measured
+        self.points_dir = out_dir / "frontier-points"
+        self.path: Path | None = None
+        self.finished = 0
+
+    def save(self) -> None:
+        """Write the frontier file, once a point finished."""
         # Nothing before the first point finishes: no GPU seen, no point to keep (a file would be empty and named
         # after the device type, not the GPU).
-        if not state["finished"]:
+        if not self.finished:
             return
-        if state["path"] is None:
-            gpu = result.gpu_name(unknown=opts.device)
-            state["path"] = Path(out_dir) / result_filename(gpu, name, opts.mode)
-        write_result(result, state["path"])
+        if self.path is None:
+            gpu = self.result.gpu_name(unknown=self.opts.device)
+            self.path = self.out_dir / result_filename(gpu, self.name, self.opts.mode)
+        write_result(self.result, self.path)
 
-    for precision in opts.precisions:
-        frontier = Frontier(precision, MEASURED, budget_s)
-        point_opts = replace(opts, precisions=[precision], measure=False, curve=False)
+    def precision(self, precision: str) -> None:
+        """Walk the frontier of one precision, point by point (core/frontier.walk), within the budget."""
+        frontier = Frontier(precision, MEASURED, self.budget_s)
+        point_opts = replace(self.opts, precisions=[precision], measure=False, curve=False)
 
-        def measure(
-            kind: str,
-            fixed: int,
-            precision: str = precision,
-            frontier: Frontier = frontier,
-            point_opts: ScanOptions = point_opts,
-        ) -> FrontierPoint:
-            variant = point_workload(workload, kind, fixed, checkpointing, lora)
-            if kind == SEQ_AT_BATCH:
-                # The predicted start predicts a max batch: a point over the length starts from the memory model.
-                point_opts = replace(point_opts, predicted_start=False)
-                if added:  # a generation's prompt stops where the model's positions do
-                    point_opts = replace(point_opts, max_batch=min(point_opts.max_batch, seq_cap - added))
-            try:
-                scanned, path = scan_workload(variant, point_opts, points_dir, progress)
-            except ScanInterrupted as stop:
-                result.settings.interrupted = True
-                save()
-                note = getattr(progress, "note", None)
-                if not state["finished"] and stop.path and note is not None:
-                    note(f"the point interrupted is in {stop.path} (marked partial)")
-                raise ScanInterrupted(state["path"]) from None
-            if not result.gpu_name(unknown=""):
-                result.environment.merge(scanned.environment.to_dict())
-            state["finished"] += 1
-            p = scanned.precisions[precision]
-            proof = p.proof or Proof()
-            point = (
-                FrontierPoint(kind, fixed, MEASURED, p.max_batch, proof.fails, bool(proof.verified), file=str(path))
-                if p.status == "done"
-                else FrontierPoint(kind, fixed, ERROR, file=str(path), note=(p.error or p.stop).splitlines()[0][:200])
-            )
-            frontier.points.append(as_context(point, added))
-            result.frontier[precision] = frontier
-            save()
-            return point
+        def measure(kind: str, fixed: int) -> FrontierPoint:
+            return self.point(frontier, point_opts, kind, fixed)
 
-        points, notes = walk(measure, budget_s, seq_cap, opts.max_batch, seq_start=start, kinds=kinds)
-        frontier.points, frontier.notes = points, notes + ([GENERATION_NOTE] if added else [])
-        if workload.family == "hf" and not added:
+        points, notes = walk(
+            measure, self.budget_s, self.seq_cap, self.opts.max_batch, seq_start=self.start, kinds=self.kinds
+        )
+        frontier.points, frontier.notes = points, notes + ([GENERATION_NOTE] if self.added else [])
+        if self.workload.family == "hf" and not self.added:
             frontier.notes.append("hf: models have no sequence-length search: only the max batch at each length")
-        result.frontier[precision] = frontier
-        save()
-    found_any = any(p.status == MEASURED for f in result.frontier.values() for p in f.points)
-    result.status = "complete" if found_any else "failed"
-    save()
-    return result, state["path"]  # None when no point finished (nothing written)
+        self.frontiers[precision] = frontier
+        self.save()
+
+    def point(self, frontier: Frontier, point_opts: ScanOptions, kind: str, fixed: int) -> FrontierPoint:
+        """Scan one point (a variant of the workload at `fixed` batch or length) and add it to `frontier`. Raises
+        ScanInterrupted (after saving what finished) on Ctrl-C."""
+        precision = frontier.precision
+        variant = point_workload(self.workload, kind, fixed, self.checkpointing, self.lora)
+        if kind == SEQ_AT_BATCH:
+            # The predicted start predicts a max batch: a point over the length starts from the memory model.
+            point_opts = replace(point_opts, predicted_start=False)
+            if self.added:  # a generation's prompt stops where the model's positions do
+                point_opts = replace(point_opts, max_batch=min(point_opts.max_batch, self.seq_cap - self.added))
+        try:
+            scanned, path = scan_workload(variant, point_opts, self.points_dir, self.progress)
+        except ScanInterrupted as stop:
+            self.result.settings.interrupted = True
+            self.save()
+            note = getattr(self.progress, "note", None)
+            if not self.finished and stop.path and note is not None:
+                note(f"the point interrupted is in {stop.path} (marked partial)")
+            raise ScanInterrupted(self.path) from None
+        if not self.result.gpu_name(unknown=""):
+            self.result.environment.merge(scanned.environment.to_dict())
+        self.finished += 1
+        p = scanned.precisions[precision]
+        proof = p.proof or Proof()
+        point = (
+            FrontierPoint(kind, fixed, MEASURED, p.max_batch, proof.fails, bool(proof.verified), file=str(path))
+            if p.status == "done"
+            else FrontierPoint(kind, fixed, ERROR, file=str(path), note=(p.error or p.stop).splitlines()[0][:200])
+        )
+        frontier.points.append(as_context(point, self.added))
+        self.frontiers[precision] = frontier
+        self.save()
+        return point

@@ -63,7 +63,7 @@ class PredictedStart:
             )
             self._send(
                 HintSetup(
-                    self.workload.to_dict(),
+                    self.workload,
                     self.precisions,
                     self.steps,
                     self.mode,

@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 from memprobe.core.memory_model import Attempt, MemoryModel
 from memprobe.core.outcomes import OOM, USER_ERROR
-from memprobe.core.protocol import Flops
+from memprobe.core.protocol import Flops, TrialSettings
 from memprobe.core.records import Timed
 from memprobe.core.registry import Workload
 from memprobe.core.results import PrecisionResult
@@ -51,11 +51,7 @@ class LocalBackend:
             opts.mode,
             opts.device,
             opts.cpu_budget_bytes,
-            {
-                "cudnn_benchmark": opts.cudnn_benchmark,
-                "memory_cap_bytes": opts.memory_cap_bytes,
-                "compile": opts.compile,
-            },
+            TrialSettings(opts.cudnn_benchmark, opts.memory_cap_bytes, opts.compile),
             opts.timeout_s,
         )
         self.count = 0

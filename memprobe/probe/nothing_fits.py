@@ -122,7 +122,7 @@ def _default_need(
         log_prefix="memprobe-need-",
     ) as child:
         try:
-            said = child.communicate(NeedRequest(workload.to_dict(), precision, mode), NEED_TIMEOUT_S)
+            said = child.communicate(NeedRequest(workload, precision, mode), NEED_TIMEOUT_S)
         except TimeoutError:
             raise NeedError(f"the trace took more than {NEED_TIMEOUT_S:.0f} s") from None
         lines = [line for line in said if line.strip()]  # the answer is the last: a user's build may print

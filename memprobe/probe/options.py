@@ -42,14 +42,6 @@ CURVE_WARMUP = 2
 CURVE_TIMED_STEPS = 6
 
 
-def timed_steps_within(steps: int, budget_s: float | None, step_s: float | None) -> int:
-    """How many of `steps` timed steps a timed run keeps within `budget_s` seconds when a step takes about
-    `step_s`: all of them without a budget or an estimate, else as many as fit, at least MIN_TIMED_STEPS."""
-    if not budget_s or not step_s or step_s * steps <= budget_s:
-        return steps
-    return min(steps, max(MIN_TIMED_STEPS, int(budget_s / step_s)))  # never more than asked (a generation: 1)
-
-
 @dataclass
 class ScanOptions:
     """How to scan. `steps` is the whole trial: one warm-up step + K >= 2 more."""

@@ -174,37 +174,21 @@ def run_parallel(
         while pending or running:
             while pending and free:
                 job = pending.pop(0)
-                job.slot = free.pop(0)
-                job.part_dir = folder / "parts" / f"{job.workload.name}_{job.precision}"
-                job.log = folder / f"{job.workload.name}_{job.precision}.log"
-                pinned = {"CUDA_VISIBLE_DEVICES": job.slot} if opts.device == "cuda" else {}
-                part = PartRequest.of(job.workload, opts, job.precision, job.part_dir)
-                # not .json: a report over --out reads every .json below it as a result file
-                asked = part.write(folder / f"{job.workload.name}_{job.precision}.request")
-                cmd = [python or sys.executable, "-m", "memprobe", "scan-part", str(asked)]
-                # A Child that does not talk: a child scan's answer is its result file.
-                job.child = Child.start(cmd, base=base_env, env=pinned, talk=False, log=job.log)
-                job.started = time.perf_counter()
+                _start(job, free.pop(0), folder, opts, base_env, python)
                 running.append(job)
                 on_event(f"started {job.workload.name} {job.precision} on GPU {job.slot}")
             time.sleep(POLL_S)
-            for job in [j for j in running if j.child is not None and not j.child.alive()]:
-                job.returncode, job.seconds = job.child.returncode, round(time.perf_counter() - job.started, 2)
+            for job, child in [(j, j.child) for j in running if j.child is not None and not j.child.alive()]:
+                job.returncode, job.seconds = child.returncode, round(time.perf_counter() - job.started, 2)
                 running.remove(job)
-                free.append(job.slot)
+                if job.slot is not None:
+                    free.append(job.slot)
                 on_event(
                     f"finished {job.workload.name} {job.precision} on GPU {job.slot} in {job.seconds:.0f} s "
                     f"(exit {job.returncode})"
                 )
     except KeyboardInterrupt:
-        children = [job.child for job in running if job.child is not None]
-        for child in children:
-            child.send_signal(signal.SIGINT)  # each child scan writes what finished, marked partial: all at once
-        for child in children:
-            if not child.wait(60):
-                child.kill()
-        for job in running:
-            job.returncode = job.child.returncode if job.child is not None else None
+        _interrupt(running)
         _merge_all(workloads, opts, jobs, out_dir)
         raise
     wall = time.perf_counter() - started
@@ -225,22 +209,51 @@ def run_parallel(
         ],
         folder,
     )
-    with open(folder / "summary.jsonl", "w", encoding="utf-8") as handle:
-        for job in summary.jobs:
-            handle.write(json.dumps(job) + "\n")
-        handle.write(
-            json.dumps(
-                {
-                    "wall_seconds": summary.wall_seconds,
-                    "serial_estimate_seconds": summary.serial_estimate_seconds,
-                    "gpus": slots,
-                    "speedup": summary.speedup,
-                    "files": [str(p) for _r, p in written],
-                }
-            )
-            + "\n"
-        )
+    _write_summary(folder, summary, written)
     return written, summary
+
+
+def _start(job: Job, slot: str, folder: Path, opts: ScanOptions, base_env: dict[str, str], python: str | None) -> None:
+    """Start `job`'s child scan on GPU `slot`: its request written to `folder`, its part file and log there."""
+    job.slot = slot
+    job.part_dir = folder / "parts" / f"{job.workload.name}_{job.precision}"
+    job.log = folder / f"{job.workload.name}_{job.precision}.log"
+    pinned = {"CUDA_VISIBLE_DEVICES": slot} if opts.device == "cuda" else {}
+    part = PartRequest.of(job.workload, opts, job.precision, job.part_dir)
+    # not .json: a report over --out reads every .json below it as a result file
+    asked = part.write(folder / f"{job.workload.name}_{job.precision}.request")
+    cmd = [python or sys.executable, "-m", "memprobe", "scan-part", str(asked)]
+    # A Child that does not talk: a child scan's answer is its result file.
+    job.child = Child.start(cmd, base=base_env, env=pinned, talk=False, log=job.log)
+    job.started = time.perf_counter()
+
+
+def _interrupt(running: list[Job]) -> None:
+    """Ctrl-C: every running child scan interrupted at once (each writes what finished, marked partial), killed
+    where it has not ended within 60 s."""
+    children = [job.child for job in running if job.child is not None]
+    for child in children:
+        child.send_signal(signal.SIGINT)
+    for child in children:
+        if not child.wait(60):
+            child.kill()
+    for job in running:
+        job.returncode = job.child.returncode if job.child is not None else None
+
+
+def _write_summary(folder: Path, summary: ParallelSummary, written: list[tuple[ScanResult, Path]]) -> None:
+    """summary.jsonl in the run's folder: a line per child scan, then the totals and the files written."""
+    with open(folder / "summary.jsonl", "w", encoding="utf-8") as handle:
+        for line in summary.jobs:
+            handle.write(json.dumps(line) + "\n")
+        totals = {
+            "wall_seconds": summary.wall_seconds,
+            "serial_estimate_seconds": summary.serial_estimate_seconds,
+            "gpus": summary.slots,
+            "speedup": summary.speedup,
+            "files": [str(p) for _r, p in written],
+        }
+        handle.write(json.dumps(totals) + "\n")
 
 
 def _merge_all(
@@ -249,14 +262,15 @@ def _merge_all(
     written = []
     for workload in workloads:
         parts: dict[str, tuple[Path | None, Job]] = {}
-        for job in (j for j in jobs if j.workload.name == workload.name and j.part_dir is not None):
-            files = sorted(job.part_dir.glob("*.json")) if job.part_dir.is_dir() else []
+        for job, part_dir in [(j, j.part_dir) for j in jobs if j.workload.name == workload.name and j.part_dir]:
+            files = sorted(part_dir.glob("*.json")) if part_dir.is_dir() else []
             parts[job.precision] = (files[-1] if files else None, job)
         merged = merge_parts(workload, opts.precisions, parts, out_dir, opts.mode)
         if merged is not None:
             written.append(merged)
             for _path, job in parts.values():
-                shutil.rmtree(job.part_dir, ignore_errors=True)
+                if job.part_dir is not None:
+                    shutil.rmtree(job.part_dir, ignore_errors=True)
     for job in jobs[:1]:
         if job.part_dir is not None:
             try:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 import time
 from contextlib import AbstractContextManager, closing, nullcontext
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -35,6 +35,15 @@ from memprobe.probe.search import HintUse, find_max_batch
 from memprobe.probe.soak import soak_max_batch
 
 OnEnvironment = Callable[[dict[str, Any]], None]
+
+
+@dataclass
+class Stage:
+    """Where a precision is (search, proof, soak, timed, scaling, curve) and the proof's checks, for an interruption."""
+
+    at: str = "search"
+    checks: list[Attempt] = field(default_factory=list)
+    reused: list[int] = field(default_factory=list)
 
 
 class ScanInterrupted(KeyboardInterrupt):
@@ -136,7 +145,7 @@ def run_precision(
         result = PrecisionResult(precision, status="running")
         started, started_at = time.perf_counter(), time.time()
         seen: dict[str, Any] = {}
-        stage: dict[str, Any] = {"at": "search", "checks": [], "reused": []}
+        stage = Stage()
 
         def environment(env: dict[str, Any]) -> None:
             seen.update(env)
@@ -185,15 +194,14 @@ def run_precision(
         except CurveInterrupted:
             raise
         except KeyboardInterrupt:
-            if stage["at"] == "proof":
-                checks = stage["checks"]
+            if stage.at == "proof":
                 edge = EdgeCheck(
-                    found.max_batch, None, None, False, False, list(checks), list(stage["reused"]), opts.repeat
+                    found.max_batch, None, None, False, False, list(stage.checks), list(stage.reused), opts.repeat
                 )
                 edge.ended_by = "interrupted"
                 result.proof = proof_record(edge, found)
                 result.proof.fit_check = backend.fit_check()
-            raise _interrupted(result, stage["at"], None, started, opts.measure) from None
+            raise _interrupted(result, stage.at, None, started, opts.measure) from None
         return result
 
 
@@ -222,7 +230,7 @@ def _proven(
     progress: ScanProgress,
     seen: dict[str, Any],
     started: float,
-    stage: dict[str, Any],
+    stage: Stage,
 ) -> None:
     """After the search: the proof, the soak, the timed runs and the curve; `stage` says where it is (and holds
     the proof's checks so far), for an interruption."""
@@ -230,18 +238,18 @@ def _proven(
     # throughput on, a fit the search thought could be B went on to the timed run), so the proof takes it
     # instead of building that batch size again.
     known = reusable_checks(found.attempts, backend.measurements if opts.measure else None)
-    stage["at"] = "proof"
-    unused, reused = dict(known), stage["reused"]
+    stage.at = "proof"
+    unused, reused = dict(known), stage.reused
 
     def check(batch: int) -> Attempt:
         # The search trials taken as checks are handed out here rather than by confirm_edge, so that an
-        # interrupted proof knows every check it had (stage["checks"]).
+        # interrupted proof knows every check it had (stage.checks).
         if batch in unused:
             attempt = unused.pop(batch)
             reused.append(batch)
         else:
             attempt = backend.check(batch)
-        stage["checks"].append(attempt)
+        stage.checks.append(attempt)
         return attempt
 
     # The search's fresh fits that are not checks still bound the proof's walk down (bert-large fp16 DDP on 4 H100s:
@@ -272,14 +280,14 @@ def _proven(
     if edge.repeat > 1 or result.proof.band is not None:
         progress.note(f"fresh runs: {edge_text(edge.max_batch, result.proof)}")
     if opts.soak and edge.max_batch > 0:
-        stage["at"] = "soak"
+        stage.at = "soak"
         result.max_batch = soak_max_batch(result.proof, result.max_batch, opts.soak, backend.soak, progress.note)
-    stage["at"] = "timed"
+    stage.at = "timed"
     _timed_runs(backend, result, opts, progress, str((seen.get("gpu") or {}).get("name") or ""), stage)
     _generation(result, workload, seen)
     result.status = "done"
     if opts.measure and opts.curve and edge.max_batch > 0:
-        stage["at"] = "curve"
+        stage.at = "curve"
         try:
             add_curve(
                 result,
@@ -334,11 +342,11 @@ def _timed_runs(
     opts: ScanOptions,
     progress: ScanProgress,
     gpu: str,
-    stage: dict[str, Any] | None = None,
+    stage: Stage,
 ) -> None:
     """The throughput at B, the requested batches (--batch), their MFU, then what the back-end adds (scaling;
     `stage` says so, for an interruption)."""
-    if opts.measure and result.max_batch > 0:
+    if opts.measure and result.max_batch:
         measured = backend.measurements.get(result.max_batch)
         if measured is None:  # not proven fresh (check limit, batch cap, soak): time it now
             measured = backend.measure(result.max_batch)
@@ -353,8 +361,7 @@ def _timed_runs(
     if backend.counts_flops:
         for measured in [result.throughput, *result.extra_batches]:
             add_mfu(measured, result.settings.flops_per_sample, gpu, result.precision)
-    if stage is not None:
-        stage["at"] = "scaling"
+    stage.at = "scaling"
     backend.finish(result)
 
 

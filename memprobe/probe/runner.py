@@ -16,7 +16,7 @@ import socket
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Mapping
 
 from memprobe.core.child import Child, ForkServer, ForkServerError
 from memprobe.core.deadline import TimeLimitError, how_to_extend, limit_s
@@ -36,6 +36,7 @@ from memprobe.core.protocol import (
     Request,
     SetupRequest,
     TrialRequest,
+    TrialSettings,
 )
 from memprobe.core.records import Timed
 from memprobe.core.registry import Workload
@@ -61,7 +62,7 @@ class WorkerSpec:
     mode: str = "train"
     device: str = "cuda"
     cpu_budget_bytes: int | None = None
-    settings: dict[str, Any] = field(default_factory=dict)
+    settings: TrialSettings = field(default_factory=TrialSettings)
     timeout_s: float = 1800.0
     # fp16: the loss scale the last fitting trial ended at. Every process built from this spec starts
     # its trials and timed runs there instead of re-learning it by skipping updates (on the H100,
@@ -70,9 +71,7 @@ class WorkerSpec:
     loss_scale: float | None = None
 
     def setup_request(self) -> SetupRequest:
-        return SetupRequest(
-            self.workload.to_dict(), self.precision, self.mode, self.device, self.cpu_budget_bytes, self.settings
-        )
+        return SetupRequest(self.workload, self.precision, self.mode, self.device, self.cpu_budget_bytes, self.settings)
 
 
 # The families whose build runs the user's code (workloads/custom.py): a build of theirs that never returns is theirs
@@ -135,13 +134,20 @@ class Worker:
             self.child = zygote.spawn(LOG_PREFIX)
         else:
             self.child = Child.start(_worker_argv(preload), env=_worker_env(env), watched=True, log_prefix=LOG_PREFIX)
-        self.spec: WorkerSpec | None = None
+        self._spec: WorkerSpec | None = None
         self.info: Ready | None = None  # setup's answer
         if zygote is not None:
             answer = self.request(PingRequest(), PING_TIMEOUT_S)
             if not (isinstance(answer, Pong) and answer.ok):
                 self.close()
                 raise ForkServerError(f"a forked trial process did not answer a ping within {PING_TIMEOUT_S:.0f} s")
+
+    @property
+    def spec(self) -> WorkerSpec:
+        """What setup() built the process for. Raises RuntimeError before setup()."""
+        if self._spec is None:
+            raise RuntimeError("the trial process is not set up")
+        return self._spec
 
     @property
     def alive(self) -> bool:
@@ -155,21 +161,19 @@ class Worker:
         died (or answered what is not an answer), or did not answer within `timeout_s` (then it is killed)."""
         return self.child.ask(request, timeout_s=timeout_s)
 
-    def _lost(self, answer: Answer | Lost, expected: type) -> tuple[str, str] | None:
-        """(CRASH, TIMEOUT or ERROR, message) when the process died, did not answer in time, or refused the
-        request instead of giving the `expected` answer; None otherwise."""
+    def _lost(self, answer: Answer | Lost) -> tuple[str, str]:
+        """(CRASH, TIMEOUT or ERROR, message) for an answer that is not the one expected: the process died, did not
+        answer in time, or refused the request."""
         if isinstance(answer, Lost) and answer.timed_out:
             return TIMEOUT, f"no answer within {self.spec.timeout_s:.0f} s"
         if isinstance(answer, Lost):
             return CRASH, f"trial process died: {self.log_tail() or 'no output'}"
-        if not isinstance(answer, expected):
-            return ERROR, f"the trial process refused the request: {getattr(answer, 'message', answer)}"
-        return None
+        return ERROR, f"the trial process refused the request: {getattr(answer, 'message', answer)}"
 
     def setup(self, spec: WorkerSpec) -> Ready:
         """Build the workload in the process, within the build's time limit (MEMPROBE_TIME_LIMIT, as predict's).
         Raises WorkerError when that fails or takes longer."""
-        self.spec = spec
+        self._spec = spec
         limit = build_limit(spec)
         answer = self.request(spec.setup_request(), limit)
         if isinstance(answer, Lost) and answer.timed_out and limit < spec.timeout_s:
@@ -181,8 +185,8 @@ class Worker:
             )
         if isinstance(answer, Failure):
             raise WorkerError(answer.kind, answer.message, answer.stage)
-        lost = self._lost(answer, Ready)
-        if lost is not None:
+        if not isinstance(answer, Ready):
+            lost = self._lost(answer)
             # A process that died with "CUDA error: out of memory" (raised where setup could not catch it)
             # ran out of memory; a crash marker in the same text still wins (errors.classify_error).
             kind = OOM if lost[0] == CRASH and classify_error("", lost[1]) == OOM else lost[0]
@@ -197,8 +201,8 @@ class Worker:
         started = time.perf_counter()
         request = TrialRequest(batch, steps, self.spec.loss_scale, keep, decode_steps)
         answer = self.request(request, self.spec.timeout_s)
-        lost = self._lost(answer, Attempt)
-        if lost is not None:
+        if not isinstance(answer, Attempt):
+            lost = self._lost(answer)
             outcome = OOM if lost[0] == CRASH and classify_error("", lost[1]) == OOM else lost[0]
             return Attempt(batch, outcome, seconds=time.perf_counter() - started, message=lost[1])
         attempt = answer
@@ -210,9 +214,8 @@ class Worker:
         """FLOPs per sample of one step, counted in the process (None, with the reason in `error`, on failure)."""
         # Batch 1: the count is per sample anyway, and Pix2PixHD at 2048x1024 needs ~21 GB an image.
         answer = self.request(FlopsRequest(batch=1), self.spec.timeout_s)
-        lost = self._lost(answer, Flops)
-        if lost is not None:
-            return Flops(None, f"while counting FLOPs: {lost[1]}")
+        if not isinstance(answer, Flops):
+            return Flops(None, f"while counting FLOPs: {self._lost(answer)[1]}")
         return answer
 
     def measure(self, batch: int, warmup: int, steps: int, budget_s: float | None = None, cont: bool = False) -> Timed:
@@ -222,9 +225,9 @@ class Worker:
         answer = self.request(
             MeasureRequest(batch, warmup, steps, budget_s, self.spec.loss_scale, cont), self.spec.timeout_s
         )
-        lost = self._lost(answer, Timed)
-        if lost is not None:
-            return Timed(batch=batch, outcome=lost[0], error=lost[1])
+        if not isinstance(answer, Timed):
+            outcome, error = self._lost(answer)
+            return Timed(batch=batch, outcome=outcome, error=error)
         return answer
 
     def kill(self) -> None:

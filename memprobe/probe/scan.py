@@ -6,6 +6,7 @@ atomically after every precision, so an interrupted scan keeps what it finished.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -64,7 +65,7 @@ def scan_workload(
     Returns the result and its path. Raises NoCudaError (nothing written) when there is no CUDA
     device; on KeyboardInterrupt writes what finished, marked partial, and raises ScanInterrupted.
     """
-    seen = child_env(**opts.env)  # the environment the scan's processes see
+    seen = child_env({**os.environ, **opts.env})  # the environment the scan's processes see
     result = ScanResult(workload=workload.to_dict(), environment=host_environment(seen), settings=opts.to_dict())
     writer = ResultWriter(
         result, out_dir, lambda gpu: result_filename(gpu or _nvml_gpu_name(opts.device, seen), workload.name, opts.mode)

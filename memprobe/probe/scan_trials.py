@@ -107,7 +107,7 @@ class FreshRuns:
             self.measurements[batch] = measured
             attempt.peak_allocated = max(attempt.peak_allocated or 0, measured.peak_allocated or 0)
             attempt.peak_reserved = max(attempt.peak_reserved or 0, measured.peak_reserved or 0)
-            attempt.timed_steps = (measured.step_time or {}).get("steps")
+            attempt.timed_steps = measured.step_time.get("steps") if measured.step_time else None
             return attempt
         total = (0 if self.opts.mode == "generate" else 1) + self.opts.timed_count
         # The whole error (at most 500 characters from the worker): its out-of-memory figures are read back.

@@ -72,6 +72,174 @@ class _Stop(Exception):
     pass
 
 
+@dataclass
+class _State:
+    """The search's state: the edge's bracket (`lo` fits, 0 while nothing is known; `hi` does not, the cap + 1
+    while nothing failed), the trials run, the prediction not yet judged (`hint`), and what became of it."""
+
+    lo: int
+    hi: int
+    attempts: list[Attempt] = field(default_factory=list)
+    hint: Callable[[], int | None] | None = None
+    hinted: int | None = None
+    hint_use: HintUse | None = None
+
+
+@dataclass
+class _Walk:
+    """One walk towards the edge from the memory model's jump (a new one after a prediction moved the bracket): its
+    step, the step it grows from, its direction (+1 up from a fit, -1 down from a failure, 0 before the jump), whether
+    it overshot and so bracketed the edge, and whether the last trial in that bracket was the model's guess."""
+
+    step: int = 1
+    base_step: int = 1
+    direction: int = 0
+    bracketed: bool = False
+    guessed_last: bool = False
+
+    def turn(self, fits: bool, stepped: bool) -> None:
+        """Take a trial's outcome: its direction, a bracket where the walk overshot, and the next step, which grows
+        only while the model keeps lagging behind the walk (`stepped`)."""
+        direction = 1 if fits else -1
+        if self.direction != 0 and direction != self.direction:
+            self.bracketed = True  # the walk overshot: the edge lies inside a known interval
+        if self.direction != 0:
+            grow = stepped and direction == self.direction
+            self.step = max(self.step * 2, self.base_step) if grow else max(1, self.step // 2)
+        self.direction = direction
+
+
+class _Search:
+    """find_max_batch's trials over `try_batch`, the bracket they narrow, its memory model and the prediction."""
+
+    def __init__(
+        self,
+        try_batch: Callable[[int], Attempt],
+        capacity_bytes: float | None,
+        max_batch: int,
+        max_trials: int,
+        on_attempt: Callable[[Attempt], None] | None,
+        hint: Callable[[], int | None] | None,
+        on_hint: Callable[[HintUse], None] | None,
+    ) -> None:
+        self.try_batch, self.capacity_bytes, self.max_batch, self.max_trials = (
+            try_batch,
+            capacity_bytes,
+            max_batch,
+            max_trials,
+        )
+        self.on_attempt, self.on_hint = on_attempt, on_hint
+        self.state = _State(0, max_batch + 1, hint=hint)
+
+    def run(self, batch: int) -> Attempt:
+        """One trial, which narrows the bracket. Raises _Stop past the trial limit or on a stopping outcome."""
+        state = self.state
+        if len(state.attempts) >= self.max_trials:
+            raise _Stop("trial-limit")
+        attempt = self.try_batch(batch)
+        state.attempts.append(attempt)
+        if self.on_attempt is not None:
+            self.on_attempt(attempt)
+        if attempt.outcome in STOPPING:
+            raise _Stop(attempt.outcome)
+        if attempt.fits:
+            state.lo = max(state.lo, batch)
+        elif attempt.outcome != TOO_SMALL:  # a batch too small for batch norm says nothing of the edge above it
+            state.hi = min(state.hi, batch)
+        return attempt
+
+    def predict(self) -> int | None:
+        """The memory model's max batch for the capacity, or None without a capacity or a model."""
+        if self.capacity_bytes is None:
+            return None
+        attempts, hi = self.state.attempts, self.state.hi
+        model = edge_model(attempts)
+        if model is None:
+            return None
+        guess = model.max_batch_for(self.capacity_bytes)
+        # The lowest failure's out-of-memory message says how many bytes it lacked: at least that
+        # many samples' worth must go. Near the edge peaks can grow faster than the line (a large
+        # block that no longer fits in a fragmented cache), so this can undercut the line's guess.
+        lacked = next((a.shortfall for a in attempts if a.batch == hi and not a.fits), None)
+        if lacked:
+            guess = min(guess, hi - math.ceil(lacked / model.per_sample_bytes))
+        return guess
+
+    def take_hint(self) -> bool:
+        """Poll the prediction; True when it has just come, still useful, and was tried and walked from."""
+        state = self.state
+        if state.hint is None:
+            return False
+        predicted = state.hint()
+        if predicted is None:
+            return False
+        state.hint = None  # judged once: a prediction that came too late stays unused
+        use = state.hint_use = _judge_hint(min(predicted, self.max_batch), len(state.attempts), state.lo, state.hi)
+        if self.on_hint is not None:
+            self.on_hint(use)
+        if use.used:
+            state.hinted = use.batch
+            _walk_from_hint(use.batch, self.run, state)
+        return use.used
+
+    def first(self) -> Attempt:
+        """Batch 1, or where it is too small to train, the smallest batch that is not (SMALLEST_BATCHES)."""
+        first = self.run(1)
+        for larger in SMALLEST_BATCHES:  # batch norm in training needs more than one value per channel
+            if first.outcome != TOO_SMALL or larger > self.max_batch:
+                break
+            first = self.run(larger)
+        return first
+
+    def close_in(self) -> None:
+        """Walk to the edge until the bracket is closed (lo + 1 = hi): the model's jump, then steps 1, 2, 4, ...,
+        then inside the bracket the model's guess and halving in turn."""
+        state, walk = self.state, _Walk()
+        while state.hi - state.lo > 1:
+            if self.take_hint():
+                walk = _Walk()  # the prediction's walk moved the bracket: the memory model starts over from it
+                continue
+            candidate, stepped, capped = self._candidate(walk)
+            attempt = self.run(candidate)
+            if capped and attempt.fits and walk.direction == 0:
+                continue  # still approaching the predicted edge: the next step is a new jump
+            walk.turn(attempt.fits, stepped)
+
+    def _candidate(self, walk: _Walk) -> tuple[int, bool, bool]:
+        """The next batch to try: (the batch, whether the walk's step went past the model's guess, whether the
+        batch was capped at MAX_GROWTH x the largest fit)."""
+        lo, hi = self.state.lo, self.state.hi
+        guess = self.predict()
+        stepped = False
+        if walk.bracketed or (guess is None and hi <= self.max_batch):
+            # Inside a bracket the guess (clamped into it: a guess at or below the fit says
+            # "try one more") is tried, but never twice in a row: alternating with halving
+            # keeps the worst case logarithmic.
+            if walk.bracketed and not walk.guessed_last and guess is not None:
+                candidate, walk.guessed_last = guess, True
+            else:
+                candidate, walk.guessed_last = (lo + hi) // 2, False
+        elif guess is None:
+            candidate = 2 * lo  # no model: double until a failure
+        elif walk.direction == 0:
+            candidate = guess  # the jump
+            # After the jump, try b+1 (or b-1) first; if the model was off, the walk grows from
+            # ~0.4% of the batch, so large batches do not crawl by one.
+            walk.step, walk.base_step = 1, max(1, guess // 256)
+        elif walk.direction > 0:
+            stepped = lo + walk.step > guess
+            candidate = max(lo + walk.step, guess)
+        else:
+            stepped = hi - walk.step < guess
+            candidate = min(hi - walk.step, guess)
+        capped = hi > self.max_batch and candidate > lo * MAX_GROWTH
+        if capped:
+            # A fit from tiny batches can be far off (allocator rounding dominates), so never
+            # go more than MAX_GROWTH x past a known fit before the model is refitted there.
+            candidate = lo * MAX_GROWTH
+        return min(max(candidate, lo + 1), hi - 1), stepped, capped
+
+
 def find_max_batch(
     try_batch: Callable[[int], Attempt],
     capacity_bytes: float | None = None,
@@ -98,126 +266,25 @@ def find_max_batch(
     """
     if max_batch < 1:
         raise ValueError("max_batch must be at least 1")
-    attempts: list[Attempt] = []
-    lo, hi = 0, max_batch + 1  # invariant: lo fits (0 = nothing known), hi does not (cap+1 = unknown)
-    state: dict = {"lo": lo, "hi": hi, "hint": hint, "hinted": None, "hint_use": None, "attempts": attempts}
-
-    def run(batch: int) -> Attempt:
-        if len(attempts) >= max_trials:
-            raise _Stop("trial-limit")
-        attempt = try_batch(batch)
-        attempts.append(attempt)
-        if on_attempt is not None:
-            on_attempt(attempt)
-        if attempt.outcome in STOPPING:
-            raise _Stop(attempt.outcome)
-        if attempt.fits:
-            state["lo"] = max(state["lo"], batch)
-        elif attempt.outcome != TOO_SMALL:  # a batch too small for batch norm says nothing of the edge above it
-            state["hi"] = min(state["hi"], batch)
-        return attempt
-
-    def predict() -> int | None:
-        if capacity_bytes is None:
-            return None
-        model = edge_model(attempts)
-        if model is None:
-            return None
-        guess = model.max_batch_for(capacity_bytes)
-        # The lowest failure's out-of-memory message says how many bytes it lacked: at least that
-        # many samples' worth must go. Near the edge peaks can grow faster than the line (a large
-        # block that no longer fits in a fragmented cache), so this can undercut the line's guess.
-        lacked = next((a.shortfall for a in attempts if a.batch == state["hi"] and not a.fits), None)
-        if lacked:
-            guess = min(guess, state["hi"] - math.ceil(lacked / model.per_sample_bytes))
-        return guess
-
-    def take_hint() -> bool:
-        """Poll the prediction; True when it has just come, still useful, and was tried and walked from."""
-        if state["hint"] is None:
-            return False
-        predicted = state["hint"]()
-        if predicted is None:
-            return False
-        state["hint"] = None  # judged once: a prediction that came too late stays unused
-        use = state["hint_use"] = _judge_hint(min(predicted, max_batch), len(attempts), state["lo"], state["hi"])
-        if on_hint is not None:
-            on_hint(use)
-        if use.used:
-            state["hinted"] = use.batch
-            _walk_from_hint(use.batch, run, state)
-        return use.used
-
+    search = _Search(try_batch, capacity_bytes, max_batch, max_trials, on_attempt, hint, on_hint)
+    state = search.state
     stop = "edge"
     try:
-        first = run(1)
-        for larger in SMALLEST_BATCHES:  # batch norm in training needs more than one value per channel
-            if first.outcome != TOO_SMALL or larger > max_batch:
-                break
-            first = run(larger)
+        first = search.first()
         if not first.fits:
-            return SearchResult(0, first.batch, "nothing-fits", attempts)
-        take_hint()
-        nxt = state["lo"] + 1 if state["lo"] >= 2 else 2
-        if max_batch >= nxt and nxt < state["hi"] and sum(a.fits for a in attempts) < 2:
-            run(nxt)  # the edge model needs two fits
-        new_walk = True
-        while state["hi"] - state["lo"] > 1:
-            if take_hint():
-                new_walk = True  # the prediction's walk moved the bracket: the memory model starts over from it
-                continue
-            if new_walk:
-                new_walk = False
-                step = base_step = 1
-                direction = 0  # +1 walking up from a fit, -1 walking down from a failure, 0 not walking
-                bracketed_by_walk = guessed_last = False
-            lo, hi = state["lo"], state["hi"]
-            guess = predict()
-            stepped = False
-            if bracketed_by_walk or (guess is None and hi <= max_batch):
-                # Inside a bracket the guess (clamped into it: a guess at or below the fit says
-                # "try one more") is tried, but never twice in a row: alternating with halving
-                # keeps the worst case logarithmic.
-                if bracketed_by_walk and not guessed_last and guess is not None:
-                    candidate, guessed_last = guess, True
-                else:
-                    candidate, guessed_last = (lo + hi) // 2, False
-            elif guess is None:
-                candidate = 2 * lo  # no model: double until a failure
-            elif direction == 0:
-                candidate = guess  # the jump
-                # After the jump, try b+1 (or b-1) first; if the model was off, the walk grows from
-                # ~0.4% of the batch, so large batches do not crawl by one.
-                step, base_step = 1, max(1, guess // 256)
-            elif direction > 0:
-                stepped = lo + step > guess
-                candidate = max(lo + step, guess)
-            else:
-                stepped = hi - step < guess
-                candidate = min(hi - step, guess)
-            capped = hi > max_batch and candidate > lo * MAX_GROWTH
-            if capped:
-                # A fit from tiny batches can be far off (allocator rounding dominates), so never
-                # go more than MAX_GROWTH x past a known fit before the model is refitted there.
-                candidate = lo * MAX_GROWTH
-            candidate = min(max(candidate, lo + 1), hi - 1)
-            attempt = run(candidate)
-            if capped and attempt.fits and direction == 0:
-                continue  # still approaching the predicted edge: the next step is a new jump
-            new_direction = 1 if attempt.fits else -1
-            if direction != 0 and new_direction != direction:
-                bracketed_by_walk = True  # the walk overshot: the edge lies inside a known interval
-            # Steps grow only while the model keeps lagging behind the walk.
-            if direction != 0:
-                step = max(step * 2, base_step) if stepped and new_direction == direction else max(1, step // 2)
-            direction = new_direction
-        if state["lo"] >= max_batch:
+            return SearchResult(0, first.batch, "nothing-fits", state.attempts)
+        search.take_hint()
+        nxt = state.lo + 1 if state.lo >= 2 else 2
+        if max_batch >= nxt and nxt < state.hi and sum(a.fits for a in state.attempts) < 2:
+            search.run(nxt)  # the edge model needs two fits
+        search.close_in()
+        if state.lo >= max_batch:
             stop = "cap"
     except _Stop as reason:
         stop = str(reason)
-    lo, hi = state["lo"], state["hi"]
-    error = attempts[-1].message if stop in STOPPING else ""
-    return SearchResult(lo, hi if hi <= max_batch else None, stop, attempts, error, state["hinted"], state["hint_use"])
+    lo, hi = state.lo, state.hi
+    error = state.attempts[-1].message if stop in STOPPING else ""
+    return SearchResult(lo, hi if hi <= max_batch else None, stop, state.attempts, error, state.hinted, state.hint_use)
 
 
 def _judge_hint(predicted: int, after_trials: int, lo: int, hi: int) -> HintUse:
@@ -238,18 +305,18 @@ def _judge_hint(predicted: int, after_trials: int, lo: int, hi: int) -> HintUse:
     return HintUse(predicted, after_trials, True)
 
 
-def _walk_from_hint(h: int, run: Callable[[int], Attempt], state: dict) -> None:
+def _walk_from_hint(h: int, run: Callable[[int], Attempt], state: _State) -> None:
     """Try the predicted batch h. When it fits, walk up from it by steps 1, 2, 4, 8 while they fit, until the edge is
     bracketed, the walk reaches the bracket (state's lo, hi) or HINT_WALK steps are spent: a prediction is off by a
     few samples when it is off, and a model fitted on batch 1 and h cannot say by how much (an LLM's longest
     sequence: predicted 17408, edge 17401). When h fails, try the batch that its measurement points to
     (`after_failure`), again after each failure, at most HINT_WALK times; a failure that says nothing about the
     bytes it lacked leaves the rest to the search's memory model. Raises what run raises (_Stop)."""
-    attempts: list[Attempt] = state["attempts"]
+    attempts = state.attempts
     if not run(h).fits:
         for _ in range(HINT_WALK):
             batch = after_failure(attempts)
-            if batch is None or batch <= state["lo"] or batch >= state["hi"]:
+            if batch is None or batch <= state.lo or batch >= state.hi:
                 return  # nothing measured to jump by, or it points into what is known: the memory model goes on
             if run(batch).fits:
                 return  # bracketed: the memory model closes the edge from the fit near it
@@ -257,7 +324,7 @@ def _walk_from_hint(h: int, run: Callable[[int], Attempt], state: dict) -> None:
     batch, step = h, 1
     for _ in range(HINT_WALK):
         batch = batch + step
-        if batch >= state["hi"]:
+        if batch >= state.hi:
             return  # bracketed on that side already: the search bisects from here
         if not run(batch).fits:
             return  # bracketed: the search bisects from here

@@ -29,7 +29,7 @@ def other_gpu_processes(device: str, env: Mapping[str, str] | None = None) -> li
     try:
         from memprobe.probe.device import visible_gpu
 
-        gpu = visible_gpu(child_env(**(env or {})))
+        gpu = visible_gpu(child_env({**os.environ, **(env or {})}))
     except Exception:  # noqa: BLE001 - no NVML: nothing can be named
         return []
     return [{"pid": p.pid, "name": p.name, "used_bytes": p.used_bytes} for p in gpu.processes if p.pid != os.getpid()]

@@ -14,6 +14,7 @@ counted apart here: outputs of a dtype cast whose input is a parameter.
 
 from __future__ import annotations
 
+import functools
 import time
 import warnings
 import weakref
@@ -76,7 +77,7 @@ class StepTracker(MemTracker):
         inner = max(self._mod_tracker.parents, key=lambda name: name.count("."), default="")
         self.copies_by_module[inner] = self.copies_by_module.get(inner, 0) + size
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         if func in _CASTS and args and self._is_parameter(args[0]) and not self._mod_tracker.is_bw:
             self._casting = True
         res = super().__torch_dispatch__(func, types, args, kwargs)
@@ -221,22 +222,23 @@ def measure_breakdown(
     task.start()
     amp = Amp.for_task(task, precision, loss_scale)
     inputs = task.make_batch(batch)
+    step = functools.partial(run_step, task, amp, inputs, "train")
     try:
-        run_until_state(lambda: run_step(task, amp, inputs, "train"), amp, max(steps - 1, 2), "train")
+        run_until_state(step, amp, max(steps - 1, 2), "train")
         tracker = StepTracker()
         tracker.track_external(task.model, *task.optimizers, inputs)
         _reset_peak(memory)
         with tracker, warnings.catch_warnings():
             # MemTracker warns for each backward hook whose module was collected (a transient wrapper).
             warnings.filterwarnings("ignore", message="Module is None")
-            run_step(task, amp, inputs, "train")
+            step()
         memory.synchronize()
         peak_allocated, peak_reserved = memory.peaks()
         tracked = tracker.categories_at_peak(task.device, task.optimizers)
         modules = top_modules(tracker.activations_by_module(task.device))
         outside = outside_pytorch_bytes(task.device)
     finally:
-        inputs = amp = None  # noqa: F841 - the batch goes before the state is dropped
+        del step, inputs, amp  # the batch goes before the state is dropped
         task.stop()
     if peak_allocated is None or peak_reserved is None:
         raise RuntimeError("no peak memory statistics on this device (CPU without the fake allocator)")

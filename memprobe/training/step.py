@@ -102,6 +102,32 @@ def _traceback_tail(chars: int = 8000) -> str:
     return text if len(text) <= chars else "...\n" + text[-chars:]
 
 
+def _steps(
+    task: TrainTask,
+    precision: str,
+    mode: str,
+    batch_size: int,
+    steps: int,
+    memory: Memory,
+    before: Callable[[], Any] | None,
+    loss_scale: float | None,
+    keep: dict | None,
+) -> tuple[int, float | None]:
+    """A trial's steps (run_trial): (steps run, the loss scale they ended at). With `keep`, the batch and the
+    mixed-precision state are put in it. Raises what a step raises."""
+    if before is not None:
+        before()
+    if mode == "train":
+        task.start()
+    amp = Amp.for_task(task, precision, loss_scale)
+    inputs = task.make_batch(batch_size)
+    ran = run_until_state(lambda: run_step(task, amp, inputs, mode), amp, steps, mode)
+    memory.synchronize()
+    if keep is not None:
+        keep.update(amp=amp, inputs=inputs, batch=batch_size)
+    return ran, amp.loss_scale
+
+
 def run_trial(
     task: TrainTask,
     precision: str,
@@ -129,15 +155,8 @@ def run_trial(
     ran = settled = None
     user_traceback = ""
     try:
-        if before is not None:
-            before()
-        if mode == "train":
-            task.start()
-        amp = Amp.for_task(task, precision, loss_scale)
-        inputs = task.make_batch(batch_size)
-        ran = run_until_state(lambda: run_step(task, amp, inputs, mode), amp, steps, mode)
-        memory.synchronize()
-        settled = amp.loss_scale
+        # The batch and the mixed-precision state live in _steps' frame (and `keep`) alone: freed on return.
+        ran, settled = _steps(task, precision, mode, batch_size, steps, memory, before, loss_scale, keep)
     except Exception as exc:  # noqa: BLE001 - every failure is classified, none is a fit
         failure = (type(exc).__name__, message_of(exc))
         outcome = classify_error(*failure)
@@ -147,10 +166,7 @@ def run_trial(
         del exc
     seconds = time.perf_counter() - started
     kept = keep is not None and outcome == FIT
-    if kept:
-        keep.update(amp=amp, inputs=inputs, batch=batch_size)
     # Cleanup outside the except block, so the traceback's frames are gone before memory is freed.
-    inputs = amp = None  # noqa: F841
     peak_allocated, peak_reserved = memory.peaks()
     if outcome != FIT:
         outcome, note = with_memory_state(outcome, *failure, peak_reserved, capacity_bytes)

@@ -69,58 +69,60 @@ def wrap_model(
             "describe": {"strategy": "ddp", "bucket_cap_mb": 25, "gradient_as_bucket_view": False},
         }
     if strategy == "fsdp":
-        from torch.distributed.device_mesh import init_device_mesh
-        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-
-        blocks = shard_blocks(model)
-        if not blocks:
-            raise StrategyError(f"fsdp: found no blocks to shard in {type(model).__name__}")
-        if mesh is None:
-            mesh = init_device_mesh(device.type, (torch.distributed.get_world_size(),))
-        # FSDP2 shards only contiguous parameters: channels_last weights (the timm CNNs on CUDA) go back
-        # to the default layout; the inputs stay channels_last, so convolutions still run in it.
-        relaid = 0
-        for param in model.parameters():
-            if not param.is_contiguous():
-                param.data = param.data.contiguous()
-                relaid += 1
-        dtype = _MP_DTYPES.get(precision)
-        batch_norm = any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules())
-        if batch_norm:
-            # BatchNorm's float32 running statistics need float32 weights (bf16 weights fail on the CPU,
-            # and FSDP1 exempts BatchNorm for the same reason): gather in float32 and let autocast cast
-            # per op, as on one GPU.
-            dtype = None
-        block_types = sorted({type(b).__name__ for b in blocks})  # before fully_shard renames the classes
-        policy = (
-            MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32) if dtype else MixedPrecisionPolicy()
-        )
-        scaler_class = None
-        if precision == "fp16":
-            # Each rank sees only its shard of the gradients: the scaler must all_reduce its inf check,
-            # or ranks would skip different steps and run different numbers of collectives.
-            from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
-
-            scaler_class = ShardedGradScaler
-        for block in blocks:
-            fully_shard(block, mesh=mesh, mp_policy=policy)
-        fully_shard(model, mesh=mesh, mp_policy=policy)
-        return {
-            "module": model,
-            "scaler_class": scaler_class,
-            "describe": {
-                "strategy": "fsdp",
-                "api": "torch.distributed.fsdp.fully_shard (FSDP2)",
-                "blocks": len(blocks),
-                "block_type": block_types,
-                "reshard_after_forward": True,
-                "param_dtype": str(dtype).replace("torch.", "") if dtype else "float32",
-                "reduce_dtype": "float32",
-                "param_dtype_note": "float32: the model has BatchNorm"
-                if batch_norm and precision in _MP_DTYPES
-                else None,
-                "parameters_made_contiguous": relaid,
-                "loss_scaler": "ShardedGradScaler" if precision == "fp16" else None,
-            },
-        }
+        return _wrap_fsdp(model, precision, device, mesh)
     raise StrategyError(f"unknown strategy '{strategy}'; choose from {', '.join(STRATEGIES)}")
+
+
+def _wrap_fsdp(model: nn.Module, precision: str, device: torch.device, mesh: Any) -> dict[str, Any]:
+    """wrap_model's fsdp: FSDP2 on each block and the root, under the precision's MixedPrecisionPolicy. Raises
+    StrategyError for a model without blocks."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    blocks = shard_blocks(model)
+    if not blocks:
+        raise StrategyError(f"fsdp: found no blocks to shard in {type(model).__name__}")
+    if mesh is None:
+        mesh = init_device_mesh(device.type, (torch.distributed.get_world_size(),))
+    # FSDP2 shards only contiguous parameters: channels_last weights (the timm CNNs on CUDA) go back
+    # to the default layout; the inputs stay channels_last, so convolutions still run in it.
+    relaid = 0
+    for param in model.parameters():
+        if not param.is_contiguous():
+            param.data = param.data.contiguous()
+            relaid += 1
+    dtype = _MP_DTYPES.get(precision)
+    batch_norm = any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules())
+    if batch_norm:
+        # BatchNorm's float32 running statistics need float32 weights (bf16 weights fail on the CPU,
+        # and FSDP1 exempts BatchNorm for the same reason): gather in float32 and let autocast cast
+        # per op, as on one GPU.
+        dtype = None
+    block_types = sorted({type(b).__name__ for b in blocks})  # before fully_shard renames the classes
+    policy = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32) if dtype else MixedPrecisionPolicy()
+    scaler_class = None
+    if precision == "fp16":
+        # Each rank sees only its shard of the gradients: the scaler must all_reduce its inf check,
+        # or ranks would skip different steps and run different numbers of collectives.
+        from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
+
+        scaler_class = ShardedGradScaler
+    for block in blocks:
+        fully_shard(block, mesh=mesh, mp_policy=policy)
+    fully_shard(model, mesh=mesh, mp_policy=policy)
+    return {
+        "module": model,
+        "scaler_class": scaler_class,
+        "describe": {
+            "strategy": "fsdp",
+            "api": "torch.distributed.fsdp.fully_shard (FSDP2)",
+            "blocks": len(blocks),
+            "block_type": block_types,
+            "reshard_after_forward": True,
+            "param_dtype": str(dtype).replace("torch.", "") if dtype else "float32",
+            "reduce_dtype": "float32",
+            "param_dtype_note": "float32: the model has BatchNorm" if batch_norm and precision in _MP_DTYPES else None,
+            "parameters_made_contiguous": relaid,
+            "loss_scaler": "ShardedGradScaler" if precision == "fp16" else None,
+        },
+    }

@@ -164,6 +164,11 @@ def make_optimizer(params, spec: dict[str, Any], device: torch.device) -> torch.
     raise ValueError(f"unknown optimizer '{name}'")
 
 
+def model_config(model: torch.nn.Module) -> Any:
+    """A transformers model's config (torch types a module's other attributes as tensors or modules)."""
+    return model.config
+
+
 def materialize(model: torch.nn.Module, device: torch.device, init) -> None:
     """Give a model built on the meta device real storage on `device` and initialise it there.
 
@@ -186,6 +191,8 @@ class TrainTask:
     unit = "samples"
     # Submodules that --compile runs through torch.compile; empty: the model itself.
     compile_targets: tuple[str, ...] = ()
+    # Built by the user's own code (workloads/user_module.py): a step's error is theirs, shown with its traceback.
+    user_code = False
 
     def __init__(
         self,

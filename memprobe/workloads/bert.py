@@ -19,7 +19,7 @@ from memprobe.workloads.torchvision_guard import ensure_loadable
 ensure_loadable()  # before timm or transformers imports torchvision (see torchvision_guard.py)
 from transformers import BertConfig, BertForPreTraining, BertForQuestionAnswering  # noqa: E402
 
-from .base import TrainTask, materialize  # noqa: E402
+from .base import TrainTask, materialize, model_config  # noqa: E402
 
 
 def _config(params: dict[str, Any]) -> BertConfig:
@@ -73,7 +73,7 @@ class BertPretrainingTask(TrainTask):
 
     def describe(self) -> dict[str, Any]:
         info = super().describe()
-        info["attention"] = self.model.config._attn_implementation
+        info["attention"] = model_config(self.model)._attn_implementation
         info["seq_len"] = self.seq_len
         return info
 
@@ -130,7 +130,7 @@ class BertSquadTask(TrainTask):
 
     def describe(self) -> dict[str, Any]:
         info = super().describe()
-        info["attention"] = self.model.config._attn_implementation
+        info["attention"] = model_config(self.model)._attn_implementation
         info["seq_len"] = self.seq_len
         info["head"] = "question answering (start/end span)"
         return info

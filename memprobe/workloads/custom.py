@@ -98,7 +98,7 @@ def parse_input_size(text: str) -> tuple[int, int, int]:
         raise ValueError(f"expected three positive integers C,H,W (e.g. 3,224,224), got '{text}'")
     if values[0] > MAX_CHANNELS or max(values[1:]) > MAX_IMAGE_SIDE:
         raise ValueError(f"C,H,W must be at most {MAX_CHANNELS},{MAX_IMAGE_SIDE},{MAX_IMAGE_SIDE}, got '{text}'")
-    return values  # type: ignore[return-value]
+    return values
 
 
 # --- transformers configs ----------------------------------------------------------------------
@@ -106,7 +106,7 @@ def parse_input_size(text: str) -> tuple[int, int, int]:
 
 def packaged_hf_configs() -> dict[str, Path]:
     """Names of the transformers configs shipped with memprobe, and their files."""
-    folder = Path(str(resources.files("memprobe").joinpath("data", "hf_configs")))
+    folder = Path(str(resources.files("memprobe").joinpath("data").joinpath("hf_configs")))
     return {p.stem: p for p in sorted(folder.glob("*.json"))}
 
 
@@ -138,12 +138,13 @@ def load_hf_config(source: str, is_path: bool | None = None) -> tuple[dict[str, 
         where = str(path)
     else:
         packaged = packaged_hf_configs()
-        path = packaged.get(source) or _cached_hf_config(source)
-        if path is None:
+        found = packaged.get(source) or _cached_hf_config(source)
+        if found is None:
             raise CustomModelError(
                 f"no local transformers config for '{source}' (memprobe downloads nothing; packaged: "
                 f"{', '.join(packaged)}): save its config.json and give it as --model hf-config:PATH/config.json"
             )
+        path = found
         where = f"packaged {path.name}" if source in packaged else f"Hugging Face cache {path}"
     try:
         config = json.loads(read_text(path))

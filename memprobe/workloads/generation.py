@@ -34,7 +34,7 @@ from memprobe.workloads.torchvision_guard import ensure_loadable
 ensure_loadable()  # before transformers imports torchvision (see torchvision_guard.py)
 from transformers import StaticCache  # noqa: E402
 
-from .base import TrainTask  # noqa: E402
+from .base import TrainTask, model_config  # noqa: E402
 
 WEIGHT_DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 PREFILL, DECODE, END = "prefill", "decode", "end"  # the points greedy_generate marks (see `mark`)
@@ -82,7 +82,7 @@ def cache_keyword(model: torch.nn.Module) -> str:
 def new_static_cache(model: torch.nn.Module, batch: int, max_cache_len: int, early: bool) -> StaticCache:
     """transformers' StaticCache for `max_cache_len` tokens, as generate makes it: initialised lazily by the first
     forward, or with `early` (chunked prefill) at once for `batch` sequences where the model can say its heads."""
-    config = model.config.get_text_config(decoder=True)
+    config = model_config(model).get_text_config(decoder=True)
     cache = StaticCache(config=config, max_cache_len=max_cache_len)
     shape = getattr(model, "_get_static_cache_init_shape", lambda: None)() if early else None
     if shape is not None:
@@ -115,7 +115,7 @@ def greedy_generate(
     the model raises (out of memory among them).
     """
     batch, prompt_len = prompts.shape
-    forward = {cache_keyword(model): None, "use_cache": True, "logits_to_keep": 1}
+    forward: dict[str, Any] = {cache_keyword(model): None, "use_cache": True, "logits_to_keep": 1}
     forward[cache_keyword(model)] = new_static_cache(model, batch, prompt_len + new_tokens, prefill_chunk is not None)
     out = torch.empty((batch, new_tokens), dtype=torch.long, device=prompts.device)
     if mark is not None:
@@ -141,7 +141,9 @@ def _layer_lengths(config: Any, max_cache_len: int) -> list[int]:
     """The tokens each layer of a StaticCache of `max_cache_len` holds, as transformers makes it for `config`
     (a sliding-window layer at most its window); no tensor is made."""
     text = config.get_text_config(decoder=True)
-    return [int(layer.max_cache_len) for layer in StaticCache(config=text, max_cache_len=max_cache_len).layers]
+    layers = StaticCache(config=text, max_cache_len=max_cache_len).layers
+    # transformers types .layers as any kind of cache layer; a StaticCache's all have max_cache_len
+    return [int(layer.max_cache_len) for layer in layers]  # type: ignore[union-attr]
 
 
 def _head_shape(config: Any) -> tuple[int, int]:
@@ -228,7 +230,7 @@ class GenerateTask(TrainTask):
         """Whether every decode forward of a generation runs the same ops on the same shapes: no layer of the cache
         slides (a sliding-window layer takes another path once its window is full). What a trace that runs only a
         few decode forwards, and repeats the last, relies on (predict/trace.py)."""
-        config = self.model.config.get_text_config(decoder=True)
+        config = model_config(self.model).get_text_config(decoder=True)
         layers = StaticCache(config=config, max_cache_len=2).layers
         return not any(getattr(layer, "is_sliding", False) for layer in layers)
 
@@ -238,7 +240,7 @@ class GenerateTask(TrainTask):
         core/run_length.GENERATE_SEARCH_DECODE), where every decode forward has the same shapes; whole generations
         where the cache slides, or with None. Yields whether it cuts; whole generations again after."""
         cut = decode_steps is not None and self.decode_shapes_repeat()
-        if cut:
+        if decode_steps is not None and cut:
             self.decode_steps = int(decode_steps)
         try:
             yield cut

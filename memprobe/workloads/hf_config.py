@@ -35,7 +35,7 @@ from transformers.models.auto.configuration_auto import CONFIG_MAPPING  # noqa: 
 from .base import TrainTask, UserModelError, model_error, one_line  # noqa: E402
 from .generation import WEIGHT_DTYPES, GenerateTask, GenerationSettings  # noqa: E402
 
-_AUTO = {
+_AUTO: dict[str, Any] = {
     "causal-lm": AutoModelForCausalLM,
     "masked-lm": AutoModelForMaskedLM,
     "seq-cls": AutoModelForSequenceClassification,
@@ -243,7 +243,7 @@ def generation_config(params: dict[str, Any], settings: GenerationSettings):
     return config
 
 
-def _check_generates(model_class: type) -> None:
+def _check_generates(model_class: Any) -> None:
     """Raises UserModelError for a model class that cannot generate as greedy_generate does (no generate, or a
     forward without `logits_to_keep`: encoders given a causal-LM head, older architectures)."""
     forward = inspect.signature(model_class.forward).parameters

@@ -30,7 +30,7 @@ from memprobe.workloads.torchvision_guard import ensure_loadable
 ensure_loadable()  # before timm or transformers imports torchvision (see torchvision_guard.py)
 from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
 
-from .base import TrainTask, make_optimizer, materialize  # noqa: E402
+from .base import TrainTask, make_optimizer, materialize, model_config  # noqa: E402
 from .generation import WEIGHT_DTYPES, GenerateTask, GenerationSettings  # noqa: E402
 
 AXES = ("batch", "seq_len")
@@ -46,7 +46,8 @@ def llama_config(params: dict[str, Any]) -> LlamaConfig:
     hidden, heads = int(params["hidden"]), int(params["heads"])
     if hidden % heads:
         raise ValueError(f"hidden ({hidden}) must be a multiple of heads ({heads})")
-    config = LlamaConfig(
+    # rope_theta: transformers 5 types it out of LlamaConfig's signature (into rope_parameters); it still takes it
+    config = LlamaConfig(  # type: ignore[call-arg]
         vocab_size=int(params["vocab"]),
         hidden_size=hidden,
         intermediate_size=int(params["ffn"]),
@@ -81,7 +82,7 @@ def _apply_lora(model: torch.nn.Module, rank: int, alpha: float | None, dropout:
         raise ImportError(f"lora needs peft (pip install 'memprobe[lora]'): {exc}") from exc
     config = LoraConfig(
         r=rank,
-        lora_alpha=alpha if alpha is not None else 2 * rank,
+        lora_alpha=alpha if alpha is not None else 2 * rank,  # type: ignore[arg-type]  # peft says int; a float works
         lora_dropout=dropout,
         target_modules=list(LORA_TARGETS),
         bias="none",
@@ -181,7 +182,7 @@ class LlamaTask(TrainTask):
         info = super().describe()
         trainable = sum(p.numel() for p in self.model.parameters() if p.requires_grad)
         info.update(
-            attention=self.model.config._attn_implementation,
+            attention=model_config(self.model)._attn_implementation,
             axis=self.axis,
             seq_len=None if self.axis == "seq_len" else self.seq_len,
             batch=self.rows if self.axis == "seq_len" else None,

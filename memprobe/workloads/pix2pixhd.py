@@ -21,7 +21,7 @@ This module holds the parameters and the training step; the networks are in pix2
 from __future__ import annotations
 
 from contextlib import nullcontext
-from typing import Any
+from typing import Any, Sequence, cast
 
 import torch
 import torch.nn.functional as F
@@ -91,10 +91,12 @@ def _params(params: dict[str, Any]) -> dict[str, Any]:
 
 def _lsgan(preds: list[list[torch.Tensor]], target: float) -> torch.Tensor:
     """Least-squares GAN loss summed over the discriminator scales (the last stage is the prediction)."""
-    return sum(F.mse_loss(feats[-1], torch.full_like(feats[-1], target)) for feats in preds)
+    # sum() from 0 over tensors gives a tensor: the cast says so, and changes no op of the traced step
+    return cast(torch.Tensor, sum(F.mse_loss(feats[-1], torch.full_like(feats[-1], target)) for feats in preds))
 
 
 class Pix2PixHDTask(TrainTask):
+    model: Pix2PixHD
     unit = "images"
     compile_targets = ("generator", "discriminator", "vgg")  # the container itself has no forward
 
@@ -107,7 +109,8 @@ class Pix2PixHDTask(TrainTask):
             init_weights(model)
         self.channels_last = p["channels_last"] and on_cuda(device)
         if self.channels_last:
-            model = model.to(memory_format=torch.channels_last)
+            # Module.to takes memory_format; torch's typed overloads leave it out
+            model = model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
         super().__init__(model, optimizer, device)
         self.p = p
         self.in_channels = p["label_nc"] + (1 if p["instance_edges"] else 0)
@@ -163,7 +166,7 @@ class Pix2PixHDTask(TrainTask):
         loss_g, loss_d = self.losses(batch)
         return loss_g + loss_d
 
-    def _backward(self, loss: torch.Tensor, params: list[torch.Tensor], amp: Amp | None) -> None:
+    def _backward(self, loss: torch.Tensor, params: Sequence[torch.Tensor], amp: Amp | None) -> None:
         scaled = amp.scaler.scale(loss) if amp is not None and amp.scaler is not None else loss
         scaled.backward(inputs=params)
 

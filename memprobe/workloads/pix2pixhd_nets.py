@@ -258,7 +258,7 @@ class VGG19Features(nn.Module):
         current: list[nn.Module] = []
         cin, first_in_block = 3, True
         for item in VGG19_LAYOUT:
-            if item == "M":
+            if isinstance(item, str):  # "M"
                 current.append(nn.MaxPool2d(2))
                 first_in_block = True
                 continue
@@ -309,4 +309,5 @@ def init_weights(model: nn.Module) -> None:
                     nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
                 else:
                     nn.init.normal_(m.weight, 0.0, 0.02)
-                nn.init.zeros_(m.bias)
+                if m.bias is not None:  # every conv here has one
+                    nn.init.zeros_(m.bias)

@@ -133,6 +133,8 @@ def sinusoids(length: int, dim: int) -> torch.Tensor:
 class TransformerModel(nn.Module):
     """Encoder-decoder with one embedding matrix used three times."""
 
+    positions: torch.Tensor  # a buffer (register_buffer): the sinusoidal position encodings
+
     def __init__(self, p: dict[str, Any]) -> None:
         super().__init__()
         d = p["d_model"]

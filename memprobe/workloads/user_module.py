@@ -57,10 +57,10 @@ def user_code(what: str) -> Iterator[None]:
     owner = threading.get_ident()
     before = os._exit
 
-    def refused(code: int) -> NoReturn:
+    def refused(status: int) -> NoReturn:
         if threading.get_ident() != owner:  # another thread (memprobe's lifeline watcher, say) really ends it
-            _REAL_EXIT(code)
-        raise UserExit(f"{what} called os._exit({code!r})")
+            _REAL_EXIT(status)
+        raise UserExit(f"{what} called os._exit({status!r})")
 
     os._exit = refused
     try:

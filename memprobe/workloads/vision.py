@@ -11,6 +11,7 @@ CPU torch) must not make the rest of memprobe unimportable.
 
 from __future__ import annotations
 
+from types import ModuleType
 from typing import Any
 
 import torch
@@ -21,8 +22,9 @@ from .torchvision_guard import ensure_loadable
 
 ensure_loadable()  # before timm imports torchvision (see torchvision_guard.py)
 try:
-    import timm as _timm
+    import timm as _imported
 
+    _timm: ModuleType | None = _imported
     _TIMM_ERROR: Exception | None = None
 except Exception as exc:  # noqa: BLE001 - any import failure is reported when a timm model is built
     _timm = None
@@ -52,7 +54,7 @@ class ClassifierTask(TrainTask):
         self.arch = str(params["model"])
         self.image_size = int(params["image_size"])
         self.classes = int(params.get("classes", 1000))
-        self.input_size = (3, self.image_size, self.image_size)
+        self.input_size: tuple[int, ...] = (3, self.image_size, self.image_size)
         kwargs = dict(params.get("kwargs", {}))
         # Built directly on the device: timm's own init runs there (fast on CUDA; nothing is allocated
         # on the meta device, for parameter and FLOP counts).

@@ -1,4 +1,4 @@
-"""Throughput timing and utilization sampling during the timed steps.
+"""A timed run: its steps timed, utilization sampled meanwhile, and the figures of one that fits.
 
 Step times come from CUDA events around each step (no host synchronisation inside the timed
 region); on the CPU from a host clock. Utilization is sampled on a background thread from NVML
@@ -12,9 +12,16 @@ import os
 import statistics
 import threading
 import time
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import torch
+
+from memprobe.core.outcomes import classify_error, described, message_of
+from memprobe.core.protocol import MeasureRequest
+from memprobe.core.run_length import timed_steps_within
+from memprobe.training.step import Memory, run_step, run_until_state
+from memprobe.workloads.base import Amp, TrainTask
 
 PREFILL, DECODE, END = "prefill", "decode", "end"  # the points workloads/generation.greedy_generate marks
 _NVML_FIELDS = ("gpu_util_pct", "mem_util_pct", "mem_used_bytes", "power_w", "sm_clock_mhz", "temperature_c")
@@ -68,7 +75,7 @@ class PhaseClock:
         """(prefill seconds, decode seconds or None without a decode forward) of each generation timed; call after
         the device was synchronised. The prefill ends where the first decode forward starts (it includes choosing
         the first new token)."""
-        out = []
+        out: list[tuple[float, float | None]] = []
         for start, decode, end in self.runs:
             if end is None:
                 continue
@@ -210,8 +217,131 @@ class UtilizationSampler:
         summary: dict[str, Any] = {"samples": len(self.samples), "interval_s": self.interval}
         keys = ("host_cpu_pct", "host_rss_bytes") + (_NVML_FIELDS if self._handle is not None else ())
         for key in keys:
-            values = [s[key] for s in self.samples if s.get(key) is not None]
+            values = [float(v) for s in self.samples if (v := s.get(key)) is not None]
             summary[key] = {"mean": statistics.fmean(values), "max": max(values)} if values else None
         if self.nvml_error:
             summary["nvml_error"] = self.nvml_error
         return summary
+
+
+@dataclass
+class TimedRun:
+    """What a timed run's steps left: how many ran (warm-up included), when the first ended, the step times,
+    utilization and generation's phase clock; or the failure (outcome, message) and what raised it."""
+
+    steps: int = 0
+    first_end: float = 0.0
+    times: list[float] = field(default_factory=list)
+    utilization: Any = None
+    phases: Any = None
+    failure: tuple[str, str] | None = None
+    raised: tuple[str, str] = ("", "")
+
+
+def _flops_at(task, n: int, mode: str) -> float | None:
+    """FLOPs per unit of n at this n, for tasks whose count depends on it (None if it cannot be counted)."""
+    from memprobe.training.flops import flops_per_sample
+
+    try:
+        with torch.compiler.set_stance("force_eager"):
+            return flops_per_sample(task, n, mode)
+    except Exception:  # noqa: BLE001 - MFU is optional
+        return None
+
+
+def steps_within(steps: int, budget_s: float | None, result: dict[str, Any]) -> int:
+    """How many timed steps fit in `budget_s`: at most `steps`, at least MIN_TIMED_STEPS.
+
+    A step's time is estimated from the warm-up steps after the first (`warmup_step_seconds`), or
+    with one warm-up step from that step, an upper bound: it carries whatever a new batch size sets
+    up (NasNet-Large: ~14 s on the H100; with --compile, the compilation). Costs no extra step.
+    Records `timed_steps_cut_from` when it cuts."""
+    n = timed_steps_within(steps, budget_s, result.get("warmup_step_seconds") or result.get("first_step_seconds"))
+    if n < steps:
+        result["timed_steps_cut_from"] = steps
+    return n
+
+
+def run_timed(
+    req: MeasureRequest,
+    task: TrainTask,
+    memory: Memory,
+    kept: dict[str, Any] | None,
+    result: dict[str, Any],
+    precision: str,
+    mode: str,
+) -> TimedRun:
+    """A timed run's steps (worker.Session.measure): warm up (until optimizer state exists), then time the steps
+    that fit the budget; what the warm-up showed goes into `result`. `kept`: a fitting trial's batch and state to go
+    on from (emptied here, so that nothing keeps the batch once this returns). A step's error is classified into
+    the answer, not raised."""
+    n, run = int(req.batch), TimedRun()
+    try:
+        if kept is not None:
+            amp, inputs = kept["amp"], kept["inputs"]
+            kept.clear()  # the caller's reference to it keeps nothing alive
+        else:
+            if mode == "train":
+                task.start()
+            amp = Amp.for_task(task, precision, req.loss_scale)
+            inputs = task.make_batch(n)
+
+        def step() -> None:
+            run.steps += 1
+            if run.steps > 1:
+                run_step(task, amp, inputs, mode)
+                return
+            # The first step alone, synchronized: with --compile it carries the compilation.
+            first = time.perf_counter()
+            run_step(task, amp, inputs, mode)
+            memory.synchronize()
+            run.first_end = time.perf_counter()
+            result["first_step_seconds"] = round(run.first_end - first, 4)
+
+        # Warm-up also runs until optimizer state exists (fp16 loss scaling may skip updates). A generation
+        # going on from its trial needs none: the trial's generations were its warm-up (core/run_length.py).
+        warmup = int(req.warmup)
+        warm = warmup if mode == "generate" and result["continued_from_trial"] else max(warmup, 1)
+        result["warmup_steps"] = run_until_state(step, amp, warm, mode)
+        memory.synchronize()
+        if result["warmup_steps"] > 1:  # the warm-up steps after the first: a step without set-up
+            result["warmup_step_seconds"] = round(
+                (time.perf_counter() - run.first_end) / (result["warmup_steps"] - 1), 4
+            )
+        steps = steps_within(int(req.steps), req.budget_s, result)
+        sampler = UtilizationSampler(task.device, float(req.sample_interval))
+        sampler.start()
+        run.phases = timed_phases(task, mode)  # generation: the prefill and the decode timed apart
+        try:
+            run.times = time_steps(step, steps, task.device)
+        finally:
+            run.utilization = sampler.stop()
+    except Exception as exc:  # noqa: BLE001
+        run.raised = (type(exc).__name__, message_of(exc))
+        run.failure = (classify_error(*run.raised), described(exc)[:500])
+        del exc
+    return run
+
+
+def fit_figures(task: TrainTask, n: int, run: TimedRun, first_step_s: float | None, mode: str) -> dict[str, Any]:
+    """A fitting timed run's figures: step time, throughput, utilization, generation's phases, FLOPs where
+    they vary with n, and the compile time."""
+    stats = summarize_times(run.times)
+    units = task.units_at(n) if hasattr(task, "units_at") else n * task.units_per_sample
+    out: dict[str, Any] = dict(
+        outcome="fit",
+        step_time=stats,
+        unit=task.unit,
+        units_per_step=units,
+        samples_per_s=n / stats["median_s"],
+        units_per_s=units / stats["median_s"],
+        utilization=run.utilization,
+    )
+    if run.phases is not None:
+        out.update(generation_figures(task, n, run.phases))
+    if getattr(task, "flops_vary_with_n", False):
+        out["flops_per_sample"] = _flops_at(task, n, mode)
+    if task.compiled and first_step_s is not None:
+        # Reported apart from the step time: the first step's excess over a timed one.
+        out["compile_seconds"] = round(max(0.0, first_step_s - stats["median_s"]), 4)
+    return out

@@ -18,17 +18,17 @@ every committed step of the protocol:
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
 from dataclasses import fields
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from memprobe.core.outcomes import described, message_of
-from memprobe.core.rank_record import RankFailure, RankRecord
+from memprobe.core.rank_record import GO_FILE, RankFailure, RankRecord, RankRequest, StandbyRequest, read_rank_request
+from memprobe.core.wire import MessageError
 
 FAILED_EXIT = 3
 MESSAGE_CHARS = 500  # a failure's message as a rank records it (torch's out-of-memory text alone runs longer)
@@ -83,7 +83,7 @@ class Rank:
                 self.record.failure.extra[key] = value
         self.save()
 
-    def fail_and_exit(self, stage: str, outcome: str, message: str, batch: int | None, **extra: Any) -> None:
+    def fail_and_exit(self, stage: str, outcome: str, message: str, batch: int | None, **extra: Any) -> NoReturn:
         """Record the failure and end this rank at once with FAILED_EXIT (never returns): no clean-up
         that could wait on a collective the other ranks are stuck in."""
         self.failed(stage, outcome, message, batch, **extra)
@@ -135,7 +135,7 @@ def watch_steps(task, rank: Rank, where: dict[str, Any]) -> None:
     task.train_step = watched
 
 
-def build(req: dict[str, Any], rank: Rank, device: Any, mesh: Any = None) -> tuple[Any, dict[str, Any]]:
+def build(req: RankRequest, rank: Rank, device: Any, mesh: Any = None) -> tuple[Any, dict[str, Any]]:
     """Build the workload on this rank and wrap it for the request's strategy: (worker.Session, the setup
     record). Ends the rank (Rank.fail_and_exit) where the workload cannot be built or wrapped."""
     import torch
@@ -146,23 +146,19 @@ def build(req: dict[str, Any], rank: Rank, device: Any, mesh: Any = None) -> tup
     from memprobe.training.wrap import wrap_model
 
     cuda = device.type == "cuda"
-    budgets = req.get("rank_cpu_budget_bytes") or {}
+    launch = req.launch
     session = Session()
     info = session.setup(
         SetupRequest(
-            req["workload"],
-            req["precision"],
-            "train",
-            str(device),
-            budgets.get(str(rank.rank), req.get("cpu_budget_bytes")),
-            req.get("settings", {}),
+            launch.workload, launch.precision, "train", str(device), launch.cpu_budget(rank.rank), launch.settings
         )
     )
     if isinstance(info, Failure):
         rank.fail_and_exit("setup", info.kind or ERROR, info.message, None)
-    wrapped = wrap_model(session.task.model, req["strategy"], req["precision"], device, mesh)
-    session.task.model = wrapped["module"]
-    session.task.scaler_class = wrapped.get("scaler_class")
+    task, _memory = session.built()
+    wrapped = wrap_model(task.model, launch.strategy, launch.precision, device, mesh)
+    task.model = wrapped["module"]
+    task.scaler_class = wrapped.get("scaler_class")
     environment = info.environment
     if cuda:
         version = torch.cuda.nccl.version()
@@ -180,7 +176,7 @@ def build(req: dict[str, Any], rank: Rank, device: Any, mesh: Any = None) -> tup
     }
 
 
-def start(req: dict[str, Any]) -> tuple[Rank, Any, Any, float]:
+def start(req: RankRequest) -> tuple[Rank, Any, Any, float]:
     """Join the process group (NCCL on CUDA, gloo on the CPU): (this rank's Rank, its device, the mesh FSDP
     shards over or None, the process group's timeout in seconds). Ends the rank where it cannot join."""
     import torch
@@ -191,11 +187,11 @@ def start(req: dict[str, Any]) -> tuple[Rank, Any, Any, float]:
     imported = time.time()
     rank_id, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local = int(os.environ.get("LOCAL_RANK", rank_id))
-    rank = Rank(Path(req["run_dir"]), rank_id, world)
-    rank.record.timeline = {"started": STARTED, "imported": imported, "prestarted": bool(req.get("prestarted"))}
-    timeout_s = float(req.get("pg_timeout_s", 120))
+    rank = Rank(Path(req.run_dir), rank_id, world)
+    rank.record.timeline = {"started": STARTED, "imported": imported, "prestarted": req.prestarted}
+    timeout_s = req.launch.pg_timeout_s
     try:
-        if req.get("device", "cuda") == "cuda":
+        if req.launch.device == "cuda":
             torch.cuda.set_device(local)
             device = torch.device("cuda", local)
             dist.init_process_group("nccl", timeout=timedelta(seconds=timeout_s), device_id=device)
@@ -203,7 +199,7 @@ def start(req: dict[str, Any]) -> tuple[Rank, Any, Any, float]:
             device = torch.device("cpu")
             dist.init_process_group("gloo", timeout=timedelta(seconds=timeout_s))
         mesh = None
-        if req["strategy"] == "fsdp":
+        if req.launch.strategy == "fsdp":
             from torch.distributed.device_mesh import init_device_mesh
 
             # One mesh for the life of the group: a served group builds the model again after a failure.
@@ -214,7 +210,7 @@ def start(req: dict[str, Any]) -> tuple[Rank, Any, Any, float]:
     return rank, device, mesh, timeout_s
 
 
-def run(req: dict[str, Any]) -> int:
+def run(req: RankRequest) -> int:
     """Run this rank's part of the request. Returns the exit code (0: every step committed)."""
     import torch.distributed as dist
 
@@ -222,7 +218,7 @@ def run(req: dict[str, Any]) -> int:
     from memprobe.core.protocol import MeasureRequest, TrialRequest
 
     rank, device, mesh, timeout_s = start(req)
-    if req.get("serve"):
+    if req.launch.serve:
         from memprobe.probe.child.served_rank import serve
 
         return serve(req, rank, device, mesh, timeout_s)
@@ -236,10 +232,10 @@ def run(req: dict[str, Any]) -> int:
         rank.fail_and_exit("setup", classify_error(type(exc).__name__, message_of(exc)), text, None)
 
     watch_steps(session.task, rank, where)
-    batches = [int(b) for b in req["batches"]]
+    batches = req.launch.batches
     for batch in batches:
         where.update(stage="trial", batch=batch)
-        attempt = session.trial(TrialRequest(batch, int(req.get("steps", 3))))
+        attempt = session.trial(TrialRequest(batch, req.launch.steps))
         if attempt.outcome != FIT:
             rank.fail_and_exit(
                 "trial",
@@ -253,13 +249,11 @@ def run(req: dict[str, Any]) -> int:
         rank.commit_or_exit(timeout_s, device, "trial", batch)
         rank.record.batches.append(attempt.to_dict())
         rank.save()
-    measure = req.get("measure")
+    measure = req.launch.measure
     if measure:
         batch = batches[-1]
         where.update(stage="measure", batch=batch)
-        measured = session.measure(
-            MeasureRequest(batch, int(measure["warmup"]), int(measure["steps"]), sample_interval=0.1)
-        )
+        measured = session.measure(MeasureRequest(batch, measure.warmup, measure.steps, sample_interval=0.1))
         if measured.outcome != FIT:
             rank.fail_and_exit(
                 "measure",
@@ -278,11 +272,12 @@ def run(req: dict[str, Any]) -> int:
     return 0
 
 
-def standby(req: dict[str, Any]) -> dict[str, Any] | None:
+def standby(req: StandbyRequest) -> RankRequest | None:
     """A launch started ahead (standby.py): import torch, the distributed package and the workload's code, touching
-    no GPU, then wait for the request (go.json). Returns it, or None when the scan that started this is gone."""
+    no GPU, then wait for the request (GO_FILE). Returns it, or None when the scan that started this is gone.
+    Raises MessageError where what comes is not a RankRequest, OSError where it cannot be read."""
     global STARTED
-    run_dir = Path(req["run_dir"])
+    run_dir = Path(req.run_dir)
     (run_dir / f"rank{os.environ.get('RANK', '0')}.pid").write_text(str(os.getpid()))
     import torch  # noqa: F401
     import torch.distributed  # noqa: F401
@@ -293,21 +288,24 @@ def standby(req: dict[str, Any]) -> dict[str, Any] | None:
     try:
         from memprobe.workloads.families import family_builder
 
-        family_builder(req["workload"]["family"])  # imports the family's module (transformers, timm)
+        family_builder(req.family)  # imports the family's module (transformers, timm)
     except Exception:  # noqa: BLE001 - the launch itself will say what cannot be imported
         pass
     from memprobe.probe.child.served_rank import _parent_gone
 
-    go = run_dir / "go.json"
+    go = run_dir / GO_FILE
     checked = time.monotonic()
     while not go.exists():
         if time.monotonic() - checked > 1.0:
             checked = time.monotonic()
-            if _parent_gone(req.get("parent_pid")):
+            if _parent_gone(req.parent_pid):
                 return None
         time.sleep(0.02)
     STARTED = time.time()  # the launch starts now: what came before was done ahead
-    return json.loads(go.read_text())
+    request = read_rank_request(go)
+    if not isinstance(request, RankRequest):
+        raise MessageError(f"{go}: a standby's second request is not a launch")
+    return request
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -316,13 +314,13 @@ def main(argv: list[str] | None = None) -> int:
     if len(args) != 1:
         sys.stderr.write("usage: torchrun ... -m memprobe.probe.child.rank REQUEST.json\n")
         return 2
-    req: dict[str, Any] | None = json.loads(Path(args[0]).read_text())
-    if req and req.get("standby"):
-        req = standby(req)
-        if req is None:
-            return 0
-    assert req is not None
-    return run(req)
+    try:
+        read = read_rank_request(Path(args[0]))
+        req = standby(read) if isinstance(read, StandbyRequest) else read
+    except (OSError, MessageError) as exc:
+        sys.stderr.write(f"rank: cannot run the launch's request: {exc}\n")
+        return 2
+    return 0 if req is None else run(req)
 
 
 if __name__ == "__main__":

@@ -28,10 +28,10 @@ import gc
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from memprobe.core.outcomes import described, message_of
-from memprobe.core.rank_record import Command, Vote, read_command, read_vote, write_vote
+from memprobe.core.rank_record import Command, RankRequest, Vote, read_command, read_vote, write_vote
 from memprobe.probe.child.rank import FAILED_EXIT, MESSAGE_CHARS, Rank, build, watch_steps
 
 POLL_S = 0.02
@@ -71,7 +71,8 @@ def collective_counts() -> list[int] | None:
         import torch.distributed.distributed_c10d as c10d
 
         groups = sorted(c10d._world.pg_map, key=lambda pg: c10d._world.pg_names.get(pg, ""))
-        return [int(pg._get_sequence_number_for_group()) for pg in groups]
+        # a private method torch's own type hints leave out; the except below covers a torch without it
+        return [int(pg._get_sequence_number_for_group()) for pg in groups]  # type: ignore[attr-defined]
     except Exception:  # noqa: BLE001 - a private API: without it, no failure is taken as sound
         return None
 
@@ -113,14 +114,14 @@ def wait_votes(run_dir: Path, index: int, world: int, wait_s: float) -> list[Vot
         time.sleep(POLL_S)
 
 
-def serve(req: dict[str, Any], rank: Rank, device: Any, mesh: Any, timeout_s: float) -> int:
+def serve(req: RankRequest, rank: Rank, device: Any, mesh: Any, timeout_s: float) -> int:
     """Serve commands until a stop command (exit 0) or a failure the group cannot go on from (the rank exits
     with FAILED_EXIT, its failure recorded). Returns the exit code."""
-    from memprobe.core.outcomes import CRASH, FIT, TIMEOUT, classify_error
+    from memprobe.core.outcomes import FIT, classify_error
     from memprobe.core.protocol import TrialRequest
 
-    run_dir = Path(req["run_dir"])
-    parent = req.get("parent_pid")
+    run_dir = Path(req.run_dir)
+    parent = req.parent_pid
     where: dict[str, Any] = {"stage": "setup", "batch": None}
     try:
         session, rank.record.setup = build(req, rank, device, mesh)
@@ -137,7 +138,7 @@ def serve(req: dict[str, Any], rank: Rank, device: Any, mesh: Any, timeout_s: fl
             break
         batch = int(command.batch)
         where.update(stage="trial", batch=batch, command=index)
-        attempt = session.trial(TrialRequest(batch, int(req.get("steps", 3)), loss_scale=loss_scale))
+        attempt = session.trial(TrialRequest(batch, req.launch.steps, loss_scale=loss_scale))
         entry = {**attempt.to_dict(), "command": index, "at": time.time()}
         failed_in_collective = attempt.outcome != FIT and raised_by_collective(attempt.message)
         vote = Vote(attempt.outcome, collective_counts(), batch, failed_in_collective)
@@ -148,21 +149,7 @@ def serve(req: dict[str, Any], rank: Rank, device: Any, mesh: Any, timeout_s: fl
         votes = wait_votes(run_dir, index, rank.world, wait)
         decision = decide(votes)
         if decision == END:
-            missing = [r for r, v in enumerate(votes) if v is None]
-            if attempt.outcome != FIT:
-                why = f"; no vote from rank(s) {missing} within {wait:.0f} s" if missing else ""
-                text = with_reason(attempt.message, why)
-                rank.failed("trial", attempt.outcome, text, batch, command=index, **_peaks(attempt))
-            elif missing:
-                rank.failed(
-                    "trial", TIMEOUT, f"no vote from rank(s) {missing} within {wait:.0f} s", batch, command=index
-                )
-            else:
-                others = sorted({v.outcome for v in votes if v and v.outcome != FIT})
-                rank.failed(
-                    "trial", CRASH, f"the group ends: peers {', '.join(others) or 'disagree'}", batch, command=index
-                )
-            os._exit(FAILED_EXIT)
+            _end_group(rank, attempt, votes, wait, index)
         rank.commit_or_exit(timeout_s, device, "trial", batch, command=index)
         # Past the commit: the parent no longer counts this rank as stuck in the trial (group.py), however
         # long the rebuild below takes.
@@ -175,23 +162,9 @@ def serve(req: dict[str, Any], rank: Rank, device: Any, mesh: Any, timeout_s: fl
             rank.record.batches.append({**entry, "at": failure.at if failure else entry["at"]})
             rank.record.failure = None
             rank.save()  # the failure's record first: a rebuild that fails ends the rank
-            started = time.perf_counter()
             where.update(stage="setup", batch=None)
-            session, setup = _rebuild(session, req, rank, device, mesh, timeout_s)
+            session = _recover(session, req, rank, device, mesh, timeout_s, index)
             watch_steps(session.task, rank, where)
-            rank.record.rebuilds.append(
-                {
-                    "after_command": index,
-                    "seconds": round(time.perf_counter() - started, 3),
-                    "capacity_bytes": setup.get("capacity_bytes"),
-                }
-            )
-            lost = memory_lost(rank.record.setup or {}, setup)
-            if lost:
-                # Something of the old model outlived it: later trials would see less memory than a fresh group.
-                rank.record.ended = lost
-                rank.save()
-                os._exit(FAILED_EXIT)
         rank.record.answered = index
         rank.save()
         index += 1
@@ -200,6 +173,46 @@ def serve(req: dict[str, Any], rank: Rank, device: Any, mesh: Any, timeout_s: fl
     # Exit at once: the next fresh group waits for this one's memory, and leaving the process group and Python's
     # own shutdown (torch's, NCCL's) only cost seconds; the system frees what the process holds.
     os._exit(0)
+
+
+def _end_group(rank: Rank, attempt: Any, votes: list[Vote | None], wait: float, index: int) -> NoReturn:
+    """Record why the group cannot go on after command `index` (this rank's failure, a vote that did not come
+    within `wait` seconds, or peers that failed) and end this rank with FAILED_EXIT."""
+    from memprobe.core.outcomes import CRASH, FIT, TIMEOUT
+
+    batch, missing = attempt.batch, [r for r, v in enumerate(votes) if v is None]
+    if attempt.outcome != FIT:
+        why = f"; no vote from rank(s) {missing} within {wait:.0f} s" if missing else ""
+        text = with_reason(attempt.message, why)
+        rank.failed("trial", attempt.outcome, text, batch, command=index, **_peaks(attempt))
+    elif missing:
+        rank.failed("trial", TIMEOUT, f"no vote from rank(s) {missing} within {wait:.0f} s", batch, command=index)
+    else:
+        others = sorted({v.outcome for v in votes if v and v.outcome != FIT})
+        rank.failed("trial", CRASH, f"the group ends: peers {', '.join(others) or 'disagree'}", batch, command=index)
+    os._exit(FAILED_EXIT)
+
+
+def _recover(session: Any, req: RankRequest, rank: Rank, device: Any, mesh: Any, timeout_s: float, index: int) -> Any:
+    """After an out-of-memory failure every rank shared (command `index`): the model built again (_rebuild) and
+    recorded under `rebuilds`. Returns the new session; ends this rank where the new model leaves less memory than
+    the group's first build (memory_lost)."""
+    started = time.perf_counter()
+    session, setup = _rebuild(session, req, rank, device, mesh, timeout_s)
+    rank.record.rebuilds.append(
+        {
+            "after_command": index,
+            "seconds": round(time.perf_counter() - started, 3),
+            "capacity_bytes": setup.get("capacity_bytes"),
+        }
+    )
+    lost = memory_lost(rank.record.setup or {}, setup)
+    if lost:
+        # Something of the old model outlived it: later trials would see less memory than a fresh group.
+        rank.record.ended = lost
+        rank.save()
+        os._exit(FAILED_EXIT)
+    return session
 
 
 def with_reason(message: str, why: str) -> str:
@@ -229,7 +242,7 @@ def _peaks(attempt: Any) -> dict[str, Any]:
 
 
 def _rebuild(
-    session: Any, req: dict[str, Any], rank: Rank, device: Any, mesh: Any, timeout_s: float
+    session: Any, req: RankRequest, rank: Rank, device: Any, mesh: Any, timeout_s: float
 ) -> tuple[Any, dict[str, Any]]:
     """Drop this rank's model, optimizer and wrapper and build them again in the same process group: (the new
     session, its setup record). The allocator's cache is emptied between, so the new model starts from the

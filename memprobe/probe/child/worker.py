@@ -27,7 +27,7 @@ import signal
 import sys
 import time
 from contextlib import nullcontext
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -52,15 +52,13 @@ from memprobe.core.protocol import (
     encode_answer,
 )
 from memprobe.core.records import Timed
-from memprobe.probe import breakdown_run
+from memprobe.core.run_length import MIN_TIMED_STEPS  # noqa: F401 - re-exported
+from memprobe.probe.child import breakdown, zygote
 from memprobe.probe.child import measure as timing
-from memprobe.probe.child import zygote
-from memprobe.probe.child.measure import UtilizationSampler, summarize_times, time_steps
-from memprobe.probe.device import torch_environment
-from memprobe.probe.options import MIN_TIMED_STEPS, timed_steps_within  # noqa: F401 - MIN_TIMED_STEPS re-exported
+from memprobe.probe.child.environment import torch_environment
 from memprobe.training.cpu_memory import LiveBytes
-from memprobe.training.step import Memory, run_step, run_trial, run_until_state
-from memprobe.workloads.base import Amp, UserModelError
+from memprobe.training.step import Memory, run_trial
+from memprobe.workloads.base import TrainTask, UserModelError
 from memprobe.workloads.families import family_builder
 
 EXIT_AFTER_CRASH = 3
@@ -94,7 +92,7 @@ class Session:
     """State of one worker: the built task, its device and memory bookkeeping."""
 
     def __init__(self) -> None:
-        self.task = None
+        self.task: TrainTask | None = None
         self.precision = ""
         self.mode = "train"
         self.memory: Memory | None = None
@@ -103,14 +101,22 @@ class Session:
         # A fitting trial's batch and mixed-precision state, kept for timed steps that go on from it (see measure).
         self.kept: dict[str, Any] | None = None
 
+    def built(self) -> tuple[TrainTask, Memory]:
+        """The task and the memory bookkeeping the setup built. Raises RuntimeError before a setup that built one."""
+        if self.task is None or self.memory is None:
+            raise RuntimeError("no workload is set up in this process")
+        return self.task, self.memory
+
     def apply_cap(self) -> CapPlan | None:
         """With --memory-cap, re-cap the allocator for the memory now held outside it (kernels load
         lazily). Called after memory.reset(), so only live tensors are in PyTorch's reserved bytes."""
-        if self.cap_bytes is None:
-            return None
-        device = self.task.device
+        return None if self.cap_bytes is None else self._cap(self.cap_bytes)
+
+    def _cap(self, cap_bytes: int) -> CapPlan:
+        """Cap the allocator to emulate a card of `cap_bytes`. Raises MemoryCapError where it cannot (plan_cap)."""
+        device = self.built()[0].device
         free, total = torch.cuda.mem_get_info(device)
-        plan = plan_cap(self.cap_bytes, total, free, torch.cuda.memory_reserved(device))
+        plan = plan_cap(cap_bytes, total, free, torch.cuda.memory_reserved(device))
         torch.cuda.set_per_process_memory_fraction(plan.fraction, device)
         return plan
 
@@ -124,14 +130,14 @@ class Session:
             device = torch.device("cuda", torch.cuda.current_device())
         settings = req.settings
         self.precision, self.mode = req.precision, req.mode
-        applied = apply_precision_flags(self.precision, bool(settings.get("cudnn_benchmark", False)))
+        applied = apply_precision_flags(self.precision, settings.cudnn_benchmark)
         tracker = None
         if device.type == "cpu":
             tracker = LiveBytes(req.cpu_budget_bytes)
             tracker.__enter__()  # stays active for the life of this process
         self.memory = Memory(device, tracker)
         workload = req.workload
-        builder = family_builder(workload["family"])
+        builder = family_builder(workload.family)
         started = time.perf_counter()
         if device.type == "cuda":
             try:
@@ -146,29 +152,30 @@ class Session:
         # Builders that take the precision (the user's build(device, precision)) are given it.
         extra = {"precision": self.precision} if "precision" in inspect.signature(builder).parameters else {}
         try:
-            self.task = builder(workload["params"], workload["optimizer"], device, **extra)
+            task = self.task = builder(workload.params, workload.optimizer, device, **extra)
         except UserModelError as exc:  # the user must change their model or its name: say how, with their traceback
             return Failure(USER_ERROR, f"{exc}\n{exc.details}" if exc.details else str(exc))
         except Exception as exc:  # noqa: BLE001 - a model that cannot be built fits no batch
             kind = classify_error(type(exc).__name__, message_of(exc))
-            return Failure(kind, f"building {workload['name']}: {described(exc)}"[:500], "build")
-        if settings.get("compile"):
-            self.task.compile()  # compiles lazily, at each trial's first step
+            return Failure(kind, f"building {workload.name}: {described(exc)}"[:500], "build")
+        if settings.compile:
+            task.compile()  # compiles lazily, at each trial's first step
         self.memory.synchronize()
         # The model lives as long as the process too; collect what building it left, freeze the rest.
         gc.collect()
         gc.freeze()
         build_seconds = time.perf_counter() - started
         emulation = None
+        capacity: int | None
+        weights: int | None
         if device.type == "cuda":
             free, _total = torch.cuda.mem_get_info(device)
             capacity = free + torch.cuda.memory_reserved(device)
             weights = torch.cuda.memory_allocated(device)
-            cap = settings.get("memory_cap_bytes")
-            if cap:
-                self.cap_bytes = int(cap)
+            if settings.memory_cap_bytes:
+                self.cap_bytes = settings.memory_cap_bytes
                 try:
-                    plan = self.apply_cap()
+                    plan = self._cap(settings.memory_cap_bytes)
                 except MemoryCapError as exc:
                     return Failure("error", str(exc))
                 emulation = {
@@ -187,8 +194,8 @@ class Session:
             weights,
             round(build_seconds, 3),
             round(cuda_init_seconds, 3),
-            self.task.describe(),
-            self.task.unit,
+            task.describe(),
+            task.unit,
             emulation,
         )
 
@@ -209,22 +216,24 @@ class Session:
         """Release a kept trial's state (optimizer state, gradients, batch) that no timed run went on from."""
         if self.kept is not None:
             self.kept = None
-            self.task.stop()
-            self.memory.reset()
+            task, memory = self.built()
+            task.stop()
+            memory.reset()
 
     def trial(self, req: TrialRequest) -> Attempt:
         """Run one trial; with `keep`, a trial that fits leaves its state for a measure request with `cont`."""
         self._drop_kept()
         self.kept = {} if req.keep else None
-        cut = getattr(self.task, "cut_decode", None) if self.mode == "generate" else None
+        task, memory = self.built()
+        cut = getattr(task, "cut_decode", None) if self.mode == "generate" else None
         with cut(req.decode_steps) if cut is not None else nullcontext():
             attempt = run_trial(
-                self.task,
+                task,
                 self.precision,
                 self.mode,
                 int(req.batch),
                 int(req.steps),
-                self.memory,
+                memory,
                 before=self.apply_cap,
                 capacity_bytes=self.capacity_bytes,
                 loss_scale=req.loss_scale,
@@ -243,138 +252,62 @@ class Session:
             return Flops(
                 None, "FLOPs are not counted for generation: its speed is given as prefill and decode tokens/s"
             )
-        if getattr(self.task, "flops_vary_with_n", False):
+        task, memory = self.built()
+        if getattr(task, "flops_vary_with_n", False):
             return Flops(None, "FLOPs per unit vary with n (the sequence length): counted at each timed n instead")
         try:
             # Counted on the eager step: the FLOPs are the model's, however the step is compiled.
             with torch.compiler.set_stance("force_eager"):
-                value = flops_per_sample(self.task, int(req.batch), self.mode, self.precision)
+                value = flops_per_sample(task, int(req.batch), self.mode, self.precision)
         except Exception as exc:  # noqa: BLE001 - MFU is optional; say why it is missing
             return Flops(None, described(exc)[:300])
         finally:
-            self.task.stop()
-            self.memory.reset()
+            task.stop()
+            memory.reset()
         return Flops(value)
 
-    @staticmethod
-    def _steps_within(steps: int, budget_s: float | None, result: dict[str, Any]) -> int:
-        """How many timed steps fit in `budget_s`: at most `steps`, at least MIN_TIMED_STEPS.
+    _steps_within = staticmethod(timing.steps_within)  # (tests call it here)
 
-        A step's time is estimated from the warm-up steps after the first (`warmup_step_seconds`), or
-        with one warm-up step from that step, an upper bound: it carries whatever a new batch size sets
-        up (NasNet-Large: ~14 s on the H100; with --compile, the compilation). Costs no extra step.
-        Records `timed_steps_cut_from` when it cuts."""
-        n = timed_steps_within(steps, budget_s, result.get("warmup_step_seconds") or result.get("first_step_seconds"))
-        if n < steps:
-            result["timed_steps_cut_from"] = steps
-        return n
+    def _kept_for(self, cont: bool, n: int) -> dict[str, Any] | None:
+        """The kept trial's state where a timed run at `n` goes on from it (`cont`), else None (any kept state
+        dropped)."""
+        kept, self.kept = self.kept, None
+        if kept is not None and not (cont and kept.get("batch") == n):
+            self.kept = kept
+            self._drop_kept()
+            kept = None
+        return kept
 
     def measure(self, req: MeasureRequest) -> Timed:
         """Warm up, then time steps with utilization sampling. Errors are classified, not raised;
         `failed_at_step` says which step (1-based, warm-up included) failed."""
-        n, warmup, steps = int(req.batch), int(req.warmup), int(req.steps)
-        task, memory = self.task, self.memory
+        n = int(req.batch)
+        task, memory = self.built()
         # `cont`: the steps go on from the trial just run at this batch (its optimizer state, batch and
         # allocator state), as one training run would; no reset between them. Rebuilding the optimizer state
         # and the batch after a trial is what real training never does, and at the edge it failed where the
         # continuous run does not (resnet50 fp32 on an H200: 1698-1705 trained 3 steps, then ran out of memory
         # at the first step after the rebuild).
-        kept, self.kept = self.kept, None
-        if kept is not None and not (req.cont and kept.get("batch") == n):
-            self.kept = kept
-            self._drop_kept()
-            kept = None
+        kept = self._kept_for(req.cont, n)
         if kept is None:
             memory.reset()
             self.apply_cap()
-        result: dict[str, Any] = {"batch": n, "warmup_steps": warmup, "continued_from_trial": kept is not None}
-        done = {"steps": 0}
-        failure = None
-        try:
-            if kept is not None:
-                amp, inputs = kept["amp"], kept["inputs"]
-                kept = None
-            else:
-                if self.mode == "train":
-                    task.start()
-                amp = Amp.for_task(task, self.precision, req.loss_scale)
-                inputs = task.make_batch(n)
-
-            def step() -> None:
-                done["steps"] += 1
-                if done["steps"] > 1:
-                    run_step(task, amp, inputs, self.mode)
-                    return
-                # The first step alone, synchronized: with --compile it carries the compilation.
-                first = time.perf_counter()
-                run_step(task, amp, inputs, self.mode)
-                memory.synchronize()
-                done["first_end"] = time.perf_counter()
-                result["first_step_seconds"] = round(done["first_end"] - first, 4)
-
-            # Warm-up also runs until optimizer state exists (fp16 loss scaling may skip updates). A generation
-            # going on from its trial needs none: the trial's generations were its warm-up (core/run_length.py).
-            warm = warmup if self.mode == "generate" and result["continued_from_trial"] else max(warmup, 1)
-            result["warmup_steps"] = run_until_state(step, amp, warm, self.mode)
-            memory.synchronize()
-            if result["warmup_steps"] > 1:  # the warm-up steps after the first: a step without set-up
-                result["warmup_step_seconds"] = round(
-                    (time.perf_counter() - done["first_end"]) / (result["warmup_steps"] - 1), 4
-                )
-            steps = self._steps_within(steps, req.budget_s, result)
-            sampler = UtilizationSampler(task.device, float(req.sample_interval))
-            sampler.start()
-            clock = timing.timed_phases(task, self.mode)  # generation: the prefill and the decode timed apart
-            try:
-                times = time_steps(step, steps, task.device)
-            finally:
-                utilization = sampler.stop()
-        except Exception as exc:  # noqa: BLE001
-            raised = (type(exc).__name__, message_of(exc))
-            failure = (classify_error(*raised), described(exc)[:500])
-            del exc
-        inputs = amp = step = None  # noqa: F841 - free the batch before reading peaks and cleaning up
+        result: dict[str, Any] = {"batch": n, "warmup_steps": int(req.warmup), "continued_from_trial": kept is not None}
+        # The batch and the step live in run_timed's frame alone: freed before the peaks are read.
+        ran = timing.run_timed(req, task, memory, kept, result, self.precision, self.mode)
         result["peak_allocated"], result["peak_reserved"] = memory.peaks()
-        if failure is not None:
-            outcome, note = with_memory_state(failure[0], *raised, result["peak_reserved"], self.capacity_bytes)
+        if ran.failure is not None:
+            outcome, note = with_memory_state(ran.failure[0], *ran.raised, result["peak_reserved"], self.capacity_bytes)
             # Steps run asynchronously on CUDA: the failing one is at most the last one started.
-            result.update(outcome=outcome, error=failure[1] + note, failed_at_step=done["steps"])
+            result.update(outcome=outcome, error=ran.failure[1] + note, failed_at_step=ran.steps)
             if outcome != CRASH:
                 task.stop()
                 memory.reset()
             return Timed.from_dict(result)
         task.stop()
         memory.reset()
-        stats = summarize_times(times)
-        units = task.units_at(n) if hasattr(task, "units_at") else n * task.units_per_sample
-        result.update(
-            outcome="fit",
-            step_time=stats,
-            unit=task.unit,
-            units_per_step=units,
-            samples_per_s=n / stats["median_s"],
-            units_per_s=units / stats["median_s"],
-            utilization=utilization,
-        )
-        if clock is not None:
-            result.update(timing.generation_figures(task, n, clock))
-        if getattr(task, "flops_vary_with_n", False):
-            result["flops_per_sample"] = _flops_at(task, n, self.mode)
-        if task.compiled and "first_step_seconds" in result:
-            # Reported apart from the step time: the first step's excess over a timed one.
-            result["compile_seconds"] = round(max(0.0, result["first_step_seconds"] - stats["median_s"]), 4)
+        result.update(timing.fit_figures(task, n, ran, result.get("first_step_seconds"), self.mode))
         return Timed.from_dict(result)
-
-
-def _flops_at(task, n: int, mode: str) -> float | None:
-    """FLOPs per unit of n at this n, for tasks whose count depends on it (None if it cannot be counted)."""
-    from memprobe.training.flops import flops_per_sample
-
-    try:
-        with torch.compiler.set_stance("force_eager"):
-            return flops_per_sample(task, n, mode)
-    except Exception:  # noqa: BLE001 - MFU is optional
-        return None
 
 
 def _ping(_req: PingRequest) -> Pong:
@@ -387,13 +320,13 @@ def _ping(_req: PingRequest) -> Pong:
 def _serve(protocol) -> int:
     session = Session()
     # One handler per request kind (core/protocol.REQUESTS); "exit" has none: it ends the loop.
-    handlers = {
+    handlers: dict[str, Callable[[Any], Answer]] = {
         "setup": session.setup,
         "trial": session.trial,
         "measure": session.measure,
         "flops": session.flops,
         "ping": _ping,
-        "breakdown": lambda r: breakdown_run.serve(session, r),
+        "breakdown": lambda r: breakdown.serve(session, r),
     }
     for line in sys.stdin:
         if not line.strip():

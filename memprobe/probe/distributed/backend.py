@@ -19,7 +19,8 @@ from typing import Any, Callable
 
 from memprobe.core.memory_model import Attempt, MemoryModel
 from memprobe.core.outcomes import ERROR, FIT, OOM
-from memprobe.core.protocol import Flops
+from memprobe.core.protocol import Flops, TrialSettings
+from memprobe.core.rank_record import TimedSteps
 from memprobe.core.records import CurvePoint, Timed
 from memprobe.core.registry import Workload
 from memprobe.core.results import PrecisionResult
@@ -28,7 +29,7 @@ from memprobe.core.strategies import NONE
 from memprobe.probe.backend import ScanProgress
 from memprobe.probe.curve import curve_point
 from memprobe.probe.distributed.efficiency import scaling_record
-from memprobe.probe.distributed.group import SearchTrials, ServedGroup, ServedSearch, served_groups_on
+from memprobe.probe.distributed.group import Group, SearchTrials, ServedGroup, ServedSearch, served_groups_on
 from memprobe.probe.distributed.launch import LaunchRequest, LaunchResult, launch
 from memprobe.probe.options import ScanOptions
 
@@ -68,15 +69,15 @@ class Launches:
     def request(
         self,
         batches: list[int],
-        measure: dict[str, Any] | None = None,
+        measure: TimedSteps | None = None,
         world_size: int | None = None,
         strategy: str | None = None,
         steps: int | None = None,
     ) -> LaunchRequest:
         """The request of a launch of `batches` (`steps` steps each, default the trial's), then the timed run
-        `measure` ({"warmup", "steps"}) of the last one when given."""
+        `measure` of the last one when given."""
         return LaunchRequest(
-            self.workload.to_dict(),
+            self.workload,
             self.precision,
             strategy or self.strategy,
             world_size or self.world_size,
@@ -85,7 +86,7 @@ class Launches:
             measure,
             self.opts.device,
             self.opts.cpu_budget_bytes,
-            settings={"cudnn_benchmark": self.opts.cudnn_benchmark},
+            settings=TrialSettings(cudnn_benchmark=self.opts.cudnn_benchmark),
             pg_timeout_s=self.pg_timeout_s,
             timeout_s=self.opts.timeout_s,
         )
@@ -117,7 +118,7 @@ class Launches:
     def run(
         self,
         batches: list[int],
-        measure: dict[str, Any] | None = None,
+        measure: TimedSteps | None = None,
         search: bool = False,
         what: str = "",
         **shape: Any,
@@ -138,10 +139,10 @@ class Launches:
         return result
 
     @property
-    def timed(self) -> dict[str, Any]:
+    def timed(self) -> TimedSteps:
         """The timed run at B (and at requested batches): the scan's warm-up and timed steps. No time budget cuts
         them: each rank would cut by its own clock, and a rank that runs one step more waits in a collective."""
-        return {"warmup": self.opts.warmup, "steps": self.opts.timed_steps}
+        return TimedSteps(self.opts.warmup, self.opts.timed_steps)
 
 
 class SearchLaunches(SearchTrials):
@@ -178,7 +179,7 @@ class LaunchTimer:
     def time(self, batch: int) -> CurvePoint:
         warmup, steps, _budget = self.launches.opts.curve_steps  # no step budget across ranks (Launches.timed)
         started = time.perf_counter()
-        result = self.launches.run([batch], {"warmup": warmup, "steps": steps}, what="curve")
+        result = self.launches.run([batch], TimedSteps(warmup, steps), what="curve")
         attempt = result.attempts[0]
         point = curve_point(result.measure or _unmeasured(batch, attempt), fresh=True)
         point.wall_seconds = round(time.perf_counter() - started, 3)
@@ -211,12 +212,14 @@ class RanksBackend:
         `result` an error, when no rank got as far as building the model and not for lack of memory: the launch
         itself failed (an import, the launcher, NCCL)."""
         # The real launcher serves groups (group.ServedGroup); a test's fake launcher may offer its own `serve`.
-        factory = ServedGroup if self.launcher is launch else getattr(self.launcher, "serve", None)
+        factory: Callable[[LaunchRequest], Group] | None = (
+            ServedGroup if self.launcher is launch else getattr(self.launcher, "serve", None)
+        )
         served = factory is not None and served_groups_on()
         self.launches.counts["served_search"] = served
         trials = self.trials = (
             ServedSearch(self.launches, self.opts.max_batch, factory)
-            if served
+            if factory is not None and served
             else SearchLaunches(self.launches, self.opts.max_batch)
         )
         setup = self.setup = trials.setup
@@ -295,7 +298,7 @@ class RanksBackend:
 
     def finish(self, result: PrecisionResult) -> None:
         """The 1-GPU baseline at B and the scaling efficiency, under settings.scaling."""
-        if self.opts.measure and (result.max_batch or 0) > 0:
+        if self.opts.measure and result.max_batch:
             result.settings.scaling = Scaling.from_dict(self._baseline(result.max_batch, result.throughput))
 
     def _baseline(self, batch: int, group: Timed | None) -> dict[str, Any]:

@@ -308,8 +308,7 @@ class SearchTrials:
     @property
     def capacity_bytes(self) -> int | None:
         """The smallest capacity any rank of the first launch reported (free + reserved after building the model)."""
-        values = [r.setup.get("capacity_bytes") for r in self.ranks if r and r.setup]
-        values = [v for v in values if v]
+        values = [int(v) for r in self.ranks if r and r.setup and (v := r.setup.get("capacity_bytes"))]
         return min(values) if values else None
 
     def _run(self, batch: int) -> Attempt:

@@ -11,7 +11,6 @@ later), otherwise a timeout or a crash of the launcher.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
@@ -20,13 +19,22 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from memprobe.core.child import Child
 from memprobe.core.child_env import SAFE_ENV, child_env
 from memprobe.core.memory_model import Attempt
 from memprobe.core.outcomes import CRASH, FIT, TIMEOUT
-from memprobe.core.rank_record import RankFailure, RankRecord, read_rank_records
+from memprobe.core.rank_record import (
+    REQUEST_FILE,
+    LaunchRequest,
+    RankFailure,
+    RankRecord,
+    RankRequest,
+    StandbyRequest,
+    read_rank_records,
+    write_rank_request,
+)
 from memprobe.core.records import Timed
 
 TERM_GRACE_S = 15.0
@@ -49,27 +57,6 @@ def nccl_env(env: dict[str, str]) -> dict[str, str]:
     return {
         k: v for k, v in sorted(env.items()) if k.startswith("NCCL_") or k in SAFE_ENV or k.startswith("TORCH_NCCL_")
     }
-
-
-@dataclass
-class LaunchRequest:
-    """One launch: a fresh group of `world_size` ranks runs `batches` in order, then (with
-    `measure` = {"warmup", "steps"}) times the last one. `strategy`: ddp, fsdp or none (1 rank)."""
-
-    workload: dict[str, Any]
-    precision: str
-    strategy: str
-    world_size: int
-    batches: list[int]
-    steps: int = 3
-    measure: dict[str, int] | None = None
-    device: str = "cuda"
-    cpu_budget_bytes: int | None = None
-    rank_cpu_budget_bytes: dict[str, int] = field(default_factory=dict)  # tests: a smaller budget on one rank
-    settings: dict[str, Any] = field(default_factory=dict)
-    pg_timeout_s: float = 120.0
-    timeout_s: float = 900.0
-    serve: bool = False  # a served group (child/served_rank.py): the ranks take trial after trial from command files
 
 
 @dataclass
@@ -167,22 +154,23 @@ def launch_tail(child: Child) -> str:
 
 
 def start_torchrun(
-    world_size: int, device: str, request: dict[str, Any], env: dict[str, str] | None = None
+    world_size: int,
+    device: str,
+    request: Callable[[Path], RankRequest | StandbyRequest],
+    env: dict[str, str] | None = None,
 ) -> tuple[Child, Path]:
-    """Start torchrun on `request` (written to request.json in a new launch folder, with the folder and this
-    process's pid) in its own session, its output logged in the folder: (the launcher, the folder), the caller's to
-    wait for and end. A Child that does not talk: the ranks' answers are files (core/rank_record.py), not lines.
+    """Start torchrun on `request(folder)` (written to REQUEST_FILE in a new launch folder) in its own session, its
+    output logged in the folder: (the launcher, the folder), the caller's to wait for and end. A Child that does
+    not talk: the ranks' answers are files (core/rank_record.py), not lines.
     Raises OSError when torchrun cannot be started (the folder is removed)."""
     base = launch_env(env)
     if device == "cpu":
         base.setdefault("OMP_NUM_THREADS", "1")
     run_dir = Path(tempfile.mkdtemp(prefix="memprobe-dist-"))
     try:
-        (run_dir / "request.json").write_text(
-            json.dumps({**request, "run_dir": str(run_dir), "parent_pid": os.getpid()})
-        )
+        write_rank_request(run_dir / REQUEST_FILE, request(run_dir))
         child = Child.start(
-            torchrun_command(world_size, run_dir / "request.json"), base=base, talk=False, log=run_dir / "launcher.log"
+            torchrun_command(world_size, run_dir / REQUEST_FILE), base=base, talk=False, log=run_dir / "launcher.log"
         )
     except BaseException:
         shutil.rmtree(run_dir, ignore_errors=True)
@@ -192,7 +180,7 @@ def start_torchrun(
 
 def start_launch(req: LaunchRequest, env: dict[str, str] | None = None) -> tuple[Child, Path]:
     """Start torchrun for `req` (start_torchrun): (the launcher, the launch's folder)."""
-    return start_torchrun(req.world_size, req.device, dict(req.__dict__), env)
+    return start_torchrun(req.world_size, req.device, lambda run_dir: RankRequest(req, str(run_dir), os.getpid()), env)
 
 
 def launch(req: LaunchRequest, env: dict[str, str] | None = None, standby: Any = None) -> LaunchResult:
@@ -265,16 +253,17 @@ def aggregate(
     attempts: list[Attempt] = []
     for batch in req.batches:
         done = [next((b for b in r.batches if b["batch"] == batch), None) if r else None for r in records]
-        if all(d is not None and d["outcome"] == FIT for d in done):
+        fitted = [d for d in done if d is not None and d["outcome"] == FIT]
+        if len(fitted) == len(done):  # every rank committed the batch
             attempts.append(
                 Attempt(
                     batch,
                     FIT,
-                    max(d["peak_allocated"] or 0 for d in done) or None,
-                    max(d["peak_reserved"] or 0 for d in done) or None,
-                    max(d["seconds"] for d in done),
-                    steps=max(d["steps"] or 0 for d in done),
-                    loss_scale=done[0].get("loss_scale"),
+                    max(d["peak_allocated"] or 0 for d in fitted) or None,
+                    max(d["peak_reserved"] or 0 for d in fitted) or None,
+                    max(d["seconds"] for d in fitted),
+                    steps=max(d["steps"] or 0 for d in fitted),
+                    loss_scale=fitted[0].get("loss_scale"),
                     fresh=not attempts,
                 )
             )
@@ -324,7 +313,8 @@ def group_measurement(measures: list[Timed], world_size: int, batch: int) -> Tim
     own figures under `per_rank`, with the group's size, in `extra`)."""
 
     def median(m: Timed) -> float:
-        return (m.step_time or {})["median_s"]
+        # Only fitting runs are aggregated here, and every one of them has its step times.
+        return m.step_time["median_s"] if m.step_time else 0.0
 
     slowest = max(measures, key=median)
     units_per_sample = (slowest.units_per_s or 0.0) / slowest.samples_per_s if slowest.samples_per_s else 1.0

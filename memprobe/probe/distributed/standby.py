@@ -12,7 +12,6 @@ on for CUDA, off on the CPU, where the two cores are better left to the running 
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import time
@@ -20,10 +19,11 @@ from pathlib import Path
 from typing import Any
 
 from memprobe.core.child import Child
+from memprobe.core.rank_record import GO_FILE, RankRequest, StandbyRequest, write_rank_request
+from memprobe.core.registry import Workload
 from memprobe.probe.distributed.launch import LaunchRequest, LaunchResult, _end, kill_survivors, launch, start_torchrun
 
 PRESTART_ENV = "MEMPROBE_PRESTART"
-GO_FILE = "go.json"
 
 
 def prestart_on(device: str, env: dict[str, str] | None = None) -> bool:
@@ -37,26 +37,26 @@ def prestart_on(device: str, env: dict[str, str] | None = None) -> bool:
 class Standby:
     """A torchrun launch of `world_size` ranks whose ranks import and wait for their request (take)."""
 
-    def __init__(self, world_size: int, device: str, workload: dict[str, Any], env: dict[str, str] | None = None):
+    def __init__(self, world_size: int, device: str, workload: Workload, env: dict[str, str] | None = None):
         """Raises OSError when torchrun cannot be started."""
-        self.key = (world_size, device, workload.get("family"))
-        request = {"standby": True, "workload": workload, "device": device}
+        self.key = (world_size, device, workload.family)
+
+        def request(run_dir: Path) -> StandbyRequest:
+            return StandbyRequest(workload.family, device, str(run_dir), os.getpid())
+
         self.child, self.run_dir = start_torchrun(world_size, device, request, env)
         self.started = time.time()
         self.taken = False
 
     def fits(self, req: LaunchRequest) -> bool:
         """Whether this standby can run `req`: still up, not taken, the same world size, device and family."""
-        key = (req.world_size, req.device, req.workload.get("family"))
+        key = (req.world_size, req.device, req.workload.family)
         return not self.taken and self.child.alive() and key == self.key
 
     def take(self, req: LaunchRequest) -> tuple[Child, Path]:
         """Hand `req` to the waiting ranks: (the launcher, the launch's folder), now the caller's."""
         self.taken = True
-        request = {**req.__dict__, "run_dir": str(self.run_dir), "parent_pid": os.getpid(), "prestarted": True}
-        tmp = self.run_dir / (GO_FILE + ".tmp")
-        tmp.write_text(json.dumps(request))
-        os.replace(tmp, self.run_dir / GO_FILE)
+        write_rank_request(self.run_dir / GO_FILE, RankRequest(req, str(self.run_dir), os.getpid(), prestarted=True))
         return self.child, self.run_dir
 
     def kill(self) -> None:
@@ -82,7 +82,7 @@ class Prestarted:
 
     @staticmethod
     def _key(req: LaunchRequest) -> tuple:
-        return (req.world_size, req.device, req.workload.get("family"))
+        return (req.world_size, req.device, req.workload.family)
 
     def _next(self, req: LaunchRequest) -> Standby | None:
         """The standby for `req` (None where none fits), and a new one of its kind started for the launch after."""
