@@ -50,7 +50,7 @@ def capture(model: str, precision: str, batch: int, steps: int, loss_scale: floa
     """Run one trial on the GPU with the allocator's history recorded; write it as gzipped JSON."""
     import torch
 
-    from memprobe.core.registry import load_registry
+    from memprobe.core.workload.registry import load_registry
     from memprobe.probe.child.worker import apply_precision_flags
     from memprobe.training.step import Memory, run_trial
     from memprobe.workloads.families import family_builder
@@ -236,7 +236,7 @@ def compare(path: Path, fake: bool) -> None:
 
 def compare_fake(doc: dict, events: list[tuple], labels: list[str]) -> None:
     """Trace the same trial on fake tensors and print where the allocation sequences part."""
-    from memprobe.core.registry import load_registry
+    from memprobe.core.workload.registry import load_registry
     from memprobe.predict.allocator import ALLOC, FREE, replay
     from memprobe.predict.batch_model import PrecisionTraces
     from memprobe.predict.trace import TRIAL_MARK, TraceSession

@@ -19,8 +19,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from memprobe.compare.breakdown import comparison_rows, predicted_rows  # noqa: E402
-from memprobe.core.breakdown import LABELS, read_predicted  # noqa: E402
-from memprobe.core.results import load_results  # noqa: E402
+from memprobe.core.records.breakdown import LABELS, read_predicted  # noqa: E402
+from memprobe.core.records.results import load_results  # noqa: E402
 
 GIB = 2**30
 

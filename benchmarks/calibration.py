@@ -11,7 +11,7 @@ question. Prints a markdown table (one column group per card) and writes every r
 
 Multi-GPU result files (`scan --gpus N --strategy ...`) are predicted per GPU for the same world size and
 strategy (`predict --gpus N`, data_parallel.py) at the usable memory `predict --gpus N --gpu CARD` takes for a rank
-of a group on that card (core/overhead.py: the smallest capacity a rank recorded less what NCCL took outside the
+of a group on that card (core/cards/overhead.py: the smallest capacity a rank recorded less what NCCL took outside the
 allocator), every file's newest finished scan per card, world size and strategy, and get a table of their own:
 per-GPU B measured, predicted and safe (the batch predict tells a user to run), the 1-GPU B of the same card where a
 single-GPU file is given, and the scaling efficiency the scan measured.
@@ -63,8 +63,8 @@ def collect(paths: list[str], models: list[str] | None) -> dict[tuple, dict[str,
     """(workload, world) -> precision -> one entry per card: the newest finished scan's answer and capacity;
     world is None for one GPU, (N, strategy) for a multi-GPU scan (its per-GPU edge and capacity)."""
     from memprobe.compare.scan_table import newest_finished
-    from memprobe.core.results import load_results
-    from memprobe.core.settings import Scaling
+    from memprobe.core.records.results import load_results
+    from memprobe.core.records.settings import Scaling
     from memprobe.predict.summary import trial_fit_batches
 
     loaded = load_results(paths, strict_files=False)
@@ -106,9 +106,9 @@ PASSED_ON = ("gpu", "world_size", "strategy", "efficiency", "scaling_batch")  # 
 def group_capacity(entry: dict) -> int:
     """The usable memory `predict --gpus N --gpu CARD` takes on a rank of a group of the scan's card (the rank's
     recorded capacity where the catalog does not know the card: nothing was measured of it)."""
-    from memprobe.core.cardsize import card_size
-    from memprobe.core.catalog import default_catalog
-    from memprobe.core.overhead import usable_memory
+    from memprobe.core.cards.cardsize import card_size
+    from memprobe.core.cards.catalog import default_catalog
+    from memprobe.core.cards.overhead import usable_memory
 
     card = default_catalog().find(entry["gpu"])
     if card is None:
@@ -118,8 +118,8 @@ def group_capacity(entry: dict) -> int:
 
 def predict_rows(name: str, per_precision: dict[str, list[dict]], world: tuple[int, str] | None = None) -> list[dict]:
     """Trace `name` (as rank 0 of `world` when given) and predict the max batch at every recorded capacity."""
-    from memprobe.core.catalog import PRECISIONS
-    from memprobe.core.registry import load_registry
+    from memprobe.core.cards.catalog import PRECISIONS
+    from memprobe.core.workload.registry import load_registry
     from memprobe.predict.batch_model import PrecisionTraces
     from memprobe.predict.data_parallel import World
     from memprobe.predict.safe import safe_margin, safe_max_batch
@@ -272,7 +272,7 @@ def multi_gpu_table(rows: list[dict]) -> str:
         + (
             " Predicted and safe per GPU at the usable memory `predict --gpus N --gpu CARD` takes for a rank of a "
             f"group: {', '.join(capacities)} (the smallest capacity a rank recorded, less what NCCL took outside the "
-            "allocator; core/overhead.py)."
+            "allocator; core/cards/overhead.py)."
             if capacities
             else ""
         ),

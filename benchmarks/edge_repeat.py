@@ -160,7 +160,7 @@ def run(args: argparse.Namespace) -> int:
     lap("import_torch_s")
     import memprobe.probe.child.worker as worker
     import memprobe.training.step as step
-    from memprobe.core.protocol import MeasureRequest, SetupRequest, TrialRequest
+    from memprobe.core.process.protocol import MeasureRequest, SetupRequest, TrialRequest
     from memprobe.workloads.custom import CustomOptions, resolve
     from memprobe.workloads.families import family_builder
 
@@ -200,7 +200,7 @@ def run(args: argparse.Namespace) -> int:
     }
     if args.flops:
         recorder.phase = "flops"
-        from memprobe.core.protocol import FlopsRequest
+        from memprobe.core.process.protocol import FlopsRequest
 
         session.flops(FlopsRequest(1))
         lap("flops_count_s")

@@ -19,7 +19,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from memprobe.core.memory_model import Attempt, edge_model, edge_pair, fit_memory_model  # noqa: E402
+from memprobe.core.estimates.memory_model import Attempt, edge_model, edge_pair, fit_memory_model  # noqa: E402
 
 
 def reserved_line(attempts: list[Attempt]):
@@ -30,7 +30,7 @@ def reserved_line(attempts: list[Attempt]):
 
 def first_jumps(paths: list[str]) -> list[dict]:
     """One row per distinct (card, workload, precision, edge): the trials known before the jump and both guesses."""
-    from memprobe.core.results import load_results
+    from memprobe.core.records.results import load_results
 
     rows, seen = [], set()
     for path, result in sorted(load_results(paths, strict_files=False), key=lambda item: str(item[0])):

@@ -40,7 +40,7 @@ def step_times(
     step at the second batch size when `profile`."""
     import torch
 
-    from memprobe.core.registry import load_registry
+    from memprobe.core.workload.registry import load_registry
     from memprobe.probe.child.worker import apply_precision_flags
     from memprobe.training.step import run_step
     from memprobe.workloads.base import Amp

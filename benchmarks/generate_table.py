@@ -30,7 +30,7 @@ START, END = "<!-- GENERATE_TABLE_START -->", "<!-- GENERATE_TABLE_END -->"
 
 def scans(folders: list[Path]) -> list[tuple[Path, Any]]:
     """The generate results (not frontiers) under `folders`, in path order."""
-    from memprobe.core.results import load_results
+    from memprobe.core.records.results import load_results
 
     found = load_results([str(f) for f in folders], on_skip=lambda _exc: None)
     return [
@@ -42,7 +42,7 @@ def scans(folders: list[Path]) -> list[tuple[Path, Any]]:
 
 def card_of(result: Any) -> str:
     """The catalog name of the card a result ran on."""
-    from memprobe.core.catalog import find_card
+    from memprobe.core.cards.catalog import find_card
 
     card = find_card(result.gpu_name())
     return card.name if card else result.gpu_name()

@@ -60,7 +60,7 @@ def one(model: str, precision: str, batch: int, device_name: str) -> dict:
     """Build `model` and run the trial and a short timed run at `batch` in this process; what happened."""
     import torch
 
-    from memprobe.core.registry import load_registry
+    from memprobe.core.workload.registry import load_registry
     from memprobe.probe.child.measure import time_steps
     from memprobe.probe.child.worker import apply_precision_flags
     from memprobe.training.step import Memory, run_step, run_trial

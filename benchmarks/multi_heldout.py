@@ -30,8 +30,8 @@ EDGE_GOAL_S = 90.0  # the per-GPU edge of a held-out model within 90 s per strat
 
 def measured(result_path: Path) -> dict[str, Any]:
     """What a held-out scan measured: per-GPU B, its fresh runs and band, the largest fresh trial fit, seconds."""
-    from memprobe.core.edge_text import band_text, runs_text
-    from memprobe.core.results import read_result
+    from memprobe.core.records.results import read_result
+    from memprobe.core.text.edge_text import band_text, runs_text
     from memprobe.predict.summary import trial_fit_batches
 
     result = read_result(result_path)

@@ -1,6 +1,6 @@
 """Write memprobe/data/overhead.yaml: per scanned catalog card, the allocator capacity memprobe's scans recorded.
 
-`predict` and `guide` take the memory a card's allocator cannot use from that file (memprobe/core/overhead.py says the
+`predict` and `guide` take the memory a card's allocator cannot use from that file (memprobe/core/cards/overhead.py says the
 rule), never from the working folder. Re-run this when new result files land, and commit both:
 
     python benchmarks/overhead_table.py reports            # rewrite the packaged file
@@ -31,7 +31,7 @@ HEADER = """\
 # run_overhead_bytes: the most memory outside the allocator that a trial took after the capacity was read (kernel
 # modules loaded on first use, library handles and workspaces), seen at the out-of-memory errors of the scans: capacity
 # minus (reserved + free) at the error.
-# How predict and guide use it (memprobe/core/overhead.py): a scanned card gets its capacity; any other card or size gets
+# How predict and guide use it (memprobe/core/cards/overhead.py): a scanned card gets its capacity; any other card or size gets
 # its memory minus the largest overhead_bytes here, carried over and labelled so; from either, the largest
 # run_overhead_bytes is subtracted too.
 # group_capacity_bytes and group_run_overhead_bytes: the same two figures on a rank of a data-parallel group (scan
@@ -49,7 +49,7 @@ AT_THE_ERROR = 32 << 20
 def run_overhead(p) -> int | None:
     """The most memory outside the allocator one precision's trials took after setup: capacity - (reserved + free) at
     each out-of-memory error whose message states the figures and whose recorded peak is the state at the error."""
-    from memprobe.core.outcomes import oom_numbers
+    from memprobe.core.process.outcomes import oom_numbers
 
     seen = []
     for a in [*p.attempts, *p.checks]:
@@ -68,9 +68,9 @@ def _found(paths: list[str]) -> dict[tuple[str, bool], dict]:
     """(card, group) -> the smallest capacity, the largest run overhead, counts and sources of the catalog card's real
     scans under `paths`: one GPU (group False) and ranks of a data-parallel group (group True)."""
     from memprobe.compare.scaling import world_size
-    from memprobe.core.catalog import default_catalog
-    from memprobe.core.memcap import is_emulated
-    from memprobe.core.results import load_results
+    from memprobe.core.cards.catalog import default_catalog
+    from memprobe.core.cards.memcap import is_emulated
+    from memprobe.core.records.results import load_results
 
     catalog = default_catalog()
     found: dict[tuple[str, bool], dict] = {}
@@ -110,7 +110,7 @@ def _found(paths: list[str]) -> dict[tuple[str, bool], dict]:
 def rows(paths: list[str]) -> list[dict]:
     """One row per scanned catalog card (one GPU), in catalog order, with its group figures where a data-parallel
     scan of it is there."""
-    from memprobe.core.catalog import default_catalog
+    from memprobe.core.cards.catalog import default_catalog
 
     found = _found(paths)
     out = []
@@ -165,7 +165,7 @@ def render(paths: list[str]) -> str:
 
 
 def main() -> int:
-    from memprobe.core.overhead import default_overhead_path
+    from memprobe.core.cards.overhead import default_overhead_path
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("paths", nargs="*", default=[str(REPO / "reports")], help="result files or folders")

@@ -37,7 +37,7 @@ def plain_child(model: str, precision: str, batch: int, warmup: int, steps: int,
     """The hand-written loop. Prints one JSON line: samples/s from the median step."""
     import torch
 
-    from memprobe.core.registry import load_registry
+    from memprobe.core.workload.registry import load_registry
 
     params = load_registry()[model].params  # the same architecture as memprobe's workload
     dev = torch.device(device)
@@ -147,8 +147,8 @@ def run_plain(model: str, precision: str, batch: int, warmup: int, steps: int, d
 def run_memprobe(
     model: str, precision: str, batch: int, warmup: int, steps: int, device: str, compile_step: bool = False
 ) -> dict:
-    from memprobe.core.protocol import TrialSettings
-    from memprobe.core.registry import load_registry
+    from memprobe.core.process.protocol import TrialSettings
+    from memprobe.core.workload.registry import load_registry
     from memprobe.probe.runner import Worker, WorkerSpec
     from memprobe.workloads.families import family_module
 

@@ -43,7 +43,7 @@ VARIANTS = [
 
 def default_cases() -> list[list[str]]:
     """`--model M --gpu H200` for every registry workload that is not test-only, then the LLM variants."""
-    from memprobe.core.registry import load_registry
+    from memprobe.core.workload.registry import load_registry
 
     names = [w.name for w in load_registry(None).values() if not w.test_only]
     return [["-m", name, "--gpu", "H200"] for name in names] + VARIANTS

@@ -24,8 +24,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from memprobe.core.results import read_result, slug  # noqa: E402
-from memprobe.core.settings import PrecisionSettings  # noqa: E402
+from memprobe.core.records.results import read_result, slug  # noqa: E402
+from memprobe.core.records.settings import PrecisionSettings  # noqa: E402
 
 RUNS = ["llama-1b", "llama-1b --checkpointing", "bert-large", "nasnet-large"]
 SIDES = {"with": "--predicted-start", "without": "--no-predicted-start"}

@@ -22,7 +22,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from memprobe.core.memory_model import Attempt  # noqa: E402
+from memprobe.core.estimates.memory_model import Attempt  # noqa: E402
 from memprobe.probe.search import find_max_batch  # noqa: E402
 
 
@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--calibration", type=Path, required=True, help="benchmarks/calibration.py --json output")
     args = parser.parse_args(argv)
     from memprobe.compare.scan_table import newest_finished
-    from memprobe.core.results import load_results
+    from memprobe.core.records.results import load_results
 
     predicted = {
         (r["workload"], r["precision"], r["card"]): r["predicted"]

@@ -72,7 +72,7 @@ def profile_case(
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    from memprobe.core.registry import load_registry
+    from memprobe.core.workload.registry import load_registry
     from memprobe.probe.child.worker import apply_precision_flags
     from memprobe.training.step import run_step, run_until_state
     from memprobe.workloads.base import Amp

@@ -30,7 +30,7 @@ from types import ModuleType
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from memprobe.core.memory_model import Attempt  # noqa: E402
+from memprobe.core.estimates.memory_model import Attempt  # noqa: E402
 
 BEFORE = "3946a34"  # main when the walk down by 1, 2, 4, 8 was the search's answer to a failed start
 GIB = 2**30

@@ -42,7 +42,7 @@ def lightning_child(model: str, precision: str) -> None:
     import torch
     from lightning.pytorch.tuner import Tuner
 
-    from memprobe.core.registry import load_registry
+    from memprobe.core.workload.registry import load_registry
     from memprobe.probe.child.worker import apply_precision_flags
     from memprobe.workloads.base import make_optimizer
     from memprobe.workloads.families import family_builder
@@ -120,7 +120,7 @@ def warm_up_child(model: str, precisions: list[str]) -> None:
     """
     import torch
 
-    from memprobe.core.registry import load_registry
+    from memprobe.core.workload.registry import load_registry
     from memprobe.probe.child.worker import apply_precision_flags
     from memprobe.training.step import Memory, run_trial
     from memprobe.workloads.families import family_builder
@@ -188,7 +188,7 @@ def run_memprobe(model: str, precision: str, out_dir: str) -> dict:
     wall = time.perf_counter() - started
     if proc.returncode != 0:
         return {"error": proc.stderr.strip().splitlines()[-1:] or proc.returncode, "wall_seconds": round(wall, 2)}
-    from memprobe.core.results import read_result
+    from memprobe.core.records.results import read_result
 
     newest = max(Path(out_dir).glob("*.json"), key=os.path.getmtime)
     p = read_result(newest).precisions[precision]
@@ -229,7 +229,7 @@ def run_lightning(model: str, precision: str) -> dict:
 def truth(model: str, precision: str, answer: int) -> dict:
     """Whether `answer` is the true edge: it fits and answer+1 does not, each in a fresh process
     (forked from memprobe's fork server where available: a process that has run nothing else)."""
-    from memprobe.core.registry import load_registry
+    from memprobe.core.workload.registry import load_registry
     from memprobe.probe.runner import WorkerFactory, WorkerSpec
     from memprobe.probe.scan_trials import fresh_worker
 

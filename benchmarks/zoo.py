@@ -306,8 +306,8 @@ def predict_one(job_name: str, result_path: Path, card: str) -> dict[str, Any]:
 
     Returns the predicted max batch for the card (what a user is told) and at the scan's own allocator capacity,
     the seconds it took, and the error if it could not be predicted."""
-    from memprobe.core.cardsize import read_sizes
-    from memprobe.core.results import read_result
+    from memprobe.core.cards.cardsize import read_sizes
+    from memprobe.core.records.results import read_result
     from memprobe.predict.parallel import cores
     from memprobe.predict.summary import memory_sizes, predict
     from memprobe.workloads.custom import CustomOptions, resolve

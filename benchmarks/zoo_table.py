@@ -13,8 +13,8 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from memprobe.core.edge_text import band_text, runs_text
-from memprobe.core.records import Proof
+from memprobe.core.records.records import Proof
+from memprobe.core.text.edge_text import band_text, runs_text
 
 CARDS = {"h200": "H200", "h100": "H100"}
 REPEAT_SCHEMA = 5  # the result schema that brought the repeat rule (B in K fresh runs); older files read as K = 1

@@ -17,10 +17,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
-from memprobe.core import option_bounds as bounds
-from memprobe.core.registry import RegistryError, Workload
-from memprobe.core.results import ScanResult
-from memprobe.core.textlists import listed, visible_devices
+from memprobe.core.records.results import ScanResult
+from memprobe.core.text.textlists import listed, visible_devices
+from memprobe.core.workload import option_bounds as bounds
+from memprobe.core.workload.registry import RegistryError, Workload
 from memprobe.probe.device import NoGPUError
 from memprobe.request import (
     Model,
@@ -186,7 +186,7 @@ def find_max_batch(
     index, or 'cpu' with `cpu_memory_budget` (e.g. '64MiB': the CPU's fake allocator, for tests). `out`: folder
     for the result file (default: none kept). Other options as `memprobe scan` takes them (steps, warmup,
     timed_steps, max_batch, max_trials, batches, soak, repeat (the fresh runs in a row B must train in, 2), curve,
-    curve_batches, mode, search="seq-len", checkpointing, lora, ...), checked as the command checks them (numbers within the bounds of core/option_bounds.py); one GPU
+    curve_batches, mode, search="seq-len", checkpointing, lora, ...), checked as the command checks them (numbers within the bounds of core/workload/option_bounds.py); one GPU
     only: `gpus` other than 1 and `parallel` are refused; other ScanOptions fields (curve_budget_s, ...) pass through.
     Returns the ScanResult: `.max_batch`, `.throughput`, `.to_json()`, `.precisions[p]` for each precision.
 
@@ -196,7 +196,7 @@ def find_max_batch(
     bad options; NoGPUError when there is no CUDA device (a torch built without CUDA, no driver, no GPU): use
     predict_max_batch there.
     """
-    from memprobe.core.outcomes import USER_ERROR
+    from memprobe.core.process.outcomes import USER_ERROR
     from memprobe.probe.scan import NoCudaError, scan_workload
 
     kind = device if isinstance(device, str) else "cuda"
@@ -328,15 +328,15 @@ def plan(
     each of `optimizers`) gets a row: max micro-batch measured where `results` (result files or folders) holds a
     scan of that card and setting, else predicted (labelled); the micro-batch (at most b*, never past the knee of a
     measured curve); the accumulation steps to reach `global_batch`; headroom; samples/s and seconds per global
-    batch only where measured. Returns memprobe.core.plan.Plan (`.rows`: PlanRow records, sorted by time per global
+    batch only where measured. Returns memprobe.core.estimates.plan.Plan (`.rows`: PlanRow records, sorted by time per global
     batch, unknown last; `.to_dict()`). With `mode` "generate" (`prompt_len`, `new_tokens`, `prefill_chunk` as
-    `plan --mode generate` takes them): memprobe.core.serving.ServingPlan, per precision the concurrent sequences
+    `plan --mode generate` takes them): memprobe.core.estimates.serving.ServingPlan, per precision the concurrent sequences
     that fit on the card, measured where `results` holds that generation's scan on the card, else predicted.
 
     Raises RequestError (a ValueError, worded as `memprobe plan` words it) for a global batch, `seq_len` or `gpus`
-    out of bounds (core/option_bounds.py), a card name that names no card or several, a strategy with one GPU, a
+    out of bounds (core/workload/option_bounds.py), a card name that names no card or several, a strategy with one GPU, a
     model name that names several workloads, a bad `lora` rank, or under mode "generate" a model that is not a causal
-    LM or a training lever; memprobe.core.plan.PlanError (a ValueError) for
+    LM or a training lever; memprobe.core.estimates.plan.PlanError (a ValueError) for
     a lever the workload lacks, an unreadable result file or `results` with no scan of this model on this card;
     CustomModelError / RegistryError for a model that cannot be resolved;
     memprobe.predict.trace.PredictError when a setting cannot be predicted.
@@ -378,7 +378,7 @@ def breakdown(
     seq_len: int | None = None,
     models_file: str | Path | None = None,
 ):
-    """Where the memory goes at the peak of a training step at `batch`, as a memprobe.core.breakdown.Breakdown
+    """Where the memory goes at the peak of a training step at `batch`, as a memprobe.core.records.breakdown.Breakdown
     record (categories in bytes, top modules, per-sample bytes, `what_buys_more_batch`).
 
     `predicted=True` traces it on fake tensors for an H100-like card (no GPU; labelled predicted). `gpu` (a card
@@ -386,7 +386,7 @@ def breakdown(
     batch the allocator's slack is then much smaller than with no limit. For a measured one, run find_max_batch
     (its `.precisions[p].breakdown` holds the breakdown at B on a GPU scan). Raises
     memprobe.predict.trace.PredictError when the step cannot be traced, ValueError for predicted=False or a bad
-    card name or size (memprobe.core.cardsize.SizeError), RequestError (a ValueError) for a batch below 1 or `steps`
+    card name or size (memprobe.core.cards.cardsize.SizeError), RequestError (a ValueError) for a batch below 1 or `steps`
     out of the bounds of `memprobe predict --steps` (3 to 10 in training).
     """
     if not predicted:
@@ -397,7 +397,7 @@ def breakdown(
 
     capacity = None
     if gpu is not None or memory is not None:
-        from memprobe.core.cardsize import SizeError, read_sizes
+        from memprobe.core.cards.cardsize import SizeError, read_sizes
         from memprobe.predict.summary import memory_sizes
 
         asked = read_sizes(memory, gpu)

@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from memprobe.cli import main
-from memprobe.core.results import SCHEMA, SCHEMA_VERSION
+from memprobe.core.records.results import SCHEMA, SCHEMA_VERSION
 
 REPO = Path(__file__).resolve().parents[1]
 H100_SCAN = next((REPO / "reports" / "h100").glob("*_resnet50_train_*.json"))

@@ -14,7 +14,7 @@ from typing import Iterator
 
 import pytest
 
-from memprobe.core.registry import default_registry_path, load_registry
+from memprobe.core.workload.registry import default_registry_path, load_registry
 
 # The shared fakes (tests/fakes.py) hold asserts (check_invariants, assert_all_closed, ...): rewrite them as pytest
 # rewrites a test module's, so a failed check says what it compared. This must run before any test imports it.
@@ -53,7 +53,7 @@ def has_nvidia_gpu() -> bool:
 @pytest.fixture(autouse=True, scope="session")
 def _sighup_heard():
     """Under `nohup` (or any parent that ignores SIGHUP) the test process starts with SIGHUP ignored, and memprobe
-    rightly keeps an ignored SIGHUP ignored (core/interrupts.py): the tests that send SIGHUP need it heard. Give the
+    rightly keeps an ignored SIGHUP ignored (core/process/interrupts.py): the tests that send SIGHUP need it heard. Give the
     session, and the commands it starts, the default disposition."""
     before = signal.getsignal(signal.SIGHUP)
     if before == signal.SIG_IGN:
@@ -106,7 +106,7 @@ def scans_seen(monkeypatch, tmp_path):
     """The scan replaced by a recorder of (workload, ScanOptions as a dict), for the CLI and the API alike
     (what each was asked to scan, with nothing run)."""
     import memprobe.probe.scan
-    from memprobe.core.results import ScanResult
+    from memprobe.core.records.results import ScanResult
 
     seen: list[tuple[str, dict]] = []
 
@@ -214,7 +214,7 @@ def scan_options_seen(monkeypatch, tmp_path):
     """Replace the scan itself with a recorder: `memprobe scan` then only parses its options. Returns the
     list of ScanOptions each scan was called with."""
     import memprobe.probe.scan
-    from memprobe.core.results import ScanResult
+    from memprobe.core.records.results import ScanResult
 
     seen = []
 

@@ -16,13 +16,13 @@ from typing import Callable
 
 from conftest import RecordingProgress
 from memprobe.compare.chart_layout import DPI
-from memprobe.core.memory_model import Attempt
-from memprobe.core.outcomes import FIT, OOM
-from memprobe.core.protocol import Flops, Ready
-from memprobe.core.rank_record import RankRecord
-from memprobe.core.records import CurvePoint, Timed
-from memprobe.core.registry import load_registry
-from memprobe.core.results import PrecisionResult, ScanResult, read_result, write_result
+from memprobe.core.estimates.memory_model import Attempt
+from memprobe.core.process.outcomes import FIT, OOM
+from memprobe.core.process.protocol import Flops, Ready
+from memprobe.core.process.rank_record import RankRecord
+from memprobe.core.records.records import CurvePoint, Timed
+from memprobe.core.records.results import PrecisionResult, ScanResult, read_result, write_result
+from memprobe.core.workload.registry import load_registry
 from memprobe.probe.distributed.launch import LaunchRequest, LaunchResult
 from memprobe.probe.runner import WorkerError
 from memprobe.probe.scan import ScanOptions, scan_precision

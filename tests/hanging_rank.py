@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import time
 
-from memprobe.core.registry import load_registry
+from memprobe.core.workload.registry import load_registry
 from memprobe.workloads.toy import ToyTask
 
 HANG_RANK = "HANG_RANK"

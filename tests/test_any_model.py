@@ -13,8 +13,8 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 import memprobe  # noqa: E402
-from memprobe.core.outcomes import USER_ERROR  # noqa: E402
-from memprobe.core.results import read_result  # noqa: E402
+from memprobe.core.process.outcomes import USER_ERROR  # noqa: E402
+from memprobe.core.records.results import read_result  # noqa: E402
 from memprobe.predict.fake_mode import BUILD_VALUE_MAX_NUMEL, BuildValues  # noqa: E402
 from memprobe.predict.fakecuda import H100  # noqa: E402
 from memprobe.predict.recorder import Recorder  # noqa: E402

@@ -15,8 +15,8 @@ from click.testing import CliRunner
 
 from bad_input import H100_SCAN, check, workdir  # noqa: F401  (workdir is a fixture)
 from memprobe.cli import main
-from memprobe.core import outputs
-from memprobe.core.outputs import OutputError, atomic_write
+from memprobe.core.files import outputs
+from memprobe.core.files.outputs import OutputError, atomic_write
 
 REPO = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": str(REPO)}

@@ -80,7 +80,7 @@ def test_a_build_that_never_returns_is_bounded_whatever_it_does(own, monkeypatch
 
 
 def test_the_time_limit_holds_against_the_code_it_limits():
-    from memprobe.core.deadline import TimeLimitExceeded, time_limit
+    from memprobe.core.process.deadline import TimeLimitExceeded, time_limit
 
     before = signal.getsignal(signal.SIGALRM)
     for defeat in (lambda: signal.signal(signal.SIGALRM, signal.SIG_IGN), lambda: signal.setitimer(0, 0)):
@@ -114,7 +114,7 @@ def test_a_thread_the_model_leaves_running_does_not_keep_memprobe_alive(own):
 
 
 def test_a_ctrl_c_that_lands_in_the_unraisable_hook_is_sent_again_not_printed(monkeypatch):
-    from memprobe.core import interrupts
+    from memprobe.core.process import interrupts
 
     monkeypatch.setattr(interrupts, "BACKSTOP_S", 120.0)
 
@@ -189,8 +189,8 @@ def test_a_time_limit_lost_in_a_finalizer_is_not_printed(monkeypatch):
     traceback): it is dropped, as core/deadline raises it again within a second."""
     import weakref
 
-    from memprobe.core import interrupts
-    from memprobe.core.deadline import TimeLimitExceeded
+    from memprobe.core.process import interrupts
+    from memprobe.core.process.deadline import TimeLimitExceeded
 
     seen: list = []
     monkeypatch.setattr(sys, "unraisablehook", seen.append)

@@ -11,9 +11,9 @@ from click.testing import CliRunner
 from fakes import toy_scan
 from memprobe.cli.app import main
 from memprobe.compare.breakdown import breakdown_report, comparison_rows, within_goal
-from memprobe.core.breakdown import Breakdown, assemble, check_sum, what_buys_more_batch
-from memprobe.core.registry import load_registry
-from memprobe.core.results import PrecisionResult, ScanResult, read_result, write_result
+from memprobe.core.records.breakdown import Breakdown, assemble, check_sum, what_buys_more_batch
+from memprobe.core.records.results import PrecisionResult, ScanResult, read_result, write_result
+from memprobe.core.workload.registry import load_registry
 from memprobe.training.breakdown import measure_breakdown
 from memprobe.training.cpu_memory import LiveBytes
 from memprobe.training.step import Memory
@@ -198,7 +198,7 @@ def test_api_and_predict_cli_give_the_predicted_breakdown(tmp_path):
     assert record.categories["optimizer_state"] == 1206384 and record.total == record.peak_reserved
     # at a card's capacity: the same where it fits with room; where the emulation does not fit, a note says so
     assert memprobe.breakdown("toy", "fp32", 8, memory="4GiB").peak_reserved == record.peak_reserved
-    from memprobe.core.overhead import default_overhead_table
+    from memprobe.core.cards.overhead import default_overhead_table
 
     table = default_overhead_table()
     overhead = table.carried().overhead_bytes + table.run_overhead_bytes  # what a size gives up by default
@@ -376,7 +376,7 @@ def test_breakdown_charts_fit_the_screen_and_draw_a_negative_rest_below_zero():
 
 @pytest.mark.slow
 def test_report_charts_draw_the_breakdown_only_for_files_that_have_one(tmp_path):
-    from memprobe.core.breakdown import write_predicted
+    from memprobe.core.records.breakdown import write_predicted
 
     runner = CliRunner()
     with_it = write_result(_scan(_gib_record(10, 60.0), capacity=79 * GIB, best=5), tmp_path / "with.json")

@@ -10,9 +10,9 @@ import pytest
 from click.testing import CliRunner
 
 from memprobe.cli import main
-from memprobe.core.cardnames import CardNameError, closest_names, resolve_card, resolve_cards
-from memprobe.core.cardsize import SizeError, read_sizes
-from memprobe.core.catalog import CatalogError, default_catalog, load_catalog
+from memprobe.core.cards.cardnames import CardNameError, closest_names, resolve_card, resolve_cards
+from memprobe.core.cards.cardsize import SizeError, read_sizes
+from memprobe.core.cards.catalog import CatalogError, default_catalog, load_catalog
 
 
 @pytest.mark.parametrize(

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from memprobe.core.cardsize import SizeError, card_size, read_sizes
-from memprobe.core.catalog import CatalogError, default_catalog, load_catalog
+from memprobe.core.cards.cardsize import SizeError, card_size, read_sizes
+from memprobe.core.cards.catalog import CatalogError, default_catalog, load_catalog
 
 MIB, GIB = 2**20, 2**30
 

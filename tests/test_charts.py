@@ -18,8 +18,8 @@ from memprobe.compare.curve_chart import curve_figure, curve_series
 from memprobe.compare.heatmap import Heat, HeatCell, draw_heat, heat_figure
 from memprobe.compare.max_batch_chart import batch_panels, draw_max_batch, max_batch_figure
 from memprobe.compare.relative import relative_throughput
-from memprobe.core.catalog import load_catalog
-from memprobe.core.results import load_results, write_result
+from memprobe.core.cards.catalog import load_catalog
+from memprobe.core.records.results import load_results, write_result
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 COMMITTED = Path(__file__).resolve().parents[1] / "reports" / "h100"

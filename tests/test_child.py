@@ -1,4 +1,4 @@
-"""The one child handle (core/child.py) against tiny real python children: answers, time limits, deaths, ends, logs.
+"""The one child handle (core/process/child.py) against tiny real python children: answers, time limits, deaths, ends, logs.
 
 Each child here is `python -c SCRIPT`, a few lines that answer the line protocol the way the trial process and the
 predicting children do (or fail to), so the handle's behaviour is checked on real processes, pipes and signals.
@@ -17,10 +17,10 @@ from typing import ClassVar
 
 import pytest
 
-from memprobe.core.child import Child, ChildEnded, ForkServer, ForkServerError
-from memprobe.core.child_env import SAFE_ENV
-from memprobe.core.lifeline import PARENT_ENV
-from memprobe.core.protocol import ExitRequest, HintAnswer, HintRequest, Lost, PingRequest, Pong, Request
+from memprobe.core.process.child import Child, ChildEnded, ForkServer, ForkServerError
+from memprobe.core.process.child_env import SAFE_ENV
+from memprobe.core.process.lifeline import PARENT_ENV
+from memprobe.core.process.protocol import ExitRequest, HintAnswer, HintRequest, Lost, PingRequest, Pong, Request
 
 REPO = Path(__file__).resolve().parents[1]
 SLOW_START_S = 60.0  # a python start on a machine whose cores every test is using

@@ -1,6 +1,6 @@
 """Every process memprobe starts gets core.child_env's environment: the GPU safety switches reach each one.
 
-The static half walks memprobe/ for every subprocess call and every spawn through the one handle (core/child.py's
+The static half walks memprobe/ for every subprocess call and every spawn through the one handle (core/process/child.py's
 Child.start and ForkServer); the other half starts each spawn site with subprocess.Popen recorded and checks what
 each child would get.
 """
@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from memprobe.core.child_env import SAFE_ENV, child_env
+from memprobe.core.process.child_env import SAFE_ENV, child_env
 
 PACKAGE = Path(__file__).resolve().parents[1] / "memprobe"
 SPAWNERS = {"Popen", "run", "call", "check_call", "check_output"}
 RECIPES = {"child_env"}
 # Where a process may be started by subprocess directly: the handle itself, and nvidia-smi's one-shot run.
-DIRECT = {"core/child.py", "probe/distributed/topology.py"}
+DIRECT = {"core/process/child.py", "probe/distributed/topology.py"}
 # Every spawn site, each through the handle: Child.start(...) or a ForkServer (probe/runner.Zygote is one).
 SITES = {
     "probe/runner.py",  # the trial processes (exec'd) and the fork server
@@ -90,7 +90,7 @@ def test_every_process_is_started_through_the_handle_with_an_environment_from_th
             assert _names_called(scope) & RECIPES, f"{where}: env={env.id} not built by child_env"
         else:
             assert _names_called(env) & RECIPES, f"{where}: env= not built by child_env"
-    assert set(_handle_calls()) - {"core/child.py"} == SITES  # ForkServer starts its server as a Child
+    assert set(_handle_calls()) - {"core/process/child.py"} == SITES  # ForkServer starts its server as a Child
 
 
 def test_the_recipe_sets_the_switches_where_unset_and_keeps_the_users():
@@ -145,7 +145,7 @@ def test_each_spawn_site_gives_its_child_the_switches_and_the_scans_variables(si
     import subprocess
     import tempfile
 
-    from memprobe.core.lifeline import PARENT_ENV
+    from memprobe.core.process.lifeline import PARENT_ENV
 
     for key in SAFE_ENV:
         monkeypatch.delenv(key, raising=False)
@@ -176,7 +176,7 @@ def test_each_spawn_site_gives_its_child_the_switches_and_the_scans_variables(si
 def test_a_watched_child_is_given_this_process_pid_and_others_are_not():
     import os
 
-    from memprobe.core.lifeline import PARENT_ENV
+    from memprobe.core.process.lifeline import PARENT_ENV
 
     assert child_env({}, watched=True)[PARENT_ENV] == str(os.getpid())
     assert PARENT_ENV not in child_env({})
@@ -189,7 +189,7 @@ def test_find_max_batch_gives_its_processes_the_gpu_and_import_path_and_leaves_o
 
     import memprobe
     import memprobe.probe.scan
-    from memprobe.core.results import ScanResult
+    from memprobe.core.records.results import ScanResult
 
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")
     monkeypatch.delenv("PYTHONPATH", raising=False)

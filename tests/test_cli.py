@@ -9,7 +9,7 @@ import pytest
 import memprobe.probe.scan
 from conftest import RecordingProgress, has_nvidia_gpu
 from fakes import toy_scan
-from memprobe.core.results import PrecisionResult, read_result
+from memprobe.core.records.results import PrecisionResult, read_result
 from memprobe.probe.scan import ScanOptions, scan_workload
 
 BUDGET = "8MiB"
@@ -68,7 +68,7 @@ def test_list_shows_bert_large(run):
 
 
 def test_list_hides_test_only_unless_all(run, packaged_models):
-    from memprobe.core.registry import load_registry
+    from memprobe.core.workload.registry import load_registry
 
     registry = load_registry(packaged_models)
     shown = table_names(run("list", "--models", packaged_models).output)

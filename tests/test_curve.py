@@ -8,9 +8,9 @@ import itertools
 import pytest
 
 from fakes import TOY_CPU_BUDGET, FakeFactory, FakeWorker, World, assert_all_closed, run_scan, toy_scan, toy_workload
-from memprobe.core.memory_model import MemoryModel
-from memprobe.core.protocol import MeasureRequest, Ready, SetupRequest
-from memprobe.core.records import CurvePoint, Timed
+from memprobe.core.estimates.memory_model import MemoryModel
+from memprobe.core.process.protocol import MeasureRequest, Ready, SetupRequest
+from memprobe.core.records.records import CurvePoint, Timed
 from memprobe.probe.curve import CurveError, best_point, curve_point, ladder, summary
 from memprobe.probe.curve_cost import PointCost
 from memprobe.probe.curve_run import PointTimer, measure_curve
@@ -381,7 +381,7 @@ def test_steps_within_budget(first, later, budget, expected):
 def test_ctrl_c_during_the_curve_keeps_the_proven_precision_and_the_points_timed(monkeypatch, tmp_path):
     import memprobe.probe.scan
     from conftest import RecordingProgress
-    from memprobe.core.results import read_result
+    from memprobe.core.records.results import read_result
     from memprobe.probe.scan import ScanInterrupted, scan_workload
 
     world = World(75)
@@ -426,8 +426,8 @@ def test_curve_text_is_in_the_workloads_unit():
 
 def test_a_sequence_length_scan_prints_lengths_and_tokens_per_second(monkeypatch):
     from conftest import RecordingProgress
-    from memprobe.core.registry import load_registry
-    from memprobe.core.variants import VariantRequest, apply_variant
+    from memprobe.core.workload.registry import load_registry
+    from memprobe.core.workload.variants import VariantRequest, apply_variant
     from memprobe.probe.scan import scan_precision
 
     world = World(75)

@@ -19,7 +19,7 @@ from memprobe.compare.guide import guide_report
 from memprobe.compare.relative import relative_table, relative_throughput
 from memprobe.compare.report import comparison_report
 from memprobe.compare.scan_table import scan_rows
-from memprobe.core.records import CurvePoint
+from memprobe.core.records.records import CurvePoint
 
 REPORTS = Path(__file__).resolve().parents[1] / "reports"
 

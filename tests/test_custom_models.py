@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from memprobe.core.registry import FAMILIES, RegistryError, load_registry
-from memprobe.core.results import ScanResult, read_result
+from memprobe.core.records.results import ScanResult, read_result
+from memprobe.core.workload.registry import FAMILIES, RegistryError, load_registry
 from memprobe.workloads.custom import (
     CustomModelError,
     CustomOptions,

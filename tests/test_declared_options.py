@@ -18,8 +18,8 @@ from memprobe.cli.plan import plan_cmd
 from memprobe.cli.predict import predict_cmd
 from memprobe.cli.report import guide_cmd
 from memprobe.cli.scan import scan_cmd
-from memprobe.core.registry import default_registry_path
-from memprobe.core.settings import ScanSettings
+from memprobe.core.records.settings import ScanSettings
+from memprobe.core.workload.registry import default_registry_path
 from memprobe.probe.options import ScanOptions
 from memprobe.request import ModelRequest, PlanRequest, PredictRequest, ScanRequest
 from memprobe.request.model import modelled
@@ -168,7 +168,7 @@ def children(monkeypatch):
     import memprobe.cli.scan as cli_scan
     import memprobe.probe.parallel as parallel
     import memprobe.probe.scan
-    from memprobe.core.results import ScanResult
+    from memprobe.core.records.results import ScanResult
 
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
     monkeypatch.setattr(cli_scan, "require_gpu", lambda: None)

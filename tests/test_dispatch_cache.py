@@ -9,7 +9,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from memprobe.core.registry import load_registry  # noqa: E402
+from memprobe.core.workload.registry import load_registry  # noqa: E402
 from memprobe.predict import dispatch_cache  # noqa: E402
 from memprobe.predict.fakecuda import FakeTensorMode  # noqa: E402
 from memprobe.predict.fast_fake import FAST_KEY_TAG  # noqa: E402

@@ -14,11 +14,11 @@ import pytest
 
 from conftest import RecordingProgress
 from fakes import TOY, FakeGroup, fake_group_opts, process_alive
-from memprobe.core.memory_model import Attempt
-from memprobe.core.outcomes import CRASH, ERROR, FIT, OOM, TIMEOUT
-from memprobe.core.rank_record import RankRecord, TimedSteps
-from memprobe.core.registry import Workload, load_registry
-from memprobe.core.results import read_result
+from memprobe.core.estimates.memory_model import Attempt
+from memprobe.core.process.outcomes import CRASH, ERROR, FIT, OOM, TIMEOUT
+from memprobe.core.process.rank_record import RankRecord, TimedSteps
+from memprobe.core.records.results import read_result
+from memprobe.core.workload.registry import Workload, load_registry
 from memprobe.probe.child.rank import collective_outcome
 from memprobe.probe.distributed.efficiency import scaling_efficiency, scaling_record
 from memprobe.probe.distributed.launch import SAFE_ENV, LaunchRequest, LaunchResult, aggregate, launch, launch_env

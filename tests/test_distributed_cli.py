@@ -11,7 +11,7 @@ from conftest import RecordingProgress
 from fakes import TOY, FakeGroup, fake_group_opts, toy_scan
 from memprobe.cli import main
 from memprobe.compare.scaling import scaling_rows, split_by_world_size, world_size
-from memprobe.core.results import load_results, read_result
+from memprobe.core.records.results import load_results, read_result
 from memprobe.probe.distributed.scan import scan_distributed
 
 
@@ -94,7 +94,7 @@ def test_the_one_gpu_max_batch_beside_a_multi_gpu_row_is_the_training_scan_not_t
 
 
 def test_merging_parts_keeps_the_asked_order_and_a_missing_or_partial_part_makes_the_file_partial(tmp_path):
-    from memprobe.core.results import PrecisionResult, ScanResult, write_result
+    from memprobe.core.records.results import PrecisionResult, ScanResult, write_result
     from memprobe.probe.parallel import Job, merge_parts
 
     def part(precision, status, batch):

@@ -15,7 +15,7 @@ import pytest
 
 from conftest import RecordingProgress, memprobe_process, wait_for
 from fakes import TOY, FakeGroup, fake_group_opts, rank_processes, toy_scan
-from memprobe.core.results import read_result
+from memprobe.core.records.results import read_result
 from memprobe.probe.distributed.scan import scan_distributed
 from memprobe.probe.pipeline import ScanInterrupted
 

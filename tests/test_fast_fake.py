@@ -7,7 +7,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from memprobe.core.registry import load_registry  # noqa: E402
+from memprobe.core.workload.registry import load_registry  # noqa: E402
 from memprobe.predict import fast_fake, session  # noqa: E402
 from memprobe.predict.fakecuda import FakeTensorMode  # noqa: E402
 from memprobe.predict.trace import TraceSession  # noqa: E402

@@ -12,7 +12,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from memprobe.core.registry import load_registry  # noqa: E402
+from memprobe.core.workload.registry import load_registry  # noqa: E402
 from memprobe.training.flops import flops_per_sample, workload_flops_per_sample  # noqa: E402
 from memprobe.workloads.base import TrainTask  # noqa: E402
 from memprobe.workloads.families import BUILDERS  # noqa: E402

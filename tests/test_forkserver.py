@@ -8,9 +8,9 @@ import time
 
 import pytest
 
-from memprobe.core.child import ForkServerError
-from memprobe.core.protocol import Lost, PingRequest, Pong, Ready
-from memprobe.core.registry import load_registry
+from memprobe.core.process.child import ForkServerError
+from memprobe.core.process.protocol import Lost, PingRequest, Pong, Ready
+from memprobe.core.workload.registry import load_registry
 from memprobe.probe.runner import Worker, WorkerFactory, WorkerSpec, Zygote
 
 BUDGET = 8 << 20

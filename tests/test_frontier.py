@@ -7,7 +7,9 @@ import json
 from click.testing import CliRunner
 
 from memprobe.cli import main
-from memprobe.core.frontier import (
+from memprobe.core.estimates.memory_model import Attempt
+from memprobe.core.process.outcomes import FIT, OOM
+from memprobe.core.records.frontier import (
     BATCH_AT_SEQ,
     MEASURED,
     SEQ_AT_BATCH,
@@ -18,10 +20,8 @@ from memprobe.core.frontier import (
     point_workload,
     walk,
 )
-from memprobe.core.memory_model import Attempt
-from memprobe.core.outcomes import FIT, OOM
-from memprobe.core.registry import load_registry
-from memprobe.core.results import ScanResult, read_result, write_result
+from memprobe.core.records.results import ScanResult, read_result, write_result
+from memprobe.core.workload.registry import load_registry
 from memprobe.probe.proof import confirm_edge
 from memprobe.probe.search import find_max_batch
 
@@ -129,8 +129,8 @@ def test_frontier_section_round_trips_and_report_pairs_measured_with_predicted(t
 def test_scan_frontier_reads_each_points_typed_proof(tmp_path, monkeypatch):
     """The measured frontier over fake point scans that return result records as scan_workload does (typed Proof),
     written to the frontier file after every point."""
-    from memprobe.core.records import Proof
-    from memprobe.core.results import PrecisionResult
+    from memprobe.core.records.records import Proof
+    from memprobe.core.records.results import PrecisionResult
     from memprobe.probe import frontier as probe_frontier
     from memprobe.probe.options import ScanOptions
 

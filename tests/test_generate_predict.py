@@ -14,8 +14,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from memprobe.core.generation import GenerationRequest, generation_variant  # noqa: E402
-from memprobe.core.registry import load_registry  # noqa: E402
+from memprobe.core.records.generation import GenerationRequest, generation_variant  # noqa: E402
+from memprobe.core.workload.registry import load_registry  # noqa: E402
 from memprobe.predict.allocator import ALLOC, FREE, MARK  # noqa: E402
 from memprobe.predict.batch_model import PrecisionTraces, _replay  # noqa: E402
 from memprobe.predict.trace import DECODE_TRACED, TRIAL_MARK, TraceSession  # noqa: E402

@@ -11,10 +11,10 @@ import json
 
 import pytest
 
-from memprobe.core.generation import GenerationRequest, generation_record, generation_variant
-from memprobe.core.records import Timed
-from memprobe.core.registry import load_registry
-from memprobe.core.results import SCHEMA_VERSION, read_result
+from memprobe.core.records.generation import GenerationRequest, generation_record, generation_variant
+from memprobe.core.records.records import Timed
+from memprobe.core.records.results import SCHEMA_VERSION, read_result
+from memprobe.core.workload.registry import load_registry
 
 REGISTRY = load_registry()
 GEN = ["--mode", "generate", "--prompt-len", "8", "--new-tokens", "2", "-p", "fp32"]
@@ -97,9 +97,9 @@ def test_generation_frontier_walks_contexts_and_reports_them(tmp_path, monkeypat
     """`scan --search frontier --mode generate` over fake point scans: the max concurrent sequences at contexts
     1k, 2k, 4k, ... (prompts of context - N) and the max context (prompt found + N) at 1, 2, 4, ... sequences, the
     prompt search capped where the model's positions end."""
-    from memprobe.core.frontier import BATCH_AT_SEQ, SEQ_AT_BATCH, ladder_of, point_workload
-    from memprobe.core.records import Proof
-    from memprobe.core.results import PrecisionResult, ScanResult
+    from memprobe.core.records.frontier import BATCH_AT_SEQ, SEQ_AT_BATCH, ladder_of, point_workload
+    from memprobe.core.records.records import Proof
+    from memprobe.core.records.results import PrecisionResult, ScanResult
     from memprobe.probe import frontier as probe_frontier
     from memprobe.probe.options import ScanOptions
 
@@ -159,9 +159,9 @@ def test_a_generation_frontier_stopped_before_its_first_point_writes_nothing(tmp
 
 
 def test_generation_frontier_points_over_the_batch_start_from_the_prediction(tmp_path, monkeypatch):
-    from memprobe.core.frontier import BATCH_AT_SEQ, SEQ_AT_BATCH
-    from memprobe.core.records import Proof
-    from memprobe.core.results import PrecisionResult, ScanResult
+    from memprobe.core.records.frontier import BATCH_AT_SEQ, SEQ_AT_BATCH
+    from memprobe.core.records.records import Proof
+    from memprobe.core.records.results import PrecisionResult, ScanResult
     from memprobe.probe import frontier as probe_frontier
     from memprobe.probe.options import ScanOptions
 
@@ -184,7 +184,7 @@ def test_generation_frontier_points_over_the_batch_start_from_the_prediction(tmp
 def generation_workloads_frontier(new: int):
     from types import SimpleNamespace
 
-    from memprobe.core.generation import generation_workloads
+    from memprobe.core.records.generation import generation_workloads
 
     asked = SimpleNamespace(
         prompt_len=None, new_tokens=new, prefill_chunk=None, seq_len=None, checkpointing=False, lora=None,
@@ -195,7 +195,7 @@ def generation_workloads_frontier(new: int):
 
 
 def test_report_shows_the_generation_record(run, tmp_path):
-    from memprobe.core.results import PrecisionResult, ScanResult, write_result
+    from memprobe.core.records.results import PrecisionResult, ScanResult, write_result
 
     timed = Timed(batch=190, outcome="fit", peak_allocated=120 << 30, peak_reserved=122 << 30, kv_cache_bytes=48 << 30)
     timed.prefill_seconds, timed.prefill_tokens_per_s, timed.decode_tokens_per_s = 12.0, 129_706.0, 8_512.0
@@ -225,7 +225,7 @@ def test_report_shows_the_generation_record(run, tmp_path):
 def test_a_generation_where_nothing_fits_says_so_and_what_it_would_need():
     """As in training: batch 1 failed, so the scan traces what one sequence's generation would need and says it;
     no training alternative (checkpointing, LoRA) is offered for a generation."""
-    from memprobe.core.results import PrecisionResult, ScanResult
+    from memprobe.core.records.results import PrecisionResult, ScanResult
     from memprobe.probe.nothing_fits import described, explain_precision
 
     workload = generation_variant(REGISTRY["llama-8b"], GenerationRequest(2048, 64))

@@ -9,7 +9,7 @@ import functools
 import pytest
 
 from fakes import World, run_scan
-from memprobe.core.run_length import GENERATE_SEARCH_DECODE
+from memprobe.core.workload.run_length import GENERATE_SEARCH_DECODE
 from memprobe.probe.options import ScanOptions
 
 CUT = GENERATE_SEARCH_DECODE
@@ -53,9 +53,9 @@ def test_the_trial_process_runs_the_decode_forwards_it_was_asked_for():
     """The worker's step plan: a cut trial runs the prefill and `decode_steps` decode forwards per generation, a
     trial without it and the timed run that follows the whole generation."""
     pytest.importorskip("torch")
-    from memprobe.core.generation import GenerationRequest, generation_variant
-    from memprobe.core.protocol import MeasureRequest, Ready, SetupRequest, TrialRequest
-    from memprobe.core.registry import load_registry
+    from memprobe.core.process.protocol import MeasureRequest, Ready, SetupRequest, TrialRequest
+    from memprobe.core.records.generation import GenerationRequest, generation_variant
+    from memprobe.core.workload.registry import load_registry
     from memprobe.probe.child.worker import Session
 
     new = 6

@@ -15,7 +15,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from memprobe.core.registry import load_registry  # noqa: E402
+from memprobe.core.workload.registry import load_registry  # noqa: E402
 from torchvision_standin import forget, install_standin, torchvision_usable  # noqa: E402
 
 TOY = load_registry()["toy-llama"]

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import pytest
 
-from memprobe.core.cardsize import card_size
-from memprobe.core.catalog import default_catalog
-from memprobe.core.overhead import Override, default_overhead_table, usable_memory
+from memprobe.core.cards.cardsize import card_size
+from memprobe.core.cards.catalog import default_catalog
+from memprobe.core.cards.overhead import Override, default_overhead_table, usable_memory
 
 torch = pytest.importorskip("torch")
 
-from memprobe.core.registry import load_registry  # noqa: E402
+from memprobe.core.workload.registry import load_registry  # noqa: E402
 from memprobe.predict.allocator import ALLOC, FREE, MARK  # noqa: E402
 from memprobe.predict.data_parallel import World  # noqa: E402
 from memprobe.predict.ddp_rebuild import BUCKET_BYTES, FIRST_BUCKET_BYTES, BucketRebuild, bucket_bytes  # noqa: E402
@@ -159,7 +159,7 @@ def test_no_committed_multi_gpu_scan_trained_fewer_than_the_safe_batch_predict_t
     from pathlib import Path
 
     from memprobe.compare.scaling import strategy, world_size
-    from memprobe.core.results import load_results
+    from memprobe.core.records.results import load_results
 
     repo = Path(__file__).resolve().parents[1]
     rows = json.loads((repo / "reports" / "calibration_multi_gpu.json").read_text())["rows"]

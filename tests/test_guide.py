@@ -14,9 +14,9 @@ from memprobe.compare.card_predictions import memory_models, predict_max_batch, 
 from memprobe.compare.comparison import MEASURED, PREDICTED
 from memprobe.compare.guide import guide_report
 from memprobe.compare.verdicts import VERDICT_ALL, VERDICT_MOST, VERDICT_NO, verdicts
-from memprobe.core.catalog import Card, Catalog, Price, load_catalog
-from memprobe.core.overhead import OverheadTable, ScannedCard, default_overhead_table, overhead_for
-from memprobe.core.results import write_result
+from memprobe.core.cards.catalog import Card, Catalog, Price, load_catalog
+from memprobe.core.cards.overhead import OverheadTable, ScannedCard, default_overhead_table, overhead_for
+from memprobe.core.records.results import write_result
 
 
 def card(
@@ -182,8 +182,8 @@ def test_guide_on_the_packaged_catalog_marks_predictions_and_states_the_overhead
     assert f"minus {carried.overhead_bytes / 2**30:.2f} GiB measured on the {carried.card}, carried over" in text
     assert "`memprobe predict -m WORKLOAD -p PRECISION --gpu CARD` replays the trial" in text
     # RTX 3090: its memory - the carried overhead - what kernels take during the run - 4 GiB static, / 0.75 GiB
-    from memprobe.core.cardsize import card_size
-    from memprobe.core.catalog import default_catalog
+    from memprobe.core.cards.cardsize import card_size
+    from memprobe.core.cards.catalog import default_catalog
 
     rtx = default_catalog().find("RTX 3090")
     usable = card_size(rtx)[0] - carried.overhead_bytes - default_overhead_table().run_overhead_bytes

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from memprobe.core.inputs import read_text
+from memprobe.core.files.inputs import read_text
 
 
 def test_a_regular_file_is_read(tmp_path):

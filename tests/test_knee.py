@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from memprobe.core.knee import Fall, bisect_batch, counts, falls, knee, resolved
-from memprobe.core.records import CurvePoint, Timed
-from memprobe.core.results import read_result
+from memprobe.core.estimates.knee import Fall, bisect_batch, counts, falls, knee, resolved
+from memprobe.core.records.records import CurvePoint, Timed
+from memprobe.core.records.results import read_result
 from memprobe.probe.curve import ladder, phases, spread_order
 from memprobe.probe.curve_cost import COST_MARGIN, PointCost, from_precision
 from memprobe.probe.curve_run import PointTimer, measure_curve

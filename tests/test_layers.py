@@ -14,7 +14,7 @@ uses predict's trace without depending on it.
 Within probe, only probe/child/ (what runs in a trial process or a torchrun rank) imports torch: the scan's own
 process never does, so it starts fast and holds no GPU memory. And probe/child/ imports nothing of probe outside it:
 a trial process or a rank needs only what lies below probe (core, workloads, training) and the child folder, and the
-messages between both sides are core's (core/protocol.py, core/rank_record.py).
+messages between both sides are core's (core/process/protocol.py, core/process/rank_record.py).
 
 The tests have a rule of their own: no file in tests/ imports a test module (test_*). The fakes and helpers that
 several test modules share live in tests/fakes.py, the fixtures in tests/conftest.py.
@@ -125,7 +125,7 @@ def test_the_layers_have_no_cycle():
         ("import memprobe.compare.guide\n", ["probe imports memprobe.compare.guide"]),
         ("from memprobe import api\n", ["probe imports memprobe.api"]),
         ("from ...predict import summary\n", ["probe imports memprobe.predict.summary"]),  # relative, two levels up
-        ("from memprobe.core.units import gib\nfrom memprobe import __version__\n", []),
+        ("from memprobe.core.text.units import gib\nfrom memprobe import __version__\n", []),
     ],
 )
 def test_the_check_catches_an_import_that_goes_the_wrong_way(tmp_path, source, expected):

@@ -17,8 +17,8 @@ from memprobe.compare.curves import best_batch_table, common_batch, like_for_lik
 from memprobe.compare.guide import guide_report
 from memprobe.compare.relative import relative_throughput
 from memprobe.compare.report import comparison_report
-from memprobe.core.outcomes import CRASH, OOM, classify_error
-from memprobe.core.results import SCHEMA_VERSION, PrecisionResult, read_result, write_result
+from memprobe.core.process.outcomes import CRASH, OOM, classify_error
+from memprobe.core.records.results import SCHEMA_VERSION, PrecisionResult, read_result, write_result
 
 
 def ratio(relative, gpu_part: str) -> float:

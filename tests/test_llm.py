@@ -17,9 +17,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from memprobe.core.protocol import FlopsRequest, MeasureRequest, Ready, SetupRequest, TrialRequest  # noqa: E402
-from memprobe.core.registry import load_registry  # noqa: E402
-from memprobe.core.variants import VariantRequest, apply_variant  # noqa: E402
+from memprobe.core.process.protocol import FlopsRequest, MeasureRequest, Ready, SetupRequest, TrialRequest  # noqa: E402
+from memprobe.core.workload.registry import load_registry  # noqa: E402
+from memprobe.core.workload.variants import VariantRequest, apply_variant  # noqa: E402
 from torchvision_standin import forget, install_standin, torchvision_usable  # noqa: E402
 
 BUDGET = 64 * 2**20
@@ -256,7 +256,7 @@ def standin_for_workers(tmp_path, monkeypatch):
 @pytest.mark.slow
 def test_sequence_length_scan_proves_the_edge_in_fresh_processes(standin_for_workers, tmp_path):
     from conftest import RecordingProgress
-    from memprobe.core.results import read_result
+    from memprobe.core.records.results import read_result
     from memprobe.probe.scan import ScanOptions, scan_workload
 
     variant = apply_variant(TOY, VariantRequest(search="seq-len", batch=1), ["bf16"])

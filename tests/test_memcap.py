@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from memprobe.core.catalog import default_catalog, find_card
-from memprobe.core.memcap import MemoryCapError, emulated_name, is_emulated, plan_cap
-from memprobe.core.overhead import overhead_for
+from memprobe.core.cards.catalog import default_catalog, find_card
+from memprobe.core.cards.memcap import MemoryCapError, emulated_name, is_emulated, plan_cap
+from memprobe.core.cards.overhead import overhead_for
 
 GiB = 2**30
 

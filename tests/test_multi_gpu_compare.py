@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from conftest import RecordingProgress
 from fakes import TOY, FakeGroup, fake_group_opts
 from memprobe.cli import main
-from memprobe.core.plan import MEASURED, PREDICTED
+from memprobe.core.estimates.plan import MEASURED, PREDICTED
 from memprobe.planning.build import build_plan
 from memprobe.probe.distributed.scan import scan_distributed
 
@@ -57,7 +57,7 @@ def test_guide_shows_the_scaling_table_of_multi_gpu_files_beside_the_single_gpu_
 
 
 def test_guide_with_bert_large_squad_multi_gpu_files_adds_the_published_multi_gpu_figures(tmp_path):
-    from memprobe.core.registry import load_registry
+    from memprobe.core.workload.registry import load_registry
 
     bert = load_registry()["bert-large-squad"]
     _r, path = scan_distributed(bert, fake_group_opts(), 2, "fsdp", tmp_path, RecordingProgress(), H200Group())

@@ -1,4 +1,4 @@
-"""Every numeric option's bounds are declared once (core/option_bounds.py): the command and the API refuse the same
+"""Every numeric option's bounds are declared once (core/workload/option_bounds.py): the command and the API refuse the same
 out-of-range value with the same message, the one its Bound gives, and take a value at the edge of its range.
 
 Each case runs the command through CliRunner and the API call (or, for an option the API functions do not take,
@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 import memprobe.api as api
 from memprobe.cli import main
-from memprobe.core import option_bounds as bounds
+from memprobe.core.workload import option_bounds as bounds
 from memprobe.request import ModelRequest, PredictRequest, RequestError, predict_job
 
 CPU = ["--device", "cpu", "--cpu-memory-budget", "64MiB"]
@@ -201,7 +201,7 @@ def test_predict_and_predict_max_batch_take_the_edges_of_every_range(monkeypatch
 
 def test_plan_and_the_plan_api_take_the_edges_of_every_range(monkeypatch):
     import memprobe.planning.build as build
-    from memprobe.core.plan import PlanError
+    from memprobe.core.estimates.plan import PlanError
 
     asked = []
 

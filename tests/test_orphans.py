@@ -30,7 +30,7 @@ PARENT = textwrap.dedent("""
     # is inherited through exec (nohup, a backgrounded job), and the parent would not die of it
     signal.signal(signal.SIGHUP, signal.SIG_DFL)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGHUP})
-    from memprobe.core.registry import load_registry
+    from memprobe.core.workload.registry import load_registry
     from memprobe.probe.hint import PredictedStart
     from memprobe.probe.runner import Worker, WorkerFactory, WorkerSpec
 

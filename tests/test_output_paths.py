@@ -14,7 +14,7 @@ from typing import Iterator
 
 import pytest
 
-from memprobe.core.outputs import OutputError, atomic_write, check_output_file, output_target
+from memprobe.core.files.outputs import OutputError, atomic_write, check_output_file, output_target
 
 REPO = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": str(REPO)}
@@ -60,7 +60,7 @@ def test_a_named_pipe_is_written_to_not_replaced(tmp_path):
 @pytest.mark.parametrize("into", ["file", "pipe"])
 def test_dev_stdout_is_written_to_after_what_was_printed(tmp_path, into):
     code = (
-        "from memprobe.core.outputs import atomic_write\n"
+        "from memprobe.core.files.outputs import atomic_write\n"
         "print('table', flush=False)\n"
         "atomic_write('/dev/stdout', lambda h: h.write('breakdown\\n'))\n"
         "print('after')\n"

@@ -15,9 +15,9 @@ from click.testing import CliRunner
 
 from memprobe.cli import main
 from memprobe.compare.card_predictions import card_capacity
-from memprobe.core.cardsize import card_size
-from memprobe.core.catalog import default_catalog
-from memprobe.core.overhead import (
+from memprobe.core.cards.cardsize import card_size
+from memprobe.core.cards.catalog import default_catalog
+from memprobe.core.cards.overhead import (
     OverheadError,
     default_overhead_path,
     default_overhead_table,

@@ -15,10 +15,10 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import memprobe  # noqa: E402
-from memprobe.core.memory_model import Attempt  # noqa: E402
-from memprobe.core.outcomes import USER_ERROR  # noqa: E402
-from memprobe.core.protocol import Failure, SetupRequest  # noqa: E402
-from memprobe.core.results import read_result  # noqa: E402
+from memprobe.core.estimates.memory_model import Attempt  # noqa: E402
+from memprobe.core.process.outcomes import USER_ERROR  # noqa: E402
+from memprobe.core.process.protocol import Failure, SetupRequest  # noqa: E402
+from memprobe.core.records.results import read_result  # noqa: E402
 from memprobe.probe.search import find_max_batch as search  # noqa: E402
 from memprobe.workloads.base import UserModelError  # noqa: E402
 

@@ -14,8 +14,8 @@ import memprobe.probe.nothing_fits
 from conftest import RecordingProgress
 from fakes import TOY, FakeGroup, fake_group_opts, toy_scan
 from memprobe.cli import main
-from memprobe.core.outcomes import FIT
-from memprobe.core.results import read_result
+from memprobe.core.process.outcomes import FIT
+from memprobe.core.records.results import read_result
 from memprobe.probe.distributed.scan import scan_precision_distributed
 
 

@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from memprobe.cli import main
-from memprobe.core.plan import (
+from memprobe.core.estimates.plan import (
     MEASURED,
     PREDICTED,
     Capacity,
@@ -20,7 +20,7 @@ from memprobe.core.plan import (
     micro_cap,
     plan_row,
 )
-from memprobe.core.registry import load_registry
+from memprobe.core.workload.registry import load_registry
 from memprobe.planning.build import build_plan
 from memprobe.planning.levers import settings
 
@@ -154,8 +154,8 @@ def test_h200_resnet50_fp16_plan_at_8192_stays_below_the_knee():
 
 
 def test_result_of_another_card_is_not_measured_for_this_one():
-    from memprobe.core.catalog import default_catalog
-    from memprobe.core.results import read_result
+    from memprobe.core.cards.catalog import default_catalog
+    from memprobe.core.records.results import read_result
     from memprobe.planning.measured import on_card
 
     result, catalog = read_result(H200_RESNET), default_catalog()

@@ -15,8 +15,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from conftest import has_nvidia_gpu  # noqa: E402
-from memprobe.core.overhead import OverheadError, overhead_from_files  # noqa: E402
-from memprobe.core.registry import load_registry  # noqa: E402
+from memprobe.core.cards.overhead import OverheadError, overhead_from_files  # noqa: E402
+from memprobe.core.workload.registry import load_registry  # noqa: E402
 from memprobe.predict.allocator import ALLOC, FREE, MARK  # noqa: E402
 from memprobe.predict.batch_model import PrecisionTraces, _replay  # noqa: E402
 from memprobe.predict.edge_search import max_batch_for  # noqa: E402
@@ -377,7 +377,7 @@ def test_a_sequence_length_prediction_speaks_of_lengths(run, tmp_path):
 
 
 def test_a_prediction_names_the_libraries_a_scan_ran_differently():
-    from memprobe.core.environment import Environment
+    from memprobe.core.records.environment import Environment
     from memprobe.predict.summary import library_versions, version_note
 
     mine = {"torch": "2.13.0+cpu", "transformers": "5.24.0", "timm": "1.0.29"}

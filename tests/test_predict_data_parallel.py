@@ -17,8 +17,8 @@ from click.testing import CliRunner  # noqa: E402
 
 from fakes import toy_scan  # noqa: E402
 from memprobe.cli import main  # noqa: E402
-from memprobe.core.registry import load_registry  # noqa: E402
-from memprobe.core.strategies import StrategyError  # noqa: E402
+from memprobe.core.workload.registry import load_registry  # noqa: E402
+from memprobe.core.workload.strategies import StrategyError  # noqa: E402
 from memprobe.predict.allocator import ALLOC, FREE, MARK  # noqa: E402
 from memprobe.predict.data_parallel import World  # noqa: E402
 from memprobe.predict.sessions import world_wraps  # noqa: E402
@@ -186,7 +186,7 @@ def test_cli_bad_world_is_one_line(args, words):
 
 
 def test_cli_compare_needs_the_same_world(tmp_path):
-    from memprobe.core.results import ScanResult  # noqa: F401 - the file below is written the way results.py reads it
+    from memprobe.core.records.results import ScanResult  # noqa: F401 - the file below is written the way results.py reads it
 
     runner = CliRunner()
     out = tmp_path / "scan"

@@ -13,8 +13,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from memprobe.core.registry import load_registry  # noqa: E402
-from memprobe.core.variants import VariantRequest, apply_variant  # noqa: E402
+from memprobe.core.workload.registry import load_registry  # noqa: E402
+from memprobe.core.workload.variants import VariantRequest, apply_variant  # noqa: E402
 from memprobe.predict.parallel import Job, can_fork, trace_jobs  # noqa: E402
 from memprobe.predict.progress import TraceProgress  # noqa: E402
 from memprobe.predict.summary import MemorySize, predict  # noqa: E402

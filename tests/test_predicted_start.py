@@ -13,7 +13,7 @@ from click.testing import CliRunner  # noqa: E402
 
 from fakes import toy_scan
 from memprobe.cli import main  # noqa: E402
-from memprobe.core.registry import Workload, load_registry  # noqa: E402
+from memprobe.core.workload.registry import Workload, load_registry  # noqa: E402
 from memprobe.probe.hint import PredictedStart, Prediction  # noqa: E402
 from memprobe.probe.options import ScanOptions  # noqa: E402
 

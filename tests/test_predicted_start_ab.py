@@ -6,8 +6,8 @@ import importlib.util
 import sys
 from pathlib import Path
 
-from memprobe.core.memory_model import Attempt
-from memprobe.core.results import PrecisionResult, ScanResult, write_result
+from memprobe.core.estimates.memory_model import Attempt
+from memprobe.core.records.results import PrecisionResult, ScanResult, write_result
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -1,4 +1,4 @@
-"""The trial-process protocol (core/protocol.py): every request and answer survives the wire, refusals and crashes
+"""The trial-process protocol (core/process/protocol.py): every request and answer survives the wire, refusals and crashes
 are recognised, unknown kinds are refused (no torch, no process)."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from memprobe.core.memory_model import Attempt
-from memprobe.core.protocol import (
+from memprobe.core.estimates.memory_model import Attempt
+from memprobe.core.process.protocol import (
     REQUESTS,
     BreakdownAnswer,
     BreakdownRequest,
@@ -31,8 +31,8 @@ from memprobe.core.protocol import (
     encode_answer,
     encode_request,
 )
-from memprobe.core.records import Timed
-from memprobe.core.registry import Workload
+from memprobe.core.records.records import Timed
+from memprobe.core.workload.registry import Workload
 
 TOY = Workload("toy", "toy-mlp", "a toy", "samples", {"hidden": 8}, {"name": "sgd", "lr": 0.1})
 REQUESTS_SENT = [
@@ -129,7 +129,7 @@ def test_lost_answers_say_why():
 
 
 def test_the_predicting_childrens_messages_survive_the_wire_and_a_bad_line_is_refused():
-    from memprobe.core.protocol import (
+    from memprobe.core.process.protocol import (
         HintAnswer,
         HintRequest,
         HintSetup,

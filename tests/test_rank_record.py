@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from memprobe.core.outcomes import OOM
-from memprobe.core.protocol import TrialSettings
-from memprobe.core.rank_record import (
+from memprobe.core.process.outcomes import OOM
+from memprobe.core.process.protocol import TrialSettings
+from memprobe.core.process.rank_record import (
     LaunchRequest,
     RankFailure,
     RankRecord,
@@ -22,8 +22,8 @@ from memprobe.core.rank_record import (
     read_rank_request,
     write_rank_request,
 )
-from memprobe.core.registry import Workload
-from memprobe.core.wire import MessageError, to_wire
+from memprobe.core.process.wire import MessageError, to_wire
+from memprobe.core.workload.registry import Workload
 
 TOY = Workload("toy", "toy-mlp", "a toy", "samples", {"hidden": 8}, {"name": "adam"})
 LAUNCH = LaunchRequest(

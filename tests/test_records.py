@@ -11,10 +11,10 @@ import pytest
 from click.testing import CliRunner
 
 from memprobe.cli import main
-from memprobe.core.environment import Environment, GpuInfo, WorkloadRecord
-from memprobe.core.memory_model import Attempt, MemoryModel
-from memprobe.core.records import Check, CurvePoint, Pair, Proof, Timed
-from memprobe.core.results import (
+from memprobe.core.estimates.memory_model import Attempt, MemoryModel
+from memprobe.core.records.environment import Environment, GpuInfo, WorkloadRecord
+from memprobe.core.records.records import Check, CurvePoint, Pair, Proof, Timed
+from memprobe.core.records.results import (
     PRECISION_STATUSES,
     SCHEMA_VERSION,
     ResultFileError,
@@ -23,8 +23,8 @@ from memprobe.core.results import (
     read_result,
     write_result,
 )
-from memprobe.core.schema import rule_of
-from memprobe.core.settings import PrecisionSettings, ScanSettings, Task
+from memprobe.core.records.schema import rule_of
+from memprobe.core.records.settings import PrecisionSettings, ScanSettings, Task
 from memprobe.predict.render import render
 from memprobe.predict.summary import ComparisonRow, Prediction, trial_fit_batches
 

@@ -7,7 +7,7 @@ import textwrap
 
 import pytest
 
-from memprobe.core.registry import FAMILIES, OPTIMIZERS, UNITS, RegistryError, Workload, load_registry, select
+from memprobe.core.workload.registry import FAMILIES, OPTIMIZERS, UNITS, RegistryError, Workload, load_registry, select
 
 GOOD_ENTRY = """\
   family: toy-mlp
@@ -260,7 +260,7 @@ def test_non_string_entry_name_still_gets_its_line(tmp_path):
 
 
 def test_a_workload_comes_back_from_its_dict():
-    from memprobe.core.registry import Workload, load_registry
+    from memprobe.core.workload.registry import Workload, load_registry
 
     for workload in load_registry().values():
         back = Workload.from_dict(workload.to_dict())

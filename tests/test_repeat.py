@@ -11,11 +11,11 @@ from click.testing import CliRunner
 from conftest import RecordingProgress
 from fakes import TOY, FakeGroup, FakeTrials, World, fake_group_opts, linear, make_result, run_scan
 from memprobe.cli import main
-from memprobe.core.edge_text import band_text, edge_text, runs_text
-from memprobe.core.memory_model import Attempt
-from memprobe.core.outcomes import FIT, OOM
-from memprobe.core.records import Band, BandRun, Proof
-from memprobe.core.results import read_result, write_result
+from memprobe.core.estimates.memory_model import Attempt
+from memprobe.core.process.outcomes import FIT, OOM
+from memprobe.core.records.records import Band, BandRun, Proof
+from memprobe.core.records.results import read_result, write_result
+from memprobe.core.text.edge_text import band_text, edge_text, runs_text
 from memprobe.probe.distributed.scan import scan_precision_distributed
 from memprobe.probe.edge_walk import CHECK_CAP_FACTOR, EDGE_BUDGET_S, confirm_edge
 from memprobe.probe.proof import proof_record

@@ -7,7 +7,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from memprobe.core.registry import load_registry  # noqa: E402
+from memprobe.core.workload.registry import load_registry  # noqa: E402
 from memprobe.predict.allocator import ALLOC, FREE, MARK  # noqa: E402
 from memprobe.predict.batch_model import PrecisionTraces  # noqa: E402
 from memprobe.predict.progress import TraceProgress  # noqa: E402
@@ -91,7 +91,7 @@ def test_batch_one_is_traced_for_every_precision_at_once(registry):
 def test_a_length_model_left_unchecked_forgets_what_it_replayed(registry):
     """Along the length, a model no edge check compared (the edge among the traced lengths) drops its repeated traces
     and the searches replayed from them; a length asked for again is traced in full."""
-    from memprobe.core.variants import VariantRequest, apply_variant
+    from memprobe.core.workload.variants import VariantRequest, apply_variant
 
     workload = apply_variant(registry["toy-llama"], VariantRequest(search="seq-len"))
     with TraceSession(workload) as session:

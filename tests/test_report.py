@@ -20,10 +20,10 @@ from memprobe.compare.published import comparable, load_published
 from memprobe.compare.relative import relative_table, relative_throughput
 from memprobe.compare.report import render
 from memprobe.compare.tables import gains_table, max_batch_table, throughput_table, utilization_table
-from memprobe.core.catalog import find_card, load_catalog, peak_tflops
-from memprobe.core.memory_model import Attempt
-from memprobe.core.records import Check, Pair
-from memprobe.core.results import ScanResult, write_result
+from memprobe.core.cards.catalog import find_card, load_catalog, peak_tflops
+from memprobe.core.estimates.memory_model import Attempt
+from memprobe.core.records.records import Check, Pair
+from memprobe.core.records.results import ScanResult, write_result
 
 RTX8000 = "Quadro RTX 8000"
 
@@ -418,7 +418,7 @@ def test_cli_help(run, command):
 
 def test_report_modules_do_not_import_torch():
     code = (
-        "import sys, memprobe.compare.report, memprobe.compare.guide, memprobe.compare.charts, memprobe.core.catalog, memprobe.compare.published; "
+        "import sys, memprobe.compare.report, memprobe.compare.guide, memprobe.compare.charts, memprobe.core.cards.catalog, memprobe.compare.published; "
         "assert 'torch' not in sys.modules, 'torch imported'"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)

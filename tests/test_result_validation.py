@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from memprobe.cli import main
-from memprobe.core.results import ResultFileError, find_result_files, read_result
+from memprobe.core.records.results import ResultFileError, find_result_files, read_result
 
 REPO = Path(__file__).resolve().parents[1]
 GOOD = (

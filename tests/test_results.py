@@ -8,10 +8,10 @@ from datetime import datetime, timezone
 
 import pytest
 
-from memprobe.core import outcomes as errors
-from memprobe.core.memory_model import Attempt
-from memprobe.core.outcomes import classify_error
-from memprobe.core.results import (
+from memprobe.core.estimates.memory_model import Attempt
+from memprobe.core.process import outcomes as errors
+from memprobe.core.process.outcomes import classify_error
+from memprobe.core.records.results import (
     SCHEMA,
     SCHEMA_VERSION,
     PrecisionResult,
@@ -23,7 +23,7 @@ from memprobe.core.results import (
     slug,
     write_result,
 )
-from memprobe.core.units import gib, parse_size
+from memprobe.core.text.units import gib, parse_size
 
 
 def sample_result() -> ScanResult:

@@ -1,10 +1,10 @@
-"""How many steps a scan runs at a fit (core/run_length.py), shared by the scan's options and predict's replay."""
+"""How many steps a scan runs at a fit (core/workload/run_length.py), shared by the scan's options and predict's replay."""
 
 from __future__ import annotations
 
 import pytest
 
-from memprobe.core.run_length import INFER_TRIAL_STEPS, TIMED_STEPS, TRIAL_STEPS, WARMUP_STEPS, steps_at_fit
+from memprobe.core.workload.run_length import INFER_TRIAL_STEPS, TIMED_STEPS, TRIAL_STEPS, WARMUP_STEPS, steps_at_fit
 from memprobe.probe.options import ScanOptions
 
 

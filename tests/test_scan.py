@@ -23,7 +23,7 @@ from fakes import (
     run_scan,
     toy_workload,
 )
-from memprobe.core.results import read_result
+from memprobe.core.records.results import read_result
 from memprobe.probe.scan import NoCudaError, ScanOptions, scan_workload
 
 
@@ -431,7 +431,7 @@ def test_scan_workload_no_cuda_writes_nothing(monkeypatch, tmp_path):
 
 
 def test_mfu_against_the_catalog_peak_of_a_known_gpu():
-    from memprobe.core.catalog import peak_tflops
+    from memprobe.core.cards.catalog import peak_tflops
 
     world = World(gpu="NVIDIA H100 80GB HBM3", flops_per_sample=1e12)
     result, _, _ = run_scan(world)

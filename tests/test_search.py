@@ -7,7 +7,7 @@ import math
 import pytest
 
 from fakes import FakeTrials, check_invariants, linear
-from memprobe.core.memory_model import Attempt, MemoryModel, edge_model, fit_memory_model
+from memprobe.core.estimates.memory_model import Attempt, MemoryModel, edge_model, fit_memory_model
 from memprobe.probe.search import find_max_batch
 
 # --- linear memory ---------------------------------------------------------------------------
@@ -124,7 +124,7 @@ def test_the_shortfall_in_an_oom_message_guides_the_walk_back():
     ],
 )
 def test_oom_shortfall_reads_pytorchs_message(message, expected):
-    from memprobe.core.memory_model import oom_shortfall
+    from memprobe.core.estimates.memory_model import oom_shortfall
 
     got = oom_shortfall(message)
     assert got == (pytest.approx(expected) if expected is not None else None)

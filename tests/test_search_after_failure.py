@@ -11,7 +11,7 @@ import random
 import pytest
 
 from fakes import check_invariants
-from memprobe.core.memory_model import Attempt
+from memprobe.core.estimates.memory_model import Attempt
 from memprobe.probe.search import after_failure, find_max_batch, sample_bytes
 
 GIB = 2**30

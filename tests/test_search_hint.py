@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from fakes import FakePrediction, FakeTrials, check_invariants, linear
-from memprobe.core.settings import PrecisionSettings
+from memprobe.core.records.settings import PrecisionSettings
 from memprobe.probe.hint import PrecisionHint
 from memprobe.probe.search import HintUse, SearchResult, find_max_batch
 

@@ -7,7 +7,7 @@ import random
 import pytest
 
 from fakes import FakeTrials, linear
-from memprobe.core.memory_model import Attempt
+from memprobe.core.estimates.memory_model import Attempt
 from memprobe.probe.proof import confirm_edge, non_monotone, proof_record
 from memprobe.probe.search import SearchResult, find_max_batch
 

@@ -15,9 +15,9 @@ import pytest
 
 from conftest import RecordingProgress
 from fakes import TOY, FakeGroup, fake_group_opts, rank_processes
-from memprobe.core.memory_model import Attempt
-from memprobe.core.outcomes import CRASH, FIT, OOM, TIMEOUT
-from memprobe.core.rank_record import (
+from memprobe.core.estimates.memory_model import Attempt
+from memprobe.core.process.outcomes import CRASH, FIT, OOM, TIMEOUT
+from memprobe.core.process.rank_record import (
     Command,
     RankFailure,
     RankRecord,
@@ -108,7 +108,7 @@ class _SleepingLaunch:
     """A standby whose 'launcher' is a sleeping process: the ranks' records and votes are written by the test."""
 
     def __init__(self, run_dir) -> None:
-        from memprobe.core.child import Child
+        from memprobe.core.process.child import Child
 
         self.run_dir = run_dir
         self.child = Child.start(["sleep", "600"], talk=False, log=run_dir / "launcher.log")

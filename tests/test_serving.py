@@ -44,7 +44,7 @@ def test_plan_generate_reads_the_measured_scan_of_that_card_model_and_settings()
 def test_plan_generate_at_other_settings_is_not_the_measured_one(monkeypatch):
     """The scan at P = 2048 says nothing of P = 8192: that row is predicted (the trace is stubbed here)."""
     import memprobe.planning.serving as serving
-    from memprobe.core.serving import PREDICTED, ServingRow
+    from memprobe.core.estimates.serving import PREDICTED, ServingRow
 
     traced = []
 

@@ -10,11 +10,11 @@ import memprobe.probe.scan
 import memprobe.probe.setup_failure
 from conftest import RecordingProgress
 from fakes import FakeFactory, FakeWorker, World, assert_all_closed, run_scan, toy_scan, toy_workload
-from memprobe.core.memory_model import Attempt
-from memprobe.core.outcomes import OOM, classify_error
-from memprobe.core.protocol import Failure, SetupRequest
-from memprobe.core.records import Proof
-from memprobe.core.results import SCHEMA, read_result
+from memprobe.core.estimates.memory_model import Attempt
+from memprobe.core.process.outcomes import OOM, classify_error
+from memprobe.core.process.protocol import Failure, SetupRequest
+from memprobe.core.records.records import Proof
+from memprobe.core.records.results import SCHEMA, read_result
 from memprobe.probe.scan import ScanOptions, scan_workload
 from memprobe.probe.soak import apply_soak, soak
 

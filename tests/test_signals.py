@@ -125,7 +125,7 @@ def _churn_then_ctrl_c(*_args, **_kwargs):
 
 def test_ctrl_c_is_never_lost_in_a_finalizer(monkeypatch):
     # Without the interrupt sent again, 16 of 20 such Ctrl-Cs were lost in a plain Python loop like this one.
-    monkeypatch.setattr("memprobe.core.interrupts.BACKSTOP_S", 120.0)  # the backstop would end pytest itself
+    monkeypatch.setattr("memprobe.core.process.interrupts.BACKSTOP_S", 120.0)  # the backstop would end pytest itself
     monkeypatch.setattr("memprobe.predict.summary.predict", _churn_then_ctrl_c)
     for _ in range(20):
         started = time.monotonic()
@@ -184,7 +184,7 @@ def test_ctrl_c_to_the_main_process_alone_stops_predict_every_time(tmp_path):
 def test_a_swallowed_interrupt_still_ends_the_command():
     # code that catches every exception and carries on: the backstop ends the process with 128 + the signal
     script = (
-        "import time, memprobe.core.interrupts as interrupts\n"
+        "import time, memprobe.core.process.interrupts as interrupts\n"
         "interrupts.BACKSTOP_S = 1.0\n"
         "def swallow():\n"
         "    while True:\n"

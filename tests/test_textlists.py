@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from memprobe.core.textlists import comma_items, visible_devices
+from memprobe.core.text.textlists import comma_items, visible_devices
 
 
 def test_items_are_stripped_and_empty_ones_left_out():
@@ -33,7 +33,7 @@ def test_every_reader_of_cuda_visible_devices_reads_it_so():
 
 
 def test_the_api_takes_a_list_option_as_a_comma_separated_string_or_a_sequence():
-    from memprobe.core.textlists import listed
+    from memprobe.core.text.textlists import listed
 
     assert listed("fp16, bf16,") == ["fp16", "bf16"]
     assert listed(("fp16", "bf16")) == ["fp16", "bf16"] and listed([]) == []

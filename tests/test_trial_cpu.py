@@ -22,7 +22,7 @@ torch = pytest.importorskip("torch")
 
 from conftest import RecordingProgress  # noqa: E402
 from fakes import TOY_CPU_BUDGET  # noqa: E402
-from memprobe.core.protocol import (  # noqa: E402
+from memprobe.core.process.protocol import (  # noqa: E402
     Failure,
     FlopsRequest,
     MeasureRequest,
@@ -32,7 +32,7 @@ from memprobe.core.protocol import (  # noqa: E402
     TrialRequest,
     TrialSettings,
 )
-from memprobe.core.results import read_result  # noqa: E402
+from memprobe.core.records.results import read_result  # noqa: E402
 from memprobe.probe.child.worker import Session  # noqa: E402
 from memprobe.probe.runner import Worker, WorkerError, WorkerSpec  # noqa: E402
 from memprobe.probe.scan import ScanOptions, scan_workload  # noqa: E402
@@ -538,7 +538,7 @@ def test_trial_gives_up_when_loss_scaling_skips_every_update():
 
 def _fp16_spec(name: str, **params) -> WorkerSpec:
     """An fp16 trial of the registry workload `name` on the CPU, with `params` changed."""
-    from memprobe.core.registry import load_registry
+    from memprobe.core.workload.registry import load_registry
 
     workload = load_registry()[name]
     workload = replace(workload, params={**workload.params, **params})

@@ -6,11 +6,18 @@ import pytest
 from click.testing import CliRunner
 
 from memprobe.cli import main
-from memprobe.core.records import Timed
-from memprobe.core.registry import Workload, load_registry
-from memprobe.core.results import PrecisionResult, ScanResult, read_result, write_result
-from memprobe.core.settings import NothingFits
-from memprobe.core.variants import VariantError, VariantRequest, apply_variant, base_name, parse_lora, search_axis
+from memprobe.core.records.records import Timed
+from memprobe.core.records.results import PrecisionResult, ScanResult, read_result, write_result
+from memprobe.core.records.settings import NothingFits
+from memprobe.core.workload.registry import Workload, load_registry
+from memprobe.core.workload.variants import (
+    VariantError,
+    VariantRequest,
+    apply_variant,
+    base_name,
+    parse_lora,
+    search_axis,
+)
 from memprobe.probe.nothing_fits import described, explain_nothing_fits
 
 REGISTRY = load_registry()

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from tabulate import tabulate
 
 from memprobe.cli import main
-from memprobe.core import textwidth
+from memprobe.core.text import textwidth
 
 REPO = Path(__file__).resolve().parents[1]
 R = REPO / "reports"

@@ -13,8 +13,8 @@ import pytest
 from memprobe.compare.comparison import build_comparison, file_kind
 from memprobe.compare.curves import like_for_like
 from memprobe.compare.workload_view import answer, build_views, default_reference
-from memprobe.core.catalog import default_catalog
-from memprobe.core.results import load_results
+from memprobe.core.cards.catalog import default_catalog
+from memprobe.core.records.results import load_results
 
 REPORTS = Path(__file__).resolve().parents[1] / "reports"
 FOLDERS = [str(REPORTS / "h100"), str(REPORTS / "h200")]

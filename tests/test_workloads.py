@@ -23,7 +23,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from memprobe.core.registry import load_registry  # noqa: E402
+from memprobe.core.workload.registry import load_registry  # noqa: E402
 from memprobe.workloads import pix2pixhd, pix2pixhd_nets, translation, vision  # noqa: E402
 from memprobe.workloads.base import Amp, make_optimizer  # noqa: E402
 from memprobe.workloads.families import BUILDERS  # noqa: E402
@@ -108,7 +108,7 @@ def test_registry_entries():
 
 
 def test_every_family_the_registry_names_has_a_builder_and_no_other():
-    from memprobe.core.registry import FAMILIES
+    from memprobe.core.workload.registry import FAMILIES
 
     assert sorted(FAMILIES) == sorted(BUILDERS)
 

@@ -12,8 +12,8 @@ done
 python - "$out" <<'PY'
 import sys, pathlib
 import memprobe
-from memprobe.core.breakdown import write_predicted
-from memprobe.core.results import load_results
+from memprobe.core.records.breakdown import write_predicted
+from memprobe.core.records.results import load_results
 out = pathlib.Path(sys.argv[1]); records = []
 for _path, result in load_results([out / "scans"]):
     for precision, p in result.precisions.items():

@@ -33,7 +33,7 @@ start=$(date +%s)
 
 # The card's datasheet memory from memprobe's catalog (what `predict --memory` means), else NVML's total.
 CARD_MEM=$($PY - <<'PY'
-from memprobe.core.catalog import find_card
+from memprobe.core.cards.catalog import find_card
 from memprobe.probe.device import visible_gpu
 gpu = visible_gpu()
 card = find_card(gpu.name)

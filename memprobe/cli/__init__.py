@@ -24,7 +24,7 @@ def _exit_now(code: int) -> NoReturn:
     CPython's `_Py_UnhandledKeyboardInterrupt`, which an interrupt's way through the interpreter can leave set
     though memprobe handled it (3 of 12 Ctrl-Cs during a build on fake tensors ended so, after "interrupted").
     What the command wrote is flushed; its files are whole (written atomically) and its child processes die with it
-    (core/lifeline.py)."""
+    (core/process/lifeline.py)."""
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()

@@ -16,9 +16,9 @@ from memprobe import __version__
 from memprobe.cli.declared import request_options
 from memprobe.cli.helpers import SIGNALS_KEY, interrupted_status, library_messages, one_line, stop_on_signals
 from memprobe.cli.output_errors import output_failure
-from memprobe.core.interrupts import signal_name
-from memprobe.core.registry import RegistryError, Workload, load_registry
-from memprobe.core.units import gib
+from memprobe.core.process.interrupts import signal_name
+from memprobe.core.text.units import gib
+from memprobe.core.workload.registry import RegistryError, Workload, load_registry
 from memprobe.request import ModelRequest
 
 EXIT_NO_GPU = 2
@@ -92,7 +92,7 @@ def main() -> None:
 def list_cmd(names: tuple[str, ...], models_file: str | None, show_all: bool) -> None:
     """List the workloads memprobe can scan; with NAMES (wildcards work), each one's whole entry and params."""
     from memprobe.cli.listing import workload_detail, workload_table
-    from memprobe.core.registry import match
+    from memprobe.core.workload.registry import match
 
     registry = _registry(models_file)
     if not names:
@@ -160,7 +160,7 @@ def _load_results(paths: tuple[str, ...]) -> list:
     """(path, result) pairs of the result files in `paths` (files, and folders searched for *.json). A file that is
     not a valid result file is skipped with one warning line naming it and what is wrong; when nothing is left, one
     error line: that file's reason, or how many were skipped."""
-    from memprobe.core.results import ResultFileError, load_results
+    from memprobe.core.records.results import ResultFileError, load_results
 
     skipped: list[ResultFileError] = []
     loaded = load_results(list(paths), on_skip=skipped.append, strict_files=False)

@@ -6,7 +6,7 @@ import click
 
 from memprobe.cli.model_code import model_code
 from memprobe.compare.breakdown import breakdown_table
-from memprobe.core.breakdown import Breakdown
+from memprobe.core.records.breakdown import Breakdown
 from memprobe.predict.progress import TraceProgress, silent
 
 
@@ -15,7 +15,7 @@ def predicted_breakdowns(made: list, steps: int, out: str | None, progress: Trac
     replayed at that size's allocator capacity (one trace per distinct batch and capacity). Each takes tens of
     seconds: `progress` announces it ("n of m"; its heartbeat fills the silence). Writes them to `out` when given
     (its folder was checked before predicting); an error writing it is one line."""
-    from memprobe.core.breakdown import write_predicted
+    from memprobe.core.records.breakdown import write_predicted
     from memprobe.predict.breakdown import predict_breakdown
     from memprobe.predict.trace import PredictError
 

@@ -1,6 +1,6 @@
 """Every option a command accepts has an effect or is refused: options that do nothing in the company of others (a
 `--strategy` without `--gpus N > 1`, `--charts` with `--scans`, ...). The bounds of numeric options are declared in
-core/option_bounds.py, for the command and the API alike."""
+core/workload/option_bounds.py, for the command and the API alike."""
 
 from __future__ import annotations
 
@@ -104,8 +104,8 @@ def output_file(path: str, option: str, example: str = "out.json", reads: Iterab
     or it is a pipe or device that can be written (core/outputs.check_output_file); it names no folder ('dir/') nor
     standard output ('-', which carries the tables), and is none of the files the command `reads` and no result file
     (core/output_guard). One-line error otherwise."""
-    from memprobe.core.output_guard import check_output_name, refuse_clobber
-    from memprobe.core.outputs import OutputError, check_output_file
+    from memprobe.core.files.output_guard import check_output_name, refuse_clobber
+    from memprobe.core.files.outputs import OutputError, check_output_file
 
     try:
         check_output_name(path, example)
@@ -118,7 +118,7 @@ def output_file(path: str, option: str, example: str = "out.json", reads: Iterab
 def files_read(params: dict) -> list[str]:
     """The files a predict or plan command reads (its --model files, --compare, --models, --overhead-from,
     --results): what an output of the command must not replace."""
-    from memprobe.core.output_guard import model_files
+    from memprobe.core.files.output_guard import model_files
 
     found = model_files(params.get("models") or params.get("model") or [])  # the request's name, or click's
     for key in ("compare", "models_file"):
@@ -131,7 +131,7 @@ def files_read(params: dict) -> list[str]:
 def reference_name(reference: str | None) -> None:
     """report --reference: a card name memprobe cannot read (empty, a memory size) is bad input, exit 1, as a bad
     --gpu name is in predict, guide and plan (README's exit codes); one not among the results says so later."""
-    from memprobe.core.cardnames import is_memory_size
+    from memprobe.core.cards.cardnames import is_memory_size
 
     if reference is not None and not reference.strip():
         raise click.ClickException('--reference: no card name given (e.g. "H100 SXM")')

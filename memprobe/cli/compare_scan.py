@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from memprobe.core.outcomes import LIMIT, OOM
+from memprobe.core.process.outcomes import LIMIT, OOM
 
 # What each part of a variant's name (core/variants.VariantRequest.suffix) is asked with on the command line
 _OPTIONS = {

@@ -7,7 +7,7 @@ import sys
 import click
 
 from memprobe.cli.model_code import model_code
-from memprobe.core.registry import Workload
+from memprobe.core.workload.registry import Workload
 
 
 def scan_frontiers(
@@ -17,7 +17,7 @@ def scan_frontiers(
     from memprobe.cli.helpers import interrupted_status
     from memprobe.compare.frontier import frontier_rows
     from memprobe.compare.tables import rows_text
-    from memprobe.core.frontier import FrontierError
+    from memprobe.core.records.frontier import FrontierError
     from memprobe.probe.frontier import scan_frontier
     from memprobe.probe.scan import ScanInterrupted
 
@@ -57,9 +57,9 @@ def predict_frontiers(
     """Predict each workload's frontier for the one memory size, print it, and write it to `out_dir` when given."""
     from memprobe.compare.frontier import frontier_rows
     from memprobe.compare.tables import rows_text
-    from memprobe.core.frontier import FrontierError, frontier_name
-    from memprobe.core.generation import settings_of
-    from memprobe.core.results import ScanResult, result_filename, write_result
+    from memprobe.core.records.frontier import FrontierError, frontier_name
+    from memprobe.core.records.generation import settings_of
+    from memprobe.core.records.results import ScanResult, result_filename, write_result
     from memprobe.predict.frontier import predict_frontier
     from memprobe.predict.parallel import cores
 

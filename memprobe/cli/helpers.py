@@ -106,7 +106,7 @@ def stop_on_signals():
     """SIGINT, SIGTERM and SIGHUP stop a command (core.interrupts.stop_on_signals: a scan ends its trial processes,
     keeps the finished precisions, marks its file partial; an interrupt lost in a finalizer is sent again, one
     swallowed ends the process); the yielded list gets the signal, for exit status 128 + signal."""
-    from memprobe.core.interrupts import stop_on_signals as stop
+    from memprobe.core.process.interrupts import stop_on_signals as stop
 
     return stop()
 
@@ -122,7 +122,7 @@ def card_names(gpus: str | None) -> list[str] | None:
     saying on stderr how an ambiguous one was taken; None when not given. ClickException (exit 1) for a bad name."""
     if gpus is None:
         return None
-    from memprobe.core.cardnames import CardNameError, resolve_cards
+    from memprobe.core.cards.cardnames import CardNameError, resolve_cards
 
     try:
         resolved = resolve_cards(gpus)
@@ -137,7 +137,7 @@ def card_names(gpus: str | None) -> list[str] | None:
 def writable(out_dir: str, option: str = "--out") -> None:
     """The folder of an output option (--out, or an output file's folder) exists or can be made, and a file can be
     written there; one-line error otherwise."""
-    from memprobe.core.outputs import OutputError, prepare_dir
+    from memprobe.core.files.outputs import OutputError, prepare_dir
 
     try:
         prepare_dir(out_dir, suffixes=(".json",))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import textwrap
 from typing import Sequence
 
-from memprobe.core.registry import Workload
+from memprobe.core.workload.registry import Workload
 
 WIDTH = 120
 

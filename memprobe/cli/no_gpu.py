@@ -15,8 +15,8 @@ import click
 
 from memprobe.cli.app import NoGPUExit
 from memprobe.cli.checks import given
-from memprobe.core.option_bounds import MAX_PREDICT_STEPS
-from memprobe.core.units import gib
+from memprobe.core.text.units import gib
+from memprobe.core.workload.option_bounds import MAX_PREDICT_STEPS
 from memprobe.request import COMMON_CARD_SIZES, ModelRequest, PredictRequest, ScanRequest
 from memprobe.request.option import command_line, option_names
 

@@ -1,5 +1,5 @@
 """The click types the commands share: the comma-separated list (CommaList) and a numeric option made from its
-bounds (core/option_bounds.py, which the API's requests read too); and the few options of the commands that have no
+bounds (core/workload/option_bounds.py, which the API's requests read too); and the few options of the commands that have no
 request (report, guide, list), declared here once. scan, predict and plan take theirs from their requests' declared
 fields (cli/declared.py)."""
 
@@ -9,8 +9,8 @@ from typing import Any, Callable, Mapping, Sequence, TypeVar
 
 import click
 
-from memprobe.core import option_bounds as bounds
-from memprobe.core.textlists import comma_items
+from memprobe.core.text.textlists import comma_items
+from memprobe.core.workload import option_bounds as bounds
 from memprobe.request import RequestError, precision_list
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -109,7 +109,7 @@ def bounded(bound: bounds.Bound) -> click.ParamType:
 
 
 def number_option(bound: bounds.Bound, help: str, *names: str, **attrs: Any) -> Callable[[F], F]:
-    """A numeric option named, typed and bounded by its Bound (core/option_bounds.py), with `names` (e.g. the
+    """A numeric option named, typed and bounded by its Bound (core/workload/option_bounds.py), with `names` (e.g. the
     parameter's name) after the option's and `attrs` for click; a default, when it has one, is shown in --help."""
     if attrs.get("default") is not None:
         attrs.setdefault("show_default", True)

@@ -18,7 +18,7 @@ WRITE_ERRNOS = {errno.EPIPE, errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO}
 def output_failure(exc: OSError) -> str | None:
     """The one line to show for an OSError that came from writing output, or None for any other OSError. Standard
     output is pointed at /dev/null when it failed, so what it still buffers cannot fail again at exit."""
-    from memprobe.core.outputs import OutputError
+    from memprobe.core.files.outputs import OutputError
 
     if isinstance(exc, OutputError):
         return str(exc)

@@ -12,7 +12,7 @@ from memprobe.cli.helpers import progress_lines, traces_without_gpus
 from memprobe.cli.model_code import model_code
 from memprobe.cli.options import format_option, request_error
 from memprobe.cli.width import wide_option
-from memprobe.core.registry import RegistryError
+from memprobe.core.workload.registry import RegistryError
 from memprobe.request import PlanRequest
 
 
@@ -36,7 +36,7 @@ def plan_cmd(fmt: str, **params: Any) -> None:
     that model, P, N, C and precision on the card, else predicted with a safe figure, labelled), with the decode and
     prefill tokens/s and the KV capacity where measured.
     """
-    from memprobe.core.plan import PlanError
+    from memprobe.core.estimates.plan import PlanError
     from memprobe.planning.render import render_plan
     from memprobe.predict.parallel import cores
     from memprobe.request import RequestError, plan_job

@@ -14,8 +14,8 @@ from memprobe.cli.helpers import progress_lines, traces_without_gpus, writable
 from memprobe.cli.model_code import model_code
 from memprobe.cli.options import request_error
 from memprobe.cli.width import wide_option
-from memprobe.core import textwidth
-from memprobe.core.registry import RegistryError
+from memprobe.core.text import textwidth
+from memprobe.core.workload.registry import RegistryError
 from memprobe.request import ModelRequest, PredictJob, PredictRequest, RequestError, predict_job
 from memprobe.request.model import modelled
 
@@ -54,7 +54,7 @@ def _predict_and_print(job: PredictJob, compare: str | None) -> list:
     workloads, worlds, mode = job.workloads, job.worlds, job.mode
     compare_with = None
     if compare:
-        from memprobe.core.results import ResultFileError, read_result
+        from memprobe.core.records.results import ResultFileError, read_result
 
         try:
             compare_with = (compare, read_result(compare))

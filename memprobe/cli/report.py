@@ -13,7 +13,7 @@ from memprobe.cli.helpers import card_names
 from memprobe.cli.options import format_option, number_option, precision_option
 from memprobe.cli.serving import checked, guide_serving
 from memprobe.cli.width import wide_option
-from memprobe.core import option_bounds as bounds
+from memprobe.core.workload import option_bounds as bounds
 from memprobe.request.serving import ServingRequest
 
 
@@ -261,8 +261,8 @@ def html_page(path: str, paths: tuple[str, ...], reads: tuple[str, ...] = (), **
     `reads` (the command's other inputs), nor any result file."""
     from memprobe.compare.comparison import ReportError
     from memprobe.compare.page import PageOptions, build_page, check_page_path, write_page
-    from memprobe.core.output_guard import check_output_name, refuse_clobber
-    from memprobe.core.outputs import STDOUT, OutputError, check_output_file
+    from memprobe.core.files.output_guard import check_output_name, refuse_clobber
+    from memprobe.core.files.outputs import STDOUT, OutputError, check_output_file
 
     try:
         check_output_name(path, "page.html", stdout_ok=True)
@@ -287,7 +287,7 @@ def _wrote(write) -> None:
     library warns of is one note line each (never its raw warning)."""
     import warnings
 
-    from memprobe.core.outputs import OutputError
+    from memprobe.core.files.outputs import OutputError
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -316,7 +316,7 @@ def _frontier_report(loaded: list, fmt: str, charts_dir: str | None) -> None:
 
 def _charts_folder(path: str) -> None:
     """--charts: the folder exists or can be made, can be written, and holds no folder where a chart file goes."""
-    from memprobe.core.outputs import OutputError, prepare_dir
+    from memprobe.core.files.outputs import OutputError, prepare_dir
 
     try:
         prepare_dir(path)
@@ -415,7 +415,7 @@ def _guide_model(
 
 def _predicted(predicted_file: str | None) -> list | None:
     """The predicted breakdowns of --predicted (None without it); a file that cannot be read is one line."""
-    from memprobe.core.breakdown import BreakdownError, read_predicted
+    from memprobe.core.records.breakdown import BreakdownError, read_predicted
 
     try:
         return read_predicted(predicted_file) if predicted_file else None

@@ -19,8 +19,8 @@ from memprobe.cli.scan_output import after_scan, print_scans
 from memprobe.cli.scan_parallel import scan_parallel
 from memprobe.cli.scan_progress import ProgressPrinter
 from memprobe.cli.width import wide_option
-from memprobe.core.interrupts import SCAN_CLEAN_UP_S, allow_clean_up
-from memprobe.core.registry import RegistryError, Workload
+from memprobe.core.process.interrupts import SCAN_CLEAN_UP_S, allow_clean_up
+from memprobe.core.workload.registry import RegistryError, Workload
 from memprobe.request import ModelRequest, RequestError, ScanJob, ScanRequest, scan_job
 from memprobe.request.model import modelled
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import click
 
-from memprobe.core.registry import Workload
+from memprobe.core.workload.registry import Workload
 
 
 def after_scan(result, path, workload: Workload) -> list[str]:
     """Say what a finished scan wrote and why a model fits nothing where it does not; returns its user-code errors."""
-    from memprobe.core.outcomes import USER_ERROR
+    from memprobe.core.process.outcomes import USER_ERROR
 
     click.echo(
         f"wrote {path}" + (" (status failed: every precision ended in an error)" if result.status == "failed" else ""),

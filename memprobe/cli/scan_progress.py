@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from memprobe.core.units import gib
+from memprobe.core.text.units import gib
 
 
 class ProgressPrinter:

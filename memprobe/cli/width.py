@@ -1,4 +1,4 @@
-"""The --wide option: tables and notes at their full width, instead of fitted to 120 columns (core/textwidth.py)."""
+"""The --wide option: tables and notes at their full width, instead of fitted to 120 columns (core/text/textwidth.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any, Callable
 
 import click
 
-from memprobe.core import textwidth
+from memprobe.core.text import textwidth
 
 
 def wide_option(command: Callable[..., Any]) -> Callable[..., Any]:

@@ -10,8 +10,8 @@ from typing import Any
 
 from memprobe.compare.comparison import PREDICTED
 from memprobe.compare.tables import Cell, Table
-from memprobe.core import textwidth
-from memprobe.core.breakdown import CATEGORIES, LABELS, Breakdown, check_sum, what_buys_more_batch
+from memprobe.core.records.breakdown import CATEGORIES, LABELS, Breakdown, check_sum, what_buys_more_batch
+from memprobe.core.text import textwidth
 
 GIB = 1024**3
 GOAL_SHARE, GOAL_BYTES = 0.03, GIB // 2

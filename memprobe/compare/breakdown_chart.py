@@ -25,7 +25,7 @@ from memprobe.compare.chart_layout import (
 )
 from memprobe.compare.comparison import PRECISION_ORDER
 from memprobe.compare.legend import marker_handle, title_legend
-from memprobe.core.breakdown import CATEGORIES, LABELS, Breakdown
+from memprobe.core.records.breakdown import CATEGORIES, LABELS, Breakdown
 
 GIB = 1024**3
 BARS_NAME = "memory_breakdown"

@@ -2,7 +2,7 @@
 
 No torch here. The memory model fitted during a scan (peak reserved bytes = static + per_sample x batch) predicts
 the max batch on every catalog card, at the usable memory `memprobe predict --gpu CARD` takes for it
-(memprobe/core/overhead.py); on the card the scan ran on, the measured max batch is given beside it.
+(memprobe/core/cards/overhead.py); on the card the scan ran on, the measured max batch is given beside it.
 """
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ from pathlib import Path
 from typing import Sequence
 
 from memprobe.compare.comparison import MEASURED, PREDICTED, batch_unit, workload_labels
-from memprobe.core.cardsize import card_size
-from memprobe.core.catalog import Card, Catalog, default_catalog
-from memprobe.core.memory_model import MemoryModel as LinearModel
-from memprobe.core.overhead import Overhead, OverheadTable, overhead_for, usable_memory
-from memprobe.core.results import ScanResult
+from memprobe.core.cards.cardsize import card_size
+from memprobe.core.cards.catalog import Card, Catalog, default_catalog
+from memprobe.core.cards.overhead import Overhead, OverheadTable, overhead_for, usable_memory
+from memprobe.core.estimates.memory_model import MemoryModel as LinearModel
+from memprobe.core.records.results import ScanResult
 
 
 @dataclass(frozen=True)

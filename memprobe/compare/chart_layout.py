@@ -11,7 +11,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from memprobe.core.outputs import prepare_dir, save_figure
+from memprobe.core.files.outputs import prepare_dir, save_figure
 
 DPI = 110
 MAX_WIDTH_PX = 1600

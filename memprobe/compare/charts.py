@@ -23,7 +23,7 @@ from memprobe.compare.comparison import MEASURED, PRECISION_ORDER, PUBLISHED, Co
 from memprobe.compare.heatmap import Heat, HeatCell, header
 from memprobe.compare.max_batch_chart import batch_panels, cards_by_memory, max_batch_figure
 from memprobe.compare.relative import Relative
-from memprobe.core.catalog import Catalog, default_catalog
+from memprobe.core.cards.catalog import Catalog, default_catalog
 
 
 def _fmt(value: float) -> str:

@@ -14,12 +14,12 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from memprobe.compare.published import Figure, default_published
-from memprobe.core.catalog import PRECISIONS, Catalog, default_catalog
-from memprobe.core.environment import WorkloadRecord
-from memprobe.core.memcap import is_emulated
-from memprobe.core.records import Timed
-from memprobe.core.results import PrecisionResult, ScanResult
-from memprobe.core.variants import axis_name
+from memprobe.core.cards.catalog import PRECISIONS, Catalog, default_catalog
+from memprobe.core.cards.memcap import is_emulated
+from memprobe.core.records.environment import WorkloadRecord
+from memprobe.core.records.records import Timed
+from memprobe.core.records.results import PrecisionResult, ScanResult
+from memprobe.core.workload.variants import axis_name
 
 MEASURED, PUBLISHED, PREDICTED = "measured", "published", "predicted"
 EMULATED = "emulated"  # measured on a larger card capped to a smaller one's memory (scan --memory-cap)
@@ -87,7 +87,7 @@ class Point:
     best_throughput: float | None = None  # throughput at b*, in `unit`
     curve: list[tuple[float, float]] = field(default_factory=list)  # (batch, throughput in `unit`) that fit
     curve_skipped: int = 0  # curve points the scan's time budget left untimed (b* is the best of those timed)
-    knee_batch: float | None = None  # the last batch before throughput falls by > 10% (core/knee.py)
+    knee_batch: float | None = None  # the last batch before throughput falls by > 10% (core/estimates/knee.py)
     knee_after_batch: float | None = None  # the first batch timed after that fall
     knee_drop: float | None = None  # throughput at knee_after_batch over that at knee_batch, minus 1
     at: str = "B"  # where `throughput` was taken: "B", "b*" or "common N" (compare.curves.like_for_like)
@@ -210,7 +210,7 @@ def workload_labels(results: Sequence[ScanResult]) -> tuple[list[str], list[str]
 
 def _mfu(p: PrecisionResult, device: str) -> tuple[float | None, str]:
     """MFU from the file when it has one, or from a recorded FLOPs count and the catalog's peak; else why not."""
-    from memprobe.core.catalog import peak_tflops
+    from memprobe.core.cards.catalog import peak_tflops
 
     t = p.throughput or Timed()
     if t.mfu is not None:

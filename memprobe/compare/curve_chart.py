@@ -14,7 +14,7 @@ from memprobe.compare.chart_layout import figure_size, grid_shape, save
 from memprobe.compare.comparison import MEASURED, Comparison, Point
 from memprobe.compare.legend import marker_handle, title_legend
 from memprobe.compare.tables import fmt_number
-from memprobe.core.knee import KNEE_FALL
+from memprobe.core.estimates.knee import KNEE_FALL
 
 CHART_NAME = "throughput_vs_batch"
 

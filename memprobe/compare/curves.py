@@ -13,7 +13,7 @@ from typing import Any
 
 from memprobe.compare.comparison import MEASURED, Comparison, Point, ReportError
 from memprobe.compare.tables import Cell, Table, fmt_number
-from memprobe.core.knee import KNEE_FALL, KNEE_RESOLUTION, resolved
+from memprobe.core.estimates.knee import KNEE_FALL, KNEE_RESOLUTION, resolved
 
 AT_BATCH = ("best", "common", "max")
 LABELS = {

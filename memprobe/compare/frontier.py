@@ -5,15 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Sequence
 
-from memprobe.core.frontier import BATCH_AT_SEQ, SEQ_AT_BATCH, Frontier
-from memprobe.core.results import ScanResult
+from memprobe.core.records.frontier import BATCH_AT_SEQ, SEQ_AT_BATCH, Frontier
+from memprobe.core.records.results import ScanResult
 
 KIND_TEXT = {BATCH_AT_SEQ: "max batch at length", SEQ_AT_BATCH: "max length at batch"}
 
 
 def _card(result: ScanResult) -> str:
     """The catalog name of the card a result ran on (or was predicted for), so the two pair up."""
-    from memprobe.core.catalog import default_catalog
+    from memprobe.core.cards.catalog import default_catalog
 
     return default_catalog().canonical(result.gpu_name())
 

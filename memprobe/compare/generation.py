@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Sequence
 
-from memprobe.core.results import ScanResult
-from memprobe.core.units import gib
+from memprobe.core.records.results import ScanResult
+from memprobe.core.text.units import gib
 
 NOTES = [
     "B: the most concurrent sequences that complete greedy generation of N new tokens after P-token prompts with a "

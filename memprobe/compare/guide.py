@@ -2,7 +2,7 @@
 
 No torch here. For every workload and precision in the result files, the memory model fitted during the scan
 (peak reserved bytes = static + per_sample x batch) predicts the max batch on every catalog card, at the usable
-memory `memprobe predict --gpu CARD` takes for it (memprobe/core/overhead.py: measured where memprobe scanned the card,
+memory `memprobe predict --gpu CARD` takes for it (memprobe/core/cards/overhead.py: measured where memprobe scanned the card,
 carried over elsewhere; the same data wherever it runs). Throughput per 1000 USD and
 per watt is given only where throughput was measured or published; verdicts per card follow one stated rule.
 Multi-GPU result files add how the scanned card scales: per-GPU max batch and efficiency on N GPUs, beside the
@@ -23,9 +23,9 @@ from memprobe.compare.report import render
 from memprobe.compare.scaling import scaling_rows_table
 from memprobe.compare.tables import Table
 from memprobe.compare.verdicts import roomy_thresholds, verdicts
-from memprobe.core.catalog import Catalog, default_catalog
-from memprobe.core.overhead import OverheadTable
-from memprobe.core.results import ScanResult
+from memprobe.core.cards.catalog import Catalog, default_catalog
+from memprobe.core.cards.overhead import OverheadTable
+from memprobe.core.records.results import ScanResult
 
 
 def guide_report(

@@ -10,9 +10,9 @@ from memprobe.compare.comparison import MEASURED, PREDICTED, Comparison
 from memprobe.compare.curves import at_batch_text, knee_text
 from memprobe.compare.tables import Cell, Table, fmt_number
 from memprobe.compare.verdicts import VERDICT_RULE, Verdict
-from memprobe.core.catalog import Card
-from memprobe.core.overhead import OverheadTable, default_overhead_table
-from memprobe.core.units import gib
+from memprobe.core.cards.catalog import Card
+from memprobe.core.cards.overhead import OverheadTable, default_overhead_table
+from memprobe.core.text.units import gib
 
 
 def price_text(card: Card) -> str:

@@ -10,10 +10,10 @@ from __future__ import annotations
 from typing import Any, Iterable, Mapping
 
 from memprobe.compare.tables import rows_text
-from memprobe.core.records import Timed
-from memprobe.core.results import ScanResult
-from memprobe.core.units import gib
-from memprobe.core.variants import LLM_FAMILIES, base_name
+from memprobe.core.records.records import Timed
+from memprobe.core.records.results import ScanResult
+from memprobe.core.text.units import gib
+from memprobe.core.workload.variants import LLM_FAMILIES, base_name
 
 
 def setting_label(params: Mapping[str, object]) -> str:

@@ -21,7 +21,7 @@ from memprobe.compare.chart_layout import (
 )
 from memprobe.compare.comparison import MEASURED, PRECISION_ORDER, PREDICTED, PUBLISHED, Comparison
 from memprobe.compare.legend import marker_handle, title_legend
-from memprobe.core.catalog import Catalog
+from memprobe.core.cards.catalog import Catalog
 
 GIB = 1 << 30
 

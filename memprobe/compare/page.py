@@ -32,9 +32,9 @@ from memprobe.compare.page_sections import (
     scans_section,
     view_section,
 )
-from memprobe.core.catalog import PRECISIONS
-from memprobe.core.outputs import OutputError, atomic_write
-from memprobe.core.results import ScanResult
+from memprobe.core.cards.catalog import PRECISIONS
+from memprobe.core.files.outputs import OutputError, atomic_write
+from memprobe.core.records.results import ScanResult
 
 CSP = "default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:"
 
@@ -42,7 +42,7 @@ CSP = "default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'
 def check_page_path(path: str | Path) -> Path:
     """Before any work: the page's folder exists or can be made and written, and `path` is no folder. Raises
     OutputError (one line)."""
-    from memprobe.core.outputs import prepare_dir
+    from memprobe.core.files.outputs import prepare_dir
 
     path = Path(path)
     if path.is_dir():

@@ -19,7 +19,7 @@ from memprobe.compare.comparison import MEASURED, PREDICTED, PUBLISHED, Comparis
 from memprobe.compare.curve_chart import curve_series, point_text
 from memprobe.compare.max_batch_chart import BatchPanel
 from memprobe.compare.svg_plot import Axis, Mark, Panel, Series, legend_html, panel_svg
-from memprobe.core.knee import KNEE_FALL
+from memprobe.core.estimates.knee import KNEE_FALL
 
 MAX_CURVE_POINTS = 64
 # matplotlib's tab10, so that a card keeps one color in every panel (as in `report --charts`)
@@ -180,7 +180,7 @@ def max_batch_chart(panels: Sequence[BatchPanel], caption: str) -> str:
 def frontier_chart(entries: dict, caption: str) -> str:
     """The batch x sequence-length frontier: a panel per workload, card and precision; measured solid, predicted
     dashed, both on log 2 axes."""
-    from memprobe.core.frontier import BATCH_AT_SEQ, SEQ_AT_BATCH
+    from memprobe.core.records.frontier import BATCH_AT_SEQ, SEQ_AT_BATCH
 
     panels = []
     for (workload, card, precision), by_source in entries.items():

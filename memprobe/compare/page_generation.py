@@ -14,9 +14,9 @@ from memprobe.compare.page_charts import DASHES, LINE_KINDS, card_colors, chart_
 from memprobe.compare.page_html import table_html
 from memprobe.compare.page_sections import Context, Section, rows_table
 from memprobe.compare.svg_plot import Axis, Mark, Panel, Series, legend_html
-from memprobe.core.outcomes import FIT
-from memprobe.core.records import CurvePoint, Timed
-from memprobe.core.results import ScanResult
+from memprobe.core.process.outcomes import FIT
+from memprobe.core.records.records import CurvePoint, Timed
+from memprobe.core.records.results import ScanResult
 
 CAPTION = (
     "Decode tokens/s against concurrent sequences (measured): each timed generation of the scan's curve, B a cross. "

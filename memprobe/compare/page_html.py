@@ -16,8 +16,8 @@ from memprobe.compare.comparison import file_kind, workload_labels
 from memprobe.compare.heatmap import Heat
 from memprobe.compare.published import SOURCES
 from memprobe.compare.tables import Cell, Table
-from memprobe.core.catalog import PRECISIONS, default_catalog
-from memprobe.core.results import ScanResult
+from memprobe.core.cards.catalog import PRECISIONS, default_catalog
+from memprobe.core.records.results import ScanResult
 
 
 def esc(value: Any) -> str:

@@ -12,7 +12,7 @@ from memprobe.compare.breakdown_chart import CATEGORY_COLORS, Entry, entries, pe
 from memprobe.compare.chart_layout import PRECISION_COLORS
 from memprobe.compare.page_charts import chart_html
 from memprobe.compare.svg_plot import Axis, Bar, Mark, Panel, Rule, Series, legend_html
-from memprobe.core.breakdown import CATEGORIES, LABELS, Breakdown
+from memprobe.core.records.breakdown import CATEGORIES, LABELS, Breakdown
 
 GIB = 1024**3
 

@@ -16,8 +16,8 @@ from memprobe.compare.card_predictions import Prediction
 from memprobe.compare.comparison import PUBLISHED, ReportError
 from memprobe.compare.page_html import Sources, esc, heat_html, notes_html, table_html
 from memprobe.compare.tables import Table
-from memprobe.core.catalog import Catalog, default_catalog
-from memprobe.core.results import ScanResult
+from memprobe.core.cards.catalog import Catalog, default_catalog
+from memprobe.core.records.results import ScanResult
 
 
 @dataclass

@@ -18,7 +18,7 @@ from memprobe.compare.comparison import (
     ReportError,
 )
 from memprobe.compare.tables import Cell, Table, _mark, fmt_number
-from memprobe.core.catalog import Catalog, default_catalog
+from memprobe.core.cards.catalog import Catalog, default_catalog
 
 
 @dataclass

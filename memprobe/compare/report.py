@@ -23,9 +23,9 @@ from memprobe.compare.tables import (
     throughput_table,
     utilization_table,
 )
-from memprobe.core import textwidth
-from memprobe.core.results import ScanResult
-from memprobe.core.versions import LIBRARIES, release
+from memprobe.core.records.results import ScanResult
+from memprobe.core.records.versions import LIBRARIES, release
+from memprobe.core.text import textwidth
 
 
 def report_tables(comparison: Comparison, relative: Relative, basis: Any = None) -> list[Table]:

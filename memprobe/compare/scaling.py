@@ -7,10 +7,10 @@ from typing import Any, Callable, Sequence, TypeVar
 
 from memprobe.compare.report import render
 from memprobe.compare.tables import Table, fmt_number
-from memprobe.core.catalog import PRECISIONS
-from memprobe.core.edge_text import band_text, runs_text
-from memprobe.core.results import PrecisionResult, ScanResult
-from memprobe.core.settings import Scaling
+from memprobe.core.cards.catalog import PRECISIONS
+from memprobe.core.records.results import PrecisionResult, ScanResult
+from memprobe.core.records.settings import Scaling
+from memprobe.core.text.edge_text import band_text, runs_text
 
 T = TypeVar("T", bound="ScanResult | tuple[Any, ScanResult]")
 

@@ -10,13 +10,13 @@ from typing import Any, Iterable, Sequence
 from memprobe.compare.curves import knee_text
 from memprobe.compare.scaling import strategy, world_size
 from memprobe.compare.tables import rows_text
-from memprobe.core import textwidth
-from memprobe.core.catalog import PRECISIONS
-from memprobe.core.edge_text import band_text, edge_text, runs_text
-from memprobe.core.records import Proof
-from memprobe.core.results import PrecisionResult, ScanResult
-from memprobe.core.units import gib
-from memprobe.core.variants import axis_name
+from memprobe.core.cards.catalog import PRECISIONS
+from memprobe.core.records.records import Proof
+from memprobe.core.records.results import PrecisionResult, ScanResult
+from memprobe.core.text import textwidth
+from memprobe.core.text.edge_text import band_text, edge_text, runs_text
+from memprobe.core.text.units import gib
+from memprobe.core.workload.variants import axis_name
 
 
 def proof_text(p: PrecisionResult) -> str:

@@ -13,9 +13,9 @@ from typing import Any, Callable, Mapping, Sequence
 
 from memprobe.compare.card_predictions import memory_models, predictions
 from memprobe.compare.comparison import MEASURED, ReportError, workload_labels
-from memprobe.core.catalog import Card, Catalog, default_catalog
-from memprobe.core.results import ScanResult
-from memprobe.core.serving import PREDICTED, ServingPlan, ServingRow
+from memprobe.core.cards.catalog import Card, Catalog, default_catalog
+from memprobe.core.estimates.serving import PREDICTED, ServingPlan, ServingRow
+from memprobe.core.records.results import ScanResult
 
 NOTES = (
     "measured: B of `memprobe scan --mode generate` on the card it ran on (the most concurrent sequences that "
@@ -30,7 +30,7 @@ def generations(
 ) -> list[tuple[Path, ScanResult]]:
     """The generate results among `loaded` whose settings are `wanted` and (with `model`) whose workload is that
     model's generation (its name, or its name before the settings: llama-8b for llama-8b+p2048+n64)."""
-    from memprobe.core.generation import settings_of
+    from memprobe.core.records.generation import settings_of
 
     chosen = []
     for path, result in loaded:

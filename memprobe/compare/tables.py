@@ -13,8 +13,8 @@ from typing import Any, Iterable, Mapping
 
 from memprobe.compare.comparison import MARKS, MEASURED, PUBLISHED, Comparison, Point
 from memprobe.compare.published import SOURCES, Figure, default_published
-from memprobe.core import textwidth
-from memprobe.core.units import gib
+from memprobe.core.text import textwidth
+from memprobe.core.text.units import gib
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from memprobe.compare.card_predictions import Prediction
-from memprobe.core.catalog import Card
+from memprobe.core.cards.catalog import Card
 
 # A batch is "roomy" on a card when it is at least this fraction of the largest batch any catalog card reaches for
 # that workload (1/8: three halvings below the biggest card). Relative, so that a workload that trains at batch 1-2

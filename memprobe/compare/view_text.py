@@ -18,8 +18,8 @@ from memprobe.compare.published import SOURCES
 from memprobe.compare.report import render
 from memprobe.compare.tables import Table, fmt_number
 from memprobe.compare.workload_view import CardRow, View, answer, build_views, restricted
-from memprobe.core.catalog import Catalog, default_catalog
-from memprobe.core.results import ScanResult
+from memprobe.core.cards.catalog import Catalog, default_catalog
+from memprobe.core.records.results import ScanResult
 
 
 def pick(views: Sequence[View], name: str) -> list[View]:

@@ -27,7 +27,7 @@ from memprobe.compare.curves import at_batch_text
 from memprobe.compare.guide_tables import per_1000_usd
 from memprobe.compare.relative import relative_throughput
 from memprobe.compare.tables import fmt_number
-from memprobe.core.catalog import Catalog
+from memprobe.core.cards.catalog import Catalog
 
 # The precision a view opens on when none is asked for: mixed precision first (every catalog card runs fp16, and the
 # published figures are mostly fp16), then the others.

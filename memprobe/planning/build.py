@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable, Sequence
 
-from memprobe.core.cardnames import CardNameError, resolve_card
-from memprobe.core.catalog import Card, Catalog, default_catalog
-from memprobe.core.plan import PREDICTED, Plan, PlanError, check_global_batch, make_plan
-from memprobe.core.registry import Workload
-from memprobe.core.results import ResultFileError, ScanResult, load_results
+from memprobe.core.cards.cardnames import CardNameError, resolve_card
+from memprobe.core.cards.catalog import Card, Catalog, default_catalog
+from memprobe.core.estimates.plan import PREDICTED, Plan, PlanError, check_global_batch, make_plan
+from memprobe.core.records.results import ResultFileError, ScanResult, load_results
+from memprobe.core.workload.registry import Workload
 from memprobe.planning.levers import settings as lever_settings
 from memprobe.planning.measured import measured, of_card, same_definition
 from memprobe.planning.predicted import predicted
@@ -156,7 +156,7 @@ def _check_group(workload: Workload, gpus: int, strategy: str) -> None:
     if isinstance(gpus, bool) or gpus < 1:
         raise PlanError(f"--gpus must be at least 1, got {gpus}")
     if gpus > 1:
-        from memprobe.core.strategies import STRATEGIES, StrategyError, check_workload
+        from memprobe.core.workload.strategies import STRATEGIES, StrategyError, check_workload
 
         if strategy not in STRATEGIES:
             raise PlanError(f"unknown strategy '{strategy}'; choose from {', '.join(STRATEGIES)}")

@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Sequence
 
-from memprobe.core.plan import Levers, PlanError
-from memprobe.core.registry import OPTIMIZERS, Workload
-from memprobe.core.variants import LLM_FAMILIES, VariantError, VariantRequest, apply_variant
+from memprobe.core.estimates.plan import Levers, PlanError
+from memprobe.core.workload.registry import OPTIMIZERS, Workload
+from memprobe.core.workload.variants import LLM_FAMILIES, VariantError, VariantRequest, apply_variant
 from memprobe.workloads.custom import DEFAULT_OPTIMIZERS
 
 # Families whose optimizer is chosen at resolve time (workloads/custom.py); a registry entry keeps its own.

@@ -11,13 +11,13 @@ from pathlib import Path
 from typing import Sequence
 
 from memprobe.compare.scaling import strategy, world_size
-from memprobe.core.catalog import Card, Catalog
-from memprobe.core.memory_model import Attempt
-from memprobe.core.outcomes import FIT
-from memprobe.core.plan import MEASURED, Capacity
-from memprobe.core.records import CurvePoint, Timed
-from memprobe.core.registry import Workload
-from memprobe.core.results import PrecisionResult, ScanResult
+from memprobe.core.cards.catalog import Card, Catalog
+from memprobe.core.estimates.memory_model import Attempt
+from memprobe.core.estimates.plan import MEASURED, Capacity
+from memprobe.core.process.outcomes import FIT
+from memprobe.core.records.records import CurvePoint, Timed
+from memprobe.core.records.results import PrecisionResult, ScanResult
+from memprobe.core.workload.registry import Workload
 from memprobe.planning.levers import Setting
 
 

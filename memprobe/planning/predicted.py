@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from memprobe.core.cardsize import card_size
-from memprobe.core.catalog import Card
-from memprobe.core.plan import PREDICTED, Capacity
-from memprobe.core.units import gib
+from memprobe.core.cards.cardsize import card_size
+from memprobe.core.cards.catalog import Card
+from memprobe.core.estimates.plan import PREDICTED, Capacity
+from memprobe.core.text.units import gib
 from memprobe.planning.levers import Setting
 from memprobe.predict.progress import TraceProgress, silent
 

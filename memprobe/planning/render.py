@@ -6,10 +6,10 @@ import json
 from typing import Any
 
 from memprobe.compare.tables import rows_text
-from memprobe.core import textwidth
-from memprobe.core.plan import Plan, PlanRow
-from memprobe.core.serving import ServingPlan, ServingRow
-from memprobe.core.units import gib
+from memprobe.core.estimates.plan import Plan, PlanRow
+from memprobe.core.estimates.serving import ServingPlan, ServingRow
+from memprobe.core.text import textwidth
+from memprobe.core.text.units import gib
 
 FORMATS = ("github", "plain", "json", "csv")
 NOT_MEASURED = "not measured"

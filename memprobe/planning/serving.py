@@ -7,12 +7,12 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from memprobe.compare.scaling import world_size
-from memprobe.core.cardnames import CardNameError, resolve_card
-from memprobe.core.catalog import Card, Catalog, default_catalog
-from memprobe.core.plan import PlanError
-from memprobe.core.registry import Workload
-from memprobe.core.results import ResultFileError, ScanResult
-from memprobe.core.serving import MEASURED, PREDICTED, ServingPlan, ServingRow
+from memprobe.core.cards.cardnames import CardNameError, resolve_card
+from memprobe.core.cards.catalog import Card, Catalog, default_catalog
+from memprobe.core.estimates.plan import PlanError
+from memprobe.core.estimates.serving import MEASURED, PREDICTED, ServingPlan, ServingRow
+from memprobe.core.records.results import ResultFileError, ScanResult
+from memprobe.core.workload.registry import Workload
 from memprobe.planning.build import NO_RESULTS_NOTE, load_plan_results
 from memprobe.planning.measured import of_card, same_definition
 from memprobe.predict.progress import TraceProgress, silent
@@ -76,7 +76,7 @@ def _predicted(
 ) -> list[ServingRow]:
     """The rows `memprobe predict --mode generate --gpu CARD` gives for these precisions. Raises PredictError when
     the generation cannot be traced."""
-    from memprobe.core.cardsize import card_size
+    from memprobe.core.cards.cardsize import card_size
     from memprobe.predict.summary import memory_sizes, predict
 
     nbytes, _how = card_size(card)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
-from memprobe.core.run_length import steps_at_fit
+from memprobe.core.workload.run_length import steps_at_fit
 from memprobe.predict.allocator import ALLOC, FREE, ReplayResult, replay
 from memprobe.predict.edge_search import FIRST_GUESS, max_batch_for
 from memprobe.predict.fakecuda import INT32_MAX
@@ -196,7 +196,7 @@ class PrecisionTraces:
     asked (traced_part_fits), so batches 1 and 2, given in `traced`, are all the searches and the line need: no
     batch model is made. Raises PredictError when a trace it needs fails.
 
-    Every replay is of the whole run a scan makes at a batch it calls a fit (core/run_length.py): the trial,
+    Every replay is of the whole run a scan makes at a batch it calls a fit (core/workload/run_length.py): the trial,
     then its last step repeated for the warm-up and timed steps that follow it in the same process (`run_steps`
     steps in all; the repetitions stop once the cache has settled), since the allocator's state can keep
     changing after the trial (mobilenetv2_100 bf16 on an H200: the 3-step trial fitted 3720, the timed steps

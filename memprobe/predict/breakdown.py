@@ -12,8 +12,8 @@ import time
 import warnings
 from typing import Any
 
-from memprobe.core.breakdown import Breakdown, assemble, top_modules
-from memprobe.core.registry import Workload
+from memprobe.core.records.breakdown import Breakdown, assemble, top_modules
+from memprobe.core.workload.registry import Workload
 from memprobe.predict.allocator import replay
 from memprobe.predict.fakecuda import H100, Target, cuda_optimizers
 from memprobe.predict.trace import TRIAL_MARK, PredictError, TraceSession, _canonical, _EmulatedAmp

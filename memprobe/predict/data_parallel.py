@@ -6,7 +6,7 @@ the trace holds what that wrapper allocates on a rank: DDP's gradient buckets (a
 gradients, `gradient_as_bucket_view=False`), FSDP2's parameter, gradient and optimizer-state shards, the
 parameters it gathers block by block and the full gradients it reduce-scatters. What the trace cannot hold
 is memory NCCL takes outside PyTorch's caching allocator (its communicator buffers): that is measured on
-the GPUs and taken off the usable memory (core/overhead.py, group figures), not traced. DDP's bucket rebuild after
+the GPUs and taken off the usable memory (core/cards/overhead.py, group figures), not traced. DDP's bucket rebuild after
 the first step, which the fake process group cannot run, is put into each trial's events (ddp_rebuild.py).
 """
 

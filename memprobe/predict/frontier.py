@@ -1,13 +1,13 @@
 """`memprobe predict --search frontier`: the batch x sequence-length frontier predicted point by point (labelled).
 
-Each point is the prediction of the same variant a measured point scans (core/frontier.py point_workload), at one
+Each point is the prediction of the same variant a measured point scans (core/records/frontier.py point_workload), at one
 memory size: the max batch at length L, or the max length at batch b (the sequence-length model). The ladder walk
-and the time budget are the measured frontier's (core/frontier.py walk).
+and the time budget are the measured frontier's (core/records/frontier.py walk).
 """
 
 from __future__ import annotations
 
-from memprobe.core.frontier import (
+from memprobe.core.records.frontier import (
     ERROR,
     GENERATION_NOTE,
     PREDICTED,
@@ -20,7 +20,7 @@ from memprobe.core.frontier import (
     point_workload,
     walk,
 )
-from memprobe.core.registry import Workload
+from memprobe.core.workload.registry import Workload
 from memprobe.predict.progress import TraceProgress, silent
 from memprobe.predict.summary import MemorySize, predict
 from memprobe.predict.trace import PredictError

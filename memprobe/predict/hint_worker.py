@@ -1,6 +1,6 @@
 """The process that predicts a scan's max batch on the CPU while the scan's first trials run (probe/hint.py).
 
-Speaks core/protocol.py's predicted-start wire, a JSON line per message: reads a HintSetup on stdin (the workload,
+Speaks core/process/protocol.py's predicted-start wire, a JSON line per message: reads a HintSetup on stdin (the workload,
 the precisions, the steps, the mode, the world per GPU), then HintRequests. Traces the precisions in the order given
 (fake tensors, no GPU) and answers each request on stdout, once its precision is traced, with a HintAnswer (the max
 batch, or an error). CUDA is hidden from it by its parent; it dies with its parent (lifeline.py).
@@ -14,9 +14,9 @@ import sys
 import time
 from typing import Any
 
-from memprobe.core.lifeline import die_with_parent, expected_parent
-from memprobe.core.outcomes import described
-from memprobe.core.protocol import HintAnswer, HintRequest, HintSetup, message_line, read_message
+from memprobe.core.process.lifeline import die_with_parent, expected_parent
+from memprobe.core.process.outcomes import described
+from memprobe.core.process.protocol import HintAnswer, HintRequest, HintSetup, message_line, read_message
 
 
 class _Requests:

@@ -1,7 +1,7 @@
 """The memory one trial at a given n needs, from a fake-tensor trace: what a card would have to offer.
 
 Also a child process for the scan (probe/nothing_fits.py starts `python -m memprobe.predict.need`, so probe never
-imports predict): reads one NeedRequest line (core/protocol.py) on stdin and prints one NeedAnswer, the bytes or
+imports predict): reads one NeedRequest line (core/process/protocol.py) on stdin and prints one NeedAnswer, the bytes or
 the error ("Type: message"); CUDA is hidden from it, and it dies with its parent.
 """
 
@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import sys
 
-from memprobe.core.lifeline import die_with_parent, expected_parent
-from memprobe.core.outcomes import described
-from memprobe.core.protocol import NeedAnswer, NeedRequest, message_line, read_message
-from memprobe.core.registry import Workload
+from memprobe.core.process.lifeline import die_with_parent, expected_parent
+from memprobe.core.process.outcomes import described
+from memprobe.core.process.protocol import NeedAnswer, NeedRequest, message_line, read_message
+from memprobe.core.workload.registry import Workload
 from memprobe.predict.allocator import replay
 from memprobe.predict.trace import TRIAL_MARK, TraceSession
 

@@ -236,7 +236,7 @@ def _fork(answer: Callable[[], bytes]) -> tuple[int, int]:
     code = 0
     try:
         os.close(read_fd)
-        from memprobe.core.lifeline import set_death_signal
+        from memprobe.core.process.lifeline import set_death_signal
 
         set_death_signal()
         signal.signal(signal.SIGINT, signal.SIG_DFL)

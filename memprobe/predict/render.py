@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 import textwrap
 
-from memprobe.core.units import gib
+from memprobe.core.text.units import gib
 from memprobe.predict.edge_search import MAX_SEARCH_BATCH
 from memprobe.predict.safe import SAFE_MARGIN
 from memprobe.predict.summary import Prediction

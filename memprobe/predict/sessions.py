@@ -5,7 +5,7 @@ from __future__ import annotations
 from contextlib import ExitStack, contextmanager
 from typing import Any, Callable, Iterator
 
-from memprobe.core.registry import Workload
+from memprobe.core.workload.registry import Workload
 from memprobe.predict.fakecuda import H100, Target
 from memprobe.predict.trace import TraceSession
 

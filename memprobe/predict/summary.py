@@ -1,7 +1,7 @@
 """`memprobe predict`: max batch per memory size and precision, compared with a scan, rendered.
 
 The max batch for a memory size is found by replaying the trace with the allocator's capacity set to that
-memory minus the non-allocatable overhead measured on a real card (memprobe/core/overhead.py); a line
+memory minus the non-allocatable overhead measured on a real card (memprobe/core/cards/overhead.py); a line
 peak(b) = static + per_sample x b through the replayed peaks near the edge is reported beside it.
 """
 
@@ -11,13 +11,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence, TypeVar
 
-from memprobe.core.catalog import PRECISIONS
-from memprobe.core.environment import Environment
-from memprobe.core.memory_model import Attempt, MemoryModel, fit_memory_model
-from memprobe.core.outcomes import FIT, LIMIT, OOM
-from memprobe.core.records import Proof
-from memprobe.core.registry import Workload
-from memprobe.core.versions import LIBRARIES, release
+from memprobe.core.cards.catalog import PRECISIONS
+from memprobe.core.estimates.memory_model import Attempt, MemoryModel, fit_memory_model
+from memprobe.core.process.outcomes import FIT, LIMIT, OOM
+from memprobe.core.records.environment import Environment
+from memprobe.core.records.records import Proof
+from memprobe.core.records.versions import LIBRARIES, release
+from memprobe.core.workload.registry import Workload
 from memprobe.predict.batch_model import PrecisionTraces
 from memprobe.predict.collector import paused
 from memprobe.predict.edge_search import MAX_SEARCH_BATCH
@@ -211,9 +211,9 @@ def version_note(mine: dict[str, str], scan_environment: Environment) -> str:
 
 def run_capacity(p) -> int | None:
     """What a scan's allocator could use during its trials: the capacity it recorded at setup, less the memory that
-    kernels and libraries take outside the allocator afterwards (core/overhead.py's run overhead; on a rank of a
+    kernels and libraries take outside the allocator afterwards (core/cards/overhead.py's run overhead; on a rank of a
     data-parallel group, the group's, NCCL's buffers included)."""
-    from memprobe.core.overhead import default_overhead_table
+    from memprobe.core.cards.overhead import default_overhead_table
 
     if not p.capacity_bytes:
         return None
@@ -380,7 +380,7 @@ def _check(workload: Workload, precisions: Sequence[str], world: Any, mode: str)
         if p not in PRECISIONS:
             raise ValueError(f"unknown precision '{p}'")
     if world is not None:
-        from memprobe.core.strategies import StrategyError, check_workload
+        from memprobe.core.workload.strategies import StrategyError, check_workload
 
         try:
             check_workload(workload)  # what a multi-GPU scan refuses is not predicted either
@@ -399,7 +399,7 @@ def memory_sizes(
 
     Raises overhead.OverheadError (a ValueError) for a size not larger than the overhead.
     """
-    from memprobe.core.overhead import usable_memory
+    from memprobe.core.cards.overhead import usable_memory
 
     out = []
     for label, nbytes in labels:

@@ -15,10 +15,10 @@ from typing import Any, Callable
 
 import torch
 
-from memprobe.core.deadline import TimeLimitError, TimeLimitExceeded, how_to_extend, limit_s, time_limit
-from memprobe.core.outcomes import described
-from memprobe.core.registry import Workload
-from memprobe.core.run_length import steps_at_fit
+from memprobe.core.process.deadline import TimeLimitError, TimeLimitExceeded, how_to_extend, limit_s, time_limit
+from memprobe.core.process.outcomes import described
+from memprobe.core.workload.registry import Workload
+from memprobe.core.workload.run_length import steps_at_fit
 from memprobe.predict.allocator import ALLOC, FREE, MARK
 from memprobe.predict.collector import paused
 from memprobe.predict.fake_mode import BuildValues
@@ -210,7 +210,9 @@ class TraceSession:
         if steps < (3 if mode == "train" else 1):
             raise ValueError("a trial is 1 warm-up step + K >= 2 steps")
         self.mode, self.precision = mode, precision
-        if mode == "generate":  # every generation of a fit is traced (core/run_length.py): none is repeated whole
+        if (
+            mode == "generate"
+        ):  # every generation of a fit is traced (core/workload/run_length.py): none is repeated whole
             steps = steps_at_fit(mode, steps)
         self._short_decode = mode == "generate"  # trace DECODE_TRACED decode forwards (until a trace shows otherwise)
         self.workload = workload

@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Sequence
 
-from memprobe.core.registry import Workload
+from memprobe.core.workload.registry import Workload
 from memprobe.predict.batch_model import MODEL_BATCHES, PrecisionTraces, model_batches, traced_part_fits
 from memprobe.predict.fakecuda import H100, Target
 from memprobe.predict.parallel import Job, Then, trace_jobs

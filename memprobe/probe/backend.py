@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from typing import Any, Callable, Protocol
 
-from memprobe.core.memory_model import Attempt, MemoryModel
-from memprobe.core.protocol import Flops
-from memprobe.core.records import CurvePoint, Timed
-from memprobe.core.results import PrecisionResult
+from memprobe.core.estimates.memory_model import Attempt, MemoryModel
+from memprobe.core.process.protocol import Flops
+from memprobe.core.records.records import CurvePoint, Timed
+from memprobe.core.records.results import PrecisionResult
 
 
 class ScanProgress(Protocol):

@@ -10,9 +10,9 @@ from __future__ import annotations
 import time
 from typing import Callable
 
-from memprobe.core.breakdown import Breakdown, check_sum
-from memprobe.core.protocol import BreakdownAnswer, BreakdownRequest
-from memprobe.core.results import PrecisionResult
+from memprobe.core.process.protocol import BreakdownAnswer, BreakdownRequest
+from memprobe.core.records.breakdown import Breakdown, check_sum
+from memprobe.core.records.results import PrecisionResult
 from memprobe.probe.runner import WorkerError, WorkerFactory, WorkerSpec
 from memprobe.probe.scan_trials import fresh_worker
 

@@ -1,15 +1,15 @@
 """Throughput curve of one precision: the ladder of batch sizes up to B, the order they are timed in, and b*.
 
 No torch here: pure functions, tested with fakes. The points are timed by probe/curve_run.py (processes, budget,
-the knee's bisection); the knee itself is core/knee.py, a point's estimated cost probe/curve_cost.py.
+the knee's bisection); the knee itself is core/estimates/knee.py, a point's estimated cost probe/curve_cost.py.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from memprobe.core.outcomes import FIT
-from memprobe.core.records import CurvePoint, Timed
+from memprobe.core.process.outcomes import FIT
+from memprobe.core.records.records import CurvePoint, Timed
 
 DEFAULT_POINTS = 8  # at most this many batches per curve, B included
 DEFAULT_BUDGET_S = 45.0  # no curve point starts that its estimated cost says would end past this (seconds)

@@ -21,11 +21,11 @@ from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import Any, Sequence
 
-from memprobe.core.memory_model import Attempt
-from memprobe.core.outcomes import FIT
-from memprobe.core.records import CurvePoint, Timed
-from memprobe.core.run_length import timed_steps_within
-from memprobe.core.settings import PrecisionSettings
+from memprobe.core.estimates.memory_model import Attempt
+from memprobe.core.process.outcomes import FIT
+from memprobe.core.records.records import CurvePoint, Timed
+from memprobe.core.records.settings import PrecisionSettings
+from memprobe.core.workload.run_length import timed_steps_within
 
 # Step times vary by a few percent, a new size's set-up by more (NasNet-Large: 16-28 s between sizes), so an
 # estimate is scaled by this before it is held against the curve's budget.

@@ -2,7 +2,7 @@
 
 No torch: the points run in trial processes (runner.Worker). Order: B's point is the proof's timed run; then a
 coarse pass over every other ladder batch (largest, smallest, then the middles: probe.curve.phases), then the
-knee's bisection wherever throughput falls by a counted step (core/knee.py), then the rest of the ladder. No
+knee's bisection wherever throughput falls by a counted step (core/estimates/knee.py), then the rest of the ladder. No
 point starts whose estimated cost (probe/curve_cost.py) would end past the budget: it is kept as a skipped point
 with the reason, and b* is then the best of the points timed, over the range they cover.
 """
@@ -12,13 +12,13 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from memprobe.core.knee import KNEE_RESOLUTION, bisect_batch, falls, knee, knee_fields, resolved
-from memprobe.core.memory_model import MemoryModel
-from memprobe.core.outcomes import CRASH, TIMEOUT
-from memprobe.core.records import CurvePoint, Timed
-from memprobe.core.registry import Workload
-from memprobe.core.results import PrecisionResult
-from memprobe.core.variants import axis_name
+from memprobe.core.estimates.knee import KNEE_RESOLUTION, bisect_batch, falls, knee, knee_fields, resolved
+from memprobe.core.estimates.memory_model import MemoryModel
+from memprobe.core.process.outcomes import CRASH, TIMEOUT
+from memprobe.core.records.records import CurvePoint, Timed
+from memprobe.core.records.results import PrecisionResult
+from memprobe.core.workload.registry import Workload
+from memprobe.core.workload.variants import axis_name
 from memprobe.probe.backend import CurveTimer
 from memprobe.probe.curve import curve_point, curve_text, ladder, phases, skipped_point, summary
 from memprobe.probe.curve_cost import PointCost, from_precision

@@ -15,7 +15,7 @@ from importlib import metadata
 from typing import Any, Mapping
 
 from memprobe import __version__
-from memprobe.core.textlists import visible_devices
+from memprobe.core.text.textlists import visible_devices
 
 
 class NoGPUError(RuntimeError):

@@ -19,8 +19,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable, Collection, Mapping
 
-from memprobe.core.memory_model import Attempt
-from memprobe.core.outcomes import STOPPING
+from memprobe.core.estimates.memory_model import Attempt
+from memprobe.core.process.outcomes import STOPPING
 from memprobe.probe.search import SearchResult
 
 # Closing a bracket that the walk found within the check limit may take up to this many times the limit

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from memprobe.core.frontier import (
+from memprobe.core.records.frontier import (
     ERROR,
     GENERATION_NOTE,
     MEASURED,
@@ -26,9 +26,9 @@ from memprobe.core.frontier import (
     point_workload,
     walk,
 )
-from memprobe.core.records import Proof
-from memprobe.core.registry import Workload
-from memprobe.core.results import ScanResult, result_filename, write_result
+from memprobe.core.records.records import Proof
+from memprobe.core.records.results import ScanResult, result_filename, write_result
+from memprobe.core.workload.registry import Workload
 from memprobe.probe.device import host_environment
 from memprobe.probe.options import ScanOptions
 from memprobe.probe.scan import ScanInterrupted, ScanProgress, scan_workload

@@ -19,10 +19,10 @@ import sys
 import time
 from typing import Any, Callable, Mapping
 
-from memprobe.core.child import Child
-from memprobe.core.protocol import HintAnswer, HintRequest, HintSetup, read_message
-from memprobe.core.registry import Workload
-from memprobe.core.settings import PrecisionSettings
+from memprobe.core.process.child import Child
+from memprobe.core.process.protocol import HintAnswer, HintRequest, HintSetup, read_message
+from memprobe.core.records.settings import PrecisionSettings
+from memprobe.core.workload.registry import Workload
 from memprobe.probe.search import HintUse, SearchResult
 
 ENDED = "the prediction process ended without answering"

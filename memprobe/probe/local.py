@@ -9,13 +9,13 @@ from __future__ import annotations
 import time
 from typing import Any, Callable
 
-from memprobe.core.memory_model import Attempt, MemoryModel
-from memprobe.core.outcomes import OOM, USER_ERROR
-from memprobe.core.protocol import Flops, TrialSettings
-from memprobe.core.records import Timed
-from memprobe.core.registry import Workload
-from memprobe.core.results import PrecisionResult
-from memprobe.core.settings import PrecisionSettings, Task
+from memprobe.core.estimates.memory_model import Attempt, MemoryModel
+from memprobe.core.process.outcomes import OOM, USER_ERROR
+from memprobe.core.process.protocol import Flops, TrialSettings
+from memprobe.core.records.records import Timed
+from memprobe.core.records.results import PrecisionResult
+from memprobe.core.records.settings import PrecisionSettings, Task
+from memprobe.core.workload.registry import Workload
 from memprobe.probe.backend import ScanProgress
 from memprobe.probe.breakdown_run import measure_at_max
 from memprobe.probe.curve_run import PointTimer

@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
-from memprobe.core.registry import Workload
-from memprobe.core.results import ScanResult
-from memprobe.core.strategies import STRATEGIES
-from memprobe.core.textlists import comma_items
+from memprobe.core.records.results import ScanResult
+from memprobe.core.text.textlists import comma_items
+from memprobe.core.workload.registry import Workload
+from memprobe.core.workload.strategies import STRATEGIES
 from memprobe.probe import scan as single_gpu
 from memprobe.probe.scan import ScanOptions, ScanProgress
 

@@ -11,13 +11,13 @@ from dataclasses import asdict, dataclass, field
 from functools import partial
 from typing import Callable, Mapping, Sequence
 
-from memprobe.core.child import Child
-from memprobe.core.protocol import NeedAnswer, NeedRequest, ProtocolError, read_message
-from memprobe.core.registry import Workload
-from memprobe.core.results import ScanResult
-from memprobe.core.settings import NothingFits
-from memprobe.core.units import gib
-from memprobe.core.variants import LLM_FAMILIES, VariantError, VariantRequest, apply_variant
+from memprobe.core.process.child import Child
+from memprobe.core.process.protocol import NeedAnswer, NeedRequest, ProtocolError, read_message
+from memprobe.core.records.results import ScanResult
+from memprobe.core.records.settings import NothingFits
+from memprobe.core.text.units import gib
+from memprobe.core.workload.registry import Workload
+from memprobe.core.workload.variants import LLM_FAMILIES, VariantError, VariantRequest, apply_variant
 
 # What an LLM user tries next, in order of how much they change the training.
 ALTERNATIVES = (

@@ -9,11 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from memprobe.core.catalog import PRECISIONS
-from memprobe.core.fieldtypes import MODES
-from memprobe.core.option_bounds import REPEAT
-from memprobe.core.records import Timed
-from memprobe.core.run_length import (  # noqa: F401 - INFER_* and MIN_TIMED_STEPS re-exported for probe
+from memprobe.core.cards.catalog import PRECISIONS
+from memprobe.core.records.fieldtypes import MODES
+from memprobe.core.records.records import Timed
+from memprobe.core.workload.option_bounds import REPEAT
+from memprobe.core.workload.run_length import (  # noqa: F401 - INFER_* and MIN_TIMED_STEPS re-exported for probe
     GENERATE_SEARCH_DECODE,
     GENERATE_TIMED_STEPS,
     GENERATE_TRIAL_STEPS,
@@ -90,7 +90,7 @@ class ScanOptions:
     # recorded (the environment the trials saw is, under `environment`). Multi-GPU launches do not take it.
     env: dict[str, str] = field(default_factory=dict)
     # Generation: the search's trials stop each generation after the prefill and this many decode forwards (None:
-    # whole); the timed generation and the fresh runs that prove a fit run all of it (core/run_length.py).
+    # whole); the timed generation and the fresh runs that prove a fit run all of it (core/workload/run_length.py).
     search_decode_steps: int | None = GENERATE_SEARCH_DECODE
 
     def __post_init__(self) -> None:

@@ -22,10 +22,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
-from memprobe.core.child import Child
-from memprobe.core.registry import Workload
-from memprobe.core.results import ResultFileError, ScanResult, read_result, result_filename, write_result
-from memprobe.core.textlists import visible_devices
+from memprobe.core.process.child import Child
+from memprobe.core.records.results import ResultFileError, ScanResult, read_result, result_filename, write_result
+from memprobe.core.text.textlists import visible_devices
+from memprobe.core.workload.registry import Workload
 from memprobe.probe.distributed.launch import launch_env
 from memprobe.probe.scan import ScanOptions
 

@@ -15,16 +15,16 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
-from memprobe.core.catalog import peak_tflops
-from memprobe.core.edge_text import edge_text
-from memprobe.core.generation import generation_record, settings_of
-from memprobe.core.memcap import emulated_name
-from memprobe.core.memory_model import Attempt, MemoryModel, edge_model, fit_memory_model
-from memprobe.core.outcomes import FIT, STOPPING
-from memprobe.core.protocol import Flops
-from memprobe.core.records import Timed
-from memprobe.core.registry import Workload
-from memprobe.core.results import PrecisionResult, ScanResult, final_status, write_result
+from memprobe.core.cards.catalog import peak_tflops
+from memprobe.core.cards.memcap import emulated_name
+from memprobe.core.estimates.memory_model import Attempt, MemoryModel, edge_model, fit_memory_model
+from memprobe.core.process.outcomes import FIT, STOPPING
+from memprobe.core.process.protocol import Flops
+from memprobe.core.records.generation import generation_record, settings_of
+from memprobe.core.records.records import Timed
+from memprobe.core.records.results import PrecisionResult, ScanResult, final_status, write_result
+from memprobe.core.text.edge_text import edge_text
+from memprobe.core.workload.registry import Workload
 from memprobe.probe.backend import ScanProgress, TrialBackend
 from memprobe.probe.curve_run import add_curve
 from memprobe.probe.hint import PrecisionHint, PredictedStart
@@ -304,7 +304,7 @@ def _proven(
 
 
 def _generation(result: PrecisionResult, workload: Workload, seen: dict[str, Any]) -> None:
-    """A generation's record at B (core/generation.py): the KV cache, the peak by category, the KV capacity."""
+    """A generation's record at B (core/records/generation.py): the KV cache, the peak by category, the KV capacity."""
     settings = settings_of(workload)
     if settings is None or not result.max_batch:
         return

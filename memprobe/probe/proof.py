@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from typing import Any, Collection, Mapping
 
-from memprobe.core.memory_model import Attempt
-from memprobe.core.outcomes import oom_numbers
-from memprobe.core.records import Band, BandRun, Check, Pair, Proof
+from memprobe.core.estimates.memory_model import Attempt
+from memprobe.core.process.outcomes import oom_numbers
+from memprobe.core.records.records import Band, BandRun, Check, Pair, Proof
 from memprobe.probe.edge_walk import EdgeCheck as EdgeCheck
 from memprobe.probe.edge_walk import Tally
 from memprobe.probe.edge_walk import confirm_edge as confirm_edge

@@ -1,4 +1,4 @@
-"""Parent-side handle on trial processes: spawn, talk the trial protocol (core/protocol.py), detect crashes, clean up.
+"""Parent-side handle on trial processes: spawn, talk the trial protocol (core/process/protocol.py), detect crashes, clean up.
 
 No torch here. Each Worker is one trial process (memprobe.probe.child.worker), a core/child.Child: started,
 asked, killed and closed there, as every process memprobe starts. A crash (the process dies, or
@@ -18,11 +18,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from memprobe.core.child import Child, ForkServer, ForkServerError
-from memprobe.core.deadline import TimeLimitError, how_to_extend, limit_s
-from memprobe.core.memory_model import Attempt
-from memprobe.core.outcomes import CRASH, ERROR, OOM, TIMEOUT, USER_ERROR, classify_error
-from memprobe.core.protocol import (
+from memprobe.core.estimates.memory_model import Attempt
+from memprobe.core.process.child import Child, ForkServer, ForkServerError
+from memprobe.core.process.deadline import TimeLimitError, how_to_extend, limit_s
+from memprobe.core.process.outcomes import CRASH, ERROR, OOM, TIMEOUT, USER_ERROR, classify_error
+from memprobe.core.process.protocol import (
     Answer,
     ExitRequest,
     Failure,
@@ -38,8 +38,8 @@ from memprobe.core.protocol import (
     TrialRequest,
     TrialSettings,
 )
-from memprobe.core.records import Timed
-from memprobe.core.registry import Workload
+from memprobe.core.records.records import Timed
+from memprobe.core.workload.registry import Workload
 from memprobe.workloads.families import family_module
 
 
@@ -81,7 +81,7 @@ USER_FAMILIES = ("module", "timm", "hf")
 
 def build_limit(spec: WorkerSpec) -> float:
     """How long a trial process may take to build the workload: the time limit predict gives a build
-    (MEMPROBE_TIME_LIMIT, core/deadline.py), at most the trial's own. Raises WorkerError for a limit that is not a
+    (MEMPROBE_TIME_LIMIT, core/process/deadline.py), at most the trial's own. Raises WorkerError for a limit that is not a
     number of seconds."""
     try:
         limit = limit_s()
@@ -96,7 +96,7 @@ PING_TIMEOUT_S = 60.0  # a forked process answers in milliseconds; one that hang
 
 def _worker_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
     """The variables a trial process gets on top of this process's environment (Child.start puts them over the one
-    recipe, core/child_env.py): `env` (the scan's, ScanOptions.env) and unbuffered output."""
+    recipe, core/process/child_env.py): `env` (the scan's, ScanOptions.env) and unbuffered output."""
     return {**(env or {}), "PYTHONUNBUFFERED": "1"}
 
 
@@ -122,7 +122,7 @@ class Zygote(ForkServer):
 
 
 class Worker:
-    """One trial process (a Child, core/child.py). Not set up until `setup()`; ended by `close()`.
+    """One trial process (a Child, core/process/child.py). Not set up until `setup()`; ended by `close()`.
 
     Forked from `zygote` when one is given (with the zygote's environment), else exec'd (which costs the Python
     imports) with `env` on top of this process's environment. Raises ForkServerError when the zygote cannot fork, OSError

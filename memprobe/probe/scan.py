@@ -10,9 +10,9 @@ import os
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from memprobe.core.child_env import child_env
-from memprobe.core.registry import Workload
-from memprobe.core.results import PrecisionResult, ScanResult, result_filename
+from memprobe.core.process.child_env import child_env
+from memprobe.core.records.results import PrecisionResult, ScanResult, result_filename
+from memprobe.core.workload.registry import Workload
 from memprobe.probe.backend import ScanProgress  # noqa: F401
 from memprobe.probe.device import host_environment
 from memprobe.probe.hint import PredictedStart

@@ -12,9 +12,9 @@ import time
 from contextlib import contextmanager
 from typing import Callable, Iterator
 
-from memprobe.core.memory_model import Attempt, edge_model
-from memprobe.core.outcomes import CRASH, ERROR, FIT, OUTCOMES, TIMEOUT
-from memprobe.core.records import Timed
+from memprobe.core.estimates.memory_model import Attempt, edge_model
+from memprobe.core.process.outcomes import CRASH, ERROR, FIT, OUTCOMES, TIMEOUT
+from memprobe.core.records.records import Timed
 from memprobe.probe.options import ScanOptions
 from memprobe.probe.runner import Worker, WorkerError, WorkerFactory, WorkerSpec
 

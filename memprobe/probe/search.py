@@ -25,8 +25,8 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Callable
 
-from memprobe.core.memory_model import Attempt, edge_model
-from memprobe.core.outcomes import STOPPING, TOO_SMALL, oom_numbers
+from memprobe.core.estimates.memory_model import Attempt, edge_model
+from memprobe.core.process.outcomes import STOPPING, TOO_SMALL, oom_numbers
 
 MAX_GROWTH = 8  # largest jump, as a multiple of the largest batch known to fit, before a failure is seen
 

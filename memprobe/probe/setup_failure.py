@@ -10,10 +10,10 @@ from __future__ import annotations
 import os
 from typing import Any, Mapping
 
-from memprobe.core.child_env import child_env
-from memprobe.core.outcomes import OOM
-from memprobe.core.results import PrecisionResult
-from memprobe.core.units import gib
+from memprobe.core.process.child_env import child_env
+from memprobe.core.process.outcomes import OOM
+from memprobe.core.records.results import PrecisionResult
+from memprobe.core.text.units import gib
 from memprobe.probe.runner import WorkerError
 
 # Memory held by other processes from which a setup OOM is blamed on them, not on the model.

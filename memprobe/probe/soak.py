@@ -12,8 +12,8 @@ from __future__ import annotations
 import time
 from typing import Any, Callable
 
-from memprobe.core.memory_model import Attempt
-from memprobe.core.records import Proof
+from memprobe.core.estimates.memory_model import Attempt
+from memprobe.core.records.records import Proof
 
 # Soak runs before giving up lowering the batch: each failed one lowers B by one. A proven edge that
 # needs more than this is not an edge a soak should move; the result says the soak did not settle.

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from memprobe.core.catalog import PRECISIONS
-from memprobe.core.option_bounds import SCAN_GPUS, Bound
-from memprobe.core.variants import VariantError, parse_lora
+from memprobe.core.cards.catalog import PRECISIONS
+from memprobe.core.workload.option_bounds import SCAN_GPUS, Bound
+from memprobe.core.workload.variants import VariantError, parse_lora
 
 
 class RequestError(ValueError):
@@ -23,7 +23,7 @@ class RequestError(ValueError):
 
 
 def within(bound: Bound, value: Any) -> Any:
-    """`value` when it is within the option's bounds (core/option_bounds.py: the table the CLI's types read too), or
+    """`value` when it is within the option's bounds (core/workload/option_bounds.py: the table the CLI's types read too), or
     None for an option that may be left out. Raises RequestError naming the option, in the words the command prints."""
     problem = bound.problem(value)
     if problem:
@@ -80,7 +80,7 @@ def world_sizes(items: Sequence[str | int]) -> list[str]:
 
 def positive_size(text: str | int, option: str) -> int:
     """Bytes of a size option (`24GiB`, or a number of bytes). Raises RequestError for garbage or a size not above 0."""
-    from memprobe.core.units import parse_size
+    from memprobe.core.text.units import parse_size
 
     try:
         nbytes = text if isinstance(text, int) else parse_size(text)

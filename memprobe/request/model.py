@@ -9,11 +9,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Sequence, TypeVar, Union
 
-from memprobe.core import option_bounds as bounds
-from memprobe.core.fieldtypes import MODES  # noqa: F401 - re-exported: the modes scan and predict take
-from memprobe.core.registry import OPTIMIZERS, Workload, load_registry
-from memprobe.core.textlists import comma_items
-from memprobe.core.variants import VariantError, VariantRequest, apply_variant
+from memprobe.core.records.fieldtypes import MODES  # noqa: F401 - re-exported: the modes scan and predict take
+from memprobe.core.text.textlists import comma_items
+from memprobe.core.workload import option_bounds as bounds
+from memprobe.core.workload.registry import OPTIMIZERS, Workload, load_registry
+from memprobe.core.workload.variants import VariantError, VariantRequest, apply_variant
 from memprobe.request.checks import RequestError, lora_rank
 from memprobe.request.option import REQUIRED, check_bounds, option, take
 from memprobe.request.serving import new_tokens_option, prefill_chunk_option, prompt_len_option
@@ -77,7 +77,7 @@ class ModelRequest:
     lora: str | int | None = option(
         None, "--lora", help="LLM workloads: LoRA adapters of this rank (16 or r=16) on a frozen bf16 base (peft)."
     )
-    # --mode generate: P, N and the prefill chunk (core/generation.py checks them together)
+    # --mode generate: P, N and the prefill chunk (core/records/generation.py checks them together)
     prompt_len: int | None = prompt_len_option()
     new_tokens: int | None = new_tokens_option()
     prefill_chunk: int | None = prefill_chunk_option()
@@ -152,7 +152,7 @@ def generating(
     workloads: list[Workload], request: ModelRequest, mode: str, frontier: bool, batch: int = 1
 ) -> list[Workload]:
     """The workloads as `mode` runs them (core/generation.generation_workloads). Raises RequestError."""
-    from memprobe.core.generation import GenerationError, generation_workloads
+    from memprobe.core.records.generation import GenerationError, generation_workloads
 
     try:
         return generation_workloads(workloads, request, mode, frontier, batch)

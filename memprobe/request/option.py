@@ -15,7 +15,7 @@ import dataclasses
 from dataclasses import MISSING, dataclass, field
 from typing import Any, Callable, Iterable, Mapping
 
-from memprobe.core.option_bounds import Bound
+from memprobe.core.workload.option_bounds import Bound
 
 REQUIRED: Any = MISSING  # option(REQUIRED, ...): a field without a default, an option the command requires
 

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from memprobe.core import option_bounds as bounds
-from memprobe.core.registry import Workload
+from memprobe.core.workload import option_bounds as bounds
+from memprobe.core.workload.registry import Workload
 from memprobe.request.checks import RequestError, lora_rank, precision_list
 from memprobe.request.model import Model, ModelRequest, generating, workloads_of
 from memprobe.request.option import REQUIRED, check_bounds, option
@@ -99,7 +99,7 @@ class PlanJob:
     lora_rank: int | None
 
     def plan(self, workers: int, progress: Any = None, on_skip: Callable[[Exception], None] | None = None) -> Any:
-        """The plan (memprobe.core.plan.Plan; with --mode generate memprobe.core.serving.ServingPlan), tracing the
+        """The plan (memprobe.core.estimates.plan.Plan; with --mode generate memprobe.core.estimates.serving.ServingPlan), tracing the
         predicted rows on `workers` cores: the one call the command and the API make. Raises as
         memprobe.planning.build.build_plan (build_serving) does."""
         from memprobe.planning.build import build_plan
@@ -133,7 +133,7 @@ def plan_job(request: PlanRequest) -> PlanJob:
     bounds, the card (before the model is resolved, as predict and guide read --gpu first), --strategy, the model,
     --lora. Raises RequestError (usage=False for a card name that names no card), RegistryError (CustomModelError)
     for a model that cannot be named or resolved."""
-    from memprobe.core.cardnames import CardNameError, resolve_cards
+    from memprobe.core.cards.cardnames import CardNameError, resolve_cards
     from memprobe.workloads.custom import is_custom_name
 
     check_bounds(request)

@@ -11,15 +11,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
-from memprobe.core import option_bounds as bounds
-from memprobe.core.registry import Workload
+from memprobe.core.workload import option_bounds as bounds
+from memprobe.core.workload.registry import Workload
 from memprobe.request.checks import RequestError, precision_list, strategies_option, strategy_list, within
 from memprobe.request.model import MODES, ModelRequest, generating, is_frontier, workloads_of
 from memprobe.request.option import check_bounds, option
 
 if TYPE_CHECKING:
-    from memprobe.core.cardsize import Sizes
-    from memprobe.core.overhead import Override
+    from memprobe.core.cards.cardsize import Sizes
+    from memprobe.core.cards.overhead import Override
 
 log = logging.getLogger(__name__)
 
@@ -135,8 +135,8 @@ def predict_job(request: PredictRequest) -> PredictJob:
     """The workloads, sizes and settings of a predict request. Raises RequestError for an option the prediction
     cannot take (among them a request no card asked can answer: every precision one it cannot train in),
     RegistryError (CustomModelError) for a model that cannot be named or resolved."""
-    from memprobe.core.cardsize import SizeError, read_sizes
-    from memprobe.core.overhead import OverheadError, choose_override
+    from memprobe.core.cards.cardsize import SizeError, read_sizes
+    from memprobe.core.cards.overhead import OverheadError, choose_override
 
     check_bounds(request)  # every number within its bounds, before any other check (as the command's click types)
     check_bounds(request.model)

@@ -9,9 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Sequence
 
-from memprobe.core import option_bounds as bounds
-from memprobe.core.registry import Workload
-from memprobe.core.run_length import TIMED_STEPS, TRIAL_STEPS, WARMUP_STEPS
+from memprobe.core.workload import option_bounds as bounds
+from memprobe.core.workload.registry import Workload
+from memprobe.core.workload.run_length import TIMED_STEPS, TRIAL_STEPS, WARMUP_STEPS
 from memprobe.request.checks import (
     RequestError,
     positive_size,

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from memprobe.core import option_bounds as bounds
+from memprobe.core.workload import option_bounds as bounds
 from memprobe.request.checks import RequestError
 from memprobe.request.option import option
 

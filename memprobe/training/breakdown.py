@@ -23,7 +23,7 @@ from typing import Any, Callable
 import torch
 from torch.distributed._tools.mem_tracker import MemTracker, _MemRefType, _ModState
 
-from memprobe.core.breakdown import Breakdown, assemble, top_modules
+from memprobe.core.records.breakdown import Breakdown, assemble, top_modules
 from memprobe.training.step import Memory, run_step, run_until_state
 from memprobe.workloads.base import Amp, TrainTask
 

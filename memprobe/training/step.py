@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 import torch
 
-from memprobe.core.outcomes import CRASH, ERROR, FIT, USER_ERROR, classify_error, message_of, with_memory_state
+from memprobe.core.process.outcomes import CRASH, ERROR, FIT, USER_ERROR, classify_error, message_of, with_memory_state
 from memprobe.training.cpu_memory import LiveBytes
 from memprobe.workloads.base import Amp, TrainTask
 

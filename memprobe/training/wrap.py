@@ -7,7 +7,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from memprobe.core.strategies import NONE, STRATEGIES, StrategyError
+from memprobe.core.workload.strategies import NONE, STRATEGIES, StrategyError
 
 _MP_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 

@@ -12,7 +12,7 @@ from typing import Any, Iterator
 
 import torch
 
-from memprobe.core.outcomes import ERROR, classify_error, message_of
+from memprobe.core.process.outcomes import ERROR, classify_error, message_of
 
 AUTOCAST_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 
@@ -29,7 +29,7 @@ class UserModelError(Exception):
 
 def model_error(exc: BaseException) -> bool:
     """Whether an exception a model's build or step raised is the model's own error (its config, its code), not out
-    of memory, a kernel's limit or a crash, which are the GPU's and are raised as they are (core/outcomes.py)."""
+    of memory, a kernel's limit or a crash, which are the GPU's and are raised as they are (core/process/outcomes.py)."""
     return classify_error(type(exc).__name__, message_of(exc)) == ERROR
 
 

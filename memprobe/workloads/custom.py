@@ -18,9 +18,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Callable
 
-from memprobe.core.family_params import check_params
-from memprobe.core.inputs import read_text
-from memprobe.core.registry import OPTIMIZERS, RegistryError, Workload, match
+from memprobe.core.files.inputs import read_text
+from memprobe.core.workload.family_params import check_params
+from memprobe.core.workload.registry import OPTIMIZERS, RegistryError, Workload, match
 
 CUSTOM_FAMILIES = ("timm", "hf", "module")
 # Config keys that hold a size or a count (hidden_size, num_hidden_layers, n_head, ...): never negative.

@@ -26,9 +26,9 @@ from typing import Any, Callable, Iterator, NoReturn
 import torch
 from torch.overrides import TorchFunctionMode
 
-from memprobe.core.interrupts import user_raised
-from memprobe.core.outcomes import described
-from memprobe.core.registry import OPTIMIZERS
+from memprobe.core.process.interrupts import user_raised
+from memprobe.core.process.outcomes import described
+from memprobe.core.workload.registry import OPTIMIZERS
 
 from .base import TrainTask, UserModelError, model_error
 

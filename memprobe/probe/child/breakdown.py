@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from memprobe.core.protocol import BreakdownAnswer, BreakdownRequest
+from memprobe.core.process.protocol import BreakdownAnswer, BreakdownRequest
 
 
 def serve(session: Any, req: BreakdownRequest) -> BreakdownAnswer:
     """The trial process's side: the breakdown's record, or the outcome and error when the step failed (an OOM at
     B, where the tracker's own bookkeeping pushed it over, is reported, never raised)."""
-    from memprobe.core.outcomes import classify_error
+    from memprobe.core.process.outcomes import classify_error
     from memprobe.training.breakdown import measure_breakdown
 
     session._drop_kept()

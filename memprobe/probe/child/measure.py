@@ -17,9 +17,9 @@ from typing import Any, Callable
 
 import torch
 
-from memprobe.core.outcomes import classify_error, described, message_of
-from memprobe.core.protocol import MeasureRequest
-from memprobe.core.run_length import timed_steps_within
+from memprobe.core.process.outcomes import classify_error, described, message_of
+from memprobe.core.process.protocol import MeasureRequest
+from memprobe.core.workload.run_length import timed_steps_within
 from memprobe.training.step import Memory, run_step, run_until_state
 from memprobe.workloads.base import Amp, TrainTask
 
@@ -299,7 +299,7 @@ def run_timed(
             result["first_step_seconds"] = round(run.first_end - first, 4)
 
         # Warm-up also runs until optimizer state exists (fp16 loss scaling may skip updates). A generation
-        # going on from its trial needs none: the trial's generations were its warm-up (core/run_length.py).
+        # going on from its trial needs none: the trial's generations were its warm-up (core/workload/run_length.py).
         warmup = int(req.warmup)
         warm = warmup if mode == "generate" and result["continued_from_trial"] else max(warmup, 1)
         result["warmup_steps"] = run_until_state(step, amp, warm, mode)

@@ -26,9 +26,16 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, NoReturn
 
-from memprobe.core.outcomes import described, message_of
-from memprobe.core.rank_record import GO_FILE, RankFailure, RankRecord, RankRequest, StandbyRequest, read_rank_request
-from memprobe.core.wire import MessageError
+from memprobe.core.process.outcomes import described, message_of
+from memprobe.core.process.rank_record import (
+    GO_FILE,
+    RankFailure,
+    RankRecord,
+    RankRequest,
+    StandbyRequest,
+    read_rank_request,
+)
+from memprobe.core.process.wire import MessageError
 
 FAILED_EXIT = 3
 MESSAGE_CHARS = 500  # a failure's message as a rank records it (torch's out-of-memory text alone runs longer)
@@ -50,7 +57,7 @@ _COLLECTIVE_MARKERS = (
 def collective_outcome(outcome: str, message: str) -> str:
     """The outcome of a failure raised by a collective: a timeout is TIMEOUT, a lost peer is CRASH;
     anything else keeps `outcome`. Never raises."""
-    from memprobe.core.outcomes import CRASH, ERROR, TIMEOUT
+    from memprobe.core.process.outcomes import CRASH, ERROR, TIMEOUT
 
     text = (message or "").lower()
     if outcome not in (ERROR, CRASH) or not any(m in text for m in _COLLECTIVE_MARKERS + ("timed out", "timeout")):
@@ -59,7 +66,7 @@ def collective_outcome(outcome: str, message: str) -> str:
 
 
 class Rank:
-    """This rank's record on disk (a RankRecord, core/rank_record.py) and the commit protocol."""
+    """This rank's record on disk (a RankRecord, core/process/rank_record.py) and the commit protocol."""
 
     def __init__(self, run_dir: Path, rank: int, world: int) -> None:
         self.run_dir, self.rank, self.world = run_dir, rank, world
@@ -106,7 +113,7 @@ class Rank:
     def commit_or_exit(self, timeout_s: float, device, stage: str, batch: int | None, **extra: Any) -> None:
         """commit(), or where it raises (a peer lost, the group's timeout) record a CRASH at `stage` and end this
         rank (fail_and_exit: never returns)."""
-        from memprobe.core.outcomes import CRASH
+        from memprobe.core.process.outcomes import CRASH
 
         try:
             self.commit(timeout_s, device)
@@ -117,7 +124,7 @@ class Rank:
 def watch_steps(task, rank: Rank, where: dict[str, Any]) -> None:
     """Record a step's failure the moment it is raised, before run_trial's clean-up (which
     synchronizes the device and could block on a collective that a peer will never join)."""
-    from memprobe.core.outcomes import classify_error
+    from memprobe.core.process.outcomes import classify_error
 
     step = task.train_step
 
@@ -140,8 +147,8 @@ def build(req: RankRequest, rank: Rank, device: Any, mesh: Any = None) -> tuple[
     record). Ends the rank (Rank.fail_and_exit) where the workload cannot be built or wrapped."""
     import torch
 
-    from memprobe.core.outcomes import ERROR
-    from memprobe.core.protocol import Failure, SetupRequest
+    from memprobe.core.process.outcomes import ERROR
+    from memprobe.core.process.protocol import Failure, SetupRequest
     from memprobe.probe.child.worker import Session
     from memprobe.training.wrap import wrap_model
 
@@ -182,7 +189,7 @@ def start(req: RankRequest) -> tuple[Rank, Any, Any, float]:
     import torch
     import torch.distributed as dist
 
-    from memprobe.core.outcomes import classify_error
+    from memprobe.core.process.outcomes import classify_error
 
     imported = time.time()
     rank_id, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
@@ -214,8 +221,8 @@ def run(req: RankRequest) -> int:
     """Run this rank's part of the request. Returns the exit code (0: every step committed)."""
     import torch.distributed as dist
 
-    from memprobe.core.outcomes import ERROR, FIT, classify_error
-    from memprobe.core.protocol import MeasureRequest, TrialRequest
+    from memprobe.core.process.outcomes import ERROR, FIT, classify_error
+    from memprobe.core.process.protocol import MeasureRequest, TrialRequest
 
     rank, device, mesh, timeout_s = start(req)
     if req.launch.serve:

@@ -30,8 +30,8 @@ import time
 from pathlib import Path
 from typing import Any, NoReturn
 
-from memprobe.core.outcomes import described, message_of
-from memprobe.core.rank_record import Command, RankRequest, Vote, read_command, read_vote, write_vote
+from memprobe.core.process.outcomes import described, message_of
+from memprobe.core.process.rank_record import Command, RankRequest, Vote, read_command, read_vote, write_vote
 from memprobe.probe.child.rank import FAILED_EXIT, MESSAGE_CHARS, Rank, build, watch_steps
 
 POLL_S = 0.02
@@ -85,7 +85,7 @@ def raised_by_collective(message: str) -> bool:
 
 def decide(votes: list[Vote | None]) -> str:
     """What every rank does after a trial, from every rank's vote (None: a vote that did not come). Pure."""
-    from memprobe.core.outcomes import FIT, OOM
+    from memprobe.core.process.outcomes import FIT, OOM
 
     if any(v is None for v in votes):
         return END
@@ -117,8 +117,8 @@ def wait_votes(run_dir: Path, index: int, world: int, wait_s: float) -> list[Vot
 def serve(req: RankRequest, rank: Rank, device: Any, mesh: Any, timeout_s: float) -> int:
     """Serve commands until a stop command (exit 0) or a failure the group cannot go on from (the rank exits
     with FAILED_EXIT, its failure recorded). Returns the exit code."""
-    from memprobe.core.outcomes import FIT, classify_error
-    from memprobe.core.protocol import TrialRequest
+    from memprobe.core.process.outcomes import FIT, classify_error
+    from memprobe.core.process.protocol import TrialRequest
 
     run_dir = Path(req.run_dir)
     parent = req.parent_pid
@@ -178,7 +178,7 @@ def serve(req: RankRequest, rank: Rank, device: Any, mesh: Any, timeout_s: float
 def _end_group(rank: Rank, attempt: Any, votes: list[Vote | None], wait: float, index: int) -> NoReturn:
     """Record why the group cannot go on after command `index` (this rank's failure, a vote that did not come
     within `wait` seconds, or peers that failed) and end this rank with FAILED_EXIT."""
-    from memprobe.core.outcomes import CRASH, FIT, TIMEOUT
+    from memprobe.core.process.outcomes import CRASH, FIT, TIMEOUT
 
     batch, missing = attempt.batch, [r for r, v in enumerate(votes) if v is None]
     if attempt.outcome != FIT:
@@ -247,7 +247,7 @@ def _rebuild(
     """Drop this rank's model, optimizer and wrapper and build them again in the same process group: (the new
     session, its setup record). The allocator's cache is emptied between, so the new model starts from the
     memory a fresh one would. Ends the rank where the model cannot be built again."""
-    from memprobe.core.outcomes import classify_error
+    from memprobe.core.process.outcomes import classify_error
 
     session.close()  # unfreezes what setup froze, so the old model's reference cycles can be collected
     del session

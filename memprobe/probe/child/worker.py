@@ -1,6 +1,6 @@
 """The trial process: builds one workload on the device and runs trials on request.
 
-Started by runner.Worker as `python -m memprobe.probe.child.worker --preload MODULE`. It speaks core/protocol.py:
+Started by runner.Worker as `python -m memprobe.probe.child.worker --preload MODULE`. It speaks core/process/protocol.py:
 one request per line on stdin, one answer per line on the protocol pipe (the original stdout;
 fd 1 is redirected to stderr so library prints cannot corrupt the protocol). It imports torch and
 the workload's module at start but touches CUDA only at `setup`, so a spare worker can wait,
@@ -31,11 +31,11 @@ from typing import Any, Callable
 
 import torch
 
-from memprobe.core import lifeline
-from memprobe.core.memcap import CapPlan, MemoryCapError, plan_cap
-from memprobe.core.memory_model import Attempt
-from memprobe.core.outcomes import CRASH, USER_ERROR, classify_error, described, message_of, with_memory_state
-from memprobe.core.protocol import (
+from memprobe.core.cards.memcap import CapPlan, MemoryCapError, plan_cap
+from memprobe.core.estimates.memory_model import Attempt
+from memprobe.core.process import lifeline
+from memprobe.core.process.outcomes import CRASH, USER_ERROR, classify_error, described, message_of, with_memory_state
+from memprobe.core.process.protocol import (
     Answer,
     Failure,
     Flops,
@@ -51,8 +51,8 @@ from memprobe.core.protocol import (
     decode_request,
     encode_answer,
 )
-from memprobe.core.records import Timed
-from memprobe.core.run_length import MIN_TIMED_STEPS  # noqa: F401 - re-exported
+from memprobe.core.records.records import Timed
+from memprobe.core.workload.run_length import MIN_TIMED_STEPS  # noqa: F401 - re-exported
 from memprobe.probe.child import breakdown, zygote
 from memprobe.probe.child import measure as timing
 from memprobe.probe.child.environment import torch_environment

@@ -2,7 +2,7 @@
 
 The parent (runner.Zygote) sends three descriptors (stdin, protocol, log) over a Unix socket; the server forks, the
 child takes them as its own and serves trial requests (worker._serve), and the server answers with the child's pid.
-A child dies with the server, and the server with the scan (core/lifeline.py).
+A child dies with the server, and the server with the scan (core/process/lifeline.py).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import sys
 import traceback
 from typing import Any, Callable, TextIO
 
-from memprobe.core import lifeline
+from memprobe.core.process import lifeline
 
 
 def _reap(*_: Any) -> None:

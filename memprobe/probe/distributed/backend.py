@@ -17,15 +17,15 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from memprobe.core.memory_model import Attempt, MemoryModel
-from memprobe.core.outcomes import ERROR, FIT, OOM
-from memprobe.core.protocol import Flops, TrialSettings
-from memprobe.core.rank_record import TimedSteps
-from memprobe.core.records import CurvePoint, Timed
-from memprobe.core.registry import Workload
-from memprobe.core.results import PrecisionResult
-from memprobe.core.settings import PrecisionSettings, Scaling, Task
-from memprobe.core.strategies import NONE
+from memprobe.core.estimates.memory_model import Attempt, MemoryModel
+from memprobe.core.process.outcomes import ERROR, FIT, OOM
+from memprobe.core.process.protocol import Flops, TrialSettings
+from memprobe.core.process.rank_record import TimedSteps
+from memprobe.core.records.records import CurvePoint, Timed
+from memprobe.core.records.results import PrecisionResult
+from memprobe.core.records.settings import PrecisionSettings, Scaling, Task
+from memprobe.core.workload.registry import Workload
+from memprobe.core.workload.strategies import NONE
 from memprobe.probe.backend import ScanProgress
 from memprobe.probe.curve import curve_point
 from memprobe.probe.distributed.efficiency import scaling_record

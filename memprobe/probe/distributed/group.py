@@ -20,9 +20,16 @@ import time
 from dataclasses import replace
 from typing import Any, Callable, Protocol
 
-from memprobe.core.memory_model import Attempt
-from memprobe.core.outcomes import CRASH, FIT, TIMEOUT
-from memprobe.core.rank_record import Command, RankRecord, read_rank_records, read_vote, vote_path, write_command
+from memprobe.core.estimates.memory_model import Attempt
+from memprobe.core.process.outcomes import CRASH, FIT, TIMEOUT
+from memprobe.core.process.rank_record import (
+    Command,
+    RankRecord,
+    read_rank_records,
+    read_vote,
+    vote_path,
+    write_command,
+)
 from memprobe.probe.distributed.launch import (
     LaunchRequest,
     _end,

@@ -21,11 +21,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from memprobe.core.child import Child
-from memprobe.core.child_env import SAFE_ENV, child_env
-from memprobe.core.memory_model import Attempt
-from memprobe.core.outcomes import CRASH, FIT, TIMEOUT
-from memprobe.core.rank_record import (
+from memprobe.core.estimates.memory_model import Attempt
+from memprobe.core.process.child import Child
+from memprobe.core.process.child_env import SAFE_ENV, child_env
+from memprobe.core.process.outcomes import CRASH, FIT, TIMEOUT
+from memprobe.core.process.rank_record import (
     REQUEST_FILE,
     LaunchRequest,
     RankFailure,
@@ -35,7 +35,7 @@ from memprobe.core.rank_record import (
     read_rank_records,
     write_rank_request,
 )
-from memprobe.core.records import Timed
+from memprobe.core.records.records import Timed
 
 TERM_GRACE_S = 15.0
 RANK_MODULE = "memprobe.probe.child.rank"
@@ -161,7 +161,7 @@ def start_torchrun(
 ) -> tuple[Child, Path]:
     """Start torchrun on `request(folder)` (written to REQUEST_FILE in a new launch folder) in its own session, its
     output logged in the folder: (the launcher, the folder), the caller's to wait for and end. A Child that does
-    not talk: the ranks' answers are files (core/rank_record.py), not lines.
+    not talk: the ranks' answers are files (core/process/rank_record.py), not lines.
     Raises OSError when torchrun cannot be started (the folder is removed)."""
     base = launch_env(env)
     if device == "cpu":

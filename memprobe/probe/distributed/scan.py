@@ -13,10 +13,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
-from memprobe.core.registry import Workload
-from memprobe.core.results import PrecisionResult, ScanResult, result_filename
-from memprobe.core.strategies import STRATEGIES, StrategyError, check_workload
-from memprobe.core.textlists import visible_devices
+from memprobe.core.records.results import PrecisionResult, ScanResult, result_filename
+from memprobe.core.text.textlists import visible_devices
+from memprobe.core.workload.registry import Workload
+from memprobe.core.workload.strategies import STRATEGIES, StrategyError, check_workload
 from memprobe.probe.backend import ScanProgress
 from memprobe.probe.device import host_environment
 from memprobe.probe.distributed.backend import Launcher, RankJob, RanksBackend

@@ -18,9 +18,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from memprobe.core.child import Child
-from memprobe.core.rank_record import GO_FILE, RankRequest, StandbyRequest, write_rank_request
-from memprobe.core.registry import Workload
+from memprobe.core.process.child import Child
+from memprobe.core.process.rank_record import GO_FILE, RankRequest, StandbyRequest, write_rank_request
+from memprobe.core.workload.registry import Workload
 from memprobe.probe.distributed.launch import LaunchRequest, LaunchResult, _end, kill_survivors, launch, start_torchrun
 
 PRESTART_ENV = "MEMPROBE_PRESTART"

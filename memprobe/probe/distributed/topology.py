@@ -5,8 +5,8 @@ from __future__ import annotations
 import subprocess
 from typing import Any
 
-from memprobe.core.child_env import child_env
-from memprobe.core.textlists import visible_devices
+from memprobe.core.process.child_env import child_env
+from memprobe.core.text.textlists import visible_devices
 
 # nvmlGpuTopologyLevel_t: the closest common ancestor of two GPUs on the PCIe tree.
 _LEVELS = {

@@ -1,0 +1,1 @@
+"""The processes memprobe starts and the wires between them: the child handle and its environment, the trial protocol, rank records, time limits, signals, the lifeline, and how a failure is classified."""
