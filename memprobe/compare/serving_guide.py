@@ -14,7 +14,7 @@ from typing import Any, Callable, Mapping, Sequence
 from memprobe.compare.card_predictions import memory_models, predictions
 from memprobe.compare.comparison import MEASURED, ReportError, workload_labels
 from memprobe.core.cards.catalog import Card, Catalog, default_catalog
-from memprobe.core.estimates.serving import PREDICTED, ServingPlan, ServingRow
+from memprobe.core.estimates.serving import PREDICTED, ServingPlan, ServingRow, measured_row
 from memprobe.core.records.results import ScanResult
 
 NOTES = (
@@ -45,22 +45,9 @@ def generations(
 def _measured_row(card: Card, label: str, precision: str, found: list[tuple[Path, ScanResult]]) -> ServingRow | None:
     """The newest finished generation of `label` and `precision` among `found` (those scanned on `card`)."""
     for path, result in sorted(found, key=lambda f: f[1].created_at, reverse=True):
-        p = result.precisions.get(precision)
-        g = p.generation if p is not None else None
-        if p is not None and g is not None and p.status == "done" and g.sequences is not None:
-            return ServingRow(
-                card.name,
-                label,
-                precision,
-                MEASURED,
-                int(g.sequences),
-                decode_tokens_per_s=g.decode_tokens_per_s,
-                prefill_tokens_per_s=g.prefill_tokens_per_s,
-                kv_bytes_per_token=g.kv_bytes_per_token,
-                kv_capacity_sequences=g.kv_capacity_sequences,
-                vllm_formula_tokens=g.vllm_formula_tokens,
-                origin=str(path),
-            )
+        row = measured_row(card, path, result, precision, label)
+        if row is not None:
+            return row
     return None
 
 

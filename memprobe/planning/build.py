@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable, Sequence
 
-from memprobe.core.cards.cardnames import CardNameError, resolve_card
+from memprobe.core.cards.cardnames import CardNameError, ResolvedCard, resolve_card
 from memprobe.core.cards.catalog import Card, Catalog, default_catalog
 from memprobe.core.estimates.plan import PREDICTED, Plan, PlanError, check_global_batch, make_plan
 from memprobe.core.records.results import ResultFileError, ScanResult, load_results
@@ -52,6 +52,14 @@ def load_plan_results(
     return loaded
 
 
+def plan_card(card_name: str, catalog: Catalog) -> ResolvedCard:
+    """The catalog card a plan is for. Raises PlanError (one line) for a name that names none."""
+    try:
+        return resolve_card(card_name, catalog)
+    except CardNameError as exc:
+        raise PlanError(str(exc)) from None
+
+
 def build_plan(
     workload: Workload,
     card_name: str,
@@ -81,10 +89,7 @@ def build_plan(
     check_global_batch(global_batch)
     _check_group(workload, gpus, strategy)
     catalog = default_catalog()
-    try:
-        resolved = resolve_card(card_name, catalog)
-    except CardNameError as exc:
-        raise PlanError(str(exc)) from None
+    resolved = plan_card(card_name, catalog)
     card = resolved.card
     chosen = lever_settings(workload, precisions, seq_len, lora, optimizers)
     unsupported = sorted({s.levers.precision for s in chosen if not card.supports(s.levers.precision)})

@@ -7,13 +7,11 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from memprobe.compare.scaling import world_size
-from memprobe.core.cards.cardnames import CardNameError, resolve_card
 from memprobe.core.cards.catalog import Card, Catalog, default_catalog
-from memprobe.core.estimates.plan import PlanError
-from memprobe.core.estimates.serving import MEASURED, PREDICTED, ServingPlan, ServingRow
+from memprobe.core.estimates.serving import MEASURED, PREDICTED, ServingPlan, ServingRow, measured_row
 from memprobe.core.records.results import ResultFileError, ScanResult
 from memprobe.core.workload.registry import Workload
-from memprobe.planning.build import NO_RESULTS_NOTE, load_plan_results
+from memprobe.planning.build import NO_RESULTS_NOTE, load_plan_results, plan_card
 from memprobe.planning.measured import of_card, same_definition
 from memprobe.predict.progress import TraceProgress, silent
 
@@ -28,28 +26,6 @@ PREDICTED_NOTE = (
     "the batch that leaves the prediction's margin of the usable memory unused, the one to run. Tokens/s only where "
     "measured"
 )
-
-
-def measured_row(card: Card, path: Path, result: ScanResult, precision: str) -> ServingRow | None:
-    """The measured ServingRow of one precision of a generate result, None where it did not finish or recorded no
-    generation."""
-    p = result.precisions.get(precision)
-    g = p.generation if p is not None else None
-    if p is None or g is None or p.status != "done" or g.sequences is None:
-        return None
-    return ServingRow(
-        card.name,
-        result.workload.name,
-        precision,
-        MEASURED,
-        int(g.sequences),
-        decode_tokens_per_s=g.decode_tokens_per_s,
-        prefill_tokens_per_s=g.prefill_tokens_per_s,
-        kv_bytes_per_token=g.kv_bytes_per_token,
-        kv_capacity_sequences=g.kv_capacity_sequences,
-        vllm_formula_tokens=g.vllm_formula_tokens,
-        origin=str(path),
-    )
 
 
 def _measured(
@@ -114,10 +90,7 @@ def build_serving(
     predicted. Raises PlanError for an unknown card, a result file that cannot be read or `results` holding none;
     memprobe.predict.trace.PredictError when a precision cannot be predicted."""
     catalog = default_catalog()
-    try:
-        resolved = resolve_card(card_name, catalog)
-    except CardNameError as exc:
-        raise PlanError(str(exc)) from None
+    resolved = plan_card(card_name, catalog)
     card = resolved.card
     notes = [resolved.note] if resolved.note else []
     runs = [p for p in precisions if card.supports(p)]

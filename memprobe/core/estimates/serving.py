@@ -9,9 +9,14 @@ generate` gives every catalog card's (measured on the scanned card, predicted el
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from memprobe.core.estimates.plan import MEASURED, PREDICTED
+
+if TYPE_CHECKING:
+    from memprobe.core.cards.catalog import Card
+    from memprobe.core.records.results import ScanResult
 
 __all__ = ["MEASURED", "PREDICTED", "ServingPlan", "ServingRow"]
 
@@ -53,3 +58,27 @@ class ServingPlan:
             "rows": [asdict(r) for r in self.rows],
             "notes": self.notes,
         }
+
+
+def measured_row(
+    card: Card, path: Path, result: ScanResult, precision: str, label: str | None = None
+) -> ServingRow | None:
+    """The measured ServingRow of one precision of a generate result, None where it did not finish or recorded no
+    generation. `label`: the workload's name in the table (default: the result's workload name)."""
+    p = result.precisions.get(precision)
+    g = p.generation if p is not None else None
+    if p is None or g is None or p.status != "done" or g.sequences is None:
+        return None
+    return ServingRow(
+        card.name,
+        label or result.workload.name,
+        precision,
+        MEASURED,
+        int(g.sequences),
+        decode_tokens_per_s=g.decode_tokens_per_s,
+        prefill_tokens_per_s=g.prefill_tokens_per_s,
+        kv_bytes_per_token=g.kv_bytes_per_token,
+        kv_capacity_sequences=g.kv_capacity_sequences,
+        vllm_formula_tokens=g.vllm_formula_tokens,
+        origin=str(path),
+    )
