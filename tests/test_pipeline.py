@@ -111,7 +111,7 @@ TIMING = {"build_seconds", "cuda_init_seconds", "first_process_ready_seconds"}
 
 
 def _fake_need(calls):
-    def need(workload, precision, env=None):  # env: the variables the scan gives its processes (ScanOptions.env)
+    def need(workload, precision, env=None, mode="train"):  # env: the variables the scan gives its processes
         calls.append((workload.name, precision))
         return NEED
 
