@@ -16,10 +16,10 @@ torch = pytest.importorskip("torch")
 
 from memprobe.core.records.generation import GenerationRequest, generation_variant  # noqa: E402
 from memprobe.core.workload.registry import load_registry  # noqa: E402
-from memprobe.predict.allocator import ALLOC, FREE, MARK  # noqa: E402
 from memprobe.predict.batch_model import PrecisionTraces, _replay  # noqa: E402
-from memprobe.predict.trace import DECODE_TRACED, TRIAL_MARK, TraceSession  # noqa: E402
+from memprobe.predict.trace import DECODE_TRACED, TraceSession  # noqa: E402
 from torchvision_standin import forget, install_standin, torchvision_usable  # noqa: E402
+from trace_peaks import live_peak  # noqa: E402
 
 NEW = 12  # more decode forwards than DECODE_TRACED, so the shortcut is taken
 WORKLOAD = generation_variant(load_registry()["toy-llama"], GenerationRequest(16, NEW))
@@ -32,22 +32,6 @@ def standin():
     if finder is not None:
         sys.meta_path.remove(finder)
         forget(("torchvision",))
-
-
-def live_peak(events: list[tuple]) -> int:
-    """Peak live storage bytes from the trial mark on, kernel workspaces left out (what the CPU's LiveBytes sees)."""
-    sizes: dict[int, int] = {}
-    current = peak = 0
-    for event in events:
-        if event[0] == ALLOC and not str(event[3]).endswith("workspace"):
-            sizes[event[1]] = event[2]
-            current += event[2]
-            peak = max(peak, current)
-        elif event[0] == FREE:
-            current -= sizes.pop(event[1], 0)
-        elif event[0] == MARK and event[1] == TRIAL_MARK:
-            peak = current
-    return peak
 
 
 @pytest.fixture(scope="module")

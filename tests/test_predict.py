@@ -17,17 +17,18 @@ torch = pytest.importorskip("torch")
 from conftest import has_nvidia_gpu  # noqa: E402
 from memprobe.core.cards.overhead import OverheadError, overhead_from_files  # noqa: E402
 from memprobe.core.workload.registry import load_registry  # noqa: E402
-from memprobe.predict.allocator import ALLOC, FREE, MARK  # noqa: E402
+from memprobe.predict.allocator import ALLOC  # noqa: E402
 from memprobe.predict.batch_model import PrecisionTraces, _replay  # noqa: E402
 from memprobe.predict.edge_search import max_batch_for  # noqa: E402
 from memprobe.predict.fake_mode import FakeCudaMode  # noqa: E402
 from memprobe.predict.session import fake_session  # noqa: E402
 from memprobe.predict.summary import MemorySize, predict  # noqa: E402
-from memprobe.predict.trace import TRIAL_MARK, TraceSession  # noqa: E402
+from memprobe.predict.trace import TraceSession  # noqa: E402
 from memprobe.training.cpu_memory import LiveBytes  # noqa: E402
 from memprobe.training.step import Memory, run_step, run_until_state  # noqa: E402
 from memprobe.workloads.base import Amp, make_optimizer  # noqa: E402
 from memprobe.workloads.toy import build as build_toy  # noqa: E402
+from trace_peaks import live_peak  # noqa: E402
 
 TOLERANCE = 0.01  # predicted live bytes vs LiveBytes on the CPU, same trial (they agree exactly today)
 H100_RESULT = (
@@ -56,24 +57,6 @@ def toy_traces(registry):
         traces = PrecisionTraces(session, "fp32")
         direct = session.trace("fp32", 10).events
     return traces, direct
-
-
-def live_peak(events: list[tuple]) -> int:
-    """Peak of the exact live storage bytes from the trial mark on, without kernel workspaces (what LiveBytes sees)."""
-    sizes: dict[int, int] = {}
-    current = peak = 0
-    for event in events:
-        if event[0] == ALLOC:
-            if str(event[3]).endswith("workspace"):
-                continue
-            sizes[event[1]] = event[2]
-            current += event[2]
-            peak = max(peak, current)
-        elif event[0] == FREE:
-            current -= sizes.pop(event[1], 0)
-        elif event[0] == MARK and event[1] == TRIAL_MARK:
-            peak = current
-    return peak
 
 
 def cpu_live_peak(workload, batch: int) -> int:
