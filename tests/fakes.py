@@ -20,7 +20,7 @@ from memprobe.core.estimates.memory_model import Attempt
 from memprobe.core.process.outcomes import FIT, OOM
 from memprobe.core.process.protocol import Flops, Ready
 from memprobe.core.process.rank_record import RankRecord
-from memprobe.core.records.records import CurvePoint, Timed
+from memprobe.core.records.records import CurvePoint, Proof, Timed
 from memprobe.core.records.results import PrecisionResult, ScanResult, read_result, write_result
 from memprobe.core.workload.registry import load_registry
 from memprobe.probe.distributed.launch import LaunchRequest, LaunchResult
@@ -33,6 +33,16 @@ from memprobe.probe.search import SearchResult
 GiB = 2**30
 H100 = "NVIDIA H100 80GB HBM3"
 A100 = "NVIDIA A100-SXM4-80GB"
+
+
+def proven_point(variant, precision: str, n: int, folder: Path) -> tuple[ScanResult, Path]:
+    """What a frontier point's scan of `variant` returns when its B is `n`, proven (n + 1 failed), on a fake GPU: the
+    result and the path it would be written to under `folder`."""
+    scanned = ScanResult(workload=variant.to_dict(), environment={"gpu": {"name": "Fake GPU"}}, settings={})
+    scanned.precisions[precision] = PrecisionResult(
+        precision, "done", n, proof=Proof(fits=n, fails=n + 1, agreed=True, verified=True)
+    )
+    return scanned, folder / f"{variant.name}.json"
 
 
 def make_result(

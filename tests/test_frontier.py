@@ -6,6 +6,7 @@ import json
 
 from click.testing import CliRunner
 
+from fakes import proven_point
 from memprobe.cli import main
 from memprobe.core.estimates.memory_model import Attempt
 from memprobe.core.process.outcomes import FIT, OOM
@@ -129,8 +130,6 @@ def test_frontier_section_round_trips_and_report_pairs_measured_with_predicted(t
 def test_scan_frontier_reads_each_points_typed_proof(tmp_path, monkeypatch):
     """The measured frontier over fake point scans that return result records as scan_workload does (typed Proof),
     written to the frontier file after every point."""
-    from memprobe.core.records.records import Proof
-    from memprobe.core.records.results import PrecisionResult
     from memprobe.probe import frontier as probe_frontier
     from memprobe.probe.options import ScanOptions
 
@@ -140,12 +139,7 @@ def test_scan_frontier_reads_each_points_typed_proof(tmp_path, monkeypatch):
             n = TOKENS // max(1, int(params.get("batch") or 1))
         else:
             n = TOKENS // int(params["seq_len"])
-        precision = opts.precisions[0]
-        scanned = ScanResult(workload=variant.to_dict(), environment={"gpu": {"name": "Fake GPU"}}, settings={})
-        scanned.precisions[precision] = PrecisionResult(
-            precision, "done", n, proof=Proof(fits=n, fails=n + 1, agreed=True, verified=True)
-        )
-        return scanned, tmp_path / f"{variant.name}.json"
+        return proven_point(variant, opts.precisions[0], n, tmp_path)
 
     monkeypatch.setattr(probe_frontier, "scan_workload", fake_scan)
     llama = load_registry()["llama-1b"]

@@ -11,6 +11,7 @@ import json
 
 import pytest
 
+from fakes import proven_point
 from memprobe.core.records.generation import GenerationRequest, generation_record, generation_variant
 from memprobe.core.records.records import Timed
 from memprobe.core.records.results import SCHEMA_VERSION, read_result
@@ -98,8 +99,6 @@ def test_generation_frontier_walks_contexts_and_reports_them(tmp_path, monkeypat
     1k, 2k, 4k, ... (prompts of context - N) and the max context (prompt found + N) at 1, 2, 4, ... sequences, the
     prompt search capped where the model's positions end."""
     from memprobe.core.records.frontier import BATCH_AT_SEQ, SEQ_AT_BATCH, ladder_of, point_workload
-    from memprobe.core.records.records import Proof
-    from memprobe.core.records.results import PrecisionResult, ScanResult
     from memprobe.probe import frontier as probe_frontier
     from memprobe.probe.options import ScanOptions
 
@@ -119,12 +118,7 @@ def test_generation_frontier_walks_contexts_and_reports_them(tmp_path, monkeypat
             n = min(opts.max_batch, tokens // variant.params["batch"] - new)
         else:
             n = tokens // (given["prompt_len"] + new)
-        precision = opts.precisions[0]
-        scanned = ScanResult(workload=variant.to_dict(), environment={"gpu": {"name": "Fake GPU"}}, settings={})
-        scanned.precisions[precision] = PrecisionResult(
-            precision, "done", n, proof=Proof(fits=n, fails=n + 1, agreed=True, verified=True)
-        )
-        return scanned, tmp_path / f"{variant.name}.json"
+        return proven_point(variant, opts.precisions[0], n, tmp_path)
 
     monkeypatch.setattr(probe_frontier, "scan_workload", fake_scan)
     opts = ScanOptions(precisions=["bf16"], mode="generate", max_batch=1 << 20)
