@@ -166,15 +166,15 @@ def _next(
     at_cap = hi is None and lo is not None and lo >= max_batch
     if hi == 1 and lo is None:
         return None, "edge", walked, flaky_steps  # batch 1 does not train in a fresh process
-    # A candidate for B is repeated at the pair, at the cap, and anywhere once the edge is flaky (so that the walk
-    # only moves from a batch that holds).
     # Once the search's fits proved nothing, the budget bounds the walk's time rather than the count of checks
     # (4.5 s runs: 12 checks ended inception_v3's walk with no fit at all, 54 s into its 90 s); BACKSTOP_FACTOR x
-    # the cap still ends a walk whose checks take no time.
+    # the caps still ends a walk whose checks take no time.
     timed = untrusted and budget_s is not None
-    cap = BACKSTOP_FACTOR * walk.hard_cap if timed else walk.hard_cap
+    backstop = BACKSTOP_FACTOR if timed else 1
+    # A candidate for B is repeated at the pair, at the cap, and anywhere once the edge is flaky (so that the walk
+    # only moves from a batch that holds).
     if lo is not None and not walk.holds(lo) and (hi == lo + 1 or at_cap or flaky):
-        if len(walk.checks) < cap:
+        if len(walk.checks) < backstop * walk.hard_cap:
             return lo, "edge", walked, flaky_steps
         return None, "check-limit", walked, flaky_steps
     if lo is not None and hi == lo + 1:
@@ -182,8 +182,8 @@ def _next(
     if at_cap:
         return None, "cap", walked, flaky_steps
     bracketed = lo is not None and hi is not None
-    explore = CHECK_CAP_FACTOR * walk.explore_cap if bracketed else walk.explore_cap
-    if len(walk.checks) >= (BACKSTOP_FACTOR * CHECK_CAP_FACTOR * walk.explore_cap if timed else explore):
+    wide = bracketed or timed
+    if len(walk.checks) >= backstop * (CHECK_CAP_FACTOR * walk.explore_cap if wide else walk.explore_cap):
         return None, "check-limit", walked, flaky_steps
     if (flaky or untrusted) and budget_s is not None and walk.spent_s >= budget_s:
         return None, "budget", walked, flaky_steps
