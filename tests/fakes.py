@@ -19,7 +19,7 @@ from memprobe.compare.chart_layout import DPI
 from memprobe.core.estimates.memory_model import Attempt
 from memprobe.core.process.outcomes import FIT, OOM
 from memprobe.core.process.protocol import Flops, Ready
-from memprobe.core.process.rank_record import RankRecord
+from memprobe.core.process.rank_record import RankRecord, RankSetup
 from memprobe.core.records.records import CurvePoint, Proof, Timed
 from memprobe.core.records.results import PrecisionResult, ScanResult, read_result, write_result
 from memprobe.core.workload.registry import load_registry
@@ -456,11 +456,9 @@ class FakeGroup:
                 unit="tokens",
                 step_time={"median_s": step},
             )
-        setup = {
-            "capacity_bytes": self.CAPACITY,
-            "environment": {"gpu": {"name": "cpu"}},
-            "wrap": {"strategy": req.strategy},
-        }
+        setup = RankSetup(
+            environment={"gpu": {"name": "cpu"}}, capacity_bytes=self.CAPACITY, wrap={"strategy": req.strategy}
+        )
         ranks: list[RankRecord | None] = [RankRecord(r, req.world_size, setup=setup) for r in range(req.world_size)]
         return LaunchResult(attempts, measure, setup, 0, False, 1.0, "", ranks)
 

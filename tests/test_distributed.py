@@ -118,8 +118,8 @@ def test_a_batch_fits_only_when_every_rank_committed_it_and_the_group_is_timed()
         )
     )
     assert [(a.batch, a.outcome, a.fresh) for a in result.attempts] == [(1, FIT, True), (3, FIT, False)]
-    assert all(r and r.done and [b["batch"] for b in r.batches] == [1, 3] for r in result.ranks)
-    assert result.setup["wrap"]["strategy"] == "fsdp" and result.setup["wrap"]["block_type"] == ["Linear"]
+    assert all(r and r.done and [b.batch for b in r.batches] == [1, 3] for r in result.ranks)
+    assert result.setup.wrap["strategy"] == "fsdp" and result.setup.wrap["block_type"] == ["Linear"]
     measured = result.measure
     slowest = max(m["median_s"] for m in measured.extra["per_rank"])
     assert measured.outcome == FIT and measured.extra["global_batch"] == 6
@@ -332,11 +332,11 @@ def test_fsdp_relays_channels_last_parameters_and_gathers_batchnorm_models_in_fl
     try:
         model = nn.Sequential(nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4)), nn.Sequential(nn.Conv2d(4, 4, 3)))
         model = model.to(memory_format=torch.channels_last)
-        described = wrap_model(model, "fsdp", "bf16", torch.device("cpu"))["describe"]
+        described = wrap_model(model, "fsdp", "bf16", torch.device("cpu")).describe
         assert described["parameters_made_contiguous"] == 2 and described["param_dtype"] == "float32"
         assert described["param_dtype_note"] == "float32: the model has BatchNorm" and described["blocks"] == 2
         plain = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 2))
-        described = wrap_model(plain, "fsdp", "bf16", torch.device("cpu"))["describe"]
+        described = wrap_model(plain, "fsdp", "bf16", torch.device("cpu")).describe
         assert described["param_dtype"] == "bfloat16" and described["param_dtype_note"] is None
     finally:
         dist.destroy_process_group()

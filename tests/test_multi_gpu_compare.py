@@ -27,7 +27,7 @@ class H200Group(FakeGroup):
 
     def __call__(self, req):
         result = super().__call__(req)
-        result.setup["environment"] = {"gpu": {"name": "NVIDIA H200"}}
+        result.setup.environment = {"gpu": {"name": "NVIDIA H200"}}
         return result
 
 

@@ -21,6 +21,8 @@ from memprobe.core.process.rank_record import (
     Command,
     RankFailure,
     RankRecord,
+    RankSetup,
+    RankTrial,
     Vote,
     read_command,
     read_vote,
@@ -221,14 +223,15 @@ def test_commands_and_votes_go_to_disk_and_back(tmp_path):
 
 def test_a_model_built_again_with_less_memory_ends_the_group():
     gib = 2**30
-    first = {"capacity_bytes": 140 * gib, "weights_bytes": 4 * gib}
-    assert memory_lost(first, {"capacity_bytes": 139.7 * gib}) == ""  # lazily loaded kernels, not a model
-    assert memory_lost(first, {"capacity_bytes": 137 * gib}).startswith("built again with 3.00 GiB less memory")
-    assert memory_lost({"capacity_bytes": None}, {"capacity_bytes": 1}) == ""
+    first = RankSetup(capacity_bytes=140 * gib, weights_bytes=4 * gib)
+    assert memory_lost(first, RankSetup(capacity_bytes=int(139.7 * gib))) == ""  # lazily loaded kernels, not a model
+    assert memory_lost(first, RankSetup(capacity_bytes=137 * gib)).startswith("built again with 3.00 GiB less memory")
+    assert memory_lost(RankSetup(), RankSetup(capacity_bytes=1)) == ""
+    assert memory_lost(None, RankSetup(capacity_bytes=1)) == ""
 
 
 def _entry(command, outcome, at, batch=64, peak=100):
-    return {"command": command, "batch": batch, "outcome": outcome, "at": at, "peak_reserved": peak, "seconds": 0.5}
+    return RankTrial(batch, outcome, peak_reserved=peak, seconds=0.5, command=command, at=at)
 
 
 def test_the_group_answer_is_a_fit_on_every_rank_or_the_earliest_failure():

@@ -121,15 +121,15 @@ def wrap_for_trace(task: Any, world: World, precision: str, mesh: Any) -> dict[s
     if world.strategy == "ddp":
         with _ddp_without_construction_syncs():
             wrapped = wrap_model(task.model, "ddp", precision, device)
-        ddp = wrapped["module"]
+        ddp: Any = wrapped.module  # a DistributedDataParallel, whose reducer is swapped below
         ddp.register_comm_hook(world.size, _average_in_place)
         ddp.reducer = _ReducerKeepingBuckets(ddp.reducer)
         task.trial_edit = BucketRebuild.of(ddp)  # the rebuild the reducer skips, put into each trial's events
     else:
         wrapped = wrap_model(task.model, world.strategy, precision, device, mesh=mesh)
-    task.model = wrapped["module"]
-    task.scaler_class = wrapped.get("scaler_class")
-    return wrapped["describe"]
+    task.model = wrapped.module
+    task.scaler_class = wrapped.scaler_class
+    return wrapped.describe
 
 
 def notes(world: World) -> list[str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -10,6 +11,17 @@ from torch import nn
 from memprobe.core.workload.strategies import NONE, STRATEGIES, StrategyError
 
 _MP_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+@dataclass
+class Wrapped:
+    """A model wrapped for a strategy: the module to train, what was done (`describe`, recorded in the result's
+    settings as `wrap`), and the fp16 loss scaler the wrapped model needs (None: the default), for
+    TrainTask.scaler_class."""
+
+    module: nn.Module
+    describe: dict[str, Any]
+    scaler_class: type | None = None
 
 
 def shard_blocks(model: nn.Module) -> list[nn.Module]:
@@ -43,11 +55,8 @@ def shard_blocks(model: nn.Module) -> list[nn.Module]:
     return blocks
 
 
-def wrap_model(
-    model: nn.Module, strategy: str, precision: str, device: torch.device, mesh: Any = None
-) -> dict[str, Any]:
-    """Wrap `model` for `strategy`: {"module": the module to train, "describe": what was done,
-    "scaler_class": the fp16 loss scaler the wrapped model needs (None: the default), for TrainTask.scaler_class}.
+def wrap_model(model: nn.Module, strategy: str, precision: str, device: torch.device, mesh: Any = None) -> Wrapped:
+    """Wrap `model` for `strategy`.
 
     ddp: DistributedDataParallel with its defaults (25 MiB gradient buckets). fsdp: FSDP2
     `fully_shard` on each block (shard_blocks) and on the root, with a MixedPrecisionPolicy that
@@ -58,22 +67,19 @@ def wrap_model(
     a model without blocks (fsdp).
     """
     if strategy == NONE:
-        return {"module": model, "describe": {"strategy": NONE}}
+        return Wrapped(model, {"strategy": NONE})
     if strategy == "ddp":
         from torch.nn.parallel import DistributedDataParallel
 
         ids = [device.index] if device.type == "cuda" else None
         wrapped = DistributedDataParallel(model, device_ids=ids)
-        return {
-            "module": wrapped,
-            "describe": {"strategy": "ddp", "bucket_cap_mb": 25, "gradient_as_bucket_view": False},
-        }
+        return Wrapped(wrapped, {"strategy": "ddp", "bucket_cap_mb": 25, "gradient_as_bucket_view": False})
     if strategy == "fsdp":
         return _wrap_fsdp(model, precision, device, mesh)
     raise StrategyError(f"unknown strategy '{strategy}'; choose from {', '.join(STRATEGIES)}")
 
 
-def _wrap_fsdp(model: nn.Module, precision: str, device: torch.device, mesh: Any) -> dict[str, Any]:
+def _wrap_fsdp(model: nn.Module, precision: str, device: torch.device, mesh: Any) -> Wrapped:
     """wrap_model's fsdp: FSDP2 on each block and the root, under the precision's MixedPrecisionPolicy. Raises
     StrategyError for a model without blocks."""
     from torch.distributed.device_mesh import init_device_mesh
@@ -110,10 +116,9 @@ def _wrap_fsdp(model: nn.Module, precision: str, device: torch.device, mesh: Any
     for block in blocks:
         fully_shard(block, mesh=mesh, mp_policy=policy)
     fully_shard(model, mesh=mesh, mp_policy=policy)
-    return {
-        "module": model,
-        "scaler_class": scaler_class,
-        "describe": {
+    return Wrapped(
+        model,
+        {
             "strategy": "fsdp",
             "api": "torch.distributed.fsdp.fully_shard (FSDP2)",
             "blocks": len(blocks),
@@ -125,4 +130,5 @@ def _wrap_fsdp(model: nn.Module, precision: str, device: torch.device, mesh: Any
             "parameters_made_contiguous": relaid,
             "loss_scaler": "ShardedGradScaler" if precision == "fp16" else None,
         },
-    }
+        scaler_class,
+    )

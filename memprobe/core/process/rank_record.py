@@ -2,10 +2,12 @@
 group's commands and votes.
 
 No torch. Every rank reads the launch's request (`request.json`, or a launch started ahead: a StandbyRequest there,
-the RankRequest later in `go.json`) with `read_rank_request`, which checks every field (core/process/wire.py). A rank (probe/child/rank.py, served_rank.py) keeps a RankRecord and writes it whole, atomically, after
-every step of its protocol; the parent (launch.py, group.py) reads it back with `read_rank_record`, which never
-raises: a record not yet written, or half of one, reads as None. Keys this version does not know are kept in
-`extra` and written back, so an older parent reads a newer rank's record and the reverse.
+the RankRequest later in `go.json`) with `read_rank_request`, which checks every field (core/process/wire.py). A
+rank (probe/child/rank.py, served_rank.py) keeps a RankRecord (its setup, clock marks, trials, timed run, failure and
+rebuilds, each a record of its own) and writes it whole, atomically, after every step of its protocol; the parent
+(launch.py, group.py) reads it back with `read_rank_record`, which checks every field the same way and never raises:
+a record not yet written, half of one, or one with a field of another type reads as None. Keys this version does not
+know are kept in `extra` and written back, so an older parent reads a newer rank's record and the reverse.
 """
 
 from __future__ import annotations
@@ -16,8 +18,10 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable, TypeVar, Union
 
+from memprobe.core.estimates.memory_model import Attempt
 from memprobe.core.process.protocol import TrialSettings
-from memprobe.core.process.wire import MessageError, from_json, to_wire
+from memprobe.core.process.wire import MessageError, from_json, from_wire, to_wire
+from memprobe.core.records.records import Timed
 from memprobe.core.workload.registry import Workload
 
 T = TypeVar("T")
@@ -140,9 +144,9 @@ class Command:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Command:
-        """Read a command (unknown keys ignored). Raises KeyError/TypeError where `op` is missing."""
-        known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in known})
+        """Read a command, every field checked (unknown keys ignored). Raises MessageError where `op` is missing or
+        a field is of another type."""
+        return from_wire(cls, data)
 
 
 @dataclass
@@ -158,9 +162,9 @@ class Vote:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Vote:
-        """Read a vote (unknown keys ignored). Raises KeyError/TypeError where `outcome` is missing."""
-        known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in known})
+        """Read a vote, every field checked (unknown keys ignored). Raises MessageError where `outcome` is missing or
+        a field is of another type."""
+        return from_wire(cls, data)
 
 
 def write_command(run_dir: Path, index: int, command: Command) -> None:
@@ -235,50 +239,104 @@ class RankFailure:
 
 
 @dataclass
+class RankSetup:
+    """What building the model gave on one rank (child/rank.py `build`): the trial process's environment (with the
+    NCCL version on CUDA), the memory the trials may use, the weights before and after wrapping, the task, its unit,
+    what building and CUDA's context took, and what the wrapper did (`wrap`, training/wrap.py's description)."""
+
+    environment: dict[str, Any] = field(default_factory=dict)
+    capacity_bytes: int | None = None
+    weights_bytes: int | None = None
+    task: dict[str, Any] = field(default_factory=dict)
+    unit: str = "samples"
+    build_seconds: float | None = None
+    cuda_init_seconds: float | None = None
+    wrap: dict[str, Any] = field(default_factory=dict)
+    weights_after_wrap_bytes: int | None = None
+
+
+@dataclass
+class RankMarks:
+    """A rank's clock marks (seconds since the epoch): its Python up (`started`), its imports done, the process group
+    joined; `prestarted`: the launch was started ahead (a standby's), so `started` is when its request came."""
+
+    started: float | None = None
+    imported: float | None = None
+    joined: float | None = None
+    prestarted: bool = False
+
+
+@dataclass
+class RankTrial(Attempt):
+    """One trial a rank ran: its Attempt, and in a served group the command it answered (`command`) and when it
+    ended (`at`, seconds since the epoch; a failed one's: when the failure was recorded)."""
+
+    command: int | None = None
+    at: float | None = None
+
+    @classmethod
+    def of(cls, attempt: Attempt, command: int | None = None, at: float | None = None) -> RankTrial:
+        """`attempt` as a rank records it."""
+        return cls(**asdict(attempt), command=command, at=at)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RankTrial:
+        """Read a trial, every field checked. Raises MessageError where one is missing or of another type."""
+        return from_wire(cls, data)
+
+
+@dataclass
+class Rebuild:
+    """A served group's rank built its model again after command `after_command` failed out of memory on every rank:
+    how long that took and the memory the trials may use after it."""
+
+    after_command: int
+    seconds: float
+    capacity_bytes: int | None = None
+
+
+@dataclass
 class RankRecord:
-    """One rank's record: who it is, the batches it ran (each an Attempt's dict, with the served group's
-    `command` and the time `at`), its timed run (`measure`, a Timed's dict), its first failure, and whether it
-    finished (`done`). `setup` and `timeline` say what building the model and starting took. A served group's
-    rank also keeps `answered` (the last command it finished), `committed` (the last whose commit completed),
-    `rebuilds` and why it `ended` early."""
+    """One rank's record: who it is, the trials it ran, its timed run (`measure`), its first failure, and whether it
+    finished (`done`). `setup` and `timeline` say what building the model and starting took. A served group's rank
+    also keeps `answered` (the last command it finished), `committed` (the last whose commit completed), `rebuilds`
+    and why it `ended` early."""
 
     rank: int
     world_size: int = 0
     pid: int = 0
-    batches: list[dict[str, Any]] = field(default_factory=list)
-    measure: dict[str, Any] | None = None
+    batches: list[RankTrial] = field(default_factory=list)
+    measure: Timed | None = None
     failure: RankFailure | None = None
     done: bool = False
-    setup: dict[str, Any] | None = None
-    timeline: dict[str, Any] | None = None
+    setup: RankSetup | None = None
+    timeline: RankMarks | None = None
     answered: int = -1
     committed: int = -1
-    rebuilds: list[dict[str, Any]] = field(default_factory=list)
+    rebuilds: list[Rebuild] = field(default_factory=list)
     ended: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        """The record as written to `rank<R>.json`."""
-        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("extra", "failure")}
-        out["failure"] = self.failure.to_dict() if self.failure else None
-        return {**self.extra, **out}
+        """The record as written to `rank<R>.json`: its fields (records within as they write themselves), then the
+        keys it came with that this version does not know."""
+        out = to_wire(self)
+        extra = out.pop("extra")
+        return {**extra, **out}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RankRecord:
-        """Read a record; unknown keys go to `extra`. Raises KeyError/TypeError/ValueError on a record that is not
-        one (no rank, a failure without stage or outcome)."""
+        """Read a record, every field checked (core/process/wire.py; a null reads as the field's default); unknown
+        keys go to `extra`. Raises MessageError on a record that is not one (no rank, a field of another type, a
+        failure without stage or outcome)."""
         known = {f.name for f in fields(cls)} - {"extra"}
-        failure = data.get("failure")
-        values = {k: data[k] for k in known - {"failure"} if k in data and data[k] is not None}
-        return cls(
-            **values,
-            failure=RankFailure.from_dict(failure) if failure else None,
-            extra={k: v for k, v in data.items() if k not in known},
-        )
+        record = from_wire(cls, {k: v for k, v in data.items() if k in known and v is not None})
+        record.extra = {k: v for k, v in data.items() if k not in known}
+        return record
 
-    def entry(self, command: int) -> dict[str, Any] | None:
-        """This rank's batch entry for a served group's command `command`, or None."""
-        return next((b for b in self.batches if b.get("command") == command), None)
+    def entry(self, command: int) -> RankTrial | None:
+        """This rank's trial for a served group's command `command`, or None."""
+        return next((b for b in self.batches if b.command == command), None)
 
     def save(self, run_dir: Path) -> None:
         """Write the record atomically: the parent never reads half of it."""

@@ -30,8 +30,11 @@ from memprobe.core.process.outcomes import described, message_of
 from memprobe.core.process.rank_record import (
     GO_FILE,
     RankFailure,
+    RankMarks,
     RankRecord,
     RankRequest,
+    RankSetup,
+    RankTrial,
     StandbyRequest,
     read_rank_request,
 )
@@ -142,9 +145,9 @@ def watch_steps(task, rank: Rank, where: dict[str, Any]) -> None:
     task.train_step = watched
 
 
-def build(req: RankRequest, rank: Rank, device: Any, mesh: Any = None) -> tuple[Any, dict[str, Any]]:
-    """Build the workload on this rank and wrap it for the request's strategy: (worker.Session, the setup
-    record). Ends the rank (Rank.fail_and_exit) where the workload cannot be built or wrapped."""
+def build(req: RankRequest, rank: Rank, device: Any, mesh: Any = None) -> tuple[Any, RankSetup]:
+    """Build the workload on this rank and wrap it for the request's strategy: (worker.Session, what the build
+    gave). Ends the rank (Rank.fail_and_exit) where the workload cannot be built or wrapped."""
     import torch
 
     from memprobe.core.process.outcomes import ERROR
@@ -164,23 +167,23 @@ def build(req: RankRequest, rank: Rank, device: Any, mesh: Any = None) -> tuple[
         rank.fail_and_exit("setup", info.kind or ERROR, info.message, None)
     task, _memory = session.built()
     wrapped = wrap_model(task.model, launch.strategy, launch.precision, device, mesh)
-    task.model = wrapped["module"]
-    task.scaler_class = wrapped.get("scaler_class")
+    task.model = wrapped.module
+    task.scaler_class = wrapped.scaler_class
     environment = info.environment
     if cuda:
         version = torch.cuda.nccl.version()
         environment["nccl_version"] = ".".join(map(str, version)) if isinstance(version, tuple) else str(version)
-    return session, {
-        "environment": environment,
-        "capacity_bytes": info.capacity_bytes,
-        "weights_bytes": info.weights_bytes,
-        "task": info.task,
-        "unit": info.unit,
-        "build_seconds": info.build_seconds,
-        "cuda_init_seconds": info.cuda_init_seconds,
-        "wrap": wrapped["describe"],
-        "weights_after_wrap_bytes": torch.cuda.memory_allocated(device) if cuda else None,
-    }
+    return session, RankSetup(
+        environment=environment,
+        capacity_bytes=info.capacity_bytes,
+        weights_bytes=info.weights_bytes,
+        task=info.task,
+        unit=info.unit,
+        build_seconds=info.build_seconds,
+        cuda_init_seconds=info.cuda_init_seconds,
+        wrap=wrapped.describe,
+        weights_after_wrap_bytes=torch.cuda.memory_allocated(device) if cuda else None,
+    )
 
 
 def start(req: RankRequest) -> tuple[Rank, Any, Any, float]:
@@ -195,7 +198,7 @@ def start(req: RankRequest) -> tuple[Rank, Any, Any, float]:
     rank_id, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local = int(os.environ.get("LOCAL_RANK", rank_id))
     rank = Rank(Path(req.run_dir), rank_id, world)
-    rank.record.timeline = {"started": STARTED, "imported": imported, "prestarted": req.prestarted}
+    marks = rank.record.timeline = RankMarks(STARTED, imported, prestarted=req.prestarted)
     timeout_s = req.launch.pg_timeout_s
     try:
         if req.launch.device == "cuda":
@@ -211,7 +214,7 @@ def start(req: RankRequest) -> tuple[Rank, Any, Any, float]:
 
             # One mesh for the life of the group: a served group builds the model again after a failure.
             mesh = init_device_mesh(device.type, (world,))
-        rank.record.timeline["joined"] = time.time()
+        marks.joined = time.time()
     except Exception as exc:  # noqa: BLE001 - a rank that cannot join fits no batch
         rank.fail_and_exit("setup", classify_error(type(exc).__name__, message_of(exc)), described(exc), None)
     return rank, device, mesh, timeout_s
@@ -254,7 +257,7 @@ def run(req: RankRequest) -> int:
                 seconds=attempt.seconds,
             )
         rank.commit_or_exit(timeout_s, device, "trial", batch)
-        rank.record.batches.append(attempt.to_dict())
+        rank.record.batches.append(RankTrial.of(attempt))
         rank.save()
     measure = req.launch.measure
     if measure:
@@ -272,7 +275,7 @@ def run(req: RankRequest) -> int:
                 peak_reserved=measured.peak_reserved,
             )
         rank.commit_or_exit(timeout_s, device, "measure", batch)
-        rank.record.measure = measured.to_dict()
+        rank.record.measure = measured
     rank.record.done = True
     rank.save()
     dist.destroy_process_group()

@@ -27,11 +27,22 @@ from __future__ import annotations
 import gc
 import os
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, NoReturn
 
 from memprobe.core.process.outcomes import described, message_of
-from memprobe.core.process.rank_record import Command, RankRequest, Vote, read_command, read_vote, write_vote
+from memprobe.core.process.rank_record import (
+    Command,
+    RankRequest,
+    RankSetup,
+    RankTrial,
+    Rebuild,
+    Vote,
+    read_command,
+    read_vote,
+    write_vote,
+)
 from memprobe.probe.child.rank import FAILED_EXIT, MESSAGE_CHARS, Rank, build, watch_steps
 
 POLL_S = 0.02
@@ -139,7 +150,7 @@ def serve(req: RankRequest, rank: Rank, device: Any, mesh: Any, timeout_s: float
         batch = int(command.batch)
         where.update(stage="trial", batch=batch, command=index)
         attempt = session.trial(TrialRequest(batch, req.launch.steps, loss_scale=loss_scale))
-        entry = {**attempt.to_dict(), "command": index, "at": time.time()}
+        entry = RankTrial.of(attempt, command=index, at=time.time())
         failed_in_collective = attempt.outcome != FIT and raised_by_collective(attempt.message)
         vote = Vote(attempt.outcome, collective_counts(), batch, failed_in_collective)
         write_vote(run_dir, index, rank.rank, vote)
@@ -159,7 +170,7 @@ def serve(req: RankRequest, rank: Rank, device: Any, mesh: Any, timeout_s: float
             rank.record.batches.append(entry)
         else:
             failure = rank.record.failure
-            rank.record.batches.append({**entry, "at": failure.at if failure else entry["at"]})
+            rank.record.batches.append(replace(entry, at=failure.at) if failure else entry)
             rank.record.failure = None
             rank.save()  # the failure's record first: a rebuild that fails ends the rank
             where.update(stage="setup", batch=None)
@@ -199,14 +210,8 @@ def _recover(session: Any, req: RankRequest, rank: Rank, device: Any, mesh: Any,
     the group's first build (memory_lost)."""
     started = time.perf_counter()
     session, setup = _rebuild(session, req, rank, device, mesh, timeout_s)
-    rank.record.rebuilds.append(
-        {
-            "after_command": index,
-            "seconds": round(time.perf_counter() - started, 3),
-            "capacity_bytes": setup.get("capacity_bytes"),
-        }
-    )
-    lost = memory_lost(rank.record.setup or {}, setup)
+    rank.record.rebuilds.append(Rebuild(index, round(time.perf_counter() - started, 3), setup.capacity_bytes))
+    lost = memory_lost(rank.record.setup, setup)
     if lost:
         # Something of the old model outlived it: later trials would see less memory than a fresh group.
         rank.record.ended = lost
@@ -221,13 +226,14 @@ def with_reason(message: str, why: str) -> str:
     return message[: max(0, MESSAGE_CHARS - len(why))] + why
 
 
-def memory_lost(first: dict[str, Any], again: dict[str, Any]) -> str:
+def memory_lost(first: RankSetup | None, again: RankSetup) -> str:
     """Why a model built again leaves less memory than the group's first build did (a leak: half the model's
-    weights or 1 GiB, whichever is more; CUDA's lazily loaded kernels take less), or "" where it does not."""
-    before, after = first.get("capacity_bytes"), again.get("capacity_bytes")
-    if not before or not after:
+    weights or 1 GiB, whichever is more; CUDA's lazily loaded kernels take less), or "" where it does not (or the
+    first build is not known)."""
+    if first is None or not first.capacity_bytes or not again.capacity_bytes:
         return ""
-    allowed = max(2**30, (first.get("weights_bytes") or 0) // 2)
+    before, after = first.capacity_bytes, again.capacity_bytes
+    allowed = max(2**30, (first.weights_bytes or 0) // 2)
     if before - after <= allowed:
         return ""
     return f"built again with {(before - after) / 2**30:.2f} GiB less memory than at the group's start"
@@ -243,7 +249,7 @@ def _peaks(attempt: Any) -> dict[str, Any]:
 
 def _rebuild(
     session: Any, req: RankRequest, rank: Rank, device: Any, mesh: Any, timeout_s: float
-) -> tuple[Any, dict[str, Any]]:
+) -> tuple[Any, RankSetup]:
     """Drop this rank's model, optimizer and wrapper and build them again in the same process group: (the new
     session, its setup record). The allocator's cache is emptied between, so the new model starts from the
     memory a fresh one would. Ends the rank where the model cannot be built again."""

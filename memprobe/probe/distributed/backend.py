@@ -20,7 +20,7 @@ from typing import Any, Callable
 from memprobe.core.estimates.memory_model import Attempt, MemoryModel
 from memprobe.core.process.outcomes import ERROR, FIT, OOM
 from memprobe.core.process.protocol import Flops, TrialSettings
-from memprobe.core.process.rank_record import TimedSteps
+from memprobe.core.process.rank_record import RankSetup, TimedSteps
 from memprobe.core.records.records import CurvePoint, Timed
 from memprobe.core.records.results import PrecisionResult
 from memprobe.core.records.settings import PrecisionSettings, Scaling, Task
@@ -195,17 +195,17 @@ class LaunchTimer:
 
 class RanksBackend:
     """probe.backend.TrialBackend on a RankJob's `world_size` ranks under its `strategy`, launched by its `launcher`;
-    `on_setup` makes the result's environment from rank 0's setup record."""
+    `on_setup` makes the result's environment from what building the model gave on rank 0."""
 
     counts_flops = False  # a group's MFU against one GPU's peak would mislead; the scaling record says more
 
-    def __init__(self, job: RankJob, on_setup: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
+    def __init__(self, job: RankJob, on_setup: Callable[[RankSetup], dict[str, Any]]) -> None:
         self.opts, self.world_size, self.strategy, self.on_setup = job.opts, job.world_size, job.strategy, on_setup
         self.launcher = job.launcher
         self.launches = Launches(job)
         self.measurements: dict[int, Timed] = {}
         self.trials: SearchLaunches | ServedSearch | None = None
-        self.setup: dict[str, Any] | None = None
+        self.setup: RankSetup | None = None
 
     def open(self, result: PrecisionResult, on_environment: Callable[[dict[str, Any]], None]) -> bool:
         """The first search trials (batch 1 and 2), in a served group unless MEMPROBE_SERVED_GROUPS=0. False, with
@@ -225,16 +225,15 @@ class RanksBackend:
         setup = self.setup = trials.setup
         first = trials.first_attempts
         result.capacity_bytes = trials.capacity_bytes
-        task = (setup or {}).get("task")
         result.settings = PrecisionSettings(
             world_size=self.world_size,
             strategy=self.strategy,
             per_gpu=True,
-            wrap=(setup or {}).get("wrap"),
-            task=Task.from_dict(task) if task is not None else None,
-            weights_bytes=(setup or {}).get("weights_bytes"),
-            weights_after_wrap_bytes=(setup or {}).get("weights_after_wrap_bytes"),
-            flags=((setup or {}).get("environment") or {}).get("flags", {}),
+            wrap=setup.wrap if setup else None,
+            task=Task.from_dict(setup.task) if setup else None,
+            weights_bytes=setup.weights_bytes if setup else None,
+            weights_after_wrap_bytes=setup.weights_after_wrap_bytes if setup else None,
+            flags=setup.environment.get("flags", {}) if setup else {},
             launches=self.launches.counts,  # the same dict: counted on as the precision goes on
         )
         if setup is None and first and first[0].outcome != OOM:

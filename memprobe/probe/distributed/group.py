@@ -24,7 +24,10 @@ from memprobe.core.estimates.memory_model import Attempt
 from memprobe.core.process.outcomes import CRASH, FIT, TIMEOUT
 from memprobe.core.process.rank_record import (
     Command,
+    RankFailure,
     RankRecord,
+    RankSetup,
+    RankTrial,
     read_rank_records,
     read_vote,
     vote_path,
@@ -102,8 +105,8 @@ class ServedGroup:
         return not self.closed and self.child.alive()
 
     @property
-    def setup(self) -> dict[str, Any] | None:
-        """Rank 0's setup record (the first rank's that has one), once a trial has been answered."""
+    def setup(self) -> RankSetup | None:
+        """What building the model gave on rank 0 (the first rank that built it), once a trial has been answered."""
         return next((r.setup for r in self.records if r and r.setup), None)
 
     def _read_records(self) -> list[RankRecord | None]:
@@ -209,20 +212,20 @@ class ServedGroup:
         self.closed = True
 
 
-def _entries(records: list[RankRecord | None], index: int) -> list[dict[str, Any] | None]:
+def _entries(records: list[RankRecord | None], index: int) -> list[RankTrial | None]:
     return [r.entry(index) if r else None for r in records]
 
 
-def _failures(records: list[RankRecord | None], index: int) -> list[tuple[float, int, dict[str, Any]]]:
+def _failures(records: list[RankRecord | None], index: int) -> list[tuple[float, int, RankTrial | RankFailure]]:
     """(time, rank, failure) of every failure recorded for command `index`: trials that failed (kept or not), and
     for a group's first command, a rank that could not start."""
-    found = []
+    found: list[tuple[float, int, RankTrial | RankFailure]] = []
     for r, (record, entry) in enumerate(zip(records, _entries(records, index))):
-        if entry is not None and entry.get("outcome") != FIT:
-            found.append((float(entry.get("at") or 0.0), r, entry))
+        if entry is not None and entry.outcome != FIT:
+            found.append((entry.at or 0.0, r, entry))
         failure = record.failure if record else None
         if failure and (failure.command == index or (failure.stage == "setup" and index == 0)):
-            found.append((float(failure.at or 0.0), r, failure.to_dict()))
+            found.append((failure.at or 0.0, r, failure))
     return sorted(found, key=lambda item: (item[0], item[1]))
 
 
@@ -238,29 +241,29 @@ def command_attempt(
     failure any rank recorded (the root cause: a rank that lost its peer fails later), with what the other
     ranks then recorded; else a timeout or a crash of the launcher."""
     entries = _entries(records, index)
-    if entries and all(e is not None and e.get("outcome") == FIT for e in entries):
-        done = [e for e in entries if e is not None]
+    done = [e for e in entries if e is not None and e.outcome == FIT]
+    if entries and len(done) == len(entries):
         return Attempt(
             batch,
             FIT,
-            max(d.get("peak_allocated") or 0 for d in done) or None,
-            max(d.get("peak_reserved") or 0 for d in done) or None,
-            max(float(d.get("seconds") or 0.0) for d in done),
-            steps=max(d.get("steps") or 0 for d in done) or None,
-            loss_scale=done[0].get("loss_scale"),
+            max(d.peak_allocated or 0 for d in done) or None,
+            max(d.peak_reserved or 0 for d in done) or None,
+            max(d.seconds or 0.0 for d in done),
+            steps=max(d.steps or 0 for d in done) or None,
+            loss_scale=done[0].loss_scale,
         )
     failures = _failures(records, index)
     if failures:
         _at, rank, root = failures[0]
-        others = sorted({(r, f["outcome"]) for _a, r, f in failures if r != rank})
+        others = sorted({(r, f.outcome) for _a, r, f in failures if r != rank})
         then = "; then " + ", ".join(f"rank {r}: {o}" for r, o in others) if others else ""
         return Attempt(
             batch,
-            root["outcome"],
-            root.get("peak_allocated"),
-            root.get("peak_reserved"),
-            float(root.get("seconds") or 0.0),
-            f"rank {rank}: {root.get('message', '')}{then}",
+            root.outcome,
+            root.peak_allocated,
+            root.peak_reserved,
+            root.seconds or 0.0,
+            f"rank {rank}: {root.message}{then}",
         )
     silent = [r for r, e in enumerate(entries) if e is None]
     if timed_out:
@@ -279,7 +282,7 @@ class Group(Protocol):
     @property
     def alive(self) -> bool: ...
     @property
-    def setup(self) -> dict[str, Any] | None: ...
+    def setup(self) -> RankSetup | None: ...
     def trial(self, batch: int, vote_wait_s: float) -> Attempt: ...
     def close(self) -> None: ...
     def kill(self) -> None: ...
@@ -315,7 +318,7 @@ class SearchTrials:
     @property
     def capacity_bytes(self) -> int | None:
         """The smallest capacity any rank of the first launch reported (free + reserved after building the model)."""
-        values = [int(v) for r in self.ranks if r and r.setup and (v := r.setup.get("capacity_bytes"))]
+        values = [v for r in self.ranks if r and r.setup and (v := r.setup.capacity_bytes)]
         return min(values) if values else None
 
     def _run(self, batch: int) -> Attempt:
@@ -337,7 +340,7 @@ class ServedSearch(SearchTrials):
         self.launches, self.serve = launches, serve
         self.group: Group | None = None
         self.groups = 0
-        self.setup: dict[str, Any] | None = None
+        self.setup: RankSetup | None = None
         self.fits: list[Attempt] = []  # the search's fits: how long a failed rank waits for its peers' votes
         first = [self._run(1)]
         if first[0].fits and max_batch >= 2:

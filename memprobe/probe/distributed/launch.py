@@ -31,6 +31,8 @@ from memprobe.core.process.rank_record import (
     RankFailure,
     RankRecord,
     RankRequest,
+    RankSetup,
+    RankTrial,
     StandbyRequest,
     read_rank_records,
     write_rank_request,
@@ -62,11 +64,12 @@ def nccl_env(env: dict[str, str]) -> dict[str, str]:
 @dataclass
 class LaunchResult:
     """What one launch showed: an Attempt per batch run (in order, up to the first failure), the group
-    measurement (or its failure), rank 0's setup record, and how the launcher ended."""
+    measurement (or its failure), what building the model gave on the first rank that built it, and how the
+    launcher ended."""
 
     attempts: list[Attempt]
     measure: Timed | None
-    setup: dict[str, Any] | None
+    setup: RankSetup | None
     returncode: int | None
     timed_out: bool
     wall_seconds: float
@@ -80,20 +83,20 @@ def timeline(ranks: list[RankRecord | None], launched: float, wall_seconds: floa
     until the rank's Python was up, its imports, joining the process group, building the model (CUDA's context
     apart), and the rest (trials, timed steps, ending). None where rank 0 left no marks."""
     record = ranks[0] if ranks else None
-    marks = (record.timeline if record else None) or {}
-    setup = (record.setup if record else None) or {}
-    if not marks.get("started"):
+    marks, setup = (record.timeline, record.setup) if record else (None, None)
+    if marks is None or not marks.started:
         return None
-    out: dict[str, Any] = {"to_rank_s": round(marks["started"] - launched, 2), "wall_s": round(wall_seconds, 2)}
-    if marks.get("prestarted"):
+    out: dict[str, Any] = {"to_rank_s": round(marks.started - launched, 2), "wall_s": round(wall_seconds, 2)}
+    if marks.prestarted:
         out["prestarted"] = True  # torchrun and the imports ran ahead, while the launch before it did
-    if marks.get("imported"):
-        out["imports_s"] = round(marks["imported"] - marks["started"], 2)
-    if marks.get("joined") and marks.get("imported"):
-        out["join_s"] = round(marks["joined"] - marks["imported"], 2)
-    for key in ("cuda_init_seconds", "build_seconds"):
-        if setup.get(key) is not None:
-            out[key.replace("_seconds", "_s")] = setup[key]
+    if marks.imported:
+        out["imports_s"] = round(marks.imported - marks.started, 2)
+    if marks.joined and marks.imported:
+        out["join_s"] = round(marks.joined - marks.imported, 2)
+    if setup is not None and setup.cuda_init_seconds is not None:
+        out["cuda_init_s"] = setup.cuda_init_seconds
+    if setup is not None and setup.build_seconds is not None:
+        out["build_s"] = setup.build_seconds
     return out
 
 
@@ -252,18 +255,18 @@ def aggregate(
     """An Attempt per batch run (a fit only where every rank committed it) and the group measurement."""
     attempts: list[Attempt] = []
     for batch in req.batches:
-        done = [next((b for b in r.batches if b["batch"] == batch), None) if r else None for r in records]
-        fitted = [d for d in done if d is not None and d["outcome"] == FIT]
+        done = [_trial_at(r, batch) for r in records]
+        fitted = [d for d in done if d is not None and d.outcome == FIT]
         if len(fitted) == len(done):  # every rank committed the batch
             attempts.append(
                 Attempt(
                     batch,
                     FIT,
-                    max(d["peak_allocated"] or 0 for d in fitted) or None,
-                    max(d["peak_reserved"] or 0 for d in fitted) or None,
-                    max(d["seconds"] for d in fitted),
-                    steps=max(d["steps"] or 0 for d in fitted),
-                    loss_scale=fitted[0].get("loss_scale"),
+                    max(d.peak_allocated or 0 for d in fitted) or None,
+                    max(d.peak_reserved or 0 for d in fitted) or None,
+                    max(d.seconds for d in fitted),
+                    steps=max(d.steps or 0 for d in fitted),
+                    loss_scale=fitted[0].loss_scale,
                     fresh=not attempts,
                 )
             )
@@ -290,9 +293,9 @@ def aggregate(
         return attempts, None
     if not req.measure:
         return attempts, None
-    measures = [Timed.from_dict(r.measure) if r and r.measure else None for r in records]
-    if all(m is not None and m.outcome == FIT for m in measures):
-        return attempts, group_measurement(measures, req.world_size, req.batches[-1])  # type: ignore[arg-type]
+    measures = [r.measure for r in records if r and r.measure and r.measure.outcome == FIT]
+    if len(measures) == len(records):
+        return attempts, group_measurement(measures, req.world_size, req.batches[-1])
     root = _root_failure(records, req.batches[-1])
     if root is not None:
         rank, failure = root
@@ -306,6 +309,11 @@ def aggregate(
         )
     outcome, message = _lost(req, records, returncode, timed_out, tail)
     return attempts, Timed(batch=req.batches[-1], outcome=outcome, error=message)
+
+
+def _trial_at(record: RankRecord | None, batch: int) -> RankTrial | None:
+    """The trial `record`'s rank ran at `batch`, or None (no record, or it did not get there)."""
+    return next((b for b in record.batches if b.batch == batch), None) if record else None
 
 
 def group_measurement(measures: list[Timed], world_size: int, batch: int) -> Timed:

@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
+from memprobe.core.process.rank_record import RankSetup
 from memprobe.core.records.results import PrecisionResult, ScanResult, result_filename
 from memprobe.core.text.textlists import visible_devices
 from memprobe.core.workload.registry import Workload
@@ -52,7 +53,7 @@ def check_options(opts: ScanOptions, world_size: int, strategy: str, workload: W
             raise DistributedScanError(str(exc)) from None
 
 
-def distributed_environment(world_size: int, strategy: str, device: str, setup: dict | None) -> dict[str, Any]:
+def distributed_environment(world_size: int, strategy: str, device: str, setup: RankSetup | None) -> dict[str, Any]:
     """What a multi-GPU result file records about the group: world size, strategy, backend, NCCL
     version and NCCL_* variables in force, and the GPUs' interconnect."""
     env = launch_env()
@@ -61,7 +62,7 @@ def distributed_environment(world_size: int, strategy: str, device: str, setup: 
         "strategy": strategy,
         "backend": "nccl" if device == "cuda" else "gloo",
         "launcher": "torch.distributed.run (torchrun) --standalone",
-        "nccl_version": ((setup or {}).get("environment") or {}).get("nccl_version"),
+        "nccl_version": setup.environment.get("nccl_version") if setup else None,
         "nccl_env": nccl_env(env),
     }
     if device == "cuda":
@@ -70,9 +71,9 @@ def distributed_environment(world_size: int, strategy: str, device: str, setup: 
 
 
 def _backend(job: RankJob) -> RanksBackend:
-    def group_environment(setup: dict[str, Any]) -> dict[str, Any]:
+    def group_environment(setup: RankSetup) -> dict[str, Any]:
         return {
-            **(setup.get("environment") or {}),
+            **setup.environment,
             "distributed": distributed_environment(job.world_size, job.strategy, job.opts.device, setup),
         }
 
@@ -88,9 +89,9 @@ def scan_precision_distributed(
     progress: ScanProgress,
     launcher: Launcher = launch,
     start: PredictedStart | None = None,
-) -> tuple[PrecisionResult, dict | None]:
-    """Search, prove, soak, time and curve one precision on `world_size` GPUs; returns the result and rank 0's
-    setup record. `start` gives the search a predicted first batch (predict --gpus N, on the CPU)."""
+) -> tuple[PrecisionResult, RankSetup | None]:
+    """Search, prove, soak, time and curve one precision on `world_size` GPUs; returns the result and what
+    building the model gave on rank 0. `start` gives the search a predicted first batch (predict --gpus N, on the CPU)."""
     with _prestarted(launcher, opts) as chosen:
         backend = _backend(RankJob(workload, precision, opts, world_size, strategy, progress, chosen))
         result = run_precision(backend, workload, precision, opts, progress, lambda env: None, start)
