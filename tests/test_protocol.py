@@ -31,6 +31,7 @@ from memprobe.core.process.protocol import (
     encode_answer,
     encode_request,
 )
+from memprobe.core.records.breakdown import Breakdown
 from memprobe.core.records.records import Timed
 from memprobe.core.workload.registry import Workload
 
@@ -72,7 +73,10 @@ ANSWERS = [
     (FlopsRequest(), Flops(1.5e9)),
     (FlopsRequest(), Flops(None, "FLOPs per unit vary with n")),
     (PingRequest(), Pong(True, 1234)),
-    (BreakdownRequest(8), BreakdownAnswer(breakdown={"batch": 8, "categories": {"parameters": 1024}})),
+    (
+        BreakdownRequest(8),
+        BreakdownAnswer(breakdown=Breakdown(8, "measured", {"parameters": 1024, "activations": 4096}, 6144, 5120)),
+    ),
     (BreakdownRequest(8), BreakdownAnswer(outcome="oom", error="OutOfMemoryError: under the tracker")),
 ]
 
@@ -80,6 +84,22 @@ ANSWERS = [
 @pytest.mark.parametrize("request_, answer", ANSWERS, ids=lambda x: type(x).__name__)
 def test_every_answer_reads_back_as_sent(request_, answer):
     assert decode_answer(request_, encode_answer(answer)) == answer
+
+
+@pytest.mark.parametrize(
+    "request_, line, says",
+    [
+        (TrialRequest(4), {"attempt": {"batch": "4", "outcome": "fit"}}, "'batch': expected int"),
+        (TrialRequest(4), {"batch": 4, "outcome": "fit"}, "expected a mapping"),
+        (PingRequest(), {"ok": True, "pid": "7"}, "'pid'"),
+        (SetupRequest(TOY), {"ok": True, "environment": {}, "emulation": {"memory_cap_bytes": 1}}, "emulation"),
+        (BreakdownRequest(8), {"breakdown": {"batch": 8, "categories": {}}}, "malformed breakdown"),
+        (FlopsRequest(), ["not", "a", "mapping"], "not an answer"),
+    ],
+)
+def test_an_answer_with_a_field_missing_or_of_another_type_is_refused_naming_it(request_, line, says):
+    with pytest.raises(ProtocolError, match=says):
+        decode_answer(request_, json.dumps(line))
 
 
 def test_a_refusal_reads_as_a_failure_whatever_was_asked():

@@ -23,6 +23,7 @@ from fakes import (
     run_scan,
     toy_workload,
 )
+from memprobe.core.process.protocol import Emulation
 from memprobe.core.records.results import read_result
 from memprobe.probe.scan import NoCudaError, ScanOptions, scan_workload
 
@@ -455,11 +456,7 @@ def test_an_emulated_scan_is_labelled_and_keeps_the_real_chip_for_mfu(tmp_path, 
     world = World(
         gpu="NVIDIA H100 80GB HBM3",
         flops_per_sample=1e12,
-        emulation={
-            "memory_cap_bytes": 24 * 2**30,
-            "outside_allocator_bytes_at_setup": 2**29,
-            "allocator_limit_bytes_at_setup": 24 * 2**30 - 2**29,
-        },
+        emulation=Emulation(24 * 2**30, 2**29, 24 * 2**30 - 2**29),
     )
     monkeypatch.setattr(memprobe.probe.scan, "WorkerFactory", lambda workload, env=None: FakeFactory(world))
     monkeypatch.setattr(memprobe.probe.scan, "host_environment", lambda seen=None: {"driver": "fake"})

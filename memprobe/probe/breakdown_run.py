@@ -11,7 +11,7 @@ import time
 from typing import Callable
 
 from memprobe.core.process.protocol import BreakdownAnswer, BreakdownRequest
-from memprobe.core.records.breakdown import Breakdown, check_sum
+from memprobe.core.records.breakdown import check_sum
 from memprobe.core.records.results import PrecisionResult
 from memprobe.probe.runner import WorkerError, WorkerFactory, WorkerSpec
 from memprobe.probe.scan_trials import fresh_worker
@@ -48,7 +48,7 @@ def measure_at_max(
         result.settings.breakdown_error = error
         note(f"memory breakdown at batch {batch} failed: {error}")
         return
-    record = Breakdown.from_dict(answer.breakdown)
+    record = answer.breakdown
     record.note = f"fresh process at B, {round(time.perf_counter() - started, 1)} s wall in all"
     wrong = check_sum(record)
     if wrong:

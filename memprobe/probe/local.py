@@ -12,6 +12,7 @@ from typing import Any, Callable
 from memprobe.core.estimates.memory_model import Attempt, MemoryModel
 from memprobe.core.process.outcomes import OOM, USER_ERROR
 from memprobe.core.process.protocol import Flops, TrialSettings
+from memprobe.core.process.wire import to_wire
 from memprobe.core.records.records import Timed
 from memprobe.core.records.results import PrecisionResult
 from memprobe.core.records.settings import PrecisionSettings, Task
@@ -85,7 +86,8 @@ class LocalBackend:
             return False
         self.worker, info = worker, worker.info
         assert info is not None, "set up by factory.fresh"
-        environment, emulation = info.environment, info.emulation
+        environment = info.environment
+        emulation = to_wire(info.emulation) if info.emulation else None  # recorded as the result's section
         on_environment({**environment, "emulation": emulation} if emulation else environment)
         result.capacity_bytes = self.capacity_bytes = info.capacity_bytes
         result.settings = PrecisionSettings(

@@ -17,6 +17,7 @@ from typing import Any, Callable, ClassVar, TypeVar, Union
 from memprobe.core.estimates.memory_model import Attempt
 from memprobe.core.process.outcomes import CRASH, TIMEOUT
 from memprobe.core.process.wire import MessageError, from_json, from_wire, to_json, to_wire
+from memprobe.core.records.breakdown import Breakdown
 from memprobe.core.records.records import Timed
 from memprobe.core.workload.registry import Workload
 
@@ -26,6 +27,16 @@ ProtocolError = MessageError
 
 
 # --- answers -----------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Emulation:
+    """`--memory-cap` on a GPU: the card's memory emulated (`memory_cap_bytes`), what was held outside PyTorch's
+    allocator at setup, and the allocator limit that leaves the trials (core/cards/memcap.py)."""
+
+    memory_cap_bytes: int
+    outside_allocator_bytes_at_setup: int
+    allocator_limit_bytes_at_setup: int
 
 
 @dataclass
@@ -39,7 +50,7 @@ class Ready:
     cuda_init_seconds: float | None = None
     task: dict[str, Any] = field(default_factory=dict)
     unit: str = "samples"
-    emulation: dict[str, Any] | None = None  # --memory-cap: the cap and what was held outside the allocator
+    emulation: Emulation | None = None  # --memory-cap: the cap and what was held outside the allocator
 
 
 @dataclass
@@ -70,10 +81,10 @@ class Pong:
 
 @dataclass
 class BreakdownAnswer:
-    """The memory breakdown of a step at B (core/breakdown.Breakdown's mapping), or the outcome and error of a step
-    that failed under the tracker (B stands either way)."""
+    """The memory breakdown of a step at B, or the outcome and error of a step that failed under the tracker (B stands
+    either way)."""
 
-    breakdown: dict[str, Any] | None = None
+    breakdown: Breakdown | None = None
     outcome: str | None = None
     error: str | None = None
 
@@ -93,21 +104,21 @@ Answer = Union[Ready, Failure, Flops, Pong, Attempt, Timed, BreakdownAnswer]
 
 # Each answer type's wire form and reader. An Attempt travels under "attempt"; the others are their own mapping.
 _WRITE: dict[type, Callable[[Any], dict[str, Any]]] = {
-    Ready: lambda a: {"ok": True, **asdict(a)},
+    Ready: lambda a: {"ok": True, **to_wire(a)},
     Failure: lambda a: {"ok": False, **asdict(a)},
     Flops: lambda a: {k: v for k, v in asdict(a).items() if v is not None or k == "flops_per_sample"},
     Pong: asdict,
-    BreakdownAnswer: lambda a: {k: v for k, v in asdict(a).items() if v is not None},
+    BreakdownAnswer: lambda a: {k: v for k, v in to_wire(a).items() if v is not None},
     Attempt: lambda a: {"attempt": a.to_dict()},
     Timed: lambda a: a.to_dict(),
 }
 _READ: dict[type, Callable[[dict[str, Any]], Any]] = {
     Ready: lambda d: from_wire(Ready, d),
-    Failure: lambda d: Failure(d.get("kind", "error"), d.get("message", "setup failed"), d.get("stage", "setup")),
-    Flops: lambda d: Flops(d.get("flops_per_sample"), d.get("error")),
-    Pong: lambda d: Pong(bool(d.get("ok")), int(d.get("pid", 0))),
-    BreakdownAnswer: lambda d: BreakdownAnswer(d.get("breakdown"), d.get("outcome"), d.get("error")),
-    Attempt: lambda d: Attempt.from_dict(d["attempt"]),
+    Failure: lambda d: from_wire(Failure, d),
+    Flops: lambda d: from_wire(Flops, d),
+    Pong: lambda d: from_wire(Pong, d),
+    BreakdownAnswer: lambda d: from_wire(BreakdownAnswer, d),
+    Attempt: lambda d: from_wire(Attempt, d.get("attempt")),
     Timed: Timed.from_dict,
 }
 
@@ -122,11 +133,13 @@ def encode_answer(answer: Answer) -> str:
 
 def decode_answer(request: "Request", line: str) -> Answer:
     """The answer to `request` from its wire line: a Failure when the process refused it, else `request.answer`.
-    Raises ProtocolError for a line that is not JSON."""
+    Raises ProtocolError for a line that is not JSON, not a mapping, or not that answer (every field checked)."""
     try:
         data = json.loads(line)
     except ValueError as exc:
         raise ProtocolError(f"not an answer: {line[:200]!r}") from exc
+    if not isinstance(data, dict):
+        raise ProtocolError(f"not an answer: {line[:200]!r}")
     if data.get("ok") is False and "kind" in data:
         return _READ[Failure](data)
     return _READ[request.answer](data)

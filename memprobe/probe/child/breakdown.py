@@ -33,4 +33,4 @@ def serve(session: Any, req: BreakdownRequest) -> BreakdownAnswer:
         )
         del exc
     session.memory.reset()  # outside the except block: the traceback held the step's tensors
-    return failure or BreakdownAnswer(breakdown=record.to_dict())
+    return failure or BreakdownAnswer(breakdown=record)

@@ -37,6 +37,7 @@ from memprobe.core.process import lifeline
 from memprobe.core.process.outcomes import CRASH, USER_ERROR, classify_error, described, message_of, with_memory_state
 from memprobe.core.process.protocol import (
     Answer,
+    Emulation,
     Failure,
     Flops,
     FlopsRequest,
@@ -178,11 +179,7 @@ class Session:
                     plan = self._cap(settings.memory_cap_bytes)
                 except MemoryCapError as exc:
                     return Failure("error", str(exc))
-                emulation = {
-                    "memory_cap_bytes": plan.cap_bytes,
-                    "outside_allocator_bytes_at_setup": plan.outside_bytes,
-                    "allocator_limit_bytes_at_setup": plan.limit_bytes,
-                }
+                emulation = Emulation(plan.cap_bytes, plan.outside_bytes, plan.limit_bytes)
                 capacity = min(capacity, plan.limit_bytes)
         else:
             capacity = req.cpu_budget_bytes
