@@ -7,6 +7,7 @@ of a `scan --parallel` reaches its children (on fake GPUs: the children are run 
 from __future__ import annotations
 
 import inspect
+import json
 from dataclasses import fields
 
 import pytest
@@ -219,6 +220,30 @@ def test_every_option_of_a_parallel_scan_reaches_its_children(argv, children, tm
         serial_workload, serial_opts = serial[workload["name"]]
         assert workload == serial_workload
         assert opts == serial_opts | {"precisions": [precision]}
+
+
+@pytest.mark.parametrize(
+    "change, says",
+    [
+        (lambda d: d["options"].update(steps="3"), "'options': not a ScanOptions: 'steps': expected int"),
+        (lambda d: d["options"].update(steps=2), "steps >= 3"),
+        (lambda d: d["workload"].pop("family"), "'workload'"),
+        (lambda d: d.pop("out_dir"), "no 'out_dir'"),
+    ],
+    ids=["option-of-another-type", "option-refused", "workload-broken", "no-folder"],
+)
+def test_a_part_request_that_is_not_one_is_refused_in_one_line_naming_the_field(change, says, tmp_path):
+    from fakes import TOY
+    from memprobe.probe.parallel import PartRequest
+    from memprobe.probe.scan import ScanOptions
+
+    path = PartRequest.of(TOY, ScanOptions(["fp32"], device="cpu"), "fp32", tmp_path).write(tmp_path / "part.json")
+    data = json.loads(path.read_text())
+    change(data)
+    path.write_text(json.dumps(data))
+    result = CliRunner().invoke(main, ["scan-part", str(path)])
+    assert result.exit_code == 1 and "not a scan part's request" in result.output and says in result.output
+    assert len(result.output.strip().splitlines()) == 1 and "Traceback" not in result.output
 
 
 def test_the_parallel_scans_above_give_every_option_a_child_takes():

@@ -17,12 +17,13 @@ import shutil
 import signal
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
 from memprobe.core.process.child import Child
+from memprobe.core.process.wire import from_json, to_wire
 from memprobe.core.records.results import ResultFileError, ScanResult, read_result, result_filename, write_result
 from memprobe.core.text.textlists import visible_devices
 from memprobe.core.workload.registry import Workload
@@ -65,33 +66,34 @@ class ParallelSummary:
 @dataclass(frozen=True)
 class PartRequest:
     """What one child scan runs: a workload as the parent resolved it (a variant, a model given by name with its
-    options applied), in the one precision of `options` (the parent's ScanOptions, as to_dict() writes them), into
-    `out_dir`. The parent writes it as a JSON file; the child (`memprobe scan-part FILE`) reads it back whole, so
-    every option of the parent's scan reaches the child as it was, with nothing rebuilt as a command line."""
+    options applied), in the one precision of `options` (the parent's ScanOptions, as to_dict() writes them: the
+    environment of its processes stays the parent's), into `out_dir`. The parent writes it as a JSON file; the child
+    (`memprobe scan-part FILE`) reads it back whole, every field checked (core/process/wire.py), so every option of
+    the parent's scan reaches the child as it was, with nothing rebuilt as a command line."""
 
-    workload: dict[str, Any]
-    options: dict[str, Any]
+    workload: Workload
+    options: ScanOptions
     out_dir: str
 
     @classmethod
     def of(cls, workload: Workload, opts: ScanOptions, precision: str, out_dir: Path) -> "PartRequest":
         """The request of the child that scans `workload` in `precision` with the parent's `opts`."""
-        return cls(workload.to_dict(), opts.to_dict() | {"precisions": [precision]}, str(out_dir))
+        return cls(workload, replace(opts, precisions=[precision], env={}), str(out_dir))
 
     def write(self, path: Path) -> Path:
         """Write the request to `path` (JSON) for the child to read."""
-        path.write_text(json.dumps(asdict(self), indent=1), encoding="utf-8")
+        path.write_text(json.dumps(to_wire(self), indent=1), encoding="utf-8")
         return path
 
     @classmethod
     def read(cls, path: str | Path) -> "PartRequest":
-        """The request a parent wrote to `path`. Raises OSError, ValueError (not JSON), KeyError (not a request)."""
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-        return cls(dict(data["workload"]), dict(data["options"]), str(data["out_dir"]))
+        """The request a parent wrote to `path`. Raises OSError where it cannot be read, ValueError where it is not
+        a request (MessageError: not JSON, a field missing or of another type; an option ScanOptions refuses)."""
+        return from_json(cls, Path(path).read_text(encoding="utf-8"))
 
     def scan(self) -> tuple[Workload, ScanOptions]:
         """The workload and ScanOptions the child scans."""
-        return Workload.from_dict(self.workload), ScanOptions(**self.options)
+        return self.workload, self.options
 
 
 def gpu_slots(count: int | None, device: str, visible: str | None = None) -> list[str]:
