@@ -42,6 +42,8 @@ def test_soak_and_curve_run_on_two_ranks(tmp_path):
         "4",
         "--soak",
         "5",
+        "--repeat",  # one fresh group proves B here: the repeat rule has tests of its own (test_repeat)
+        "1",
         "--curve",
         "2",
         "--warmup",
