@@ -50,15 +50,24 @@ def render_plan(plan: Plan | ServingPlan, fmt: str = "github") -> str:
     if fmt == "csv":
         return rows_text([r.to_dict() for r in plan.rows], "csv")
     target = f"global batch {plan.global_batch}" if plan.global_batch else "one micro-batch per optimizer step"
-    head = f"plan for {plan.model} on the {plan.card}, {target}"
+    return _table_text(
+        f"plan for {plan.model} on the {plan.card}, {target}",
+        [_shown(r) for r in plan.rows],
+        "(no settings)",
+        [f"{r.setting}: {r.note}" for r in plan.rows if r.note] + plan.notes,
+        fmt,
+    )
+
+
+def _table_text(head: str, cells: list[dict[str, Any]], empty: str, notes: list[str], fmt: str) -> str:
+    """A plan's text in a table format: its head line, the table of `cells`, and the notes under it. Each row's note
+    (the split of the global batch, what was not measured) goes under the table, wrapped at 120 columns: in a table
+    cell it was cut mid-sentence."""
     bullet = "- " if fmt == "github" else "  "
-    # Each row's note (the split of the global batch, what was not measured) is a note under the table, wrapped at
-    # 120 columns: in a table cell it was cut mid-sentence
-    notes = [f"{r.setting}: {r.note}" for r in plan.rows if r.note] + plan.notes
     return "\n\n".join(
         [
             head,
-            rows_text([_shown(r) for r in plan.rows], fmt, empty="(no settings)"),
+            rows_text(cells, fmt, empty=empty),
             textwidth.notes_text(notes, bullet, "  " if fmt == "github" else "    "),
         ]
     )
@@ -92,13 +101,10 @@ def render_serving(plan: ServingPlan, fmt: str = "github") -> str:
         return json.dumps(plan.to_dict(), indent=1)
     if fmt == "csv":
         return rows_text([vars(r) for r in plan.rows], "csv")
-    head = f"serving {plan.workload} on the {plan.card}: concurrent sequences that fit"
-    bullet = "- " if fmt == "github" else "  "
-    notes = [f"{r.precision} on the {r.card}: {r.note}" for r in plan.rows if r.note] + plan.notes
-    return "\n\n".join(
-        [
-            head,
-            rows_text([serving_cells(r) for r in plan.rows], fmt, empty="(no rows)"),
-            textwidth.notes_text(notes, bullet, "  " if fmt == "github" else "    "),
-        ]
+    return _table_text(
+        f"serving {plan.workload} on the {plan.card}: concurrent sequences that fit",
+        [serving_cells(r) for r in plan.rows],
+        "(no rows)",
+        [f"{r.precision} on the {r.card}: {r.note}" for r in plan.rows if r.note] + plan.notes,
+        fmt,
     )
