@@ -24,7 +24,7 @@ import argparse
 import json
 import sys
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -68,7 +68,7 @@ def run(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
     out: dict[str, Any] = {"model": args.model, "precision": args.precision, "device": args.device}
 
     started = time.perf_counter()
-    result = launch(LaunchRequest(**{**base.__dict__, "measure": TimedSteps(args.warmup, args.steps)}))
+    result = launch(replace(base, measure=TimedSteps(args.warmup, args.steps)))
     rank0 = result.ranks[0] if result.ranks else None
     print(
         f"launch (ddp, 1 rank) of {args.batches}: {[(a.batch, a.outcome) for a in result.attempts]} in "
@@ -96,7 +96,7 @@ def run(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
         "ranks": _records(result.ranks),
     }
 
-    group = ServedGroup(LaunchRequest(**{**base.__dict__, "strategy": args.strategy, "batches": [args.batches[0]]}))
+    group = ServedGroup(replace(base, strategy=args.strategy, batches=[args.batches[0]]))
     answers = []
     try:
         for batch in (args.batches[0], args.oom_batch, args.batches[0]):

@@ -78,7 +78,7 @@ class PartRequest:
     @classmethod
     def of(cls, workload: Workload, opts: ScanOptions, precision: str, out_dir: Path) -> "PartRequest":
         """The request of the child that scans `workload` in `precision` with the parent's `opts`."""
-        return cls(workload, replace(opts, precisions=[precision], env={}), str(out_dir))
+        return cls(workload, replace(opts, precisions=[precision]), str(out_dir))
 
     def write(self, path: Path) -> Path:
         """Write the request to `path` (JSON) for the child to read."""
